@@ -1,0 +1,65 @@
+# Two entry points for a fresh Debian 12 / Ubuntu 24.04 machine, as root:
+#   make demo   installs what is missing, runs experiments/demo.yaml on the embedded target
+#   make test   installs what is missing, runs the whole pytest suite
+# Both are idempotent: the second run installs nothing.
+
+SHELL := /bin/bash
+# Mininet is a Debian package for Debian's own python3: the venv is built on
+# that interpreter and sees its system packages.
+SYSTEM_PYTHON := /usr/bin/python3
+VENV := .venv
+PY := $(VENV)/bin/python
+APT_PACKAGES := mininet iproute2 iputils-ping iptables ethtool procps util-linux python3-venv python3-pip
+APT_STAMP := $(VENV)/.apt-done
+PIP_STAMP := $(VENV)/.pip-done
+OUT ?= results
+
+.PHONY: all setup demo test test-unit bench clean-fabric lint p4 distclean
+
+all: demo
+
+setup: $(PIP_STAMP)
+
+$(APT_STAMP):
+	@missing=""; for p in $(APT_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" != 0 ]; then echo "make: need root to install:$$missing" >&2; exit 1; fi; \
+	  echo "apt: installing$$missing"; \
+	  export DEBIAN_FRONTEND=noninteractive; \
+	  apt-get update -qq && apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	fi
+	@test -x $(SYSTEM_PYTHON) || { echo "make: $(SYSTEM_PYTHON) missing" >&2; exit 1; }
+	@mkdir -p $(VENV) && touch $@
+
+$(PIP_STAMP): $(APT_STAMP) pyproject.toml
+	@test -x $(PY) || $(SYSTEM_PYTHON) -m venv --system-site-packages $(VENV)
+	@$(PY) -m pip install -q --disable-pip-version-check -e '.[test]'
+	@touch $@
+
+demo: setup
+	$(VENV)/bin/fabric-emu run experiments/demo.yaml --out $(OUT)/demo
+
+test: setup
+	$(PY) -m pytest -q tests
+
+test-unit: setup
+	$(PY) -m pytest -q tests/unit
+
+bench: setup
+	$(PY) bench/forwarding.py
+	$(PY) bench/demo_run.py
+
+clean-fabric: setup
+	$(VENV)/bin/fabric-emu clean
+
+# Compile the P4 program where p4c is installed (the Vagrant VM); the
+# embedded target and the controller use the committed P4Info either way.
+p4:
+	@command -v p4c-bm2-ss >/dev/null || { echo "make p4: p4c-bm2-ss is not installed (it comes with the Vagrant VM lab, see README)" >&2; exit 1; }
+	mkdir -p build
+	p4c-bm2-ss --arch v1model -o build/fabric.json --p4runtime-files build/fabric.p4info.txtpb p4src/fabric.p4
+
+distclean:
+	rm -rf $(VENV) build results

@@ -1,0 +1,438 @@
+"""Host agent: one RoCEv2 NIC in a Mininet host, driven by a JSON file.
+
+Run inside the host's network namespace::
+
+    python -m emulator.agents.host CONFIG.json
+
+Config (keys marked * are required)::
+
+    {"host"*: "h1", "ifname"*: "h1-eth0", "mac"*: "02:..", "ip"*: "10.0.1.1",
+     "gateway_mac"*: "02:..",            # destination MAC of every frame we send
+     "rate_bps": 10000000, "mtu_bytes": 1024, "tx_delay_ns": 0, "dscp": 26,
+     "ack_every_n": 16, "rto_ns": null,  # null: NIC default (see RoceNic)
+     "retry_cnt": 7, "verify_icrc": true,
+     "mr_rkey": 4660, "mr_addr": 0,      # the receive MR (see conventions)
+     "start_at_unix_ns": 1763760000000000000,   # default: now
+     "deadline_s": 60,                   # give up at start_at + deadline_s
+     "linger_s": null,                   # see "Exit" below
+     "qps": [{"qpn"*: 16, "remote_ip"*: "10.0.2.1", "remote_qpn"*: 32,
+              "udp_sport": 49168, "sq_psn": 0, "rq_psn": 0, "rate_bps": null}],
+     "send": [{"flow_id"*: 0, "qpn"*: 16, "op": "write", "size_bytes"*: 1048576,
+               "start_offset_ns": 0, "rkey": 4660, "remote_addr": 0}],
+     "expect": [{"flow_id"*: 3, "qpn"*: 16, "op": "write", "size_bytes"*: 1048576,
+                 "remote_addr": null}],
+     "result_path"*: "/tmp/.../h1.result.json"}
+
+``qpn`` in ``send`` and ``expect`` is always a *local* QP from ``qps``;
+``sq_psn`` of a QP must equal ``rq_psn`` of its peer QP (both default 0).
+
+Conventions (what a config generator must follow)
+-------------------------------------------------
+* Payload: flow ``f`` carries ``pattern_bytes(f, 0, size)``: byte ``o`` is
+  ``B_f[(o + (o // 65536) * 4099) % 65536]`` where ``B_f`` is
+  ``random.Random(0x5EED0000 + f).randbytes(65536)``. Sender and receiver
+  build it independently; the receiver compares what landed with it.
+* WRITE: each host registers ONE receive memory region, rkey ``mr_rkey``
+  (default 0x1234 = 4660), virtual addresses ``mr_addr`` (default 0) up.
+  Its expected WRITE flows are laid out in the order they appear in
+  ``expect``, each at the next 4096-byte-aligned address after the previous
+  one (an entry may pin ``remote_addr`` instead; later ones follow the
+  highest end so far). ``write_layout(expect)`` computes this; the sender's
+  ``send`` entry must use that ``remote_addr`` and the receiver's rkey.
+  The receiver recognizes the flow by the RETH address of the message.
+* SEND: the receiver posts one receive buffer of ``size_bytes`` per expected
+  SEND flow, per local QP in ``expect`` order. SENDs on a QP consume them in
+  the order the sender posts them (by ``start_offset_ns``, then list
+  order), so list a QP's expected SENDs in that order.
+
+Exit: when every send completed and every expected message arrived, the
+agent keeps answering (re-ACKing retransmissions whose ACK was lost) until
+no frame has arrived for ``linger_s`` (default max(0.5 s, 3 RTOs)), then
+writes the result and exits 0 if everything succeeded ("complete"), else
+3 (a send failed: see its "status"; or data arrived corrupted). At the
+deadline it writes what it has and exits 3. SIGTERM/SIGINT: write what it
+has, exit 0 if complete, else 3. A bad config: one line on stderr, exit 2.
+
+Result JSON::
+
+    {"host": "h1", "reason": "done"|"deadline"|"signal",
+     "complete": every send succeeded and every expected message arrived intact,
+     "start_at_unix_ns": ..., "ready_unix_ns": when the NIC was up and the
+     MRs registered (if later than start_at, peers' first packets were lost
+     and recovered by timeouts), "end_unix_ns": ..., "cpu_s": process CPU
+     seconds,
+     "send": [{"flow_id", "qpn", "op", "bytes", "complete", "status",
+               "fct_ns" (completion - post, monotonic; null if incomplete),
+               "post_unix_ns", "complete_unix_ns", "scheduled_unix_ns",
+               "acked_bytes"}],
+     "expect": [{"flow_id", "qpn", "op", "bytes", "delivered_bytes",
+                 "intact" (delivered bytes equal the pattern and, if
+                 complete, the length is right), "complete",
+                 "first_rx_unix_ns", "complete_unix_ns"}],
+     "nic": {NicStats counters}, "config": {the NIC parameters used}}
+
+Startup: importing scapy and building payloads takes ~0.3 s on an idle
+machine (more under load); set ``start_at_unix_ns`` comfortably later than
+the launch. When ready the agent prints ``READY <host>`` on stdout (its only
+stdout line) and, if start_at has already passed, a warning on stderr.
+One progress line per second at most goes to stderr.
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import sys
+import time
+
+from ..errors import ConfigError, FabricEmuError
+from .nic import RoceNic, WcOpcode, WcStatus
+
+DEFAULT_MR_RKEY = 0x1234
+PATTERN_BLOCK = 65536
+PATTERN_STRIDE = 4099          # odd: blocks up to 4 GiB are all different rotations
+LAYOUT_ALIGN = 4096
+
+_pattern_base: dict[int, bytes] = {}
+
+
+def _base(flow_id: int) -> bytes:
+    b = _pattern_base.get(flow_id)
+    if b is None:
+        b = random.Random(0x5EED0000 + flow_id).randbytes(PATTERN_BLOCK)
+        _pattern_base[flow_id] = b = b + b
+    return b
+
+
+def pattern_bytes(flow_id: int, offset: int, length: int) -> bytearray:
+    """Bytes [offset, offset+length) of flow ``flow_id``'s payload."""
+    bb = _base(flow_id)
+    out = bytearray(length)
+    pos = 0
+    o = offset
+    while pos < length:
+        blk, within = divmod(o, PATTERN_BLOCK)
+        start = (within + blk * PATTERN_STRIDE) % PATTERN_BLOCK
+        n = min(PATTERN_BLOCK - within, length - pos)
+        out[pos:pos + n] = bb[start:start + n]
+        pos += n
+        o += n
+    return out
+
+
+def write_layout(expect: list[dict], mr_addr: int = 0) -> dict[int, int]:
+    """flow_id -> remote_addr for the expected WRITE flows of one host."""
+    out = {}
+    end = mr_addr
+    for e in expect:
+        if e.get("op", "write") != "write":
+            continue
+        addr = e.get("remote_addr")
+        if addr is None:
+            addr = (end + LAYOUT_ALIGN - 1) // LAYOUT_ALIGN * LAYOUT_ALIGN
+        out[e["flow_id"]] = addr
+        end = max(end, addr + e["size_bytes"])
+    return out
+
+
+# ---------------------------------------------------------------------------
+def _need(d: dict, key: str, kind, where: str, path: str):
+    if key not in d:
+        raise ConfigError(path, f"{where}.{key}", "missing")
+    v = d[key]
+    if kind is int and (isinstance(v, bool) or not isinstance(v, int)):
+        raise ConfigError(path, f"{where}.{key}", f"expected an integer, got {v!r}")
+    if kind is str and not isinstance(v, str):
+        raise ConfigError(path, f"{where}.{key}", f"expected a string, got {v!r}")
+    return v
+
+
+def load_config(path: str) -> dict:
+    try:
+        with open(path) as f:
+            cfg = json.load(f)
+    except (OSError, ValueError) as e:
+        raise ConfigError(path, "", f"cannot read JSON: {e}") from None
+    if not isinstance(cfg, dict):
+        raise ConfigError(path, "", "top level must be an object")
+    for k in ("host", "ifname", "mac", "ip", "gateway_mac", "result_path"):
+        _need(cfg, k, str, "", path)
+    qpns = set()
+    for i, q in enumerate(cfg.setdefault("qps", [])):
+        for k in ("qpn", "remote_qpn"):
+            _need(q, k, int, f"qps[{i}]", path)
+        _need(q, "remote_ip", str, f"qps[{i}]", path)
+        if q["qpn"] in qpns:
+            raise ConfigError(path, f"qps[{i}].qpn", "duplicate")
+        qpns.add(q["qpn"])
+    flows = set()
+    for section in ("send", "expect"):
+        for i, e in enumerate(cfg.setdefault(section, [])):
+            where = f"{section}[{i}]"
+            for k in ("flow_id", "qpn", "size_bytes"):
+                _need(e, k, int, where, path)
+            if e["qpn"] not in qpns:
+                raise ConfigError(path, f"{where}.qpn", f"no local QP {e['qpn']} in qps")
+            if e.setdefault("op", "write") not in ("write", "send"):
+                raise ConfigError(path, f"{where}.op", "must be 'write' or 'send'")
+            if e["size_bytes"] < 0:
+                raise ConfigError(path, f"{where}.size_bytes", "negative")
+            if (section, e["flow_id"]) in flows:
+                raise ConfigError(path, f"{where}.flow_id", "duplicate")
+            flows.add((section, e["flow_id"]))
+    return cfg
+
+
+# ---------------------------------------------------------------------------
+class HostAgent:
+    def __init__(self, cfg: dict, nic: RoceNic | None = None):
+        self.cfg = cfg
+        self.host = cfg["host"]
+        self.nic = nic or RoceNic(
+            cfg["ifname"], cfg["mac"], cfg["ip"], cfg["gateway_mac"],
+            rate_bps=int(cfg.get("rate_bps", 10_000_000)), mtu_bytes=int(cfg.get("mtu_bytes", 1024)),
+            dscp=int(cfg.get("dscp", 26)), tx_delay_ns=int(cfg.get("tx_delay_ns", 0)),
+            ack_every_n=int(cfg.get("ack_every_n", 16)), rto_ns=cfg.get("rto_ns"),
+            retry_cnt=int(cfg.get("retry_cnt", 7)), verify_icrc=bool(cfg.get("verify_icrc", True)))
+        nic = self.nic
+        self.qps = {}
+        for q in cfg["qps"]:
+            self.qps[q["qpn"]] = nic.create_qp(
+                q["qpn"], q["remote_ip"], q["remote_qpn"], q.get("udp_sport"),
+                sq_psn=int(q.get("sq_psn", 0)), rq_psn=int(q.get("rq_psn", 0)),
+                rate_bps=q.get("rate_bps"))
+        # receive side
+        self.expect = cfg["expect"]
+        mr_addr = int(cfg.get("mr_addr", 0))
+        self.layout = write_layout(self.expect, mr_addr)
+        mr_end = max([mr_addr] + [self.layout[e["flow_id"]] + e["size_bytes"]
+                                  for e in self.expect if e["op"] == "write"])
+        self.rx_mr = nic.register_mr(mr_end - mr_addr, addr=mr_addr,
+                                     rkey=int(cfg.get("mr_rkey", DEFAULT_MR_RKEY)))
+        self.exp_state = []
+        self.addr_to_exp = {}
+        for i, e in enumerate(self.expect):
+            st = {"flow_id": e["flow_id"], "qpn": e["qpn"], "op": e["op"],
+                  "bytes": e["size_bytes"], "delivered_bytes": 0, "intact": False,
+                  "complete": False, "first_rx_unix_ns": None, "complete_unix_ns": None}
+            self.exp_state.append(st)
+            if e["op"] == "write":
+                self.addr_to_exp[self.layout[e["flow_id"]]] = i
+            else:
+                nic.post_recv(self.qps[e["qpn"]], i, e["size_bytes"])
+        # send side: one MR per flow, holding its pattern
+        self.sends = sorted(enumerate(cfg["send"]),
+                            key=lambda ie: (int(ie[1].get("start_offset_ns", 0)), ie[0]))
+        self.send_state = [None] * len(cfg["send"])
+        self.send_mr = {}
+        for i, s in enumerate(cfg["send"]):
+            self.send_mr[i] = nic.register_mr(s["size_bytes"],
+                                              buf=pattern_bytes(s["flow_id"], 0, s["size_bytes"]))
+            self.send_state[i] = {"flow_id": s["flow_id"], "qpn": s["qpn"], "op": s["op"],
+                                  "bytes": s["size_bytes"], "complete": False, "status": None,
+                                  "fct_ns": None, "post_unix_ns": None, "complete_unix_ns": None,
+                                  "scheduled_unix_ns": None, "acked_bytes": 0}
+        self.n_sent_done = 0
+        self.n_exp_done = 0
+        self.stop_reason = None
+        self.start_at_unix_ns = None
+        self.ready_unix_ns = None
+
+    # -- progress --------------------------------------------------------------
+    def all_done(self) -> bool:
+        """Nothing left to wait for (sends may have failed)."""
+        return self.n_sent_done == len(self.send_state) and self.n_exp_done == len(self.exp_state)
+
+    def all_complete(self) -> bool:
+        """Every send acknowledged and every expected message arrived intact."""
+        return (all(s["complete"] for s in self.send_state)
+                and all(e["complete"] and e["intact"] for e in self.exp_state))
+
+    def _handle(self, c) -> None:
+        if c.opcode in (WcOpcode.RDMA_WRITE, WcOpcode.SEND):
+            i = c.wr_id
+            st = self.send_state[i]
+            st["status"] = c.status.name
+            st["complete_unix_ns"] = c.complete_unix_ns
+            if c.status == WcStatus.SUCCESS:
+                st["complete"] = True
+                st["acked_bytes"] = st["bytes"]
+                st["fct_ns"] = c.complete_ns - c.post_ns
+            self.n_sent_done += 1
+        elif c.opcode == WcOpcode.RECV_RDMA_WRITE:
+            i = self.addr_to_exp.get(c.remote_addr)
+            if i is None or c.rkey != self.rx_mr.rkey:
+                return
+            st = self.exp_state[i]
+            if st["complete"]:
+                return
+            off = c.remote_addr - self.rx_mr.addr
+            got = self.rx_mr.mv[off:off + c.byte_len]
+            self._finish_expect(st, got, c)
+        elif c.opcode == WcOpcode.RECV:
+            st = self.exp_state[c.wr_id]
+            self._finish_expect(st, c.data, c)
+
+    def _finish_expect(self, st, got, c) -> None:
+        st["delivered_bytes"] = len(got)
+        st["complete"] = len(got) == st["bytes"]
+        st["intact"] = st["complete"] and got == pattern_bytes(st["flow_id"], 0, st["bytes"])
+        st["first_rx_unix_ns"] = c.first_rx_unix_ns
+        st["complete_unix_ns"] = c.complete_unix_ns
+        self.n_exp_done += 1
+
+    def _partial_progress(self) -> None:
+        """Fill in bytes acked / delivered so far for unfinished flows."""
+        for i, st in enumerate(self.send_state):
+            if not st["complete"] and st["post_unix_ns"] is not None:
+                prog = self.qps[st["qpn"]].send_progress()
+                st["acked_bytes"] = prog.get(i, st["acked_bytes"])
+        for i, st in enumerate(self.exp_state):
+            if st["complete"]:
+                continue
+            p = self.qps[st["qpn"]].rx_progress()
+            e = self.expect[i]
+            if p is None:
+                continue
+            if p[0] == "write" and e["op"] == "write" and p[1] == self.layout[e["flow_id"]]:
+                n = p[2]
+                off = p[1] - self.rx_mr.addr
+                got = self.rx_mr.mv[off:off + n]
+            elif p[0] == "send" and e["op"] == "send" and p[1] == i:
+                n = p[2]
+                got = None
+            else:
+                continue
+            st["delivered_bytes"] = n
+            st["intact"] = got is not None and got == pattern_bytes(st["flow_id"], 0, n)
+
+    def result(self) -> dict:
+        self._partial_progress()
+        nic = self.nic
+        nic.poll_kernel_stats()
+        return {
+            "host": self.host, "complete": self.all_complete(), "reason": self.stop_reason,
+            "start_at_unix_ns": self.start_at_unix_ns, "ready_unix_ns": self.ready_unix_ns,
+            "end_unix_ns": time.time_ns(),
+            "cpu_s": round(time.process_time(), 3),
+            "send": self.send_state, "expect": self.exp_state, "nic": nic.stats.as_dict(),
+            "config": {"rate_bps": nic.rate_bps, "mtu_bytes": nic.mtu_bytes,
+                       "tx_delay_ns": nic.tx_delay_ns, "rto_ns": nic.rto_ns,
+                       "ack_every_n": nic.ack_every_n, "dscp": nic.dscp,
+                       "mr_rkey": self.rx_mr.rkey, "mr_addr": self.rx_mr.addr,
+                       "write_layout": {str(k): v for k, v in self.layout.items()}},
+        }
+
+    def write_result(self) -> None:
+        path = self.cfg["result_path"]
+        d = os.path.dirname(path)
+        if d:
+            os.makedirs(d, exist_ok=True)
+        tmp = f"{path}.tmp{os.getpid()}"
+        with open(tmp, "w") as f:
+            json.dump(self.result(), f, indent=1)
+        os.replace(tmp, path)
+
+    # -- main loop -------------------------------------------------------------
+    def run(self, stop_flag: list | None = None) -> bool:
+        cfg, nic = self.cfg, self.nic
+        stop_flag = stop_flag if stop_flag is not None else [False]
+        now_unix = time.time_ns()
+        self.ready_unix_ns = now_unix
+        self.start_at_unix_ns = int(cfg.get("start_at_unix_ns") or now_unix)
+        if self.start_at_unix_ns < now_unix:
+            print(f"[{self.host}] warning: ready {(now_unix - self.start_at_unix_ns) / 1e6:.1f} ms "
+                  f"after start_at_unix_ns: its peers may have sent into the void",
+                  file=sys.stderr, flush=True)
+        print(f"READY {self.host}", flush=True)
+        t0 = time.monotonic_ns() + (self.start_at_unix_ns - now_unix)
+        deadline = t0 + int(float(cfg.get("deadline_s", 60)) * 1e9)
+        linger_s = cfg.get("linger_s")
+        linger_ns = int((linger_s if linger_s is not None else max(0.5, 3 * nic.rto_ns / 1e9)) * 1e9)
+        pending = [(t0 + int(s.get("start_offset_ns", 0)), i, s) for i, s in self.sends]
+        pi = 0
+        next_progress = time.monotonic_ns() + 1_000_000_000
+        done_at = None
+        while True:
+            now = time.monotonic_ns()
+            while pi < len(pending) and pending[pi][0] <= now:
+                _, i, s = pending[pi]
+                pi += 1
+                qp = self.qps[s["qpn"]]
+                mr = self.send_mr[i]
+                if s["op"] == "write":
+                    nic.post_write(qp, i, (mr, 0, mr.size_bytes),
+                                   int(s.get("remote_addr", 0)), int(s.get("rkey", DEFAULT_MR_RKEY)))
+                else:
+                    nic.post_send(qp, i, (mr, 0, mr.size_bytes))
+                st = self.send_state[i]
+                st["post_unix_ns"] = time.time_ns()
+                st["scheduled_unix_ns"] = self.start_at_unix_ns + int(s.get("start_offset_ns", 0))
+            for c in nic.poll_cq(256):
+                self._handle(c)
+            if stop_flag[0]:
+                self.stop_reason = "signal"
+                break
+            if self.all_done():
+                if done_at is None:
+                    done_at = now
+                if now - max(done_at, nic.last_rx_ns) >= linger_ns and nic.idle():
+                    self.stop_reason = "done"
+                    break
+            if now >= deadline:
+                self.stop_reason = "deadline"
+                break
+            if now >= next_progress:
+                next_progress = now + 1_000_000_000
+                self._progress(now, t0)
+            wait = 0.05
+            if pi < len(pending):
+                wait = min(wait, max(0.0, (pending[pi][0] - now) / 1e9))
+            nic.run_once(wait)
+        return self.all_complete()
+
+    def _progress(self, now, t0) -> None:
+        s = self.nic.stats
+        print(f"[{self.host}] t={(now - t0) / 1e9:.1f}s sent {self.n_sent_done}/{len(self.send_state)}"
+              f" expect {self.n_exp_done}/{len(self.exp_state)} tx={s.tx_packets} rx={s.rx_packets}"
+              f" retx={s.tx_retransmits} naks={s.rx_naks} timeouts={s.timeouts}",
+              file=sys.stderr, flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1:
+        print("usage: python -m emulator.agents.host CONFIG.json", file=sys.stderr)
+        return 2
+    stop = [False]
+
+    def on_signal(signum, frame):
+        stop[0] = True
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    try:
+        cfg = load_config(argv[0])
+        agent = HostAgent(cfg)
+    except FabricEmuError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except (ValueError, TypeError, KeyError) as e:   # a value the NIC cannot use
+        print(f"error: {argv[0]}: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"error: {argv[0]}: cannot open the NIC: {e}", file=sys.stderr)
+        return 2
+    try:
+        ok = agent.run(stop)
+    finally:
+        agent.write_result()
+        agent.nic.close()
+    print(f"[{agent.host}] {agent.stop_reason}: complete={ok} {agent.nic.stats!r}",
+          file=sys.stderr, flush=True)
+    return 0 if ok else 3
+
+
+if __name__ == "__main__":
+    sys.exit(main())

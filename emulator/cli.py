@@ -1,0 +1,99 @@
+"""``fabric-emu``: run experiments, look at fabrics, clean up after a crash."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+from rich.console import Console
+
+from emulator.errors import FabricEmuError
+
+console = Console(stderr=True)
+
+
+class _Group(click.Group):
+    """Every user error becomes one line on stderr and exit status 2."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except FabricEmuError as e:
+            click.echo(f"fabric-emu: {e}", err=True)
+            ctx.exit(2)
+        except KeyboardInterrupt:
+            click.echo("fabric-emu: interrupted; the fabric was torn down", err=True)
+            ctx.exit(130)
+
+
+@click.group(cls=_Group)
+@click.version_option(package_name="ai-fabric-emulator")
+def main():
+    """Packet-level emulator of RoCEv2 GPU-cluster fabrics."""
+
+
+@main.command()
+@click.argument("experiment", type=click.Path(dir_okay=False))
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
+              help="Output directory (default: results/<experiment name>).")
+@click.option("--target", type=click.Choice(["embedded", "bmv2", "auto"]), default=None,
+              help="Switch target; overrides the experiment file's 'target'.")
+def run(experiment, out_dir, target):
+    """Bring the fabric up, run EXPERIMENT's traffic, write DIR/summary.json, tear down."""
+    from emulator.experiment.model import load_experiment
+    from emulator.experiment.runner import run_experiment
+
+    exp = load_experiment(experiment, target=target)
+    summary = run_experiment(exp, Path(out_dir or f"results/{exp.name}"), console)
+    if not summary["complete"]:
+        click.echo("fabric-emu: some flows did not complete (see summary.json)", err=True)
+        sys.exit(1)
+
+
+@main.command()
+@click.argument("experiment", type=click.Path(dir_okay=False))
+def cli(experiment):
+    """The EXPERIMENT's fabric up and programmed, under Mininet's CLI."""
+    from mininet.cli import CLI
+
+    from emulator.experiment.model import load_experiment
+    from emulator.net.fabric import FabricNet
+
+    exp = load_experiment(experiment)
+    with FabricNet(exp.fabric, Path(f"results/{exp.name}/cli"), dilation=exp.dilation,
+                   buffer_bytes=exp.spec.switch.buffer_bytes) as fnet:
+        console.print(f"{exp.fabric.name}: up; switches serve P4Runtime on " + ", ".join(
+            f"{sw.name}={fnet.switch(sw.name).grpc_address}" for sw in exp.fabric.switches()))
+        CLI(fnet.net)
+
+
+@main.command()
+def clean():
+    """Remove leftover switch/agent processes, Mininet shells and veths after a crash."""
+    import os
+
+    from emulator.net.clean import clean as do_clean
+
+    if os.geteuid() != 0:
+        raise FabricEmuError("clean needs root (it deletes interfaces and kills root's processes)")
+    removed = do_clean()
+    click.echo(f"removed {removed['processes']} processes, {removed['interfaces']} interfaces")
+
+
+@main.group()
+def topo():
+    """Inspect topology files."""
+
+
+@topo.command("show")
+@click.argument("topology", type=click.Path(dir_okay=False))
+def topo_show(topology):
+    """Print a topology's nodes, links, addresses and routes."""
+    from emulator.topo import load_fabric
+    from emulator.topo.show import render_fabric
+
+    click.echo(render_fabric(load_fabric(topology)))
+
+
+if __name__ == "__main__":
+    main()

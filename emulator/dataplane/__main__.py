@@ -1,0 +1,5 @@
+import sys
+
+from emulator.dataplane.switch import main
+
+sys.exit(main())

@@ -1,0 +1,107 @@
+"""The forwarding state of one embedded switch, as P4Runtime writes it.
+
+The P4Runtime server (``emulator.dataplane.p4rt_server``) is the only writer;
+the packet pipeline (``emulator.dataplane.pipeline``) is the reader. Entries
+are kept in a target-neutral, already-decoded form (ints, not bytes), keyed
+the way P4Runtime identifies them, so that Read returns what Write stored.
+
+The pipeline compiles these dicts into its own lookup structures and caches
+per-flow results; ``generation`` tells it when to throw those away. Both run
+in one process; writes hold ``lock`` and bump ``generation`` last, so a
+reader that sees a new generation sees the complete write.
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Callable
+
+# Match of one field: ("exact", value) | ("lpm", value, prefix_len)
+#                   | ("ternary", value, mask) | ("range", low, high)
+# Fields missing from an entry's match are wildcards (don't-care).
+FieldMatch = tuple
+
+
+@dataclass(frozen=True)
+class ActionCall:
+    action_id: int
+    params: tuple[tuple[int, int], ...]  # (param_id, value), sorted by id
+
+    def param(self, param_id: int) -> int:
+        for pid, value in self.params:
+            if pid == param_id:
+                return value
+        raise KeyError(param_id)
+
+
+@dataclass
+class TableEntry:
+    table_id: int
+    match: dict[int, FieldMatch]      # field_id -> FieldMatch
+    priority: int = 0                 # ternary/range tables only
+    action: ActionCall | None = None  # direct action, or
+    member_id: int | None = None      # action-profile member, or
+    group_id: int | None = None       # action-profile group
+    metadata: bytes = b""             # controller cookie, returned on Read
+
+    def key(self) -> tuple:
+        """Identity of the entry within its table (P4Runtime: match + priority)."""
+        return (self.priority, tuple(sorted(self.match.items())))
+
+
+@dataclass
+class ActionProfileGroup:
+    group_id: int
+    members: list[tuple[int, int]] = field(default_factory=list)  # (member_id, weight)
+    max_size: int = 0
+
+
+@dataclass
+class ActionProfileState:
+    members: dict[int, ActionCall] = field(default_factory=dict)
+    groups: dict[int, ActionProfileGroup] = field(default_factory=dict)
+
+
+class CounterArray:
+    """An indexed packets-and-bytes counter (v1model ``counter``)."""
+
+    __slots__ = ("packets", "bytes")
+
+    def __init__(self, size: int):
+        self.packets = [0] * size
+        self.bytes = [0] * size
+
+    def count(self, index: int, nbytes: int) -> None:
+        if 0 <= index < len(self.packets):
+            self.packets[index] += 1
+            self.bytes[index] += nbytes
+
+
+class SwitchState:
+    """Tables, action profiles and counters of one switch; the P4Info says which exist."""
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self.generation = 0
+        # table_id -> {entry.key(): TableEntry}
+        self.tables: dict[int, dict[tuple, TableEntry]] = {}
+        # action_profile_id -> ActionProfileState
+        self.action_profiles: dict[int, ActionProfileState] = {}
+        # counter_id -> CounterArray
+        self.counters: dict[int, CounterArray] = {}
+        # Set by the switch: inject a controller packet-out (payload, egress_port).
+        self.packet_out_handler: Callable[[bytes, int], None] | None = None
+        # Set by the P4Runtime server: deliver a packet-in (payload, ingress_port).
+        self.packet_in_handler: Callable[[bytes, int], None] | None = None
+
+    def reset(self, table_ids, action_profile_ids, counter_sizes: dict[int, int]) -> None:
+        """Empty state for a newly set pipeline config."""
+        with self.lock:
+            self.tables = {tid: {} for tid in table_ids}
+            self.action_profiles = {aid: ActionProfileState() for aid in action_profile_ids}
+            self.counters = {cid: CounterArray(size) for cid, size in counter_sizes.items()}
+            self.generation += 1
+
+    def changed(self) -> None:
+        """Call after every completed write batch (holding ``lock``)."""
+        self.generation += 1

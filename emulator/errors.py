@@ -1,0 +1,18 @@
+"""Errors a user sees as one line: which file, which field, why."""
+from __future__ import annotations
+
+
+class FabricEmuError(Exception):
+    """Base of the errors the CLI reports as one line and exit status 2."""
+
+
+class ConfigError(FabricEmuError):
+    """A topology or experiment file that cannot be used as written."""
+
+    def __init__(self, file: str, field: str, reason: str):
+        self.file, self.field, self.reason = str(file), field, reason
+        super().__init__(f"{self.file}: {field}: {reason}" if field else f"{self.file}: {reason}")
+
+
+class EnvironmentProblem(FabricEmuError):
+    """The machine cannot run the fabric: not root, a binary missing, ..."""

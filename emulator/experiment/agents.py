@@ -1,0 +1,98 @@
+"""Host-agent configs for an experiment, and the agent processes in their hosts."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from emulator.agents.host import DEFAULT_MR_RKEY, write_layout
+from emulator.experiment.model import ROCE_SPORT_BASE, Experiment
+from emulator.net.fabric import FabricNet, dilated_link
+
+AGENT_START_S = 2.0           # time for every agent to start and import Scapy
+AGENT_START_PER_HOST_S = 0.25
+
+
+def agent_configs(exp: Experiment, run_dir: Path, start_at_unix_ns: int) -> dict[str, dict]:
+    """One JSON config per host: its NIC, its QPs, what it sends and expects."""
+    fabric, plan, d = exp.fabric, exp.fabric.addresses, exp.dilation
+    configs: dict[str, dict] = {}
+    for h in fabric.hosts():
+        rate_bps, delay_ns = dilated_link(fabric, h.name, fabric.ports(h.name)[0].port_no, d)
+        configs[h.name] = {
+            "host": h.name, "ifname": fabric.ports(h.name)[0].ifname,
+            "mac": plan.host_mac(h.name), "ip": plan.host_ip(h.name),
+            "gateway_mac": plan.gateway_mac(h.name),
+            "rate_bps": rate_bps, "tx_delay_ns": delay_ns,
+            "mtu_bytes": exp.spec.nic.mtu_bytes, "dscp": exp.spec.nic.dscp,
+            "start_at_unix_ns": start_at_unix_ns, "deadline_s": exp.spec.limits.wall_s,
+            "qps": [], "send": [], "expect": [],
+            "result_path": str(run_dir / f"{h.name}.result.json"),
+        }
+    for f in exp.flows:
+        src, dst = configs[f.src], configs[f.dst]
+        src["qps"].append({"qpn": f.src_qpn, "remote_ip": dst["ip"], "remote_qpn": f.dst_qpn,
+                           "udp_sport": f.udp_sport})
+        dst["qps"].append({"qpn": f.dst_qpn, "remote_ip": src["ip"], "remote_qpn": f.src_qpn,
+                           "udp_sport": ROCE_SPORT_BASE + (f.dst_qpn & 0x3FFF)})
+        src["send"].append({"flow_id": f.flow_id, "qpn": f.src_qpn, "op": f.op,
+                            "size_bytes": f.size_bytes,
+                            "start_offset_ns": int(f.start_fabric_ns * d)})
+        dst["expect"].append({"flow_id": f.flow_id, "qpn": f.dst_qpn, "op": f.op,
+                              "size_bytes": f.size_bytes})
+    # WRITEs land where the receiver laid out its memory region.
+    remote_addr: dict[int, int] = {}
+    for cfg in configs.values():
+        remote_addr.update(write_layout([e for e in cfg["expect"] if e["op"] == "write"]))
+    for cfg in configs.values():
+        for s in cfg["send"]:
+            if s["op"] == "write":
+                s["remote_addr"] = remote_addr[s["flow_id"]]
+                s["rkey"] = DEFAULT_MR_RKEY
+    return configs
+
+
+class AgentGroup:
+    """The host agents of one run: started together, stopped together."""
+
+    def __init__(self, fnet: FabricNet, exp: Experiment, run_dir: Path):
+        self.fnet, self.exp, self.run_dir = fnet, exp, run_dir
+        self.procs: dict[str, subprocess.Popen] = {}
+
+    def start(self) -> int:
+        """Start every agent; returns the wall-clock start time (unix ns)."""
+        hosts = self.exp.fabric.hosts()
+        start_at = time.time_ns() + int((AGENT_START_S + AGENT_START_PER_HOST_S * len(hosts)) * 1e9)
+        for name, cfg in agent_configs(self.exp, self.run_dir, start_at).items():
+            path = self.run_dir / f"{name}.agent.json"
+            path.write_text(json.dumps(cfg, indent=1))
+            log = open(self.run_dir / f"{name}.agent.log", "w")
+            self.procs[name] = self.fnet.host(name).popen(
+                [sys.executable, "-m", "emulator.agents.host", str(path)],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            log.close()
+        return start_at
+
+    def running(self) -> int:
+        return sum(p.poll() is None for p in self.procs.values())
+
+    def stop(self, grace_s: float = 5.0) -> None:
+        for p in self.procs.values():
+            if p.poll() is None:
+                p.terminate()
+        deadline = time.monotonic() + grace_s
+        for p in self.procs.values():
+            try:
+                p.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+    def results(self) -> dict[str, dict]:
+        out = {}
+        for name in self.procs:
+            path = self.run_dir / f"{name}.result.json"
+            out[name] = json.loads(path.read_text()) if path.exists() else {}
+        return out

@@ -1,0 +1,195 @@
+"""Experiment files: which fabric, which traffic, how much time dilation.
+
+```yaml
+name: demo                          # required; [a-z0-9][a-z0-9-]*
+description: every host writes 1 MiB to every other host
+topology: ../topologies/clos-2x2.yaml   # a path relative to this file, or an inline topology
+target: embedded                    # embedded | bmv2 | auto
+dilation: 10000                     # wall time = fabric time x dilation; rates / dilation
+switch:
+  buffer_bytes: 1000000             # egress buffer per port (bytes are not dilated)
+nic:
+  mtu_bytes: 1024                   # RoCE path MTU: payload bytes per packet
+  dscp: 26                          # DSCP of RoCE data packets
+traffic:                            # one or more entries
+  - pattern: all-to-all             # every host to every other host, one QP each ...
+    op: write                       # write | send
+    size_bytes: 1048576
+  - {src: h1, dst: h4, op: write, size_bytes: 4000000, start_us: 10}   # ... or one flow
+limits:
+  wall_s: 120                       # give up (and say so) after this much wall time
+```
+
+Every fabric quantity is in fabric units (the topology's Gbps and µs); the
+runner divides rates and multiplies times by ``dilation`` to run them, and
+converts every measured time back (``fct_ns`` is fabric nanoseconds).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, Union
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, model_validator
+
+from emulator.errors import ConfigError
+from emulator.topo import Fabric, fabric_from_dict, load_fabric
+
+_NAME = re.compile(r"^[a-z0-9][a-z0-9-]*$")
+ROCE_QPN_BASE = 0x100         # first QPN each host hands out
+ROCE_SPORT_BASE = 0xC000      # UDP source ports of QPs: 49152 + QPN (RoCE entropy)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class SwitchSpec(_Strict):
+    buffer_bytes: PositiveInt = 1_000_000
+
+
+class NicSpec(_Strict):
+    mtu_bytes: Literal[256, 512, 1024, 2048, 4096] = 1024
+    dscp: int = Field(26, ge=0, le=63)
+
+
+class LimitsSpec(_Strict):
+    wall_s: float = Field(120.0, gt=0)
+
+
+class TrafficSpec(_Strict):
+    pattern: Literal["all-to-all"] | None = None
+    src: str | None = None
+    dst: str | None = None
+    op: Literal["write", "send"] = "write"
+    size_bytes: PositiveInt
+    start_us: float = Field(0.0, ge=0)
+
+    @model_validator(mode="after")
+    def _one_form(self):
+        if (self.pattern is None) == (self.src is None or self.dst is None):
+            raise ValueError("give either 'pattern' or both 'src' and 'dst'")
+        if self.pattern is not None and (self.src or self.dst):
+            raise ValueError("'pattern' excludes 'src'/'dst'")
+        return self
+
+
+class ExperimentSpec(_Strict):
+    name: str
+    description: str = ""
+    topology: Union[str, dict]
+    target: Literal["embedded", "bmv2", "auto"] = "embedded"
+    dilation: float = Field(10000.0, ge=1)
+    switch: SwitchSpec = SwitchSpec()
+    nic: NicSpec = NicSpec()
+    traffic: list[TrafficSpec] = Field(min_length=1)
+    limits: LimitsSpec = LimitsSpec()
+
+
+@dataclass(frozen=True)
+class Flow:
+    """One RDMA message stream on its own reliable-connected QP pair."""
+
+    flow_id: int
+    src: str
+    dst: str
+    op: str
+    size_bytes: int
+    start_fabric_ns: int
+    src_qpn: int
+    dst_qpn: int
+
+    @property
+    def udp_sport(self) -> int:
+        return ROCE_SPORT_BASE + (self.src_qpn & 0x3FFF)
+
+
+@dataclass(frozen=True)
+class Experiment:
+    spec: ExperimentSpec
+    fabric: Fabric
+    flows: tuple[Flow, ...]
+    source: str
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def dilation(self) -> float:
+        return self.spec.dilation
+
+
+def _field_path(loc) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif not str(part).startswith(("function-", "literal[", "union[")):
+            out += ("." if out else "") + str(part)
+    return out
+
+
+def load_experiment(path: str | Path, target: str | None = None) -> Experiment:
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as e:
+        raise ConfigError(path, "", f"cannot read: {e.strerror}") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"line {mark.line + 1}" if mark else ""
+        raise ConfigError(path, where, f"not valid YAML: {getattr(e, 'problem', e)}") from None
+    return experiment_from_dict(data, path, target)
+
+
+def experiment_from_dict(data, path: str | Path, target: str | None = None) -> Experiment:
+    path = Path(path)
+    if not isinstance(data, dict):
+        raise ConfigError(path, "", "expected a mapping at the top level")
+    try:
+        spec = ExperimentSpec.model_validate(data)
+    except ValidationError as e:
+        err = e.errors()[0]
+        raise ConfigError(path, _field_path(err["loc"]), err["msg"]) from None
+    if not _NAME.match(spec.name):
+        raise ConfigError(path, "name", f"{spec.name!r} must match [a-z0-9][a-z0-9-]*")
+    if target is not None:
+        spec = spec.model_copy(update={"target": target})
+    if isinstance(spec.topology, str):
+        topo_path = (path.parent / spec.topology)
+        if not topo_path.is_file():
+            raise ConfigError(path, "topology", f"no such file: {topo_path}")
+        fabric = load_fabric(topo_path)
+    else:
+        fabric = fabric_from_dict(spec.topology, source=str(path), field_prefix="topology")
+    flows = _expand_flows(spec, fabric, path)
+    return Experiment(spec=spec, fabric=fabric, flows=flows, source=str(path))
+
+
+def _expand_flows(spec: ExperimentSpec, fabric: Fabric, path: Path) -> tuple[Flow, ...]:
+    hosts = [h.name for h in fabric.hosts()]
+    pairs: list[tuple[int, str, str]] = []
+    for i, t in enumerate(spec.traffic):
+        if t.pattern == "all-to-all":
+            pairs += [(i, s, d) for s in hosts for d in hosts if s != d]
+            continue
+        for end in ("src", "dst"):
+            if getattr(t, end) not in hosts:
+                raise ConfigError(path, f"traffic[{i}].{end}",
+                                  f"{getattr(t, end)!r} is not a host of fabric {fabric.name!r}")
+        if t.src == t.dst:
+            raise ConfigError(path, f"traffic[{i}].dst", "a flow needs two different hosts")
+        pairs.append((i, t.src, t.dst))
+    next_qpn = {h: ROCE_QPN_BASE for h in hosts}
+    flows = []
+    for flow_id, (i, src, dst) in enumerate(pairs):
+        t = spec.traffic[i]
+        src_qpn, dst_qpn = next_qpn[src], next_qpn[dst]
+        next_qpn[src] += 1
+        next_qpn[dst] += 1
+        flows.append(Flow(flow_id, src, dst, t.op, t.size_bytes,
+                          int(t.start_us * 1000), src_qpn, dst_qpn))
+    return tuple(flows)

@@ -1,0 +1,112 @@
+"""summary.json: the contract of a run's results (documented in README.md).
+
+Times of flows are fabric nanoseconds: wall-clock measurements divided by the
+dilation factor.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from rich.table import Table
+
+from emulator.experiment.model import Experiment
+
+SUMMARY_VERSION = 1
+# A run "fell behind" when more than this fraction of the frames a switch sent
+# left over 1 ms (wall) later than the link model said: the Python data plane
+# could not keep the dilated schedule, so fabric times are stretched.
+FELL_BEHIND_FRACTION = 0.01
+
+
+def build_summary(exp: Experiment, target: str, agent_results: dict[str, dict],
+                  counters: dict[tuple[str, int], dict], run_dir: Path, wall_s: float) -> dict:
+    d = exp.dilation
+    sent = {}
+    received = {}
+    for res in agent_results.values():
+        for s in res.get("send", []):
+            sent[s["flow_id"]] = s
+        for r in res.get("expect", []):
+            received[r["flow_id"]] = r
+    flows = []
+    first_post = last_done = None
+    for f in exp.flows:
+        s, r = sent.get(f.flow_id, {}), received.get(f.flow_id, {})
+        complete = bool(s.get("complete")) and bool(r.get("complete")) and bool(r.get("intact"))
+        fct_ns = round(s["fct_ns"] / d) if s.get("complete") and s.get("fct_ns") is not None else None
+        if s.get("post_unix_ns"):
+            first_post = min(first_post or s["post_unix_ns"], s["post_unix_ns"])
+        if s.get("complete_unix_ns"):
+            last_done = max(last_done or 0, s["complete_unix_ns"])
+        flows.append({
+            "flow_id": f.flow_id, "src": f.src, "dst": f.dst, "op": f.op,
+            "bytes": f.size_bytes, "delivered_bytes": int(r.get("delivered_bytes", 0)),
+            "intact": bool(r.get("intact", False)), "complete": complete, "fct_ns": fct_ns,
+            "start_ns": f.start_fabric_ns,
+            "src_qpn": f.src_qpn, "dst_qpn": f.dst_qpn, "udp_sport": f.udp_sport,
+        })
+    ports = []
+    for sw in exp.fabric.switches():
+        for p in exp.fabric.ports(sw.name):
+            c = counters.get((sw.name, p.port_no), {})
+            ports.append({
+                "node": sw.name, "role": sw.role, "port": p.port_no, "ifname": p.ifname,
+                "peer": p.peer,
+                "rx_packets": c.get("rx_packets", 0), "rx_bytes": c.get("rx_bytes", 0),
+                "tx_packets": c.get("tx_packets", 0), "tx_bytes": c.get("tx_bytes", 0),
+                # What ingress handed to this port but egress never sent: the
+                # traffic manager dropped it (buffer full).
+                "drops": max(0, c.get("enq_packets", 0) - c.get("tx_packets", 0)),
+                "pipeline_drops": c.get("pipeline_drop_packets", 0),
+            })
+    switches = []
+    fell_behind = False
+    for sw in exp.fabric.switches():
+        path = run_dir / f"{sw.name}.stats.json"
+        st = json.loads(path.read_text()) if path.exists() else {}
+        late = sum(p.get("late_frames", 0) for p in st.get("ports", []))
+        max_late = max((p.get("max_lateness_ns", 0) for p in st.get("ports", [])), default=0)
+        sent = sum(p["tx_packets"] for p in ports if p["node"] == sw.name)
+        late_fraction = late / sent if sent else 0.0
+        fell_behind |= late_fraction > FELL_BEHIND_FRACTION
+        switches.append({"node": sw.name, "device_id": exp.fabric.device_id(sw.name),
+                         "tx_packets": sent, "late_frames": late,
+                         "late_fraction": round(late_fraction, 5),
+                         "max_lateness_fabric_ns": round(max_late / d)})
+    fabric_ns = round((last_done - first_post) / d) if first_post and last_done else 0
+    return {
+        "summary_version": SUMMARY_VERSION,
+        "experiment": exp.name, "source": exp.source, "topology": exp.fabric.name,
+        "target": target, "dilation": d, "wall_s": round(wall_s, 3),
+        "fabric_ns": fabric_ns, "fell_behind": fell_behind,
+        "complete": all(f["complete"] for f in flows),
+        "flows": flows, "ports": ports, "switches": switches,
+    }
+
+
+def render_summary(summary: dict) -> Table:
+    flows = summary["flows"]
+    done = [f for f in flows if f["complete"]]
+    fcts = sorted(f["fct_ns"] for f in done if f["fct_ns"] is not None)
+    t = Table(title=f"{summary['experiment']} on {summary['target']}: "
+                    f"{len(done)}/{len(flows)} flows complete, wall {summary['wall_s']:.1f} s, "
+                    f"fabric {summary['fabric_ns'] / 1000:.1f} µs (dilation {summary['dilation']:g})"
+                    + (", FELL BEHIND" if summary["fell_behind"] else ""))
+    for col in ("metric", "value"):
+        t.add_column(col)
+    delivered = sum(f["delivered_bytes"] for f in flows)
+    t.add_row("bytes delivered", f"{delivered:,} of {sum(f['bytes'] for f in flows):,}")
+    if fcts:
+        t.add_row("FCT min / median / max (fabric µs)",
+                  f"{fcts[0] / 1000:.1f} / {fcts[len(fcts) // 2] / 1000:.1f} / {fcts[-1] / 1000:.1f}")
+    t.add_row("switch drops (queue / pipeline)",
+              f"{sum(p['drops'] for p in summary['ports'])} / "
+              f"{sum(p['pipeline_drops'] for p in summary['ports'])}")
+    spine_tx = {p["node"]: 0 for p in summary["ports"] if p["role"] == "spine"}
+    for p in summary["ports"]:
+        if p["node"] in spine_tx:
+            spine_tx[p["node"]] += p["tx_packets"]
+    if spine_tx:
+        t.add_row("packets via each spine", ", ".join(f"{k} {v:,}" for k, v in spine_tx.items()))
+    return t

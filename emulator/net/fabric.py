@@ -1,0 +1,152 @@
+"""The running fabric: Mininet topology (what), node classes (how), lifecycle (when).
+
+``FabricTopo`` turns a ``Fabric`` (the topology file) into a Mininet Topo;
+``FabricNet`` builds it, starts every switch, has the controller program
+them over P4Runtime, and tears everything down on exit, on error, and on
+SIGINT/SIGTERM, so that no namespace, veth or process outlives a run.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+from pathlib import Path
+
+from emulator.errors import EnvironmentProblem
+from emulator.topo import Fabric
+
+
+def check_environment() -> None:
+    """Fail early, in one line, when this machine cannot build a fabric."""
+    if os.geteuid() != 0:
+        raise EnvironmentProblem("building a fabric needs root (network namespaces, veths): "
+                                 "run as root or with sudo")
+    try:
+        import mininet.net  # noqa: F401
+    except ImportError:
+        raise EnvironmentProblem("Mininet's Python module is not importable: run 'make setup' "
+                                 "(apt-get install mininet; the venv sees Debian's python3 packages)") from None
+    if shutil.which("mnexec") is None:
+        raise EnvironmentProblem("mnexec is not on PATH: apt-get install mininet")
+
+
+def dilated_link(fabric: Fabric, node: str, port_no: int, dilation: float) -> tuple[int, int]:
+    """(rate_bps, delay_ns) that the link behind a port runs at, dilated."""
+    link = fabric.links[fabric.port(node, port_no).link_index]
+    return max(1, int(link.rate_bps / dilation)), int(link.delay_ns * dilation)
+
+
+def _mininet_topo(fabric: Fabric, dilation: float, run_dir: Path, buffer_bytes: int,
+                  grpc_ports: dict[str, int]):
+    from mininet.topo import Topo
+
+    from emulator.net.nodes import EmbeddedP4Switch, RoceHost
+
+    class FabricTopo(Topo):
+        def build(self):
+            for sw in fabric.switches():
+                self.addSwitch(
+                    sw.name, cls=EmbeddedP4Switch, device_id=fabric.device_id(sw.name),
+                    grpc_port=grpc_ports[sw.name], run_dir=str(run_dir), buffer_bytes=buffer_bytes,
+                    port_links={p.port_no: dilated_link(fabric, sw.name, p.port_no, dilation)
+                                for p in fabric.ports(sw.name)})
+            plan = fabric.addresses
+            for h in fabric.hosts():
+                gw_ip = plan.host_gateway(h.name)
+                self.addHost(h.name, cls=RoceHost, ip=plan.host_cidr(h.name),
+                             mac=plan.host_mac(h.name), defaultRoute=f"via {gw_ip}",
+                             gateway_ip=gw_ip, gateway_mac=plan.gateway_mac(h.name))
+            for link in fabric.links:
+                # Port numbers are Mininet's too: hosts' from 0 (h1-eth0), switches' from 1.
+                self.addLink(link.a, link.b, port1=link.a_port, port2=link.b_port,
+                             intfName1=fabric.port(link.a, link.a_port).ifname,
+                             intfName2=fabric.port(link.b, link.b_port).ifname)
+
+    return FabricTopo()
+
+
+class FabricNet:
+    """Context manager: the fabric up and programmed inside, nothing left after."""
+
+    def __init__(self, fabric: Fabric, run_dir: str | Path, dilation: float = 1.0,
+                 buffer_bytes: int = 1_000_000, program: bool = True):
+        self.fabric = fabric
+        self.run_dir = Path(run_dir)
+        self.dilation = dilation
+        self.buffer_bytes = buffer_bytes
+        self.program = program
+        self.net = None
+        self.controller = None
+        self._old_handlers: dict = {}
+
+    # -------------------------------------------------------------- lifecycle
+    def start(self) -> "FabricNet":
+        check_environment()
+        from mininet.log import setLogLevel
+        from mininet.net import Mininet
+
+        from emulator.control.controller import FabricController
+        from emulator.net.nodes import free_tcp_port
+
+        setLogLevel("error")
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self._trap_signals()
+        try:
+            grpc_ports = {sw.name: free_tcp_port() for sw in self.fabric.switches()}
+            topo = _mininet_topo(self.fabric, self.dilation, self.run_dir, self.buffer_bytes, grpc_ports)
+            self.net = Mininet(topo=topo, controller=None, autoSetMacs=False, build=False,
+                               waitConnected=False)
+            self.net.build()
+            self.net.start()
+            if self.program:
+                self.controller = FabricController(
+                    self.fabric, {sw.name: (self.switch(sw.name).grpc_address, self.fabric.device_id(sw.name))
+                                  for sw in self.fabric.switches()})
+                self.controller.connect()
+                self.controller.install()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        if self.controller is not None:
+            self.controller.close()
+            self.controller = None
+        if self.net is not None:
+            net, self.net = self.net, None
+            try:
+                net.stop()
+            finally:
+                from emulator.net.clean import kill_fabric_processes
+                kill_fabric_processes(str(self.run_dir))
+        self._restore_signals()
+
+    def __enter__(self) -> "FabricNet":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # ---------------------------------------------------------------- access
+    def host(self, name: str):
+        return self.net.get(name)
+
+    def switch(self, name: str):
+        return self.net.get(name)
+
+    # ------------------------------------------------------------- signals
+    def _trap_signals(self) -> None:
+        """SIGTERM/SIGHUP unwind like Ctrl-C, so finally-blocks tear down the fabric."""
+        def interrupt(signum, frame):
+            raise KeyboardInterrupt(f"signal {signum}")
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            try:
+                self._old_handlers[sig] = signal.signal(sig, interrupt)
+            except ValueError:  # not the main thread: leave signals alone
+                pass
+
+    def _restore_signals(self) -> None:
+        for sig, handler in self._old_handlers.items():
+            signal.signal(sig, handler)
+        self._old_handlers.clear()

@@ -1,0 +1,118 @@
+"""Mininet node classes: how a fabric switch and a RoCE host run.
+
+``EmbeddedP4Switch`` runs the embedded target (``python -m emulator.dataplane``)
+in the root namespace on its veth ports, as ``simple_switch_grpc`` would run,
+and serves P4Runtime on 127.0.0.1. ``RoceHost`` is a Mininet host whose
+kernel stays out of the RoCE path: the host agent owns UDP 4791 through a
+raw socket, so the kernel must neither answer it (ICMP port unreachable) nor
+chatter on the fabric (IPv6 router solicitations).
+"""
+from __future__ import annotations
+
+import ipaddress
+import json
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from mininet.node import Host, Switch
+
+from emulator.errors import FabricEmuError
+
+READY_TIMEOUT_S = 20.0
+
+
+def free_tcp_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for_tcp(port: int, proc: subprocess.Popen, timeout_s: float, what: str, log: Path) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            tail = log.read_text()[-2000:] if log.exists() else ""
+            raise FabricEmuError(f"{what} exited with status {proc.returncode} while starting; "
+                                 f"log {log}:\n{tail}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise FabricEmuError(f"{what} did not open 127.0.0.1:{port} within {timeout_s:.0f} s; see {log}")
+
+
+class EmbeddedP4Switch(Switch):
+    """A fabric switch running the embedded Python target of fabric.p4."""
+
+    def __init__(self, name, device_id: int, grpc_port: int, run_dir: str,
+                 port_links: dict, buffer_bytes: int, **params):
+        """port_links: port_no -> (rate_bps, delay_ns) of the link behind it, dilated."""
+        super().__init__(name, dpid=f"{device_id:x}", **params)
+        self.device_id = device_id
+        self.grpc_port = grpc_port
+        self.run_dir = Path(run_dir)
+        self.port_links = port_links
+        self.buffer_bytes = buffer_bytes
+        self.proc: subprocess.Popen | None = None
+        self.log_path = self.run_dir / f"{name}.log"
+        self.stats_path = self.run_dir / f"{name}.stats.json"
+
+    @property
+    def grpc_address(self) -> str:
+        return f"127.0.0.1:{self.grpc_port}"
+
+    def start(self, controllers) -> None:
+        ports = []
+        for port_no, intf in sorted(self.intfs.items()):
+            if intf.name == "lo":
+                continue
+            rate_bps, delay_ns = self.port_links[port_no]
+            ports.append({"port_no": port_no, "ifname": intf.name, "rate_bps": rate_bps,
+                          "delay_ns": delay_ns, "buffer_bytes": self.buffer_bytes})
+            # Keep the kernel's IPv6 chatter off the fabric.
+            subprocess.run(["sysctl", "-qw", f"net.ipv6.conf.{intf.name}.disable_ipv6=1"],
+                           check=False, capture_output=True)
+        cfg_path = self.run_dir / f"{self.name}.switch.json"
+        cfg_path.write_text(json.dumps({
+            "name": self.name, "device_id": self.device_id, "grpc_port": self.grpc_port,
+            "ports": ports, "stats_path": str(self.stats_path)}, indent=1))
+        log = open(self.log_path, "w")
+        self.proc = subprocess.Popen([sys.executable, "-m", "emulator.dataplane", str(cfg_path)],
+                                     stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        log.close()
+        wait_for_tcp(self.grpc_port, self.proc, READY_TIMEOUT_S, f"switch {self.name}", self.log_path)
+
+    def stop(self, deleteIntfs=True) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+        super().stop(deleteIntfs)
+
+
+class RoceHost(Host):
+    """A host whose NIC is driven by the RoCE host agent."""
+
+    def config(self, gateway_ip: str | None = None, gateway_mac: str | None = None, **params):
+        r = super().config(**params)
+        self.cmd("sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1")
+        # The agent reads RoCE frames from a raw socket; the kernel drops them
+        # before UDP would answer "port unreachable".
+        self.cmd("iptables -t raw -A PREROUTING -p udp --dport 4791 -j DROP")
+        if gateway_ip and gateway_mac:
+            # Static ARP: the fabric routes, it does not answer ARP. Even
+            # hosts of the same leaf subnet are reached through the leaf
+            # (its /32 routes), as in a routed-to-the-host fabric.
+            self.setARP(gateway_ip, gateway_mac)
+            intf = self.defaultIntf()
+            subnet = ipaddress.ip_interface(f"{intf.ip}/{intf.prefixLen}").network
+            self.cmd(f"ip route replace {subnet} via {gateway_ip} dev {intf} onlink")
+        return r

@@ -1,0 +1,40 @@
+"""Shared test helpers: what a run may leave behind, and when Mininet tests can run."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+FABRIC_EMU = [sys.executable, "-m", "emulator.cli"]
+
+
+def mininet_unavailable_reason() -> str | None:
+    if os.geteuid() != 0:
+        return "needs root: Mininet builds network namespaces and veths"
+    try:
+        import mininet.net  # noqa: F401
+    except ImportError:
+        return "Mininet's Python module is not importable (apt-get install mininet; use the make-built venv)"
+    if shutil.which("mnexec") is None:
+        return "mnexec not on PATH (apt-get install mininet)"
+    return None
+
+
+requires_mininet = pytest.mark.skipif(mininet_unavailable_reason() is not None,
+                                      reason=mininet_unavailable_reason() or "")
+
+
+def leftovers() -> dict[str, list]:
+    """Fabric interfaces and emulator processes that exist right now."""
+    from emulator.net.clean import _own_processes, fabric_interfaces
+    return {"interfaces": fabric_interfaces(), "processes": _own_processes()}
+
+
+def run_cli(*args, timeout=300, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([*FABRIC_EMU, *map(str, args)], cwd=REPO, capture_output=True,
+                          text=True, timeout=timeout, **kw)
