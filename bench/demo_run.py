@@ -1,0 +1,84 @@
+"""Wall time and peak memory of an experiment run (default: the demo).
+
+    sudo .venv/bin/python bench/demo_run.py [experiments/demo.yaml] [--repeat 3]
+
+Runs ``fabric-emu run`` as a subprocess and samples /proc every 100 ms: the
+peak of the summed resident memory of the run and every process it started
+(switches, host agents, Mininet shells). Prints wall time, the run's own
+wall_s/fabric_ns from summary.json, and the peak RSS.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def descendants(root: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(entry))
+    out, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo += children.get(pid, [])
+    return out
+
+
+def rss_bytes(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def run_once(experiment: str) -> dict:
+    with tempfile.TemporaryDirectory(prefix="fabric-emu-bench-") as out:
+        t0 = time.monotonic()
+        proc = subprocess.Popen([sys.executable, "-m", "emulator.cli", "run", experiment, "--out", out],
+                                cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        peak = 0
+        while proc.poll() is None:
+            # Switches run in the root namespace as children of the run;
+            # Mininet shells and agents are children too (via mnexec).
+            peak = max(peak, sum(rss_bytes(p) for p in descendants(proc.pid)))
+            time.sleep(0.1)
+        wall = time.monotonic() - t0
+        summary = json.loads((Path(out) / "summary.json").read_text())
+    return {"wall_s": wall, "peak_rss_mb": peak / 2**20, "complete": summary["complete"],
+            "run_wall_s": summary["wall_s"], "fabric_ns": summary["fabric_ns"],
+            "fell_behind": summary["fell_behind"],
+            "packets": sum(p["tx_packets"] for p in summary["ports"])}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("experiment", nargs="?", default="experiments/demo.yaml")
+    ap.add_argument("--repeat", type=int, default=3)
+    a = ap.parse_args()
+    print(f"{a.experiment}: {a.repeat} runs")
+    print(f"{'wall s':>8} {'peak RSS MB':>12} {'fabric us':>10} {'switch pkts':>12} {'complete':>9} {'fell behind':>12}")
+    for _ in range(a.repeat):
+        r = run_once(a.experiment)
+        print(f"{r['wall_s']:8.1f} {r['peak_rss_mb']:12.0f} {r['fabric_ns'] / 1000:10.1f} "
+              f"{r['packets']:12,} {str(r['complete']):>9} {str(r['fell_behind']):>12}")
+
+
+if __name__ == "__main__":
+    main()
