@@ -16,6 +16,24 @@
  *   acl (ternary)                   -> punt to CPU / drop / permit
  *   TTL decrement, MAC rewrite, per-port counters.
  *
+ * Lossless part (traffic classes, PFC, ECN):
+ *   dscp_to_priority (exact)   -> standard_metadata.priority (8 priorities,
+ *                                 7 highest; no entry: priority 0, lossy)
+ *   pfc_config (exact: ingress port, priority) -> a hit makes that class
+ *                                 lossless: XOFF/XON/headroom in bytes for the
+ *                                 traffic manager's per-ingress accounting
+ *   received PFC frames (802.1Qbb, ethertype 0x8808, opcode 0x0101) are
+ *                                 consumed: counted per port/priority
+ *                                 (pfc_rx_counter) and handed to the traffic
+ *                                 manager, which stops that egress queue
+ *   ecn_config (exact: egress port, priority) -> RED marking of ECN-capable
+ *                                 packets on queue depth: none below Kmin,
+ *                                 probability rising to Pmax at Kmax, always
+ *                                 above; marks counted in ecn_mark_counter
+ * Generating pause frames needs the traffic manager's buffer occupancy: the
+ * embedded target's traffic manager does it from pfc_config's thresholds and
+ * counts them in pfc_tx_counter.
+ *
  * Port drops in the traffic manager cannot be counted by P4 on BMv2, so the
  * program counts what ingress hands to each egress port (enq_port_counter)
  * and what egress sends (tx_port_counter): their difference is the traffic
@@ -31,6 +49,12 @@ const bit<16> UDP_PORT_ROCEV2 = 4791;
 
 #define CPU_PORT 255
 #define MAX_PORTS 256
+#define NUM_PRIORITIES 8
+#define PORT_PRIO_CELLS 2048          // MAX_PORTS * NUM_PRIORITIES, index port*8+priority
+const bit<16> MAC_CONTROL_OPCODE_PFC = 0x0101;
+// BMv2 reports queue depth in packets; ECN thresholds are bytes. Depth in
+// bytes is approximated as packets x this (a 1 KiB-MTU RoCE frame).
+#define QDEPTH_CELL_BYTES 1100
 
 typedef bit<9>  port_t;
 typedef bit<48> mac_addr_t;
@@ -140,6 +164,11 @@ struct headers_t {
 struct metadata_t {
     bit<16> l4_src_port;
     bit<16> l4_dst_port;
+    bit<3>  priority;          // 802.1p priority (7 highest) from dscp_to_priority
+    bool    lossless;          // pfc_config hit: PFC protects (ingress port, priority)
+    bit<32> pfc_xoff_bytes;
+    bit<32> pfc_xon_bytes;
+    bit<32> pfc_headroom_bytes;
 }
 
 // ---------------------------------------------------------------- parser
@@ -234,6 +263,55 @@ control FabricIngress(inout headers_t hdr,
     counter(MAX_PORTS, CounterType.packets_and_bytes) enq_port_counter;
     @id(0x12000003)
     counter(MAX_PORTS, CounterType.packets_and_bytes) pipeline_drop_counter;
+    @id(0x12000005)
+    counter(PORT_PRIO_CELLS, CounterType.packets_and_bytes) enq_prio_counter;
+    @id(0x12000006)
+    counter(PORT_PRIO_CELLS, CounterType.packets_and_bytes) pfc_rx_counter;
+
+    @id(0x01000004)
+    action set_priority(bit<3> priority) {
+        standard_metadata.priority = priority;
+        meta.priority = priority;
+    }
+
+    @id(0x02000004)
+    table dscp_to_priority {
+        key = {
+            hdr.ipv4.dscp: exact @name("dscp");
+        }
+        actions = {
+            set_priority;
+            @defaultonly NoAction;
+        }
+        const default_action = NoAction();
+        size = 64;
+    }
+
+    @id(0x01000005)
+    action set_pfc_thresholds(bit<32> xoff_bytes, bit<32> xon_bytes, bit<32> headroom_bytes) {
+        meta.lossless = true;
+        meta.pfc_xoff_bytes = xoff_bytes;
+        meta.pfc_xon_bytes = xon_bytes;
+        meta.pfc_headroom_bytes = headroom_bytes;
+    }
+
+    @id(0x02000005)
+    table pfc_config {
+        key = {
+            standard_metadata.ingress_port: exact @name("ig_port");
+            meta.priority: exact @name("priority");
+        }
+        actions = {
+            set_pfc_thresholds;
+            @defaultonly NoAction;
+        }
+        const default_action = NoAction();
+        size = PORT_PRIO_CELLS;
+    }
+
+    action count_pfc_rx(bit<3> prio) {
+        pfc_rx_counter.count((bit<32>)standard_metadata.ingress_port * NUM_PRIORITIES + (bit<32>)prio);
+    }
 
     @id(0x01000001)
     action drop() {
@@ -318,6 +396,30 @@ control FabricIngress(inout headers_t hdr,
         }
         rx_port_counter.count((bit<32>)standard_metadata.ingress_port);
 
+        if (hdr.mac_control.isValid()) {
+            // A pause frame ends here: it acts on this port's egress queues.
+            if (hdr.mac_control.opcode == MAC_CONTROL_OPCODE_PFC) {
+                bit<16> ce = hdr.mac_control.class_enable;
+                if (ce[0:0] == 1) { count_pfc_rx(0); }
+                if (ce[1:1] == 1) { count_pfc_rx(1); }
+                if (ce[2:2] == 1) { count_pfc_rx(2); }
+                if (ce[3:3] == 1) { count_pfc_rx(3); }
+                if (ce[4:4] == 1) { count_pfc_rx(4); }
+                if (ce[5:5] == 1) { count_pfc_rx(5); }
+                if (ce[6:6] == 1) { count_pfc_rx(6); }
+                if (ce[7:7] == 1) { count_pfc_rx(7); }
+            }
+            mark_to_drop(standard_metadata);
+            return;
+        }
+
+        meta.priority = 0;
+        meta.lossless = false;
+        if (hdr.ipv4.isValid()) {
+            dscp_to_priority.apply();
+        }
+        pfc_config.apply();
+
         bool routed = false;
         if (hdr.ipv4.isValid() && my_station.apply().hit) {
             if (hdr.ipv4.ttl > 1) {
@@ -333,6 +435,8 @@ control FabricIngress(inout headers_t hdr,
             pipeline_drop_counter.count((bit<32>)standard_metadata.ingress_port);
         } else if (standard_metadata.egress_spec != CPU_PORT) {
             enq_port_counter.count((bit<32>)standard_metadata.egress_spec);
+            enq_prio_counter.count((bit<32>)standard_metadata.egress_spec * NUM_PRIORITIES
+                                   + (bit<32>)meta.priority);
         }
     }
 }
@@ -345,6 +449,37 @@ control FabricEgress(inout headers_t hdr,
 
     @id(0x12000004)
     counter(MAX_PORTS, CounterType.packets_and_bytes) tx_port_counter;
+    @id(0x12000007)
+    counter(PORT_PRIO_CELLS, CounterType.packets_and_bytes) tx_prio_counter;
+    @id(0x12000008)
+    counter(PORT_PRIO_CELLS, CounterType.packets_and_bytes) ecn_mark_counter;
+    @id(0x12000009)
+    counter(PORT_PRIO_CELLS, CounterType.packets_and_bytes) pfc_tx_counter;
+
+    bit<32> ecn_kmin_bytes = 0;
+    bit<32> ecn_kmax_bytes = 0;
+    bit<16> ecn_pmax_per_mille = 0;
+
+    @id(0x01000006)
+    action set_ecn_thresholds(bit<32> kmin_bytes, bit<32> kmax_bytes, bit<16> pmax_per_mille) {
+        ecn_kmin_bytes = kmin_bytes;
+        ecn_kmax_bytes = kmax_bytes;
+        ecn_pmax_per_mille = pmax_per_mille;
+    }
+
+    @id(0x02000006)
+    table ecn_config {
+        key = {
+            standard_metadata.egress_port: exact @name("eg_port");
+            meta.priority: exact @name("priority");
+        }
+        actions = {
+            set_ecn_thresholds;
+            @defaultonly NoAction;
+        }
+        const default_action = NoAction();
+        size = PORT_PRIO_CELLS;
+    }
 
     apply {
         if (standard_metadata.egress_port == CPU_PORT) {
@@ -352,7 +487,28 @@ control FabricEgress(inout headers_t hdr,
             hdr.packet_in.ingress_port = standard_metadata.ingress_port;
             return;
         }
+        bit<32> cell = (bit<32>)standard_metadata.egress_port * NUM_PRIORITIES + (bit<32>)meta.priority;
         tx_port_counter.count((bit<32>)standard_metadata.egress_port);
+        tx_prio_counter.count(cell);
+
+        // RED-style ECN marking on the depth this packet found at enqueue.
+        if (hdr.ipv4.isValid() && hdr.ipv4.ecn != 0 && ecn_config.apply().hit) {
+            bit<32> depth = (bit<32>)standard_metadata.enq_qdepth * QDEPTH_CELL_BYTES;
+            bool mark = false;
+            if (depth >= ecn_kmax_bytes) {
+                mark = true;
+            } else if (depth > ecn_kmin_bytes) {
+                // P(mark) = pmax * (depth - kmin) / (kmax - kmin), without division.
+                bit<32> r;
+                random<bit<32>>(r, 0, 999);
+                mark = r * (ecn_kmax_bytes - ecn_kmin_bytes)
+                       < (bit<32>)ecn_pmax_per_mille * (depth - ecn_kmin_bytes);
+            }
+            if (mark) {
+                hdr.ipv4.ecn = 3;   // CE
+                ecn_mark_counter.count(cell);
+            }
+        }
     }
 }
 
