@@ -38,13 +38,21 @@ def main():
               help="Output directory (default: results/<experiment name>).")
 @click.option("--target", type=click.Choice(["embedded", "bmv2", "auto"]), default=None,
               help="Switch target; overrides the experiment file's 'target'.")
-def run(experiment, out_dir, target):
+@click.option("--pcap", is_flag=True, help="Write a pcap per switch port (DIR/run/<ifname>.pcap).")
+def run(experiment, out_dir, target, pcap):
     """Bring the fabric up, run EXPERIMENT's traffic, write DIR/summary.json, tear down."""
     from emulator.experiment.model import load_experiment
     from emulator.experiment.runner import run_experiment
+    from emulator.experiment.sweep import run_sweep
 
     exp = load_experiment(experiment, target=target)
-    summary = run_experiment(exp, Path(out_dir or f"results/{exp.name}"), console)
+    out = Path(out_dir or f"results/{exp.name}")
+    if exp.spec.sweep is not None:
+        rows = run_sweep(experiment, out, lambda e, d: run_experiment(e, d, console, pcap=pcap),
+                         target=target)
+        console.print(f"sweep of {exp.spec.sweep.parameter}: {len(rows)} runs; {out / 'sweep.csv'}")
+        return
+    summary = run_experiment(exp, out, console, pcap=pcap)
     if not summary["complete"]:
         click.echo("fabric-emu: some flows did not complete (see summary.json)", err=True)
         sys.exit(1)
@@ -57,11 +65,10 @@ def cli(experiment):
     from mininet.cli import CLI
 
     from emulator.experiment.model import load_experiment
-    from emulator.net.fabric import FabricNet
+    from emulator.experiment.runner import fabric_net
 
     exp = load_experiment(experiment)
-    with FabricNet(exp.fabric, Path(f"results/{exp.name}/cli"), dilation=exp.dilation,
-                   buffer_bytes=exp.spec.switch.buffer_bytes) as fnet:
+    with fabric_net(exp, Path(f"results/{exp.name}/cli")) as fnet:
         console.print(f"{exp.fabric.name}: up; switches serve P4Runtime on " + ", ".join(
             f"{sw.name}={fnet.switch(sw.name).grpc_address}" for sw in exp.fabric.switches()))
         CLI(fnet.net)

@@ -11,6 +11,13 @@ Config (keys marked * are required)::
      "rate_bps": 10000000, "mtu_bytes": 1024, "tx_delay_ns": 0, "dscp": 26,
      "ack_every_n": 16, "rto_ns": null,  # null: NIC default (see RoceNic)
      "retry_cnt": 7, "verify_icrc": true,
+     "priority": 3,                      # PFC class of data/ACK/NAK (DSCP "dscp")
+     "cnp_dscp": 48, "cnp_priority": 6,  # CNPs: DSCP and PFC class
+     "cnp_interval_ns": 50000,           # wall ns (dilated): <= 1 CNP per QP per interval;
+                                         # null: send no CNPs
+     "honor_pfc": true,                  # obey received PFC frames
+     "dcqcn": {"enabled": true, ...},    # reaction point, see "DCQCN" below
+     "sample_interval_ns": 1000000,      # wall ns between flows.csv rows
      "mr_rkey": 4660, "mr_addr": 0,      # the receive MR (see conventions)
      "start_at_unix_ns": 1763760000000000000,   # default: now
      "deadline_s": 60,                   # give up at start_at + deadline_s
@@ -69,7 +76,40 @@ Result JSON::
                  "intact" (delivered bytes equal the pattern and, if
                  complete, the length is right), "complete",
                  "first_rx_unix_ns", "complete_unix_ns"}],
-     "nic": {NicStats counters}, "config": {the NIC parameters used}}
+     "nic": {NicStats counters, among them cnp_tx, cnp_rx, ecn_ce_rx,
+             pfc_rx (PFC frames received), paused_ns (PFC-paused time,
+             summed over priorities), rate_changes},
+     "config": {the NIC parameters used, "dcqcn": the effective parameters}}
+
+DCQCN (``dcqcn``, every key optional; ``dcqcn.DcqcnParams``): times in wall
+ns (already multiplied by the dilation factor), rates as fractions of the
+QP's line rate (the NIC's ``rate_bps``, or a QP's ``rate_bps`` cap if
+lower), so dilation does not touch them. Defaults: the paper's values at
+40 Gbit/s and D = 1::
+
+    {"enabled": true,              # false: QPs stay at line rate (CNPs still counted)
+     "g": 0.00390625,              # 1/256
+     "alpha_init": 1.0,            # alpha before the first CNP
+     "alpha_timer_ns": 55000,      # K
+     "rate_timer_ns": 55000,       # T
+     "byte_counter_bytes": 10485760,   # B = 10 MiB (bytes: not dilated)
+     "fast_recovery_steps": 5,     # F
+     "rai_frac": 0.001,            # R_AI  = 40 Mbit/s of 40 Gbit/s
+     "rhai_frac": 0.005,           # R_HAI = 200 Mbit/s of 40 Gbit/s
+     "min_rate_frac": 0.0025}      # R_min = 100 Mbit/s of 40 Gbit/s
+
+Raw logs, next to ``result_path`` (buffered; flushed when the agent exits),
+``t_ns`` = ``time.monotonic_ns()`` (wall)::
+
+    {host}.qp.csv     t_ns,qpn,rate_bps,alpha,event   one "init" row per QP (its
+                      line rate), then a row per DCQCN rate change, event
+                      cnp|rate_timer|byte_counter; rate_bps in wall bit/s
+    {host}.cnp.csv    t_ns,local_qpn,remote_qpn,direction   tx (sent) | rx
+    {host}.flows.csv  t_ns,flow_id,acked_bytes   per sent flow, every
+                      sample_interval_ns from its post while unfinished,
+                      plus a final row (at completion, failure or exit)
+    {host}.pfc.csv    t_ns,priority,quanta   per enabled class of each PFC
+                      frame received
 
 Startup: importing scapy and building payloads takes ~0.3 s on an idle
 machine (more under load); set ``start_at_unix_ns`` comfortably later than
@@ -87,7 +127,8 @@ import sys
 import time
 
 from ..errors import ConfigError, FabricEmuError
-from .nic import RoceNic, WcOpcode, WcStatus
+from .dcqcn import DcqcnParams
+from .nic import QpState, RoceNic, WcOpcode, WcStatus
 
 DEFAULT_MR_RKEY = 0x1234
 PATTERN_BLOCK = 65536
@@ -137,6 +178,52 @@ def write_layout(expect: list[dict], mr_addr: int = 0) -> dict[int, int]:
 
 
 # ---------------------------------------------------------------------------
+class RunLogs:
+    """The agent's raw CSV logs (see the module docstring), block-buffered."""
+
+    FILES = {"qp": "t_ns,qpn,rate_bps,alpha,event", "cnp": "t_ns,local_qpn,remote_qpn,direction",
+             "flows": "t_ns,flow_id,acked_bytes", "pfc": "t_ns,priority,quanta"}
+
+    def __init__(self, directory: str, host: str, buffer_bytes: int = 1 << 20):
+        os.makedirs(directory or ".", exist_ok=True)
+        self.paths = {k: os.path.join(directory, f"{host}.{k}.csv") for k in self.FILES}
+        self._f = {}
+        try:
+            for k, header in self.FILES.items():
+                f = open(self.paths[k], "w", buffering=buffer_bytes)
+                f.write(header + "\n")
+                self._f[k] = f
+        except BaseException:
+            self.close()
+            raise
+        self._qp, self._cnp = self._f["qp"].write, self._f["cnp"].write
+        self._flows, self._pfc = self._f["flows"].write, self._f["pfc"].write
+
+    def qp(self, t_ns, qpn, rate_bps, alpha, event):
+        self._qp(f"{int(t_ns)},{qpn},{int(round(rate_bps))},{alpha:.6g},{event}\n")
+
+    def cnp(self, t_ns, local_qpn, remote_qpn, direction):
+        self._cnp(f"{int(t_ns)},{local_qpn},{remote_qpn},{direction}\n")
+
+    def flow(self, t_ns, flow_id, acked_bytes):
+        self._flows(f"{int(t_ns)},{flow_id},{acked_bytes}\n")
+
+    def pfc(self, t_ns, priority, quanta):
+        self._pfc(f"{int(t_ns)},{priority},{quanta}\n")
+
+    def flush(self):
+        for f in self._f.values():
+            f.flush()
+
+    def close(self):
+        for f in self._f.values():
+            try:
+                f.close()
+            except OSError:
+                pass
+        self._f = {}
+
+
 def _need(d: dict, key: str, kind, where: str, path: str):
     if key not in d:
         raise ConfigError(path, f"{where}.{key}", "missing")
@@ -158,6 +245,22 @@ def load_config(path: str) -> dict:
         raise ConfigError(path, "", "top level must be an object")
     for k in ("host", "ifname", "mac", "ip", "gateway_mac", "result_path"):
         _need(cfg, k, str, "", path)
+    for k, lo, hi in (("priority", 0, 7), ("cnp_priority", 0, 7), ("cnp_dscp", 0, 63),
+                      ("dscp", 0, 63)):
+        if k in cfg:
+            _need(cfg, k, int, "", path)
+            if not lo <= cfg[k] <= hi:
+                raise ConfigError(path, k, f"must be {lo}..{hi}")
+    for k in ("cnp_interval_ns", "sample_interval_ns"):
+        if cfg.get(k) is not None:
+            v = cfg[k]
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0 \
+                    or (k == "sample_interval_ns" and v == 0):
+                raise ConfigError(path, k, f"expected a positive number of ns, got {v!r}")
+    try:
+        DcqcnParams.from_config(cfg.get("dcqcn"))
+    except ValueError as e:
+        raise ConfigError(path, "dcqcn", str(e)) from None
     qpns = set()
     for i, q in enumerate(cfg.setdefault("qps", [])):
         for k in ("qpn", "remote_qpn"):
@@ -186,15 +289,34 @@ def load_config(path: str) -> dict:
 
 # ---------------------------------------------------------------------------
 class HostAgent:
-    def __init__(self, cfg: dict, nic: RoceNic | None = None):
+    def __init__(self, cfg: dict, nic: RoceNic | None = None, logs: RunLogs | None = None):
+        """``nic``: use this NIC (tests) instead of opening one from ``cfg``
+        (it should have been made with ``logs=`` the same ``logs``).
+        ``logs``: default ``RunLogs`` in the directory of ``result_path``."""
         self.cfg = cfg
         self.host = cfg["host"]
-        self.nic = nic or RoceNic(
-            cfg["ifname"], cfg["mac"], cfg["ip"], cfg["gateway_mac"],
-            rate_bps=int(cfg.get("rate_bps", 10_000_000)), mtu_bytes=int(cfg.get("mtu_bytes", 1024)),
-            dscp=int(cfg.get("dscp", 26)), tx_delay_ns=int(cfg.get("tx_delay_ns", 0)),
-            ack_every_n=int(cfg.get("ack_every_n", 16)), rto_ns=cfg.get("rto_ns"),
-            retry_cnt=int(cfg.get("retry_cnt", 7)), verify_icrc=bool(cfg.get("verify_icrc", True)))
+        self.dcqcn = DcqcnParams.from_config(cfg.get("dcqcn"))
+        self.sample_interval_ns = int(cfg.get("sample_interval_ns") or 1_000_000)
+        if logs is None:
+            logs = RunLogs(os.path.dirname(cfg["result_path"]), self.host)
+        self.logs = logs
+        cnp_interval = cfg.get("cnp_interval_ns", 50_000)
+        try:
+            self.nic = nic or RoceNic(
+                cfg["ifname"], cfg["mac"], cfg["ip"], cfg["gateway_mac"],
+                rate_bps=int(cfg.get("rate_bps", 10_000_000)),
+                mtu_bytes=int(cfg.get("mtu_bytes", 1024)),
+                dscp=int(cfg.get("dscp", 26)), tx_delay_ns=int(cfg.get("tx_delay_ns", 0)),
+                ack_every_n=int(cfg.get("ack_every_n", 16)), rto_ns=cfg.get("rto_ns"),
+                retry_cnt=int(cfg.get("retry_cnt", 7)),
+                verify_icrc=bool(cfg.get("verify_icrc", True)),
+                priority=int(cfg.get("priority", 3)), cnp_dscp=int(cfg.get("cnp_dscp", 48)),
+                cnp_priority=int(cfg.get("cnp_priority", 6)),
+                cnp_interval_ns=None if cnp_interval is None else int(cnp_interval),
+                honor_pfc=bool(cfg.get("honor_pfc", True)), dcqcn=self.dcqcn, logs=logs)
+        except BaseException:
+            logs.close()
+            raise
         nic = self.nic
         self.qps = {}
         for q in cfg["qps"]:
@@ -233,6 +355,7 @@ class HostAgent:
                                   "bytes": s["size_bytes"], "complete": False, "status": None,
                                   "fct_ns": None, "post_unix_ns": None, "complete_unix_ns": None,
                                   "scheduled_unix_ns": None, "acked_bytes": 0}
+        self.active_sends: dict[int, tuple] = {}   # send index -> (qp, wqe) while unfinished
         self.n_sent_done = 0
         self.n_exp_done = 0
         self.stop_reason = None
@@ -249,6 +372,21 @@ class HostAgent:
         return (all(s["complete"] for s in self.send_state)
                 and all(e["complete"] and e["intact"] for e in self.exp_state))
 
+    def _acked_bytes(self, i: int) -> int:
+        """Bytes of send ``i`` acknowledged so far (while it is unfinished)."""
+        qp, w = self.active_sends[i]
+        if qp.state != QpState.RTS:              # failed: its PSN state was reset
+            return self.send_state[i]["acked_bytes"]
+        n = min(max(0, qp.snd_una - w.first_psn), w.npkts)
+        return min(w.length, n * self.nic.mtu_bytes)
+
+    def _sample_flows(self, now: int) -> None:
+        log = self.logs.flow
+        for i in self.active_sends:
+            st = self.send_state[i]
+            st["acked_bytes"] = n = self._acked_bytes(i)
+            log(now, st["flow_id"], n)
+
     def _handle(self, c) -> None:
         if c.opcode in (WcOpcode.RDMA_WRITE, WcOpcode.SEND):
             i = c.wr_id
@@ -259,6 +397,9 @@ class HostAgent:
                 st["complete"] = True
                 st["acked_bytes"] = st["bytes"]
                 st["fct_ns"] = c.complete_ns - c.post_ns
+            # (a failed QP's PSN state is reset: keep the last sampled acked_bytes)
+            if self.active_sends.pop(i, None) is not None:
+                self.logs.flow(c.complete_ns, st["flow_id"], st["acked_bytes"])
             self.n_sent_done += 1
         elif c.opcode == WcOpcode.RECV_RDMA_WRITE:
             i = self.addr_to_exp.get(c.remote_addr)
@@ -311,6 +452,7 @@ class HostAgent:
         self._partial_progress()
         nic = self.nic
         nic.poll_kernel_stats()
+        nic.update_pause_stats()
         return {
             "host": self.host, "complete": self.all_complete(), "reason": self.stop_reason,
             "start_at_unix_ns": self.start_at_unix_ns, "ready_unix_ns": self.ready_unix_ns,
@@ -320,9 +462,21 @@ class HostAgent:
             "config": {"rate_bps": nic.rate_bps, "mtu_bytes": nic.mtu_bytes,
                        "tx_delay_ns": nic.tx_delay_ns, "rto_ns": nic.rto_ns,
                        "ack_every_n": nic.ack_every_n, "dscp": nic.dscp,
+                       "priority": nic.priority, "cnp_dscp": nic.cnp_dscp,
+                       "cnp_priority": nic.cnp_priority, "cnp_interval_ns": nic.cnp_interval_ns,
+                       "honor_pfc": nic.honor_pfc, "sample_interval_ns": self.sample_interval_ns,
+                       "dcqcn": nic.dcqcn.as_dict(),
                        "mr_rkey": self.rx_mr.rkey, "mr_addr": self.rx_mr.addr,
                        "write_layout": {str(k): v for k, v in self.layout.items()}},
         }
+
+    def finish_logs(self) -> None:
+        """Final flows.csv rows for unfinished sends; flush and close the logs."""
+        now = time.monotonic_ns()
+        for i in list(self.active_sends):
+            self.logs.flow(now, self.send_state[i]["flow_id"], self._acked_bytes(i))
+        self.active_sends.clear()
+        self.logs.close()
 
     def write_result(self) -> None:
         path = self.cfg["result_path"]
@@ -352,6 +506,8 @@ class HostAgent:
         linger_ns = int((linger_s if linger_s is not None else max(0.5, 3 * nic.rto_ns / 1e9)) * 1e9)
         pending = [(t0 + int(s.get("start_offset_ns", 0)), i, s) for i, s in self.sends]
         pi = 0
+        sample_ns = self.sample_interval_ns
+        next_sample = t0 + sample_ns
         next_progress = time.monotonic_ns() + 1_000_000_000
         done_at = None
         while True:
@@ -366,6 +522,8 @@ class HostAgent:
                                    int(s.get("remote_addr", 0)), int(s.get("rkey", DEFAULT_MR_RKEY)))
                 else:
                     nic.post_send(qp, i, (mr, 0, mr.size_bytes))
+                self.active_sends[i] = (qp, qp.sq[-1])
+                self.logs.flow(time.monotonic_ns(), s["flow_id"], 0)
                 st = self.send_state[i]
                 st["post_unix_ns"] = time.time_ns()
                 st["scheduled_unix_ns"] = self.start_at_unix_ns + int(s.get("start_offset_ns", 0))
@@ -386,9 +544,17 @@ class HostAgent:
             if now >= next_progress:
                 next_progress = now + 1_000_000_000
                 self._progress(now, t0)
+            if now >= next_sample:
+                if self.active_sends:
+                    self._sample_flows(now)
+                next_sample += sample_ns
+                if next_sample <= now:                  # woke late: skip, don't burst
+                    next_sample = now + sample_ns - (now - next_sample) % sample_ns
             wait = 0.05
             if pi < len(pending):
                 wait = min(wait, max(0.0, (pending[pi][0] - now) / 1e9))
+            if self.active_sends:
+                wait = min(wait, max(0.0, (next_sample - now) / 1e9))
             nic.run_once(wait)
         return self.all_complete()
 
@@ -427,8 +593,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         ok = agent.run(stop)
     finally:
-        agent.write_result()
-        agent.nic.close()
+        try:
+            agent.write_result()
+        finally:
+            agent.nic.close()
+            agent.finish_logs()
     print(f"[{agent.host}] {agent.stop_reason}: complete={ok} {agent.nic.stats!r}",
           file=sys.stderr, flush=True)
     return 0 if ok else 3

@@ -53,11 +53,37 @@ completion with the RETH address/rkey/length, so an agent can see arrivals;
 for it ``post_ns`` is when its first packet was placed. Responder
 completions carry ``first_rx_ns`` / ``first_rx_unix_ns``.
 
-Hooks for congestion control (not implemented here): ``QueuePair.rate_bps``
-(the pacer never lets a QP exceed it; None = line rate), ``RoceNic.on_ecn_ce``
-(called with (qp, pkt) for every request packet to a known QP that arrives
-marked CE, in order or not) and
-``RoceNic.on_cnp`` (called with (qp, pkt) for every CNP, opcode 0x81).
+Lossless classes and congestion control (docs/lossless.md):
+
+* Priorities: data, ACK and NAK frames carry DSCP ``dscp`` and belong to
+  priority ``priority`` (default 26 / 3); CNPs carry ``cnp_dscp`` and belong
+  to ``cnp_priority`` (48 / 6). The transmitter serves CNPs first, then
+  ACK/NAKs, then data.
+* PFC (802.1Qbb) reception: a MAC-control frame to 01:80:C2:00:00:01 with
+  opcode 0x0101 pauses, for each priority whose class-enable bit is set, the
+  start of that priority's frames for timer x 512 bit times at ``rate_bps``
+  from its arrival (a new frame restarts the timer; 0 resumes at once). A
+  paused priority sends nothing; frames already serialized (in the
+  ``tx_delay_ns`` line) are on the wire and still leave. Counted in
+  ``stats.pfc_rx`` (frames) and ``stats.paused_ns`` (paused time of our
+  two classes, summed; see ``update_pause_stats``), logged through
+  ``logs.pfc``. ACK timeouts that expire while our data class is paused
+  are re-armed one RTO past the pause (no retry is counted). A QP paced
+  below the link rate gets a longer ACK timeout (see ``_rto_for``).
+* Notification point: a request packet for a local QP that arrives marked CE
+  queues a CNP to the peer QP (BTH opcode 0x81, BECN, PSN 0, dest QP =
+  ``remote_qpn``, 16 zero bytes, ICRC; IPv4 DSCP ``cnp_dscp``, not-ECT), at
+  most one per QP per ``cnp_interval_ns`` (None: never).
+* Reaction point: with ``dcqcn`` params enabled, each QP runs a
+  ``dcqcn.Dcqcn`` whose current rate becomes ``QueuePair.rate_bps`` (the
+  pacer never lets a QP exceed it; None = line rate). A QP's own
+  ``rate_bps`` given at creation is its line rate for DCQCN.
+* Hooks: ``RoceNic.on_ecn_ce`` (called with (qp, pkt) for every request
+  packet to a known QP that arrives marked CE, in order or not) and
+  ``RoceNic.on_cnp`` (called with (qp, pkt) for every CNP, opcode 0x81).
+* ``logs``: an object with ``qp(t_ns, qpn, rate_bps, alpha, event)``,
+  ``cnp(t_ns, local_qpn, remote_qpn, direction)`` and
+  ``pfc(t_ns, priority, quanta)`` (``host.RunLogs``), or None.
 
 Times are ``time.monotonic_ns()``; completions also carry wall-clock
 ``time.time_ns()`` values (``*_unix_ns``).
@@ -76,9 +102,11 @@ from enum import IntEnum
 from typing import Callable
 
 from . import roce
+from .dcqcn import Dcqcn, DcqcnParams
 from .roce import (
     AETH_ACK, AETH_ACK_SYNDROME, AETH_RNR_NAK, AETH_TYPE_MASK, CNP_OPCODE, ECN_CE,
-    ECN_ECT0, NAK_INVALID_REQUEST, NAK_PSN_SEQ_ERR, NAK_REMOTE_ACCESS_ERR, NAK_REMOTE_OP_ERR,
+    ECN_ECT0, ECN_NOT_ECT, NAK_INVALID_REQUEST, NAK_PSN_SEQ_ERR, NAK_REMOTE_ACCESS_ERR,
+    NAK_REMOTE_OP_ERR,
     PSN_HALF, PSN_MASK, RC_ACK, WIRE_OVERHEAD_BYTES, FrameTemplate, ip_to_int, parse_roce,
     verify_icrc,
 )
@@ -128,6 +156,8 @@ _REQ = {
 
 _HDR_LEN = 14 + 20 + 8 + 12          # Ether + IPv4 + UDP + BTH
 _ACK_FRAME_LEN = _HDR_LEN + 4 + 4    # + AETH + ICRC
+_CNP_PAD = bytes(16)
+_CNP_FRAME_LEN = _HDR_LEN + 16 + 4   # + reserved + ICRC
 
 # Linux constants Python's socket module does not export
 SOL_PACKET = 263
@@ -152,24 +182,70 @@ def set_timer_slack_ns(ns: int = 1000) -> bool:
         return False
 
 
-def rocev2_bpf(ip: str) -> bytes:
-    """Classic BPF: accept IPv4 UDP to port 4791 and to ``ip``, unfragmented."""
-    ins = [
-        (0x28, 0, 0, 12),               # 0 ldh [12]            ethertype
-        (0x15, 0, 10, 0x0800),          # 1 jeq IPv4 else drop
-        (0x30, 0, 0, 23),               # 2 ldb [23]            IP proto
-        (0x15, 0, 8, 17),               # 3 jeq UDP else drop
-        (0x20, 0, 0, 30),               # 4 ld [30]             dst IP
-        (0x15, 0, 6, ip_to_int(ip)),    # 5 jeq ours else drop
-        (0x28, 0, 0, 20),               # 6 ldh [20]            flags/fragment offset
-        (0x45, 4, 0, 0x1FFF),           # 7 jset fragment -> drop
-        (0xB1, 0, 0, 14),               # 8 ldxb 4*([14]&0xf)   IP header length
-        (0x48, 0, 0, 16),               # 9 ldh [x+16]          UDP dport
-        (0x15, 0, 1, roce.ROCEV2_UDP_PORT),  # 10 jeq 4791 else drop
-        (0x06, 0, 0, 0x40000),          # 11 ret accept
-        (0x06, 0, 0, 0),                # 12 ret drop
+ETH_P_PAUSE = 0x8808                 # MAC control (802.3x PAUSE, 802.1Qbb PFC)
+PFC_DST_MAC = bytes.fromhex("0180c2000001")
+PFC_OPCODE = 0x0101
+PFC_QUANTUM_BITS = 512               # a pause quantum is 512 bit times at the link rate
+
+
+def _bpf_assemble(prog) -> bytes:
+    """Classic BPF from (code, jt, jf, k) tuples whose jt/jf may be label
+    names; a bare string in the list defines a label at that point."""
+    labels, out = {}, []
+    for ins in prog:
+        if isinstance(ins, str):
+            labels[ins] = len(out)
+        else:
+            out.append(ins)
+    code = []
+    for i, (op, jt, jf, k) in enumerate(out):
+        jt = labels[jt] - i - 1 if isinstance(jt, str) else jt
+        jf = labels[jf] - i - 1 if isinstance(jf, str) else jf
+        if not (0 <= jt < 256 and 0 <= jf < 256):
+            raise ValueError("BPF jump out of range")
+        code.append(struct.pack("=HBBI", op, jt, jf, k))
+    return b"".join(code)
+
+
+def rocev2_bpf(ip: str, pfc: bool = True) -> bytes:
+    """Classic BPF: accept IPv4 UDP to port 4791 and to ``ip``, unfragmented;
+    with ``pfc`` also 802.1Qbb PFC frames (dst 01:80:C2:00:00:01, ethertype
+    0x8808, opcode 0x0101). The NIC attaches it to its ETH_P_IP socket and to
+    its ETH_P_PAUSE socket (each sees only its own ethertype; one program for
+    both)."""
+    mac_hi = int.from_bytes(PFC_DST_MAC[:4], "big")
+    mac_lo = int.from_bytes(PFC_DST_MAC[4:], "big")
+    prog = [
+        (0x28, 0, 0, 12),                        # ldh [12]            ethertype
+        (0x15, 0, "not_ip", ETH_P_IP),           # jeq IPv4
+        (0x30, 0, 0, 23),                        # ldb [23]            IP proto
+        (0x15, 0, "drop", 17),                   # jeq UDP
+        (0x20, 0, 0, 30),                        # ld [30]             dst IP
+        (0x15, 0, "drop", ip_to_int(ip)),        # jeq ours
+        (0x28, 0, 0, 20),                        # ldh [20]            flags/fragment offset
+        (0x45, "drop", 0, 0x1FFF),               # jset fragment -> drop
+        (0xB1, 0, 0, 14),                        # ldxb 4*([14]&0xf)   IP header length
+        (0x48, 0, 0, 16),                        # ldh [x+16]          UDP dport
+        (0x15, "accept", "drop", roce.ROCEV2_UDP_PORT),
+        "not_ip",
     ]
-    return b"".join(struct.pack("=HBBI", *i) for i in ins)
+    if pfc:
+        prog += [
+            (0x15, 0, "drop", ETH_P_PAUSE),      # jeq 0x8808 (A: ethertype)
+            (0x20, 0, 0, 0),                     # ld [0]              dst MAC 0..3
+            (0x15, 0, "drop", mac_hi),
+            (0x28, 0, 0, 4),                     # ldh [4]             dst MAC 4..5
+            (0x15, 0, "drop", mac_lo),
+            (0x28, 0, 0, 14),                    # ldh [14]            MAC control opcode
+            (0x15, "accept", "drop", PFC_OPCODE),
+        ]
+    else:
+        prog += [(0x06, 0, 0, 0)]                # ret drop
+    prog += [
+        "accept", (0x06, 0, 0, 0x40000),         # ret accept
+        "drop", (0x06, 0, 0, 0),                 # ret drop
+    ]
+    return _bpf_assemble(prog)
 
 
 # ---------------------------------------------------------------------------
@@ -229,10 +305,15 @@ class QueuePair:
         self.remote_ip_int = ip_to_int(remote_ip)
         self.remote_qpn = remote_qpn
         self.udp_sport = udp_sport
-        self.rate_bps = rate_bps        # congestion-control hook: None = line rate
+        self.rate_bps = rate_bps        # what the pacer enforces: None = line rate
+        self.cap_bps = rate_bps         # configured cap (DCQCN's line rate for this QP)
+        self.cc: Dcqcn | None = None    # DCQCN reaction point (None: disabled)
+        self.cnp_tpl: FrameTemplate | None = None   # built at the first CNP we send
+        self.next_cnp_ok_ns = 0         # notification point: no CNP before this
         self.state = QpState.RTS
         self.tpl = FrameTemplate(nic.mac, dst_mac, nic.ip, remote_ip, udp_sport, remote_qpn,
                                  dscp=nic.dscp, ecn=nic.ecn, max_payload_bytes=nic.mtu_bytes)
+        self.tpl_dst_mac = dst_mac
         # requester
         self.sq: deque[_SendWqe] = deque()
         self.next_psn = sq_psn & PSN_MASK   # next PSN to allocate
@@ -245,6 +326,8 @@ class QueuePair:
         self.rnr_retries = 0
         self.paused_until_ns = 0
         self.next_ok_ns = 0.0               # per-QP rate limiter
+        self.last_tx_slot = None            # slot and length of the last data frame
+        self.last_tx_flen = 0
         # responder
         self.epsn = rq_psn & PSN_MASK       # expected PSN (unwrapped)
         self.msn = 0
@@ -298,7 +381,8 @@ class NicStats:
                  "tx_acks", "tx_naks", "tx_rnr_naks", "tx_retransmits", "tx_enobufs",
                  "tx_lag_max_ns", "tx_lag_sum_ns",
                  "rx_packets", "rx_bytes", "rx_data_packets", "rx_data_payload_bytes",
-                 "rx_acks", "rx_naks", "rx_rnr_naks", "rx_cnps", "rx_ecn_ce",
+                 "rx_acks", "rx_naks", "rx_rnr_naks",
+                 "cnp_tx", "cnp_rx", "ecn_ce_rx", "pfc_rx", "paused_ns", "rate_changes",
                  "rx_out_of_order", "rx_duplicates", "rx_icrc_errors", "rx_ignored",
                  "rx_bad_requests", "timeouts", "nak_rewinds", "completions", "loops",
                  "rx_batches_max", "rx_socket_drops")
@@ -333,7 +417,10 @@ class RoceNic:
                  max_outstanding_pkts: int = 1 << 22, verify_icrc: bool = True,
                  report_remote_writes: bool = True, rcvbuf_bytes: int = 16 << 20,
                  sndbuf_bytes: int = 4 << 20, absorb_udp: bool = True,
-                 timer_slack_ns: int | None = 1000, sock=None):
+                 timer_slack_ns: int | None = 1000, sock=None, priority: int = 3,
+                 cnp_dscp: int = 48, cnp_priority: int = 6,
+                 cnp_interval_ns: int | None = 50_000, honor_pfc: bool = True,
+                 dcqcn: DcqcnParams | dict | None = None, logs=None):
         """``rto_ns`` default (None): max(20 ms, 8 * ack_every_n full-frame
         times at ``rate_bps``) -- 113 ms at 10 Mbit/s, 20 ms from ~60 Mbit/s
         up. The sender hears an ACK only every ``ack_every_n`` packets (14 ms
@@ -348,11 +435,22 @@ class RoceNic:
         may catch up with a burst.
         ``sock``: use this connected datagram socket (needs send, recv_into,
         fileno; e.g. one end of an AF_UNIX socketpair) instead of opening
-        AF_PACKET on ``ifname`` -- for tests."""
+        AF_PACKET on ``ifname`` -- for tests; it carries PFC frames too.
+        ``priority`` / ``cnp_priority``: the 802.1p priorities (PFC classes)
+        of data+ACK/NAK frames and of CNPs; ``cnp_dscp``: the CNPs' DSCP.
+        ``cnp_interval_ns``: notification point, at most one CNP per QP per
+        interval (None: send no CNPs). ``honor_pfc``: obey received PFC
+        frames. ``dcqcn``: reaction point parameters (``DcqcnParams`` or its
+        dict form); None or ``enabled: false`` keeps every QP at its line
+        rate. ``logs``: see the module docstring."""
         if rate_bps <= 0 or mtu_bytes < 256 or mtu_bytes > 9000 or mtu_bytes % 4:
             raise ValueError("rate_bps must be > 0 and mtu_bytes a multiple of 4 in 256..9000")
         if ack_every_n < 1:
             raise ValueError("ack_every_n must be >= 1")
+        if not (0 <= priority < 8 and 0 <= cnp_priority < 8 and 0 <= cnp_dscp < 64):
+            raise ValueError("priorities must be 0..7 and cnp_dscp 0..63")
+        if cnp_interval_ns is not None and cnp_interval_ns < 0:
+            raise ValueError("cnp_interval_ns must be >= 0")
         self.ifname, self.mac, self.ip = ifname, mac, ip
         self.ip_int = ip_to_int(ip)
         self.gateway_mac = gateway_mac
@@ -367,11 +465,21 @@ class RoceNic:
         self.retry_cnt = retry_cnt
         self.min_rnr_timer = min_rnr_timer & 0x1F
         self.rnr_retry = rnr_retry
+        self._rto_frames_bits = 8 * ack_every_n * (_HDR_LEN + 16 + mtu_bytes + 4
+                                                   + WIRE_OVERHEAD_BYTES) * 8
         self.max_lag_ns = int(max_lag_ns if max_lag_ns is not None
                               else max(500_000, 4 * max_frame_ns))
         self.max_outstanding_pkts = min(max_outstanding_pkts, PSN_HALF - 1)
         self.verify_icrc = verify_icrc
         self.report_remote_writes = report_remote_writes
+        self.priority, self.cnp_priority, self.cnp_dscp = priority, cnp_priority, cnp_dscp
+        self.cnp_interval_ns = None if cnp_interval_ns is None else int(cnp_interval_ns)
+        self.honor_pfc = honor_pfc
+        if not isinstance(dcqcn, DcqcnParams):
+            dcqcn = DcqcnParams.from_config(dcqcn) if dcqcn is not None \
+                else DcqcnParams(enabled=False)
+        self.dcqcn = dcqcn
+        self.logs = logs
         self.stats = NicStats()
         self.on_ecn_ce: Callable[[QueuePair, roce.RocePacket], None] | None = None
         self.on_cnp: Callable[[QueuePair, roce.RocePacket], None] | None = None
@@ -384,6 +492,11 @@ class RoceNic:
         self._next_addr = 0x10000000
         self._cq: deque[Completion] = deque()
         self._ctrl: deque = deque()          # (qp, psn24, syndrome, msn) ACK/NAKs to send
+        self._cnpq: deque = deque()          # QPs owed a CNP
+        # PFC: per priority, when the current/last pause started and ends (monotonic ns)
+        self._pause_start = [0] * 8
+        self._pause_until = [0.0] * 8
+        self._paused_closed_ns = 0           # pause time of intervals already over
         self._dline: deque = deque()         # (release_ns, kind, qp, wqe|None, a, b) frames in flight
         self._ack_list: list[QueuePair] = []
         self._slot_free_ns = 0.0             # when the wire is free for the next frame
@@ -396,17 +509,36 @@ class RoceNic:
 
         if timer_slack_ns is not None:
             set_timer_slack_ns(timer_slack_ns)
+        self._pfc_sock = None
         if sock is not None:
             self.sock = sock
         else:
-            self.sock = self._open_packet_socket(ifname, rcvbuf_bytes, sndbuf_bytes)
+            self.sock = self._open_packet_socket(ifname, rcvbuf_bytes, sndbuf_bytes, ETH_P_IP)
+            if honor_pfc:
+                try:
+                    self._pfc_sock = self._open_packet_socket(ifname, 1 << 20, 1 << 16,
+                                                              ETH_P_PAUSE)
+                except BaseException:
+                    self.sock.close()
+                    raise
             if absorb_udp:
                 self._udp_absorber = self._open_udp_absorber()
         self.sock.setblocking(False)
         self._fileno = self.sock.fileno()
+        self._rx_socks = (self.sock,)
+        self._rx_fds = (self._fileno,)
+        if self._pfc_sock is not None:
+            self._pfc_sock.setblocking(False)
+            self._rx_socks = (self.sock, self._pfc_sock)
+            self._rx_fds = (self._fileno, self._pfc_sock.fileno())
 
     # -- setup ---------------------------------------------------------------
-    def _open_packet_socket(self, ifname, rcvbuf, sndbuf):
+    def _open_packet_socket(self, ifname, rcvbuf, sndbuf, proto):
+        """An AF_PACKET socket on ``ifname`` bound to ethertype ``proto``.
+        RoCE goes through an ETH_P_IP socket and PFC through a separate
+        ETH_P_PAUSE one (not one ETH_P_ALL socket: ETH_P_ALL taps see frames
+        before tc ingress, and would see our own frames where
+        PACKET_IGNORE_OUTGOING is missing)."""
         s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
         try:
             prog = rocev2_bpf(self.ip)
@@ -423,7 +555,7 @@ class RoceNic:
                 s.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
             except OSError:
                 pass  # < Linux 4.20: our own frames are then dropped by the dst-IP filter
-            s.bind((ifname, ETH_P_IP))
+            s.bind((ifname, proto))
         except BaseException:
             s.close()
             raise
@@ -458,13 +590,33 @@ class RoceNic:
 
     def close(self):
         self.poll_kernel_stats()
-        for s in (self.sock, self._udp_absorber):
+        self.update_pause_stats()
+        for s in (self.sock, self._pfc_sock, self._udp_absorber):
             if s is not None:
                 try:
                     s.close()
                 except OSError:
                     pass
         self._udp_absorber = None
+        self._pfc_sock = None
+
+    def update_pause_stats(self, now: int | None = None) -> int:
+        """Bring ``stats.paused_ns`` (time our classes -- ``priority`` and
+        ``cnp_priority`` -- were paused by PFC, summed over the two, up to
+        ``now``) up to date; returns it."""
+        now = _mono() if now is None else now
+        total = self._paused_closed_ns
+        for p in {self.priority, self.cnp_priority}:
+            until = self._pause_until[p]
+            start = self._pause_start[p]
+            if until > start:
+                total += int(min(until, now) - start) if now > start else 0
+        self.stats.paused_ns = total
+        return total
+
+    def paused(self, priority: int, now: int | None = None) -> bool:
+        """Is ``priority`` paused by PFC at ``now``?"""
+        return (_mono() if now is None else now) < self._pause_until[priority]
 
     def __enter__(self):
         return self
@@ -510,11 +662,52 @@ class RoceNic:
             raise ValueError(f"QP {qpn} exists")
         if udp_sport is None:
             udp_sport = 49152 + ((qpn * 2654435761 ^ remote_qpn) & 0x3FFF)
+        if rate_bps is not None and rate_bps <= 0:
+            raise ValueError("a QP's rate_bps must be > 0 (or None: line rate)")
         qp = QueuePair(self, qpn, remote_ip, remote_qpn, udp_sport, sq_psn, rq_psn,
                        rate_bps, remote_mac or self.gateway_mac)
         self._qps[qpn] = qp
         self._qp_list.append(qp)
+        line = self.qp_line_rate_bps(qp)
+        if self.dcqcn.enabled:
+            qp.cc = Dcqcn(self.dcqcn, line,
+                          listener=lambda t, ev, qp=qp: self._on_rate_change(qp, t, ev))
+        if self.logs is not None:
+            self.logs.qp(_mono(), qpn, line,
+                         qp.cc.alpha_at(0) if qp.cc is not None else self.dcqcn.alpha_init, "init")
         return qp
+
+    def qp_line_rate_bps(self, qp: QueuePair) -> float:
+        """The most a QP may send: the link rate, or its cap if lower."""
+        cap = qp.cap_bps
+        return self.rate_bps if cap is None or cap > self.rate_bps else cap
+
+    def _rto_for(self, qp: QueuePair) -> int:
+        """The ACK timeout of ``qp``: ``rto_ns``, or longer for a QP paced
+        below the link rate -- at least 8 x ``ack_every_n`` full frames at
+        its current rate (the rule of the default ``rto_ns``), so that a
+        DCQCN-throttled QP does not time out between two AckReqs."""
+        r = qp.rate_bps
+        if r is None or r >= self.rate_bps:
+            return self.rto_ns
+        return max(self.rto_ns, int(self._rto_frames_bits * 1e9 / r))
+
+    def _on_rate_change(self, qp: QueuePair, t_ns: int, event: str) -> None:
+        """DCQCN moved ``qp``'s current rate: hand it to the pacer (the next
+        frame's slot is re-timed from the last one at the new rate) and log."""
+        cc = qp.cc
+        rate = cc.rate_bps
+        qp.rate_bps = None if rate >= self.rate_bps else rate
+        if qp.rto_deadline_ns and event == "cnp":
+            dl = t_ns + self._rto_for(qp)
+            if dl > qp.rto_deadline_ns:
+                qp.rto_deadline_ns = dl
+        if qp.last_tx_slot is not None:
+            qp.next_ok_ns = qp.last_tx_slot + \
+                (qp.last_tx_flen + WIRE_OVERHEAD_BYTES) * 8e9 / (qp.rate_bps or self.rate_bps)
+        self.stats.rate_changes += 1
+        if self.logs is not None:
+            self.logs.qp(t_ns, qp.qpn, rate, cc.alpha_at(t_ns), event)
 
     def _post(self, qp: QueuePair, wr_id: int, buf, is_write: bool, remote_addr: int, rkey: int,
               signaled: bool) -> None:
@@ -583,7 +776,7 @@ class RoceNic:
 
     def idle(self) -> bool:
         """Nothing left to send or to be acknowledged."""
-        if self._ctrl or self._dline:
+        if self._ctrl or self._dline or self._cnpq:
             return False
         return all(qp.snd_una >= qp.next_psn or qp.state != QpState.RTS for qp in self._qp_list)
 
@@ -600,7 +793,7 @@ class RoceNic:
         wake = self._next_wake_ns(now, now + int(timeout_s * 1e9))
         if wake > now:
             try:
-                r, _, _ = select.select((self._fileno,), (), (), (wake - now) / 1e9)
+                r, _, _ = select.select(self._rx_fds, (), (), (wake - now) / 1e9)
             except InterruptedError:
                 r = ()
             now = _mono()
@@ -624,8 +817,12 @@ class RoceNic:
 
     def _next_wake_ns(self, now: int, limit: int) -> int:
         wake = limit
+        data_resume = self._pause_until[self.priority]
+        if self._cnpq:
+            wake = min(wake, max(self._slot_free_ns, self._tx_blocked_until,
+                                 self._pause_until[self.cnp_priority]))
         if self._ctrl:
-            wake = min(wake, max(self._slot_free_ns, self._tx_blocked_until))
+            wake = min(wake, max(self._slot_free_ns, self._tx_blocked_until, data_resume))
         if self._dline:
             wake = min(wake, max(self._dline[0][0], self._tx_blocked_until))
         for qp in self._qp_list:
@@ -634,14 +831,30 @@ class RoceNic:
             if (qp.snd_nxt < qp.next_psn and qp.state == QpState.RTS
                     and qp.snd_nxt - qp.snd_una < self.max_outstanding_pkts):
                 t = max(self._slot_free_ns, qp.next_ok_ns, qp.paused_until_ns,
-                        self._tx_blocked_until)
+                        self._tx_blocked_until, data_resume)
                 if t < wake:
                     wake = t
         return int(wake) + 1 if wake > now else now
 
     # -- receive -------------------------------------------------------------
     def _rx_drain(self, now: int) -> None:
-        sock, buf, mv, st = self.sock, self._rxbuf, self._rxmv, self.stats
+        n_batch = 0
+        for sock in self._rx_socks:
+            n_batch += self._rx_drain_sock(sock, now)
+        st = self.stats
+        if n_batch:
+            self.last_rx_ns = now
+            if n_batch > st.rx_batches_max:
+                st.rx_batches_max = n_batch
+        if self._ack_list:
+            for qp in self._ack_list:
+                if qp.ack_pending:
+                    qp.ack_pending = False
+                    self._ctrl.append((qp, (qp.epsn - 1) & PSN_MASK, AETH_ACK_SYNDROME, qp.msn))
+            self._ack_list.clear()
+
+    def _rx_drain_sock(self, sock, now: int) -> int:
+        buf, mv, st = self._rxbuf, self._rxmv, self.stats
         my_ip, qps, check = self.ip_int, self._qps, self.verify_icrc
         n_batch = 0
         for _ in range(self.RX_BATCH):
@@ -651,6 +864,9 @@ class RoceNic:
                 break
             n_batch += 1
             frame = mv[:n]
+            if buf[12] == 0x88 and buf[13] == 0x08 and n >= 34:
+                self._rx_mac_control(frame)
+                continue
             pkt = parse_roce(frame)
             if pkt is None or pkt.dst_ip != my_ip:
                 st.rx_ignored += 1
@@ -669,28 +885,59 @@ class RoceNic:
                 self._rx_ack(qp, pkt, now)
             elif op in _REQ:
                 if pkt.ecn == ECN_CE:
-                    st.rx_ecn_ce += 1
+                    st.ecn_ce_rx += 1
+                    self._rx_ce(qp, now)
                     if self.on_ecn_ce is not None:
                         self.on_ecn_ce(qp, pkt)
                 self._rx_request(qp, pkt, now)
             elif op == CNP_OPCODE:
-                st.rx_cnps += 1
+                st.cnp_rx += 1
                 self._rx_cnp(qp, pkt, now)
             else:
                 st.rx_bad_requests += 1
-        if n_batch:
-            self.last_rx_ns = now
-            if n_batch > st.rx_batches_max:
-                st.rx_batches_max = n_batch
-        if self._ack_list:
-            for qp in self._ack_list:
-                if qp.ack_pending:
-                    qp.ack_pending = False
-                    self._ctrl.append((qp, (qp.epsn - 1) & PSN_MASK, AETH_ACK_SYNDROME, qp.msn))
-            self._ack_list.clear()
+        return n_batch
+
+    def _rx_mac_control(self, frame) -> None:
+        """An 802.1Qbb PFC frame: pause (or resume) the enabled priorities."""
+        st = self.stats
+        if (frame[0:6] != PFC_DST_MAC or frame[14] != 0x01 or frame[15] != 0x01
+                or not self.honor_pfc):
+            st.rx_ignored += 1
+            return
+        st.pfc_rx += 1
+        now = _mono()
+        enable = frame[17]                   # class-enable vector: e[7..0] in the low byte
+        times = struct.unpack_from("!8H", frame, 18)
+        ns_per_quantum = PFC_QUANTUM_BITS * 1e9 / self.rate_bps
+        logs = self.logs
+        for p in range(8):
+            if not enable >> p & 1:
+                continue
+            q = times[p]
+            if logs is not None:
+                logs.pfc(now, p, q)
+            until = self._pause_until[p]
+            if until <= now:                 # not paused: a new pause interval
+                if until > self._pause_start[p] and (p == self.priority
+                                                     or p == self.cnp_priority):
+                    self._paused_closed_ns += int(until - self._pause_start[p])
+                self._pause_start[p] = now
+            self._pause_until[p] = now + q * ns_per_quantum
+
+    def _rx_ce(self, qp: QueuePair, now: int) -> None:
+        """Notification point: a CE-marked request for ``qp`` owes its sender a
+        CNP, at most one per ``cnp_interval_ns``."""
+        if self.cnp_interval_ns is None or now < qp.next_cnp_ok_ns:
+            return
+        qp.next_cnp_ok_ns = now + self.cnp_interval_ns
+        self._cnpq.append(qp)
 
     def _rx_cnp(self, qp: QueuePair, pkt, now: int) -> None:
-        """Congestion Notification Packet: where DCQCN's reaction point goes."""
+        """Congestion Notification Packet: DCQCN's reaction point."""
+        if self.logs is not None:
+            self.logs.cnp(now, qp.qpn, qp.remote_qpn, "rx")
+        if qp.cc is not None:
+            qp.cc.on_cnp(now)
         if self.on_cnp is not None:
             self.on_cnp(qp, pkt)
 
@@ -844,7 +1091,7 @@ class RoceNic:
         self._acked_through(qp, p, now)
         if syn == NAK_PSN_SEQ_ERR:
             qp.retries = 0               # the responder is alive
-            qp.rto_deadline_ns = now + self.rto_ns
+            qp.rto_deadline_ns = now + self._rto_for(qp)
             if p < qp.snd_nxt:
                 st.nak_rewinds += 1
                 self._rewind(qp, p)
@@ -879,7 +1126,7 @@ class RoceNic:
         qp.cur_idx = max(0, qp.cur_idx - popped)
         if qp.snd_nxt < una:
             self._rewind(qp, una)
-        qp.rto_deadline_ns = now + self.rto_ns if qp.snd_una < qp.snd_max else 0
+        qp.rto_deadline_ns = now + self._rto_for(qp) if qp.snd_una < qp.snd_max else 0
 
     def _rewind(self, qp: QueuePair, psn: int) -> None:
         """Continue sending at ``psn`` (unwrapped)."""
@@ -910,11 +1157,20 @@ class RoceNic:
 
     # -- timers -----------------------------------------------------------------
     def _timers(self, now: int) -> None:
+        data_resume = self._pause_until[self.priority]
         for qp in self._qp_list:
+            cc = qp.cc
+            if cc is not None and cc.active and cc.next_rate_ns <= now:
+                cc.advance(now)
             dl = qp.rto_deadline_ns
             if dl and now >= dl:
                 if qp.snd_una >= qp.snd_max:
                     qp.rto_deadline_ns = 0
+                    continue
+                if now < data_resume:
+                    # PFC holds our data priority: no ACK is owed for what we
+                    # cannot send; look again a full RTO after the pause
+                    qp.rto_deadline_ns = int(data_resume) + self._rto_for(qp)
                     continue
                 self.stats.timeouts += 1
                 qp.retries += 1
@@ -922,7 +1178,7 @@ class RoceNic:
                     self._qp_error(qp, WcStatus.RETRY_EXC_ERR, now)
                     continue
                 self._rewind(qp, qp.snd_una)
-                qp.rto_deadline_ns = now + (self.rto_ns << min(qp.retries, 3))
+                qp.rto_deadline_ns = now + (self._rto_for(qp) << min(qp.retries, 3))
 
     # -- transmit ---------------------------------------------------------------
     def _pick_data(self, slot: float):
@@ -948,9 +1204,12 @@ class RoceNic:
         st = self.stats
         dline = self._dline
         ctrl = self._ctrl
+        cnpq = self._cnpq
         delay = self.tx_delay_ns
         mtu = self.mtu_bytes
         rate = self.rate_bps
+        pause_until = self._pause_until
+        prio, cnp_prio = self.priority, self.cnp_priority
         for _ in range(self.TX_BURST):
             # frames whose propagation delay has passed leave now
             while dline and dline[0][0] <= now:
@@ -963,12 +1222,29 @@ class RoceNic:
                 slot = max(slot, float(now - (0 if self._wire_idle else self.max_lag_ns)))
             if slot > now:
                 return
-            if ctrl:
+            # strict priority (CNP, then ACK/NAK, then data), skipping paused
+            # classes; a frame of a class that was paused starts no earlier
+            # than the pause's end
+            data_ok = now >= pause_until[prio]
+            if cnpq and now >= pause_until[cnp_prio]:
+                qp = cnpq.popleft()
+                if slot < pause_until[cnp_prio]:
+                    slot = pause_until[cnp_prio]
+                flen = _CNP_FRAME_LEN
+                desc = (slot + delay, 2, qp, None, 0, 0)
+            elif ctrl and data_ok:
                 qp, psn, syn, msn = ctrl.popleft()
+                if slot < pause_until[prio]:
+                    slot = pause_until[prio]
                 flen = _ACK_FRAME_LEN
                 desc = (slot + delay, 1, qp, None, psn, (syn << 24) | msn)
             else:
-                qp = self._pick_data(slot)
+                if data_ok:
+                    if slot < pause_until[prio]:
+                        slot = pause_until[prio]
+                    qp = self._pick_data(slot)
+                else:
+                    qp = None
                 if qp is None:
                     self._wire_idle = True
                     return
@@ -989,6 +1265,11 @@ class RoceNic:
                 if qp.rate_bps:
                     qp.next_ok_ns = max(qp.next_ok_ns, slot) + \
                         (flen + WIRE_OVERHEAD_BYTES) * 8e9 / qp.rate_bps
+                qp.last_tx_slot = slot
+                qp.last_tx_flen = flen
+                cc = qp.cc
+                if cc is not None and cc.active:
+                    cc.on_tx(flen, int(slot))
             self._wire_idle = False
             lag = now - slot
             if lag > st.tx_lag_max_ns:
@@ -1026,8 +1307,15 @@ class RoceNic:
             ack_req = k == n - 1 or (psn + 1) % self.ack_every_n == 0
             reth = (w.remote_addr, w.rkey, w.length) if (w.is_write and k == 0) else None
             frame = qp.tpl.build(op, psn, w.buf[off:end], ack_req=ack_req, reth=reth)
-        else:
+        elif kind == 1:
             frame = qp.tpl.build(RC_ACK, a, aeth=(b >> 24, b & PSN_MASK))
+        else:
+            tpl = qp.cnp_tpl
+            if tpl is None:
+                tpl = qp.cnp_tpl = FrameTemplate(
+                    self.mac, qp.tpl_dst_mac, self.ip, qp.remote_ip, qp.udp_sport, qp.remote_qpn,
+                    dscp=self.cnp_dscp, ecn=ECN_NOT_ECT, max_payload_bytes=len(_CNP_PAD))
+            frame = tpl.build(CNP_OPCODE, 0, _CNP_PAD, becn=True)
         try:
             self.sock.send(frame)
         except (BlockingIOError, InterruptedError):
@@ -1046,7 +1334,11 @@ class RoceNic:
             st.tx_data_packets += 1
             st.tx_data_payload_bytes += end - off
             if not qp.rto_deadline_ns:
-                qp.rto_deadline_ns = now + self.rto_ns
+                qp.rto_deadline_ns = now + self._rto_for(qp)
+        elif kind == 2:
+            st.cnp_tx += 1
+            if self.logs is not None:
+                self.logs.cnp(now, qp.qpn, qp.remote_qpn, "tx")
         elif (b >> 24) == AETH_ACK_SYNDROME:
             st.tx_acks += 1
         return True

@@ -12,15 +12,24 @@ Per switch it writes
 from __future__ import annotations
 
 from emulator.control.p4rt_client import SwitchConnection
+from emulator.control.qos import QosSpec, qos_entities
 from emulator.p4.p4info import P4Info
 from emulator.topo import Fabric, compute_routes, ecmp_groups, nexthop_members
 
-PORT_COUNTERS = {          # summary name prefix -> fabric.p4 counter
+PORT_COUNTERS = {          # summary name prefix -> fabric.p4 counter, index port
     "rx": "rx_port_counter",
     "enq": "enq_port_counter",
     "tx": "tx_port_counter",
     "pipeline_drop": "pipeline_drop_counter",
 }
+PORT_PRIORITY_COUNTERS = {  # index port * 8 + priority
+    "enq": "enq_prio_counter",
+    "tx": "tx_prio_counter",
+    "ecn_mark": "ecn_mark_counter",
+    "pause_tx": "pfc_tx_counter",
+    "pause_rx": "pfc_rx_counter",
+}
+NUM_PRIORITIES = 8
 
 
 def switch_entities(fabric: Fabric, p4info: P4Info, switch: str, routes=None) -> dict[str, list]:
@@ -47,12 +56,17 @@ class FabricController:
     """Programs every switch of a fabric and reads its port counters."""
 
     def __init__(self, fabric: Fabric, switches: dict[str, tuple[str, int]],
-                 p4info: P4Info | None = None, device_config: bytes = b""):
-        """switches: name -> (P4Runtime address, device id)."""
+                 p4info: P4Info | None = None, device_config: bytes = b"",
+                 qos: QosSpec | None = None, mtu_bytes: int = 1024, reaction_fabric_ns: int = 0):
+        """switches: name -> (P4Runtime address, device id); qos: traffic classes,
+        PFC and ECN to install (None: every packet in priority 0, lossy)."""
         self.fabric = fabric
         self.switches = switches
         self.p4info = p4info or P4Info.load()
         self.device_config = device_config
+        self.qos = qos
+        self.mtu_bytes = mtu_bytes
+        self.reaction_fabric_ns = reaction_fabric_ns
         self.conns: dict[str, SwitchConnection] = {}
 
     def connect(self) -> None:
@@ -64,9 +78,12 @@ class FabricController:
         for name, conn in self.conns.items():
             conn.set_pipeline(self.p4info.proto, self.device_config)
             ents = switch_entities(self.fabric, self.p4info, name, routes)
+            if self.qos is not None:
+                ents["qos"] = qos_entities(self.fabric, self.p4info, name, self.qos,
+                                           self.mtu_bytes, self.reaction_fabric_ns)
             # Members before the groups that hold them, both before the routes.
-            for kind in ("tables", "members", "groups", "routes"):
-                if ents[kind]:
+            for kind in ("tables", "members", "groups", "routes", "qos"):
+                if ents.get(kind):
                     conn.insert(ents[kind])
 
     def read_port_counters(self) -> dict[tuple[str, int], dict]:
@@ -78,6 +95,19 @@ class FabricController:
                     cell = out.setdefault((name, index), {})
                     cell[f"{prefix}_packets"] = packets
                     cell[f"{prefix}_bytes"] = nbytes
+        return out
+
+    def read_priority_counters(self) -> dict[tuple[str, int, int], dict]:
+        """(switch, port, priority) -> {enq_packets, tx_packets, ecn_mark_packets, pause_tx_packets, ...},
+        only for cells that counted something."""
+        out: dict[tuple[str, int, int], dict] = {}
+        for name, conn in self.conns.items():
+            for prefix, counter in PORT_PRIORITY_COUNTERS.items():
+                for index, (packets, nbytes) in conn.read_counter(counter).items():
+                    if packets or nbytes:
+                        cell = out.setdefault((name, index // NUM_PRIORITIES, index % NUM_PRIORITIES), {})
+                        cell[f"{prefix}_packets"] = packets
+                        cell[f"{prefix}_bytes"] = nbytes
         return out
 
     def bytes_sent_on(self, ports: list[tuple[str, int]]) -> int:

@@ -5,20 +5,35 @@ htsim-style: ``EgressQueue`` holds frames and serializes them byte-accurately at
 hands it to the veth after the link's propagation delay. Nothing is shaped by
 the kernel: the only queue between this switch and the next hop is this one.
 
+The switch now uses ``tm.PriorityPort`` (8 priority queues, PFC, a shared
+buffer) in front of the same ``Wire``; ``EgressQueue`` remains the single
+FIFO model (one lossy class, a private buffer) for tools and tests.
+
 Times are wall-clock nanoseconds of the emulation (``time.monotonic_ns``); the
 rates and delays given here are already dilated by the runner.
 """
 from __future__ import annotations
 
+from bisect import insort
 from collections import deque
+from operator import itemgetter
 
 # Preamble (7) + SFD (1) + FCS (4) + minimum inter-frame gap (12): bytes a
 # frame occupies on the wire beyond what the socket carries.
 WIRE_OVERHEAD_BYTES = 24
 
 
+_DUE = itemgetter(0)
+
+
 class Wire:
-    """Frames in flight on a link: released ``delay_ns`` after serialization ends."""
+    """Frames in flight on a link: released ``delay_ns`` after serialization ends.
+
+    Frames are kept in release order. They normally arrive in that order (one
+    serializer per link); one put out of order (e.g. a MAC control frame
+    scheduled ahead of data) is inserted in place, after frames due at the
+    same time.
+    """
 
     __slots__ = ("delay_ns", "in_flight", "max_lateness_ns", "late_frames")
 
@@ -29,7 +44,12 @@ class Wire:
         self.late_frames = 0
 
     def put(self, serialized_at_ns: int, frame) -> None:
-        self.in_flight.append((serialized_at_ns + self.delay_ns, frame))
+        due = serialized_at_ns + self.delay_ns
+        in_flight = self.in_flight
+        if in_flight and due < in_flight[-1][0]:
+            insort(in_flight, (due, frame), key=_DUE)
+        else:
+            in_flight.append((due, frame))
 
     def next_release_ns(self) -> int | None:
         return self.in_flight[0][0] if self.in_flight else None

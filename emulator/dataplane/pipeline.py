@@ -4,23 +4,31 @@ Each control block of the P4 program has its counterpart here, in the same
 order and with the same table semantics, so that a packet test's expected
 output holds on BMv2 and on this target alike:
 
-    ingress:  packet-out | rx_port_counter, my_station, ipv4_lpm (+ecmp_selector),
-              acl, pipeline_drop_counter / enq_port_counter
-    egress:   tx_port_counter (counted by the traffic manager at dequeue),
+    ingress:  packet-out | rx_port_counter, MAC control (PFC: pfc_rx_counter,
+              handed to the traffic manager, consumed) | dscp_to_priority,
+              pfc_config, my_station, ipv4_lpm (+ecmp_selector), acl,
+              pipeline_drop_counter / enq_port_counter + enq_prio_counter
+    egress:   ecn_config, tx_port_counter, tx_prio_counter, ecn_mark_counter:
+              applied by the traffic manager (``tm.py``) at enqueue/dequeue;
               packet-in to the CPU port
 
 Tables come from ``SwitchState`` (what the controller wrote over P4Runtime).
 The P4 ingress is a pure function of a few header fields, so its outcome is
-cached per flow key (``FlowCache``) and the cache is flushed whenever the
-state's generation changes. Per packet, the hot path is then: build the key,
-one dict lookup, rewrite MACs/TTL/checksum in a bytearray.
+cached per flow key and the cache is flushed whenever the state's generation
+changes. Per packet, the hot path is then: build the key, one dict lookup,
+rewrite MACs/TTL/checksum in a bytearray. The outcome (``Verdict``) also
+carries what the traffic manager needs: the priority, the PFC thresholds of
+(ingress port, priority) if that class is lossless, and the ECN thresholds of
+(egress port, priority); ``FabricPipeline.verdict`` holds the last one.
 """
 from __future__ import annotations
 
 import binascii
 import struct
 from dataclasses import dataclass
+from typing import Callable
 
+from emulator.dataplane.pfc import OPCODE_PFC, parse_mac_control
 from emulator.dataplane.state import ActionCall, SwitchState
 from emulator.p4.p4info import P4Info
 
@@ -28,25 +36,46 @@ CPU_PORT = 255
 DROP_PORT = 511            # v1model's egress_spec after mark_to_drop()
 ETHERTYPE_IPV4 = 0x0800
 IP_PROTO_UDP = 17
+NUM_PRIORITIES = 8
 _FLOW_CACHE_MAX = 65536
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Verdict:
-    """What ingress decided for one flow: where the packet goes, how it changes."""
+    """What ingress decided for one flow: where the packet goes, how it changes,
+    and its traffic class as the traffic manager needs it."""
 
     egress_port: int                 # DROP_PORT, CPU_PORT or a front-panel port
     new_macs: bytes | None = None    # dst+src MAC (12 bytes) if set_nexthop ran
     decrement_ttl: bool = False
+    priority: int = 0                # dscp_to_priority (0 without a hit)
+    # pfc_config hit for (ingress port, priority): (xoff, xon, headroom) bytes;
+    # None: the class is lossy on that ingress port.
+    pfc: tuple[int, int, int] | None = None
+    # ecn_config hit for (egress port, priority), IPv4 only: (kmin_bytes,
+    # kmax_bytes, pmax_per_mille); None: never marked.
+    ecn: tuple[int, int, int] | None = None
+    in_cell: int = 0                 # ingress port * 8 + priority (buffer accounting)
+    eg_cell: int = 0                 # egress port * 8 + priority (counters)
 
 
 _DROP = Verdict(DROP_PORT)
 
 
-def _ipv4_checksum_after_ttl_decrement(checksum: int) -> int:
-    """RFC 1624 incremental update: TTL is the high byte of its 16-bit word."""
-    s = checksum + 0x0100
-    return (s & 0xFFFF) + (s >> 16)
+# The 20-byte IPv4 base header minus its checksum field: fabric.p4's field list.
+_IPV4_CSUM_WORDS = struct.Struct("!5H2x4H")
+
+
+def _ipv4_header_checksum(frame) -> int:
+    """FabricComputeChecksum: csum16 over the base header, recomputed from scratch.
+
+    Not an incremental (RFC 1624) update: like update_checksum on BMv2, the
+    result never is 0xFFFF and a wrong incoming checksum comes out repaired.
+    """
+    s = sum(_IPV4_CSUM_WORDS.unpack_from(frame, 14))
+    s = (s & 0xFFFF) + (s >> 16)
+    s = (s & 0xFFFF) + (s >> 16)
+    return ~s & 0xFFFF
 
 
 def rewrite(frame: bytes, verdict: Verdict) -> bytearray:
@@ -56,7 +85,7 @@ def rewrite(frame: bytes, verdict: Verdict) -> bytearray:
         out[0:12] = verdict.new_macs
     if verdict.decrement_ttl:
         out[22] -= 1
-        csum = _ipv4_checksum_after_ttl_decrement((out[24] << 8) | out[25])
+        csum = _ipv4_header_checksum(out)
         out[24] = csum >> 8
         out[25] = csum & 0xFF
     return out
@@ -80,6 +109,35 @@ class CompiledTables:
             self.acl = sorted(
                 ((e.priority, self._ternary_key(e, ids), e.action) for e in acl),
                 key=lambda t: -t[0])
+            # Lossless part: exact tables -> dicts of decoded action parameters.
+            self.dscp_to_priority = {
+                e.match[ids.dscp][1]: e.action.param(ids.set_priority_param)
+                for e in state.tables.get(ids.dscp_to_priority, {}).values()
+                if e.action is not None and e.action.action_id == ids.set_priority}
+            self.pfc = {
+                (e.match[ids.pfc_ig_port][1], e.match[ids.pfc_priority][1]):
+                    tuple(e.action.param(pid) for pid in ids.set_pfc_params)
+                for e in state.tables.get(ids.pfc_config, {}).values()
+                if e.action is not None and e.action.action_id == ids.set_pfc_thresholds}
+            self.ecn = {
+                (e.match[ids.ecn_eg_port][1], e.match[ids.ecn_priority][1]):
+                    tuple(e.action.param(pid) for pid in ids.set_ecn_params)
+                for e in state.tables.get(ids.ecn_config, {}).values()
+                if e.action is not None and e.action.action_id == ids.set_ecn_thresholds}
+            # What the traffic manager keeps out of the shared pool.
+            self.headroom_reserved_bytes = sum(h for _, _, h in self.pfc.values())
+            # This generation's counter arrays (a new pipeline config replaces
+            # them and bumps the generation), for inline counting per packet.
+            counters = state.counters
+            self.rx = counters.get(ids.rx_port_counter)
+            self.enq = counters.get(ids.enq_port_counter)
+            self.enq_prio = counters.get(ids.enq_prio_counter)
+            self.pipeline_drop = counters.get(ids.pipeline_drop_counter)
+            # Egress counters, counted by the traffic manager.
+            self.tx = counters.get(ids.tx_port_counter)
+            self.tx_prio = counters.get(ids.tx_prio_counter)
+            self.ecn_mark = counters.get(ids.ecn_mark_counter)
+            self.pfc_tx = counters.get(ids.pfc_tx_counter)
 
     @staticmethod
     def _ternary_key(entry, ids) -> tuple:
@@ -143,10 +201,39 @@ class _PipelineIds:
         self.enq_port_counter = p4info.counter_id("enq_port_counter")
         self.pipeline_drop_counter = p4info.counter_id("pipeline_drop_counter")
         self.tx_port_counter = p4info.counter_id("tx_port_counter")
+        # Lossless part.
+        self.dscp_to_priority = p4info.table_id("dscp_to_priority")
+        self.dscp = p4info.match_field_id("dscp_to_priority", "dscp")
+        self.set_priority = p4info.action_id("set_priority")
+        self.set_priority_param = p4info.param_id("set_priority", "priority")
+        self.pfc_config = p4info.table_id("pfc_config")
+        self.pfc_ig_port = p4info.match_field_id("pfc_config", "ig_port")
+        self.pfc_priority = p4info.match_field_id("pfc_config", "priority")
+        self.set_pfc_thresholds = p4info.action_id("set_pfc_thresholds")
+        self.set_pfc_params = tuple(p4info.param_id("set_pfc_thresholds", p)
+                                    for p in ("xoff_bytes", "xon_bytes", "headroom_bytes"))
+        self.ecn_config = p4info.table_id("ecn_config")
+        self.ecn_eg_port = p4info.match_field_id("ecn_config", "eg_port")
+        self.ecn_priority = p4info.match_field_id("ecn_config", "priority")
+        self.set_ecn_thresholds = p4info.action_id("set_ecn_thresholds")
+        self.set_ecn_params = tuple(p4info.param_id("set_ecn_thresholds", p)
+                                    for p in ("kmin_bytes", "kmax_bytes", "pmax_per_mille"))
+        self.enq_prio_counter = p4info.counter_id("enq_prio_counter")
+        self.pfc_rx_counter = p4info.counter_id("pfc_rx_counter")
+        self.tx_prio_counter = p4info.counter_id("tx_prio_counter")
+        self.ecn_mark_counter = p4info.counter_id("ecn_mark_counter")
+        self.pfc_tx_counter = p4info.counter_id("pfc_tx_counter")
 
 
 class FabricPipeline:
-    """Ingress of fabric.p4: frame in, (egress port, frame out) decided."""
+    """Ingress of fabric.p4: frame in, (egress port, frame out) decided.
+
+    ``verdict`` is the last frame's ``Verdict`` (its priority, PFC and ECN
+    thresholds: what the traffic manager needs to enqueue it). A received PFC
+    frame is counted and handed to ``pfc_handler(ingress_port, class_enable,
+    timers)``, then consumed. ``on_tables(CompiledTables)`` is called whenever
+    the tables are recompiled (the traffic manager re-reads the headroom).
+    """
 
     def __init__(self, state: SwitchState, p4info: P4Info):
         self.state = state
@@ -154,47 +241,109 @@ class FabricPipeline:
         self.ids = _PipelineIds(p4info)
         self._tables: CompiledTables | None = None
         self._cache: dict[tuple, Verdict] = {}
+        self.verdict: Verdict = _DROP
+        self.pfc_handler: Callable[[int, int, tuple], None] | None = None
+        self.on_tables: Callable[[CompiledTables], None] | None = None
+
+    @property
+    def tables(self) -> CompiledTables:
+        """The compiled tables of the state's current generation."""
+        tables = self._tables
+        if tables is None or tables.generation != self.state.generation:
+            tables = self._tables = CompiledTables(self.state, self.p4info)
+            self._cache.clear()
+            if self.on_tables is not None:
+                self.on_tables(tables)
+        return tables
 
     # ------------------------------------------------------------ fast path
     def ingress(self, frame: bytes, ingress_port: int) -> tuple[int, bytes | bytearray]:
-        """Run ingress on one frame. Returns (egress_port, frame to enqueue)."""
-        state = self.state
-        counters = state.counters
-        if self._tables is None or self._tables.generation != state.generation:
-            self._tables = CompiledTables(state, self.p4info)
-            self._cache.clear()
-        if not self._tables.configured:
+        """Run ingress on one frame. Returns (egress_port, frame to enqueue);
+        the verdict (traffic class) is left in ``self.verdict``."""
+        tables = self._tables
+        if tables is None or tables.generation != self.state.generation:
+            tables = self.tables
+        if not tables.configured:
+            self.verdict = _DROP
             return DROP_PORT, frame
-        ids = self.ids
-        counters[ids.rx_port_counter].count(ingress_port, len(frame))
+        n = len(frame)
+        if ingress_port < CPU_PORT:
+            c = tables.rx
+            c.packets[ingress_port] += 1
+            c.bytes[ingress_port] += n
+        else:
+            tables.rx.count(ingress_port, n)
 
-        # Flow key: exactly the header bits ingress reads, except the TTL.
-        ipv4 = len(frame) >= 34 and frame[12] == 0x08 and frame[13] == 0x00
-        if ipv4 and frame[22] > 1:
-            key = (ingress_port, frame[0:6] + frame[12:15] + frame[23:24] + frame[26:38])
+        # Flow key: exactly the header bits ingress reads, except the TTL and
+        # the ECN bits (byte 15 is DSCP:6 ECN:2; only the DSCP is matched).
+        # (Frames too short for a UDP header take the slow path: their key
+        # bytes could equal a longer frame's, but the parser reads no ports.)
+        ipv4 = n >= 34 and frame[12] == 0x08 and frame[13] == 0x00
+        if ipv4 and frame[22] > 1 and n >= 42:
+            key = ((frame[15] & 0xFC) << 7 | ingress_port,
+                   frame[0:6] + frame[12:15] + frame[23:24] + frame[26:38])
             verdict = self._cache.get(key)
             if verdict is None:
                 verdict = self._decide(frame, ingress_port, ipv4)
                 if len(self._cache) >= _FLOW_CACHE_MAX:
                     self._cache.clear()
                 self._cache[key] = verdict
+        elif n >= 34 and frame[12] == 0x88 and frame[13] == 0x08:
+            return self._mac_control(frame, ingress_port)
         else:
             verdict = self._decide(frame, ingress_port, ipv4)
 
+        self.verdict = verdict
         port = verdict.egress_port
-        if port == DROP_PORT:
-            counters[ids.pipeline_drop_counter].count(ingress_port, len(frame))
+        if port < CPU_PORT:   # a front-panel port (counter cells are in range)
+            c = tables.enq
+            c.packets[port] += 1
+            c.bytes[port] += n
+            c = tables.enq_prio
+            cell = verdict.eg_cell
+            c.packets[cell] += 1
+            c.bytes[cell] += n
+        elif port == DROP_PORT:
+            tables.pipeline_drop.count(ingress_port, n)
             return port, frame
-        if port != CPU_PORT:
-            counters[ids.enq_port_counter].count(port, len(frame))
+        elif port != CPU_PORT:
+            tables.enq.count(port, n)
+            tables.enq_prio.count(verdict.eg_cell, n)
         if verdict.new_macs is None and not verdict.decrement_ttl:
             return port, frame
         return port, rewrite(frame, verdict)
 
     def packet_out(self, payload: bytes, egress_port: int) -> int:
-        """A controller packet-out: no lookup, no rewrite (fabric.p4's first branch)."""
+        """A controller packet-out: no lookup, no rewrite (fabric.p4's first branch).
+
+        Its verdict: priority 0 (standard_metadata.priority is never set),
+        lossy, ECN thresholds of (egress port, 0) for an IPv4 payload.
+        """
+        tables = self.tables
+        if not tables.configured:     # no pipeline config yet: like ingress, drop
+            self.verdict = _DROP
+            return DROP_PORT
         self.state.counters[self.ids.enq_port_counter].count(egress_port, len(payload))
+        ipv4 = len(payload) >= 34 and payload[12] == 0x08 and payload[13] == 0x00
+        self.verdict = Verdict(egress_port, ecn=tables.ecn.get((egress_port, 0)) if ipv4 else None,
+                               in_cell=CPU_PORT * NUM_PRIORITIES,
+                               eg_cell=egress_port * NUM_PRIORITIES)
         return egress_port
+
+    # ------------------------------------------------------------ MAC control
+    def _mac_control(self, frame, ingress_port: int) -> tuple[int, bytes]:
+        """A pause frame ends here: counted, handed to the traffic manager, consumed."""
+        self.verdict = _DROP
+        opcode, class_enable, timers = parse_mac_control(frame)
+        if opcode == OPCODE_PFC:
+            counter = self.state.counters[self.ids.pfc_rx_counter]
+            base = ingress_port * NUM_PRIORITIES
+            for prio in range(NUM_PRIORITIES):
+                if class_enable >> prio & 1:
+                    counter.count(base + prio, len(frame))
+            if self.pfc_handler is not None:
+                self.pfc_handler(ingress_port, class_enable, timers)
+        return DROP_PORT, frame   # mark_to_drop(); return: not a pipeline drop
 
     # ------------------------------------------------------------ slow path
     def _decide(self, frame: bytes, ingress_port: int, ipv4: bool) -> Verdict:
@@ -202,11 +351,15 @@ class FabricPipeline:
         eth_type = (frame[12] << 8) | frame[13] if len(frame) >= 14 else 0
         src = dst = proto = sport = dport = 0
         verdict = _DROP
+        priority = 0
         if ipv4:
             ihl = frame[14] & 0x0F
             proto = frame[23]
             src, dst = struct.unpack_from("!II", frame, 26)
-            if ihl == 5 and proto == IP_PROTO_UDP and len(frame) >= 38:
+            priority = tables.dscp_to_priority.get(frame[15] >> 2, 0)
+            # parse_udp extracts 8 bytes: a shorter frame ends the parser
+            # (PacketTooShort) with the l4 ports still 0.
+            if ihl == 5 and proto == IP_PROTO_UDP and len(frame) >= 42:
                 sport, dport = struct.unpack_from("!HH", frame, 34)
             if int.from_bytes(frame[0:6], "big") in tables.my_station and frame[22] > 1:
                 actions = tables.lookup_lpm(dst)
@@ -217,7 +370,16 @@ class FabricPipeline:
         acl_action = tables.lookup_acl((ingress_port, eth_type, src, dst, proto, dport))
         if acl_action is not None:
             verdict = self._apply(acl_action, verdict)
-        return verdict
+        port = verdict.egress_port
+        if port == DROP_PORT:
+            return _DROP
+        # The traffic class: pfc_config on (ingress port, priority); ecn_config
+        # on (egress port, priority), read by the TM for IPv4 packets only.
+        return Verdict(port, verdict.new_macs, verdict.decrement_ttl, priority,
+                       tables.pfc.get((ingress_port, priority)),
+                       tables.ecn.get((port, priority)) if ipv4 and port != CPU_PORT else None,
+                       ingress_port * NUM_PRIORITIES + priority,
+                       port * NUM_PRIORITIES + priority)
 
     def _apply(self, action: ActionCall, verdict: Verdict) -> Verdict:
         ids = self.ids

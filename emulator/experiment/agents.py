@@ -18,6 +18,8 @@ AGENT_START_PER_HOST_S = 0.25
 def agent_configs(exp: Experiment, run_dir: Path, start_at_unix_ns: int) -> dict[str, dict]:
     """One JSON config per host: its NIC, its QPs, what it sends and expects."""
     fabric, plan, d = exp.fabric, exp.fabric.addresses, exp.dilation
+    # Flow progress is sampled as often as the switches sample their queues.
+    sample_interval_ns = int((exp.spec.switch.sample_interval_us or 1.0) * 1000 * d)
     configs: dict[str, dict] = {}
     for h in fabric.hosts():
         rate_bps, delay_ns = dilated_link(fabric, h.name, fabric.ports(h.name)[0].port_no, d)
@@ -26,7 +28,12 @@ def agent_configs(exp: Experiment, run_dir: Path, start_at_unix_ns: int) -> dict
             "mac": plan.host_mac(h.name), "ip": plan.host_ip(h.name),
             "gateway_mac": plan.gateway_mac(h.name),
             "rate_bps": rate_bps, "tx_delay_ns": delay_ns,
-            "mtu_bytes": exp.spec.nic.mtu_bytes, "dscp": exp.spec.nic.dscp,
+            "mtu_bytes": exp.spec.nic.mtu_bytes,
+            "dscp": exp.spec.qos.roce_dscp, "priority": exp.spec.qos.roce_priority,
+            "cnp_dscp": exp.spec.qos.cnp_dscp, "cnp_priority": exp.spec.qos.cnp_priority,
+            "cnp_interval_ns": exp.spec.dcqcn.cnp_interval_ns(d),
+            "dcqcn": exp.spec.dcqcn.agent_params(d, fabric.links[fabric.ports(h.name)[0].link_index].rate_bps),
+            "sample_interval_ns": sample_interval_ns,
             "start_at_unix_ns": start_at_unix_ns, "deadline_s": exp.spec.limits.wall_s,
             "qps": [], "send": [], "expect": [],
             "result_path": str(run_dir / f"{h.name}.result.json"),

@@ -7,10 +7,18 @@ topology: ../topologies/clos-2x2.yaml   # a path relative to this file, or an in
 target: embedded                    # embedded | bmv2 | auto
 dilation: 10000                     # wall time = fabric time x dilation; rates / dilation
 switch:
-  buffer_bytes: 1000000             # egress buffer per port (bytes are not dilated)
+  buffer_bytes: 4000000             # shared buffer per switch (bytes are not dilated)
+  sample_interval_us: 1             # queue-depth sampling period (fabric time)
 nic:
   mtu_bytes: 1024                   # RoCE path MTU: payload bytes per packet
-  dscp: 26                          # DSCP of RoCE data packets
+qos:                                # traffic classes, PFC, ECN (emulator/control/qos.py)
+  roce_dscp: 26                     # data, ACK/NAK -> roce_priority (lossless)
+  roce_priority: 3
+  cnp_dscp: 48                      # CNPs -> cnp_priority (lossy, strict-priority higher)
+  cnp_priority: 6
+  pfc: {enabled: true}              # xoff_bytes / xon_bytes / headroom_bytes: auto
+  ecn: {enabled: true, kmin_bytes: 5000, kmax_bytes: 200000, pmax: 0.01}
+dcqcn: {enabled: true}              # every DCQCN parameter (emulator/agents/dcqcn_spec.py)
 traffic:                            # one or more entries
   - pattern: all-to-all             # every host to every other host, one QP each ...
     op: write                       # write | send
@@ -18,6 +26,9 @@ traffic:                            # one or more entries
   - {src: h1, dst: h4, op: write, size_bytes: 4000000, start_us: 10}   # ... or one flow
 limits:
   wall_s: 120                       # give up (and say so) after this much wall time
+sweep:                              # optional: one run per value, plus sweep.csv/png
+  parameter: qos.ecn.kmax_bytes
+  values: [20000, 60000, 200000]
 ```
 
 Every fabric quantity is in fabric units (the topology's Gbps and µs); the
@@ -34,6 +45,8 @@ from typing import Literal, Union
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, model_validator
 
+from emulator.agents.dcqcn_spec import DcqcnSpec
+from emulator.control.qos import QosSpec
 from emulator.errors import ConfigError
 from emulator.topo import Fabric, fabric_from_dict, load_fabric
 
@@ -47,12 +60,12 @@ class _Strict(BaseModel):
 
 
 class SwitchSpec(_Strict):
-    buffer_bytes: PositiveInt = 1_000_000
+    buffer_bytes: PositiveInt = 4_000_000          # shared buffer per switch
+    sample_interval_us: float = Field(1.0, ge=0)   # queue-depth sampling (fabric); 0: off
 
 
 class NicSpec(_Strict):
     mtu_bytes: Literal[256, 512, 1024, 2048, 4096] = 1024
-    dscp: int = Field(26, ge=0, le=63)
 
 
 class LimitsSpec(_Strict):
@@ -76,6 +89,11 @@ class TrafficSpec(_Strict):
         return self
 
 
+class SweepSpec(_Strict):
+    parameter: str                                  # dotted path, e.g. qos.ecn.kmax_bytes
+    values: list[Union[int, float, bool, str]] = Field(min_length=1)
+
+
 class ExperimentSpec(_Strict):
     name: str
     description: str = ""
@@ -84,8 +102,11 @@ class ExperimentSpec(_Strict):
     dilation: float = Field(10000.0, ge=1)
     switch: SwitchSpec = SwitchSpec()
     nic: NicSpec = NicSpec()
+    qos: QosSpec = QosSpec()
+    dcqcn: DcqcnSpec = DcqcnSpec()
     traffic: list[TrafficSpec] = Field(min_length=1)
     limits: LimitsSpec = LimitsSpec()
+    sweep: SweepSpec | None = None                  # run once per value (emulator/experiment/sweep.py)
 
 
 @dataclass(frozen=True)

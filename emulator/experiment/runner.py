@@ -10,13 +10,25 @@ from rich.console import Console
 
 from emulator.experiment.agents import AgentGroup
 from emulator.experiment.model import Experiment
+from emulator.experiment.results import monotonic_t0_from_unix, write_all
 from emulator.experiment.summary import build_summary, render_summary
 from emulator.net.fabric import FabricNet, check_environment
 
 PROGRESS_INTERVAL_S = 1.0
 
 
-def run_experiment(exp: Experiment, out_dir: str | Path, console: Console | None = None) -> dict:
+def fabric_net(exp: Experiment, run_dir: Path, pcap: bool = False) -> FabricNet:
+    """The experiment's fabric, with its switch buffer, QoS and sampling."""
+    spec = exp.spec
+    return FabricNet(exp.fabric, run_dir, dilation=exp.dilation,
+                     buffer_bytes=spec.switch.buffer_bytes, qos=spec.qos,
+                     mtu_bytes=spec.nic.mtu_bytes,
+                     sample_interval_ns=int(spec.switch.sample_interval_us * 1000 * exp.dilation),
+                     pcap=pcap)
+
+
+def run_experiment(exp: Experiment, out_dir: str | Path, console: Console | None = None,
+                   pcap: bool = False) -> dict:
     console = console or Console(stderr=True)
     check_environment()   # before anything is written or built
     out_dir = Path(out_dir)
@@ -34,21 +46,23 @@ def run_experiment(exp: Experiment, out_dir: str | Path, console: Console | None
     console.print(f"[bold]{exp.name}[/]: {len(exp.fabric.switches())} switches, "
                   f"{len(exp.fabric.hosts())} hosts, {len(exp.flows)} flows, "
                   f"dilation {exp.dilation:g}, target {target}")
-    with FabricNet(exp.fabric, run_dir, dilation=exp.dilation,
-                   buffer_bytes=exp.spec.switch.buffer_bytes) as fnet:
+    with fabric_net(exp, run_dir, pcap) as fnet:
         console.print(f"fabric up and programmed in {time.monotonic() - wall_t0:.1f} s")
         agents = AgentGroup(fnet, exp, run_dir)
         try:
-            agents.start()
+            start_at_unix_ns = agents.start()
+            # Raw logs stamp the monotonic clock; results count fabric time from here.
+            t0_ns = monotonic_t0_from_unix(start_at_unix_ns)
             _wait_with_progress(fnet, agents, exp, console)
         finally:
             agents.stop()
         counters = fnet.controller.read_port_counters()
     summary = build_summary(exp, target, agents.results(), counters, run_dir,
                             wall_s=time.monotonic() - wall_t0)
+    files = write_all(exp, run_dir, out_dir, t0_ns, summary)
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=1))
     console.print(render_summary(summary))
-    console.print(f"results: {out_dir / 'summary.json'}")
+    console.print(f"results in {out_dir}: summary.json, " + ", ".join(sorted(p.name for p in files.values())))
     return summary
 
 

@@ -1,27 +1,80 @@
 """summary.json: the contract of a run's results (documented in README.md).
 
 Times of flows are fabric nanoseconds: wall-clock measurements divided by the
-dilation factor.
+dilation factor. Per-priority port counters come from each switch's
+``{sw}.stats.json`` (``docs/lossless.md``); ``paused_ns`` there is wall
+(dilated) time and is divided by the dilation here.
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from rich.table import Table
 
 from emulator.experiment.model import Experiment
 
-SUMMARY_VERSION = 1
+SUMMARY_VERSION = 2           # 2: ports[].priorities, flows[].priority/standalone_fct_ns/fct_slowdown
+ROCE_DATA_PRIORITY = 3        # docs/lossless.md: DSCP 26 -> priority 3 (lossless)
+# Per-priority counters of a port, as in stats.json; paused_ns converted to fabric ns.
+PRIORITY_COUNTERS = ("tx_packets", "tx_bytes", "drops", "headroom_drops", "ecn_marks",
+                     "pause_tx", "pause_rx", "paused_ns", "max_depth_bytes")
 # A run "fell behind" when more than this fraction of the frames a switch sent
 # left over 1 ms (wall) later than the link model said: the Python data plane
 # could not keep the dilated schedule, so fabric times are stretched.
 FELL_BEHIND_FRACTION = 0.01
 
 
+def _get(obj, key):
+    if obj is None:
+        return None
+    if isinstance(obj, dict):
+        return obj.get(key)
+    return getattr(obj, key, None)
+
+
+def flow_priority(exp: Experiment) -> int:
+    """The 802.1p priority of the experiment's RoCE data (and ACK) packets.
+
+    ``qos.roce_priority`` of the experiment (a DSCP-to-priority map applied
+    to ``qos.roce_dscp`` is honoured too, should a QoS section carry one),
+    else 3 (docs/lossless.md: DSCP 26 -> priority 3).
+    """
+    qos = _get(exp.spec, "qos")
+    if qos is None:
+        return ROCE_DATA_PRIORITY
+    candidates = [_get(qos, "roce_priority")]
+    dscp_map = _get(qos, "dscp_to_priority")
+    if isinstance(dscp_map, dict):
+        dscp = _get(qos, "roce_dscp")
+        if dscp is None:
+            dscp = _get(_get(exp.spec, "nic"), "dscp")
+        candidates += [dscp_map.get(dscp), dscp_map.get(str(dscp))]
+    for c in candidates:
+        if isinstance(c, int) and not isinstance(c, bool) and 0 <= c <= 7:
+            return c
+    return ROCE_DATA_PRIORITY
+
+
+def _priority_entries(per_queue: dict[tuple[int, int], dict], port: int, d: float) -> list[dict]:
+    out = []
+    for (p, prio), c in sorted(per_queue.items()):
+        if p != port:
+            continue
+        entry = {"priority": prio}
+        for k in PRIORITY_COUNTERS:
+            v = c.get(k, 0) or 0
+            entry[k] = round(v / d) if k == "paused_ns" else int(v)
+        out.append(entry)
+    return out
+
+
 def build_summary(exp: Experiment, target: str, agent_results: dict[str, dict],
                   counters: dict[tuple[str, int], dict], run_dir: Path, wall_s: float) -> dict:
+    from emulator.experiment.hpcc import FabricPaths, standalone_fct_ns
+    from emulator.experiment.results import read_stats, stats_by_port_priority
+
     d = exp.dilation
+    run_dir = Path(run_dir)
     sent = {}
     received = {}
     for res in agent_results.values():
@@ -29,6 +82,8 @@ def build_summary(exp: Experiment, target: str, agent_results: dict[str, dict],
             sent[s["flow_id"]] = s
         for r in res.get("expect", []):
             received[r["flow_id"]] = r
+    priority = flow_priority(exp)
+    paths = FabricPaths(exp.fabric)
     flows = []
     first_post = last_done = None
     for f in exp.flows:
@@ -39,15 +94,24 @@ def build_summary(exp: Experiment, target: str, agent_results: dict[str, dict],
             first_post = min(first_post or s["post_unix_ns"], s["post_unix_ns"])
         if s.get("complete_unix_ns"):
             last_done = max(last_done or 0, s["complete_unix_ns"])
+        try:
+            ideal_ns = standalone_fct_ns(exp, f, paths)
+        except ValueError:          # no route: cannot happen in a validated fabric
+            ideal_ns = None
         flows.append({
             "flow_id": f.flow_id, "src": f.src, "dst": f.dst, "op": f.op,
             "bytes": f.size_bytes, "delivered_bytes": int(r.get("delivered_bytes", 0)),
             "intact": bool(r.get("intact", False)), "complete": complete, "fct_ns": fct_ns,
             "start_ns": f.start_fabric_ns,
             "src_qpn": f.src_qpn, "dst_qpn": f.dst_qpn, "udp_sport": f.udp_sport,
+            "priority": priority, "standalone_fct_ns": ideal_ns,
+            "fct_slowdown": (round(fct_ns / ideal_ns, 4)
+                             if fct_ns is not None and ideal_ns else None),
         })
+    stats = {sw.name: read_stats(run_dir / f"{sw.name}.stats.json") for sw in exp.fabric.switches()}
     ports = []
     for sw in exp.fabric.switches():
+        per_queue = stats_by_port_priority(stats[sw.name])
         for p in exp.fabric.ports(sw.name):
             c = counters.get((sw.name, p.port_no), {})
             ports.append({
@@ -59,14 +123,15 @@ def build_summary(exp: Experiment, target: str, agent_results: dict[str, dict],
                 # traffic manager dropped it (buffer full).
                 "drops": max(0, c.get("enq_packets", 0) - c.get("tx_packets", 0)),
                 "pipeline_drops": c.get("pipeline_drop_packets", 0),
+                "priorities": _priority_entries(per_queue, p.port_no, d),
             })
     switches = []
     fell_behind = False
     for sw in exp.fabric.switches():
-        path = run_dir / f"{sw.name}.stats.json"
-        st = json.loads(path.read_text()) if path.exists() else {}
-        late = sum(p.get("late_frames", 0) for p in st.get("ports", []))
-        max_late = max((p.get("max_lateness_ns", 0) for p in st.get("ports", [])), default=0)
+        st = stats[sw.name]
+        st_ports = [p for p in st.get("ports", []) if isinstance(p, dict)]
+        late = sum(p.get("late_frames", 0) for p in st_ports)
+        max_late = max((p.get("max_lateness_ns", 0) for p in st_ports), default=0)
         sent = sum(p["tx_packets"] for p in ports if p["node"] == sw.name)
         late_fraction = late / sent if sent else 0.0
         fell_behind |= late_fraction > FELL_BEHIND_FRACTION
@@ -85,6 +150,20 @@ def build_summary(exp: Experiment, target: str, agent_results: dict[str, dict],
     }
 
 
+def priority_totals(summary: dict) -> dict[str, int]:
+    """Sums over every port and priority of the per-priority counters."""
+    tot = {k: 0 for k in PRIORITY_COUNTERS if k != "max_depth_bytes"}
+    tot["max_depth_bytes"] = 0
+    for p in summary.get("ports", []):
+        for q in p.get("priorities", []):
+            for k in tot:
+                if k == "max_depth_bytes":
+                    tot[k] = max(tot[k], q.get(k, 0) or 0)
+                else:
+                    tot[k] += q.get(k, 0) or 0
+    return tot
+
+
 def render_summary(summary: dict) -> Table:
     flows = summary["flows"]
     done = [f for f in flows if f["complete"]]
@@ -100,9 +179,18 @@ def render_summary(summary: dict) -> Table:
     if fcts:
         t.add_row("FCT min / median / max (fabric µs)",
                   f"{fcts[0] / 1000:.1f} / {fcts[len(fcts) // 2] / 1000:.1f} / {fcts[-1] / 1000:.1f}")
+    slow = sorted(f["fct_slowdown"] for f in done if f.get("fct_slowdown") is not None)
+    if slow:
+        t.add_row("FCT slowdown median / max (vs alone)",
+                  f"{slow[len(slow) // 2]:.2f} / {slow[-1]:.2f}")
     t.add_row("switch drops (queue / pipeline)",
               f"{sum(p['drops'] for p in summary['ports'])} / "
               f"{sum(p['pipeline_drops'] for p in summary['ports'])}")
+    if any(p.get("priorities") for p in summary["ports"]):
+        tot = priority_totals(summary)
+        t.add_row("ECN marks / PFC pauses sent / headroom drops",
+                  f"{tot['ecn_marks']:,} / {tot['pause_tx']:,} / {tot['headroom_drops']:,}")
+        t.add_row("max queue depth (bytes)", f"{tot['max_depth_bytes']:,}")
     spine_tx = {p["node"]: 0 for p in summary["ports"] if p["role"] == "spine"}
     for p in summary["ports"]:
         if p["node"] in spine_tx:

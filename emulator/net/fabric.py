@@ -16,6 +16,11 @@ from emulator.errors import EnvironmentProblem
 from emulator.topo import Fabric
 
 
+# How late a switch or NIC process may react (wake-up latency of a Python
+# process on a busy machine): PFC headroom must absorb what arrives meanwhile.
+REACTION_WALL_NS = 2_000_000
+
+
 def check_environment() -> None:
     """Fail early, in one line, when this machine cannot build a fabric."""
     if os.geteuid() != 0:
@@ -36,7 +41,7 @@ def dilated_link(fabric: Fabric, node: str, port_no: int, dilation: float) -> tu
     return max(1, int(link.rate_bps / dilation)), int(link.delay_ns * dilation)
 
 
-def _mininet_topo(fabric: Fabric, dilation: float, run_dir: Path, buffer_bytes: int,
+def _mininet_topo(fabric: Fabric, dilation: float, run_dir: Path, switch_options: dict,
                   grpc_ports: dict[str, int]):
     from mininet.topo import Topo
 
@@ -47,7 +52,9 @@ def _mininet_topo(fabric: Fabric, dilation: float, run_dir: Path, buffer_bytes: 
             for sw in fabric.switches():
                 self.addSwitch(
                     sw.name, cls=EmbeddedP4Switch, device_id=fabric.device_id(sw.name),
-                    grpc_port=grpc_ports[sw.name], run_dir=str(run_dir), buffer_bytes=buffer_bytes,
+                    grpc_port=grpc_ports[sw.name], run_dir=str(run_dir),
+                    options={**switch_options, "router_mac": fabric.addresses.router_mac(sw.name),
+                             "seed": fabric.device_id(sw.name)},
                     port_links={p.port_no: dilated_link(fabric, sw.name, p.port_no, dilation)
                                 for p in fabric.ports(sw.name)})
             plan = fabric.addresses
@@ -69,12 +76,20 @@ class FabricNet:
     """Context manager: the fabric up and programmed inside, nothing left after."""
 
     def __init__(self, fabric: Fabric, run_dir: str | Path, dilation: float = 1.0,
-                 buffer_bytes: int = 1_000_000, program: bool = True):
+                 buffer_bytes: int = 4_000_000, program: bool = True, qos=None,
+                 mtu_bytes: int = 1024, sample_interval_ns: int = 0, pcap: bool = False):
+        """qos: an ``emulator.control.qos.QosSpec`` to install (None: no traffic
+        classes: everything lossy in priority 0). sample_interval_ns: wall
+        period of the switches' queue-depth samples (0: none)."""
         self.fabric = fabric
         self.run_dir = Path(run_dir)
         self.dilation = dilation
         self.buffer_bytes = buffer_bytes
         self.program = program
+        self.qos = qos
+        self.mtu_bytes = mtu_bytes
+        self.sample_interval_ns = sample_interval_ns
+        self.pcap = pcap
         self.net = None
         self.controller = None
         self._old_handlers: dict = {}
@@ -89,11 +104,20 @@ class FabricNet:
         from emulator.net.nodes import free_tcp_port
 
         setLogLevel("error")
+        from emulator.net.clean import fabric_interfaces
+        taken = sorted(set(fabric_interfaces()) & {p.ifname for n in self.fabric.nodes
+                                                   for p in self.fabric.ports(n.name)})
+        if taken:
+            raise EnvironmentProblem(
+                f"interface {taken[0]} already exists ({len(taken)} of this fabric's): another "
+                f"fabric is running, or a crashed run left it (fabric-emu clean removes leftovers)")
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self._trap_signals()
         try:
             grpc_ports = {sw.name: free_tcp_port() for sw in self.fabric.switches()}
-            topo = _mininet_topo(self.fabric, self.dilation, self.run_dir, self.buffer_bytes, grpc_ports)
+            switch_options = {"buffer_bytes": self.buffer_bytes,
+                              "sample_interval_ns": self.sample_interval_ns, "pcap": self.pcap}
+            topo = _mininet_topo(self.fabric, self.dilation, self.run_dir, switch_options, grpc_ports)
             self.net = Mininet(topo=topo, controller=None, autoSetMacs=False, build=False,
                                waitConnected=False)
             self.net.build()
@@ -101,7 +125,9 @@ class FabricNet:
             if self.program:
                 self.controller = FabricController(
                     self.fabric, {sw.name: (self.switch(sw.name).grpc_address, self.fabric.device_id(sw.name))
-                                  for sw in self.fabric.switches()})
+                                  for sw in self.fabric.switches()},
+                    qos=self.qos, mtu_bytes=self.mtu_bytes,
+                    reaction_fabric_ns=int(REACTION_WALL_NS / self.dilation))
                 self.controller.connect()
                 self.controller.install()
         except BaseException:

@@ -49,14 +49,16 @@ class EmbeddedP4Switch(Switch):
     """A fabric switch running the embedded Python target of fabric.p4."""
 
     def __init__(self, name, device_id: int, grpc_port: int, run_dir: str,
-                 port_links: dict, buffer_bytes: int, **params):
-        """port_links: port_no -> (rate_bps, delay_ns) of the link behind it, dilated."""
+                 port_links: dict, options: dict, **params):
+        """port_links: port_no -> (rate_bps, delay_ns) of the link behind it, dilated;
+        options: the rest of the switch process's config (buffer_bytes,
+        sample_interval_ns, pcap, router_mac, seed; see emulator/dataplane/switch.py)."""
         super().__init__(name, dpid=f"{device_id:x}", **params)
         self.device_id = device_id
         self.grpc_port = grpc_port
         self.run_dir = Path(run_dir)
         self.port_links = port_links
-        self.buffer_bytes = buffer_bytes
+        self.options = options
         self.proc: subprocess.Popen | None = None
         self.log_path = self.run_dir / f"{name}.log"
         self.stats_path = self.run_dir / f"{name}.stats.json"
@@ -72,14 +74,14 @@ class EmbeddedP4Switch(Switch):
                 continue
             rate_bps, delay_ns = self.port_links[port_no]
             ports.append({"port_no": port_no, "ifname": intf.name, "rate_bps": rate_bps,
-                          "delay_ns": delay_ns, "buffer_bytes": self.buffer_bytes})
+                          "delay_ns": delay_ns})
             # Keep the kernel's IPv6 chatter off the fabric.
             subprocess.run(["sysctl", "-qw", f"net.ipv6.conf.{intf.name}.disable_ipv6=1"],
                            check=False, capture_output=True)
         cfg_path = self.run_dir / f"{self.name}.switch.json"
         cfg_path.write_text(json.dumps({
             "name": self.name, "device_id": self.device_id, "grpc_port": self.grpc_port,
-            "ports": ports, "stats_path": str(self.stats_path)}, indent=1))
+            "ports": ports, "stats_path": str(self.stats_path), **self.options}, indent=1))
         log = open(self.log_path, "w")
         self.proc = subprocess.Popen([sys.executable, "-m", "emulator.dataplane", str(cfg_path)],
                                      stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)

@@ -363,12 +363,12 @@ def test_ecn_ce_hook_and_cnp_hook(pairs):
     p.start()
     assert p.wait(lambda ca, cb: ca)
     assert dst.buf == src.buf and p.b.stats.rx_icrc_errors == 0
-    assert seen == [(QPN_B, i) for i in range(10)] and p.b.stats.rx_ecn_ce == 10
+    assert seen == [(QPN_B, i) for i in range(10)] and p.b.stats.ecn_ce_rx == 10
     cnp = raw(Ether(src=MAC_A, dst=MAC_B) / IP(src=IP_A, dst=IP_B, tos=0xC2)
               / UDP(sport=1234, dport=4791, chksum=0) / roce.cnp(QPN_B))
     p.sock_a.sock.send(cnp)
     time.sleep(0.05)
-    assert cnps == [(QPN_B, True)] and p.b.stats.rx_cnps == 1
+    assert cnps == [(QPN_B, True)] and p.b.stats.cnp_rx == 1
 
 
 def test_bad_icrc_and_foreign_frames_are_dropped(pairs):

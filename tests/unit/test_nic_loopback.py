@@ -255,13 +255,19 @@ def test_agent_rejects_bad_config(tmp_path):
 RX_SCRIPT = r"""
 import json, sys, time
 from emulator.agents.nic import RoceNic
-nic = RoceNic(sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], rate_bps=10_000_000)
+class Logs:
+    def __init__(self): self.pfc_rows = []
+    def qp(self, *a): pass
+    def cnp(self, *a): pass
+    def pfc(self, *a): self.pfc_rows.append(a[1:])
+logs = Logs()
+nic = RoceNic(sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], rate_bps=10_000_000, logs=logs)
 nic.create_qp(32, sys.argv[5], 16)
 nic.register_mr(4096, addr=0, rkey=9)
 print("READY", flush=True)
 nic.run_until(lambda: False, 1.5)
 nic.poll_kernel_stats()
-print(json.dumps(nic.stats.as_dict()), flush=True)
+print(json.dumps({**nic.stats.as_dict(), "pfc_rows": logs.pfc_rows}), flush=True)
 """
 
 TX_SCRIPT = r"""
@@ -280,7 +286,16 @@ junk = [
     raw(eth / IP(src=src_ip, dst=dst_ip) / TCP(sport=1, dport=4791) / (b"x" * 40)),
     raw(eth / IP(src=src_ip, dst=dst_ip, flags="MF") / UDP(sport=1, dport=4791) / (b"x" * 40)),
     raw(eth / ARP(psrc=src_ip, pdst=dst_ip)),
+    # MAC control: 802.3x PAUSE (opcode 1), PFC to another address
+    bytes.fromhex("0180c2000001") + bytes.fromhex(src_mac.replace(":", ""))
+    + b"\x88\x08\x00\x01\xff\xff" + bytes(40),
+    bytes.fromhex("0180c2000002") + bytes.fromhex(src_mac.replace(":", ""))
+    + b"\x88\x08\x01\x01\x00\x08" + b"\x00\x00" * 3 + b"\x00\x07" + bytes(24),
 ]
+# PFC: class-enable bit 3, timer[3] = 7 quanta
+pfc = (bytes.fromhex("0180c2000001") + bytes.fromhex(src_mac.replace(":", ""))
+       + b"\x88\x08\x01\x01\x00\x08" + b"\x00\x00" * 3 + b"\x00\x07" + bytes(24))
+junk.append(pfc)
 s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
 s.bind((dev, 0))
 for f in junk:
@@ -310,4 +325,5 @@ def test_kernel_filter_passes_only_rocev2_to_our_ip(veth):
     stats = json.loads(out.strip().splitlines()[-1])
     assert stats["rx_ignored"] == 0, stats      # nothing else reached Python
     assert stats["rx_packets"] == 1 and stats["rx_data_packets"] == 1
+    assert stats["pfc_rx"] == 1 and stats["pfc_rows"] == [[3, 7]]   # via the ETH_P_PAUSE socket
     assert stats["tx_acks"] == 1 and stats["rx_socket_drops"] == 0

@@ -1,0 +1,94 @@
+"""Traffic classes, PFC and ECN: what the controller installs for them.
+
+The QoS part of an experiment file (``qos:``) is validated by these models
+and turned into ``dscp_to_priority``, ``pfc_config`` and ``ecn_config``
+entries of ``fabric.p4`` (see docs/lossless.md). Byte thresholds are not
+dilated: a link's bandwidth-delay product in bytes is the same at rate ÷ D
+and delay × D.
+"""
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt
+
+from emulator.p4.p4info import P4Info
+from emulator.topo import Fabric
+
+# Ethernet 14 + IPv4 20 + UDP 8 + BTH 12 + RETH 16 + ICRC 4: a full RoCEv2
+# WRITE frame carries this much beyond its payload.
+ROCE_FRAME_OVERHEAD_BYTES = 74
+DEFAULT_XOFF_BYTES = 32_000
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class PfcSpec(_Strict):
+    enabled: bool = True
+    xoff_bytes: PositiveInt | None = None      # None: DEFAULT_XOFF_BYTES
+    xon_bytes: PositiveInt | None = None       # None: XOFF - 2 MTU frames
+    headroom_bytes: PositiveInt | None = None  # None: sized from each link (see headroom_bytes())
+
+
+class EcnSpec(_Strict):
+    enabled: bool = True
+    kmin_bytes: PositiveInt = 5_000            # DCQCN paper: 5 KB
+    kmax_bytes: PositiveInt = 200_000          # DCQCN paper: 200 KB
+    pmax: float = Field(0.01, ge=0.0, le=1.0)  # DCQCN paper: 1 %
+
+
+class QosSpec(_Strict):
+    roce_dscp: int = Field(26, ge=0, le=63)    # RoCE data, ACK/NAK
+    roce_priority: int = Field(3, ge=0, le=7)  # the lossless class
+    cnp_dscp: int = Field(48, ge=0, le=63)
+    cnp_priority: int = Field(6, ge=0, le=7)
+    pfc: PfcSpec = PfcSpec()
+    ecn: EcnSpec = EcnSpec()
+
+
+def mtu_frame_bytes(mtu_bytes: int) -> int:
+    return mtu_bytes + ROCE_FRAME_OVERHEAD_BYTES
+
+
+def headroom_bytes(rate_bps: int, delay_ns: int, mtu_bytes: int, reaction_fabric_ns: int) -> int:
+    """Bytes still arriving after XOFF is crossed, before the pause takes effect.
+
+    The pause frame travels one link delay, the peer may be mid-frame and
+    finishes it, what it had sent is still one link delay in flight; on top,
+    both ends react after ``reaction_fabric_ns`` (the emulator's processes
+    wake up late by up to a few ms of wall time, i.e. that over D of fabric
+    time).
+    """
+    bdp = 2 * rate_bps * delay_ns // 8 // 1_000_000_000
+    reaction = rate_bps * reaction_fabric_ns // 8 // 1_000_000_000
+    return bdp + 3 * mtu_frame_bytes(mtu_bytes) + reaction
+
+
+def qos_entities(fabric: Fabric, p4info: P4Info, switch: str, qos: QosSpec,
+                 mtu_bytes: int, reaction_fabric_ns: int) -> list:
+    """Table entries of one switch for its traffic classes, PFC and ECN."""
+    entries = [
+        p4info.table_entry("dscp_to_priority", {"dscp": qos.roce_dscp},
+                           ("set_priority", {"priority": qos.roce_priority})),
+        p4info.table_entry("dscp_to_priority", {"dscp": qos.cnp_dscp},
+                           ("set_priority", {"priority": qos.cnp_priority})),
+    ]
+    frame = mtu_frame_bytes(mtu_bytes)
+    xoff = qos.pfc.xoff_bytes or max(DEFAULT_XOFF_BYTES, 3 * frame)
+    xon = qos.pfc.xon_bytes or max(frame, xoff - 2 * frame)
+    for port in fabric.ports(switch):
+        link = fabric.links[port.link_index]
+        if qos.pfc.enabled:
+            headroom = qos.pfc.headroom_bytes or headroom_bytes(
+                link.rate_bps, link.delay_ns, mtu_bytes, reaction_fabric_ns)
+            entries.append(p4info.table_entry(
+                "pfc_config", {"ig_port": port.port_no, "priority": qos.roce_priority},
+                ("set_pfc_thresholds", {"xoff_bytes": xoff, "xon_bytes": xon,
+                                        "headroom_bytes": headroom})))
+        if qos.ecn.enabled:
+            entries.append(p4info.table_entry(
+                "ecn_config", {"eg_port": port.port_no, "priority": qos.roce_priority},
+                ("set_ecn_thresholds", {"kmin_bytes": qos.ecn.kmin_bytes,
+                                        "kmax_bytes": qos.ecn.kmax_bytes,
+                                        "pmax_per_mille": round(qos.ecn.pmax * 1000)})))
+    return entries

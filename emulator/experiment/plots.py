@@ -1,0 +1,284 @@
+"""PNG figures of a run, drawn from its result CSVs and summary (matplotlib, Agg).
+
+Every function reads what ``results.write_results`` wrote into a results
+directory (so figures can be redrawn later without the raw logs), draws one
+figure with fabric time in µs on the x axis, and returns the PNG's path, or
+None when there is nothing to draw (and then writes no file):
+
+* ``plot_queue_depth``  -> ``queue_depth.png``: depth (KB) over time of every
+  egress queue (switch, port, priority) that was ever non-empty, as steps;
+  only the ``top_n`` deepest when there are more.
+* ``plot_throughput``   -> ``throughput.png``: each flow's goodput (Gbps) over
+  time (``flow_rate.csv``).
+* ``plot_pause_timeline`` -> ``pause_timeline.png``: one row per paused link
+  direction and priority (``node:port -> peer``, the transmitter that was
+  paused), a bar over each interval it was paused: from a received pause
+  frame to the resume, or to the end of its pause time (quanta x 512 bit
+  times at the link rate) if no refresh or resume came first. Rows come
+  from the receiving side's events (``pause_rx``/``resume_rx``), or, for a
+  direction with none, from the sending side's (``pause_tx``/``resume_tx``).
+* ``plot_fct_cdf``      -> ``fct_cdf.png``: CDF of FCT slowdown (fct /
+  standalone fct) of the completed flows.
+
+``write_plots(results_dir, summary)`` draws all four.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Mapping
+
+from emulator.experiment.results import read_result_csv
+
+if TYPE_CHECKING:  # pragma: no cover
+    from emulator.topo import Fabric
+
+PLOT_FILES = ("queue_depth.png", "throughput.png", "pause_timeline.png", "fct_cdf.png")
+PAUSE_QUANTUM_BITS = 512
+MAX_LEGEND = 12
+DPI = 110
+
+
+def _figure(width: float = 9.0, height: float = 4.8):
+    from matplotlib.figure import Figure
+    fig = Figure(figsize=(width, height), dpi=DPI)
+    return fig, fig.add_subplot(1, 1, 1)
+
+
+def _save(fig, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, format="png")
+    return path
+
+
+def _legend(ax, n: int) -> None:
+    if n <= MAX_LEGEND:
+        ax.legend(fontsize="small", loc="best", frameon=False)
+
+
+# -------------------------------------------------------------- queue depth
+
+def plot_queue_depth(results_dir: str | Path, out_path: str | Path | None = None,
+                     top_n: int = 10) -> Path | None:
+    results_dir = Path(results_dir)
+    rows = read_result_csv(results_dir / "queue_depth.csv")
+    series: dict[tuple, list[tuple[float, int]]] = {}
+    for r in rows:
+        series.setdefault((r["node"], r["port"], r["priority"]), []).append(
+            (r["time_ns"] / 1000, r["depth_bytes"]))
+    series = {k: sorted(v) for k, v in series.items() if max(d for _, d in v) > 0}
+    if not series:
+        return None
+    end_us = max(r["time_ns"] for r in rows) / 1000
+    ranked = sorted(series, key=lambda k: (-max(d for _, d in series[k]), k))
+    shown = ranked[:top_n]
+    fig, ax = _figure()
+    for key in shown:
+        pts = series[key]
+        t = [0.0] + [p[0] for p in pts] + [end_us]
+        d = [0.0] + [p[1] / 1000 for p in pts] + [pts[-1][1] / 1000]
+        ax.step(t, d, where="post", linewidth=1.2,
+                label=f"{key[0]} port {key[1]} prio {key[2]}")
+    title = "Egress queue depth"
+    if len(ranked) > len(shown):
+        title += f" ({len(shown)} deepest of {len(ranked)} non-empty queues)"
+    ax.set_title(title)
+    ax.set_xlabel("fabric time (µs)")
+    ax.set_ylabel("queue depth (KB)")
+    ax.set_xlim(left=0)
+    ax.set_ylim(bottom=0)
+    ax.grid(True, alpha=0.3)
+    _legend(ax, len(shown))
+    return _save(fig, Path(out_path or results_dir / "queue_depth.png"))
+
+
+# --------------------------------------------------------------- throughput
+
+def plot_throughput(results_dir: str | Path, out_path: str | Path | None = None) -> Path | None:
+    results_dir = Path(results_dir)
+    rows = read_result_csv(results_dir / "flow_rate.csv")
+    series: dict[int, list[dict]] = {}
+    for r in rows:
+        series.setdefault(r["flow_id"], []).append(r)
+    if not series:
+        return None
+    fig, ax = _figure()
+    for fid in sorted(series):
+        pts = sorted(series[fid], key=lambda r: r["time_ns"])
+        # A rate is stamped at the end of its sampling interval: draw it over
+        # the interval (the first one's start taken one sampling period back).
+        t = [p["time_ns"] / 1000 for p in pts]
+        r = [p["rate_gbps"] for p in pts]
+        if len(t) > 1:
+            t, r = [t[0] - (t[1] - t[0])] + t, [r[0]] + r
+        ax.plot(t, r, linewidth=1.0, drawstyle="steps-pre",
+                label=f"flow {fid} {pts[0]['src']}→{pts[0]['dst']}")
+    ax.set_title(f"Per-flow goodput (acknowledged bytes), {len(series)} flows"
+                 + ("" if len(series) <= MAX_LEGEND else "; legend omitted"))
+    ax.set_xlabel("fabric time (µs)")
+    ax.set_ylabel("rate (Gbps)")
+    ax.set_xlim(left=0)
+    ax.set_ylim(bottom=0)
+    ax.grid(True, alpha=0.3)
+    _legend(ax, len(series))
+    return _save(fig, Path(out_path or results_dir / "throughput.png"))
+
+
+# ----------------------------------------------------------- pause timeline
+
+def pause_intervals(events: list[dict], fabric: "Fabric | None" = None,
+                    end_ns: float | None = None) -> dict[tuple[str, int, str, int], list[tuple[float, float]]]:
+    """(node, port, peer, priority) of a paused transmitter -> [(start_ns, end_ns)].
+
+    ``fabric`` gives each port's rate, to end a pause whose time runs out
+    without a resume (without it, a pause lasts until the resume or the end).
+    """
+    end_ns = end_ns if end_ns is not None else max((e["time_ns"] for e in events), default=0.0)
+    rx: dict[tuple, list[tuple[float, int]]] = {}
+    tx_as_rx: dict[tuple, list[tuple[float, int]]] = {}
+    for e in events:
+        quanta = int(e.get("quanta", 0) or 0)
+        pause = e["event"].startswith("pause")
+        q = quanta if pause else 0
+        if pause and q == 0:
+            q = 0xFFFF          # a pause without its time: the switches' default
+        if e["event"] in ("pause_rx", "resume_rx"):
+            key = (e["node"], int(e["port"]), str(e.get("peer", "")), int(e["priority"]))
+            rx.setdefault(key, []).append((e["time_ns"], q))
+        elif e["event"] in ("pause_tx", "resume_tx"):
+            # Sent out of (node, port): the peer's transmitter toward node pauses.
+            peer, peer_port = str(e.get("peer", "")), -1
+            if fabric is not None:
+                try:
+                    p = fabric.port(e["node"], int(e["port"]))
+                    peer, peer_port = p.peer, p.peer_port_no
+                except KeyError:
+                    pass
+            key = (peer, peer_port, e["node"], int(e["priority"]))
+            tx_as_rx.setdefault(key, []).append((e["time_ns"], q))
+    for key, evs in tx_as_rx.items():
+        if key not in rx:
+            rx[key] = evs
+    out = {}
+    for key, evs in rx.items():
+        rate_bits_per_ns = None
+        if fabric is not None and key[1] >= 0:
+            try:
+                rate_bits_per_ns = fabric.links[fabric.port(key[0], key[1]).link_index].rate_bps / 1e9
+            except KeyError:
+                pass
+        intervals, start, until = [], None, None
+        for t, q in sorted(evs):
+            if start is not None and until is not None and t > until:
+                intervals.append((start, until))
+                start = None
+            if q > 0:
+                if start is None:
+                    start = t
+                until = (t + q * PAUSE_QUANTUM_BITS / rate_bits_per_ns) if rate_bits_per_ns else None
+            elif start is not None:
+                intervals.append((start, t))
+                start = None
+        if start is not None:
+            stop = end_ns if until is None else min(until, max(end_ns, start))
+            intervals.append((start, stop))
+        intervals = [(a, b) for a, b in intervals if b >= a]
+        if intervals:
+            out[key] = intervals
+    return out
+
+
+def plot_pause_timeline(results_dir: str | Path, out_path: str | Path | None = None,
+                        fabric: "Fabric | None" = None, end_ns: float | None = None,
+                        max_rows: int = 40) -> Path | None:
+    results_dir = Path(results_dir)
+    events = read_result_csv(results_dir / "pfc_events.csv")
+    if not events:
+        return None
+    if end_ns is None:
+        ends = [max((r["time_ns"] for r in read_result_csv(results_dir / n)), default=0)
+                for n in ("queue_depth.csv", "flow_rate.csv")]
+        end_ns = max([*ends, max(e["time_ns"] for e in events)])
+    iv = pause_intervals(events, fabric, end_ns)
+    if not iv:
+        return None
+    keys = sorted(iv, key=lambda k: (-sum(b - a for a, b in iv[k]), k))[:max_rows]
+    keys.sort()
+    fig, ax = _figure(height=max(2.5, 0.9 + 0.35 * len(keys)))
+    for row, key in enumerate(keys):
+        spans = [(a / 1000, max((b - a) / 1000, end_ns / 1000 * 2e-3)) for a, b in iv[key]]
+        ax.broken_barh(spans, (row - 0.35, 0.7), facecolors="tab:red", alpha=0.8)
+    ax.set_yticks(range(len(keys)))
+    ax.set_yticklabels([f"{k[0]}:{k[1]}→{k[2]} prio {k[3]}" if k[1] >= 0 else
+                        f"{k[0]}→{k[2]} prio {k[3]}" for k in keys], fontsize="small")
+    ax.set_ylim(-0.7, len(keys) - 0.3)
+    ax.set_xlim(0, max(end_ns / 1000, 1e-3))
+    ax.set_xlabel("fabric time (µs)")
+    total = sum(b - a for k in iv for a, b in iv[k])
+    ax.set_title(f"PFC: paused transmitters (sender → peer, priority); "
+                 f"{len(iv)} paused, {total / 1000:.1f} µs paused in total")
+    ax.grid(True, axis="x", alpha=0.3)
+    return _save(fig, Path(out_path or results_dir / "pause_timeline.png"))
+
+
+# ------------------------------------------------------------------ FCT CDF
+
+def _slowdowns(summary: Mapping | None, results_dir: Path) -> list[float]:
+    out = []
+    for f in (summary or {}).get("flows", []):
+        if f.get("complete") and f.get("fct_slowdown") is not None:
+            out.append(float(f["fct_slowdown"]))
+        elif f.get("complete") and f.get("fct_ns") and f.get("standalone_fct_ns"):
+            out.append(f["fct_ns"] / f["standalone_fct_ns"])
+    if not out and summary is None:           # no summary: HPCC's fct.txt, $7 / $8
+        try:
+            for line in (results_dir / "fct.txt").read_text().splitlines():
+                cols = line.split()
+                if len(cols) >= 8 and float(cols[7]) > 0:
+                    out.append(float(cols[6]) / float(cols[7]))
+        except (OSError, ValueError):
+            pass
+    return sorted(out)
+
+
+def plot_fct_cdf(results_dir: str | Path, summary: Mapping | None = None,
+                 out_path: str | Path | None = None) -> Path | None:
+    results_dir = Path(results_dir)
+    slow = _slowdowns(summary, results_dir)
+    if not slow:
+        return None
+    n = len(slow)
+    y = [(i + 1) / n for i in range(n)]
+    fig, ax = _figure(7.0, 4.8)
+    ax.step([slow[0]] + slow, [0.0] + y, where="post", linewidth=1.5, color="tab:blue")
+    ax.axvline(1.0, color="gray", linestyle="--", linewidth=1, label="ideal (alone on its path)")
+    if slow[-1] / max(slow[0], 1e-9) > 20:
+        ax.set_xscale("log")
+    p50 = slow[min(n - 1, max(0, -(-n // 2) - 1))]
+    p99 = slow[min(n - 1, max(0, -(-99 * n // 100) - 1))]
+    ax.set_title(f"FCT slowdown (FCT / standalone FCT), {n} flows: "
+                 f"median {p50:.2f}, p99 {p99:.2f}")
+    ax.set_xlabel("FCT slowdown (×)")
+    ax.set_ylabel("fraction of flows (CDF)")
+    ax.set_ylim(0, 1.02)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize="small", loc="lower right", frameon=False)
+    return _save(fig, Path(out_path or results_dir / "fct_cdf.png"))
+
+
+# --------------------------------------------------------------------- all
+
+def write_plots(results_dir: str | Path, summary: Mapping | None = None,
+                fabric: "Fabric | None" = None) -> dict[str, Path]:
+    """Draw every figure that has data; returns {file name: path} of those written."""
+    results_dir = Path(results_dir)
+    out = {
+        "queue_depth.png": plot_queue_depth(results_dir),
+        "throughput.png": plot_throughput(results_dir),
+        "pause_timeline.png": plot_pause_timeline(results_dir, fabric=fabric),
+        "fct_cdf.png": plot_fct_cdf(results_dir, summary),
+    }
+    return {k: v for k, v in out.items() if v is not None}
+
+
+__all__ = ["PLOT_FILES", "pause_intervals", "plot_fct_cdf", "plot_pause_timeline",
+           "plot_queue_depth", "plot_throughput", "write_plots"]

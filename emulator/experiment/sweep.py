@@ -1,0 +1,333 @@
+"""Parameter sweeps: one experiment file, one run per value of one parameter.
+
+An experiment file may carry a ``sweep`` section::
+
+    sweep:
+      parameter: qos.ecn.kmax_bytes     # dotted path into the experiment (list items: traffic.0.size_bytes
+      values: [20000, 50000, 100000]    #   or traffic[0].size_bytes); missing mappings are created
+
+``run_sweep`` expands it into one experiment per value (the file's mapping
+with the ``sweep`` key removed and the parameter set, validated by
+``experiment_from_dict`` -- every value is checked before the first run),
+runs each with the caller's ``run_one(exp, out_dir / "<parameter>=<value>")``
+(the runner; it returns the run's summary dict), and writes into ``out_dir``:
+
+``sweep.csv``, one row per run, in value order::
+
+    value, run_dir, flows, completed_flows, complete, fell_behind, fabric_us,
+    fct_mean_us, fct_p50_us, fct_p99_us, slowdown_mean, slowdown_p99,
+    ecn_marks, pauses, paused_us, drops, headroom_drops, max_queue_bytes
+
+  FCT statistics are over completed flows, in fabric µs; percentiles are
+  nearest-rank (p99 of fewer than 100 flows is the largest); ``ecn_marks``,
+  ``pauses`` (PFC pause frames sent), ``paused_us`` (egress time paused),
+  ``headroom_drops`` and ``max_queue_bytes`` (deepest queue) come from the
+  ports' per-priority counters (summed / max over every switch port and
+  priority); ``drops`` is the ports' traffic-manager drops. Empty cells: no
+  data (no completed flow, no per-priority counters).
+
+``sweep.png``: those metrics against the parameter.
+
+``sweep.csv`` is rewritten after every run, so a sweep that stops midway
+keeps the rows of the runs that finished.
+"""
+from __future__ import annotations
+
+import copy
+import csv
+import json
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import yaml
+
+from emulator.errors import ConfigError
+from emulator.experiment.model import Experiment, experiment_from_dict
+
+SWEEP_COLUMNS = ("value", "run_dir", "flows", "completed_flows", "complete", "fell_behind",
+                 "fabric_us", "fct_mean_us", "fct_p50_us", "fct_p99_us", "slowdown_mean",
+                 "slowdown_p99", "ecn_marks", "pauses", "paused_us", "drops", "headroom_drops",
+                 "max_queue_bytes")
+_TOKEN = re.compile(r"([^.\[\]]+)|\[(\d+)\]")
+
+RunOne = Callable[[Experiment, Path], Mapping]
+
+
+@dataclass(frozen=True)
+class Sweep:
+    parameter: str
+    values: tuple
+
+
+@dataclass(frozen=True)
+class SweepPoint:
+    value: Any
+    name: str                # run directory name: "<parameter>=<value>"
+    experiment: Experiment
+
+
+# ------------------------------------------------------------------- parsing
+
+def read_experiment_data(path: str | Path) -> Any:
+    path = Path(path)
+    try:
+        return yaml.safe_load(path.read_text())
+    except OSError as e:
+        raise ConfigError(path, "", f"cannot read: {e.strerror}") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"line {mark.line + 1}" if mark else ""
+        raise ConfigError(path, where, f"not valid YAML: {getattr(e, 'problem', e)}") from None
+
+
+def has_sweep(path: str | Path) -> bool:
+    """Whether the experiment file has a ``sweep`` section (for the CLI to choose)."""
+    data = read_experiment_data(path)
+    return isinstance(data, dict) and "sweep" in data
+
+
+def parse_sweep(data: Any, path: str | Path) -> Sweep | None:
+    """The file's sweep section, validated; None if it has none."""
+    if not isinstance(data, dict) or "sweep" not in data:
+        return None
+    sw = data["sweep"]
+    if not isinstance(sw, dict):
+        raise ConfigError(path, "sweep", "expected a mapping {parameter, values}")
+    extra = set(sw) - {"parameter", "values"}
+    if extra:
+        raise ConfigError(path, f"sweep.{sorted(extra)[0]}", "unknown field (expected parameter, values)")
+    param = sw.get("parameter")
+    if not isinstance(param, str) or not param.strip():
+        raise ConfigError(path, "sweep.parameter", "a dotted path such as qos.ecn.kmax_bytes is required")
+    if param.split(".")[0].split("[")[0] in ("sweep", "name"):
+        raise ConfigError(path, "sweep.parameter", f"{param!r} cannot be swept")
+    try:
+        path_tokens(param)
+    except ValueError as e:
+        raise ConfigError(path, "sweep.parameter", str(e)) from None
+    values = sw.get("values")
+    if not isinstance(values, list) or not values:
+        raise ConfigError(path, "sweep.values", "a non-empty list of values is required")
+    return Sweep(param, tuple(values))
+
+
+def path_tokens(dotted: str) -> list[str | int]:
+    """``traffic[0].size_bytes`` / ``traffic.0.size_bytes`` -> ['traffic', 0, 'size_bytes']."""
+    tokens: list[str | int] = []
+    for part in dotted.split("."):
+        if not part:
+            raise ValueError(f"{dotted!r}: empty component")
+        for m in _TOKEN.finditer(part):
+            key, index = m.groups()
+            tokens.append(int(index) if index is not None else
+                          int(key) if key.isdigit() else key)
+        if "".join(m.group(0) for m in _TOKEN.finditer(part)) != part:
+            raise ValueError(f"{dotted!r}: cannot parse {part!r}")
+    return tokens
+
+
+def set_path(data: dict, dotted: str, value: Any) -> dict:
+    """A deep copy of ``data`` with ``dotted`` set to ``value`` (mappings created as needed)."""
+    out = copy.deepcopy(data)
+    tokens = path_tokens(dotted)
+    cur: Any = out
+    for i, tok in enumerate(tokens):
+        last = i == len(tokens) - 1
+        where = ".".join(map(str, tokens[:i + 1]))
+        if isinstance(tok, int):
+            if not isinstance(cur, list) or not -len(cur) <= tok < len(cur):
+                raise KeyError(f"{where}: no list item {tok}")
+            if last:
+                cur[tok] = copy.deepcopy(value)
+            else:
+                cur = cur[tok]
+            continue
+        if not isinstance(cur, dict):
+            raise KeyError(f"{where}: not a mapping")
+        if last:
+            cur[tok] = copy.deepcopy(value)
+        else:
+            if cur.get(tok) is None:
+                cur[tok] = [] if isinstance(tokens[i + 1], int) else {}
+            cur = cur[tok]
+    return out
+
+
+def value_label(value: Any) -> str:
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
+        text = repr(value)
+    elif isinstance(value, (dict, list)):
+        text = json.dumps(value, separators=(",", ":"), sort_keys=True)
+    else:
+        text = str(value)
+    return re.sub(r"[\s/\\:]+", "_", text)
+
+
+def expand_sweep(data: dict, path: str | Path, target: str | None = None) -> tuple[Sweep, list[SweepPoint]]:
+    """One validated experiment per value of the file's sweep."""
+    sweep = parse_sweep(data, path)
+    if sweep is None:
+        raise ConfigError(path, "sweep", "the file has no sweep section")
+    base = {k: v for k, v in data.items() if k != "sweep"}
+    points, used = [], set()
+    for i, value in enumerate(sweep.values):
+        try:
+            modified = set_path(base, sweep.parameter, value)
+        except KeyError as e:
+            raise ConfigError(path, "sweep.parameter", f"cannot set {sweep.parameter}: {e.args[0]}") from None
+        try:
+            exp = experiment_from_dict(modified, path, target)
+        except ConfigError as e:
+            raise ConfigError(path, f"sweep.values[{i}]",
+                              f"{sweep.parameter}={value!r}: {e.field + ': ' if e.field else ''}{e.reason}") from None
+        name = f"{sweep.parameter}={value_label(value)}"
+        if name in used:
+            name = f"{name}#{i}"
+        used.add(name)
+        points.append(SweepPoint(value, name, exp))
+    return sweep, points
+
+
+# -------------------------------------------------------------------- metrics
+
+def _pctl(sorted_vals: list[float], p: float) -> float | None:
+    if not sorted_vals:
+        return None
+    k = max(1, math.ceil(p / 100 * len(sorted_vals)))
+    return sorted_vals[min(k, len(sorted_vals)) - 1]
+
+
+def summary_metrics(summary: Mapping) -> dict:
+    """One sweep.csv row's metrics (no value / run_dir) from a run's summary."""
+    flows = summary.get("flows", [])
+    done = [f for f in flows if f.get("complete")]
+    fcts = sorted(f["fct_ns"] / 1000 for f in done if f.get("fct_ns") is not None)
+    slow = sorted(f["fct_slowdown"] for f in done if f.get("fct_slowdown") is not None)
+    prios = [q for p in summary.get("ports", []) for q in p.get("priorities", []) or []]
+
+    def total(key):
+        return sum(q.get(key, 0) or 0 for q in prios) if prios else None
+
+    paused = total("paused_ns")
+    return {
+        "flows": len(flows), "completed_flows": len(done),
+        "complete": summary.get("complete"), "fell_behind": summary.get("fell_behind"),
+        "fabric_us": (summary["fabric_ns"] / 1000 if summary.get("fabric_ns") is not None else None),
+        "fct_mean_us": sum(fcts) / len(fcts) if fcts else None,
+        "fct_p50_us": _pctl(fcts, 50), "fct_p99_us": _pctl(fcts, 99),
+        "slowdown_mean": sum(slow) / len(slow) if slow else None,
+        "slowdown_p99": _pctl(slow, 99),
+        "ecn_marks": total("ecn_marks"), "pauses": total("pause_tx"),
+        "paused_us": paused / 1000 if paused is not None else None,
+        "drops": sum(p.get("drops", 0) or 0 for p in summary.get("ports", [])),
+        "headroom_drops": total("headroom_drops"),
+        "max_queue_bytes": (max((q.get("max_depth_bytes", 0) or 0 for q in prios), default=0)
+                            if prios else None),
+    }
+
+
+def _cell(v: Any) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    if isinstance(v, (dict, list)):
+        return json.dumps(v, separators=(",", ":"), sort_keys=True)
+    return str(v)
+
+
+def write_sweep_csv(path: str | Path, rows: list[Mapping]) -> Path:
+    path = Path(path)
+    with path.open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(SWEEP_COLUMNS)
+        for r in rows:
+            w.writerow([_cell(r.get(c)) for c in SWEEP_COLUMNS])
+    return path
+
+
+def plot_sweep(path: str | Path, rows: list[Mapping], parameter: str) -> Path | None:
+    """Metrics against the parameter (numeric axis if every value is a number)."""
+    if not rows:
+        return None
+    from matplotlib.figure import Figure
+
+    values = [r["value"] for r in rows]
+    numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+    x = values if numeric else list(range(len(values)))
+    log_x = numeric and min(values) > 0 and max(values) / min(values) >= 100
+    panels = [
+        ("FCT (fabric µs)", [("fct_mean_us", "mean"), ("fct_p50_us", "p50"), ("fct_p99_us", "p99")]),
+        ("FCT slowdown (×)", [("slowdown_mean", "mean"), ("slowdown_p99", "p99")]),
+        ("completed flows", [("completed_flows", "completed"), ("flows", "total")]),
+        ("max queue depth (KB)", [("max_queue_bytes", None)]),
+        ("ECN marks", [("ecn_marks", None)]),
+        ("PFC pause frames sent", [("pauses", None)]),
+        ("drops (packets)", [("drops", "queue"), ("headroom_drops", "headroom")]),
+        ("egress time paused (µs)", [("paused_us", None)]),
+    ]
+    fig = Figure(figsize=(14, 6.5), dpi=100)
+    axes = fig.subplots(2, 4)
+    for ax, (title, keys) in zip(axes.flat, panels):
+        drawn = False
+        for key, label in keys:
+            scale = 1 / 1000 if key == "max_queue_bytes" else 1
+            pts = [(xi, r.get(key)) for xi, r in zip(x, rows) if r.get(key) is not None]
+            if not pts:
+                continue
+            ax.plot([p[0] for p in pts], [p[1] * scale for p in pts], marker="o", label=label)
+            drawn = True
+        ax.set_title(title, fontsize="medium")
+        ax.set_xlabel(parameter, fontsize="small")
+        ax.grid(True, alpha=0.3)
+        if log_x:
+            ax.set_xscale("log")
+        if not numeric:
+            ax.set_xticks(x)
+            ax.set_xticklabels([value_label(v) for v in values], rotation=30, fontsize="small")
+        if not drawn:
+            ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes,
+                    color="gray")
+        elif any(label for _, label in keys):
+            ax.legend(fontsize="x-small", frameon=False)
+        ax.set_ylim(bottom=0)
+    fig.suptitle(f"Sweep of {parameter} ({len(rows)} runs)")
+    fig.tight_layout()
+    fig.savefig(path, format="png")
+    return Path(path)
+
+
+# ------------------------------------------------------------------- running
+
+def run_sweep(path: str | Path, out_dir: str | Path, run_one: RunOne, *,
+              target: str | None = None) -> list[dict]:
+    """Run every point of the file's sweep; write sweep.csv and sweep.png.
+
+    ``run_one(exp, run_out_dir)`` runs one experiment and returns its summary
+    (the runner's ``run_experiment``, e.g. ``lambda e, d: run_experiment(e, d,
+    console)``). An exception from it stops the sweep (after sweep.csv has
+    been written with the runs so far) and propagates. Returns the rows.
+    """
+    path, out_dir = Path(path), Path(out_dir)
+    data = read_experiment_data(path)
+    sweep, points = expand_sweep(data, path, target)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    rows: list[dict] = []
+    csv_path = out_dir / "sweep.csv"
+    for pt in points:
+        run_dir = out_dir / pt.name
+        summary = run_one(pt.experiment, run_dir)
+        rows.append({"value": pt.value, "run_dir": pt.name, **summary_metrics(summary or {})})
+        write_sweep_csv(csv_path, rows)
+    plot_sweep(out_dir / "sweep.png", rows, sweep.parameter)
+    return rows
+
+
+__all__ = ["SWEEP_COLUMNS", "Sweep", "SweepPoint", "expand_sweep", "has_sweep", "parse_sweep",
+           "path_tokens", "plot_sweep", "read_experiment_data", "run_sweep", "set_path",
+           "summary_metrics", "value_label", "write_sweep_csv"]

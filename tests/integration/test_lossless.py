@@ -1,0 +1,165 @@
+"""Physics of the lossless fabric, end to end: the experiment files as users run them.
+
+Each test runs one experiment under Mininet (real namespaces, veths, switch
+processes, P4Runtime, RoCE agents) and checks what it measured.
+"""
+from __future__ import annotations
+
+import csv
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from emulator.experiment.model import experiment_from_dict, load_experiment
+from emulator.experiment.runner import run_experiment
+from tests.conftest import REPO, leftovers, requires_mininet
+
+pytestmark = [requires_mininet, pytest.mark.mininet]
+ROCE_PRIORITY = 3
+
+
+@pytest.fixture(autouse=True)
+def _nothing_left_behind():
+    yield
+    assert leftovers() == {"interfaces": [], "processes": []}
+
+
+def _run(name: str, out: Path, **overrides) -> dict:
+    exp = load_experiment(REPO / "experiments" / f"{name}.yaml")
+    if overrides:
+        import yaml
+        data = yaml.safe_load((REPO / "experiments" / f"{name}.yaml").read_text())
+        for dotted, value in overrides.items():
+            node = data
+            *parents, leaf = dotted.split(".")
+            for p in parents:
+                node = node.setdefault(p, {})
+            node[leaf] = value
+        exp = experiment_from_dict(data, REPO / "experiments" / f"{name}.yaml")
+    return run_experiment(exp, out)
+
+
+def _prio(port: dict, priority: int = ROCE_PRIORITY) -> dict:
+    for p in port.get("priorities", []):
+        if p["priority"] == priority:
+            return p
+    return {"drops": 0, "ecn_marks": 0, "pause_tx": 0, "pause_rx": 0, "paused_ns": 0, "tx_packets": 0}
+
+
+def _ports(summary, node=None, peer=None):
+    return [p for p in summary["ports"]
+            if (node is None or p["node"] == node) and (peer is None or p["peer"] == peer)]
+
+
+def _csv(path: Path) -> list[dict]:
+    with open(path) as f:
+        return list(csv.DictReader(f))
+
+
+def test_incast_with_pfc_is_lossless(tmp_path):
+    s = _run("incast-pfc", tmp_path)
+    assert s["complete"], [f for f in s["flows"] if not f["complete"]]
+    assert all(f["delivered_bytes"] == f["bytes"] and f["intact"] for f in s["flows"])
+    # Zero drops in the lossless class, anywhere.
+    assert sum(_prio(p)["drops"] for p in s["ports"]) == 0
+    assert sum(p["drops"] for p in s["ports"]) == 0
+    # leaf1 paused its upstream neighbours, and they saw the pauses.
+    assert sum(_prio(p)["pause_tx"] for p in _ports(s, node="leaf1")) > 0
+    assert sum(_prio(p)["pause_rx"] for p in _ports(s, peer="leaf1")) > 0
+    assert (tmp_path / "pfc_events.csv").exists() and (tmp_path / "pfc.txt").exists()
+
+
+def test_incast_without_pfc_drops_and_still_completes(tmp_path):
+    s = _run("incast-nopfc", tmp_path)
+    drops = sum(_prio(p)["drops"] for p in _ports(s, node="leaf1"))
+    assert drops > 0, "a 5:1 incast into a 300 KB buffer must overflow without PFC"
+    assert sum(_prio(p)["pause_tx"] for p in s["ports"]) == 0
+    # Go-back-N recovered every message, intact.
+    assert s["complete"], [f for f in s["flows"] if not f["complete"]]
+    assert all(f["delivered_bytes"] == f["bytes"] and f["intact"] for f in s["flows"])
+
+
+def test_ecn_marks_only_above_kmin_and_cnps_reach_senders(tmp_path):
+    s = _run("incast-dcqcn", tmp_path)
+    assert s["complete"]
+    marks = _csv(tmp_path / "ecn_marks.csv")
+    assert marks, "a 5:1 incast must build a queue above Kmin"
+    kmin = 5000
+    assert all(int(m["depth_bytes"]) > kmin for m in marks), \
+        min(int(m["depth_bytes"]) for m in marks)
+    cnps = _csv(tmp_path / "cnp.csv")
+    senders = {f["src"] for f in s["flows"]}
+    got = {c["host"] for c in cnps if c["direction"] == "rx"}
+    assert got and got <= senders
+    assert {c["host"] for c in cnps if c["direction"] == "tx"} == {"h1"}
+
+
+def _jain(xs):
+    return sum(xs) ** 2 / (len(xs) * sum(x * x for x in xs))
+
+
+def test_dcqcn_shares_one_bottleneck_fairly(tmp_path):
+    s = _run("fairness", tmp_path)
+    assert s["complete"]
+    rows = _csv(tmp_path / "flow_rate.csv")
+    ids = sorted({int(r["flow_id"]) for r in rows})
+    # The window in which every flow is active: from the last start to the first end.
+    starts = {i: min(float(r["time_ns"]) for r in rows if int(r["flow_id"]) == i and float(r["rate_gbps"]) > 0)
+              for i in ids}
+    ends = {i: max(float(r["time_ns"]) for r in rows if int(r["flow_id"]) == i and float(r["rate_gbps"]) > 0)
+            for i in ids}
+    lo, hi = max(starts.values()), min(ends.values())
+    assert hi > lo
+    # Judge the second half of that window (after convergence).
+    mid = lo + (hi - lo) / 2
+    rates = []
+    for i in ids:
+        xs = [float(r["rate_gbps"]) for r in rows if int(r["flow_id"]) == i and mid <= float(r["time_ns"]) <= hi]
+        rates.append(sum(xs) / len(xs))
+    assert _jain(rates) >= 0.9, rates
+    fair = sum(rates) / len(rates)
+    assert all(abs(r - fair) <= 0.1 * fair * 3 for r in rates), rates
+    # The bottleneck queue stays bounded (well below the buffer).
+    q = [p for p in _ports(s, node="leaf1", peer="h1")][0]
+    assert _prio(q).get("max_depth_bytes", 0) < 1_000_000
+
+
+def test_pause_frames_dissect_with_the_port_rate(tmp_path):
+    from scapy.contrib.mac_control import MACControlClassBasedFlowControl
+    from scapy.utils import rdpcap
+
+    exp = load_experiment(REPO / "experiments/incast-pfc.yaml")
+    s = run_experiment(exp, tmp_path, pcap=True)
+    assert s["complete"]
+    # leaf1 port 2 faces h2, a sender: leaf1 pauses it.
+    frames = rdpcap(str(tmp_path / "run" / "leaf1-eth2.pcap"))
+    pauses = [f for f in frames if f.haslayer(MACControlClassBasedFlowControl)]
+    assert pauses
+    for f in pauses:
+        assert f.dst == "01:80:c2:00:00:01"
+        pfc = f[MACControlClassBasedFlowControl]
+        assert pfc.c3_enabled == 1
+        assert sum(getattr(pfc, f"c{i}_enabled") for i in range(8)) == 1
+        assert pfc.c3_pause_time in (0, 0xFFFF)
+    if shutil.which("tshark"):
+        out = subprocess.run(["tshark", "-r", str(tmp_path / "run" / "leaf1-eth2.pcap"), "-Y", "macc.opcode == 0x0101",
+                              "-T", "fields", "-e", "frame.number"], capture_output=True, text=True)
+        assert out.stdout.strip(), out.stderr
+        out = subprocess.run(["tshark", "-r", str(tmp_path / "run" / "leaf1-eth1.pcap"), "-Y", "infiniband.bth",
+                              "-c", "1", "-T", "fields", "-e", "infiniband.bth.opcode"],
+                             capture_output=True, text=True)
+        assert out.stdout.strip(), out.stderr
+
+
+def test_victim_flow_suffers_under_pfc_and_recovers_with_dcqcn(tmp_path):
+    pfc = _run("hol-victim", tmp_path / "pfc")
+    dcqcn = _run("hol-victim-dcqcn", tmp_path / "dcqcn")
+    assert pfc["complete"] and dcqcn["complete"]
+    victim_pfc = [f for f in pfc["flows"] if f["src"] == "h6"][0]
+    victim_dcqcn = [f for f in dcqcn["flows"] if f["src"] == "h6"][0]
+    # The victim shares no bottleneck, yet PFC spreading slows it down ...
+    assert victim_pfc["fct_slowdown"] > 2.0, victim_pfc
+    # ... and ECN/DCQCN keep the congestion at the incast.
+    assert victim_dcqcn["fct_ns"] < 0.7 * victim_pfc["fct_ns"], (victim_dcqcn, victim_pfc)

@@ -1,0 +1,311 @@
+"""fabric.p4's ingress on the embedded target, programmed over real P4Runtime.
+
+Every test starts a ``P4RuntimeServer`` on 127.0.0.1 (ephemeral port) with a
+fresh ``SwitchState``, connects a ``SwitchConnection`` as the primary, sets
+the pipeline and writes the controller's ``switch_entities`` for leaf1 of
+clos-2x2 (plus a case's ACL entries), then drives
+``FabricPipeline(state, p4info).ingress(frame, port)`` with Scapy-built
+frames. The expectations come from ``tests/packet_cases.py`` (PTF style:
+frame + ingress port -> frames + egress ports, or dropped) and are built from
+fabric.p4 alone, so they can be replayed against BMv2.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import pytest
+from scapy.compat import raw
+from scapy.layers.inet import IP, UDP
+from scapy.layers.l2 import Ether
+
+from emulator.agents.roce import BTH, RETH, verify_icrc
+from emulator.control.p4rt_client import SwitchConnection
+from emulator.dataplane.p4rt_server import P4RuntimeServer
+from emulator.dataplane.pipeline import DROP_PORT, FabricPipeline
+from emulator.dataplane.state import SwitchState
+from emulator.p4.p4info import P4Info
+from tests import packet_cases as pc
+from tests.packet_cases import (
+    CASE_IDS, CASES, CPU_PORT, DEVICE_ID, H1_IP, H1_MAC, H1_PORT, H2_IP, H2_MAC, H2_PORT,
+    PUNT_ARP, PUNT_ROCE_FROM_PORT1, REMOTE_IP, ROUTER_MAC, UPLINK_MAC, UPLINKS, program, rocev2, to_h1,
+    to_h2, to_uplink, verify,
+)
+
+COUNTER_CELLS = 256
+
+
+@pytest.fixture(scope="module")
+def p4info():
+    return P4Info.load()
+
+
+@dataclass
+class Target:
+    """One embedded switch without sockets: state, its P4Runtime server, a controller, ingress."""
+
+    state: SwitchState
+    server: P4RuntimeServer
+    conn: SwitchConnection
+    p4: P4Info
+    pipeline: FabricPipeline
+
+    def send(self, frame: bytes, port: int) -> tuple[tuple[int, bytes], ...]:
+        """PTF-style outcome of one frame: ((egress port, frame),) or () when dropped."""
+        egress, out = self.pipeline.ingress(frame, port)
+        return () if egress == DROP_PORT else ((egress, bytes(out)),)
+
+    def counter(self, name: str) -> dict[int, tuple[int, int]]:
+        """Every cell of a counter, read back over P4Runtime."""
+        cells = self.conn.read_counter(name)
+        assert sorted(cells) == list(range(COUNTER_CELLS))
+        return cells
+
+
+@pytest.fixture
+def target(p4info):
+    state = SwitchState()
+    server = P4RuntimeServer(state, DEVICE_ID, 0, p4info)
+    server.start()
+    conn = None
+    try:
+        conn = SwitchConnection(server.address, DEVICE_ID, timeout=5.0)
+        yield Target(state, server, conn, p4info, FabricPipeline(state, p4info))
+    finally:
+        if conn is not None:
+            conn.close()
+        server.stop(grace=0)
+
+
+# ---------------------------------------------------------------- the case table
+
+@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+def test_case(target, case):
+    program(target.conn, target.p4, case.acl)
+    first = target.send(case.frame, case.ingress_port)
+    verify(first, case)
+    # The same frame again: now served from the flow cache, same outcome.
+    assert target.send(case.frame, case.ingress_port) == first
+    drops = target.conn.read_counter("pipeline_drop_counter", index=case.ingress_port)
+    assert drops[case.ingress_port] == ((2, 2 * len(case.frame)) if case.dropped else (0, 0))
+
+
+# ---------------------------------------------------------------- routing in detail
+
+def test_routed_rocev2_frame_dissected(target):
+    program(target.conn, target.p4)
+    frame = rocev2(H2_IP, H1_IP, src_mac=H2_MAC, ttl=64, payload_len=512, psn=0x123456)
+    (port, out), = target.send(frame, H2_PORT)
+    assert port == H1_PORT
+    assert len(out) == len(frame)
+    p, q = Ether(out), Ether(frame)
+    assert (p.dst, p.src, p.type) == (H1_MAC, ROUTER_MAC, 0x0800)
+    assert p[IP].ttl == 63
+    for f in ("version", "ihl", "tos", "len", "id", "flags", "frag", "proto", "src", "dst"):
+        assert getattr(p[IP], f) == getattr(q[IP], f), f
+    # The header checksum is what Scapy computes for the new header.
+    recomputed = p[IP].copy()
+    recomputed.remove_payload()
+    del recomputed.chksum
+    assert p[IP].chksum == IP(raw(recomputed)).chksum != q[IP].chksum
+    # UDP, BTH, RETH, payload and ICRC: byte for byte what came in.
+    assert out[34:] == frame[34:]
+    assert (p[UDP].sport, p[UDP].dport, p[UDP].chksum) == (49152, 4791, 0)
+    assert (p[BTH].opcode, p[BTH].psn, p[BTH].dqpn) == (0x0A, 0x123456, 0x111)
+    assert p[RETH].dma_length == 512
+    assert out[-4:] == frame[-4:] and verify_icrc(out)   # ICRC skips TTL and checksum
+
+
+def test_ecmp_spreads_udp_source_ports_over_both_uplinks(target):
+    program(target.conn, target.p4)
+    chosen = {}
+    for sport in range(49152, 49152 + 64):
+        frame = rocev2(H1_IP, REMOTE_IP, src_mac=H1_MAC, sport=sport)
+        (port, out), = target.send(frame, H1_PORT)
+        assert port in UPLINKS
+        assert out == to_uplink(frame, port)           # dmac = that spine's router MAC
+        chosen[sport] = port
+    assert set(chosen.values()) == set(UPLINKS), chosen
+    # The selector hashes the 5-tuple only: TTL, IP id, DSCP, length, PSN and
+    # the ingress port do not move a flow; a fresh pipeline agrees.
+    fresh = FabricPipeline(target.state, target.p4)
+    for sport, port in chosen.items():
+        for variant, ingress in ((dict(ttl=9, ip_id=sport, tos=0, payload_len=900, psn=3), H1_PORT),
+                                 (dict(ttl=200, ip_id=1, payload_len=16), H2_PORT)):
+            frame = rocev2(H1_IP, REMOTE_IP, src_mac=H1_MAC, sport=sport, **variant)
+            assert target.send(frame, ingress) == ((port, to_uplink(frame, port)),)
+            assert fresh.ingress(frame, ingress)[0] == port
+
+
+def test_more_specific_route_beats_ecmp_prefix_and_default_route_catches_the_rest(target):
+    p4 = target.p4
+    ents = program(target.conn, p4)
+    member_of_port = {p4.decode_action(m.action).param(p4.param_id("set_nexthop", "port")): m.member_id
+                      for m in ents["members"]}
+    target.conn.insert([
+        p4.table_entry("ipv4_lpm", {"ipv4_dst": (REMOTE_IP, 32)}, member_id=member_of_port[4]),
+        # No match field at all: the LPM don't-care (/0) entry.
+        p4.table_entry("ipv4_lpm", {}, member_id=member_of_port[3]),
+    ])
+    for sport in range(49152, 49152 + 16):
+        f = rocev2(H1_IP, REMOTE_IP, src_mac=H1_MAC, sport=sport)
+        assert target.send(f, H1_PORT) == ((4, to_uplink(f, 4)),)
+    f = rocev2(H1_IP, pc.UNROUTED_IP, src_mac=H1_MAC)
+    assert target.send(f, H1_PORT) == ((3, to_uplink(f, 3)),)
+    f = rocev2()
+    assert target.send(f, H2_PORT) == ((H1_PORT, to_h1(f)),)   # /32 still beats /0
+
+
+# ---------------------------------------------------------------- no pipeline config
+
+def test_everything_dropped_before_a_pipeline_config(target, p4info):
+    frames = [(rocev2(), H2_PORT), (rocev2(H1_IP, REMOTE_IP, src_mac=H1_MAC), H1_PORT),
+              (pc.arp_request(), H1_PORT)]
+    for frame, port in frames:
+        assert target.send(frame, port) == ()
+    assert target.state.counters == {}        # nothing counted either
+    # A pipeline with empty tables: still dropped, now counted as pipeline drops.
+    target.conn.set_pipeline(p4info)
+    for frame, port in frames:
+        assert target.send(frame, port) == ()
+    drops = target.counter("pipeline_drop_counter")
+    assert drops[H2_PORT] == (1, len(frames[0][0]))
+    assert drops[H1_PORT] == (2, len(frames[1][0]) + len(frames[2][0]))
+
+
+# ---------------------------------------------------------------- counters
+
+def test_port_counters_count_packets_and_bytes(target):
+    program(target.conn, target.p4, [PUNT_ARP])
+    rx = {i: [0, 0] for i in range(COUNTER_CELLS)}
+    enq = {i: [0, 0] for i in range(COUNTER_CELLS)}
+    drop = {i: [0, 0] for i in range(COUNTER_CELLS)}
+
+    def add(table, index, frame):
+        table[index][0] += 1
+        table[index][1] += len(frame)
+
+    traffic = [(rocev2(payload_len=n), H2_PORT) for n in (64, 300, 1024)]
+    traffic += [(rocev2(H1_IP, REMOTE_IP, src_mac=H1_MAC, sport=s, payload_len=200), H1_PORT)
+                for s in range(49152, 49160)]
+    traffic += [(rocev2(dst_mac=H1_MAC), H2_PORT),            # my_station miss: drop
+                (rocev2(ttl=1), H2_PORT),                      # TTL: drop
+                (rocev2(H1_IP, pc.UNROUTED_IP, src_mac=H1_MAC), H1_PORT),  # no route: drop
+                (pc.arp_request(), H1_PORT)]                   # ACL punt: to CPU, no enq
+    punted = 0
+    for frame, port in traffic:
+        got = target.send(frame, port)
+        add(rx, port, frame)
+        if not got:
+            add(drop, port, frame)
+        elif got[0][0] == CPU_PORT:
+            punted += 1
+        else:
+            add(enq, got[0][0], frame)
+    assert punted == 1
+    assert enq[H1_PORT] == [3, sum(len(rocev2(payload_len=n)) for n in (64, 300, 1024))]
+    assert enq[3][0] + enq[4][0] == 8          # which uplink each flow took: as observed
+    assert drop[H2_PORT][0] == 2 and drop[H1_PORT][0] == 1
+    for name, want in (("rx_port_counter", rx), ("enq_port_counter", enq),
+                       ("pipeline_drop_counter", drop)):
+        got = target.counter(name)
+        assert {i: list(v) for i, v in got.items()} == want, name
+    # Egress counts at dequeue (the switch's traffic manager), not in ingress.
+    assert set(target.counter("tx_port_counter").values()) == {(0, 0)}
+
+
+def test_packet_out_takes_no_lookup_and_counts_enq_only(target):
+    program(target.conn, target.p4)
+    outs = []
+    target.state.packet_out_handler = lambda payload, port: outs.append(
+        (target.pipeline.packet_out(payload, port), payload))
+    frame = rocev2(dst_mac=H2_MAC, src_mac=ROUTER_MAC, ttl=1)   # would be dropped by ingress
+    target.conn.packet_out(frame, 2)
+    deadline = time.monotonic() + 5
+    while not outs and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert outs == [(2, frame)]
+    assert target.counter("enq_port_counter")[2][0] == 1
+    assert set(target.counter("rx_port_counter").values()) == {(0, 0)}
+    assert set(target.counter("pipeline_drop_counter").values()) == {(0, 0)}
+
+
+# ---------------------------------------------------------------- writes after a flow is cached
+
+def _member_of_port(target, ents, port: int) -> int:
+    p4 = target.p4
+    return next(m.member_id for m in ents["members"]
+                if p4.decode_action(m.action).param(p4.param_id("set_nexthop", "port")) == port)
+
+
+def test_modified_member_redirects_a_cached_flow(target):
+    p4 = target.p4
+    ents = program(target.conn, p4)
+    frame = rocev2()
+    for _ in range(3):
+        assert target.send(frame, H2_PORT) == ((H1_PORT, to_h1(frame)),)
+    new_mac = "02:00:00:00:99:99"
+    target.conn.modify(p4.action_profile_member(
+        "ecmp_selector", _member_of_port(target, ents, H1_PORT), "set_nexthop",
+        {"port": 2, "smac": ROUTER_MAC, "dmac": new_mac}))
+    assert target.send(frame, H2_PORT) == ((2, pc.routed(frame, ROUTER_MAC, new_mac)),)
+
+
+def test_deleted_and_reinserted_route_applies_to_a_cached_flow(target):
+    p4 = target.p4
+    ents = program(target.conn, p4)
+    frame = rocev2()
+    assert target.send(frame, H2_PORT) == ((H1_PORT, to_h1(frame)),)
+    route = p4.table_entry("ipv4_lpm", {"ipv4_dst": (H1_IP, 32)},
+                           member_id=_member_of_port(target, ents, H1_PORT))
+    target.conn.delete(route)
+    assert target.send(frame, H2_PORT) == ()
+    target.conn.insert(route)
+    assert target.send(frame, H2_PORT) == ((H1_PORT, to_h1(frame)),)
+    # my_station gone: nothing is routed any more.
+    target.conn.delete(p4.table_entry("my_station", {"eth_dst": ROUTER_MAC}))
+    assert target.send(frame, H2_PORT) == ()
+
+
+def test_acl_written_after_a_flow_was_cached_takes_effect(target):
+    p4 = target.p4
+    program(target.conn, p4)
+    frame = rocev2(H1_IP, H2_IP, src_mac=H1_MAC)
+    for _ in range(2):
+        assert target.send(frame, H1_PORT) == ((H2_PORT, to_h2(frame)),)
+    target.conn.insert(PUNT_ROCE_FROM_PORT1.entry(p4))
+    assert target.send(frame, H1_PORT) == ((CPU_PORT, to_h2(frame)),)
+    target.conn.delete(PUNT_ROCE_FROM_PORT1.entry(p4))
+    assert target.send(frame, H1_PORT) == ((H2_PORT, to_h2(frame)),)
+
+
+def test_modified_ecmp_group_moves_cached_flows(target):
+    p4 = target.p4
+    ents = program(target.conn, p4)
+    frames = [rocev2(H1_IP, REMOTE_IP, src_mac=H1_MAC, sport=s) for s in range(49152, 49152 + 32)]
+    before = [target.send(f, H1_PORT)[0][0] for f in frames]
+    assert set(before) == set(UPLINKS)
+    group = ents["groups"][0]
+    only4 = p4.action_profile_group("ecmp_selector", group.group_id,
+                                    [_member_of_port(target, ents, 4)], max_size=group.max_size)
+    target.conn.modify(only4)
+    for f in frames:
+        assert target.send(f, H1_PORT) == ((4, to_uplink(f, 4)),)
+    target.conn.modify(group)
+    assert [target.send(f, H1_PORT)[0][0] for f in frames] == before
+
+
+def test_new_pipeline_config_empties_tables_and_counters(target):
+    program(target.conn, target.p4)
+    frame = rocev2()
+    assert target.send(frame, H2_PORT) == ((H1_PORT, to_h1(frame)),)
+    target.conn.set_pipeline(target.p4)
+    assert target.send(frame, H2_PORT) == ()
+    assert target.counter("rx_port_counter")[H2_PORT] == (1, len(frame))
+    assert target.counter("enq_port_counter")[H1_PORT] == (0, 0)
+
+
+def test_every_uplink_mac_is_a_spine_router_mac():
+    # Guards the expectations above: the ECMP next hops are the spines' router MACs.
+    assert UPLINK_MAC == {3: pc.PLAN.router_mac("spine1"), 4: pc.PLAN.router_mac("spine2")}
+    assert H1_MAC == pc.PLAN.host_mac("h1") and H1_PORT == 1

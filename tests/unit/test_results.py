@@ -1,0 +1,261 @@
+"""Raw logs (docs/lossless.md formats) -> result CSVs in fabric time and units."""
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from emulator.experiment.model import experiment_from_dict
+from emulator.experiment.results import (
+    RESULT_COLUMNS,
+    load_results,
+    read_raw_csv,
+    read_result_csv,
+    stats_by_port_priority,
+    write_all,
+    write_results,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+D = 1000                      # dilation of the synthetic run
+T0 = 5_000_000_000            # monotonic ns of the agents' common start
+US = 1000 * D                 # one fabric µs in wall (dilated) ns
+
+
+def wall(fabric_ns: float) -> int:
+    """The raw (monotonic, dilated) stamp of a fabric time."""
+    return int(T0 + fabric_ns * D)
+
+
+def make_experiment(**extra):
+    """clos-2x2 (leaf1: h1 h2 on ports 1-2, spine1/2 on 3-4; leaf2: h3 h4), two flows to h3."""
+    data = {
+        "name": "unit", "topology": "../topologies/clos-2x2.yaml", "dilation": D,
+        "traffic": [{"src": "h1", "dst": "h3", "op": "write", "size_bytes": 40960},
+                    {"src": "h2", "dst": "h3", "op": "write", "size_bytes": 20480, "start_us": 1}],
+        **extra,
+    }
+    return experiment_from_dict(data, REPO / "experiments" / "unit.yaml")
+
+
+def write_lines(path: Path, lines: list[str]) -> None:
+    path.write_text("".join(line + "\n" for line in lines))
+
+
+def make_run(run_dir: Path) -> Path:
+    """Synthetic raw logs of a run of make_experiment() (flow 0: h1 QP 256 -> h3 QP 256,
+    flow 1: h2 QP 256 -> h3 QP 257)."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    # leaf2 port 1 faces h3: the incast queue. Port 3 faces spine1.
+    write_lines(run_dir / "leaf2.qdepth.csv", [
+        "t_ns,port,priority,depth_bytes",
+        f"{wall(1000)},1,3,2500",
+        f"{wall(1000)},1,6,600",
+        f"{wall(2000)},1,3,0",
+        f"{wall(2000)},1,6,0",
+        f"{wall(1500)},3,3,1200",
+        f"{wall(2500)},3,3,0",
+        f"{wall(2600)},3,3,9",          # a line cut short when the process was killed
+    ][:-1] + [f"{wall(2600)},3"])
+    write_lines(run_dir / "leaf2.events.csv", [
+        "t_ns,port,priority,event,value",
+        f"{wall(1100)},3,3,pause_tx,65535",
+        f"{wall(1800)},3,3,resume_tx,0",
+        f"{wall(1200)},1,3,ecn_mark,2500",
+        f"{wall(1300)},1,0,drop,1078",
+    ])
+    write_lines(run_dir / "spine1.events.csv", [            # no header: documented order
+        f"{wall(1110)},2,3,pause_rx,65535",
+        f"{wall(1810)},2,3,resume_rx,0",
+    ])
+    json_stats = {
+        "name": "leaf2", "rx_frames": 100,
+        "ports": [{"port": 1, "late_frames": 2, "max_lateness_ns": 3 * US,
+                   "priorities": [
+                       {"priority": 3, "tx_packets": 60, "tx_bytes": 66000, "drops": 0,
+                        "headroom_drops": 0, "ecn_marks": 1, "pause_tx": 0, "pause_rx": 0,
+                        "paused_ns": 0, "max_depth_bytes": 2500},
+                       {"priority": 6, "tx_packets": 2, "tx_bytes": 150, "drops": 0,
+                        "headroom_drops": 0, "ecn_marks": 0, "pause_tx": 0, "pause_rx": 0,
+                        "paused_ns": 0, "max_depth_bytes": 600}]},
+                  {"port": 3, "late_frames": 0, "max_lateness_ns": 0,
+                   "priorities": {"3": {"tx_packets": 5, "tx_bytes": 400, "drops": 0,
+                                        "headroom_drops": 0, "ecn_marks": 0, "pause_tx": 2,
+                                        "pause_rx": 0, "paused_ns": 0, "max_depth_bytes": 1200},
+                                  "0": {"tx_packets": 1, "tx_bytes": 64, "drops": 1,
+                                        "headroom_drops": 0, "ecn_marks": 0, "pause_tx": 0,
+                                        "pause_rx": 0, "paused_ns": 0, "max_depth_bytes": 64}}}],
+    }
+    (run_dir / "leaf2.stats.json").write_text(json.dumps(json_stats))
+    (run_dir / "spine1.stats.json").write_text(json.dumps({"ports": [
+        {"port": 2, "late_frames": 0, "max_lateness_ns": 0,
+         "priorities": [{"priority": 3, "tx_packets": 40, "tx_bytes": 44000, "pause_rx": 2,
+                         "paused_ns": 700 * D}]}]}))
+    write_lines(run_dir / "h1.qp.csv", [
+        "t_ns,qpn,rate_bps,alpha,event",
+        f"{wall(0)},256,100000000,1.0,init",          # 100 Mbit/s dilated = 100 Gbps fabric
+        f"{wall(1400)},256,50000000,0.9375,cnp",
+    ])
+    write_lines(run_dir / "h1.flows.csv", [
+        "t_ns,flow_id,acked_bytes",
+        f"{wall(0)},0,0",
+        f"{wall(1000)},0,12500",                       # 12500 B in 1 fabric µs: 100 Gbps
+        f"{wall(2000)},0,18750",                       # 6250 B: 50 Gbps
+    ])
+    write_lines(run_dir / "h1.cnp.csv", [
+        "t_ns,local_qpn,remote_qpn,direction",
+        f"{wall(1390)},256,256,rx",
+    ])
+    write_lines(run_dir / "h3.cnp.csv", [
+        "t_ns,local_qpn,remote_qpn,direction",
+        f"{wall(1250)},256,256,tx",
+        f"{wall(1260)},257,256,tx",
+    ])
+    write_lines(run_dir / "h3.pfc.csv", [
+        "t_ns,priority,quanta",
+        f"{wall(1700)},3,65535",
+        f"{wall(1750)},3,0",
+    ])
+    return run_dir
+
+
+def read_csv(path: Path) -> tuple[list[str], list[dict]]:
+    with path.open(newline="") as fh:
+        r = csv.DictReader(fh)
+        return list(r.fieldnames or []), list(r)
+
+
+@pytest.fixture
+def run(tmp_path):
+    exp = make_experiment()
+    run_dir = make_run(tmp_path / "run")
+    return exp, run_dir, tmp_path / "out"
+
+
+def test_every_csv_written_with_its_columns(run):
+    exp, run_dir, out = run
+    files = write_results(exp, run_dir, out, T0)
+    assert set(files) == set(RESULT_COLUMNS)
+    for name, cols in RESULT_COLUMNS.items():
+        header, _ = read_csv(out / name)
+        assert tuple(header) == cols, name
+
+
+def test_time_is_fabric_ns_from_t0(run):
+    exp, run_dir, out = run
+    write_results(exp, run_dir, out, T0)
+    _, rows = read_csv(out / "queue_depth.csv")
+    assert [(r["time_ns"], r["node"], r["port"], r["priority"], r["depth_bytes"]) for r in rows] == [
+        ("1000", "leaf2", "1", "3", "2500"), ("1000", "leaf2", "1", "6", "600"),
+        ("1500", "leaf2", "3", "3", "1200"),
+        ("2000", "leaf2", "1", "3", "0"), ("2000", "leaf2", "1", "6", "0"),
+        ("2500", "leaf2", "3", "3", "0"),   # the truncated last line is skipped
+    ]
+
+
+def test_sub_ns_fabric_times_keep_a_decimal(tmp_path):
+    exp = make_experiment()
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    write_lines(run_dir / "leaf1.qdepth.csv", [f"{T0 + 1500},1,3,100"])   # 1.5 fabric ns
+    write_results(exp, run_dir, tmp_path / "out", T0)
+    _, rows = read_csv(tmp_path / "out" / "queue_depth.csv")
+    assert rows[0]["time_ns"] == "1.5"
+
+
+def test_dcqcn_rates_are_undilated_gbps_and_mapped_to_flows(run):
+    exp, run_dir, out = run
+    write_results(exp, run_dir, out, T0)
+    _, rows = read_csv(out / "dcqcn_rate.csv")
+    assert [(r["time_ns"], r["host"], r["qpn"], r["flow_id"], float(r["rate_gbps"]),
+             float(r["alpha"]), r["event"]) for r in rows] == [
+        ("0", "h1", "256", "0", 100.0, 1.0, "init"),
+        ("1400", "h1", "256", "0", 50.0, 0.9375, "cnp")]
+
+
+def test_flow_rate_from_acked_bytes(run):
+    exp, run_dir, out = run
+    write_results(exp, run_dir, out, T0)
+    _, rows = read_csv(out / "flow_rate.csv")
+    assert [(r["time_ns"], r["flow_id"], r["src"], r["dst"], float(r["rate_gbps"]))
+            for r in rows] == [("1000", "0", "h1", "h3", 100.0), ("2000", "0", "h1", "h3", 50.0)]
+
+
+def test_pfc_events_of_switches_and_hosts(run):
+    exp, run_dir, out = run
+    write_results(exp, run_dir, out, T0)
+    _, rows = read_csv(out / "pfc_events.csv")
+    got = [(r["time_ns"], r["node"], r["port"], r["peer"], r["priority"], r["event"], r["quanta"])
+           for r in rows]
+    assert got == [
+        ("1100", "leaf2", "3", "spine1", "3", "pause_tx", "65535"),
+        ("1110", "spine1", "2", "leaf2", "3", "pause_rx", "65535"),
+        ("1700", "h3", "0", "leaf2", "3", "pause_rx", "65535"),
+        ("1750", "h3", "0", "leaf2", "3", "resume_rx", "0"),
+        ("1800", "leaf2", "3", "spine1", "3", "resume_tx", "0"),
+        ("1810", "spine1", "2", "leaf2", "3", "resume_rx", "0"),
+    ]
+
+
+def test_ecn_cnp_and_drops(run):
+    exp, run_dir, out = run
+    write_results(exp, run_dir, out, T0)
+    _, ecn = read_csv(out / "ecn_marks.csv")
+    assert [tuple(r.values()) for r in ecn] == [("1200", "leaf2", "1", "3", "2500")]
+    _, cnp = read_csv(out / "cnp.csv")
+    assert [tuple(r.values()) for r in cnp] == [
+        ("1250", "h3", "256", "0", "tx"),     # h3's QP 256 is flow 0's responder
+        ("1260", "h3", "257", "1", "tx"),
+        ("1390", "h1", "256", "0", "rx")]
+    _, drops = read_csv(out / "drops.csv")
+    assert [tuple(r.values()) for r in drops] == [("1300", "leaf2", "1", "0", "1078")]
+
+
+def test_missing_logs_give_header_only_files(tmp_path):
+    exp = make_experiment()
+    (tmp_path / "run").mkdir()
+    files = write_results(exp, tmp_path / "run", tmp_path / "out", T0)
+    for name, path in files.items():
+        assert path.read_text().strip() == ",".join(RESULT_COLUMNS[name])
+    res = load_results(exp, tmp_path / "nonexistent", T0)
+    assert res.end_ns == 0 and not any(res.tables().values())
+
+
+def test_raw_csv_header_may_reorder_columns(tmp_path):
+    p = tmp_path / "x.csv"
+    write_lines(p, ["port,priority,depth_bytes,t_ns", "2,3,100,7", "garbage", "3,0,5,8"])
+    assert read_raw_csv(p, "qdepth") == [
+        {"t_ns": 7, "port": 2, "priority": 3, "depth_bytes": 100},
+        {"t_ns": 8, "port": 3, "priority": 0, "depth_bytes": 5}]
+
+
+def test_stats_layouts():
+    c = {"tx_packets": 1}
+    want = {(1, 3): {"tx_packets": 1}}
+    assert stats_by_port_priority({"ports": [{"port": 1, "priorities": [{"priority": 3, **c}]}]}) == want
+    assert stats_by_port_priority({"ports": [{"port": 1, "priorities": {"3": c}}]}) == want
+    assert stats_by_port_priority({"ports": [{"port": 1, "priority": 3, **c}]}) == want
+    assert stats_by_port_priority({"queues": [{"port": 1, "priority": 3, **c}]}) == want
+    assert stats_by_port_priority({"ports": [{"port": 1, "late_frames": 0}]}) == {}
+
+
+def test_end_ns_and_read_back(run):
+    exp, run_dir, out = run
+    res = load_results(exp, run_dir, T0)
+    assert res.end_ns == 2500          # the truncated line (t=2600) is not a sample
+    write_results(exp, run_dir, out, T0, results=res)
+    rows = read_result_csv(out / "flow_rate.csv")
+    assert rows[0] == {"time_ns": 1000, "flow_id": 0, "src": "h1", "dst": "h3", "rate_gbps": 100}
+
+
+def test_write_all_writes_csvs_hpcc_and_plots(run):
+    exp, run_dir, out = run
+    from emulator.experiment.summary import build_summary
+    summary = build_summary(exp, "embedded", {}, {}, run_dir, wall_s=1.0)
+    files = write_all(exp, run_dir, out, T0, summary)
+    for name in (*RESULT_COLUMNS, "fct.txt", "pfc.txt", "qlen.txt", "queue_depth.png",
+                 "throughput.png", "pause_timeline.png"):
+        assert name in files and files[name].exists(), name
+    assert "fct_cdf.png" not in files       # no flow completed in this summary

@@ -1,0 +1,96 @@
+"""summary.json: per-priority port counters, flow priority and FCT slowdown."""
+from __future__ import annotations
+
+from dataclasses import replace
+from types import SimpleNamespace
+
+from emulator.experiment.hpcc import standalone_fct_ns
+from emulator.experiment.summary import (
+    SUMMARY_VERSION,
+    build_summary,
+    flow_priority,
+    priority_totals,
+    render_summary,
+)
+from tests.unit.test_results import D, make_experiment, make_run
+
+PORT_KEYS = {"node", "role", "port", "ifname", "peer", "rx_packets", "rx_bytes", "tx_packets",
+             "tx_bytes", "drops", "pipeline_drops", "priorities"}
+FLOW_KEYS = {"flow_id", "src", "dst", "op", "bytes", "delivered_bytes", "intact", "complete",
+             "fct_ns", "start_ns", "src_qpn", "dst_qpn", "udp_sport", "priority",
+             "standalone_fct_ns", "fct_slowdown"}
+PRIO_KEYS = {"priority", "tx_packets", "tx_bytes", "drops", "headroom_drops", "ecn_marks",
+             "pause_tx", "pause_rx", "paused_ns", "max_depth_bytes"}
+
+
+def agent_results(fct_fabric_ns: int) -> dict:
+    return {
+        "h1": {"send": [{"flow_id": 0, "complete": True, "fct_ns": fct_fabric_ns * D,
+                         "post_unix_ns": 10**18, "complete_unix_ns": 10**18 + fct_fabric_ns * D}]},
+        "h3": {"expect": [{"flow_id": 0, "complete": True, "intact": True,
+                           "delivered_bytes": 40960}]},
+    }
+
+
+def summary_of(tmp_path, fct_fabric_ns=20_000):
+    exp = make_experiment()
+    run_dir = make_run(tmp_path / "run")
+    counters = {("leaf2", 1): {"rx_packets": 1, "tx_packets": 62, "enq_packets": 63}}
+    return exp, build_summary(exp, "embedded", agent_results(fct_fabric_ns), counters, run_dir,
+                              wall_s=2.5)
+
+
+def test_top_level_and_existing_keys_kept(tmp_path):
+    exp, s = summary_of(tmp_path)
+    assert s["summary_version"] == SUMMARY_VERSION == 2
+    assert s["dilation"] == D and s["fabric_ns"] == 20_000
+    # leaf2 sent 2 of its 62 frames late (> 1 %): lateness still comes from stats.json
+    assert s["fell_behind"] is True
+    leaf2 = next(sw for sw in s["switches"] if sw["node"] == "leaf2")
+    assert leaf2["late_frames"] == 2 and leaf2["max_lateness_fabric_ns"] == 3000
+    assert all(set(p) == PORT_KEYS for p in s["ports"])
+    assert all(set(f) == FLOW_KEYS for f in s["flows"])
+    leaf2_1 = next(p for p in s["ports"] if p["node"] == "leaf2" and p["port"] == 1)
+    assert leaf2_1["tx_packets"] == 62 and leaf2_1["drops"] == 1 and leaf2_1["peer"] == "h3"
+    render_summary(s)   # still renders
+
+
+def test_ports_per_priority_from_stats(tmp_path):
+    _, s = summary_of(tmp_path)
+    ports = {(p["node"], p["port"]): p for p in s["ports"]}
+    prios = ports[("leaf2", 1)]["priorities"]
+    assert [q["priority"] for q in prios] == [3, 6]
+    assert all(set(q) == PRIO_KEYS for q in prios)
+    assert prios[0]["tx_packets"] == 60 and prios[0]["ecn_marks"] == 1
+    assert prios[0]["max_depth_bytes"] == 2500
+    assert [q["priority"] for q in ports[("leaf2", 3)]["priorities"]] == [0, 3]   # dict layout
+    sp = ports[("spine1", 2)]["priorities"]
+    assert sp[0]["pause_rx"] == 2
+    assert sp[0]["paused_ns"] == 700          # 700 fabric ns: stats give wall ns (x D)
+    assert sp[0]["ecn_marks"] == 0            # missing counters are 0
+    assert ports[("leaf1", 1)]["priorities"] == []     # no stats for leaf1
+    tot = priority_totals(s)
+    assert tot["pause_tx"] == 2 and tot["ecn_marks"] == 1 and tot["max_depth_bytes"] == 2500
+
+
+def test_flow_priority_and_slowdown(tmp_path):
+    exp, s = summary_of(tmp_path, fct_fabric_ns=20_000)
+    f0, f1 = s["flows"]
+    ideal = standalone_fct_ns(exp, exp.flows[0])
+    assert f0["priority"] == 3 and f0["standalone_fct_ns"] == ideal
+    assert f0["fct_ns"] == 20_000
+    assert f0["fct_slowdown"] == round(20_000 / ideal, 4)
+    assert f1["fct_ns"] is None and f1["fct_slowdown"] is None and f1["standalone_fct_ns"] > 0
+
+
+def test_flow_priority_follows_qos():
+    assert flow_priority(make_experiment()) == 3
+    assert flow_priority(make_experiment(qos={"roce_priority": 5})) == 5
+    exp = make_experiment()
+
+    def with_qos(qos):
+        return replace(exp, spec=SimpleNamespace(qos=qos, nic=exp.spec.nic))
+
+    assert flow_priority(with_qos(None)) == 3
+    assert flow_priority(with_qos(SimpleNamespace(roce_priority=4))) == 4
+    assert flow_priority(with_qos({"roce_dscp": 10, "dscp_to_priority": {10: 2}})) == 2
