@@ -28,7 +28,7 @@ def agent_configs(exp: Experiment, run_dir: Path, start_at_unix_ns: int) -> dict
             "mac": plan.host_mac(h.name), "ip": plan.host_ip(h.name),
             "gateway_mac": plan.gateway_mac(h.name),
             "rate_bps": rate_bps, "tx_delay_ns": delay_ns,
-            "mtu_bytes": exp.spec.nic.mtu_bytes,
+            "mtu_bytes": exp.spec.nic.mtu_bytes, "retry_cnt": exp.spec.nic.retry_cnt,
             "dscp": exp.spec.qos.roce_dscp, "priority": exp.spec.qos.roce_priority,
             "cnp_dscp": exp.spec.qos.cnp_dscp, "cnp_priority": exp.spec.qos.cnp_priority,
             "cnp_interval_ns": exp.spec.dcqcn.cnp_interval_ns(d),

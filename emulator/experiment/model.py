@@ -11,6 +11,7 @@ switch:
   sample_interval_us: 1             # queue-depth sampling period (fabric time)
 nic:
   mtu_bytes: 1024                   # RoCE path MTU: payload bytes per packet
+  retry_cnt: 7                      # timeouts in a row before a QP fails
 qos:                                # traffic classes, PFC, ECN (emulator/control/qos.py)
   roce_dscp: 26                     # data, ACK/NAK -> roce_priority (lossless)
   roce_priority: 3
@@ -66,6 +67,9 @@ class SwitchSpec(_Strict):
 
 class NicSpec(_Strict):
     mtu_bytes: Literal[256, 512, 1024, 2048, 4096] = 1024
+    # Retransmission timeouts in a row before a QP gives up (IB retry_cnt; a
+    # lossy incast can shut one sender out for long: raise it there).
+    retry_cnt: int = Field(7, ge=1, le=1000)
 
 
 class LimitsSpec(_Strict):

@@ -77,6 +77,9 @@ RESULT_COLUMNS: dict[str, tuple[str, ...]] = {
     "drops.csv": ("time_ns", "node", "port", "priority", "bytes"),
 }
 PFC_EVENTS = ("pause_tx", "resume_tx", "pause_rx", "resume_rx")
+# Window of the per-flow goodput in flow_rate.csv (fabric ns): ACKs come every
+# few packets, so a rate over one sampling interval would be all steps.
+RATE_WINDOW_NS = 20_000
 
 
 # ------------------------------------------------------------------ raw logs
@@ -295,7 +298,15 @@ def load_results(exp: "Experiment", run_dir: str | Path, t0_ns: int,
         for fid, samples in by_flow.items():
             samples.sort()
             f = flows.get(fid)
-            for (t_a, b_a), (t_b, b_b) in zip(samples, samples[1:]):
+            # ACKs come every few packets, so acked bytes grow in steps: the
+            # rate at each sample is taken over the trailing RATE_WINDOW_NS.
+            j = 0
+            for i, (t_b, b_b) in enumerate(samples):
+                if i == 0:
+                    continue
+                while j < i - 1 and t_b - samples[j + 1][0] >= RATE_WINDOW_NS:
+                    j += 1
+                t_a, b_a = samples[j]
                 if t_b <= t_a:
                     continue
                 res.flow_rate.append({"time_ns": t_b, "flow_id": fid,

@@ -119,11 +119,12 @@ def test_dcqcn_shares_one_bottleneck_fairly(tmp_path):
         xs = [float(r["rate_gbps"]) for r in rows if int(r["flow_id"]) == i and mid <= float(r["time_ns"]) <= hi]
         rates.append(sum(xs) / len(xs))
     assert _jain(rates) >= 0.9, rates
-    fair = sum(rates) / len(rates)
-    assert all(abs(r - fair) <= 0.1 * fair * 3 for r in rates), rates
-    # The bottleneck queue stays bounded (well below the buffer).
+    # Together they still use a good part of the 25 Gbps bottleneck ...
+    assert sum(rates) > 0.4 * 25, rates
+    # ... and its queue stays bounded: ECN holds it near Kmax (40 KB) plus
+    # what arrives while CNPs are on their way, far below the 1 MB buffer.
     q = [p for p in _ports(s, node="leaf1", peer="h1")][0]
-    assert _prio(q).get("max_depth_bytes", 0) < 1_000_000
+    assert 0 < _prio(q)["max_depth_bytes"] < 250_000, _prio(q)
 
 
 def test_pause_frames_dissect_with_the_port_rate(tmp_path):
