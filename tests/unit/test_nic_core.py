@@ -206,7 +206,9 @@ def test_go_back_n_recovers_from_data_and_ack_loss(pairs):
     # gaps at 3 and 50 (one NAK if the resend of 3.. already refilled 50)
     assert sb.tx_naks >= 1 and sa.rx_naks == sb.tx_naks
     assert sa.nak_rewinds >= 1
-    assert sa.timeouts >= 1                  # the lost last packet has nobody after it to reveal it
+    # The lost last packet has nobody after it to reveal it: a timeout finds
+    # it, unless (on a slow machine) a NAK's rewind resent it first.
+    assert sa.timeouts >= 1 or sa.nak_rewinds >= 2
     assert sb.rx_out_of_order > 0
     assert sa.tx_retransmits >= 4
     assert sb.rx_data_payload_bytes == size  # each PSN placed exactly once

@@ -309,3 +309,12 @@ def test_every_uplink_mac_is_a_spine_router_mac():
     # Guards the expectations above: the ECMP next hops are the spines' router MACs.
     assert UPLINK_MAC == {3: pc.PLAN.router_mac("spine1"), 4: pc.PLAN.router_mac("spine2")}
     assert H1_MAC == pc.PLAN.host_mac("h1") and H1_PORT == 1
+
+
+def test_ecmp_hash_is_bmv2_crc16():
+    """The selector hash is CRC-16/ARC (BMv2's crc16): its check value, and
+    consecutive QP source ports do not all land on one of two uplinks."""
+    from emulator.dataplane.pipeline import crc16_arc, ecmp_hash
+    assert crc16_arc(b"123456789") == 0xBB3D
+    picks = [ecmp_hash(0x0A000101, 0x0A000201, 17, 0xC000 + i, 4791) % 2 for i in range(8)]
+    assert 2 <= sum(picks) <= 6, picks
