@@ -50,6 +50,7 @@ test-unit: setup
 bench: setup
 	$(PY) bench/forwarding.py
 	$(PY) bench/demo_run.py
+	$(PY) bench/experiments.py
 
 clean-fabric: setup
 	$(VENV)/bin/fabric-emu clean

@@ -43,13 +43,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Union
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, model_validator
 
 from emulator.agents.dcqcn_spec import DcqcnSpec
 from emulator.control.qos import QosSpec
 from emulator.errors import ConfigError
 from emulator.topo import Fabric, fabric_from_dict, load_fabric
+from emulator.topo.model import parse_yaml
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 ROCE_QPN_BASE = 0x100         # first QPN each host hands out
@@ -157,17 +157,19 @@ def _field_path(loc) -> str:
     return out
 
 
-def load_experiment(path: str | Path, target: str | None = None) -> Experiment:
+def read_experiment_data(path: str | Path):
+    """The YAML of an experiment file, as data (same reader as topology files:
+    repeated keys and syntax errors are ConfigErrors naming the line)."""
     path = Path(path)
     try:
-        data = yaml.safe_load(path.read_text())
+        text = path.read_text()
     except OSError as e:
         raise ConfigError(path, "", f"cannot read: {e.strerror}") from None
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f"line {mark.line + 1}" if mark else ""
-        raise ConfigError(path, where, f"not valid YAML: {getattr(e, 'problem', e)}") from None
-    return experiment_from_dict(data, path, target)
+    return parse_yaml(text, str(path))
+
+
+def load_experiment(path: str | Path, target: str | None = None) -> Experiment:
+    return experiment_from_dict(read_experiment_data(path), path, target)
 
 
 def experiment_from_dict(data, path: str | Path, target: str | None = None) -> Experiment:

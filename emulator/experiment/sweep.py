@@ -42,10 +42,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-import yaml
 
 from emulator.errors import ConfigError
-from emulator.experiment.model import Experiment, experiment_from_dict
+from emulator.experiment.model import Experiment, experiment_from_dict, read_experiment_data
 
 SWEEP_COLUMNS = ("value", "run_dir", "flows", "completed_flows", "complete", "fell_behind",
                  "fabric_us", "fct_mean_us", "fct_p50_us", "fct_p99_us", "slowdown_mean",
@@ -70,18 +69,6 @@ class SweepPoint:
 
 
 # ------------------------------------------------------------------- parsing
-
-def read_experiment_data(path: str | Path) -> Any:
-    path = Path(path)
-    try:
-        return yaml.safe_load(path.read_text())
-    except OSError as e:
-        raise ConfigError(path, "", f"cannot read: {e.strerror}") from None
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f"line {mark.line + 1}" if mark else ""
-        raise ConfigError(path, where, f"not valid YAML: {getattr(e, 'problem', e)}") from None
-
 
 def has_sweep(path: str | Path) -> bool:
     """Whether the experiment file has a ``sweep`` section (for the CLI to choose)."""

@@ -9,109 +9,53 @@ is sent from one namespace with an AF_PACKET socket, and what comes out of
 every port (and of the controller's stream) is compared byte for byte.
 Packet-out and packet-in go over the client's StreamChannel.
 
-The AF_PACKET sockets are opened inside the namespaces by short
-``ip netns exec ... python -c`` helpers and handed back over a Unix socket
-(SCM_RIGHTS), so this process never changes namespace. Namespaces, veths
-and the switch process are removed in a finalizer, also when a test fails.
+The rig (namespaces, veths, AF_PACKET sockets opened inside the namespaces,
+the switch process, its P4Runtime connection) is ``tests/switch_rig.py``'s
+``SwitchRig``; namespaces, veths and the switch process are removed in a
+finalizer, also when a test fails.
 """
 from __future__ import annotations
 
 import dataclasses
-import itertools
-import json
-import os
-import select
-import shutil
 import socket
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 
 from emulator.control.p4rt_client import SwitchConnection
 from emulator.p4.p4info import P4Info
-from tests.conftest import REPO
 from tests.packet_cases import (
     CASES, CPU_PORT, DEVICE_ID, H1_IP, H1_MAC, H1_PORT, H2_IP, H2_MAC, H2_PORT, PUNT_ROCE_FROM_PORT1,
     REMOTE_IP, ROUTER_MAC, UPLINK_MAC, Case, arp_request, program, rocev2, to_h1, to_h2, to_uplink,
     verify,
 )
+from tests.switch_rig import SwitchRig, recv_ready, requires_netns
 
 
-def _skip_reason() -> str | None:
-    if os.geteuid() != 0:
-        return "needs root: creates network namespaces and veth pairs, opens AF_PACKET sockets"
-    if shutil.which("ip") is None:
-        return "needs iproute2's ip"
-    return None
-
-
-pytestmark = pytest.mark.skipif(_skip_reason() is not None, reason=_skip_reason() or "")
+pytestmark = requires_netns
 
 PORTS = (1, 2, 3)
 PORT_MAC = {1: H1_MAC, 2: H2_MAC, 3: UPLINK_MAC[3]}   # what sits behind each port
 QUIET_S = 0.25          # after the expected output: how long nothing else may appear
 WAIT_S = 5.0            # longest wait for an expected frame / counter
 BUFFER_BYTES = 4 << 20
-_n = itertools.count(1)
-
-_GRAB_SOCKET = r"""
-import socket, sys
-chan = socket.socket(fileno=int(sys.argv[1]))
-s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x0003))
-s.setsockopt(263, 23, 1)            # SOL_PACKET, PACKET_IGNORE_OUTGOING: only what arrives
-s.bind((sys.argv[2], 0))
-socket.send_fds(chan, [b"ok"], [s.fileno()])
-"""
 
 INTEGRATION_CASES = [c for c in CASES if c.ports <= {*PORTS, CPU_PORT} and not c.any_of]
 
 
-def sh(*cmd: str) -> None:
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=20)
-    if res.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)}: {res.stderr.strip()}")
-
-
-def ns_packet_socket(ns: str, ifname: str) -> socket.socket:
-    """An AF_PACKET socket bound to ``ifname`` inside namespace ``ns``."""
-    parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        res = subprocess.run(
-            ["ip", "netns", "exec", ns, sys.executable, "-S", "-c", _GRAB_SOCKET,
-             str(child.fileno()), ifname],
-            pass_fds=(child.fileno(),), capture_output=True, text=True, timeout=20)
-        if res.returncode != 0:
-            raise RuntimeError(f"opening a packet socket on {ns}/{ifname}: {res.stderr.strip()}")
-        _, fds, _, _ = socket.recv_fds(parent, 16, 1)
-    finally:
-        parent.close()
-        child.close()
-    sock = socket.socket(fileno=fds[0])
-    sock.setblocking(False)
-    return sock
-
-
-def free_tcp_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def switch_config(grpc_port: int, ifnames: dict[int, str]) -> dict:
+def switch_config() -> dict:
     """The switch process's JSON config: 10 Gb/s ports, no propagation delay, 4 MiB buffers.
 
     The buffer size goes wherever this version of ``SwitchConfig`` takes it
-    (per port or per switch).
+    (per port or per switch). ``SwitchRig`` fills in the gRPC port and ifnames.
     """
     from emulator.dataplane.switch import PortConfig, SwitchConfig
     per_port = "buffer_bytes" in {f.name for f in dataclasses.fields(PortConfig)}
-    ports = [{"port_no": p, "ifname": ifnames[p], "rate_bps": 10_000_000_000, "delay_ns": 0,
+    ports = [{"port_no": p, "rate_bps": 10_000_000_000, "delay_ns": 0,
               **({"buffer_bytes": BUFFER_BYTES} if per_port else {})} for p in PORTS]
-    cfg = {"name": "leaf1", "device_id": DEVICE_ID, "grpc_port": grpc_port, "ports": ports}
+    cfg = {"name": "leaf1", "device_id": DEVICE_ID, "ports": ports}
     if "buffer_bytes" in {f.name for f in dataclasses.fields(SwitchConfig)}:
         cfg["buffer_bytes"] = BUFFER_BYTES
     return cfg
@@ -156,7 +100,6 @@ class Rig:
         ``quiet_s`` more, so that unexpected extra frames are seen too.
         """
         got: list[tuple] = []
-        by_fd = {s.fileno(): (port, s) for port, s in self.socks.items()}
         deadline = time.monotonic() + wait_s
         quiet_until = None
         while True:
@@ -165,14 +108,7 @@ class Rig:
                 quiet_until = now + quiet_s
             if quiet_until is not None and now >= quiet_until:
                 return got
-            readable, _, _ = select.select(list(by_fd), [], [], 0.01)
-            for fd in readable:
-                port, s = by_fd[fd]
-                while True:
-                    try:
-                        got.append((port, s.recv(65535)))
-                    except BlockingIOError:
-                        break
+            got.extend(recv_ready(self.socks, 0.01))
             while (pin := self.conn.packet_in(timeout=0)) is not None:
                 got.append((CPU_PORT, pin[0], pin[1]))
 
@@ -190,60 +126,10 @@ class Rig:
 
 @pytest.fixture(scope="module")
 def rig(request, tmp_path_factory):
-    n = next(_n)
-    tag = f"{os.getpid() % 100000}{n}"
-    ns = {p: f"pkt-{os.getpid()}-{n}-p{p}" for p in PORTS}
-    sw_if = {p: f"pk{tag}s{p}"[:15] for p in PORTS}     # not "<node>-eth<N>": not a fabric's
-    ns_if = {p: f"pk{tag}h{p}"[:15] for p in PORTS}
-    state: dict = {"proc": None, "conn": None, "socks": {}}
-
-    def cleanup():
-        if state["conn"] is not None:
-            state["conn"].close()
-        for s in state["socks"].values():
-            s.close()
-        proc = state["proc"]
-        if proc is not None and proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=5)
-        for p in PORTS:
-            subprocess.run(["ip", "netns", "del", ns[p]], capture_output=True, timeout=20)
-            subprocess.run(["ip", "link", "del", sw_if[p]], capture_output=True, timeout=20)
-
-    request.addfinalizer(cleanup)
-    for p in PORTS:
-        sh("ip", "netns", "add", ns[p])
-        sh("ip", "link", "add", sw_if[p], "type", "veth", "peer", "name", ns_if[p])
-        sh("ip", "link", "set", ns_if[p], "netns", ns[p])
-        # No IPv6 (router solicitations, MLD) on either end: only our frames cross.
-        with open(f"/proc/sys/net/ipv6/conf/{sw_if[p]}/disable_ipv6", "w") as f:
-            f.write("1")
-        sh("ip", "netns", "exec", ns[p], "sysctl", "-qw", f"net.ipv6.conf.{ns_if[p]}.disable_ipv6=1")
-        sh("ip", "-n", ns[p], "link", "set", ns_if[p], "address", PORT_MAC[p])
-        sh("ip", "-n", ns[p], "link", "set", ns_if[p], "up")
-        sh("ip", "link", "set", sw_if[p], "up")
-        state["socks"][p] = ns_packet_socket(ns[p], ns_if[p])
-
-    tmp = tmp_path_factory.mktemp("switch")
-    grpc_port = free_tcp_port()
-    (tmp / "switch.json").write_text(json.dumps(switch_config(grpc_port, sw_if)))
-    log_path = str(tmp / "switch.log")
-    with open(log_path, "w") as log:
-        state["proc"] = subprocess.Popen(
-            [sys.executable, "-m", "emulator.dataplane", str(tmp / "switch.json")],
-            cwd=REPO, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 20
-    while "ready" not in Path(log_path).read_text():
-        if state["proc"].poll() is not None or time.monotonic() > deadline:
-            pytest.fail(f"switch did not start: {Path(log_path).read_text()[-2000:]}")
-        time.sleep(0.02)
-    p4 = P4Info.load()
-    state["conn"] = SwitchConnection(f"127.0.0.1:{grpc_port}", DEVICE_ID, timeout=10.0)
-    return Rig(state["proc"], state["conn"], p4, state["socks"], log_path)
+    sr = SwitchRig("pk", PORT_MAC)
+    request.addfinalizer(sr.close)
+    sr.start(switch_config(), tmp_path_factory.mktemp("switch"))
+    return Rig(sr.proc, sr.conn, P4Info.load(), sr.socks, str(sr.log_path))
 
 
 @pytest.fixture

@@ -9,18 +9,15 @@ DSCP 26 -> priority 3, ``pfc_config`` on ports 1 and 2 for priority 3. Port
 accounting of ports 1 and 2 crosses XOFF: pause frames must come out of
 ports 1 and 2 (captured in the namespaces, dissected by Scapy), be counted
 in ``pfc_tx_counter``, logged, and be in the switch's pcaps (tshark too).
-Namespaces, veths and the switch process are removed in a finalizer.
+The rig is ``tests/switch_rig.py``'s ``SwitchRig``: namespaces, veths and
+the switch process are removed in a finalizer.
 """
 from __future__ import annotations
 
 import csv
 import json
-import os
-import select
 import shutil
-import socket
 import subprocess
-import sys
 import time
 
 import pytest
@@ -30,19 +27,11 @@ from scapy.utils import rdpcap
 
 from emulator.control.p4rt_client import SwitchConnection
 from emulator.p4.p4info import P4Info
-from tests.conftest import REPO
 from tests.packet_cases import rocev2
+from tests.switch_rig import SwitchRig, recv_ready, requires_netns
 
 
-def _skip_reason() -> str | None:
-    if os.geteuid() != 0:
-        return "needs root: creates network namespaces and veth pairs, opens AF_PACKET sockets"
-    if shutil.which("ip") is None:
-        return "needs iproute2's ip"
-    return None
-
-
-pytestmark = pytest.mark.skipif(_skip_reason() is not None, reason=_skip_reason() or "")
+pytestmark = requires_netns
 
 PORTS = (1, 2, 3)
 DEVICE_ID = 7
@@ -55,105 +44,18 @@ XOFF, XON, HEADROOM = 20_000, 10_000, 60_000
 FRAMES_PER_SENDER = 150
 PAYLOAD = 1000
 
-_GRAB_SOCKET = r"""
-import socket, sys
-chan = socket.socket(fileno=int(sys.argv[1]))
-s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x0003))
-s.setsockopt(263, 23, 1)            # SOL_PACKET, PACKET_IGNORE_OUTGOING: only what arrives
-s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
-s.bind((sys.argv[2], 0))
-socket.send_fds(chan, [b"ok"], [s.fileno()])
-"""
-
-
-def sh(*cmd: str) -> None:
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=20)
-    if res.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)}: {res.stderr.strip()}")
-
-
-def ns_packet_socket(ns: str, ifname: str) -> socket.socket:
-    """An AF_PACKET socket bound to ``ifname`` inside namespace ``ns`` (passed back over SCM_RIGHTS)."""
-    parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        res = subprocess.run(["ip", "netns", "exec", ns, sys.executable, "-S", "-c", _GRAB_SOCKET,
-                              str(child.fileno()), ifname],
-                             pass_fds=(child.fileno(),), capture_output=True, text=True, timeout=20)
-        if res.returncode != 0:
-            raise RuntimeError(f"opening a packet socket on {ns}/{ifname}: {res.stderr.strip()}")
-        _, fds, _, _ = socket.recv_fds(parent, 16, 1)
-    finally:
-        parent.close()
-        child.close()
-    sock = socket.socket(fileno=fds[0])
-    sock.setblocking(False)
-    return sock
-
-
-def free_tcp_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def switch(request, tmp_path):
-    tag = f"{os.getpid() % 100000}"
-    ns = {p: f"tm-{os.getpid()}-p{p}" for p in PORTS}
-    sw_if = {p: f"tm{tag}s{p}"[:15] for p in PORTS}
-    ns_if = {p: f"tm{tag}h{p}"[:15] for p in PORTS}
-    state: dict = {"proc": None, "conn": None, "socks": {}}
-
-    def cleanup():
-        if state["conn"] is not None:
-            state["conn"].close()
-        for s in state["socks"].values():
-            s.close()
-        proc = state["proc"]
-        if proc is not None and proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=5)
-        for p in PORTS:
-            subprocess.run(["ip", "netns", "del", ns[p]], capture_output=True, timeout=20)
-            subprocess.run(["ip", "link", "del", sw_if[p]], capture_output=True, timeout=20)
-
-    request.addfinalizer(cleanup)
-    for p in PORTS:
-        sh("ip", "netns", "add", ns[p])
-        sh("ip", "link", "add", sw_if[p], "type", "veth", "peer", "name", ns_if[p])
-        sh("ip", "link", "set", ns_if[p], "netns", ns[p])
-        with open(f"/proc/sys/net/ipv6/conf/{sw_if[p]}/disable_ipv6", "w") as f:
-            f.write("1")
-        sh("ip", "netns", "exec", ns[p], "sysctl", "-qw", f"net.ipv6.conf.{ns_if[p]}.disable_ipv6=1")
-        sh("ip", "-n", ns[p], "link", "set", ns_if[p], "address", HOST_MAC[p])
-        sh("ip", "-n", ns[p], "link", "set", ns_if[p], "up")
-        sh("ip", "link", "set", sw_if[p], "up")
-        state["socks"][p] = ns_packet_socket(ns[p], ns_if[p])
-
-    grpc_port = free_tcp_port()
-    cfg = {"name": "tmsw", "device_id": DEVICE_ID, "grpc_port": grpc_port,
-           "ports": [{"port_no": p, "ifname": sw_if[p], "delay_ns": 0,
+    sr = SwitchRig("tm", HOST_MAC, rcvbuf=4 << 20)
+    request.addfinalizer(sr.close)
+    cfg = {"name": "tmsw", "device_id": DEVICE_ID,
+           "ports": [{"port_no": p, "delay_ns": 0,
                       "rate_bps": SLOW_BPS if p == 3 else FAST_BPS} for p in PORTS],
            "stats_path": str(tmp_path / "tmsw.stats.json"), "buffer_bytes": 400_000,
            "sample_interval_ns": 1_000_000, "router_mac": ROUTER_MAC, "pcap": True, "seed": 1}
-    (tmp_path / "tmsw.switch.json").write_text(json.dumps(cfg))
-    log_path = tmp_path / "tmsw.log"
-    with open(log_path, "w") as log:
-        state["proc"] = subprocess.Popen(
-            [sys.executable, "-m", "emulator.dataplane", str(tmp_path / "tmsw.switch.json")],
-            cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 20
-    while "ready" not in log_path.read_text():
-        if state["proc"].poll() is not None or time.monotonic() > deadline:
-            pytest.fail(f"switch did not start: {log_path.read_text()[-2000:]}")
-        time.sleep(0.02)
-    state["conn"] = SwitchConnection(f"127.0.0.1:{grpc_port}", DEVICE_ID, timeout=10.0)
-    return {"proc": state["proc"], "conn": state["conn"], "socks": state["socks"],
-            "dir": tmp_path, "sw_if": sw_if, "log": log_path}
+    sr.start(cfg, tmp_path)
+    return {"proc": sr.proc, "conn": sr.conn, "socks": sr.socks,
+            "dir": tmp_path, "sw_if": sr.sw_if, "log": sr.log_path}
 
 
 def program(conn: SwitchConnection, p4: P4Info) -> None:
@@ -172,16 +74,9 @@ def program(conn: SwitchConnection, p4: P4Info) -> None:
 
 
 def _drain(socks, got, seconds):
-    by_fd = {s.fileno(): (p, s) for p, s in socks.items()}
     end = time.monotonic() + seconds
     while (left := end - time.monotonic()) > 0:
-        for fd in select.select(list(by_fd), [], [], min(left, 0.05))[0]:
-            p, s = by_fd[fd]
-            while True:
-                try:
-                    got.append((p, s.recv(65535)))
-                except BlockingIOError:
-                    break
+        got.extend(recv_ready(socks, min(left, 0.05)))
 
 
 def test_incast_into_a_slow_port_pauses_both_ingress_ports(switch):

@@ -31,6 +31,7 @@ from tests.packet_cases import (
     PUNT_ARP, PUNT_ROCE_FROM_PORT1, REMOTE_IP, ROUTER_MAC, UPLINK_MAC, UPLINKS, program, rocev2, to_h1,
     to_h2, to_uplink, verify,
 )
+from tests.switch_rig import p4rt_switch
 
 COUNTER_CELLS = 256
 
@@ -64,17 +65,8 @@ class Target:
 
 @pytest.fixture
 def target(p4info):
-    state = SwitchState()
-    server = P4RuntimeServer(state, DEVICE_ID, 0, p4info)
-    server.start()
-    conn = None
-    try:
-        conn = SwitchConnection(server.address, DEVICE_ID, timeout=5.0)
+    with p4rt_switch(p4info, DEVICE_ID) as (state, server, conn):
         yield Target(state, server, conn, p4info, FabricPipeline(state, p4info))
-    finally:
-        if conn is not None:
-            conn.close()
-        server.stop(grace=0)
 
 
 # ---------------------------------------------------------------- the case table

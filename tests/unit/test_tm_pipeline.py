@@ -11,8 +11,6 @@ from scapy.compat import raw
 from scapy.contrib.mac_control import MACControlClassBasedFlowControl, MACControlPause
 from scapy.layers.l2 import Ether
 
-from emulator.control.p4rt_client import SwitchConnection
-from emulator.dataplane.p4rt_server import P4RuntimeServer
 from emulator.dataplane.pfc import build_pfc_frame, pause_frame
 from emulator.dataplane.pipeline import DROP_PORT, FabricPipeline
 from emulator.dataplane.state import SwitchState
@@ -21,6 +19,7 @@ from emulator.p4.p4info import P4Info
 from tests.packet_cases import (
     DEVICE_ID, H1_IP, H1_MAC, H1_PORT, H2_IP, H2_PORT, program, rocev2, to_h1,
 )
+from tests.switch_rig import p4rt_switch
 
 ROCE_DSCP, ROCE_PRIO, CNP_DSCP, CNP_PRIO = 26, 3, 48, 6
 XOFF, XON, HEADROOM = 8000, 6000, 50_000
@@ -59,19 +58,10 @@ class Rig:
 
 @pytest.fixture
 def rig(p4info):
-    state = SwitchState()
-    server = P4RuntimeServer(state, DEVICE_ID, 0, p4info)
-    server.start()
-    conn = None
-    try:
-        conn = SwitchConnection(server.address, DEVICE_ID, timeout=5.0)
+    with p4rt_switch(p4info, DEVICE_ID) as (state, server, conn):
         r = Rig(p4info, state, server, conn)
         program(conn, p4info)
         yield r
-    finally:
-        if conn is not None:
-            conn.close()
-        server.stop(grace=0)
 
 
 def test_dscp_selects_the_priority_and_pfc_config_makes_it_lossless(rig):
