@@ -63,6 +63,7 @@ def run(experiment, out_dir, target, pcap):
 def cli(experiment):
     """The EXPERIMENT's fabric up and programmed, under Mininet's CLI."""
     from mininet.cli import CLI
+    from mininet.log import setLogLevel
 
     from emulator.experiment.model import load_experiment
     from emulator.experiment.runner import fabric_net
@@ -71,6 +72,7 @@ def cli(experiment):
     with fabric_net(exp, Path(f"results/{exp.name}/cli")) as fnet:
         console.print(f"{exp.fabric.name}: up; switches serve P4Runtime on " + ", ".join(
             f"{sw.name}={fnet.switch(sw.name).grpc_address}" for sw in exp.fabric.switches()))
+        setLogLevel("output")   # the CLI prints through Mininet's log
         CLI(fnet.net)
 
 
