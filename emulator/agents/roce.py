@@ -52,9 +52,7 @@ ETH_P_8021Q = 0x8100
 PSN_MASK = 0xFFFFFF
 PSN_HALF = 1 << 23
 
-# Bytes per frame on the wire beyond what AF_PACKET sees: preamble+SFD (8),
-# FCS (4), minimum inter-frame gap (12).
-WIRE_OVERHEAD_BYTES = 24
+from emulator.ethernet import WIRE_OVERHEAD_BYTES  # noqa: E402,F401 (the NIC's pacer uses it)
 
 # --------------------------------------------------------------------------
 # BTH opcodes (IBA 9.2, table 35). Transport prefix in the top 3 bits.

@@ -1,13 +1,10 @@
-"""Egress side of one switch port: a finite queue served at the link's rate, then the wire.
+"""The wire beyond a switch port: frames in flight for the link's propagation delay.
 
-htsim-style: ``EgressQueue`` holds frames and serializes them byte-accurately at
-``rate_bps``; each frame that finishes serialization enters ``Wire``, which
-hands it to the veth after the link's propagation delay. Nothing is shaped by
-the kernel: the only queue between this switch and the next hop is this one.
-
-The switch now uses ``tm.PriorityPort`` (8 priority queues, PFC, a shared
-buffer) in front of the same ``Wire``; ``EgressQueue`` remains the single
-FIFO model (one lossy class, a private buffer) for tools and tests.
+htsim-style: ``tm.PriorityPort`` serializes frames byte-accurately at the
+port's rate and hands each one, when its serialization ends, to ``Wire``,
+which gives it to the veth after the link's propagation delay. Nothing is
+shaped by the kernel: the only queues between this switch and the next hop
+are the traffic manager's.
 
 Times are wall-clock nanoseconds of the emulation (``time.monotonic_ns``); the
 rates and delays given here are already dilated by the runner.
@@ -18,9 +15,7 @@ from bisect import insort
 from collections import deque
 from operator import itemgetter
 
-# Preamble (7) + SFD (1) + FCS (4) + minimum inter-frame gap (12): bytes a
-# frame occupies on the wire beyond what the socket carries.
-WIRE_OVERHEAD_BYTES = 24
+from emulator.ethernet import WIRE_OVERHEAD_BYTES  # noqa: F401 (re-exported for tm.py)
 
 
 _DUE = itemgetter(0)
@@ -68,54 +63,3 @@ class Wire:
             send(frame)
             sent += 1
         return sent
-
-
-class EgressQueue:
-    """A FIFO of at most ``buffer_bytes`` served at ``rate_bps``."""
-
-    __slots__ = ("rate_bps", "buffer_bytes", "frames", "depth_bytes", "busy_until_ns",
-                 "ns_per_byte", "drops", "drop_bytes", "max_depth_bytes")
-
-    def __init__(self, rate_bps: int, buffer_bytes: int):
-        self.rate_bps = rate_bps
-        self.buffer_bytes = buffer_bytes
-        self.ns_per_byte = 8e9 / rate_bps
-        self.frames: deque = deque()
-        self.depth_bytes = 0
-        self.busy_until_ns = 0
-        self.drops = 0
-        self.drop_bytes = 0
-        self.max_depth_bytes = 0
-
-    def enqueue(self, now_ns: int, frame) -> bool:
-        size = len(frame)
-        if self.depth_bytes + size > self.buffer_bytes:
-            self.drops += 1
-            self.drop_bytes += size
-            return False
-        if not self.frames and self.busy_until_ns < now_ns:
-            self.busy_until_ns = now_ns  # idle link: serialization starts now
-        self.frames.append(frame)
-        self.depth_bytes += size
-        if self.depth_bytes > self.max_depth_bytes:
-            self.max_depth_bytes = self.depth_bytes
-        return True
-
-    def next_start_ns(self) -> int | None:
-        return self.busy_until_ns if self.frames else None
-
-    def serve(self, now_ns: int, wire: Wire, on_dequeue) -> None:
-        """Start serializing every frame whose turn has come by ``now_ns``.
-
-        Back-to-back frames start exactly when the previous one ends, even if
-        this call comes late: the model keeps fabric time, the wire reports
-        how late the real send was.
-        """
-        frames = self.frames
-        while frames and self.busy_until_ns <= now_ns:
-            frame = frames.popleft()
-            size = len(frame)
-            self.depth_bytes -= size
-            on_dequeue(frame)
-            self.busy_until_ns += int((size + WIRE_OVERHEAD_BYTES) * self.ns_per_byte)
-            wire.put(self.busy_until_ns, frame)

@@ -87,6 +87,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping
 
+from emulator.ethernet import WIRE_OVERHEAD_BYTES
+
 if TYPE_CHECKING:  # pragma: no cover
     from emulator.experiment.model import Experiment, Flow
     from emulator.experiment.results import Results
@@ -101,7 +103,6 @@ ROCE_HDR_BYTES = 14 + 20 + 8 + 12
 RETH_BYTES = 16
 ICRC_BYTES = 4
 ACK_FRAME_BYTES = ROCE_HDR_BYTES + 4 + ICRC_BYTES
-WIRE_OVERHEAD_BYTES = 24       # preamble + SFD 8, FCS 4, inter-frame gap 12
 QLEN_BUCKET_BYTES = 1000       # HPCC: kb = qlen / 1000
 MAX_QLEN_SAMPLES = 2_000_000   # per port; a longer run is sampled more coarsely
 
