@@ -1,0 +1,159 @@
+"""Linux plumbing of the software RoCEv2 NIC: socket and prctl constants
+Python does not export, timer slack, the PFC frame constants, the classic BPF
+program that admits only RoCEv2 (and PFC) frames, and ``PacketSocketMixin``
+(``RoceNic``'s AF_PACKET / UDP-absorber setup and kernel drop counters)."""
+from __future__ import annotations
+
+import ctypes
+import socket
+import struct
+
+from . import roce
+from .roce import ip_to_int
+
+# Linux constants Python's socket module does not export
+SOL_PACKET = 263
+PACKET_IGNORE_OUTGOING = 23
+PACKET_STATISTICS = 6
+SO_ATTACH_FILTER = 26
+SO_SNDBUFFORCE = 32
+SO_RCVBUFFORCE = 33
+ETH_P_IP = 0x0800
+PR_SET_TIMERSLACK = 29
+
+
+def set_timer_slack_ns(ns: int = 1000) -> bool:
+    """Shrink this thread's timer slack (default 50 us) so that short sleeps
+    in the pacer wake close to on time. Returns False where unsupported."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(PR_SET_TIMERSLACK, ctypes.c_ulong(ns), 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+ETH_P_PAUSE = 0x8808                 # MAC control (802.3x PAUSE, 802.1Qbb PFC)
+PFC_DST_MAC = bytes.fromhex("0180c2000001")
+PFC_OPCODE = 0x0101
+PFC_QUANTUM_BITS = 512               # a pause quantum is 512 bit times at the link rate
+
+
+def _bpf_assemble(prog) -> bytes:
+    """Classic BPF from (code, jt, jf, k) tuples whose jt/jf may be label
+    names; a bare string in the list defines a label at that point."""
+    labels, out = {}, []
+    for ins in prog:
+        if isinstance(ins, str):
+            labels[ins] = len(out)
+        else:
+            out.append(ins)
+    code = []
+    for i, (op, jt, jf, k) in enumerate(out):
+        jt = labels[jt] - i - 1 if isinstance(jt, str) else jt
+        jf = labels[jf] - i - 1 if isinstance(jf, str) else jf
+        if not (0 <= jt < 256 and 0 <= jf < 256):
+            raise ValueError("BPF jump out of range")
+        code.append(struct.pack("=HBBI", op, jt, jf, k))
+    return b"".join(code)
+
+
+def rocev2_bpf(ip: str, pfc: bool = True) -> bytes:
+    """Classic BPF: accept IPv4 UDP to port 4791 and to ``ip``, unfragmented;
+    with ``pfc`` also 802.1Qbb PFC frames (dst 01:80:C2:00:00:01, ethertype
+    0x8808, opcode 0x0101). The NIC attaches it to its ETH_P_IP socket and to
+    its ETH_P_PAUSE socket (each sees only its own ethertype; one program for
+    both)."""
+    mac_hi = int.from_bytes(PFC_DST_MAC[:4], "big")
+    mac_lo = int.from_bytes(PFC_DST_MAC[4:], "big")
+    prog = [
+        (0x28, 0, 0, 12),                        # ldh [12]            ethertype
+        (0x15, 0, "not_ip", ETH_P_IP),           # jeq IPv4
+        (0x30, 0, 0, 23),                        # ldb [23]            IP proto
+        (0x15, 0, "drop", 17),                   # jeq UDP
+        (0x20, 0, 0, 30),                        # ld [30]             dst IP
+        (0x15, 0, "drop", ip_to_int(ip)),        # jeq ours
+        (0x28, 0, 0, 20),                        # ldh [20]            flags/fragment offset
+        (0x45, "drop", 0, 0x1FFF),               # jset fragment -> drop
+        (0xB1, 0, 0, 14),                        # ldxb 4*([14]&0xf)   IP header length
+        (0x48, 0, 0, 16),                        # ldh [x+16]          UDP dport
+        (0x15, "accept", "drop", roce.ROCEV2_UDP_PORT),
+        "not_ip",
+    ]
+    if pfc:
+        prog += [
+            (0x15, 0, "drop", ETH_P_PAUSE),      # jeq 0x8808 (A: ethertype)
+            (0x20, 0, 0, 0),                     # ld [0]              dst MAC 0..3
+            (0x15, 0, "drop", mac_hi),
+            (0x28, 0, 0, 4),                     # ldh [4]             dst MAC 4..5
+            (0x15, 0, "drop", mac_lo),
+            (0x28, 0, 0, 14),                    # ldh [14]            MAC control opcode
+            (0x15, "accept", "drop", PFC_OPCODE),
+        ]
+    else:
+        prog += [(0x06, 0, 0, 0)]                # ret drop
+    prog += [
+        "accept", (0x06, 0, 0, 0x40000),         # ret accept
+        "drop", (0x06, 0, 0, 0),                 # ret drop
+    ]
+    return _bpf_assemble(prog)
+
+
+
+class PacketSocketMixin:
+    """``RoceNic``'s sockets: opening them and reading the kernel's drop
+    counters (uses ``self.ip``, ``self.ifname``, ``self.sock``, ``self.stats``)."""
+
+    def _open_packet_socket(self, ifname, rcvbuf, sndbuf, proto):
+        """An AF_PACKET socket on ``ifname`` bound to ethertype ``proto``.
+        RoCE goes through an ETH_P_IP socket and PFC through a separate
+        ETH_P_PAUSE one (not one ETH_P_ALL socket: ETH_P_ALL taps see frames
+        before tc ingress, and would see our own frames where
+        PACKET_IGNORE_OUTGOING is missing)."""
+        s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
+        try:
+            prog = rocev2_bpf(self.ip)
+            cbuf = ctypes.create_string_buffer(prog)
+            fprog = struct.pack("HL", len(prog) // 8, ctypes.addressof(cbuf))
+            s.setsockopt(socket.SOL_SOCKET, SO_ATTACH_FILTER, fprog)
+            for opt, fallback, size in ((SO_RCVBUFFORCE, socket.SO_RCVBUF, rcvbuf),
+                                        (SO_SNDBUFFORCE, socket.SO_SNDBUF, sndbuf)):
+                try:
+                    s.setsockopt(socket.SOL_SOCKET, opt, size)
+                except OSError:
+                    s.setsockopt(socket.SOL_SOCKET, fallback, size)
+            try:
+                s.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
+            except OSError:
+                pass  # < Linux 4.20: our own frames are then dropped by the dst-IP filter
+            s.bind((ifname, proto))
+        except BaseException:
+            s.close()
+            raise
+        return s
+
+    @staticmethod
+    def _open_udp_absorber():
+        """Bind UDP 4791 so that the kernel (if the interface has our IP)
+        queues RoCE datagrams to a socket we never read, instead of answering
+        each with an ICMP port-unreachable."""
+        u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            u.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            u.bind(("0.0.0.0", roce.ROCEV2_UDP_PORT))
+            return u
+        except OSError:
+            u.close()
+            return None
+
+    def poll_kernel_stats(self) -> None:
+        """Add the kernel's count of frames the packet socket dropped (its
+        receive buffer was full) to ``stats.rx_socket_drops``. Reading
+        PACKET_STATISTICS resets the kernel counters."""
+        if self.ifname is None or self.sock.fileno() < 0:
+            return
+        try:
+            raw_stats = self.sock.getsockopt(SOL_PACKET, PACKET_STATISTICS, 8)
+        except (OSError, AttributeError):
+            return
+        _packets, drops = struct.unpack("II", raw_stats)
+        self.stats.rx_socket_drops += drops

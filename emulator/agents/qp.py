@@ -1,0 +1,182 @@
+"""Verbs-level objects of the software RoCEv2 NIC (``nic.RoceNic``): the
+work-completion enums (values follow libibverbs), the QP state, the RNR timer
+table, registered memory (``MemoryRegion``), completions (``Completion``),
+send/receive work requests and the RC ``QueuePair`` with its requester and
+responder state. The NIC's behaviour is documented in ``nic``."""
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import TYPE_CHECKING
+
+from . import roce
+from .dcqcn import Dcqcn
+from .roce import PSN_MASK, FrameTemplate, ip_to_int
+
+if TYPE_CHECKING:
+    from .nic import RoceNic
+
+# ---------------------------------------------------------------------------
+# Verbs-like enums (values follow libibverbs' ibv_wc_opcode / ibv_wc_status)
+# ---------------------------------------------------------------------------
+
+
+class WcOpcode(IntEnum):
+    SEND = 0
+    RDMA_WRITE = 1
+    RECV = 128
+    RECV_RDMA_WRITE = 0x1000   # emulator extension: an incoming WRITE finished
+
+
+class WcStatus(IntEnum):
+    SUCCESS = 0
+    LOC_LEN_ERR = 1
+    WR_FLUSH_ERR = 5
+    REM_INV_REQ_ERR = 9
+    REM_ACCESS_ERR = 10
+    REM_OP_ERR = 11
+    RETRY_EXC_ERR = 12
+    RNR_RETRY_EXC_ERR = 13
+
+
+class QpState(IntEnum):
+    RTS = 3      # ready to send (and receive)
+    ERROR = 6
+
+
+# IBA table 45: RNR NAK timer field -> minimum delay (microseconds)
+RNR_TIMER_US = (655360, 10, 20, 30, 40, 60, 80, 120, 160, 240, 320, 480, 640, 960, 1280, 1920,
+                2560, 3840, 5120, 7680, 10240, 15360, 20480, 30720, 40960, 61440, 81920, 122880,
+                163840, 245760, 327680, 491520)
+
+_OPS_WRITE = (roce.RC_WRITE_FIRST, roce.RC_WRITE_MIDDLE, roce.RC_WRITE_LAST, roce.RC_WRITE_ONLY)
+_OPS_SEND = (roce.RC_SEND_FIRST, roce.RC_SEND_MIDDLE, roce.RC_SEND_LAST, roce.RC_SEND_ONLY)
+
+
+# ---------------------------------------------------------------------------
+# Objects
+# ---------------------------------------------------------------------------
+class MemoryRegion:
+    """Registered memory: ``buf`` holds bytes [addr, addr + size_bytes)."""
+
+    __slots__ = ("addr", "rkey", "size_bytes", "buf", "mv")
+
+    def __init__(self, addr: int, rkey: int, buf: bytearray):
+        self.addr, self.rkey, self.buf = addr, rkey, buf
+        self.size_bytes = len(buf)
+        self.mv = memoryview(buf)
+
+    def __repr__(self):
+        return f"MemoryRegion(addr=0x{self.addr:x}, rkey=0x{self.rkey:x}, size_bytes={self.size_bytes})"
+
+
+@dataclass(slots=True)
+class Completion:
+    wr_id: int
+    qpn: int
+    opcode: WcOpcode
+    status: WcStatus
+    byte_len: int
+    post_ns: int            # monotonic: when posted (RECV_RDMA_WRITE: first packet placed)
+    complete_ns: int        # monotonic
+    post_unix_ns: int = 0
+    complete_unix_ns: int = 0
+    remote_addr: int | None = None   # RDMA_WRITE / RECV_RDMA_WRITE: RETH address
+    rkey: int | None = None
+    data: memoryview | None = None   # RECV: the received bytes (a view of the recv buffer)
+    first_rx_ns: int | None = None   # responder: when the message's first packet was placed
+    first_rx_unix_ns: int | None = None
+
+
+class _SendWqe:
+    __slots__ = ("wr_id", "ops", "is_write", "buf", "length", "remote_addr", "rkey",
+                 "first_psn", "npkts", "post_ns", "post_unix_ns", "signaled")
+
+
+class _RecvWqe:
+    __slots__ = ("wr_id", "buf", "size", "post_ns", "post_unix_ns")
+
+
+class QueuePair:
+    """An RC QP. Sender PSNs are kept unwrapped (Python ints) internally and
+    masked to 24 bits on the wire."""
+
+    def __init__(self, nic: "RoceNic", qpn: int, remote_ip: str, remote_qpn: int,
+                 udp_sport: int, sq_psn: int, rq_psn: int, rate_bps: int | None,
+                 dst_mac: str):
+        self.nic = nic
+        self.qpn = qpn
+        self.remote_ip = remote_ip
+        self.remote_ip_int = ip_to_int(remote_ip)
+        self.remote_qpn = remote_qpn
+        self.udp_sport = udp_sport
+        self.rate_bps = rate_bps        # what the pacer enforces: None = line rate
+        self.cap_bps = rate_bps         # configured cap (DCQCN's line rate for this QP)
+        self.cc: Dcqcn | None = None    # DCQCN reaction point (None: disabled)
+        self.cnp_tpl: FrameTemplate | None = None   # built at the first CNP we send
+        self.next_cnp_ok_ns = 0         # notification point: no CNP before this
+        self.state = QpState.RTS
+        self.tpl = FrameTemplate(nic.mac, dst_mac, nic.ip, remote_ip, udp_sport, remote_qpn,
+                                 dscp=nic.dscp, ecn=nic.ecn, max_payload_bytes=nic.mtu_bytes)
+        self.tpl_dst_mac = dst_mac
+        # requester
+        self.sq: deque[_SendWqe] = deque()
+        self.next_psn = sq_psn & PSN_MASK   # next PSN to allocate
+        self.snd_una = self.next_psn        # oldest unacknowledged
+        self.snd_nxt = self.next_psn        # next to serialize
+        self.snd_max = self.next_psn        # highest serialized + 1
+        self.cur_idx = 0                    # index in sq of the WQE holding snd_nxt
+        self.rto_deadline_ns = 0            # 0 = timer not armed
+        self.retries = 0
+        self.rnr_retries = 0
+        self.paused_until_ns = 0
+        self.next_ok_ns = 0.0               # per-QP rate limiter
+        self.last_tx_slot = None            # slot and length of the last data frame
+        self.last_tx_flen = 0
+        # responder
+        self.epsn = rq_psn & PSN_MASK       # expected PSN (unwrapped)
+        self.msn = 0
+        self.nak_sent = False
+        self.dup_acked = False
+        self.ack_pending = False
+        self.rq: deque[_RecvWqe] = deque()
+        self.rx_kind = -1                   # -1 idle, 0 WRITE, 1 SEND in progress
+        self.rx_mv = None                   # where the message goes
+        self.rx_pos = 0
+        self.rx_end = 0
+        self.rx_va = 0
+        self.rx_rkey = 0
+        self.rx_len = 0
+        self.rx_recv: _RecvWqe | None = None
+        self.rx_first_ns = 0
+        self.rx_first_unix_ns = 0
+
+    # -- introspection -------------------------------------------------------
+    def outstanding_pkts(self) -> int:
+        return self.snd_max - self.snd_una
+
+    def has_tx_data(self) -> bool:
+        return self.snd_nxt < self.next_psn and self.state == QpState.RTS
+
+    def send_progress(self) -> dict[int, int]:
+        """wr_id -> bytes acknowledged so far, for WQEs not yet completed."""
+        mtu = self.nic.mtu_bytes
+        out = {}
+        for w in self.sq:
+            acked = max(0, min(self.snd_una - w.first_psn, w.npkts))
+            out[w.wr_id] = min(w.length, acked * mtu)
+        return out
+
+    def rx_progress(self) -> tuple[str, int, int] | None:
+        """The incoming message being assembled: ("write", RETH addr, bytes
+        placed) or ("send", recv wr_id, bytes placed); None when idle."""
+        if self.rx_kind == 0:
+            return ("write", self.rx_va, self.rx_len - (self.rx_end - self.rx_pos))
+        if self.rx_kind == 1 and self.rx_recv is not None:
+            return ("send", self.rx_recv.wr_id, self.rx_pos)
+        return None
+
+    def __repr__(self):
+        return (f"QueuePair(qpn={self.qpn}, remote={self.remote_ip}/{self.remote_qpn}, "
+                f"una={self.snd_una}, nxt={self.snd_nxt}, max={self.snd_max}, epsn={self.epsn})")
