@@ -80,6 +80,14 @@ PFC_EVENTS = ("pause_tx", "resume_tx", "pause_rx", "resume_rx")
 # Window of the per-flow goodput in flow_rate.csv (fabric ns): ACKs come every
 # few packets, so a rate over one sampling interval would be all steps.
 RATE_WINDOW_NS = 20_000
+RATE_WINDOW_ACKS = 4
+
+
+def _rate_window_ns(samples: list[tuple[float, int]]) -> float:
+    """RATE_WINDOW_NS, or RATE_WINDOW_ACKS median gaps between acked-bytes steps if longer."""
+    steps = [t for (t, b), (_, b_prev) in zip(samples[1:], samples) if b != b_prev]
+    gaps = sorted(b - a for a, b in zip(steps, steps[1:]))
+    return max(RATE_WINDOW_NS, RATE_WINDOW_ACKS * gaps[len(gaps) // 2]) if gaps else RATE_WINDOW_NS
 
 
 # ------------------------------------------------------------------ raw logs
@@ -299,12 +307,15 @@ def load_results(exp: "Experiment", run_dir: str | Path, t0_ns: int,
             samples.sort()
             f = flows.get(fid)
             # ACKs come every few packets, so acked bytes grow in steps: the
-            # rate at each sample is taken over the trailing RATE_WINDOW_NS.
+            # rate at each sample is taken over a trailing window of at least
+            # RATE_WINDOW_NS and at least RATE_WINDOW_ACKS typical ACK gaps
+            # (a slow flow's ACKs are far apart).
+            window = _rate_window_ns(samples)
             j = 0
             for i, (t_b, b_b) in enumerate(samples):
                 if i == 0:
                     continue
-                while j < i - 1 and t_b - samples[j + 1][0] >= RATE_WINDOW_NS:
+                while j < i - 1 and t_b - samples[j + 1][0] >= window:
                     j += 1
                 t_a, b_a = samples[j]
                 if t_b <= t_a:
