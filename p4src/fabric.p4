@@ -309,9 +309,6 @@ control FabricIngress(inout headers_t hdr,
         size = PORT_PRIO_CELLS;
     }
 
-    action count_pfc_rx(bit<3> prio) {
-        pfc_rx_counter.count((bit<32>)standard_metadata.ingress_port * NUM_PRIORITIES + (bit<32>)prio);
-    }
 
     @id(0x01000001)
     action drop() {
@@ -400,14 +397,15 @@ control FabricIngress(inout headers_t hdr,
             // A pause frame ends here: it acts on this port's egress queues.
             if (hdr.mac_control.opcode == MAC_CONTROL_OPCODE_PFC) {
                 bit<16> ce = hdr.mac_control.class_enable;
-                if (ce[0:0] == 1) { count_pfc_rx(0); }
-                if (ce[1:1] == 1) { count_pfc_rx(1); }
-                if (ce[2:2] == 1) { count_pfc_rx(2); }
-                if (ce[3:3] == 1) { count_pfc_rx(3); }
-                if (ce[4:4] == 1) { count_pfc_rx(4); }
-                if (ce[5:5] == 1) { count_pfc_rx(5); }
-                if (ce[6:6] == 1) { count_pfc_rx(6); }
-                if (ce[7:7] == 1) { count_pfc_rx(7); }
+                bit<32> cell = (bit<32>)standard_metadata.ingress_port * NUM_PRIORITIES;
+                if (ce[0:0] == 1) { pfc_rx_counter.count(cell + 0); }
+                if (ce[1:1] == 1) { pfc_rx_counter.count(cell + 1); }
+                if (ce[2:2] == 1) { pfc_rx_counter.count(cell + 2); }
+                if (ce[3:3] == 1) { pfc_rx_counter.count(cell + 3); }
+                if (ce[4:4] == 1) { pfc_rx_counter.count(cell + 4); }
+                if (ce[5:5] == 1) { pfc_rx_counter.count(cell + 5); }
+                if (ce[6:6] == 1) { pfc_rx_counter.count(cell + 6); }
+                if (ce[7:7] == 1) { pfc_rx_counter.count(cell + 7); }
             }
             mark_to_drop(standard_metadata);
             return;

@@ -148,9 +148,10 @@ def test_state_round_trip(p4):
 def test_differences(p4):
     assert p4.differences(p4.proto) == []
     other = copy.deepcopy(p4.proto)
-    other.tables[1].match_fields[0].bitwidth = 16
-    other.actions[2].params[0].name = "egress"
-    del other.counters[0]
+    by_name = lambda items, name: next(x for x in items if x.preamble.alias == name)  # noqa: E731
+    by_name(other.tables, "ipv4_lpm").match_fields[0].bitwidth = 16
+    by_name(other.actions, "set_nexthop").params[0].name = "egress"
+    other.counters.remove(by_name(other.counters, "rx_port_counter"))
     diffs = p4.differences(other)
     assert len(diffs) == 3
     assert any("ipv4_lpm" in d and "16" in d for d in diffs)

@@ -204,8 +204,9 @@ def test_mismatched_p4info_rejected(switch, p4):
     _, _, connect = switch
     conn = connect()
     bad = copy.deepcopy(p4.proto)
-    bad.actions[2].params[0].bitwidth = 16       # set_nexthop.port
-    bad.tables[2].match_fields.pop()             # acl.l4_dst_port
+    by_name = lambda items, name: next(x for x in items if x.preamble.alias == name)  # noqa: E731
+    by_name(bad.actions, "set_nexthop").params[0].bitwidth = 16      # set_nexthop.port
+    by_name(bad.tables, "acl").match_fields.pop()                      # acl.l4_dst_port
     with pytest.raises(P4RuntimeError) as e:
         conn.set_pipeline(bad)
     assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT
