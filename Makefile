@@ -9,7 +9,8 @@ SHELL := /bin/bash
 SYSTEM_PYTHON := /usr/bin/python3
 VENV := .venv
 PY := $(VENV)/bin/python
-APT_PACKAGES := mininet iproute2 iputils-ping iptables ethtool procps util-linux python3-venv python3-pip
+APT_PACKAGES := mininet iproute2 iputils-ping iptables ethtool procps util-linux python3-venv python3-pip \
+                python3-thrift ruby shellcheck
 APT_STAMP := $(VENV)/.apt-done
 PIP_STAMP := $(VENV)/.pip-done
 OUT ?= results

@@ -1,6 +1,6 @@
 """Run every experiment file and print what the notes report for each.
 
-    sudo .venv/bin/python bench/experiments.py [experiments/*.yaml]
+    sudo .venv/bin/python bench/experiments.py [--target embedded|bmv2|auto] [experiments/*.yaml]
 
 Per run: wall time, fabric time simulated, packets the switches forwarded,
 the dilation factor, whether the data plane fell behind, drops and pauses.
@@ -17,12 +17,18 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def main() -> None:
-    files = sys.argv[1:] or sorted(str(p) for p in (REPO / "experiments").glob("*.yaml"))
+    args = sys.argv[1:]
+    target = "embedded"
+    if args[:1] == ["--target"]:
+        target, args = args[1], args[2:]
+    files = args or sorted(str(p) for p in (REPO / "experiments").glob("*.yaml"))
+    print(f"target {target}")
     print(f"{'experiment':<22} {'wall s':>7} {'fabric us':>10} {'packets':>9} {'dilation':>9} "
           f"{'behind':>7} {'complete':>9} {'drops':>6} {'pauses':>7} {'marks':>6}")
     for f in files:
         with tempfile.TemporaryDirectory(prefix="fabric-emu-exp-") as out:
-            subprocess.run([sys.executable, "-m", "emulator.cli", "run", f, "--out", out],
+            subprocess.run([sys.executable, "-m", "emulator.cli", "run", f, "--out", out,
+                            "--target", target],
                            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             summaries = sorted(Path(out).glob("**/summary.json"))
             for path in summaries:

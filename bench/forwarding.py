@@ -1,6 +1,6 @@
-"""How fast does the embedded switch forward? (packets/s, one hop and leaf-spine-leaf, with loss)
+"""How fast does a switch target forward? (packets/s, one hop and leaf-spine-leaf, with loss)
 
-    sudo .venv/bin/python bench/forwarding.py [--seconds 2] [--rates 10000,20000,...]
+    sudo .venv/bin/python bench/forwarding.py [--target embedded|bmv2] [--seconds 2] [--rates 10000,...]
 
 Builds a 1-spine, 2-leaf fabric under Mininet with undilated 100 Gbps links
 (so the traffic manager never limits: what is measured is the Python data
@@ -101,11 +101,14 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=2.0)
     ap.add_argument("--rates", default="10000,20000,40000,60000,80000,100000,0",
                     help="offered packets/s, comma-separated; 0 = as fast as the sender can")
+    ap.add_argument("--target", choices=("embedded", "bmv2"), default="embedded")
     a = ap.parse_args()
-    print(f"pipeline only (no I/O, one core): {pipeline_only():,.0f} packets/s")
+    print(f"target {a.target}")
+    if a.target == "embedded":
+        print(f"pipeline only (no I/O, one core): {pipeline_only():,.0f} packets/s")
     fabric = fabric_from_dict(BENCH_FABRIC)
     with tempfile.TemporaryDirectory(prefix="fabric-emu-bench-") as tmp:
-        with FabricNet(fabric, tmp, dilation=1) as fnet:
+        with FabricNet(fabric, tmp, dilation=1, target=a.target) as fnet:
             for label, dst in (("one hop (h1-leaf1-h2)", "h2"), ("three hops (h1-leaf1-spine1-leaf2-h3)", "h3")):
                 print(f"\n{label}, 1000-byte frames")
                 print(f"{'offered pps':>12} {'delivered pps':>14} {'loss':>8}")

@@ -30,10 +30,25 @@
  *                                 packets on queue depth: none below Kmin,
  *                                 probability rising to Pmax at Kmax, always
  *                                 above; marks counted in ecn_mark_counter
- * Generating pause frames needs the traffic manager's buffer occupancy: the
- * embedded target's traffic manager does it from pfc_config's thresholds and
- * counts them in pfc_tx_counter.
- *
+ * Generating and honouring pauses is a traffic-manager job, and the two
+ * targets' traffic managers differ (docs/lossless.md, "BMv2 target"):
+ *   embedded target: its traffic manager accounts buffer per (ingress port,
+ *     priority), sends XOFF/XON from pfc_config's thresholds and stops paused
+ *     egress queues, as a switch ASIC does; it skips the P4 blocks below
+ *     marked [BMv2 TM], which it implements natively.
+ *   BMv2: [BMv2 TM] blocks in this program do it. Egress compares the depth
+ *     a lossless packet leaves behind (deq_qdepth) with XOFF/XON, clones the
+ *     packet (E2E) to the per-port session PFC_SESSION_BASE + ingress port,
+ *     whose copy egress rewrites into a pause frame (XOFF with pfc_port's
+ *     quanta, refreshed while the depth stays above XOFF; XON when it drops
+ *     below). BMv2 cannot stop an egress queue, so a received pause is
+ *     recorded per (port, priority) in pfc_paused_until and honoured one hop
+ *     upstream: a lossless packet routed to a paused (port, priority) makes
+ *     ingress clone (I2E) a pause toward the port it came from, so the
+ *     senders stop, and the packet itself still leaves; the downstream
+ *     switch's headroom absorbs it.
+ * The controller sets all of it through tables (pfc_config, pfc_port) and
+ * clone sessions; the registers are the data plane's own state.
  * Port drops in the traffic manager cannot be counted by P4 on BMv2, so the
  * program counts what ingress hands to each egress port (enq_port_counter)
  * and what egress sends (tx_port_counter): their difference is the traffic
@@ -55,6 +70,15 @@ const bit<16> MAC_CONTROL_OPCODE_PFC = 0x0101;
 // BMv2 reports queue depth in packets; ECN thresholds are bytes. Depth in
 // bytes is approximated as packets x this (a 1 KiB-MTU RoCE frame).
 #define QDEPTH_CELL_BYTES 1100
+// Clone session of port p for the pause frames it sends: PFC_SESSION_BASE + p.
+#define PFC_SESSION_BASE 512
+const bit<48> PFC_DST_MAC = 0x0180C2000001;   // 802.1Qbb MAC-control multicast
+// v1model instance types (BMv2 PKT_INSTANCE_TYPE_*) of clones.
+const bit<32> INSTANCE_INGRESS_CLONE = 1;
+const bit<32> INSTANCE_EGRESS_CLONE = 2;
+// A pause frame: Ethernet (14) + MAC control (20) + pad (26) = 60 bytes
+// (the minimum frame without its FCS).
+#define PFC_FRAME_BYTES 60
 
 typedef bit<9>  port_t;
 typedef bit<48> mac_addr_t;
@@ -94,6 +118,11 @@ header mac_control_t {
     bit<16> pause_time_5;
     bit<16> pause_time_6;
     bit<16> pause_time_7;
+}
+
+// Zero padding of a generated pause frame up to the 60-byte minimum.
+header pfc_pad_t {
+    bit<208> zeros;
 }
 
 header ipv4_t {
@@ -154,6 +183,7 @@ struct headers_t {
     packet_in_t   packet_in;
     ethernet_t    ethernet;
     mac_control_t mac_control;
+    pfc_pad_t     pfc_pad;
     ipv4_t        ipv4;
     udp_t         udp;
     bth_t         bth;
@@ -169,6 +199,15 @@ struct metadata_t {
     bit<32> pfc_xoff_bytes;
     bit<32> pfc_xon_bytes;
     bit<32> pfc_headroom_bytes;
+    // pfc_port of the ingress port [BMv2 TM]: what a pause sent out of it
+    // carries, how often it is refreshed, and how long a quantum lasts there.
+    bit<16> pfc_pause_quanta;
+    bit<48> pfc_refresh_us;
+    bit<32> pfc_quantum_us_q10;    // one quantum (512 bit times) in 1/1024 us
+    // What a clone needs to become a pause frame (kept across the clone).
+    @field_list(1) bit<3>  pfc_clone_priority;
+    @field_list(1) bit<16> pfc_clone_quanta;
+    @field_list(1) bit<48> pfc_clone_src_mac;
 }
 
 // ---------------------------------------------------------------- parser
@@ -267,6 +306,36 @@ control FabricIngress(inout headers_t hdr,
     counter(PORT_PRIO_CELLS, CounterType.packets_and_bytes) enq_prio_counter;
     @id(0x12000006)
     counter(PORT_PRIO_CELLS, CounterType.packets_and_bytes) pfc_rx_counter;
+
+    // [BMv2 TM] until when (ingress_global_timestamp, us) a received pause
+    // stops (port, priority); index port*8+priority.
+    @id(0x16000001)
+    register<bit<48>>(PORT_PRIO_CELLS) pfc_paused_until;
+    // [BMv2 TM] when the pause relayed out of (port, priority) is refreshed.
+    @id(0x16000002)
+    register<bit<48>>(PORT_PRIO_CELLS) pfc_relay_refresh_at;
+
+    @id(0x01000007)
+    action set_pfc_port(bit<16> pause_quanta, bit<32> refresh_us, bit<32> quantum_us_q10) {
+        meta.pfc_pause_quanta = pause_quanta;
+        meta.pfc_refresh_us = (bit<48>)refresh_us;
+        meta.pfc_quantum_us_q10 = quantum_us_q10;
+    }
+
+    // [BMv2 TM] per ingress port: the pause frames this switch sends out of
+    // it, and the length of a pause quantum at its (dilated) rate.
+    @id(0x02000007)
+    table pfc_port {
+        key = {
+            standard_metadata.ingress_port: exact @name("port");
+        }
+        actions = {
+            set_pfc_port;
+            @defaultonly NoAction;
+        }
+        const default_action = NoAction();
+        size = MAX_PORTS;
+    }
 
     @id(0x01000004)
     action set_priority(bit<3> priority) {
@@ -392,20 +461,32 @@ control FabricIngress(inout headers_t hdr,
             return;
         }
         rx_port_counter.count((bit<32>)standard_metadata.ingress_port);
+        meta.pfc_pause_quanta = 0;
+        pfc_port.apply();
 
         if (hdr.mac_control.isValid()) {
             // A pause frame ends here: it acts on this port's egress queues.
             if (hdr.mac_control.opcode == MAC_CONTROL_OPCODE_PFC) {
                 bit<16> ce = hdr.mac_control.class_enable;
                 bit<32> cell = (bit<32>)standard_metadata.ingress_port * NUM_PRIORITIES;
-                if (ce[0:0] == 1) { pfc_rx_counter.count(cell + 0); }
-                if (ce[1:1] == 1) { pfc_rx_counter.count(cell + 1); }
-                if (ce[2:2] == 1) { pfc_rx_counter.count(cell + 2); }
-                if (ce[3:3] == 1) { pfc_rx_counter.count(cell + 3); }
-                if (ce[4:4] == 1) { pfc_rx_counter.count(cell + 4); }
-                if (ce[5:5] == 1) { pfc_rx_counter.count(cell + 5); }
-                if (ce[6:6] == 1) { pfc_rx_counter.count(cell + 6); }
-                if (ce[7:7] == 1) { pfc_rx_counter.count(cell + 7); }
+                bit<48> now = standard_metadata.ingress_global_timestamp;
+                bit<48> q10 = (bit<48>)meta.pfc_quantum_us_q10;
+                // Pause time 0 (XON) resumes at once: paused_until = now.
+#define PFC_RX_CLASS(i) \
+                if (ce[i:i] == 1) { \
+                    pfc_rx_counter.count(cell + i); \
+                    pfc_paused_until.write(cell + i, \
+                        now + (((bit<48>)hdr.mac_control.pause_time_##i * q10) >> 10)); \
+                }
+                PFC_RX_CLASS(0)
+                PFC_RX_CLASS(1)
+                PFC_RX_CLASS(2)
+                PFC_RX_CLASS(3)
+                PFC_RX_CLASS(4)
+                PFC_RX_CLASS(5)
+                PFC_RX_CLASS(6)
+                PFC_RX_CLASS(7)
+#undef PFC_RX_CLASS
             }
             mark_to_drop(standard_metadata);
             return;
@@ -418,6 +499,8 @@ control FabricIngress(inout headers_t hdr,
         }
         pfc_config.apply();
 
+        // The frame's destination is this switch's MAC: pauses come from it.
+        meta.pfc_clone_src_mac = hdr.ethernet.dst_addr;
         bool routed = false;
         if (hdr.ipv4.isValid() && my_station.apply().hit) {
             if (hdr.ipv4.ttl > 1) {
@@ -435,6 +518,27 @@ control FabricIngress(inout headers_t hdr,
             enq_port_counter.count((bit<32>)standard_metadata.egress_spec);
             enq_prio_counter.count((bit<32>)standard_metadata.egress_spec * NUM_PRIORITIES
                                    + (bit<32>)meta.priority);
+            if (meta.lossless && meta.pfc_pause_quanta != 0) {
+                // [BMv2 TM] The packet is headed for a (port, priority) that
+                // a received pause stops: hold its sender instead, by a pause
+                // toward the port it came in on (refreshed while such packets
+                // keep coming). The packet itself still leaves.
+                bit<48> now = standard_metadata.ingress_global_timestamp;
+                bit<48> until;
+                pfc_paused_until.read(until, (bit<32>)standard_metadata.egress_spec * NUM_PRIORITIES
+                                             + (bit<32>)meta.priority);
+                bit<32> in_cell = (bit<32>)standard_metadata.ingress_port * NUM_PRIORITIES
+                                  + (bit<32>)meta.priority;
+                bit<48> refresh_at;
+                pfc_relay_refresh_at.read(refresh_at, in_cell);
+                if (until > now && now >= refresh_at) {
+                    pfc_relay_refresh_at.write(in_cell, now + meta.pfc_refresh_us);
+                    meta.pfc_clone_priority = meta.priority;
+                    meta.pfc_clone_quanta = meta.pfc_pause_quanta;
+                    clone_preserving_field_list(CloneType.I2E,
+                        PFC_SESSION_BASE + (bit<32>)standard_metadata.ingress_port, 1);
+                }
+            }
         }
     }
 }
@@ -453,6 +557,13 @@ control FabricEgress(inout headers_t hdr,
     counter(PORT_PRIO_CELLS, CounterType.packets_and_bytes) ecn_mark_counter;
     @id(0x12000009)
     counter(PORT_PRIO_CELLS, CounterType.packets_and_bytes) pfc_tx_counter;
+
+    // [BMv2 TM] per (ingress port, priority): whether an XOFF is out, and
+    // when it is refreshed (egress_global_timestamp, us).
+    @id(0x16000003)
+    register<bit<1>>(PORT_PRIO_CELLS) pfc_xoff_sent;
+    @id(0x16000004)
+    register<bit<48>>(PORT_PRIO_CELLS) pfc_xoff_refresh_at;
 
     bit<32> ecn_kmin_bytes = 0;
     bit<32> ecn_kmax_bytes = 0;
@@ -480,6 +591,38 @@ control FabricEgress(inout headers_t hdr,
     }
 
     apply {
+        if (standard_metadata.instance_type == INSTANCE_INGRESS_CLONE
+                || standard_metadata.instance_type == INSTANCE_EGRESS_CLONE) {
+            // [BMv2 TM] A clone made to pause its port: rewrite it into an
+            // 802.1Qbb frame for one priority, then cut it to 60 bytes.
+            hdr.packet_in.setInvalid();
+            hdr.ipv4.setInvalid();
+            hdr.udp.setInvalid();
+            hdr.bth.setInvalid();
+            hdr.reth.setInvalid();
+            hdr.aeth.setInvalid();
+            hdr.ethernet.dst_addr = PFC_DST_MAC;
+            hdr.ethernet.src_addr = meta.pfc_clone_src_mac;
+            hdr.ethernet.ether_type = ETHERTYPE_MAC_CONTROL;
+            hdr.mac_control.setValid();
+            hdr.mac_control.opcode = MAC_CONTROL_OPCODE_PFC;
+            hdr.mac_control.class_enable = (bit<16>)1 << meta.pfc_clone_priority;
+            bit<16> q = meta.pfc_clone_quanta;
+            bit<3> p = meta.pfc_clone_priority;
+            hdr.mac_control.pause_time_0 = p == 0 ? q : 0;
+            hdr.mac_control.pause_time_1 = p == 1 ? q : 0;
+            hdr.mac_control.pause_time_2 = p == 2 ? q : 0;
+            hdr.mac_control.pause_time_3 = p == 3 ? q : 0;
+            hdr.mac_control.pause_time_4 = p == 4 ? q : 0;
+            hdr.mac_control.pause_time_5 = p == 5 ? q : 0;
+            hdr.mac_control.pause_time_6 = p == 6 ? q : 0;
+            hdr.mac_control.pause_time_7 = p == 7 ? q : 0;
+            hdr.pfc_pad.setValid();
+            hdr.pfc_pad.zeros = 0;
+            truncate(PFC_FRAME_BYTES);
+            pfc_tx_counter.count((bit<32>)standard_metadata.egress_port * NUM_PRIORITIES + (bit<32>)p);
+            return;
+        }
         if (standard_metadata.egress_port == CPU_PORT) {
             hdr.packet_in.setValid();
             hdr.packet_in.ingress_port = standard_metadata.ingress_port;
@@ -507,6 +650,40 @@ control FabricEgress(inout headers_t hdr,
                 ecn_mark_counter.count(cell);
             }
         }
+
+        // [BMv2 TM] PFC generation. BMv2 has no per-ingress buffer
+        // accounting, so the depth of the egress queue this lossless packet
+        // leaves behind stands for what its ingress port has in the buffer:
+        // XOFF toward that port at or above the XOFF threshold (refreshed
+        // before the pause runs out), XON once the depth is down to XON.
+        // The depth at dequeue (deq_qdepth), not the one the packet found at
+        // enqueue: the latter is a queueing delay old, and a late XOFF lets
+        // the queue overflow.
+        if (meta.lossless && meta.pfc_pause_quanta != 0) {
+            bit<32> depth = (bit<32>)standard_metadata.deq_qdepth * QDEPTH_CELL_BYTES;
+            bit<32> in_cell = (bit<32>)standard_metadata.ingress_port * NUM_PRIORITIES
+                              + (bit<32>)meta.priority;
+            bit<48> now = standard_metadata.egress_global_timestamp;
+            bit<1> sent;
+            bit<48> refresh_at;
+            pfc_xoff_sent.read(sent, in_cell);
+            pfc_xoff_refresh_at.read(refresh_at, in_cell);
+            meta.pfc_clone_priority = meta.priority;
+            if (depth >= meta.pfc_xoff_bytes) {
+                if (sent == 0 || now >= refresh_at) {
+                    pfc_xoff_sent.write(in_cell, 1);
+                    pfc_xoff_refresh_at.write(in_cell, now + meta.pfc_refresh_us);
+                    meta.pfc_clone_quanta = meta.pfc_pause_quanta;
+                    clone_preserving_field_list(CloneType.E2E,
+                        PFC_SESSION_BASE + (bit<32>)standard_metadata.ingress_port, 1);
+                }
+            } else if (sent == 1 && depth <= meta.pfc_xon_bytes) {
+                pfc_xoff_sent.write(in_cell, 0);
+                meta.pfc_clone_quanta = 0;
+                clone_preserving_field_list(CloneType.E2E,
+                    PFC_SESSION_BASE + (bit<32>)standard_metadata.ingress_port, 1);
+            }
+        }
     }
 }
 
@@ -526,6 +703,7 @@ control FabricDeparser(packet_out packet, in headers_t hdr) {
         packet.emit(hdr.packet_in);
         packet.emit(hdr.ethernet);
         packet.emit(hdr.mac_control);
+        packet.emit(hdr.pfc_pad);
         packet.emit(hdr.ipv4);
         packet.emit(hdr.udp);
         packet.emit(hdr.bth);

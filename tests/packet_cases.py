@@ -154,9 +154,10 @@ PUNT_UNROUTED_NET = Acl.of(10, "punt_to_cpu",
                            ipv4_dst=(ip_to_int(UNROUTED_IP) & 0xFFFF0000, 0xFFFF0000))
 
 
-def program(conn, p4info, acl=()) -> dict[str, list]:
-    """Set the pipeline (fresh state) and write leaf1's entities, then ``acl``."""
-    conn.set_pipeline(p4info)
+def program(conn, p4info, acl=(), device_config: bytes = b"") -> dict[str, list]:
+    """Set the pipeline (fresh state) and write leaf1's entities, then ``acl``.
+    ``device_config``: the target's program (BMv2: fabric.p4's JSON)."""
+    conn.set_pipeline(p4info, device_config)
     ents = switch_entities(FABRIC, p4info, SWITCH)
     for kind in ("tables", "members", "groups", "routes"):   # members before groups before routes
         if ents[kind]:

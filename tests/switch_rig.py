@@ -134,6 +134,7 @@ class SwitchRig:
         self.conn: SwitchConnection | None = None
         self.socks: dict[int, socket.socket] = {}
         self.log_path: Path | None = None
+        self.device_config = b""      # what SetForwardingPipelineConfig carries (BMv2: its JSON)
 
     def start(self, config: dict, workdir: Path) -> SwitchRig:
         """Namespaces, veths, sockets; then the switch with ``config``, connected over P4Runtime.
@@ -161,6 +162,38 @@ class SwitchRig:
             time.sleep(0.02)
         self.conn = SwitchConnection(f"127.0.0.1:{config['grpc_port']}", config["device_id"],
                                      timeout=10.0)
+        return self
+
+    def start_bmv2(self, name: str, device_id: int, workdir: Path) -> SwitchRig:
+        """Namespaces, veths, sockets; then BMv2's simple_switch_grpc on the
+        switch ends, as the BMv2 target runs it (emulator/net/bmv2.py), with
+        no program until the test sets fabric.p4's JSON (``device_config``)."""
+        from emulator.net.bmv2 import CPU_PORT, NUM_PRIORITIES, SWITCH_BINARY
+        from emulator.p4.build import bmv2_json
+        self.device_config = bmv2_json().read_bytes()
+        for p in self.ports:
+            self._add_port(p)
+        grpc_port = free_tcp_port()
+        cmd = [shutil.which(SWITCH_BINARY), "--device-id", str(device_id), "--no-p4",
+               "--log-file", str(workdir / f"{name}.bmv2"), "--log-level", os.environ.get("BMV2_LOG_LEVEL", "info"), "--log-flush"]
+        for p in self.ports:
+            cmd += ["-i", f"{p}@{self.sw_if[p]}"]
+        cmd += ["--", "--grpc-server-addr", f"127.0.0.1:{grpc_port}", "--cpu-port", str(CPU_PORT),
+                "--priority-queues", str(NUM_PRIORITIES)]
+        self.log_path = workdir / f"{name}.log"
+        with open(self.log_path, "w") as log:
+            self.proc = subprocess.Popen(cmd, cwd=REPO, stdin=subprocess.DEVNULL, stdout=log,
+                                         stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"{SWITCH_BINARY} did not start: {self.log_path.read_text()[-2000:]}")
+            try:
+                socket.create_connection(("127.0.0.1", grpc_port), timeout=0.2).close()
+                break
+            except OSError:
+                time.sleep(0.05)
+        self.conn = SwitchConnection(f"127.0.0.1:{grpc_port}", device_id, timeout=10.0)
         return self
 
     def _add_port(self, p: int) -> None:

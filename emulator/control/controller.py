@@ -57,7 +57,8 @@ class FabricController:
 
     def __init__(self, fabric: Fabric, switches: dict[str, tuple[str, int]],
                  p4info: P4Info | None = None, device_config: bytes = b"",
-                 qos: QosSpec | None = None, mtu_bytes: int = 1024, reaction_fabric_ns: int = 0):
+                 qos: QosSpec | None = None, mtu_bytes: int = 1024, reaction_fabric_ns: int = 0,
+                 dilation: float = 1.0):
         """switches: name -> (P4Runtime address, device id); qos: traffic classes,
         PFC and ECN to install (None: every packet in priority 0, lossy)."""
         self.fabric = fabric
@@ -67,6 +68,7 @@ class FabricController:
         self.qos = qos
         self.mtu_bytes = mtu_bytes
         self.reaction_fabric_ns = reaction_fabric_ns
+        self.dilation = dilation
         self.conns: dict[str, SwitchConnection] = {}
 
     def connect(self) -> None:
@@ -80,7 +82,7 @@ class FabricController:
             ents = switch_entities(self.fabric, self.p4info, name, routes)
             if self.qos is not None:
                 ents["qos"] = qos_entities(self.fabric, self.p4info, name, self.qos,
-                                           self.mtu_bytes, self.reaction_fabric_ns)
+                                           self.mtu_bytes, self.reaction_fabric_ns, self.dilation)
             # Members before the groups that hold them, both before the routes.
             for kind in ("tables", "members", "groups", "routes", "qos"):
                 if ents.get(kind):

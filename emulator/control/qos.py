@@ -17,6 +17,10 @@ from emulator.topo import Fabric
 # WRITE frame carries this much beyond its payload.
 ROCE_FRAME_OVERHEAD_BYTES = 74
 DEFAULT_XOFF_BYTES = 32_000
+# A pause quantum is 512 bit times (802.1Qbb).
+PAUSE_QUANTUM_BITS = 512
+# Clone session of port p for the pause frames fabric.p4 makes on BMv2.
+PFC_SESSION_BASE = 512
 
 
 class _Strict(BaseModel):
@@ -28,6 +32,10 @@ class PfcSpec(_Strict):
     xoff_bytes: PositiveInt | None = None      # None: DEFAULT_XOFF_BYTES
     xon_bytes: PositiveInt | None = None       # None: XOFF - 2 MTU frames
     headroom_bytes: PositiveInt | None = None  # None: sized from each link (see headroom_bytes())
+    # How long a pause that fabric.p4 sends on BMv2 lasts unless refreshed
+    # (it is refreshed every half of it while the cause lasts; an XON ends
+    # it early). The embedded target's traffic manager sends 0xFFFF/XON.
+    pause_us: float = Field(20.0, gt=0, le=1000)
 
 
 class EcnSpec(_Strict):
@@ -64,9 +72,35 @@ def headroom_bytes(rate_bps: int, delay_ns: int, mtu_bytes: int, reaction_fabric
     return bdp + 3 * mtu_frame_bytes(mtu_bytes) + reaction
 
 
+def pause_quanta(rate_bps: int, pause_ns: float) -> int:
+    """Quanta (512 bit times at ``rate_bps``) of a pause lasting ``pause_ns``."""
+    return max(1, min(0xFFFF, round(pause_ns * rate_bps / 1e9 / PAUSE_QUANTUM_BITS)))
+
+
+def pfc_port_params(rate_bps: int, pfc: PfcSpec, dilation: float) -> dict:
+    """``set_pfc_port``'s parameters for a port of fabric rate ``rate_bps``.
+
+    BMv2 stamps packets in wall-clock microseconds, so the times are dilated:
+    a quantum lasts 512 bits at rate ÷ D.
+    """
+    quantum_wall_us = PAUSE_QUANTUM_BITS / (rate_bps / dilation) * 1e6
+    return {"pause_quanta": pause_quanta(rate_bps, pfc.pause_us * 1000),
+            "refresh_us": max(1, round(pfc.pause_us * dilation / 2)),
+            "quantum_us_q10": max(1, round(quantum_wall_us * 1024))}
+
+
+def clone_sessions(fabric: Fabric, switch: str) -> list:
+    """One clone session per port: where fabric.p4 sends the pauses it makes."""
+    from p4.v1 import p4runtime_pb2 as pb
+    return [pb.PacketReplicationEngineEntry(clone_session_entry=pb.CloneSessionEntry(
+        session_id=PFC_SESSION_BASE + p.port_no,
+        replicas=[pb.Replica(egress_port=p.port_no, instance=1)]))
+        for p in fabric.ports(switch)]
+
+
 def qos_entities(fabric: Fabric, p4info: P4Info, switch: str, qos: QosSpec,
-                 mtu_bytes: int, reaction_fabric_ns: int) -> list:
-    """Table entries of one switch for its traffic classes, PFC and ECN."""
+                 mtu_bytes: int, reaction_fabric_ns: int, dilation: float = 1.0) -> list:
+    """Table entries and clone sessions of one switch for its traffic classes, PFC and ECN."""
     entries = [
         p4info.table_entry("dscp_to_priority", {"dscp": qos.roce_dscp},
                            ("set_priority", {"priority": qos.roce_priority})),
@@ -76,9 +110,14 @@ def qos_entities(fabric: Fabric, p4info: P4Info, switch: str, qos: QosSpec,
     frame = mtu_frame_bytes(mtu_bytes)
     xoff = qos.pfc.xoff_bytes or max(DEFAULT_XOFF_BYTES, 3 * frame)
     xon = qos.pfc.xon_bytes or max(frame, xoff - 2 * frame)
+    if qos.pfc.enabled:
+        entries += clone_sessions(fabric, switch)
     for port in fabric.ports(switch):
         link = fabric.links[port.link_index]
         if qos.pfc.enabled:
+            entries.append(p4info.table_entry(
+                "pfc_port", {"port": port.port_no},
+                ("set_pfc_port", pfc_port_params(link.rate_bps, qos.pfc, dilation))))
             headroom = qos.pfc.headroom_bytes or headroom_bytes(
                 link.rate_bps, link.delay_ns, mtu_bytes, reaction_fabric_ns)
             entries.append(p4info.table_entry(

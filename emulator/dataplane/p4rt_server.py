@@ -33,6 +33,7 @@ from p4.config.v1 import p4info_pb2
 from p4.v1 import p4runtime_pb2 as pb
 from p4.v1 import p4runtime_pb2_grpc as pb_grpc
 
+from emulator.dataplane import pre
 from emulator.dataplane import state as st
 from emulator.dataplane.state import SwitchState
 from emulator.p4.p4info import P4Info, check_bytestring, uint128, uint128_value
@@ -313,11 +314,13 @@ class P4RuntimeServer(pb_grpc.P4RuntimeServicer):
         s = self.state
         return ({tid: dict(t) for tid, t in s.tables.items()},
                 {pid: (dict(ap.members), dict(ap.groups)) for pid, ap in s.action_profiles.items()},
-                dict(self._defaults), dict(self._ctrl_meta), collections.Counter(self._refs))
+                dict(self._defaults), dict(self._ctrl_meta), collections.Counter(self._refs),
+                dict(s.clone_sessions))
 
     def _restore(self, snapshot: tuple, counter_undo: list[tuple]) -> None:
-        tables, profiles, defaults, ctrl_meta, refs = snapshot
+        tables, profiles, defaults, ctrl_meta, refs, sessions = snapshot
         s = self.state
+        s.clone_sessions = sessions
         for tid, entries in tables.items():  # in place: the pipeline may hold the dicts
             s.tables[tid].clear()
             s.tables[tid].update(entries)
@@ -349,7 +352,13 @@ class P4RuntimeServer(pb_grpc.P4RuntimeServicer):
         elif kind is None:
             raise _invalid("entity is not set")
         elif kind == "packet_replication_engine_entry":
-            raise _Fail(code_pb2.UNIMPLEMENTED, "the embedded target has no packet replication engine")
+            try:
+                pre.write(self.state.clone_sessions, utype, update.entity.packet_replication_engine_entry)
+            except pre.PreError as e:
+                raise _Fail(e.code, str(e)) from None
+        elif kind == "register_entry":
+            raise _Fail(code_pb2.UNIMPLEMENTED, "registers are the data plane's own state "
+                                                "(BMv2's P4Runtime server cannot write them either)")
         else:
             raise _invalid(f"{kind}: fabric.p4 has no such objects")
 
@@ -738,7 +747,13 @@ class P4RuntimeServer(pb_grpc.P4RuntimeServicer):
         if kind is None:
             raise _invalid("entity is not set")
         if kind == "packet_replication_engine_entry":
-            raise _Fail(code_pb2.UNIMPLEMENTED, "the embedded target has no packet replication engine")
+            try:
+                return pre.read(self.state.clone_sessions, entity.packet_replication_engine_entry)
+            except pre.PreError as e:
+                raise _Fail(e.code, str(e)) from None
+        if kind == "register_entry":
+            raise _Fail(code_pb2.UNIMPLEMENTED, "registers are the data plane's own state "
+                                                "(BMv2's P4Runtime server cannot read them either)")
         # Other entity kinds: fabric.p4 has none, so a wildcard read is empty.
         sub = getattr(entity, kind)
         ids = [v for f, v in sub.ListFields() if f.name.endswith("_id") and isinstance(v, int)]

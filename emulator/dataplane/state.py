@@ -89,6 +89,8 @@ class SwitchState:
         self.action_profiles: dict[int, ActionProfileState] = {}
         # counter_id -> CounterArray
         self.counters: dict[int, CounterArray] = {}
+        # session_id -> p4.v1.CloneSessionEntry (see emulator/dataplane/pre.py)
+        self.clone_sessions: dict = {}
         # Set by the switch: inject a controller packet-out (payload, egress_port).
         self.packet_out_handler: Callable[[bytes, int], None] | None = None
         # Set by the P4Runtime server: deliver a packet-in (payload, ingress_port).
@@ -100,6 +102,7 @@ class SwitchState:
             self.tables = {tid: {} for tid in table_ids}
             self.action_profiles = {aid: ActionProfileState() for aid in action_profile_ids}
             self.counters = {cid: CounterArray(size) for cid, size in counter_sizes.items()}
+            self.clone_sessions = {}
             self.generation += 1
 
     def changed(self) -> None:

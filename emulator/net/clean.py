@@ -19,6 +19,7 @@ OWN_PROCESS_PATTERNS = (
     re.compile(r"-m emulator\.dataplane\b"),
     re.compile(r"-m emulator\.agents\.host\b"),
     re.compile(r"\bmininet:"),           # Mininet's node shells: "bash ... mininet:h1"
+    re.compile(r"\bsimple_switch_grpc\b.*--device-id"),   # the BMv2 target's switches
 )
 # Interfaces named like Mininet's: node name, "-eth", number.
 FABRIC_IFNAME = re.compile(r"^[a-z][a-z0-9]*-eth\d+$")

@@ -1,4 +1,6 @@
-"""One real embedded switch process, its ports on veths, frames in and out of namespaces.
+"""One real switch process, its ports on veths, frames in and out of namespaces:
+the same PTF-style expectations checked on both targets (the embedded
+target, and BMv2's simple_switch_grpc running fabric.p4 where it is installed).
 
 Needs root. Builds, per module run, three network namespaces with one veth
 each (the switch's ends stay in the root namespace, where the switch process
@@ -68,7 +70,23 @@ class Rig:
     p4: P4Info
     socks: dict[int, socket.socket]
     log_path: str
+    target: str = "embedded"
+    device_config: bytes = b""
     stream_errors_seen: int = 0
+
+    def program(self, acl=()) -> dict:
+        # BMv2's P4Runtime server forgets clone sessions when the pipeline is
+        # set again but BMv2 keeps their replicas: a session inserted anew
+        # would then clone twice. Delete them first (a no-op on a fresh switch).
+        from p4.v1 import p4runtime_pb2 as pb
+        try:
+            sessions = self.conn.read(pb.PacketReplicationEngineEntry(
+                clone_session_entry=pb.CloneSessionEntry()))
+        except Exception:          # no pipeline set yet
+            sessions = []
+        if sessions:
+            self.conn.delete(sessions)
+        return program(self.conn, self.p4, acl, self.device_config)
 
     def alive(self) -> None:
         assert self.proc.poll() is None, f"switch exited {self.proc.returncode}: {self.log()}"
@@ -124,12 +142,20 @@ class Rig:
             time.sleep(0.02)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="module", params=["embedded", "bmv2"])
 def rig(request, tmp_path_factory):
-    sr = SwitchRig("pk", PORT_MAC)
+    target = request.param
+    if target == "bmv2":
+        from emulator.net.bmv2 import bmv2_unavailable_reason
+        if bmv2_unavailable_reason():
+            pytest.skip(f"BMv2 target: {bmv2_unavailable_reason()}")
+    sr = SwitchRig("pk" if target == "embedded" else "pb", PORT_MAC)
     request.addfinalizer(sr.close)
-    sr.start(switch_config(), tmp_path_factory.mktemp("switch"))
-    return Rig(sr.proc, sr.conn, P4Info.load(), sr.socks, str(sr.log_path))
+    if target == "bmv2":
+        sr.start_bmv2("leaf1", DEVICE_ID, tmp_path_factory.mktemp("bmv2"))
+    else:
+        sr.start(switch_config(), tmp_path_factory.mktemp("switch"))
+    return Rig(sr.proc, sr.conn, P4Info.load(), sr.socks, str(sr.log_path), target, sr.device_config)
 
 
 @pytest.fixture
@@ -156,7 +182,7 @@ def _outcome(got, ingress_port: int) -> list[tuple[int, bytes]]:
 
 @pytest.mark.parametrize("case", INTEGRATION_CASES, ids=[c.name for c in INTEGRATION_CASES])
 def test_case(sw, case: Case):
-    program(sw.conn, sw.p4, case.acl)
+    sw.program(case.acl)
     sw.drain()
     sw.send(case.ingress_port, case.frame)
     if case.dropped:
@@ -174,7 +200,7 @@ def test_case(sw, case: Case):
 
 def test_routed_to_an_uplink(sw):
     p4 = sw.p4
-    ents = program(sw.conn, p4)
+    ents = sw.program()
     port_param = p4.param_id("set_nexthop", "port")
     member3 = next(m.member_id for m in ents["members"]
                    if p4.decode_action(m.action).param(port_param) == 3)
@@ -186,7 +212,7 @@ def test_routed_to_an_uplink(sw):
 
 
 def test_counters_rx_enq_tx_and_drops(sw):
-    program(sw.conn, sw.p4)
+    sw.program()
     frames = [rocev2(payload_len=n, psn=n) for n in (64, 256, 1024, 512)]
     bad = rocev2(dst_mac=H1_MAC)
     for f in frames:
@@ -203,7 +229,7 @@ def test_counters_rx_enq_tx_and_drops(sw):
 
 
 def test_packet_out_leaves_port_2_unchanged(sw):
-    program(sw.conn, sw.p4)
+    sw.program()
     # A frame ingress would drop (TTL 1, not to the router MAC): packet-out skips all lookups.
     frame = rocev2(H1_IP, H2_IP, dst_mac=H2_MAC, src_mac=ROUTER_MAC, ttl=1, payload_len=300)
     sw.conn.packet_out(frame, 2)
@@ -215,7 +241,7 @@ def test_packet_out_leaves_port_2_unchanged(sw):
 
 
 def test_packet_out_of_a_non_ip_frame_and_to_each_port(sw):
-    program(sw.conn, sw.p4)
+    sw.program()
     sent = {p: arp_request(PORT_MAC[p], H1_IP, f"10.0.1.{p + 10}") for p in PORTS}
     for p, f in sent.items():
         sw.conn.packet_out(f, p)
@@ -224,7 +250,7 @@ def test_packet_out_of_a_non_ip_frame_and_to_each_port(sw):
 
 
 def test_acl_punt_arrives_as_packet_in_with_ingress_port(sw):
-    program(sw.conn, sw.p4, [PUNT_ROCE_FROM_PORT1])
+    sw.program([PUNT_ROCE_FROM_PORT1])
     frame = rocev2(H1_IP, H2_IP, src_mac=H1_MAC, payload_len=200)
     sw.send(H1_PORT, frame)
     got = sw.outputs(until=lambda g: len(g) >= 1)
@@ -240,3 +266,117 @@ def test_acl_punt_arrives_as_packet_in_with_ingress_port(sw):
     # Punted frames are neither enqueued to a port nor pipeline drops.
     assert sw.counter_cell("enq_port_counter", CPU_PORT) == (0, 0)
     assert sw.counter_cell("pipeline_drop_counter", H1_PORT) == (0, 0)
+
+
+# ---------------------------------------------------------------- PFC in fabric.p4
+
+def _program_lossless(sw, xoff_bytes: int, pause_us: float = 20.0, dilation: float = 1.0) -> dict:
+    """leaf1's routes plus the lossless class (priority 3 from DSCP 26) with
+    the given XOFF, its pfc_port entries and pause clone sessions, as the
+    controller installs them. BMv2 refreshes a pause every pause_us × dilation / 2
+    of wall time."""
+    from emulator.control.qos import PfcSpec, QosSpec, qos_entities
+    from tests.packet_cases import FABRIC, SWITCH
+    ents = sw.program()
+    qos = QosSpec(pfc=PfcSpec(xoff_bytes=xoff_bytes, xon_bytes=max(1, xoff_bytes // 2), pause_us=pause_us))
+    sw.conn.insert(qos_entities(FABRIC, sw.p4, SWITCH, qos, 1024, 0, dilation=dilation))
+    return ents
+
+
+def test_received_pause_is_consumed_and_counted_per_priority(sw):
+    """A PFC frame ends in the switch on both targets: nothing forwarded, and
+    pfc_rx_counter counts each enabled class of the port it came in on."""
+    from emulator.dataplane.pfc import build_pfc_frame
+    _program_lossless(sw, xoff_bytes=100_000)
+    frame = build_pfc_frame(bytes.fromhex(H2_MAC.replace(":", "")), 0b1000_1000,
+                            [0, 0, 0, 0xFFFF, 0, 0, 0, 0x10])
+    sw.send(H2_PORT, frame)
+    assert sw.wait_counter("pfc_rx_counter", H2_PORT * 8 + 3, (1, len(frame))) == (1, len(frame))
+    assert sw.counter_cell("pfc_rx_counter", H2_PORT * 8 + 7) == (1, len(frame))
+    assert sw.counter_cell("pfc_rx_counter", H2_PORT * 8 + 0) == (0, 0)
+    assert sw.outputs(until=lambda g: False, wait_s=0.3) == []
+    assert sw.counter_cell("enq_port_counter", H1_PORT) == (0, 0)
+
+
+def _pause_quanta_of(port: int, pause_us: float) -> int:
+    """What the controller tells fabric.p4 to put in the pauses it sends out of ``port``."""
+    from emulator.control.qos import PfcSpec, pfc_port_params
+    from tests.packet_cases import FABRIC, SWITCH
+    rate_bps = FABRIC.links[FABRIC.port(SWITCH, port).link_index].rate_bps
+    return pfc_port_params(rate_bps, PfcSpec(pause_us=pause_us), 1.0)["pause_quanta"]
+
+
+def _expect_pause(frame: bytes, priority: int, quanta: int) -> None:
+    from scapy.layers.l2 import Ether
+    from emulator.dataplane.pfc import parse_mac_control
+    assert len(frame) == 60, frame.hex()
+    eth = Ether(frame)
+    assert (eth.dst, eth.src, eth.type) == ("01:80:c2:00:00:01", ROUTER_MAC, 0x8808)
+    opcode, class_enable, timers = parse_mac_control(frame)
+    assert (opcode, class_enable) == (0x0101, 1 << priority)
+    assert timers == tuple(quanta if i == priority else 0 for i in range(8))
+    assert frame[34:] == bytes(26)
+
+
+def test_bmv2_egress_sends_xoff_toward_the_ingress_port(sw):
+    """[BMv2 TM] A lossless packet that finds its queue at or above XOFF makes
+    egress clone it to the ingress port's session and rewrite the clone
+    into a pause for its priority; the data packet itself is forwarded. The
+    next one, before the refresh time, sends no second pause."""
+    if sw.target != "bmv2":
+        pytest.skip("fabric.p4's [BMv2 TM] blocks: the embedded target's traffic manager pauses by "
+                    "per-ingress accounting instead (tests/integration/test_switch_tm.py)")
+    _program_lossless(sw, xoff_bytes=1, pause_us=1000.0, dilation=10_000)   # refresh after 5 s
+    frame = rocev2(payload_len=1024)                       # DSCP 26: priority 3
+    # A lone packet finds its queue empty (depth 0): XOFF of 1 byte is not reached.
+    sw.send(H2_PORT, frame)
+    got = sw.outputs(until=lambda g: len(g) >= 1)
+    assert _outcome(got, H2_PORT) == [(H1_PORT, to_h1(frame))]
+    assert sw.counter_cell("pfc_tx_counter", H2_PORT * 8 + 3) == (0, 0)
+    # XOFF of 0 bytes is reached by every lossless packet.
+    sw.conn.modify(sw.p4.table_entry("pfc_config", {"ig_port": H2_PORT, "priority": 3},
+                                     ("set_pfc_thresholds", {"xoff_bytes": 0, "xon_bytes": 0,
+                                                             "headroom_bytes": 10_000})))
+    sw.send(H2_PORT, frame)
+    got = sw.outputs(until=lambda g: len(g) >= 2)
+    out = _outcome(got, H2_PORT)
+    assert (H1_PORT, to_h1(frame)) in out
+    pauses = [f for p, f in out if p == H2_PORT]
+    assert len(pauses) == 1 and len(out) == 2, out
+    _expect_pause(pauses[0], 3, _pause_quanta_of(H2_PORT, 1000.0))
+    # Packets only: BMv2 counts the clone's bytes before truncate() cuts it to 60.
+    assert sw.counter_cell("pfc_tx_counter", H2_PORT * 8 + 3)[0] == 1
+    sw.send(H2_PORT, frame)
+    got = sw.outputs(until=lambda g: len(g) >= 1)
+    assert _outcome(got, H2_PORT) == [(H1_PORT, to_h1(frame))]
+
+
+def test_bmv2_pause_received_is_relayed_to_the_sender(sw):
+    """[BMv2 TM] BMv2 cannot stop an egress queue: a lossless packet routed to
+    a (port, priority) that a received pause stops is still forwarded, and
+    ingress pauses the port it came from; once the pause has run out, no
+    more relay."""
+    if sw.target != "bmv2":
+        pytest.skip("fabric.p4's [BMv2 TM] blocks: the embedded target stops the paused queue itself")
+    from emulator.dataplane.pfc import pause_frame
+    # At dilation 10000 a quantum of the 100 Gb/s port lasts 51 us of wall
+    # time: h1's pause of 0xFFFF quanta holds for 3.4 s.
+    _program_lossless(sw, xoff_bytes=1_000_000, pause_us=1000.0, dilation=10_000)
+    sw.send(H1_PORT, pause_frame(bytes.fromhex(H1_MAC.replace(":", "")), 3, 0xFFFF))
+    sw.wait_counter("pfc_rx_counter", H1_PORT * 8 + 3, (1, 60))
+    frame = rocev2(payload_len=256)
+    sw.send(H2_PORT, frame)
+    out = _outcome(sw.outputs(until=lambda g: len(g) >= 2), H2_PORT)
+    assert (H1_PORT, to_h1(frame)) in out and len(out) == 2, out
+    (relayed,) = [f for p, f in out if p == H2_PORT]
+    _expect_pause(relayed, 3, _pause_quanta_of(H2_PORT, 1000.0))
+    # Lossy traffic (DSCP 0: priority 0) to the same port is not held.
+    lossy = rocev2(payload_len=256, tos=0)
+    sw.send(H2_PORT, lossy)
+    assert _outcome(sw.outputs(until=lambda g: len(g) >= 1), H2_PORT) == [(H1_PORT, to_h1(lossy))]
+    # XON from h1: the next lossless packet is forwarded with no relay.
+    sw.send(H1_PORT, pause_frame(bytes.fromhex(H1_MAC.replace(":", "")), 3, 0))
+    sw.wait_counter("pfc_rx_counter", H1_PORT * 8 + 3, (2, 120))
+    frame2 = rocev2(payload_len=256, psn=8)
+    sw.send(H2_PORT, frame2)
+    assert _outcome(sw.outputs(until=lambda g: len(g) >= 1), H2_PORT) == [(H1_PORT, to_h1(frame2))]

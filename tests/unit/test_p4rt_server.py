@@ -568,3 +568,48 @@ def test_packet_in_dropped_without_primary(switch, p4):
     assert eventually(lambda: server._primary is None)
     state.packet_in_handler(b"nobody", 1)
     assert server.packet_in_drops == 1
+
+
+# ------------------------------------------------- clone sessions, registers
+
+def _clone_session(session_id, port):
+    return pb.PacketReplicationEngineEntry(clone_session_entry=pb.CloneSessionEntry(
+        session_id=session_id, replicas=[pb.Replica(egress_port=port, instance=1)]))
+
+
+def test_clone_sessions_written_read_back_and_checked(ready, p4):
+    """The controller's pause clone sessions (PFC_SESSION_BASE + port) behave as on BMv2."""
+    from emulator.control.qos import PFC_SESSION_BASE
+    _, state, conn = ready
+    conn.insert([_clone_session(PFC_SESSION_BASE + 1, 1), _clone_session(PFC_SESSION_BASE + 2, 2)])
+    got = conn.read(pb.PacketReplicationEngineEntry(clone_session_entry=pb.CloneSessionEntry()))
+    assert [(e.packet_replication_engine_entry.clone_session_entry.session_id,
+             e.packet_replication_engine_entry.clone_session_entry.replicas[0].egress_port)
+            for e in got] == [(PFC_SESSION_BASE + 1, 1), (PFC_SESSION_BASE + 2, 2)]
+    with pytest.raises(WriteError) as ei:
+        conn.insert(_clone_session(PFC_SESSION_BASE + 1, 3))
+    assert codes_of(ei.value) == [code_pb2.ALREADY_EXISTS]
+    conn.modify(_clone_session(PFC_SESSION_BASE + 1, 3))
+    conn.delete(_clone_session(PFC_SESSION_BASE + 2, 2))
+    with pytest.raises(WriteError) as ei:
+        conn.delete(_clone_session(PFC_SESSION_BASE + 2, 2))
+    assert codes_of(ei.value) == [code_pb2.NOT_FOUND]
+    with pytest.raises(WriteError) as ei:
+        conn.insert(_clone_session(0, 1))
+    assert codes_of(ei.value) == [code_pb2.INVALID_ARGUMENT]
+    with pytest.raises(WriteError) as ei:
+        conn.insert(pb.PacketReplicationEngineEntry(
+            multicast_group_entry=pb.MulticastGroupEntry(multicast_group_id=1)))
+    assert codes_of(ei.value) == [code_pb2.UNIMPLEMENTED]
+    assert set(state.clone_sessions) == {PFC_SESSION_BASE + 1}
+    assert state.clone_sessions[PFC_SESSION_BASE + 1].replicas[0].egress_port == 3
+
+
+def test_registers_are_not_runtime_state(ready, p4):
+    """fabric.p4's registers hold the data plane's PFC state; like BMv2's
+    server, this one neither writes nor reads them."""
+    _, _, conn = ready
+    reg_id = next(r.preamble.id for r in p4.proto.registers if r.preamble.name.endswith("pfc_paused_until"))
+    with pytest.raises(WriteError) as ei:
+        conn.insert(pb.RegisterEntry(register_id=reg_id, index=pb.Index(index=1)))
+    assert codes_of(ei.value) == [code_pb2.UNIMPLEMENTED]
