@@ -54,22 +54,47 @@ def run(experiment, out_dir, target, pcap):
         return
     summary = run_experiment(exp, out, console, pcap=pcap)
     if not summary["complete"]:
-        click.echo("fabric-emu: some flows did not complete (see summary.json)", err=True)
+        click.echo(f"fabric-emu: {'; '.join(what_failed(summary))} (see {out / 'summary.json'})",
+                   err=True)
         sys.exit(1)
+
+
+def what_failed(summary: dict) -> list[str]:
+    """Why a run is not ``complete``, one phrase per part that failed: plain
+    flows, tenant isolation (endpoints:), collectives (workload:)."""
+    out = []
+    flows = summary.get("flows") or []
+    # with endpoints:, flows expected dropped never complete and are fine
+    missed = [f for f in flows if not f.get("as_expected", f["complete"])]
+    if missed:
+        out.append(f"{len(missed)} of {len(flows)} flows did not complete")
+    iso = summary.get("isolation")
+    if iso is not None and not iso.get("isolated", True):
+        out.append("tenants were not isolated")
+    c = summary.get("collectives")
+    if c is not None and not c.get("complete"):
+        wrong = sum(r["wrong"] or 0 for r in c.get("results", []) + [c.get("training") or {}]
+                    if r.get("wrong"))
+        why = c.get("errors") or ([f"{wrong} wrong elements (#wrong)"] if wrong else
+                                  ["a server agent was incomplete (wrong storage blocks?)"])
+        out.append("collectives failed: " + "; ".join(why))
+    return out or ["the run did not complete"]
 
 
 @main.command()
 @click.argument("experiment", type=click.Path(dir_okay=False))
-def cli(experiment):
+@click.option("--target", type=click.Choice(["embedded", "bmv2", "auto"]), default=None,
+              help="Switch target; overrides the experiment file's 'target'.")
+def cli(experiment, target):
     """The EXPERIMENT's fabric up and programmed, under Mininet's CLI."""
     from mininet.cli import CLI
     from mininet.log import setLogLevel
 
     from emulator.experiment.model import load_experiment
-    from emulator.experiment.runner import fabric_net
+    from emulator.experiment.runner import fabric_net, resolve_target
 
-    exp = load_experiment(experiment)
-    with fabric_net(exp, Path(f"results/{exp.name}/cli")) as fnet:
+    exp = load_experiment(experiment, target=target)
+    with fabric_net(exp, Path(f"results/{exp.name}/cli"), target=resolve_target(exp.spec.target)) as fnet:
         console.print(f"{exp.fabric.name}: up; switches serve P4Runtime on " + ", ".join(
             f"{sw.name}={fnet.switch(sw.name).grpc_address}" for sw in exp.fabric.switches()))
         setLogLevel("output")   # the CLI prints through Mininet's log

@@ -38,3 +38,16 @@ def leftovers() -> dict[str, list]:
 def run_cli(*args, timeout=300, **kw) -> subprocess.CompletedProcess:
     return subprocess.run([*FABRIC_EMU, *map(str, args)], cwd=REPO, capture_output=True,
                           text=True, timeout=timeout, **kw)
+
+
+def bmv2_unavailable_reason() -> str | None:
+    from emulator.net.bmv2 import bmv2_unavailable_reason as reason
+    return reason()
+
+
+@pytest.fixture(params=["embedded", "bmv2"])
+def target(request) -> str:
+    """Run the test on each switch target; BMv2 where it is installed (the Vagrant lab)."""
+    if request.param == "bmv2" and bmv2_unavailable_reason():
+        pytest.skip(f"BMv2 target: {bmv2_unavailable_reason()}")
+    return request.param

@@ -28,7 +28,21 @@ Config (keys marked * are required)::
                "start_offset_ns": 0, "rkey": 4660, "remote_addr": 0}],
      "expect": [{"flow_id"*: 3, "qpn"*: 16, "op": "write", "size_bytes"*: 1048576,
                  "remote_addr": null}],
-     "result_path"*: "/tmp/.../h1.result.json"}
+     "result_path"*: "/tmp/.../h1.result.json",
+     # AI-workload endpoint features, all optional; absent = a plain NIC with
+     # no per-packet CPU work, default P_Key, GPUDirect on (today's behaviour).
+     # Times/rates are wall (fabric x D), like the rest of the file.
+     "gpudirect": true,                  # false: sends from / data into the MRs
+     "staging_rate_bps": 100e9,          #   are staged through host memory
+     "staging_latency_ns": 10000,        #   (gpudirect.GpuNic)
+     "dpu": false,                       # true: per-packet work on the card
+     "tenant": null,                     # 1..32766: BTH P_Key 0x8000|tenant, foreign
+                                         #   partitions dropped (nic.tenant_drops)
+     "host_cpu": {"cores": 1, "firewall_ns_per_packet": 0, "crypto_ns_per_packet": 0,
+                  "crypto_ns_per_byte": 0, "storage_ns_per_packet": 0,
+                  "rx_backlog_pkts": 1024},       # host_cpu.HostCpuParams
+     "dpu_cpu": {...},                   # same keys: the DPU cores' costs (default 0)
+     "storage_qpns": [16]}               # local QPs carrying storage traffic
 
 ``qpn`` in ``send`` and ``expect`` is always a *local* QP from ``qps``;
 ``sq_psn`` of a QP must equal ``rq_psn`` of its peer QP (both default 0).
@@ -71,7 +85,8 @@ Result JSON::
      "send": [{"flow_id", "qpn", "op", "bytes", "complete", "status",
                "fct_ns" (completion - post, monotonic; null if incomplete),
                "post_unix_ns", "complete_unix_ns", "scheduled_unix_ns",
-               "acked_bytes"}],
+               "acked_bytes", "tx_packets" (data frames its QP sent, retransmissions
+               included)}],
      "expect": [{"flow_id", "qpn", "op", "bytes", "delivered_bytes",
                  "intact" (delivered bytes equal the pattern and, if
                  complete, the length is right), "complete",
@@ -79,7 +94,14 @@ Result JSON::
      "nic": {NicStats counters, among them cnp_tx, cnp_rx, ecn_ce_rx,
              pfc_rx (PFC frames received), paused_ns (PFC-paused time,
              summed over priorities), rate_changes},
-     "config": {the NIC parameters used, "dcqcn": the effective parameters}}
+     "config": {the NIC parameters used, "dcqcn": the effective parameters},
+     "endpoint": null | {"dpu", "tenant", "pkey", "tenant_drops", "cpu_rx_drops",
+                         "host_cpu": {"cores", "busy_ns", "elapsed_ns", "packets",
+                                      "busy_fraction" (busy / (elapsed x cores), from
+                                      start_at; the same in fabric time)},
+                         "dpu_cpu": same | null},   # when any endpoint key is set
+     "gpudirect": null | {"enabled", "staging_rate_bps", "staging_latency_ns",
+                          "staged_bytes"}}          # when "gpudirect" is set
 
 DCQCN (``dcqcn``, every key optional; ``dcqcn.DcqcnParams``): times in wall
 ns (already multiplied by the dilation factor), rates as fractions of the
@@ -128,7 +150,12 @@ import time
 
 from ..errors import ConfigError, FabricEmuError
 from .dcqcn import DcqcnParams
+from .dpu import Endpoint, tenant_pkey
+from .gpudirect import GpuNic
+from .host_cpu import HostCpuParams
 from .nic import QpState, RoceNic, WcOpcode, WcStatus
+
+ENDPOINT_KEYS = ("dpu", "tenant", "host_cpu", "dpu_cpu", "storage_qpns")
 
 DEFAULT_MR_RKEY = 0x1234
 PATTERN_BLOCK = 65536
@@ -261,6 +288,7 @@ def load_config(path: str) -> dict:
         DcqcnParams.from_config(cfg.get("dcqcn"))
     except ValueError as e:
         raise ConfigError(path, "dcqcn", str(e)) from None
+    _check_endpoint(cfg, path)
     qpns = set()
     for i, q in enumerate(cfg.setdefault("qps", [])):
         for k in ("qpn", "remote_qpn"):
@@ -284,7 +312,38 @@ def load_config(path: str) -> dict:
             if (section, e["flow_id"]) in flows:
                 raise ConfigError(path, f"{where}.flow_id", "duplicate")
             flows.add((section, e["flow_id"]))
+    for i, q in enumerate(cfg.get("storage_qpns") or []):
+        if q not in qpns:
+            raise ConfigError(path, f"storage_qpns[{i}]", f"no local QP {q!r} in qps")
     return cfg
+
+
+def _check_endpoint(cfg: dict, path: str) -> None:
+    """The optional GPUDirect / DPU / tenant / host CPU keys."""
+    for k in ("gpudirect", "dpu"):
+        if k in cfg and not isinstance(cfg[k], bool):
+            raise ConfigError(path, k, f"expected true or false, got {cfg[k]!r}")
+    for k, lo in (("staging_rate_bps", 0), ("staging_latency_ns", None)):
+        v = cfg.get(k)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))
+                              or (v <= lo if lo is not None else v < 0)):
+            raise ConfigError(path, k, f"expected a {'positive' if lo is not None else 'non-negative'}"
+                                       f" number, got {v!r}")
+    if cfg.get("tenant") is not None:
+        try:
+            tenant_pkey(cfg["tenant"])
+        except ValueError as e:
+            raise ConfigError(path, "tenant", str(e)) from None
+    for k in ("host_cpu", "dpu_cpu"):
+        if cfg.get(k) is not None:
+            if not isinstance(cfg[k], dict):
+                raise ConfigError(path, k, "expected an object")
+            try:
+                HostCpuParams.from_config(cfg[k])
+            except (ValueError, TypeError) as e:
+                raise ConfigError(path, k, str(e)) from None
+    if cfg.get("storage_qpns") is not None and not isinstance(cfg["storage_qpns"], list):
+        raise ConfigError(path, "storage_qpns", "expected a list of local QP numbers")
 
 
 # ---------------------------------------------------------------------------
@@ -324,6 +383,20 @@ class HostAgent:
                 q["qpn"], q["remote_ip"], q["remote_qpn"], q.get("udp_sport"),
                 sq_psn=int(q.get("sq_psn", 0)), rq_psn=int(q.get("rq_psn", 0)),
                 rate_bps=q.get("rate_bps"))
+        # DPU / plain-NIC endpoint (per-packet CPU work, tenant): only if asked
+        self.endpoint = None
+        if any(cfg.get(k) is not None for k in ENDPOINT_KEYS):
+            self.endpoint = Endpoint(nic, dpu=bool(cfg.get("dpu", False)),
+                                     tenant=cfg.get("tenant"), host_cpu=cfg.get("host_cpu"),
+                                     dpu_cpu=cfg.get("dpu_cpu"))
+            for qpn in cfg.get("storage_qpns") or []:
+                self.endpoint.mark_storage(self.qps[qpn])
+        # GPUDirect off: the agent's buffers are GPU memory staged via the host
+        self.gpu = None
+        if cfg.get("gpudirect") is not None:
+            self.gpu = GpuNic(nic, cfg["gpudirect"],
+                              float(cfg.get("staging_rate_bps", 100e9)),
+                              float(cfg.get("staging_latency_ns", 10_000)))
         # receive side
         self.expect = cfg["expect"]
         mr_addr = int(cfg.get("mr_addr", 0))
@@ -332,6 +405,7 @@ class HostAgent:
                                   for e in self.expect if e["op"] == "write"])
         self.rx_mr = nic.register_mr(mr_end - mr_addr, addr=mr_addr,
                                      rkey=int(cfg.get("mr_rkey", DEFAULT_MR_RKEY)))
+        self._gpu_mem(self.rx_mr)
         self.exp_state = []
         self.addr_to_exp = {}
         for i, e in enumerate(self.expect):
@@ -341,6 +415,8 @@ class HostAgent:
             self.exp_state.append(st)
             if e["op"] == "write":
                 self.addr_to_exp[self.layout[e["flow_id"]]] = i
+            elif self.gpu is not None:
+                self.gpu.post_recv(self.qps[e["qpn"]], i, e["size_bytes"], gpu=True)
             else:
                 nic.post_recv(self.qps[e["qpn"]], i, e["size_bytes"])
         # send side: one MR per flow, holding its pattern
@@ -351,6 +427,7 @@ class HostAgent:
         for i, s in enumerate(cfg["send"]):
             self.send_mr[i] = nic.register_mr(s["size_bytes"],
                                               buf=pattern_bytes(s["flow_id"], 0, s["size_bytes"]))
+            self._gpu_mem(self.send_mr[i])
             self.send_state[i] = {"flow_id": s["flow_id"], "qpn": s["qpn"], "op": s["op"],
                                   "bytes": s["size_bytes"], "complete": False, "status": None,
                                   "fct_ns": None, "post_unix_ns": None, "complete_unix_ns": None,
@@ -361,6 +438,10 @@ class HostAgent:
         self.stop_reason = None
         self.start_at_unix_ns = None
         self.ready_unix_ns = None
+
+    def _gpu_mem(self, mr) -> None:
+        if self.gpu is not None:
+            self.gpu._gpu_rkeys.add(mr.rkey)
 
     # -- progress --------------------------------------------------------------
     def all_done(self) -> bool:
@@ -377,6 +458,11 @@ class HostAgent:
         qp, w = self.active_sends[i]
         if qp.state != QpState.RTS:              # failed: its PSN state was reset
             return self.send_state[i]["acked_bytes"]
+        if w is None:                            # still staging (GPUDirect off)
+            w = next((x for x in qp.sq if x.wr_id == i), None)
+            if w is None:
+                return self.send_state[i]["acked_bytes"]
+            self.active_sends[i] = (qp, w)
         n = min(max(0, qp.snd_una - w.first_psn), w.npkts)
         return min(w.length, n * self.nic.mtu_bytes)
 
@@ -450,6 +536,8 @@ class HostAgent:
 
     def result(self) -> dict:
         self._partial_progress()
+        for st in self.send_state:       # data frames each flow's QP sent (retransmissions too)
+            st["tx_packets"] = self.qps[st["qpn"]].tx_data_packets
         nic = self.nic
         nic.poll_kernel_stats()
         nic.update_pause_stats()
@@ -459,6 +547,11 @@ class HostAgent:
             "end_unix_ns": time.time_ns(),
             "cpu_s": round(time.process_time(), 3),
             "send": self.send_state, "expect": self.exp_state, "nic": nic.stats.as_dict(),
+            "endpoint": self.endpoint.report() if self.endpoint is not None else None,
+            "gpudirect": None if self.gpu is None else {
+                "enabled": self.gpu.gpudirect, "staging_rate_bps": self.gpu.staging_rate_bps,
+                "staging_latency_ns": self.gpu.staging_latency_ns,
+                "staged_bytes": self.gpu.staged_bytes},
             "config": {"rate_bps": nic.rate_bps, "mtu_bytes": nic.mtu_bytes,
                        "tx_delay_ns": nic.tx_delay_ns, "rto_ns": nic.rto_ns,
                        "ack_every_n": nic.ack_every_n, "dscp": nic.dscp,
@@ -501,6 +594,9 @@ class HostAgent:
                   file=sys.stderr, flush=True)
         print(f"READY {self.host}", flush=True)
         t0 = time.monotonic_ns() + (self.start_at_unix_ns - now_unix)
+        if self.endpoint is not None:
+            self.endpoint.reset(t0)
+        io = self.gpu if self.gpu is not None else nic   # posts, completions, loop
         deadline = t0 + int(float(cfg.get("deadline_s", 60)) * 1e9)
         linger_s = cfg.get("linger_s")
         linger_ns = int((linger_s if linger_s is not None else max(0.5, 3 * nic.rto_ns / 1e9)) * 1e9)
@@ -518,16 +614,17 @@ class HostAgent:
                 qp = self.qps[s["qpn"]]
                 mr = self.send_mr[i]
                 if s["op"] == "write":
-                    nic.post_write(qp, i, (mr, 0, mr.size_bytes),
-                                   int(s.get("remote_addr", 0)), int(s.get("rkey", DEFAULT_MR_RKEY)))
+                    io.post_write(qp, i, (mr, 0, mr.size_bytes),
+                                  int(s.get("remote_addr", 0)), int(s.get("rkey", DEFAULT_MR_RKEY)))
                 else:
-                    nic.post_send(qp, i, (mr, 0, mr.size_bytes))
-                self.active_sends[i] = (qp, qp.sq[-1])
+                    io.post_send(qp, i, (mr, 0, mr.size_bytes))
+                self.active_sends[i] = (qp, qp.sq[-1] if qp.sq and qp.sq[-1].wr_id == i
+                                        else None)
                 self.logs.flow(time.monotonic_ns(), s["flow_id"], 0)
                 st = self.send_state[i]
                 st["post_unix_ns"] = time.time_ns()
                 st["scheduled_unix_ns"] = self.start_at_unix_ns + int(s.get("start_offset_ns", 0))
-            for c in nic.poll_cq(256):
+            for c in io.poll_cq(256):
                 self._handle(c)
             if stop_flag[0]:
                 self.stop_reason = "signal"
@@ -535,7 +632,7 @@ class HostAgent:
             if self.all_done():
                 if done_at is None:
                     done_at = now
-                if now - max(done_at, nic.last_rx_ns) >= linger_ns and nic.idle():
+                if now - max(done_at, nic.last_rx_ns) >= linger_ns and io.idle():
                     self.stop_reason = "done"
                     break
             if now >= deadline:
@@ -555,7 +652,7 @@ class HostAgent:
                 wait = min(wait, max(0.0, (pending[pi][0] - now) / 1e9))
             if self.active_sends:
                 wait = min(wait, max(0.0, (next_sample - now) / 1e9))
-            nic.run_once(wait)
+            io.run_once(wait)
         return self.all_complete()
 
     def _progress(self, now, t0) -> None:

@@ -88,8 +88,11 @@ Lossless classes and congestion control (docs/lossless.md):
 Code layout: ``qp`` (enums, QueuePair, Completion, MemoryRegion),
 ``packet_socket`` (sockets, BPF, PFC constants), ``nic_verbs`` (verbs API),
 ``nic_rx`` (receive path, responder), ``nic_requester`` (ACK/NAK handling,
-timers), ``nic_tx`` (PFC pause state, pacer, frame emission); ``RoceNic``
-here composes them. Their names are re-exported from this module.
+timers), ``nic_tx`` (PFC pause state, pacer, frame emission), ``nic_read``
+(RDMA READ: verb, responder, requester), ``host_cpu`` (per-packet CPU work
+and the receive-side tenant filter, off by default); ``RoceNic`` here
+composes them. ``dpu`` (DPU/plain-NIC endpoint, storage target) and
+``gpudirect`` (staging copies) configure or wrap a ``RoceNic``. Their names are re-exported from this module.
 
 Times are ``time.monotonic_ns()``; completions also carry wall-clock
 ``time.time_ns()`` values (``*_unix_ns``).
@@ -103,6 +106,8 @@ from typing import Callable
 
 from . import roce
 from .dcqcn import Dcqcn, DcqcnParams  # noqa: F401  (re-exported)
+from .host_cpu import PacketCpuMixin
+from .nic_read import ReadMixin
 from .nic_requester import RequesterMixin
 from .nic_rx import _REQ, ReceivePathMixin  # noqa: F401
 from .nic_tx import (  # noqa: F401
@@ -138,7 +143,9 @@ class NicStats:
                  "cnp_tx", "cnp_rx", "ecn_ce_rx", "pfc_rx", "paused_ns", "rate_changes",
                  "rx_out_of_order", "rx_duplicates", "rx_icrc_errors", "rx_ignored",
                  "rx_bad_requests", "timeouts", "nak_rewinds", "completions", "loops",
-                 "rx_batches_max", "rx_socket_drops")
+                 "rx_batches_max", "rx_socket_drops",
+                 "tx_read_requests", "tx_read_responses", "rx_read_requests",
+                 "rx_read_responses", "read_rewinds", "tenant_drops", "cpu_rx_drops")
 
     def __init__(self):
         for k in self.__slots__:
@@ -156,8 +163,8 @@ class NicStats:
 # ---------------------------------------------------------------------------
 # The NIC
 # ---------------------------------------------------------------------------
-class RoceNic(VerbsMixin, ReceivePathMixin, RequesterMixin, TransmitPacerMixin,
-              PacketSocketMixin):
+class RoceNic(VerbsMixin, ReadMixin, ReceivePathMixin, RequesterMixin, TransmitPacerMixin,
+              PacketCpuMixin, PacketSocketMixin):
     """A software RoCEv2 RNIC on one interface. Not thread-safe. The verbs,
     receive path/responder, requester, pacer and socket setup live in the
     mixins (``nic_verbs``, ``nic_rx``, ``nic_requester``, ``nic_tx``,
@@ -262,6 +269,19 @@ class RoceNic(VerbsMixin, ReceivePathMixin, RequesterMixin, TransmitPacerMixin,
         self._rxbuf = bytearray(16384)
         self._rxmv = memoryview(self._rxbuf)
         self._udp_absorber = None
+        # RDMA READ (nic_read): QPs with READ responses to send
+        self._rd_qps: deque[QueuePair] = deque()
+        # BTH P_Key of our frames (dpu: a tenant's partition; 0xFFFF: default);
+        # receive-side partition filter and per-packet CPU work (host_cpu):
+        # all None / empty unless configured, so they cost nothing per packet
+        self.pkey = 0xFFFF
+        self.rx_partition: int | None = None
+        self.filter_ns = 0.0
+        self._filter_cpu = None
+        self._pkt_cpu = None
+        self._cpu_tx_ready_ns = 0.0
+        self._cpu_rxq: list = []
+        self._rx_hook = None
         self.last_rx_ns = 0                  # monotonic time of the last received frame
 
         if timer_slack_ns is not None:
@@ -309,6 +329,17 @@ class RoceNic(VerbsMixin, ReceivePathMixin, RequesterMixin, TransmitPacerMixin,
         self.close()
 
     # -- event loop ----------------------------------------------------------
+    @property
+    def rx_fds(self) -> tuple[int, ...]:
+        """File descriptors to wait on for frames (an outer loop driving
+        several NICs selects on all of them, then calls ``run_once(0)``)."""
+        return self._rx_fds
+
+    def next_wake_ns(self, now: int, limit: int) -> int:
+        """Monotonic time by which ``run_once`` must run again (timers,
+        paced frames, pause expiry), at most ``limit``."""
+        return self._next_wake_ns(now, limit)
+
     def run_once(self, timeout_s: float = 0.0) -> None:
         """Process what is due; then wait up to ``timeout_s`` (less if a
         frame or timer is due sooner) for frames and process again."""

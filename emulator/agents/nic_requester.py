@@ -13,6 +13,11 @@ from .roce import (
 )
 
 
+def _wc_opcode(w) -> WcOpcode:
+    return (WcOpcode.RDMA_WRITE if w.is_write else WcOpcode.RDMA_READ if w.is_read
+            else WcOpcode.SEND)
+
+
 class RequesterMixin:
     """``RoceNic``'s requester side: ACK/NAK processing and timers."""
 
@@ -58,6 +63,8 @@ class RequesterMixin:
             p = qp.snd_una + d               # acknowledged through p
             if p >= qp.snd_max:
                 return                       # ACK for something never sent: ignore
+            if qp.n_reads:                   # only READ responses acknowledge a READ
+                p = min(p, self._read_limit(qp) - 1)
             self._acked_through(qp, p + 1, now)
             return
         # NAKs: PSN is the one the responder expects
@@ -66,6 +73,8 @@ class RequesterMixin:
         p = qp.snd_una + d
         if p > qp.snd_max:
             return
+        if qp.n_reads:
+            p = min(p, self._read_limit(qp))
         if t == AETH_RNR_NAK:
             st.rx_rnr_naks += 1
             self._acked_through(qp, p, now)
@@ -106,14 +115,17 @@ class RequesterMixin:
         while sq and sq[0].first_psn + sq[0].npkts <= una:
             w = sq.popleft()
             popped += 1
+            if w.is_read:
+                qp.n_reads -= 1
             if w.signaled:
                 if not unix:
                     unix = time.time_ns()
                 self._cq.append(Completion(
-                    w.wr_id, qp.qpn, WcOpcode.RDMA_WRITE if w.is_write else WcOpcode.SEND,
+                    w.wr_id, qp.qpn, _wc_opcode(w),
                     WcStatus.SUCCESS, w.length, w.post_ns, now, w.post_unix_ns, unix,
-                    remote_addr=w.remote_addr if w.is_write else None,
-                    rkey=w.rkey if w.is_write else None))
+                    remote_addr=w.remote_addr if w.is_write or w.is_read else None,
+                    rkey=w.rkey if w.is_write or w.is_read else None,
+                    data=w.buf if w.is_read else None))
                 self.stats.completions += 1
         qp.cur_idx = max(0, qp.cur_idx - popped)
         if qp.snd_nxt < una:
@@ -139,16 +151,19 @@ class RequesterMixin:
         while qp.sq:
             w = qp.sq.popleft()
             self._cq.append(Completion(
-                w.wr_id, qp.qpn, WcOpcode.RDMA_WRITE if w.is_write else WcOpcode.SEND,
+                w.wr_id, qp.qpn, _wc_opcode(w),
                 status if first else WcStatus.WR_FLUSH_ERR, 0, w.post_ns, now,
                 w.post_unix_ns, unix))
             self.stats.completions += 1
             first = False
         qp.cur_idx = 0
+        qp.n_reads = 0
         qp.snd_nxt = qp.snd_una = qp.snd_max = qp.next_psn
 
     # -- timers -----------------------------------------------------------------
     def _timers(self, now: int) -> None:
+        if self._cpu_rxq:                    # received packets whose CPU work is done
+            self._cpu_rx_release(now)
         data_resume = self._pause_until[self.priority]
         for qp in self._qp_list:
             cc = qp.cc

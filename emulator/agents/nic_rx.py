@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 
 from . import roce
+from .nic_read import READ_OPS
 from .qp import Completion, QpState, QueuePair, WcOpcode, WcStatus
 from .roce import (
     AETH_ACK_SYNDROME, AETH_RNR_NAK, AETH_TYPE_MASK, CNP_OPCODE, ECN_CE, NAK_INVALID_REQUEST,
@@ -47,6 +48,7 @@ class ReceivePathMixin:
     def _rx_drain_sock(self, sock, now: int) -> int:
         buf, mv, st = self._rxbuf, self._rxmv, self.stats
         my_ip, qps, check = self.ip_int, self._qps, self.verify_icrc
+        hook = self._rx_hook                 # tenant filter / CPU work (host_cpu); None: off
         n_batch = 0
         for _ in range(self.RX_BATCH):
             try:
@@ -65,6 +67,8 @@ class ReceivePathMixin:
             if check and not verify_icrc(frame):
                 st.rx_icrc_errors += 1
                 continue
+            if hook is not None and hook(frame, pkt, now):
+                continue                     # dropped, or held until the CPU delivers it
             qp = qps.get(pkt.dst_qp)
             if qp is None or pkt.src_ip != qp.remote_ip_int:
                 st.rx_ignored += 1
@@ -84,6 +88,8 @@ class ReceivePathMixin:
             elif op == CNP_OPCODE:
                 st.cnp_rx += 1
                 self._rx_cnp(qp, pkt, now)
+            elif op in READ_OPS:
+                self._rx_read(qp, pkt, now)
             else:
                 st.rx_bad_requests += 1
         return n_batch

@@ -10,6 +10,7 @@ import errno
 import struct
 import time
 
+from .nic_read import KIND_READ_REQ, READ_REQ_FRAME_LEN
 from .packet_socket import PFC_DST_MAC, PFC_QUANTUM_BITS
 from .qp import QpState
 from .roce import (
@@ -85,13 +86,19 @@ class TransmitPacerMixin:
             wake = min(wake, max(self._slot_free_ns, self._tx_blocked_until, data_resume))
         if self._dline:
             wake = min(wake, max(self._dline[0][0], self._tx_blocked_until))
+        # data may start once the wire, socket, PFC and the CPU (host_cpu) allow
+        base = max(self._slot_free_ns, self._tx_blocked_until, data_resume,
+                   self._cpu_tx_ready_ns)
+        if self._rd_qps:
+            wake = min(wake, self._read_wake_ns(base))
+        if self._cpu_rxq:
+            wake = min(wake, self._cpu_rxq[0][0])
         for qp in self._qp_list:
             if qp.rto_deadline_ns and qp.rto_deadline_ns < wake:
                 wake = qp.rto_deadline_ns
             if (qp.snd_nxt < qp.next_psn and qp.state == QpState.RTS
                     and qp.snd_nxt - qp.snd_una < self.max_outstanding_pkts):
-                t = max(self._slot_free_ns, qp.next_ok_ns, qp.paused_until_ns,
-                        self._tx_blocked_until, data_resume)
+                t = max(base, qp.next_ok_ns, qp.paused_until_ns)
                 if t < wake:
                     wake = t
         return int(wake) + 1 if wake > now else now
@@ -126,6 +133,8 @@ class TransmitPacerMixin:
         rate = self.rate_bps
         pause_until = self._pause_until
         prio, cnp_prio = self.priority, self.cnp_priority
+        rdq = self._rd_qps                   # READ responses to send (nic_read)
+        cpu = self._pkt_cpu                  # per-packet CPU work (host_cpu), None: none
         for _ in range(self.TX_BURST):
             # frames whose propagation delay has passed leave now
             while dline and dline[0][0] <= now:
@@ -154,6 +163,9 @@ class TransmitPacerMixin:
                     slot = pause_until[prio]
                 flen = _ACK_FRAME_LEN
                 desc = (slot + delay, 1, qp, None, psn, (syn << 24) | msn)
+            elif rdq and data_ok and (rd := self._pick_read_resp(
+                    slot if slot >= pause_until[prio] else pause_until[prio], now)) is not None:
+                desc, flen, slot = rd
             else:
                 if data_ok:
                     if slot < pause_until[prio]:
@@ -169,10 +181,20 @@ class TransmitPacerMixin:
                 plen = w.length - k * mtu
                 if plen > mtu:
                     plen = mtu
+                if cpu is not None:          # the CPU must have done this packet's work
+                    slot = self._cpu_tx_gate(qp, slot, now, w.post_ns, 0 if w.is_read else plen)
+                    if slot < 0:
+                        self._wire_idle = True
+                        return
                 flen = _HDR_LEN + (16 if (w.is_write and k == 0) else 0) + plen + (-plen & 3) + 4
                 desc = (slot + delay, 0, qp, w, k, qp.snd_nxt)
                 if qp.snd_nxt < qp.snd_max:
                     st.tx_retransmits += 1
+                if w.is_read:                # one READ request asks for all its remaining PSNs
+                    flen = READ_REQ_FRAME_LEN
+                    desc = (slot + delay, KIND_READ_REQ, qp, w, k, qp.snd_nxt)
+                    qp.snd_nxt += w.npkts - k - 1
+                    k = w.npkts - 1
                 qp.snd_nxt += 1
                 if qp.snd_nxt > qp.snd_max:
                     qp.snd_max = qp.snd_nxt
@@ -225,12 +247,15 @@ class TransmitPacerMixin:
             frame = qp.tpl.build(op, psn, w.buf[off:end], ack_req=ack_req, reth=reth)
         elif kind == 1:
             frame = qp.tpl.build(RC_ACK, a, aeth=(b >> 24, b & PSN_MASK))
+        elif kind >= KIND_READ_REQ:
+            frame = self._read_frame(kind, qp, w, a, b)
         else:
             tpl = qp.cnp_tpl
             if tpl is None:
                 tpl = qp.cnp_tpl = FrameTemplate(
                     self.mac, qp.tpl_dst_mac, self.ip, qp.remote_ip, qp.udp_sport, qp.remote_qpn,
-                    dscp=self.cnp_dscp, ecn=ECN_NOT_ECT, max_payload_bytes=len(_CNP_PAD))
+                    dscp=self.cnp_dscp, ecn=ECN_NOT_ECT, max_payload_bytes=len(_CNP_PAD),
+                    pkey=self.pkey)
             frame = tpl.build(CNP_OPCODE, 0, _CNP_PAD, becn=True)
         try:
             self.sock.send(frame)
@@ -248,6 +273,7 @@ class TransmitPacerMixin:
         st.tx_bytes += len(frame)
         if kind == 0:
             st.tx_data_packets += 1
+            qp.tx_data_packets += 1
             st.tx_data_payload_bytes += end - off
             if not qp.rto_deadline_ns:
                 qp.rto_deadline_ns = now + self._rto_for(qp)
@@ -255,6 +281,8 @@ class TransmitPacerMixin:
             st.cnp_tx += 1
             if self.logs is not None:
                 self.logs.cnp(now, qp.qpn, qp.remote_qpn, "tx")
+        elif kind >= KIND_READ_REQ:
+            self._read_sent(kind, qp, w, a, now)
         elif (b >> 24) == AETH_ACK_SYNDROME:
             st.tx_acks += 1
         return True

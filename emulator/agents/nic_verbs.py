@@ -88,6 +88,7 @@ class VerbsMixin:
         w.ops = _OPS_WRITE if is_write else _OPS_SEND
         w.remote_addr, w.rkey, w.signaled = remote_addr, rkey, signaled
         w.first_psn, w.npkts = qp.next_psn, npkts
+        w.is_read, w.rd_got = False, 0
         w.post_unix_ns = time.time_ns()
         w.post_ns = _mono()
         qp.next_psn += npkts
@@ -142,6 +143,6 @@ class VerbsMixin:
 
     def idle(self) -> bool:
         """Nothing left to send or to be acknowledged."""
-        if self._ctrl or self._dline or self._cnpq:
+        if self._ctrl or self._dline or self._cnpq or self._rd_qps or self._cpu_rxq:
             return False
         return all(qp.snd_una >= qp.next_psn or qp.state != QpState.RTS for qp in self._qp_list)

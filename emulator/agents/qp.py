@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 class WcOpcode(IntEnum):
     SEND = 0
     RDMA_WRITE = 1
+    RDMA_READ = 2
     RECV = 128
     RECV_RDMA_WRITE = 0x1000   # emulator extension: an incoming WRITE finished
 
@@ -60,12 +61,13 @@ _OPS_SEND = (roce.RC_SEND_FIRST, roce.RC_SEND_MIDDLE, roce.RC_SEND_LAST, roce.RC
 class MemoryRegion:
     """Registered memory: ``buf`` holds bytes [addr, addr + size_bytes)."""
 
-    __slots__ = ("addr", "rkey", "size_bytes", "buf", "mv")
+    __slots__ = ("addr", "rkey", "size_bytes", "buf", "mv", "read_latency_ns")
 
     def __init__(self, addr: int, rkey: int, buf: bytearray):
         self.addr, self.rkey, self.buf = addr, rkey, buf
         self.size_bytes = len(buf)
         self.mv = memoryview(buf)
+        self.read_latency_ns = 0    # responder: READ responses start this long after the request
 
     def __repr__(self):
         return f"MemoryRegion(addr=0x{self.addr:x}, rkey=0x{self.rkey:x}, size_bytes={self.size_bytes})"
@@ -91,7 +93,8 @@ class Completion:
 
 class _SendWqe:
     __slots__ = ("wr_id", "ops", "is_write", "buf", "length", "remote_addr", "rkey",
-                 "first_psn", "npkts", "post_ns", "post_unix_ns", "signaled")
+                 "first_psn", "npkts", "post_ns", "post_unix_ns", "signaled",
+                 "is_read", "rd_got")     # READ: responses received in order so far
 
 
 class _RecvWqe:
@@ -118,7 +121,8 @@ class QueuePair:
         self.next_cnp_ok_ns = 0         # notification point: no CNP before this
         self.state = QpState.RTS
         self.tpl = FrameTemplate(nic.mac, dst_mac, nic.ip, remote_ip, udp_sport, remote_qpn,
-                                 dscp=nic.dscp, ecn=nic.ecn, max_payload_bytes=nic.mtu_bytes)
+                                 dscp=nic.dscp, ecn=nic.ecn, max_payload_bytes=nic.mtu_bytes,
+                                 pkey=nic.pkey)
         self.tpl_dst_mac = dst_mac
         # requester
         self.sq: deque[_SendWqe] = deque()
@@ -151,6 +155,21 @@ class QueuePair:
         self.rx_recv: _RecvWqe | None = None
         self.rx_first_ns = 0
         self.rx_first_unix_ns = 0
+        # RDMA READ (nic_read): requester READ WQEs in sq, the expected PSN we
+        # last went back to on a response gap; responder jobs still to answer
+        self.n_reads = 0
+        self.rd_gap_psn = -1
+        self.rd_jobs: deque = deque()
+        self.rd_max = self.epsn             # responder: highest READ response PSN sent + 1
+        # per-packet CPU work (host_cpu): ns per packet sent / received, ns per
+        # payload byte; when the last received packet's work ends
+        self.cpu_tx_ns = 0.0
+        self.cpu_rx_ns = 0.0
+        self.cpu_ns_per_byte = 0.0
+        self.cpu_rx_done = 0.0
+        # data frames (incl. retransmissions) this QP put on the wire: how many
+        # packets a flow sent, e.g. into another tenant's partition filter
+        self.tx_data_packets = 0
 
     # -- introspection -------------------------------------------------------
     def outstanding_pkts(self) -> int:

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 from emulator.agents.host import DEFAULT_MR_RKEY, write_layout
+from emulator.experiment.endpoints import configure_agents
 from emulator.experiment.model import ROCE_SPORT_BASE, Experiment
 from emulator.net.fabric import FabricNet, dilated_link
 
@@ -15,13 +16,17 @@ AGENT_START_S = 2.0           # time for every agent to start and import Scapy
 AGENT_START_PER_HOST_S = 0.25
 
 
-def agent_configs(exp: Experiment, run_dir: Path, start_at_unix_ns: int) -> dict[str, dict]:
-    """One JSON config per host: its NIC, its QPs, what it sends and expects."""
+def agent_configs(exp: Experiment, run_dir: Path, start_at_unix_ns: int,
+                  hosts: set[str] | None = None) -> dict[str, dict]:
+    """One JSON config per host (or per host in ``hosts``): its NIC, its QPs,
+    what it sends and expects."""
     fabric, plan, d = exp.fabric, exp.fabric.addresses, exp.dilation
     # Flow progress is sampled as often as the switches sample their queues.
     sample_interval_ns = int((exp.spec.switch.sample_interval_us or 1.0) * 1000 * d)
     configs: dict[str, dict] = {}
     for h in fabric.hosts():
+        if hosts is not None and h.name not in hosts:
+            continue
         rate_bps, delay_ns = dilated_link(fabric, h.name, fabric.ports(h.name)[0].port_no, d)
         configs[h.name] = {
             "host": h.name, "ifname": fabric.ports(h.name)[0].ifname,
@@ -49,6 +54,10 @@ def agent_configs(exp: Experiment, run_dir: Path, start_at_unix_ns: int) -> dict
                             "start_offset_ns": int(f.start_fabric_ns * d)})
         dst["expect"].append({"flow_id": f.flow_id, "qpn": f.dst_qpn, "op": f.op,
                               "size_bytes": f.size_bytes})
+    if exp.spec.nic.rto_us is not None:   # (absent: the agents' default, as before)
+        for cfg in configs.values():
+            cfg["rto_ns"] = int(exp.spec.nic.rto_us * 1000 * d)
+    configure_agents(exp, configs)     # endpoints: section (NIC/DPU, tenants); no-op without
     # WRITEs land where the receiver laid out its memory region.
     remote_addr: dict[int, int] = {}
     for cfg in configs.values():
@@ -56,7 +65,8 @@ def agent_configs(exp: Experiment, run_dir: Path, start_at_unix_ns: int) -> dict
     for cfg in configs.values():
         for s in cfg["send"]:
             if s["op"] == "write":
-                s["remote_addr"] = remote_addr[s["flow_id"]]
+                if "remote_addr" not in s:     # (a flow into another tenant has its own)
+                    s["remote_addr"] = remote_addr[s["flow_id"]]
                 s["rkey"] = DEFAULT_MR_RKEY
     return configs
 
@@ -64,15 +74,20 @@ def agent_configs(exp: Experiment, run_dir: Path, start_at_unix_ns: int) -> dict
 class AgentGroup:
     """The host agents of one run: started together, stopped together."""
 
-    def __init__(self, fnet: FabricNet, exp: Experiment, run_dir: Path):
-        self.fnet, self.exp, self.run_dir = fnet, exp, run_dir
+    def __init__(self, fnet: FabricNet, exp: Experiment, run_dir: Path,
+                 hosts: set[str] | None = None):
+        """``hosts``: only these hosts get an agent (default: every host;
+        with a workload, the server agents drive the other NICs)."""
+        self.fnet, self.exp, self.run_dir, self.hosts = fnet, exp, run_dir, hosts
         self.procs: dict[str, subprocess.Popen] = {}
 
-    def start(self) -> int:
-        """Start every agent; returns the wall-clock start time (unix ns)."""
-        hosts = self.exp.fabric.hosts()
-        start_at = time.time_ns() + int((AGENT_START_S + AGENT_START_PER_HOST_S * len(hosts)) * 1e9)
-        for name, cfg in agent_configs(self.exp, self.run_dir, start_at).items():
+    def start(self, extra_delay_s: float = 0.0) -> int:
+        """Start every agent; returns the wall-clock start time (unix ns),
+        ``extra_delay_s`` later for other processes started alongside."""
+        n = len(self.exp.fabric.hosts()) if self.hosts is None else len(self.hosts)
+        start_at = time.time_ns() + int((AGENT_START_S + AGENT_START_PER_HOST_S * n
+                                         + extra_delay_s) * 1e9)
+        for name, cfg in agent_configs(self.exp, self.run_dir, start_at, self.hosts).items():
             path = self.run_dir / f"{name}.agent.json"
             path.write_text(json.dumps(cfg, indent=1))
             log = open(self.run_dir / f"{name}.agent.log", "w")

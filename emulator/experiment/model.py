@@ -12,6 +12,7 @@ switch:
 nic:
   mtu_bytes: 1024                   # RoCE path MTU: payload bytes per packet
   retry_cnt: 7                      # timeouts in a row before a QP fails
+  rto_us: 100                       # optional retransmission timeout (fabric); default: the NIC's
 qos:                                # traffic classes, PFC, ECN (emulator/control/qos.py)
   roce_dscp: 26                     # data, ACK/NAK -> roce_priority (lossless)
   roce_priority: 3
@@ -20,8 +21,11 @@ qos:                                # traffic classes, PFC, ECN (emulator/contro
   pfc: {enabled: true}              # xoff_bytes / xon_bytes / headroom_bytes: auto
   ecn: {enabled: true, kmin_bytes: 5000, kmax_bytes: 200000, pmax: 0.01}
 dcqcn: {enabled: true}              # every DCQCN parameter (emulator/agents/dcqcn_spec.py)
-traffic:                            # one or more entries
-  - pattern: all-to-all             # every host to every other host, one QP each ...
+workload: {...}                     # collectives on GPU servers (emulator/experiment/workload_check.py)
+storage: {...}                      # checkpoint reads during training (same module)
+endpoints: {...}                    # NICs vs DPUs, tenants, host CPU cost (emulator/experiment/endpoints.py)
+traffic:                            # one or more entries (optional with a workload)
+  - pattern: all-to-all             # every host to every other host of its plane, one QP each ...
     op: write                       # write | send
     size_bytes: 1048576
   - {src: h1, dst: h4, op: write, size_bytes: 4000000, start_us: 10}   # ... or one flow
@@ -47,7 +51,12 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError,
 
 from emulator.agents.dcqcn_spec import DcqcnSpec
 from emulator.control.qos import QosSpec
+from emulator.experiment.endpoints import EndpointsSpec, FlowExpect, check_endpoints
+from emulator.collectives.workload import WorkloadSpec, parse_workload
 from emulator.errors import ConfigError
+from emulator.experiment.workload_check import (
+    StorageSpec, WorkloadPlan, check_no_shared_nics, check_workload_endpoints, plan_workload,
+)
 from emulator.topo import Fabric, fabric_from_dict, load_fabric
 from emulator.topo.model import parse_yaml
 
@@ -70,6 +79,10 @@ class NicSpec(_Strict):
     # Retransmission timeouts in a row before a QP gives up (IB retry_cnt; a
     # lossy incast can shut one sender out for long: raise it there).
     retry_cnt: int = Field(7, ge=1, le=1000)
+    # Retransmission timeout (fabric us); None: the NIC's default (RoceNic:
+    # max(20 ms wall, 8 ACK intervals at line rate)). A host that is slower
+    # than its link (per-packet CPU work, endpoints:) ACKs less often: raise it.
+    rto_us: float | None = Field(None, gt=0)
 
 
 class LimitsSpec(_Strict):
@@ -83,6 +96,7 @@ class TrafficSpec(_Strict):
     op: Literal["write", "send"] = "write"
     size_bytes: PositiveInt
     start_us: float = Field(0.0, ge=0)
+    expect: FlowExpect | None = None    # "dropped": crosses tenants (endpoints.py)
 
     @model_validator(mode="after")
     def _one_form(self):
@@ -108,9 +122,18 @@ class ExperimentSpec(_Strict):
     nic: NicSpec = NicSpec()
     qos: QosSpec = QosSpec()
     dcqcn: DcqcnSpec = DcqcnSpec()
-    traffic: list[TrafficSpec] = Field(min_length=1)
+    traffic: list[TrafficSpec] | None = Field(None, min_length=1)
+    workload: WorkloadSpec | None = None            # collectives on servers; traffic then optional
+    storage: StorageSpec | None = None              # checkpoint reads during the workload's training
     limits: LimitsSpec = LimitsSpec()
     sweep: SweepSpec | None = None                  # run once per value (emulator/experiment/sweep.py)
+    endpoints: EndpointsSpec | None = None          # NIC/DPU, tenants, host CPU (endpoints.py)
+
+    @model_validator(mode="after")
+    def _something_to_run(self):
+        if self.traffic is None and self.workload is None:
+            raise ValueError("give 'traffic' or 'workload' (or both)")
+        return self
 
 
 @dataclass(frozen=True)
@@ -137,6 +160,7 @@ class Experiment:
     fabric: Fabric
     flows: tuple[Flow, ...]
     source: str
+    workload: WorkloadPlan | None = None            # servers running spec.workload, storage readers
 
     @property
     def name(self) -> str:
@@ -176,6 +200,8 @@ def experiment_from_dict(data, path: str | Path, target: str | None = None) -> E
     path = Path(path)
     if not isinstance(data, dict):
         raise ConfigError(path, "", "expected a mapping at the top level")
+    if data.get("workload") is not None:
+        parse_workload(data["workload"], str(path))   # its errors name the field best
     try:
         spec = ExperimentSpec.model_validate(data)
     except ValidationError as e:
@@ -193,15 +219,21 @@ def experiment_from_dict(data, path: str | Path, target: str | None = None) -> E
     else:
         fabric = fabric_from_dict(spec.topology, source=str(path), field_prefix="topology")
     flows = _expand_flows(spec, fabric, path)
-    return Experiment(spec=spec, fabric=fabric, flows=flows, source=str(path))
+    check_endpoints(spec, fabric, flows, path)
+    plan = plan_workload(spec.workload, spec.storage, fabric, path)
+    check_no_shared_nics(plan, fabric, flows, path)
+    check_workload_endpoints(plan, spec, fabric, path)
+    return Experiment(spec=spec, fabric=fabric, flows=flows, source=str(path), workload=plan)
 
 
 def _expand_flows(spec: ExperimentSpec, fabric: Fabric, path: Path) -> tuple[Flow, ...]:
     hosts = [h.name for h in fabric.hosts()]
     pairs: list[tuple[int, str, str]] = []
-    for i, t in enumerate(spec.traffic):
+    plane = {h: fabric.node(h).plane for h in hosts}
+    for i, t in enumerate(spec.traffic or ()):
         if t.pattern == "all-to-all":
-            pairs += [(i, s, d) for s in hosts for d in hosts if s != d]
+            # only hosts of one plane reach each other (no route joins planes)
+            pairs += [(i, s, d) for s in hosts for d in hosts if s != d and plane[s] == plane[d]]
             continue
         for end in ("src", "dst"):
             if getattr(t, end) not in hosts:
@@ -209,6 +241,10 @@ def _expand_flows(spec: ExperimentSpec, fabric: Fabric, path: Path) -> tuple[Flo
                                   f"{getattr(t, end)!r} is not a host of fabric {fabric.name!r}")
         if t.src == t.dst:
             raise ConfigError(path, f"traffic[{i}].dst", "a flow needs two different hosts")
+        if plane[t.src] != plane[t.dst]:
+            raise ConfigError(path, f"traffic[{i}].dst",
+                              f"{t.dst} is on the {plane[t.dst]} plane, {t.src} on the "
+                              f"{plane[t.src]} plane: no route joins them")
         pairs.append((i, t.src, t.dst))
     next_qpn = {h: ROCE_QPN_BASE for h in hosts}
     flows = []

@@ -62,7 +62,10 @@ def _priority_entries(per_queue: dict[tuple[int, int], dict], port: int, d: floa
             continue
         entry = {"priority": prio}
         for k in PRIORITY_COUNTERS:
-            v = c.get(k, 0) or 0
+            v = c.get(k, 0)
+            if v is None:              # not measured by this target (BMv2: see runner)
+                entry[k] = None
+                continue
             entry[k] = round(v / d) if k == "paused_ns" else int(v)
         out.append(entry)
     return out
@@ -190,7 +193,8 @@ def render_summary(summary: dict) -> Table:
         tot = priority_totals(summary)
         t.add_row("ECN marks / PFC pauses sent / headroom drops",
                   f"{tot['ecn_marks']:,} / {tot['pause_tx']:,} / {tot['headroom_drops']:,}")
-        t.add_row("max queue depth (bytes)", f"{tot['max_depth_bytes']:,}")
+        t.add_row("max queue depth (bytes)", f"{tot['max_depth_bytes']:,}" if summary["target"] != "bmv2"
+                  else "not measured on BMv2 (counters only)")
     spine_tx = {p["node"]: 0 for p in summary["ports"] if p["role"] == "spine"}
     for p in summary["ports"]:
         if p["node"] in spine_tx:

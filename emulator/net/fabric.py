@@ -41,35 +41,70 @@ def dilated_link(fabric: Fabric, node: str, port_no: int, dilation: float) -> tu
     return max(1, int(link.rate_bps / dilation)), int(link.delay_ns * dilation)
 
 
+TARGETS = ("embedded", "bmv2")
+
+
+def _switch_params(fabric: Fabric, name: str, target: str, switch_options: dict,
+                   ports: dict[str, tuple[int, int]]) -> dict:
+    """Mininet addSwitch parameters of one switch on a target; ports: name ->
+    (gRPC port, Thrift port)."""
+    from emulator.net.bmv2 import Bmv2Switch
+    from emulator.net.nodes import EmbeddedP4Switch
+    common = {"device_id": fabric.device_id(name), "grpc_port": ports[name][0],
+              "port_links": {p.port_no: dilated_link(fabric, name, p.port_no, switch_options["dilation"])
+                             for p in fabric.ports(name)}}
+    if target == "bmv2":
+        return {**common, "cls": Bmv2Switch, "thrift_port": ports[name][1],
+                "options": {k: switch_options[k] for k in ("buffer_bytes", "mtu_frame_bytes", "pcap",
+                                                            "lossless_priorities")}}
+    options = {k: v for k, v in switch_options.items()
+               if k not in ("dilation", "mtu_frame_bytes", "lossless_priorities")}
+    return {**common, "cls": EmbeddedP4Switch,
+            "options": {**options, "router_mac": fabric.addresses.router_mac(name),
+                        "seed": fabric.device_id(name)}}
+
+
 def _mininet_topo(fabric: Fabric, dilation: float, run_dir: Path, switch_options: dict,
-                  grpc_ports: dict[str, int]):
+                  ports: dict[str, tuple[int, int]], target: str = "embedded"):
     from mininet.topo import Topo
 
-    from emulator.net.nodes import EmbeddedP4Switch, RoceHost
+    from emulator.net.nodes import RoceHost
 
     class FabricTopo(Topo):
         def build(self):
             for sw in fabric.switches():
-                self.addSwitch(
-                    sw.name, cls=EmbeddedP4Switch, device_id=fabric.device_id(sw.name),
-                    grpc_port=grpc_ports[sw.name], run_dir=str(run_dir),
-                    options={**switch_options, "router_mac": fabric.addresses.router_mac(sw.name),
-                             "seed": fabric.device_id(sw.name)},
-                    port_links={p.port_no: dilated_link(fabric, sw.name, p.port_no, dilation)
-                                for p in fabric.ports(sw.name)})
-            plan = fabric.addresses
-            for h in fabric.hosts():
-                gw_ip = plan.host_gateway(h.name)
-                self.addHost(h.name, cls=RoceHost, ip=plan.host_cidr(h.name),
-                             mac=plan.host_mac(h.name), defaultRoute=f"via {gw_ip}",
-                             gateway_ip=gw_ip, gateway_mac=plan.gateway_mac(h.name))
-            for link in fabric.links:
-                # Port numbers are Mininet's too: hosts' from 0 (h1-eth0), switches' from 1.
-                self.addLink(link.a, link.b, port1=link.a_port, port2=link.b_port,
-                             intfName1=fabric.port(link.a, link.a_port).ifname,
-                             intfName2=fabric.port(link.b, link.b_port).ifname)
+                self.addSwitch(sw.name, run_dir=str(run_dir), **_switch_params(
+                    fabric, sw.name, target, {**switch_options, "dilation": dilation}, ports))
+            _add_servers(self, fabric, RoceHost)
+            _add_links(self, fabric)
 
     return FabricTopo()
+
+
+def _add_servers(topo, fabric: Fabric, host_cls) -> None:
+    """One Mininet host (namespace) per server, holding all its NICs'
+    interfaces; NIC 0's address and gateway are its defaults."""
+    plan = fabric.addresses
+    for server in fabric.servers():
+        nics = [{"ifname": plan.host_ifname(n), "cidr": plan.host_cidr(n),
+                 "mac": plan.host_mac(n), "gateway_ip": plan.host_gateway(n),
+                 "gateway_mac": plan.gateway_mac(n)} for n in server.all_nics]
+        topo.addHost(server.name, cls=host_cls, ip=nics[0]["cidr"], mac=nics[0]["mac"],
+                     defaultRoute=f"via {nics[0]['gateway_ip']}", nics=nics)
+
+
+def _add_links(topo, fabric: Fabric) -> None:
+    for link in fabric.links:
+        # Switch ports are Mininet's port numbers (from 1). A host link's
+        # lower end is a NIC: in Mininet, its server's port k for its k-th
+        # NIC (NIC 0 on port 0, as h1-eth0 always was).
+        a, a_port = link.a, link.a_port
+        if not fabric.node(a).is_switch:
+            server = fabric.server_of(a)
+            a, a_port = server.name, server.all_nics.index(link.a)
+        topo.addLink(a, link.b, port1=a_port, port2=link.b_port,
+                     intfName1=fabric.port(link.a, link.a_port).ifname,
+                     intfName2=fabric.port(link.b, link.b_port).ifname)
 
 
 class FabricNet:
@@ -77,10 +112,16 @@ class FabricNet:
 
     def __init__(self, fabric: Fabric, run_dir: str | Path, dilation: float = 1.0,
                  buffer_bytes: int = 4_000_000, program: bool = True, qos=None,
-                 mtu_bytes: int = 1024, sample_interval_ns: int = 0, pcap: bool = False):
+                 mtu_bytes: int = 1024, sample_interval_ns: int = 0, pcap: bool = False,
+                 target: str = "embedded"):
         """qos: an ``emulator.control.qos.QosSpec`` to install (None: no traffic
         classes: everything lossy in priority 0). sample_interval_ns: wall
-        period of the switches' queue-depth samples (0: none)."""
+        period of the switches' queue-depth samples (0: none; embedded
+        target). target: "embedded" (emulator/dataplane) or "bmv2"
+        (simple_switch_grpc, see emulator/net/bmv2.py)."""
+        if target not in TARGETS:
+            raise ValueError(f"target must be one of {TARGETS}, not {target!r}")
+        self.target = target
         self.fabric = fabric
         self.run_dir = Path(run_dir)
         self.dilation = dilation
@@ -111,13 +152,27 @@ class FabricNet:
             raise EnvironmentProblem(
                 f"interface {taken[0]} already exists ({len(taken)} of this fabric's): another "
                 f"fabric is running, or a crashed run left it (fabric-emu clean removes leftovers)")
+        device_config = b""
+        if self.target == "bmv2":
+            from emulator.net.bmv2 import bmv2_unavailable_reason
+            from emulator.p4.build import bmv2_json
+            reason = bmv2_unavailable_reason()
+            if reason:
+                raise EnvironmentProblem(f"target bmv2: {reason}")
+            device_config = bmv2_json().read_bytes()
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self._trap_signals()
         try:
-            grpc_ports = {sw.name: free_tcp_port() for sw in self.fabric.switches()}
+            from emulator.control.qos import mtu_frame_bytes
+            ports = {sw.name: (free_tcp_port(), free_tcp_port()) for sw in self.fabric.switches()}
             switch_options = {"buffer_bytes": self.buffer_bytes,
-                              "sample_interval_ns": self.sample_interval_ns, "pcap": self.pcap}
-            topo = _mininet_topo(self.fabric, self.dilation, self.run_dir, switch_options, grpc_ports)
+                              "sample_interval_ns": self.sample_interval_ns, "pcap": self.pcap,
+                              "mtu_frame_bytes": mtu_frame_bytes(self.mtu_bytes),
+                              "lossless_priorities": ((self.qos.roce_priority,)
+                                                      if self.qos is not None and self.qos.pfc.enabled
+                                                      else ())}
+            topo = _mininet_topo(self.fabric, self.dilation, self.run_dir, switch_options, ports,
+                                 self.target)
             self.net = Mininet(topo=topo, controller=None, autoSetMacs=False, build=False,
                                waitConnected=False)
             self.net.build()
@@ -126,8 +181,8 @@ class FabricNet:
                 self.controller = FabricController(
                     self.fabric, {sw.name: (self.switch(sw.name).grpc_address, self.fabric.device_id(sw.name))
                                   for sw in self.fabric.switches()},
-                    qos=self.qos, mtu_bytes=self.mtu_bytes,
-                    reaction_fabric_ns=int(REACTION_WALL_NS / self.dilation))
+                    device_config=device_config, qos=self.qos, mtu_bytes=self.mtu_bytes,
+                    reaction_fabric_ns=int(REACTION_WALL_NS / self.dilation), dilation=self.dilation)
                 self.controller.connect()
                 self.controller.install()
         except BaseException:
@@ -156,7 +211,16 @@ class FabricNet:
 
     # ---------------------------------------------------------------- access
     def host(self, name: str):
-        return self.net.get(name)
+        """The Mininet host of a server, by the server's name or one of its NICs'."""
+        try:
+            server = self.fabric.server(name)
+        except KeyError:
+            server = self.fabric.server_of(name)   # KeyError if no such node either
+        return self.net.get(server.name)
+
+    def node_of(self, host_name: str):
+        """The Mininet host (its server's namespace) holding a NIC (host node)."""
+        return self.net.get(self.fabric.server_of(host_name).name)
 
     def switch(self, name: str):
         return self.net.get(name)

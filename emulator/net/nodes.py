@@ -89,32 +89,68 @@ class EmbeddedP4Switch(Switch):
         wait_for_tcp(self.grpc_port, self.proc, READY_TIMEOUT_S, f"switch {self.name}", self.log_path)
 
     def stop(self, deleteIntfs=True) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc)
         self.proc = None
         super().stop(deleteIntfs)
+
+
+def stop_process(proc: subprocess.Popen | None, grace_s: float = 5.0) -> None:
+    """SIGTERM a switch process, SIGKILL it if it has not exited within ``grace_s``."""
+    if proc is not None and proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 class RoceHost(Host):
     """A host whose NIC is driven by the RoCE host agent."""
 
-    def config(self, gateway_ip: str | None = None, gateway_mac: str | None = None, **params):
+    def config(self, gateway_ip: str | None = None, gateway_mac: str | None = None,
+               nics: list[dict] | None = None, **params):
+        """nics: one dict per NIC interface, NIC 0 first -- ifname, cidr, mac,
+        gateway_ip, gateway_mac -- for a server with several NICs; without
+        it, gateway_ip/gateway_mac apply to the default interface."""
         r = super().config(**params)
         self.cmd("sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1")
         # The agent reads RoCE frames from a raw socket; the kernel drops them
         # before UDP would answer "port unreachable".
         self.cmd("iptables -t raw -A PREROUTING -p udp --dport 4791 -j DROP")
-        if gateway_ip and gateway_mac:
+        if nics is None and gateway_ip and gateway_mac:
+            intf = self.defaultIntf()
+            nics = [{"ifname": intf.name, "cidr": f"{intf.ip}/{intf.prefixLen}",
+                     "gateway_ip": gateway_ip, "gateway_mac": gateway_mac}]
+        nics = nics or []
+        for nic in nics:
+            intf = self.intf(nic["ifname"])
+            # Mininet configured the default interface (NIC 0) already, and
+            # re-addressing it would drop the default route through it.
+            if intf is not self.defaultIntf():
+                intf.setMAC(nic["mac"])
+                intf.setIP(nic["cidr"])
+        if len(nics) > 1:
+            # A reply leaves by the NIC owning its source address (the tables
+            # below), not always the NIC the main table would pick for the
+            # peer: check reverse paths loosely.
+            self.cmd("sysctl -qw net.ipv4.conf.all.rp_filter=2 net.ipv4.conf.default.rp_filter=2")
+        routed = set()
+        for i, nic in enumerate(nics):
+            dev, gw = nic["ifname"], nic["gateway_ip"]
+            addr = ipaddress.ip_interface(nic["cidr"])
             # Static ARP: the fabric routes, it does not answer ARP. Even
             # hosts of the same leaf subnet are reached through the leaf
             # (its /32 routes), as in a routed-to-the-host fabric.
-            self.setARP(gateway_ip, gateway_mac)
-            intf = self.defaultIntf()
-            subnet = ipaddress.ip_interface(f"{intf.ip}/{intf.prefixLen}").network
-            self.cmd(f"ip route replace {subnet} via {gateway_ip} dev {intf} onlink")
+            self.cmd(f"ip neigh replace {gw} lladdr {nic['gateway_mac']} dev {dev} nud permanent")
+            self.cmd(f"ip route del {addr.network} dev {dev} proto kernel")
+            if addr.network not in routed:   # NICs sharing a leaf: the first one's route
+                self.cmd(f"ip route replace {addr.network} via {gw} dev {dev} onlink")
+                routed.add(addr.network)
+            if len(nics) > 1:
+                # Source-based routing: traffic from NIC i's address leaves by
+                # NIC i ("ping -I <its IP>"), as on a multi-rail GPU server.
+                table = 100 + i
+                self.cmd(f"ip route replace default via {gw} dev {dev} onlink table {table}")
+                self.cmd(f"ip rule add from {addr.ip} table {table} priority {1000 + i}")
         return r

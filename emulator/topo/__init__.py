@@ -4,11 +4,15 @@
     fabric = load_fabric("topologies/clos-2x2.yaml")
     fabric.addresses.host_ip("h1")          # "10.0.1.1"
     compute_routes(fabric)["leaf1"]         # [Route("10.0.1.1/32", ...), ...]
+    fabric.servers()                        # (Server("h1", "compute", 1, ("h1",), ...), ...)
 
-The file format is documented in ``emulator.topo.model``.
+The file format is documented in ``emulator.topo.model`` (and the server
+form -- multi-NIC GPU servers, rails, storage planes -- in
+``emulator.topo.servers``).
 """
 from emulator.topo.addressing import AddressPlan, ip_to_int, mac_str, mac_to_int
 from emulator.topo.model import (
+    COMPUTE_PLANE,
     CPU_PORT,
     DEFAULT_HOST_PREFIX,
     HOST_PORT_NO,
@@ -16,10 +20,13 @@ from emulator.topo.model import (
     MAX_HOSTS_PER_LEAF,
     MAX_IPV4_ROUTES,
     MAX_SWITCH_PORTS,
+    STORAGE_PLANE,
     Fabric,
     Link,
     Node,
+    Plane,
     Port,
+    Server,
     fabric_from_dict,
     load_fabric,
 )
@@ -34,9 +41,9 @@ from emulator.topo.routes import (
 from emulator.topo.show import render_fabric
 
 __all__ = [
-    "AddressPlan", "CPU_PORT", "DEFAULT_HOST_PREFIX", "Fabric", "HOST_PORT_NO", "Link",
-    "MAX_ECMP_GROUP_SIZE", "MAX_HOSTS_PER_LEAF", "MAX_IPV4_ROUTES", "MAX_SWITCH_PORTS",
-    "NextHop", "Node", "Port", "Route", "compute_routes", "ecmp_groups", "fabric_from_dict",
+    "AddressPlan", "COMPUTE_PLANE", "CPU_PORT", "DEFAULT_HOST_PREFIX", "Fabric", "HOST_PORT_NO",
+    "Link", "MAX_ECMP_GROUP_SIZE", "MAX_HOSTS_PER_LEAF", "MAX_IPV4_ROUTES", "MAX_SWITCH_PORTS",
+    "NextHop", "Node", "Plane", "Port", "Route", "STORAGE_PLANE", "Server", "compute_routes", "ecmp_groups", "fabric_from_dict",
     "ip_to_int", "load_fabric", "longest_prefix_match", "mac_str", "mac_to_int",
     "nexthop_members", "render_fabric",
 ]

@@ -1,9 +1,11 @@
 """The fabric's address plan: the one source of truth for IPs and MACs.
 
-With host_prefix P (default 10.0.0.0/16):
+Every plane has its own prefix P (``Fabric.planes()``; the compute plane's
+is host_prefix, default 10.0.0.0/16; a separate storage plane's is
+storage_prefix, default 10.1.0.0/16). Within a plane:
 
-* leaf k (1-based, file order) owns the /24 at offset k inside P:
-  ``10.0.k.0/24``; offset 0 (10.0.0.0/24) is left unused;
+* its leaf k (1-based, file order within the plane) owns the /24 at offset k
+  inside P: ``10.0.k.0/24``; offset 0 (10.0.0.0/24) is left unused;
 * the j-th host of leaf k (node order) is ``10.0.k.j`` (j = 1..253), with
   the leaf's gateway ``10.0.k.254`` as default route;
 * a host MAC is ``02:00`` followed by the four bytes of its IP
@@ -50,19 +52,21 @@ class AddressPlan:
 
     def __init__(self, fabric: "Fabric"):
         self.fabric = fabric
-        self.host_prefix = ipaddress.IPv4Network(fabric.host_prefix)
-        base = int(self.host_prefix.network_address)
+        self.host_prefix = ipaddress.IPv4Network(fabric.host_prefix)   # the compute plane's
         self._subnet: dict[str, ipaddress.IPv4Network] = {}
         self._host_ip: dict[str, ipaddress.IPv4Address] = {}
-        for leaf in fabric.leaves():
-            net = ipaddress.IPv4Network((base + 256 * leaf.index, 24))
-            if not net.subnet_of(self.host_prefix):  # the loader rejects this
-                raise ValueError(f"{leaf.name}'s subnet {net} is outside {self.host_prefix}")
-            self._subnet[leaf.name] = net
-            for j, host in enumerate(fabric.leaf_hosts(leaf), start=1):
-                if j >= GATEWAY_HOST_OCTET:  # the loader rejects this
-                    raise ValueError(f"{leaf.name} has more than {GATEWAY_HOST_OCTET - 1} hosts")
-                self._host_ip[host.name] = net.network_address + j
+        for plane in fabric.planes():
+            prefix = ipaddress.IPv4Network(plane.host_prefix)
+            base = int(prefix.network_address)
+            for k, leaf in enumerate(fabric.plane_nodes(plane.name, "leaf"), start=1):
+                net = ipaddress.IPv4Network((base + 256 * k, 24))
+                if not net.subnet_of(prefix):  # the loader rejects this
+                    raise ValueError(f"{leaf.name}'s subnet {net} is outside {prefix}")
+                self._subnet[leaf.name] = net
+                for j, host in enumerate(fabric.leaf_hosts(leaf), start=1):
+                    if j >= GATEWAY_HOST_OCTET:  # the loader rejects this
+                        raise ValueError(f"{leaf.name} has more than {GATEWAY_HOST_OCTET - 1} hosts")
+                    self._host_ip[host.name] = net.network_address + j
         self._by_ip = {str(ip): name for name, ip in self._host_ip.items()}
 
     # hosts

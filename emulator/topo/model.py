@@ -1,7 +1,14 @@
 """Topology files and the resolved fabric model.
 
 A topology file describes one 2-tier leaf/spine (CLOS) fabric of P4 switches
-with hosts on the leaves. It is YAML, in one of two forms.
+with hosts on the leaves. It is YAML, in one of two forms -- or, for GPU
+servers with several NICs, rail-optimized fabrics and a separate storage
+plane, in the server form documented in ``emulator/topo/servers.py``.
+
+A *host* node is one NIC endpoint: one port to its leaf, its own IP, MAC and
+gateway. A *server* groups NIC endpoints (GPU i <-> NIC i) in one network
+namespace; in the two forms below every host is its own 1-GPU server of the
+same name (``Fabric.servers()``).
 
 Parametric form::
 
@@ -49,8 +56,9 @@ host-spine, leaf-leaf, spine-spine); a host does not have exactly one link,
 to a leaf; two links join the same pair of nodes other than a leaf and a
 spine (parallel leaf-spine links are allowed and used for ECMP); there is no
 spine, no leaf or no host; a leaf has no spine uplink or a spine no link; a
-host cannot reach another host; a leaf has more than 253 hosts; there are
-more leaves than /24 subnets in ``host_prefix``; a switch needs more than 254
+host cannot reach another host of its plane; a switch-switch link joins two
+planes; a leaf has more than 253 hosts; a plane has more leaves than /24
+subnets in its prefix; a switch needs more than 254
 ports (port 255 is the CPU port), an ECMP group more than 64 next hops, or
 more than 1024 IPv4 routes (the sizes ``p4src/fabric.p4`` declares).
 
@@ -60,8 +68,11 @@ Addressing: leaf k (1-based, in file order) owns the /24 at offset k inside
 length P holds 2**(24-P) - 1 leaves. The j-th host of leaf k (in node order)
 is ``.j``; ``.254`` is the leaf's gateway address. See ``addressing.py``.
 
-The resolved model (``Fabric``, ``Node``, ``Port``, ``Link``) is what the
-rest of the emulator uses. It is immutable; every unit is in the name.
+The resolved model (``Fabric``, ``Node``, ``Port``, ``Link``, ``Server``,
+``Plane``) is what the rest of the emulator uses. It is immutable; every
+unit is in the name. Planes: every node has one (``Node.plane``; the plain
+forms have only the compute plane), each plane its own prefix
+(``Fabric.planes()``); device ids are unique across planes.
 Links are stored in file order, oriented lower tier first: ``a`` is the host
 (host links) or the leaf (fabric links). Switch ports are numbered from 1 per
 switch in link order and are the P4 port numbers (``<sw>-eth<port_no>``); a
@@ -88,6 +99,12 @@ if TYPE_CHECKING:  # pragma: no cover
 
 Role = Literal["spine", "leaf", "host"]
 ROLES: tuple[str, ...] = ("spine", "leaf", "host")
+ServerRole = Literal["compute", "storage"]
+
+# Planes: independently routed switch graphs with their own address prefix.
+COMPUTE_PLANE = "compute"        # every fabric has it; the only plane of the plain forms
+STORAGE_PLANE = "storage"        # the optional separate storage network
+DEFAULT_STORAGE_PREFIX = "10.1.0.0/16"
 
 DEFAULT_HOST_PREFIX = "10.0.0.0/16"
 HOST_PORT_NO = 0                 # a host's only port: <host>-eth0
@@ -118,8 +135,45 @@ class LinkParams(_Spec):
 class ClosSpec(_Spec):
     spines: int = Field(ge=1)
     leaves: int = Field(ge=1)
-    hosts_per_leaf: int = Field(ge=1)
-    host_link: LinkParams
+    # hosts_per_leaf and host_link are required without servers, refused with
+    # them (a server's NICs link at servers.nic_link); see _check_form.
+    hosts_per_leaf: Optional[int] = Field(default=None, ge=1)
+    host_link: Optional[LinkParams] = None
+    servers_per_leaf: Optional[int] = Field(default=None, ge=1)   # only with servers
+    fabric_link: LinkParams
+
+
+class TenantSpec(_Spec):
+    name: str
+    count: int = Field(ge=1)             # servers, consecutive in server order
+    dpu: Optional[bool] = None           # default: servers.dpu
+
+
+class ServersSpec(_Spec):
+    count: int = Field(ge=1)
+    gpus_per_server: int = Field(ge=1)
+    nvlink: Optional[LinkParams] = None  # required with more than one GPU
+    nic_link: LinkParams
+    dpu: bool = False
+    tenants: Optional[list[TenantSpec]] = None
+
+
+class RailOptimizedSpec(_Spec):
+    spines: int = Field(ge=1)
+    fabric_link: LinkParams
+
+
+class StorageServersSpec(_Spec):
+    count: int = Field(ge=1)
+    nics_per_server: int = Field(default=1, ge=1)
+    nic_link: LinkParams
+    dpu: bool = False
+
+
+class StoragePlaneSpec(_Spec):
+    leaves: int = Field(ge=1)
+    spines: int = Field(ge=1)
+    access_link: LinkParams              # a compute server's storage NIC to its storage leaf
     fabric_link: LinkParams
 
 
@@ -136,7 +190,8 @@ class LinkSpec(_Spec):
 
 
 class AddressingSpec(_Spec):
-    host_prefix: str = DEFAULT_HOST_PREFIX
+    host_prefix: str = DEFAULT_HOST_PREFIX          # the compute plane's
+    storage_prefix: Optional[str] = None            # only with storage_plane
 
 
 class FabricSpec(_Spec):
@@ -144,6 +199,10 @@ class FabricSpec(_Spec):
     clos: Optional[ClosSpec] = None
     nodes: Optional[list[NodeSpec]] = None
     links: Optional[list[LinkSpec]] = None
+    servers: Optional[ServersSpec] = None
+    rail_optimized: Optional[RailOptimizedSpec] = None
+    storage_servers: Optional[StorageServersSpec] = None
+    storage_plane: Optional[StoragePlaneSpec] = None
     addressing: Optional[AddressingSpec] = None
 
 
@@ -153,7 +212,8 @@ class FabricSpec(_Spec):
 class Node:
     name: str
     role: Role
-    index: int  # 1-based within its role, file order
+    index: int  # 1-based within its role, file order (across planes)
+    plane: str = COMPUTE_PLANE
 
     @property
     def is_switch(self) -> bool:
@@ -214,15 +274,57 @@ def _name(node: NodeRef) -> str:
 
 
 @dataclass(frozen=True)
+class Plane:
+    """An independently routed switch graph: no route leads off it."""
+    name: str          # COMPUTE_PLANE or STORAGE_PLANE
+    host_prefix: str   # its leaves' /24s are carved from it (see addressing.py)
+
+
+@dataclass(frozen=True)
+class Server:
+    """One machine: one Mininet host (network namespace) holding its NICs.
+
+    ``nics`` are host nodes (NIC endpoints); a compute server's NIC i serves
+    its GPU i (local rank i) and, in a rail-optimized fabric, sits on rail i.
+    A storage server has no GPU; ``nics`` are its storage NICs.
+    """
+    name: str
+    role: ServerRole
+    gpus: int                         # 0 for storage servers
+    nics: tuple[str, ...]
+    nvlink_rate_bps: int              # NVLink/NVSwitch domain joining its GPUs; 0: none
+    nvlink_delay_ns: int
+    dpu: bool = False
+    tenant: Optional[str] = None
+    storage_nic: Optional[str] = None  # its NIC on a separate storage plane (the DPU's port if dpu)
+
+    @property
+    def all_nics(self) -> tuple[str, ...]:
+        """Every NIC of the server: GPU NICs in rank order, then the storage NIC."""
+        return self.nics + ((self.storage_nic,) if self.storage_nic else ())
+
+
+@dataclass(frozen=True)
 class Fabric:
     name: str
     source: str
     nodes: tuple[Node, ...]
     links: tuple[Link, ...]
-    host_prefix: str = DEFAULT_HOST_PREFIX
+    host_prefix: str = DEFAULT_HOST_PREFIX        # the compute plane's
+    # Only the server form sets these; the defaults describe a plain fabric:
+    # one compute plane (host_prefix), every host its own 1-GPU server.
+    plane_table: tuple[Plane, ...] = ()
+    server_table: tuple[Server, ...] = ()
+    rails: tuple[str, ...] = ()       # rail-optimized: leaf of rail i (= local GPU rank i)
     _by_name: dict = field(init=False, repr=False, compare=False)
     _ports: dict = field(init=False, repr=False, compare=False)
     _by_role: dict = field(init=False, repr=False, compare=False)
+    _planes: tuple = field(init=False, repr=False, compare=False)
+    _switches: tuple = field(init=False, repr=False, compare=False)
+    _device_ids: dict = field(init=False, repr=False, compare=False)
+    _servers: tuple = field(init=False, repr=False, compare=False)
+    _server_by_name: dict = field(init=False, repr=False, compare=False)
+    _server_of: dict = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         by_name = {n.name: n for n in self.nodes}
@@ -231,10 +333,23 @@ class Fabric:
             ports[l.a].append(Port(l.a, l.a_port, ifname(l.a, l.a_port), l.b, l.b_port, i))
             ports[l.b].append(Port(l.b, l.b_port, ifname(l.b, l.b_port), l.a, l.a_port, i))
         by_role = {r: tuple(n for n in self.nodes if n.role == r) for r in ROLES}
+        planes = self.plane_table or (Plane(COMPUTE_PLANE, self.host_prefix),)
+        # Plane by plane, leaves then spines: a plane added to a fabric does
+        # not renumber the devices (nor router MACs) of the planes before it.
+        switches = tuple(n for p in planes for r in ("leaf", "spine")
+                         for n in by_role[r] if n.plane == p.name)
+        servers = self.server_table or tuple(
+            Server(h.name, "compute", 1, (h.name,), 0, 0) for h in by_role["host"])
         object.__setattr__(self, "_by_name", by_name)
         object.__setattr__(self, "_ports", {k: tuple(sorted(v, key=lambda p: p.port_no))
                                             for k, v in ports.items()})
         object.__setattr__(self, "_by_role", by_role)
+        object.__setattr__(self, "_planes", planes)
+        object.__setattr__(self, "_switches", switches)
+        object.__setattr__(self, "_device_ids", {n.name: i for i, n in enumerate(switches, start=1)})
+        object.__setattr__(self, "_servers", servers)
+        object.__setattr__(self, "_server_by_name", {s.name: s for s in servers})
+        object.__setattr__(self, "_server_of", {nic: s for s in servers for nic in s.all_nics})
 
     # nodes
     def hosts(self) -> tuple[Node, ...]:
@@ -247,8 +362,8 @@ class Fabric:
         return self._by_role["spine"]
 
     def switches(self) -> tuple[Node, ...]:
-        """Leaves then spines; device ids follow this order."""
-        return self._by_role["leaf"] + self._by_role["spine"]
+        """Plane by plane, leaves then spines; device ids follow this order."""
+        return self._switches
 
     def node(self, name: NodeRef) -> Node:
         try:
@@ -281,11 +396,11 @@ class Fabric:
         return found[0] if found else None
 
     def device_id(self, switch: NodeRef) -> int:
-        """P4Runtime device id: 1.. in switches() order."""
+        """P4Runtime device id: 1.. in switches() order, unique across planes."""
         n = self.node(switch)
         if not n.is_switch:
             raise ValueError(f"{n.name} is a host, not a switch")
-        return n.index if n.role == "leaf" else len(self.leaves()) + n.index
+        return self._device_ids[n.name]
 
     def host_leaf(self, host: NodeRef) -> Node:
         n = self.node(host)
@@ -297,6 +412,42 @@ class Fabric:
         """The hosts attached to a leaf, in node order."""
         ln = self.node(leaf).name
         return tuple(h for h in self.hosts() if self.ports(h)[0].peer == ln)
+
+    # planes
+    def planes(self) -> tuple[Plane, ...]:
+        """The compute plane first, then the storage plane if it is separate."""
+        return self._planes
+
+    def plane(self, name: str) -> Plane:
+        for p in self._planes:
+            if p.name == name:
+                return p
+        raise KeyError(f"fabric {self.name} has no plane {name!r}")
+
+    def plane_nodes(self, plane: str, role: Optional[str] = None) -> tuple[Node, ...]:
+        """The plane's nodes (of one role), in node order."""
+        return tuple(n for n in self.nodes if n.plane == plane and (role is None or n.role == role))
+
+    # servers
+    def servers(self, role: Optional[str] = None) -> tuple[Server, ...]:
+        """Compute servers then storage servers, in file order (or only one role)."""
+        return tuple(s for s in self._servers if role is None or s.role == role)
+
+    def server(self, name: str) -> Server:
+        try:
+            return self._server_by_name[name]
+        except KeyError:
+            raise KeyError(f"fabric {self.name} has no server {name!r}") from None
+
+    def server_of(self, host: NodeRef) -> Server:
+        """The server holding a NIC (host node)."""
+        n = self.node(host)
+        if n.role != "host":
+            raise ValueError(f"{n.name} is a {n.role}, not a host (NIC)")
+        return self._server_of[n.name]
+
+    def is_rail_optimized(self) -> bool:
+        return bool(self.rails)
 
     @cached_property
     def addresses(self) -> "AddressPlan":
@@ -444,7 +595,7 @@ def _unwrap(tp: Any) -> Any:
 _TYPE_NAMES = {
     "int_type": "an integer", "float_type": "a number", "string_type": "a string",
     "list_type": "a list", "model_type": "a mapping", "dict_type": "a mapping",
-    "model_attributes_type": "a mapping",
+    "model_attributes_type": "a mapping", "bool_type": "true or false",
 }
 
 
@@ -487,6 +638,7 @@ class _DNode:
     name: str
     role: str
     where: str        # field path of the node (errors)
+    plane: str = COMPUTE_PLANE   # hosts: set from their leaf when building
 
 
 @dataclass
@@ -516,19 +668,35 @@ def _check_fabric_name(ctx: _Ctx, name: str) -> None:
         raise ctx.err("name", f"longer than {MAX_FABRIC_NAME} characters")
 
 
-def _parse_prefix(ctx: _Ctx, spec: FabricSpec) -> ipaddress.IPv4Network:
-    text = spec.addressing.host_prefix if spec.addressing else DEFAULT_HOST_PREFIX
-    fld = "addressing.host_prefix"
+def _parse_prefix(ctx: _Ctx, spec: FabricSpec, key: str = "host_prefix") -> ipaddress.IPv4Network:
+    default = DEFAULT_HOST_PREFIX if key == "host_prefix" else DEFAULT_STORAGE_PREFIX
+    text = (getattr(spec.addressing, key) if spec.addressing else None) or default
+    fld = f"addressing.{key}"
     try:
         net = ipaddress.ip_network(text, strict=True)
     except ValueError as e:
         raise ctx.err(fld, f"not a valid IPv4 prefix: {e}") from None
     if not isinstance(net, ipaddress.IPv4Network):
-        raise ctx.err(fld, f"{text} is IPv6; host_prefix must be IPv4")
+        raise ctx.err(fld, f"{text} is IPv6; {key} must be IPv4")
     if net.prefixlen > 23:
         raise ctx.err(fld, f"{text} is too small: leaf k gets the /24 at offset k inside it, "
                            f"so it must be /23 or shorter")
     return net
+
+
+def _plane_prefixes(ctx: _Ctx, spec: FabricSpec) -> dict[str, ipaddress.IPv4Network]:
+    """plane -> its host prefix, compute plane first."""
+    compute = _parse_prefix(ctx, spec)
+    if spec.storage_plane is None:
+        if spec.addressing and spec.addressing.storage_prefix is not None:
+            raise ctx.err("addressing.storage_prefix",
+                          "only with storage_plane (the prefix of a separate storage network)")
+        return {COMPUTE_PLANE: compute}
+    storage = _parse_prefix(ctx, spec, "storage_prefix")
+    if storage.overlaps(compute):
+        raise ctx.err("addressing.storage_prefix",
+                      f"{storage} overlaps host_prefix {compute}: each plane needs its own prefix")
+    return {COMPUTE_PLANE: compute, STORAGE_PLANE: storage}
 
 
 def leaf_capacity(prefix: ipaddress.IPv4Network) -> int:
@@ -536,25 +704,64 @@ def leaf_capacity(prefix: ipaddress.IPv4Network) -> int:
     return 2 ** (24 - prefix.prefixlen) - 1
 
 
-def _resolve(spec: FabricSpec, ctx: _Ctx) -> Fabric:
-    _check_fabric_name(ctx, spec.name)
+def _check_form(spec: FabricSpec, ctx: _Ctx) -> None:
+    """Exactly one fabric form: clos | nodes + links | servers + (rail_optimized | clos)."""
     explicit = spec.nodes is not None or spec.links is not None
     if spec.clos is not None and explicit:
         raise ctx.err("clos", "give either clos or nodes + links, not both")
-    if spec.clos is None and not explicit:
-        raise ctx.err("", "missing fabric: give either clos or nodes + links")
+    if spec.rail_optimized is not None:
+        if spec.servers is None:
+            raise ctx.err("rail_optimized", "requires servers (rail i joins NIC i of every server)")
+        if spec.clos is not None:
+            raise ctx.err("rail_optimized", "give either rail_optimized or clos, not both")
+    if spec.servers is not None:
+        if explicit:
+            raise ctx.err("servers", "servers need rail_optimized or clos, not nodes + links")
+        if spec.clos is None and spec.rail_optimized is None:
+            raise ctx.err("servers", "requires rail_optimized or clos (the fabric their NICs attach to)")
+    elif spec.storage_servers is not None:
+        raise ctx.err("storage_servers", "requires servers (the compute servers)")
+    if spec.storage_plane is not None and spec.storage_servers is None:
+        raise ctx.err("storage_plane", "requires storage_servers (the servers on the storage plane)")
+    if spec.clos is None and not explicit and spec.servers is None:
+        raise ctx.err("", "missing fabric: give either clos or nodes + links "
+                          "(or servers with rail_optimized or clos)")
     if explicit and spec.nodes is None:
         raise ctx.err("nodes", "required with links")
     if explicit and spec.links is None:
         raise ctx.err("links", "required with nodes")
-    prefix = _parse_prefix(ctx, spec)
-    if spec.clos is not None:
+    c = spec.clos
+    if c is not None and spec.servers is None:
+        for key in ("hosts_per_leaf", "host_link"):
+            if getattr(c, key) is None:
+                raise ctx.err(f"clos.{key}", "required")
+        if c.servers_per_leaf is not None:
+            raise ctx.err("clos.servers_per_leaf", "only with servers (use hosts_per_leaf)")
+    elif c is not None:
+        if c.hosts_per_leaf is not None:
+            raise ctx.err("clos.hosts_per_leaf", "not with servers: use servers_per_leaf "
+                                                 "(a server's NICs share its leaf)")
+        if c.host_link is not None:
+            raise ctx.err("clos.host_link", "not with servers: NIC links are servers.nic_link")
+
+
+def _resolve(spec: FabricSpec, ctx: _Ctx) -> Fabric:
+    _check_fabric_name(ctx, spec.name)
+    _check_form(spec, ctx)
+    prefixes = _plane_prefixes(ctx, spec)
+    prefix = prefixes[COMPUTE_PLANE]
+    servers: tuple[Server, ...] = ()
+    rails: tuple[str, ...] = ()
+    if spec.servers is not None:
+        from emulator.topo.servers import expand_servers
+        nodes, links, servers, rails = expand_servers(spec, ctx)
+    elif spec.clos is not None:
         nodes, links = _expand_clos(spec.clos, prefix, ctx)
     else:
         nodes = [_DNode(n.name, n.role, f"nodes[{i}]") for i, n in enumerate(spec.nodes or [])]
         links = [_DLink(l.a, l.b, _rate_bps(l.rate_gbps), _delay_ns(l.delay_us), f"links[{i}]")
                  for i, l in enumerate(spec.links or [])]
-    fabric = _validate_and_build(spec.name, ctx, nodes, links, prefix)
+    fabric = _validate_and_build(spec.name, ctx, nodes, links, prefixes, servers, rails)
     _check_pipeline_limits(fabric, ctx, {n.name: n.where for n in nodes})
     return fabric
 
@@ -599,7 +806,8 @@ def _expand_clos(c: ClosSpec, prefix: ipaddress.IPv4Network, ctx: _Ctx):
 
 
 def _validate_and_build(name: str, ctx: _Ctx, nodes: list[_DNode], links: list[_DLink],
-                        prefix: ipaddress.IPv4Network) -> Fabric:
+                        prefixes: dict[str, ipaddress.IPv4Network],
+                        servers: tuple[Server, ...] = (), rails: tuple[str, ...] = ()) -> Fabric:
     # Nodes: names and uniqueness.
     by_name: dict[str, _DNode] = {}
     for n in nodes:
@@ -634,6 +842,10 @@ def _validate_and_build(name: str, ctx: _Ctx, nodes: list[_DNode], links: list[_
             raise ctx.err(l.where,
                           f"{ra}-{rb} link {l.a}-{l.b} is not valid in a 2-tier CLOS "
                           f"(hosts connect to leaves, leaves to spines)")
+        pa, pb = by_name[l.a].plane, by_name[l.b].plane
+        if "host" not in roles and pa != pb:
+            raise ctx.err(l.where, f"link {l.a}-{l.b} joins the {pa} plane to the {pb} plane; "
+                                   f"planes are separate networks")
         key = frozenset((l.a, l.b))
         if key in pair_first and roles != {"leaf", "spine"}:
             raise ctx.err(l.where, f"parallel link {l.a}-{l.b} (first at "
@@ -660,6 +872,11 @@ def _validate_and_build(name: str, ctx: _Ctx, nodes: list[_DNode], links: list[_
         elif not mine:
             raise ctx.err(n.where, f"spine {n.name} has no link")
 
+    # A host is on its leaf's plane.
+    for n in nodes:
+        if n.role == "host":
+            n.plane = by_name[_other(attached[n.name][0], n.name)].plane
+
     # Capacity: hosts per leaf, leaves in the prefix, ports per switch.
     leaves = [n for n in nodes if n.role == "leaf"]
     for leaf in leaves:
@@ -667,10 +884,14 @@ def _validate_and_build(name: str, ctx: _Ctx, nodes: list[_DNode], links: list[_
         if hosts > MAX_HOSTS_PER_LEAF:
             raise ctx.err(leaf.where, f"leaf {leaf.name} has {hosts} hosts; its /24 holds "
                                       f"{MAX_HOSTS_PER_LEAF} (.1-.253, .254 is the gateway)")
-    cap = leaf_capacity(prefix)
-    if len(leaves) > cap:
-        raise ctx.err("addressing.host_prefix",
-                      f"{prefix} holds {cap} leaf /24 subnets; the fabric has {len(leaves)} leaves")
+    for plane, prefix in prefixes.items():
+        cap = leaf_capacity(prefix)
+        count = sum(1 for l in leaves if l.plane == plane)
+        if count > cap:
+            key = "host_prefix" if plane == COMPUTE_PLANE else f"{plane}_prefix"
+            what = "the fabric" if len(prefixes) == 1 else f"the {plane} plane"
+            raise ctx.err(f"addressing.{key}",
+                          f"{prefix} holds {cap} leaf /24 subnets; {what} has {count} leaves")
     for n in nodes:
         if n.role != "host" and len(attached[n.name]) > MAX_SWITCH_PORTS:
             raise ctx.err(n.where, f"{n.role} {n.name} has {len(attached[n.name])} links; a switch "
@@ -684,7 +905,7 @@ def _validate_and_build(name: str, ctx: _Ctx, nodes: list[_DNode], links: list[_
     out_nodes = []
     for n in nodes:
         counters[n.role] += 1
-        out_nodes.append(Node(n.name, n.role, counters[n.role]))  # type: ignore[arg-type]
+        out_nodes.append(Node(n.name, n.role, counters[n.role], n.plane))  # type: ignore[arg-type]
     next_port = {n.name: (HOST_PORT_NO if n.role == "host" else FIRST_SWITCH_PORT) for n in nodes}
     out_links = []
     for l in links:
@@ -694,7 +915,9 @@ def _validate_and_build(name: str, ctx: _Ctx, nodes: list[_DNode], links: list[_
         pa, pb = next_port[a], next_port[b]
         next_port[a], next_port[b] = pa + 1, pb + 1
         out_links.append(Link(a, pa, b, pb, l.rate_bps, l.delay_ns))
-    return Fabric(name, ctx.source, tuple(out_nodes), tuple(out_links), str(prefix))
+    planes = tuple(Plane(p, str(net)) for p, net in prefixes.items()) if len(prefixes) > 1 else ()
+    return Fabric(name, ctx.source, tuple(out_nodes), tuple(out_links),
+                  str(prefixes[COMPUTE_PLANE]), planes, servers, rails)
 
 
 def _other(l: _DLink, name: str) -> str:
@@ -702,6 +925,7 @@ def _other(l: _DLink, name: str) -> str:
 
 
 def _check_reachability(ctx: _Ctx, nodes, links, by_name) -> None:
+    """Every host reaches every host of its plane (planes never reach each other)."""
     adj: dict[str, set[str]] = {n.name: set() for n in nodes if n.role != "host"}
     host_leaf: dict[str, str] = {}
     for l in links:
@@ -713,20 +937,22 @@ def _check_reachability(ctx: _Ctx, nodes, links, by_name) -> None:
             host_leaf[l.a] = l.b
         else:
             host_leaf[l.b] = l.a
-    hosts = [n.name for n in nodes if n.role == "host"]
-    start = host_leaf[hosts[0]]
-    seen = {start}
-    todo = [start]
-    while todo:
-        cur = todo.pop()
-        for nxt in adj[cur]:
-            if nxt not in seen:
-                seen.add(nxt)
-                todo.append(nxt)
-    for h in hosts[1:]:
-        if host_leaf[h] not in seen:
-            raise ctx.err("links", f"host {hosts[0]} (on {start}) cannot reach host {h} "
-                                   f"(on {host_leaf[h]}): no path between the leaves through spines")
+    planes = dict.fromkeys(by_name[leaf].plane for leaf in host_leaf.values())
+    for plane in planes:
+        hosts = [n.name for n in nodes if n.role == "host" and by_name[host_leaf[n.name]].plane == plane]
+        start = host_leaf[hosts[0]]
+        seen = {start}
+        todo = [start]
+        while todo:
+            cur = todo.pop()
+            for nxt in adj[cur]:
+                if nxt not in seen:
+                    seen.add(nxt)
+                    todo.append(nxt)
+        for h in hosts[1:]:
+            if host_leaf[h] not in seen:
+                raise ctx.err("links", f"host {hosts[0]} (on {start}) cannot reach host {h} "
+                                       f"(on {host_leaf[h]}): no path between the leaves through spines")
 
 
 def _check_pipeline_limits(fabric: Fabric, ctx: _Ctx, where: dict[str, str]) -> None:

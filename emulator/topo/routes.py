@@ -12,6 +12,10 @@
   shortest way. Next hops toward a switch carry smac = own router MAC,
   dmac = the peer's router MAC.
 
+Planes (a compute fabric and a separate storage network) are disconnected
+switch graphs, so the same rule gives a switch routes to the leaves of its
+own plane only: a NIC has no route to another plane's NICs.
+
 Next hops strictly decrease the distance, so forwarding is loop-free.
 Everything is ordered deterministically: switches in ``fabric.switches()``
 order, routes by (network address, prefix length), next hops by port.

@@ -37,17 +37,28 @@ def render_fabric(fabric: "Fabric", *, width: int = 120, color: bool = False) ->
                       color_system="standard" if color else None,
                       highlight=False, emoji=False, soft_wrap=False)
 
+    planes = fabric.planes()
+    multi_plane = len(planes) > 1
     console.print(
         f"[bold]Fabric {fabric.name}[/bold]  ({fabric.source})\n"
         f"{len(fabric.spines())} spines, {len(fabric.leaves())} leaves, "
         f"{len(fabric.hosts())} hosts, {len(fabric.links)} links; "
         f"host prefix {fabric.host_prefix}"
+        + "".join(f", {p.name} prefix {p.host_prefix}" for p in planes[1:])
     )
+    if fabric.server_table:
+        console.print(_servers_line(fabric))
+        _print_servers(console, fabric)
+    if fabric.is_rail_optimized():
+        _print_rails(console, fabric)
+    if multi_plane:
+        _print_planes(console, fabric)
 
     nodes = Table(title="Nodes", box=box.SIMPLE_HEAD, title_justify="left")
     for col in ("Node", "Role", "#", "Device", "IP / subnet", "Gateway",
-                "MAC / router MAC", "Ports", "Attached to"):
+                "MAC / router MAC", "Ports", "Attached to") + (("Plane",) if multi_plane else ()):
         nodes.add_column(col, no_wrap=True)
+    plane_col = (lambda n: (n.plane,)) if multi_plane else (lambda n: ())
     for sw in fabric.switches():
         is_leaf = sw.role == "leaf"
         ports = fabric.ports(sw)
@@ -56,12 +67,12 @@ def render_fabric(fabric: "Fabric", *, width: int = 120, color: bool = False) ->
         nodes.add_row(sw.name, sw.role, str(sw.index), str(fabric.device_id(sw)),
                       plan.leaf_subnet(sw) if is_leaf else "-",
                       plan.leaf_gateway(sw) if is_leaf else "-",
-                      plan.router_mac(sw), str(len(ports)), attached)
+                      plan.router_mac(sw), str(len(ports)), attached, *plane_col(sw))
     for h in fabric.hosts():
         leaf = fabric.host_leaf(h)
         nodes.add_row(h.name, "host", str(h.index), "-", plan.host_ip(h),
                       plan.host_gateway(h), plan.host_mac(h), plan.host_ifname(h),
-                      f"{leaf.name} port {fabric.ports(h)[0].peer_port_no}")
+                      f"{leaf.name} port {fabric.ports(h)[0].peer_port_no}", *plane_col(h))
     console.print(nodes)
 
     links = Table(title="Links", box=box.SIMPLE_HEAD, title_justify="left")
@@ -94,6 +105,69 @@ def render_fabric(fabric: "Fabric", *, width: int = 120, color: bool = False) ->
     if not color:  # rich pads every line to the table width
         text = "\n".join(line.rstrip() for line in text.splitlines()) + "\n"
     return text
+
+
+def _servers_line(fabric: "Fabric") -> str:
+    compute, storage = fabric.servers("compute"), fabric.servers("storage")
+    gpus = sorted({s.gpus for s in compute})
+    text = (f"{_count(len(compute), 'compute server')} x "
+            f"{'/'.join(map(str, gpus))} GPU{'s' if gpus != [1] else ''} = "
+            f"{_count(sum(s.gpus for s in compute), 'GPU')}")
+    if storage:
+        text += f", {_count(len(storage), 'storage server')}"
+    tenants = list(dict.fromkeys(s.tenant for s in compute if s.tenant))
+    if tenants:
+        text += f"; tenants {', '.join(tenants)}"
+    if fabric.is_rail_optimized():
+        text += f"; {_count(len(fabric.rails), 'rail')}"
+    if storage:
+        separate = len(fabric.planes()) > 1
+        text += "; storage plane separate" if separate else "; storage plane shared"
+    return text
+
+
+def _print_servers(console: Console, fabric: "Fabric") -> None:
+    t = Table(title="Servers", box=box.SIMPLE_HEAD, title_justify="left")
+    for col in ("Server", "Role", "Tenant", "GPUs", "NVLink Gbps", "NVLink µs", "DPU"):
+        t.add_column(col, no_wrap=True)
+    t.add_column("NICs (rank order) -> leaf")
+    t.add_column("Storage NIC", no_wrap=True)
+    for s in fabric.servers():
+        nvlink = s.nvlink_rate_bps > 0
+        nics = " ".join(f"{n}>{fabric.host_leaf(n).name}" for n in s.nics)
+        storage = (f"{s.storage_nic}>{fabric.host_leaf(s.storage_nic).name}"
+                   + (" (DPU)" if s.dpu else "")) if s.storage_nic else "-"
+        t.add_row(s.name, s.role, s.tenant or "-", str(s.gpus),
+                  _num(s.nvlink_rate_bps / 1e9) if nvlink else "-",
+                  _num(s.nvlink_delay_ns / 1e3) if nvlink else "-",
+                  "yes" if s.dpu else "no", nics, storage)
+    console.print(t)
+
+
+def _print_rails(console: Console, fabric: "Fabric") -> None:
+    plan = fabric.addresses
+    t = Table(title="Rails (rail i = NIC i of every server)", box=box.SIMPLE_HEAD,
+              title_justify="left")
+    for col in ("Rail", "Leaf", "Subnet"):
+        t.add_column(col, no_wrap=True)
+    t.add_column("NICs")
+    for i, leaf in enumerate(fabric.rails):
+        t.add_row(str(i), leaf, plan.leaf_subnet(leaf),
+                  " ".join(h.name for h in fabric.leaf_hosts(leaf)))
+    console.print(t)
+
+
+def _print_planes(console: Console, fabric: "Fabric") -> None:
+    t = Table(title="Planes (routed separately: no route between them)", box=box.SIMPLE_HEAD,
+              title_justify="left")
+    for col in ("Plane", "Prefix", "Leaves", "Spines", "NICs"):
+        t.add_column(col, no_wrap=True)
+    for p in fabric.planes():
+        t.add_row(p.name, p.host_prefix,
+                  " ".join(n.name for n in fabric.plane_nodes(p.name, "leaf")),
+                  " ".join(n.name for n in fabric.plane_nodes(p.name, "spine")),
+                  str(len(fabric.plane_nodes(p.name, "host"))))
+    console.print(t)
 
 
 __all__ = ["render_fabric"]

@@ -25,9 +25,9 @@ def _nothing_left_behind():
     assert leftovers() == {"interfaces": [], "processes": []}
 
 
-def test_every_host_reaches_every_other(tmp_path):
+def test_every_host_reaches_every_other(tmp_path, target):
     fabric = load_fabric(REPO / "topologies/clos-2x2.yaml")
-    with FabricNet(fabric, tmp_path, dilation=1000) as fnet:
+    with FabricNet(fabric, tmp_path, dilation=1000, target=target) as fnet:
         # ICMP crosses the P4 pipeline: LPM, ECMP, TTL, MAC rewrite.
         loss = fnet.net.pingAll(timeout="2")
         assert loss == 0
@@ -39,9 +39,9 @@ def test_every_host_reaches_every_other(tmp_path):
         assert counters[(sw, 1)]["rx_packets"] > 0
 
 
-def test_rdma_write_of_several_mb_arrives_intact(tmp_path):
+def test_rdma_write_of_several_mb_arrives_intact(tmp_path, target):
     exp = experiment_from_dict({
-        "name": "write-4mb", "topology": "../topologies/clos-2x2.yaml", "dilation": 5000,
+        "name": "write-4mb", "topology": "../topologies/clos-2x2.yaml", "dilation": 5000, "target": target,
         "traffic": [{"src": "h1", "dst": "h4", "op": "write", "size_bytes": 4 * 1024 * 1024}],
         "limits": {"wall_s": 60},
     }, REPO / "experiments" / "inline.yaml")
@@ -54,8 +54,9 @@ def test_rdma_write_of_several_mb_arrives_intact(tmp_path):
     assert sum(p["drops"] for p in summary["ports"]) == 0
 
 
-def test_demo_flows_spread_over_both_spines(tmp_path):
-    summary = run_experiment(load_experiment(REPO / "experiments/demo.yaml"), tmp_path)
+def test_demo_flows_spread_over_both_spines(tmp_path, target):
+    summary = run_experiment(load_experiment(REPO / "experiments/demo.yaml", target=target), tmp_path)
+    assert summary["target"] == target
     assert summary["complete"], [f for f in summary["flows"] if not f["complete"]]
     assert all(f["delivered_bytes"] == f["bytes"] for f in summary["flows"])
     spine_tx = {}
@@ -75,8 +76,9 @@ def test_demo_flows_spread_over_both_spines(tmp_path):
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-def test_interrupted_run_leaves_nothing(tmp_path, sig):
-    proc = subprocess.Popen([*FABRIC_EMU, "run", "experiments/demo.yaml", "--out", str(tmp_path)],
+def test_interrupted_run_leaves_nothing(tmp_path, sig, target):
+    proc = subprocess.Popen([*FABRIC_EMU, "run", "experiments/demo.yaml", "--out", str(tmp_path),
+                             "--target", target],
                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 60
     seen = ""

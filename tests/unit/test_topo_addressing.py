@@ -45,7 +45,6 @@ def test_clos_2x2_plan():
 def test_addresses_unique_and_well_formed(path):
     f = load_fabric(path)
     hosts, leaves, rmacs = snapshot(f)
-    prefix = ipaddress.IPv4Network(f.host_prefix)
     ips = [v[0] for v in hosts.values()]
     host_macs = [v[1] for v in hosts.values()]
     subnets = [v[0] for v in leaves.values()]
@@ -60,6 +59,7 @@ def test_addresses_unique_and_well_formed(path):
     for h, (ip, mac, ifname, gw, gw_mac, cidr) in hosts.items():
         leaf = f.host_leaf(h).name
         net = ipaddress.IPv4Network(leaves[leaf][0])
+        prefix = ipaddress.IPv4Network(f.plane(f.node(leaf).plane).host_prefix)  # its plane's
         assert net.prefixlen == 24 and net.subnet_of(prefix)
         assert ipaddress.IPv4Address(ip) in net
         assert ip not in (str(net.network_address), str(net.broadcast_address), gw)

@@ -1,0 +1,156 @@
+"""Collective algorithms as schedules (``schedule.RankSchedule`` per rank).
+
+Ranks are global: rank = server * gpus_per_server + local GPU index. A
+transfer between two GPUs of the same server goes over NVLink, otherwise
+over RDMA between GPU i's NIC and the peer GPU's NIC (rail-aligned when the
+local indices are equal).
+
+* ``ring``: one ring over all ranks, in "snake" order (server 0's GPUs
+  0..G-1, server 1's G-1..0, ...) so that every server-to-server hop joins
+  GPUs of the same local index -- the same rail -- when the server count is
+  even (NCCL picks rings the same way to keep traffic on rails).
+  all_reduce = reduce-scatter then all-gather, n-1 steps each;
+  all_gather / reduce_scatter: one of the halves.
+* ``pairwise`` all_to_all: in step s = 1..n-1 rank r sends block r+s to rank
+  r+s and receives block r-s from rank r-s.
+* ``hierarchical`` all_reduce (S servers x G GPUs): reduce-scatter inside each
+  server over NVLink (a ring of the G GPUs; GPU g ends with chunk g summed
+  over its server), a ring all-reduce of chunk g among the S GPUs with local
+  index g (one ring per rail, RDMA), then an all-gather inside each server.
+
+Each chunk transfer is cut into slices of at most ``slice_bytes``.
+"""
+from __future__ import annotations
+
+from .schedule import (
+    COPY, ELEM_BYTES, LOCAL, NVLINK, RDMA, RECV, SEND, Op, RankSchedule, chunk_bytes, finalize,
+    slices,
+)
+
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
+ALGORITHMS = ("ring", "hierarchical")
+
+
+def link_kind(a: int, b: int, gpus_per_server: int) -> str:
+    return NVLINK if a // gpus_per_server == b // gpus_per_server else RDMA
+
+
+def snake_order(servers: int, gpus_per_server: int) -> list[int]:
+    out = []
+    for s in range(servers):
+        locs = range(gpus_per_server) if s % 2 == 0 else range(gpus_per_server - 1, -1, -1)
+        out += [s * gpus_per_server + g for g in locs]
+    return out
+
+
+def _ring_phase(scheds, order, chunks, buf, reduce, first, G, slice_bytes):
+    """n-1 ring steps over ranks ``order`` on ``chunks`` (indexed by ring
+    position). Step s: position p sends chunk p+first-s to p+1 and receives
+    chunk p+first-s-1 from p-1 (summing if ``reduce``). A reduce phase with
+    ``first`` = f leaves position p owning chunk p+f+1; a copy phase
+    distributes from position p owning chunk p+first."""
+    n = len(order)
+    for p, rank in enumerate(order):
+        nxt, prv = order[(p + 1) % n], order[(p - 1) % n]
+        ops = scheds[rank].ops
+        for s in range(n - 1):
+            so, sn = chunks[(p + first - s) % n]
+            ro, rn = chunks[(p + first - s - 1) % n]
+            # program order send-slice, recv-slice: a valid sequential order
+            snd, rcv = slices(so, sn, slice_bytes), slices(ro, rn, slice_bytes)
+            for k in range(max(len(snd), len(rcv))):
+                if k < len(snd):
+                    ops.append(Op(SEND, nxt, link_kind(rank, nxt, G), buf, *snd[k]))
+                if k < len(rcv):
+                    ops.append(Op(RECV, prv, link_kind(rank, prv, G), buf, *rcv[k], reduce=reduce))
+
+
+def _new(n, buffers):
+    return {r: RankSchedule(r, dict(buffers(r))) for r in range(n)}
+
+
+def build(collective: str, algorithm: str, servers: int, gpus_per_server: int, size_bytes: int,
+          slice_bytes: int = 65536) -> dict[int, RankSchedule]:
+    """Schedules of every rank. ``size_bytes`` follows nccl-tests: the whole
+    buffer of a rank for all_reduce, the gathered/unscattered total for
+    all_gather / reduce_scatter, a rank's send buffer for all_to_all."""
+    G, n = gpus_per_server, servers * gpus_per_server
+    if collective not in COLLECTIVES or algorithm not in ALGORITHMS:
+        raise ValueError(f"unknown collective/algorithm {collective}/{algorithm}")
+    if size_bytes % ELEM_BYTES or slice_bytes % ELEM_BYTES or slice_bytes <= 0:
+        raise ValueError("size_bytes and slice_bytes must be multiples of 4 (float32)")
+    count = size_bytes // ELEM_BYTES
+    if collective != "all_reduce" and count % n:
+        raise ValueError(f"{collective}: {size_bytes} B is not a multiple of 4 B x {n} ranks")
+    if algorithm == "hierarchical" and collective != "all_reduce":
+        raise ValueError("hierarchical is implemented for all_reduce only")
+    order = snake_order(servers, G)
+    per_rank = chunk_bytes(count, n)           # nccl-tests: rank r's share is block r
+    if collective == "all_reduce":
+        sch = _new(n, lambda r: {"in": size_bytes, "out": size_bytes})
+        for r in range(n):
+            sch[r].ops.append(Op(COPY, -1, LOCAL, "out", 0, size_bytes, src_buf="in"))
+        if algorithm == "ring":
+            chunks = chunk_bytes(count, n)
+            _ring_phase(sch, order, chunks, "out", True, 0, G, slice_bytes)
+            _ring_phase(sch, order, chunks, "out", False, 1, G, slice_bytes)
+        else:
+            _hierarchical(sch, servers, G, count, slice_bytes)
+    elif collective == "all_gather":
+        share = size_bytes // n
+        sch = _new(n, lambda r: {"in": share, "out": size_bytes})
+        for r in range(n):
+            sch[r].ops.append(Op(COPY, -1, LOCAL, "out", per_rank[r][0], share, src_buf="in"))
+        _ring_phase(sch, order, [per_rank[r] for r in order], "out", False, 0, G, slice_bytes)
+    elif collective == "reduce_scatter":
+        share = size_bytes // n
+        sch = _new(n, lambda r: {"in": size_bytes, "tmp": size_bytes, "out": share})
+        for r in range(n):
+            sch[r].ops.append(Op(COPY, -1, LOCAL, "tmp", 0, size_bytes, src_buf="in"))
+        # first = -1: position p ends owning chunk p, which is its own rank's block
+        _ring_phase(sch, order, [per_rank[r] for r in order], "tmp", True, -1, G, slice_bytes)
+        for r in range(n):
+            sch[r].ops.append(Op(COPY, -1, LOCAL, "out", 0, share, src_buf="tmp",
+                                 src_off=per_rank[r][0]))
+    else:
+        sch = _new(n, lambda r: {"in": size_bytes, "out": size_bytes})
+        for r in range(n):
+            ops = sch[r].ops
+            ops.append(Op(COPY, -1, LOCAL, "out", per_rank[r][0], per_rank[r][1], src_buf="in",
+                          src_off=per_rank[r][0]))
+            for s in range(1, n):
+                to, frm = (r + s) % n, (r - s) % n
+                snd = slices(*per_rank[to], slice_bytes)
+                rcv = slices(*per_rank[frm], slice_bytes)
+                for k in range(max(len(snd), len(rcv))):
+                    if k < len(snd):
+                        ops.append(Op(SEND, to, link_kind(r, to, G), "in", *snd[k]))
+                    if k < len(rcv):
+                        ops.append(Op(RECV, frm, link_kind(r, frm, G), "out", *rcv[k]))
+    for s in sch.values():
+        finalize(s)
+    return sch
+
+
+def _hierarchical(sch, S, G, count, slice_bytes):
+    local = chunk_bytes(count, G)                      # chunk g: reduced on GPU g of each server
+    for s in range(S):
+        ranks = [s * G + g for g in range(G)]
+        _ring_phase(sch, ranks, local, "out", True, -1, G, slice_bytes)
+    for g in range(G):
+        rail = [s * G + g for s in range(S)]
+        sub = chunk_bytes(local[g][1] // ELEM_BYTES, S, local[g][0])
+        _ring_phase(sch, rail, sub, "out", True, 0, G, slice_bytes)
+        _ring_phase(sch, rail, sub, "out", False, 1, G, slice_bytes)
+    for s in range(S):
+        ranks = [s * G + g for g in range(G)]
+        _ring_phase(sch, ranks, local, "out", False, 0, G, slice_bytes)
+
+
+def connections(schedules: dict[int, RankSchedule]) -> set[tuple[int, int, str]]:
+    """Unordered rank pairs (a < b) with their link kind that the schedules use."""
+    out = set()
+    for r, s in schedules.items():
+        for peer, link in s.peers():
+            out.add((min(r, peer), max(r, peer), link))
+    return out

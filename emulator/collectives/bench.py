@@ -1,0 +1,107 @@
+"""nccl-tests-style measurement and a training-step loop on engines.
+
+``measure``: per (collective, size): ``warmup_iters`` untimed iterations, a
+barrier, ``iters`` timed iterations back to back, then a check of the last
+iteration's output (outside the timed loop, like nccl-tests ``-c 1``).
+Like nccl-tests (default ``-a 1``), each rank times its own loop from the
+moment it leaves the barrier to the end of its last iteration, divided by
+``iters``; the report averages the ranks (and keeps the slowest). The barrier
+is a real collective over the same connections (an all-reduce of one float
+per rank), so no rank starts timing before every rank has entered.
+
+``train``: ``steps`` iterations of compute (``compute_ns`` wall, during which
+the step's gradients are written: the input of step k is the deterministic
+input of iteration k) then the collective; the step time is the time from
+the start of compute to the end of the collective.
+
+Every function takes a list of engines: one in a server agent (one process
+per server), several in single-process tests. All return raw per-rank
+records with wall ``time.monotonic_ns()`` stamps; ``report`` converts.
+"""
+from __future__ import annotations
+
+from . import algorithms
+from .data import count_wrong, expected, input_bytes, input_elems
+from .engine import CollectiveEngine, RankRun, drive
+
+
+def _runs(engines, schedules, iterations, compute_ns=0, fill=None, bufs=None):
+    runs = []
+    for e in engines:
+        for r in e.ranks:
+            s = schedules[r]
+            b = bufs[r] if bufs is not None else e.new_buffers(s)
+            runs.append(RankRun(r, e.prepare(s), b, e.conns[r], iterations, compute_ns, fill))
+    return runs
+
+
+def _fill(run, iteration):
+    x = run.bufs["in"]
+    x[:] = input_elems(run.rank, iteration, x.size)
+
+
+def barrier(engines: list[CollectiveEngine], algorithm: str, timeout_s: float = 60.0) -> dict:
+    e0 = engines[0]
+    sch = algorithms.build("all_reduce", algorithm, e0.servers, e0.G, 4 * e0.servers * e0.G, 4)
+    runs = _runs(engines, sch, [0])
+    drive(engines, runs, timeout_s)
+    return {r.rank: r.records[0][3] for r in runs}
+
+
+def connections_for(servers: int, gpus: int, pairs: list[tuple[str, str]]) -> set:
+    """Every connection the (collective, algorithm) ``pairs`` and the barrier use."""
+    out = set()
+    algs = {a for _, a in pairs}
+    for coll, alg in set(pairs) | {("all_reduce", a) for a in algs}:
+        out |= algorithms.connections(algorithms.build(coll, alg, servers, gpus,
+                                                       4 * servers * gpus, 4))
+    return out
+
+
+def measure(engines, collective: str, algorithm: str, size_bytes: int, iters: int,
+            warmup_iters: int = 1, check: bool = True, timeout_s: float = 60.0) -> list[dict]:
+    e0 = engines[0]
+    n = e0.servers * e0.G
+    sch = algorithms.build(collective, algorithm, e0.servers, e0.G, size_bytes, e0.slice_bytes)
+    bufs = {r: e.new_buffers(sch[r]) for e in engines for r in e.ranks}
+    for r, b in bufs.items():
+        b["in"][:] = input_elems(r, 0, input_bytes(collective, n, size_bytes) // 4)
+    if warmup_iters:
+        drive(engines, _runs(engines, sch, range(warmup_iters), bufs=bufs), timeout_s)
+    left = barrier(engines, algorithm, timeout_s)
+    runs = _runs(engines, sch, range(iters), bufs=bufs)
+    drive(engines, runs, timeout_s)
+    out = []
+    for run in runs:
+        wrong = None
+        if check:
+            wrong = count_wrong(bufs[run.rank]["out"],
+                                expected(collective, run.rank, n, 0, size_bytes))
+        out.append({"rank": run.rank, "collective": collective, "algorithm": algorithm,
+                    "size_bytes": size_bytes, "nranks": n, "iters": iters,
+                    "start_ns": left[run.rank], "end_ns": run.records[-1][3],
+                    "iter_end_ns": [rec[3] for rec in run.records], "wrong": wrong})
+    return out
+
+
+def train(engines, collective: str, algorithm: str, size_bytes: int, steps: int,
+          warmup_steps: int, compute_ns: int, check: bool = True,
+          timeout_s: float = 60.0) -> list[dict]:
+    e0 = engines[0]
+    n = e0.servers * e0.G
+    sch = algorithms.build(collective, algorithm, e0.servers, e0.G, size_bytes, e0.slice_bytes)
+    barrier(engines, algorithm, timeout_s)
+    runs = _runs(engines, sch, range(warmup_steps + steps), compute_ns, _fill)
+    drive(engines, runs, timeout_s)
+    out = []
+    last = warmup_steps + steps - 1
+    for run in runs:
+        wrong = count_wrong(run.bufs["out"], expected(collective, run.rank, n, last, size_bytes)) \
+            if check else None
+        out.append({"rank": run.rank, "collective": collective, "algorithm": algorithm,
+                    "size_bytes": size_bytes, "nranks": n, "compute_ns": compute_ns,
+                    "steps": [{"step": it, "start_ns": t0, "collective_start_ns": t1,
+                               "end_ns": t2} for it, t0, t1, t2 in run.records
+                              if it >= warmup_steps],
+                    "wrong": wrong})
+    return out

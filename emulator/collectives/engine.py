@@ -1,0 +1,298 @@
+"""The per-server collective engine: G ranks (GPU i <-> NIC i) in one
+single-threaded process, driven by one event loop over the server's NICs
+and its NVLink switch (the ``RoceNic.run_once`` style of ``agents/host.py``,
+but for several NICs at once).
+
+Each rank executes its schedule dataflow-style: an op runs when its
+dependencies are done (``schedule.finalize``); a send also needs a credit on
+its connection, a receive needs the next message of its connection. A rank
+may run several iterations back to back (nccl-tests' timed loop); messages
+of a peer that is already in the next iteration wait in their slots.
+
+GPUDirect RDMA off (``staging``, per GPU): RDMA messages wait for the
+staging copies through host memory (``staging.py``); the loop runs the
+held posts and arrivals from ``Timers`` when the copies end.
+
+Times are ``time.monotonic_ns()`` (wall, shared by every process of the
+host); reports divide by the dilation (``report.py``).
+"""
+from __future__ import annotations
+
+import select
+import time
+
+import numpy as np
+
+from .nvlink import NvlinkSwitch
+from .schedule import COPY, ELEM_BYTES, NVLINK, SEND, RankSchedule
+from emulator.agents.qp import WcOpcode
+
+from .staging import Timers
+from .transport import NvlinkConn, RdmaConn, TransportError
+
+_mono = time.monotonic_ns
+QPN_BASE = 0x800              # QP of rank r towards peer p is QPN_BASE + p on r's NIC
+ROCE_SPORT_BASE = 0xC000      # as emulator.experiment.model: UDP sport = 49152 + QPN
+
+
+class _Prepared:
+    """A schedule's static execution data, shared by every iteration."""
+
+    def __init__(self, s: RankSchedule):
+        self.ops = s.ops
+        self.buffers = s.buffers
+        self.init_cnt = [len(o.deps) for o in s.ops]
+        self.dependents: list[list[int]] = [[] for _ in s.ops]
+        for i, o in enumerate(s.ops):
+            for d in o.deps:
+                self.dependents[d].append(i)
+        self.roots = [i for i, c in enumerate(self.init_cnt) if c == 0]
+        self.rng = [(o.off // ELEM_BYTES, (o.off + o.nbytes) // ELEM_BYTES, o.src_off // ELEM_BYTES)
+                    for o in s.ops]
+
+
+class RankRun:
+    """One rank running one schedule for ``iterations`` iterations. Records
+    per iteration (iteration, start_ns, collective_start_ns, end_ns): start
+    is when its compute phase began (= collective start without compute)."""
+
+    def __init__(self, rank, prep: _Prepared, bufs, conns, iterations, compute_ns=0, fill=None):
+        self.rank, self.prep, self.bufs, self.conns = rank, prep, bufs, conns
+        self.iterations, self.compute_ns, self.fill = list(iterations), int(compute_ns), fill
+        self.records: list[tuple[int, int, int, int]] = []
+        self.finished = not self.iterations
+        self.idx = 0
+        self.cnt: list[int] = []
+        self.ndone = 0
+        self.t_start = self.t_coll = 0
+        self.wake_ns = 0            # computing until then (0: not computing)
+        if not self.finished:
+            self._begin(_mono())
+
+    def _begin(self, now):
+        self.t_start = now
+        if self.fill is not None:           # e.g. the step's gradients: produced by compute
+            self.fill(self, self.iterations[self.idx])
+        if self.compute_ns:
+            self.wake_ns = now + self.compute_ns
+        else:
+            self._start_collective(now)
+
+    def _start_collective(self, now):
+        self.wake_ns = 0
+        self.t_coll = now
+        self.cnt = list(self.prep.init_cnt)
+        self.ndone = 0
+        for i in self.prep.roots:
+            self._ready(i)
+
+    def _ready(self, i):
+        op = self.prep.ops[i]
+        if op.kind == COPY:
+            a, b, sa = self.prep.rng[i]
+            self.bufs[op.buf][a:b] = self.bufs[op.src_buf][sa:sa + b - a]
+            self._done(i)
+        elif op.kind == SEND:
+            self.conns[op.peer].pend_send.append(i)
+        else:
+            self.conns[op.peer].pend_recv.append(i)
+
+    def _done(self, i):
+        self.ndone += 1
+        cnt = self.cnt
+        for j in self.prep.dependents[i]:
+            cnt[j] -= 1
+            if cnt[j] == 0:
+                self._ready(j)
+
+    def step(self, now) -> bool:
+        """Do what can be done now; True if anything happened."""
+        if self.finished:
+            return False
+        if self.wake_ns:
+            if now < self.wake_ns:
+                return False
+            self._start_collective(now)
+        moved = changed = False
+        changed = True
+        ops, rng, bufs = self.prep.ops, self.prep.rng, self.bufs
+        while changed:
+            changed = False
+            for c in self.conns.values():
+                while c.pend_send and c.can_send():
+                    i = c.pend_send.popleft()
+                    a, b, _ = rng[i]
+                    c.send(bufs[ops[i].buf][a:b])
+                    self._done(i)
+                    changed = True
+                while c.pend_recv and c.arrived:
+                    i = c.pend_recv.popleft()
+                    a, b, _ = rng[i]
+                    x = c.arrived[0]
+                    if x.size != b - a:
+                        raise TransportError(f"rank {self.rank}: message from {c.peer} has "
+                                             f"{x.size} elements, op {i} expects {b - a}")
+                    if ops[i].reduce:
+                        bufs[ops[i].buf][a:b] += x
+                    else:
+                        bufs[ops[i].buf][a:b] = x
+                    c.release()
+                    self._done(i)
+                    changed = True
+            moved |= changed
+        if self.ndone == len(ops):
+            now = _mono()
+            self.records.append((self.iterations[self.idx], self.t_start, self.t_coll, now))
+            self.idx += 1
+            if self.idx == len(self.iterations):
+                self.finished = True
+            else:
+                self._begin(now)
+            return True
+        return moved
+
+
+class CollectiveEngine:
+    """G ranks of server ``server`` (of ``servers``), GPU g <-> ``nics[g]``.
+    ``rank_ips``: every global rank's NIC IP (rank = server * G + g).
+    ``nvlink_rate_bps``/``nvlink_delay_ns``: already dilated. ``staging``:
+    per GPU g, its ``StagingCopies`` when GPUDirect RDMA is off on NIC g
+    (None entries, or no list: GPUDirect on)."""
+
+    def __init__(self, *, server: int, servers: int, nics: list, rank_ips: dict[int, str],
+                 nvlink_rate_bps: float, nvlink_delay_ns: float, slice_bytes: int = 65536,
+                 slots: int = 8, qpn_base: int = QPN_BASE, staging: list | None = None):
+        self.server, self.servers, self.G = server, servers, len(nics)
+        self.staging = list(staging) if staging is not None else [None] * len(nics)
+        if len(self.staging) != len(nics):
+            raise ValueError(f"staging for {len(self.staging)} GPUs, {len(nics)} NICs")
+        self.timers = Timers()
+        self.nics, self.rank_ips = list(nics), dict(rank_ips)
+        self.slice_bytes, self.slots, self.qpn_base = slice_bytes, slots, qpn_base
+        self.ranks = [server * self.G + g for g in range(self.G)]
+        self.switch = NvlinkSwitch(self.G, nvlink_rate_bps, nvlink_delay_ns)
+        self.conns: dict[int, dict[int, object]] = {r: {} for r in self.ranks}
+        self._by_qpn: list[dict[int, RdmaConn]] = [{} for _ in self.nics]
+        self._prepared: dict[int, _Prepared] = {}
+
+    def connect(self, pairs) -> None:
+        """Open the connections of ``pairs`` = {(a, b, link)} (a < b, global
+        ranks; ``algorithms.connections``) that involve our ranks."""
+        G = self.G
+        for a, b, link in sorted(pairs):
+            for me, peer in ((a, b), (b, a)):
+                if me not in self.conns or peer in self.conns[me]:
+                    continue
+                if link == NVLINK:
+                    if peer not in self.conns:
+                        raise ValueError(f"NVLink between ranks {me} and {peer} of two servers")
+                    x = NvlinkConn(me, peer, self.slots, self.slice_bytes, self.switch, me % G, peer % G)
+                    y = NvlinkConn(peer, me, self.slots, self.slice_bytes, self.switch, peer % G, me % G)
+                    NvlinkConn.pair(x, y)
+                    self.conns[me][peer], self.conns[peer][me] = x, y
+                else:
+                    nic = self.nics[me % G]
+                    qpn = self.qpn_base + peer
+                    qp = nic.create_qp(qpn, self.rank_ips[peer], self.qpn_base + me,
+                                       ROCE_SPORT_BASE + (qpn & 0x3FFF))
+                    c = RdmaConn(me, peer, self.slots, self.slice_bytes, nic, qp,
+                                 self.staging[me % G], self.timers)
+                    self.conns[me][peer] = c
+                    self._by_qpn[me % G][qpn] = c
+
+    def attach(self, nic, qpn: int, handler) -> None:
+        """Hand ``nic``'s completions of QP ``qpn`` to ``handler.on_completion``
+        in the same event loop (e.g. storage READs during training); a NIC
+        that serves no rank (a storage NIC) joins the loop."""
+        if all(n is not nic for n in self.nics):
+            self.nics.append(nic)           # ranks use nics[:G] only
+            self._by_qpn.append({})
+        i = next(i for i, n in enumerate(self.nics) if n is nic)
+        if qpn in self._by_qpn[i]:
+            raise ValueError(f"QP {qpn:#x} of {nic.ifname} already in use")
+        self._by_qpn[i][qpn] = handler
+
+    def prepare(self, s: RankSchedule) -> _Prepared:
+        p = self._prepared.get(id(s))
+        if p is None or p.ops is not s.ops:
+            p = self._prepared[id(s)] = _Prepared(s)
+        return p
+
+    def new_buffers(self, s: RankSchedule) -> dict[str, np.ndarray]:
+        return {k: np.zeros(v // ELEM_BYTES, np.float32) for k, v in s.buffers.items()}
+
+    def run(self, runs: list[RankRun], timeout_s: float = 60.0) -> None:
+        """Drive NICs, NVLink and ``runs`` until every run finished."""
+        drive([self], runs, timeout_s)
+
+    def describe(self, runs) -> str:
+        out = []
+        for r in runs:
+            if r.finished:
+                continue
+            cs = ", ".join(f"{p}: sent {c.sent} freed {c.freed} got {c.consumed}+{len(c.arrived)}"
+                           f" wait_send {len(c.pend_send)} wait_recv {len(c.pend_recv)}"
+                           for p, c in r.conns.items())
+            out.append(f"rank {r.rank} iter {r.idx}/{len(r.iterations)} ops "
+                       f"{r.ndone}/{len(r.prep.ops)} [{cs}]")
+        return "collective engine timed out: " + "; ".join(out)
+
+
+def quiescent(engines: list[CollectiveEngine]) -> bool:
+    """Every message sent has been consumed and credited, nothing in flight."""
+    return (all(c.sent == c.freed and not c.arrived
+                for e in engines for conns in e.conns.values() for c in conns.values())
+            and all(e.switch.idle() and e.timers.idle() and all(n.idle() for n in e.nics)
+                    for e in engines))
+
+
+def drive(engines: list[CollectiveEngine], runs: list[RankRun], timeout_s: float = 60.0,
+          until=None) -> None:
+    """One event loop for the NICs and NVLink switches of ``engines`` (one
+    per server process; several in one process only in tests) until every
+    run finished (and ``until()`` is true, if given). Raises TimeoutError (with the stuck connections) or
+    TransportError (a QP failed)."""
+    deadline = _mono() + int(timeout_s * 1e9)
+    nics = [nic for e in engines for nic in e.nics]
+    by_qpn = [m for e in engines for m in e._by_qpn]
+    switches = [e.switch for e in engines]
+    fds = [fd for nic in nics for fd in nic.rx_fds]
+    while True:
+        for nic in nics:
+            nic.run_once(0)              # receive, timers, transmit what is due; no wait
+        for nic, conns in zip(nics, by_qpn):
+            for c in nic.poll_cq(1024):
+                conn = conns.get(c.qpn)
+                if conn is not None and c.opcode != WcOpcode.RECV_RDMA_WRITE:
+                    conn.on_completion(c)
+        now = _mono()
+        for sw in switches:
+            sw.poll(now)
+        moved = False
+        for e in engines:               # staging copies ended: post to the NIC / hand over
+            moved |= e.timers.poll(now) > 0
+        for r in runs:
+            moved |= r.step(now)
+        if all(r.finished for r in runs) and (until is None or until()):
+            return
+        if moved:
+            continue                     # new WQEs: let the NICs send them first
+        now = _mono()
+        if now > deadline:
+            raise TimeoutError(engines[0].describe(runs))
+        limit = min(deadline, now + 50_000_000)
+        # Wait on every NIC (and the NVLink switches, staging timers) at once, until the
+        # earliest of their next deadlines.
+        wake = min([nic.next_wake_ns(now, limit) for nic in nics] + [limit])
+        events = [sw.next_event_ns() for sw in switches] + [e.timers.next_event_ns() for e in engines]
+        for ev in events:
+            if ev is not None:
+                wake = min(wake, int(ev) + 1)
+        for r in runs:
+            if r.wake_ns and not r.finished:
+                wake = min(wake, r.wake_ns)
+        if wake > now:
+            try:
+                select.select(fds, (), (), (wake - now) / 1e9)
+            except InterruptedError:
+                pass

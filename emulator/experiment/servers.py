@@ -1,0 +1,225 @@
+"""Server agents of an experiment with a ``workload:``: one collective agent
+(``emulator.collectives.agent``) per compute server running it, one storage
+agent (``emulator.collectives.storage``) for a ``storage:`` target, their
+configs from the address plan, and the ``collectives`` block of the summary.
+
+Rates and times are dilated as ``agents.py`` does for host agents (link
+rate / D, delay x D); the NVLink domain too (rate / D, delay x D): the
+topology's NVLink values are fabric values. GPUDirect RDMA on/off and the
+staging path come per NIC from ``endpoints:`` (``endpoints.agent_keys``, the
+same resolution and dilation as the host agents', overrides included). Results are converted back to
+fabric time by ``collectives.report``.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from rich.table import Table
+
+from emulator.collectives import report
+from emulator.collectives.storage import READ_QPN_BASE
+from emulator.experiment.endpoints import agent_keys
+from emulator.experiment.model import Experiment
+from emulator.net.fabric import FabricNet, dilated_link
+
+AGENT_START_PER_SERVER_S = 0.75     # numpy + the NIC stack import, per process, on 2 cores
+
+
+def nic_config(exp: Experiment, nic: str) -> dict:
+    """One NIC's part of a server-agent config (what ``agents.py`` gives a host)."""
+    fabric, plan, d, spec = exp.fabric, exp.fabric.addresses, exp.dilation, exp.spec
+    port = fabric.ports(nic)[0]
+    rate_bps, delay_ns = dilated_link(fabric, nic, port.port_no, d)
+    return {"ifname": port.ifname, "mac": plan.host_mac(nic), "ip": plan.host_ip(nic),
+            "gateway_mac": plan.gateway_mac(nic), "rate_bps": rate_bps, "tx_delay_ns": delay_ns,
+            "mtu_bytes": spec.nic.mtu_bytes, "retry_cnt": spec.nic.retry_cnt,
+            "dscp": spec.qos.roce_dscp, "priority": spec.qos.roce_priority,
+            "cnp_dscp": spec.qos.cnp_dscp, "cnp_priority": spec.qos.cnp_priority,
+            "cnp_interval_ns": spec.dcqcn.cnp_interval_ns(d),
+            "dcqcn": spec.dcqcn.agent_params(d, fabric.links[port.link_index].rate_bps)}
+
+
+GPU_NIC_KEYS = ("gpudirect", "staging_rate_bps", "staging_latency_ns")
+
+
+def gpu_nic_config(exp: Experiment, nic: str) -> dict:
+    """A GPU NIC's part: ``nic_config`` plus its GPUDirect keys (dilated),
+    when ``endpoints:`` sets ``gpudirect`` for it (else GPUDirect on)."""
+    keys = agent_keys(exp, nic)
+    return {**nic_config(exp, nic), **{k: keys[k] for k in GPU_NIC_KEYS if k in keys}}
+
+
+def server_configs(exp: Experiment, run_dir: Path, start_at_unix_ns: int) -> dict[str, dict]:
+    """{process name: config} of the collective agents and the storage agent."""
+    wp, fabric, d, spec = exp.workload, exp.fabric, exp.dilation, exp.spec
+    assert wp is not None and spec.workload is not None
+    servers = [fabric.server(s) for s in wp.servers]
+    G = servers[0].gpus
+    rank_ips = {str(i * G + g): fabric.addresses.host_ip(nic)
+                for i, srv in enumerate(servers) for g, nic in enumerate(srv.nics)}
+    workload = spec.workload.model_dump(exclude={"servers"})
+    out: dict[str, dict] = {}
+    for i, srv in enumerate(servers):
+        out[srv.name] = {
+            "server": i, "servers": len(servers), "dilation": d,
+            "nics": [gpu_nic_config(exp, n) for n in srv.nics], "rank_ips": rank_ips,
+            "nvlink": {"rate_bps": srv.nvlink_rate_bps / d, "delay_ns": srv.nvlink_delay_ns * d},
+            "workload": workload, "start_at_unix_ns": start_at_unix_ns,
+            "deadline_s": spec.limits.wall_s, "result_path": str(run_dir / f"{srv.name}.result.json"),
+        }
+    st = spec.storage
+    if st is not None and wp.storage_server:
+        target_ip = fabric.addresses.host_ip(wp.storage_nic)
+        clients = []
+        for j, (name, nic) in enumerate(wp.readers):
+            qpn = READ_QPN_BASE + j
+            out[name]["storage"] = {
+                "nic": None if nic in fabric.server(name).nics else nic_config(exp, nic),
+                "qpn": qpn, "target_ip": target_ip, "block_bytes": st.block_bytes,
+                "blocks": st.blocks, "queue_depth": st.queue_depth}
+            clients.append({"qpn": qpn, "remote_ip": fabric.addresses.host_ip(nic),
+                            "remote_qpn": qpn})
+        out[wp.storage_server] = {
+            "nic": nic_config(exp, wp.storage_nic), "block_bytes": st.block_bytes,
+            "blocks": st.blocks, "storage_latency_ns": int(st.storage_latency_us * 1000 * d),
+            "clients": clients, "deadline_s": spec.limits.wall_s + 30,
+            "result_path": str(run_dir / f"{wp.storage_server}.result.json")}
+    return out
+
+
+class ServerGroup:
+    """The server agents of one run; the storage agent serves until stopped."""
+
+    def __init__(self, fnet: FabricNet, exp: Experiment, run_dir: Path):
+        self.fnet, self.exp, self.run_dir = fnet, exp, run_dir
+        self.procs: dict[str, subprocess.Popen] = {}
+        wp = exp.workload
+        self.storage = wp.storage_server if wp is not None else None
+
+    @staticmethod
+    def start_delay_s(exp: Experiment) -> float:
+        wp = exp.workload
+        n = 0 if wp is None else len(wp.servers) + (wp.storage_server is not None)
+        return AGENT_START_PER_SERVER_S * n
+
+    def start(self, start_at_unix_ns: int) -> None:
+        if self.exp.workload is None:      # plain flows only: no server agents
+            return
+        for name, cfg in server_configs(self.exp, self.run_dir, start_at_unix_ns).items():
+            path = self.run_dir / f"{name}.agent.json"
+            path.write_text(json.dumps(cfg, indent=1))
+            module = "emulator.collectives.storage" if name == self.storage else "emulator.collectives.agent"
+            with open(self.run_dir / f"{name}.agent.log", "w") as log:
+                self.procs[name] = self.fnet.host(name).popen(
+                    [sys.executable, "-m", module, str(path)],
+                    stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+
+    def running(self) -> int:
+        """Collective agents still running (the storage agent never ends alone)."""
+        return sum(p.poll() is None for n, p in self.procs.items() if n != self.storage)
+
+    def stop(self, grace_s: float = 5.0) -> None:
+        for p in self.procs.values():
+            if p.poll() is None:
+                p.terminate()
+        deadline = time.monotonic() + grace_s
+        for p in self.procs.values():
+            try:
+                p.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+    def results(self) -> dict[str, dict]:
+        out = {}
+        for name in self.procs:
+            path = self.run_dir / f"{name}.result.json"
+            out[name] = json.loads(path.read_text()) if path.exists() else {}
+        return out
+
+
+def collectives_block(exp: Experiment, results: dict[str, dict]) -> dict:
+    """summary.json's ``collectives``: nccl-tests rows, training step times,
+    storage reads; fabric time (µs, GB/s = bytes per fabric ns)."""
+    wp, d = exp.workload, exp.dilation
+    assert wp is not None
+    res = [results.get(s, {}) for s in wp.servers]
+    errors = [f"{s}: {r.get('error') or 'no result (agent failed: see run/' + s + '.agent.log)'}"
+              for s, r in zip(wp.servers, res) if r.get("error") or not r]
+    out: dict = {"servers": list(wp.servers), "errors": errors, "results": [], "training": None,
+                 "storage": None}
+    try:
+        out["results"] = report.collective_rows([x for r in res for x in r.get("records", [])], d)
+        tr = [x for r in res for x in r.get("training", [])]
+        out["training"] = report.training_summary(tr, d) if tr else None
+    except (ValueError, KeyError, ZeroDivisionError) as e:   # a rank missing: incomplete run
+        errors.append(f"report: {e}")
+    if wp.readers:
+        readers = []
+        for name, nic in wp.readers:
+            s = results.get(name, {}).get("storage") or {}
+            win_ns = (s.get("window_ns") or 0) / d
+            readers.append({"server": name, "nic": nic, "blocks_read": s.get("blocks_read", 0),
+                            "wrong_blocks": s.get("wrong_blocks"),
+                            "bytes_in_window": s.get("bytes_in_window", 0),
+                            "window_us": win_ns / 1e3,
+                            "throughput_GBps": s.get("bytes_in_window", 0) / win_ns if win_ns else 0.0})
+        out["storage"] = {"server": wp.storage_server, "nic": wp.storage_nic, "readers": readers,
+                          "throughput_GBps": sum(r["throughput_GBps"] for r in readers)}
+    wrong = [r["wrong"] for r in out["results"] if r["wrong"]]
+    if out["training"] and out["training"]["wrong"]:
+        wrong.append(out["training"]["wrong"])
+    out["complete"] = (not errors and all(r.get("complete") for r in res) and not wrong
+                       and (bool(out["results"]) or out["training"] is not None))
+    return out
+
+
+def write_collectives(out_dir: Path, block: dict) -> dict[str, Path]:
+    return report.write(out_dir, block["results"], block["training"])
+
+
+def render_collectives(block: dict) -> Table:
+    t = Table(title=f"collectives on {', '.join(block['servers'])} (fabric time)"
+                    + ("" if block["complete"] else ", INCOMPLETE"))
+    for col in ("collective", "size (B)", "time (µs)", "algbw (GB/s)", "busbw (GB/s)", "#wrong"):
+        t.add_column(col, justify="right")
+    for r in sorted(block["results"], key=lambda r: (r["collective"], r["size_bytes"])):
+        t.add_row(f"{r['collective']} ({r['algorithm']})", f"{r['size_bytes']:,}",
+                  f"{r['time_us']:.1f}", f"{r['algbw_GBps']:.2f}", f"{r['busbw_GBps']:.2f}",
+                  "N/A" if r["wrong"] is None else str(r["wrong"]))
+    tr = block["training"]
+    if tr:
+        st = tr["step_time_us"]
+        t.add_row(f"training step ({tr['collective']})", f"{tr['size_bytes']:,}",
+                  f"{st['mean']:.1f} (max {st['max']:.1f})", "", "",
+                  "N/A" if tr["wrong"] is None else str(tr["wrong"]))
+    if block["storage"]:
+        s = block["storage"]
+        t.add_row(f"storage READs from {s['server']}", "", "",
+                  f"{s['throughput_GBps']:.2f}", "",
+                  str(sum(r["wrong_blocks"] or 0 for r in s["readers"])))
+    for e in block["errors"]:
+        t.add_row("error", e, "", "", "", "")
+    return t
+
+
+def plain_hosts(exp: Experiment) -> set[str] | None:
+    """Hosts that get a host agent: all without a workload (as always), else
+    only those with plain flows (the server agents own the other NICs)."""
+    if exp.workload is None:
+        return None
+    return {f.src for f in exp.flows} | {f.dst for f in exp.flows}
+
+
+def add_collectives(exp: Experiment, group: ServerGroup, summary: dict, out_dir: Path) -> dict:
+    """summary["collectives"] and the collectives.* files; {} without a workload."""
+    if exp.workload is None:
+        return {}
+    block = collectives_block(exp, group.results())
+    summary["collectives"] = block
+    summary["complete"] = bool(summary.get("complete")) and block["complete"]
+    return {p.name: p for p in write_collectives(out_dir, block).values()}

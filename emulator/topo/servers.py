@@ -1,0 +1,245 @@
+"""The server form of a topology file: GPU servers, rails, a storage plane.
+
+A server is one machine (one Mininet host, one network namespace) holding
+several NICs; each NIC is a ``host`` node of the fabric as in the plain
+forms (one port to its leaf, its own IP, MAC, gateway). This module expands
+the server form into those nodes and links plus the ``Server`` records.
+
+Rail-optimized compute fabric, with a storage server on its own plane::
+
+    name: rail-2x4-storage-separate
+    servers:
+      count: 2                           # compute servers server1, server2
+      gpus_per_server: 4                 # GPU i <-> NIC i (local rank i)
+      nvlink: {rate_gbps: 7200, delay_us: 0.25}   # NVLink/NVSwitch domain;
+                                         #   required with more than one GPU
+      nic_link: {rate_gbps: 100, delay_us: 1}
+      dpu: false                         # optional; default for every server
+      tenants:                           # optional; consecutive servers each
+        - {name: blue, count: 1, dpu: true}   # dpu overrides servers.dpu
+        - {name: red, count: 1}
+    rail_optimized:                      # or clos: (below)
+      spines: 2
+      fabric_link: {rate_gbps: 100, delay_us: 1}
+    storage_servers:                     # optional: storage1, storage2, ...
+      count: 1
+      nics_per_server: 1                 # optional, default 1
+      nic_link: {rate_gbps: 100, delay_us: 1}
+      dpu: false
+    storage_plane:                       # optional: a separate storage network
+      leaves: 1
+      spines: 1
+      access_link: {rate_gbps: 100, delay_us: 1}   # each compute server's storage NIC
+      fabric_link: {rate_gbps: 100, delay_us: 1}
+    addressing:                          # optional; these are the defaults
+      host_prefix: 10.0.0.0/16           # the compute plane
+      storage_prefix: 10.1.0.0/16        # only with storage_plane
+
+Compute fabric. ``rail_optimized``: one leaf per rail, ``leaf1..leafG``; rail
+i (leaf i+1) joins NIC i of every server, and every leaf links to every
+spine ``spine1..``. ``clos`` with servers (``spines``, ``leaves``,
+``fabric_link``, optional ``servers_per_leaf``, default
+ceil(count / leaves)): a server's NICs all sit on one leaf, servers filling
+leaves in order. On every compute leaf the ports face its servers' NICs
+(server by server, NIC by NIC), then spine1..spineS.
+
+Storage. Without ``storage_plane`` the storage servers share the compute
+fabric: their NICs attach round-robin to the compute leaves (the m-th
+storage NIC to leaf (m mod L) + 1) after the spine ports, and compute
+servers reach them through their GPU NICs. With ``storage_plane`` they sit
+on a separate network of switches ``sleaf1..``, ``sspine1..`` with its own
+prefix, and every compute server gets one more NIC on it: its storage NIC
+(or, with ``dpu: true``, its DPU's port). The storage plane's endpoints
+(the compute servers' storage NICs, then the storage servers' NICs) fill its
+leaves in order, ceil(n / leaves) per leaf. No route joins the planes.
+Comparing the two files that differ only in ``storage_plane`` compares a
+shared with a separate storage network.
+
+Names. Compute server k is ``server<k>``; its NIC i is the host ``s<k>n<i>``
+(interface ``s<k>n<i>-eth0``), its storage NIC ``s<k>st`` or DPU port
+``s<k>dpu``. Storage server k is ``storage<k>`` with NICs ``st<k>n<j>``.
+Node names stay within 8 characters, so interface names fit Linux's 15.
+"""
+from __future__ import annotations
+
+import math
+import re
+from typing import TYPE_CHECKING, Optional
+
+from emulator.topo.model import (
+    COMPUTE_PLANE,
+    MAX_ECMP_GROUP_SIZE,
+    MAX_NODE_NAME,
+    MAX_SWITCH_PORTS,
+    STORAGE_PLANE,
+    Server,
+    _delay_ns,
+    _DLink,
+    _DNode,
+    _rate_bps,
+)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from emulator.topo.model import FabricSpec, LinkParams, _Ctx
+
+TENANT_NAME_RE = re.compile(r"[a-z][a-z0-9-]*")
+MAX_TENANT_NAME = 32
+
+
+def nic_name(server: int, nic: int) -> str:
+    return f"s{server}n{nic}"
+
+
+def storage_nic_name(server: int, dpu: bool) -> str:
+    return f"s{server}dpu" if dpu else f"s{server}st"
+
+
+def storage_server_nic_name(server: int, nic: int) -> str:
+    return f"st{server}n{nic}"
+
+
+def _link(a: str, b: str, params: "LinkParams", where: str) -> _DLink:
+    return _DLink(a, b, _rate_bps(params.rate_gbps), _delay_ns(params.delay_us), where)
+
+
+def expand_servers(spec: "FabricSpec", ctx: "_Ctx"):
+    """-> (nodes, links, servers, rails) of a server-form topology."""
+    s = spec.servers
+    assert s is not None
+    tenants = _tenants(spec, ctx)
+    if s.gpus_per_server > 1 and s.nvlink is None:
+        raise ctx.err("servers.nvlink", "required with gpus_per_server > 1 (the NVLink/NVSwitch "
+                                        "domain joining a server's GPUs)")
+    nv_rate = _rate_bps(s.nvlink.rate_gbps) if s.nvlink else 0
+    nv_delay = _delay_ns(s.nvlink.delay_us) if s.nvlink else 0
+
+    # Compute switches and the leaf of each server's NIC i.
+    if spec.rail_optimized is not None:
+        ro = spec.rail_optimized
+        n_leaves, n_spines, fabric_link = s.gpus_per_server, ro.spines, ro.fabric_link
+        spines_field = "rail_optimized.spines"
+        if n_leaves > MAX_SWITCH_PORTS:
+            raise ctx.err("servers.gpus_per_server",
+                          f"{n_leaves} rails need {n_leaves} leaves; a spine has at most "
+                          f"{MAX_SWITCH_PORTS} ports")
+
+        def leaf_of(k: int, i: int) -> int:
+            return i + 1
+    else:
+        c = spec.clos
+        assert c is not None
+        n_leaves, n_spines, fabric_link = c.leaves, c.spines, c.fabric_link
+        spines_field = "clos.spines"
+        per_leaf = c.servers_per_leaf or math.ceil(s.count / c.leaves)
+        if s.count > per_leaf * c.leaves:
+            raise ctx.err("clos.servers_per_leaf",
+                          f"{c.leaves} leaves x {per_leaf} servers hold {per_leaf * c.leaves} "
+                          f"servers; servers.count is {s.count}")
+
+        def leaf_of(k: int, i: int) -> int:
+            return (k - 1) // per_leaf + 1
+    _check_spines(ctx, spines_field, n_spines)
+
+    nodes = [_DNode(f"spine{j}", "spine", spines_field) for j in range(1, n_spines + 1)]
+    nodes += [_DNode(f"leaf{j}", "leaf", "servers.count") for j in range(1, n_leaves + 1)]
+    host_links: list[tuple[int, _DLink]] = []     # (leaf number, link)
+    for k in range(1, s.count + 1):
+        for i in range(s.gpus_per_server):
+            nodes.append(_DNode(nic_name(k, i), "host", "servers.count"))
+            host_links.append((leaf_of(k, i), _link(nic_name(k, i), f"leaf{leaf_of(k, i)}",
+                                                    s.nic_link, "servers.nic_link")))
+    # Leaf by leaf (stable: server by server, NIC by NIC), then the uplinks.
+    links = [l for _, l in sorted(host_links, key=lambda t: t[0])]
+    links += [_link(f"leaf{j}", f"spine{m}", fabric_link, "servers")
+              for j in range(1, n_leaves + 1) for m in range(1, n_spines + 1)]
+
+    separate = spec.storage_plane is not None
+    servers = [Server(f"server{k}", "compute", s.gpus_per_server,
+                      tuple(nic_name(k, i) for i in range(s.gpus_per_server)),
+                      nv_rate, nv_delay, dpu=tenants[k - 1][1], tenant=tenants[k - 1][0],
+                      storage_nic=storage_nic_name(k, tenants[k - 1][1]) if separate else None)
+               for k in range(1, s.count + 1)]
+
+    st = spec.storage_servers
+    storage_nics: list[str] = []     # storage servers' NICs, server by server
+    if st is not None:
+        for k in range(1, st.count + 1):
+            nics = tuple(storage_server_nic_name(k, j) for j in range(st.nics_per_server))
+            servers.append(Server(f"storage{k}", "storage", 0, nics, 0, 0, dpu=st.dpu))
+            storage_nics += nics
+    if st is not None and not separate:
+        # Shared plane: storage NICs round-robin over the compute leaves.
+        for m, nic in enumerate(storage_nics):
+            nodes.append(_DNode(nic, "host", "storage_servers.count"))
+            links.append(_link(nic, f"leaf{m % n_leaves + 1}", st.nic_link, "storage_servers.nic_link"))
+    elif st is not None:
+        nodes_s, links_s = _storage_plane(spec, ctx, [srv.storage_nic for srv in servers
+                                                      if srv.storage_nic], storage_nics)
+        # Storage switches after the compute ones, hosts after the compute NICs.
+        first_host = next(i for i, n in enumerate(nodes) if n.role == "host")
+        nodes[first_host:first_host] = [n for n in nodes_s if n.role != "host"]
+        nodes += [n for n in nodes_s if n.role == "host"]
+        links += links_s
+
+    for n in nodes:
+        if len(n.name) > MAX_NODE_NAME:
+            raise ctx.err(n.where, f"too large: it would name a node {n.name!r}, longer than "
+                                   f"{MAX_NODE_NAME} characters (interface names <node>-ethN "
+                                   f"must fit 15)")
+    rails = tuple(f"leaf{j}" for j in range(1, n_leaves + 1)) if spec.rail_optimized else ()
+    return nodes, links, tuple(servers), rails
+
+
+def _storage_plane(spec: "FabricSpec", ctx: "_Ctx", access_nics: list[str],
+                   storage_nics: list[str]) -> tuple[list[_DNode], list[_DLink]]:
+    sp, st = spec.storage_plane, spec.storage_servers
+    assert sp is not None and st is not None
+    _check_spines(ctx, "storage_plane.spines", sp.spines)
+    nodes = [_DNode(f"sspine{j}", "spine", "storage_plane.spines", STORAGE_PLANE)
+             for j in range(1, sp.spines + 1)]
+    nodes += [_DNode(f"sleaf{j}", "leaf", "storage_plane.leaves", STORAGE_PLANE)
+              for j in range(1, sp.leaves + 1)]
+    ends = [(nic, sp.access_link, "storage_plane.access_link") for nic in access_nics]
+    ends += [(nic, st.nic_link, "storage_servers.nic_link") for nic in storage_nics]
+    per_leaf = math.ceil(len(ends) / sp.leaves)
+    links = []
+    for e, (nic, params, where) in enumerate(ends):
+        nodes.append(_DNode(nic, "host", where.rsplit(".", 1)[0]))
+        links.append(_link(nic, f"sleaf{e // per_leaf + 1}", params, where))
+    links += [_link(f"sleaf{j}", f"sspine{m}", sp.fabric_link, "storage_plane")
+              for j in range(1, sp.leaves + 1) for m in range(1, sp.spines + 1)]
+    return nodes, links
+
+
+def _check_spines(ctx: "_Ctx", fld: str, spines: int) -> None:
+    # Named here, so the error points at the count rather than a generated leaf.
+    if spines > MAX_ECMP_GROUP_SIZE:
+        raise ctx.err(fld, f"{spines} spines need {spines}-way ECMP; the P4 pipeline's "
+                           f"max_group_size is {MAX_ECMP_GROUP_SIZE}")
+
+
+def _tenants(spec: "FabricSpec", ctx: "_Ctx") -> list[tuple[Optional[str], bool]]:
+    """(tenant, dpu) of compute server 1..count."""
+    s = spec.servers
+    assert s is not None
+    if s.tenants is None:
+        return [(None, s.dpu)] * s.count
+    out: list[tuple[Optional[str], bool]] = []
+    seen: dict[str, int] = {}
+    for i, t in enumerate(s.tenants):
+        fld = f"servers.tenants[{i}].name"
+        if not TENANT_NAME_RE.fullmatch(t.name) or len(t.name) > MAX_TENANT_NAME:
+            raise ctx.err(fld, f"{t.name!r} is not a valid tenant name: use [a-z][a-z0-9-]*, "
+                               f"at most {MAX_TENANT_NAME} characters")
+        if t.name in seen:
+            raise ctx.err(fld, f"duplicate tenant {t.name!r} (first at servers.tenants[{seen[t.name]}])")
+        seen[t.name] = i
+        out += [(t.name, s.dpu if t.dpu is None else t.dpu)] * t.count
+    if len(out) != s.count:
+        raise ctx.err("servers.tenants", f"the tenants' counts add up to {len(out)} "
+                                         f"server{'s' if len(out) != 1 else ''}; "
+                                         f"servers.count is {s.count}")
+    return out
+
+
+__all__ = ["expand_servers", "nic_name", "storage_nic_name", "storage_server_nic_name"]

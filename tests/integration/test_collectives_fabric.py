@@ -1,0 +1,179 @@
+"""Collectives on GPU servers, end to end: the AI-workload experiment files
+run by ``run_experiment`` under Mininet (embedded target): server agents
+(8 ranks over 4 NICs each + NVLink model), P4 switches, storage target.
+
+Bounds (fabric time; measured on the 2-core lab VM, then margins set):
+* busbw can't beat the ring's bottleneck, one 100 Gbps link = 12.5 GB/s.
+  Each rank times its own loop from its own barrier exit (nccl-tests
+  ``-a 1``); ranks leave the barrier up to a hop latency apart, so the
+  mean may undercount a few µs: allow 3 % above the link rate.
+* idle: measured busbw 12.05 GB/s at 1 MiB (96 %), 11.6 at 256 KiB (93 %),
+  8.6 at 64 KiB (latency-bound, 69 %). Required: >= 80 %, 70 %, 40 %.
+* congested: measured 4.3 GB/s at 1 MiB (a third: three senders share
+  leaf1 -> spine1). Required: < 75 % of idle at every size.
+* GPUDirect RDMA off (allreduce-rail-nogdr: staging 50 Gbps + 2 µs per
+  64 KiB slice, one copy engine per GPU and direction): the copy engine is
+  the bottleneck, 64 KiB / 12.5 µs = 5.25 GB/s. Measured 5.36 GB/s at
+  1 MiB (the mean over ranks; the slowest rank 360 µs >= the copies'
+  350 µs), 4.43 at 256 KiB, 2.36 at 64 KiB. Required: slowest rank >= the
+  copy engine's work, busbw <= its bound (+5 %) and < 60 % of the idle
+  GPUDirect run at every size, >= 70 % of 5.25 GB/s at 1 MiB.
+* checkpoint reads: measured step 261 µs shared vs 161 µs separate
+  (compute 20 µs + 1 MiB all-reduce, ideal 167 µs). Required: shared
+  > 1.3 x separate; separate within 20 % of the ideal step.
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from emulator.experiment.model import load_experiment
+from emulator.experiment.runner import run_experiment
+from tests.conftest import REPO, leftovers, requires_mininet
+
+pytestmark = [requires_mininet, pytest.mark.mininet]
+LINK_GBPS = 12.5               # 100 Gbps in GB/s (1e9 B/s)
+TIMING_SLACK = 1.03
+IDLE_MIN_FRACTION = {65536: 0.40, 262144: 0.70, 1048576: 0.80}
+NRANKS = 8
+
+
+@pytest.fixture(autouse=True)
+def _nothing_left_behind():
+    yield
+    assert leftovers() == {"interfaces": [], "processes": []}
+
+
+def _run(name: str, out):
+    summary = run_experiment(load_experiment(REPO / "experiments" / f"{name}.yaml"), out)
+    assert not summary["fell_behind"], f"{name}: switches fell behind: raise the dilation"
+    return summary, out
+
+
+@pytest.fixture(scope="module")
+def idle(tmp_path_factory):
+    return _run("allreduce-rail", tmp_path_factory.mktemp("idle"))
+
+
+@pytest.fixture(scope="module")
+def separate(tmp_path_factory):
+    return _run("checkpoint-separate", tmp_path_factory.mktemp("separate"))
+
+
+@pytest.fixture(scope="module")
+def nogdr(tmp_path_factory):
+    return _run("allreduce-rail-nogdr", tmp_path_factory.mktemp("nogdr"))
+
+
+def _busbw(summary) -> dict[int, float]:
+    return {r["size_bytes"]: r["busbw_GBps"] for r in summary["collectives"]["results"]}
+
+
+def _check_complete(summary, out, servers):
+    c = summary["collectives"]
+    assert c["complete"] and not c["errors"], c["errors"]
+    for s in servers:                        # every server agent: every rank done, data right
+        res = json.loads((out / "run" / f"{s}.result.json").read_text())
+        assert res["complete"] and res["error"] is None, res["error"]
+        ranks = {r["rank"] for r in res["records"] + res["training"]}
+        assert len(ranks) == 4
+    for r in c["results"]:
+        assert r["nranks"] == NRANKS and r["wrong"] == 0      # checked, and nothing wrong
+    if c["training"]:
+        assert c["training"]["wrong"] == 0
+
+
+def test_allreduce_idle_correct_and_near_line_rate(idle):
+    summary, out = idle
+    _check_complete(summary, out, ["server1", "server2"])
+    bus = _busbw(summary)
+    assert sorted(bus) == sorted(IDLE_MIN_FRACTION)
+    for size, frac in IDLE_MIN_FRACTION.items():
+        assert frac * LINK_GBPS <= bus[size] <= LINK_GBPS * TIMING_SLACK, (size, bus)
+    # the files nccl-tests users read
+    table = (out / "collectives.txt").read_text()
+    assert "# all_reduce (ring), 8 ranks" in table and "#wrong" in table
+    rows = (out / "collectives.csv").read_text().splitlines()
+    assert rows[0].startswith("collective,algorithm,nranks,size_bytes") and len(rows) == 4
+    # rail-aligned ring: nothing crosses a spine
+    assert all(p["tx_packets"] == 0 for p in summary["ports"] if p["role"] == "spine")
+
+
+def test_allreduce_congested_busbw_drops(idle, tmp_path):
+    summary, out = _run("allreduce-rail-congested", tmp_path)
+    _check_complete(summary, out, ["server1", "server3"])
+    assert summary["complete"]                           # the competing flows finished too
+    bus, bus_idle = _busbw(summary), _busbw(idle[0])
+    for size in bus_idle:
+        assert bus[size] < 0.75 * bus_idle[size], (size, bus, bus_idle)
+    # the shared link really carried both jobs: leaf1 -> spine1 sent the
+    # competitor's 20 MiB and the ring's hop (2 x 7/8 x size per iteration)
+    uplink = next(p for p in summary["ports"] if p["node"] == "leaf1" and p["peer"] == "spine1")
+    competitor = sum(f["bytes"] for f in summary["flows"])
+    assert uplink["tx_bytes"] > competitor + 3 * 2 * 7 / 8 * 1048576
+
+
+STAGING_GBPS, STAGING_LATENCY_US, SLICE_BYTES = 50, 2, 65536     # allreduce-rail-nogdr.yaml
+
+
+def _staging_floor_us(size: int) -> float:
+    """The copy engine of a GPU sending an RDMA hop: 2(n-1) ring steps of a
+    size/n chunk, each in slices, one copy (latency + bytes / rate) each."""
+    chunk = size // NRANKS
+    slices = [min(SLICE_BYTES, chunk - o) for o in range(0, chunk, SLICE_BYTES)]
+    return 2 * (NRANKS - 1) * sum(STAGING_LATENCY_US + b * 8 / (STAGING_GBPS * 1e3)
+                                  for b in slices)
+
+
+def test_allreduce_gpudirect_off_is_bound_by_the_staging_copies(idle, nogdr):
+    summary, out = nogdr
+    _check_complete(summary, out, ["server1", "server2"])
+    rows = {r["size_bytes"]: r for r in summary["collectives"]["results"]}
+    bus, bus_idle = _busbw(summary), _busbw(idle[0])
+    assert sorted(bus) == sorted(bus_idle)
+    for size, r in rows.items():
+        floor_us = _staging_floor_us(size)            # 46.4, 101.4, 349.7 µs
+        # the sending GPU's rank timed at least its copy engine's work
+        assert r["time_max_us"] >= floor_us, (size, r["time_max_us"], floor_us)
+        # the mean can undercount more than idle: the barrier's exits are
+        # skewed by its staged RDMA hops too (measured 2 % at 1 MiB)
+        bound_GBps = size * 2 * (NRANKS - 1) / NRANKS / (floor_us * 1e3)
+        assert bus[size] <= bound_GBps * 1.05, (size, bus, bound_GBps)
+        assert bus[size] < 0.6 * bus_idle[size], (size, bus, bus_idle)
+    assert bus[1048576] >= 0.7 * 5.25, bus                 # 64 KiB / 12.5 µs
+    # snake ring: GPUs 0 and 3 of each server carry the RDMA hops (staged),
+    # GPUs 1 and 2 only NVLink (never staged)
+    for s in ("server1", "server2"):
+        gd = json.loads((out / "run" / f"{s}.result.json").read_text())["gpudirect"]
+        assert [g["enabled"] for g in gd] == [False] * 4, gd
+        staged = [g["staged_bytes"] for g in gd]
+        assert staged[0] > 0 and staged[3] > 0 and staged[1] == staged[2] == 0, staged
+
+
+def test_checkpoint_separate_plane_reads_leave_training_alone(separate):
+    summary, out = separate
+    _check_complete(summary, out, ["server1", "server2"])
+    c = summary["collectives"]
+    st = c["storage"]
+    assert [r["nic"] for r in st["readers"]] == ["s1st", "s2st"]
+    for r in st["readers"]:
+        assert r["wrong_blocks"] == 0 and r["throughput_GBps"] > 2.0, r
+    assert st["throughput_GBps"] <= LINK_GBPS * TIMING_SLACK      # storage1's one 100 Gbps NIC
+    ideal_step_us = 20 + 2 * 7 / 8 * 1048576 / (LINK_GBPS * 1e3)
+    assert c["training"]["step_time_us"]["mean"] < 1.2 * ideal_step_us, c["training"]
+    # the READ responses went through the storage plane's leaf
+    leaf_tx = sum(p["tx_bytes"] for p in summary["ports"] if p["node"] == "sleaf1")
+    assert leaf_tx > sum(r["bytes_in_window"] for r in st["readers"])
+
+
+def test_checkpoint_shared_plane_reads_slow_training(separate, tmp_path):
+    summary, out = _run("checkpoint-shared", tmp_path)
+    _check_complete(summary, out, ["server1", "server2"])
+    c, c_sep = summary["collectives"], separate[0]["collectives"]
+    assert [r["nic"] for r in c["storage"]["readers"]] == ["s1n0", "s2n0"]
+    for r in c["storage"]["readers"]:
+        assert r["wrong_blocks"] == 0 and r["throughput_GBps"] > 1.0, r
+    shared_us = c["training"]["step_time_us"]["mean"]
+    separate_us = c_sep["training"]["step_time_us"]["mean"]
+    assert shared_us > 1.3 * separate_us, (shared_us, separate_us)

@@ -1,0 +1,202 @@
+"""Collective schedules, NVLink model, report and workload file; the engine
+over real RoceNics joined by AF_UNIX socket pairs (no root needed)."""
+from __future__ import annotations
+
+import csv
+import socket
+
+import numpy as np
+import pytest
+
+from emulator.agents.nic import RoceNic
+from emulator.collectives import algorithms, bench, data, report, simulate
+from emulator.collectives.engine import CollectiveEngine, drive, quiescent
+from emulator.collectives.nvlink import NvlinkSwitch
+from emulator.collectives.schedule import NVLINK, RDMA, SEND, Op, RankSchedule, finalize
+from emulator.collectives.workload import parse_workload, validate_for
+from emulator.errors import ConfigError
+
+
+def simulate_wrong(coll, alg, S, G, size, slice_bytes, slots, seed):
+    n = S * G
+    sch = algorithms.build(coll, alg, S, G, size, slice_bytes)
+    ins = {r: data.input_elems(r, 3, data.input_bytes(coll, n, size) // 4) for r in range(n)}
+    out = simulate.run(sch, ins, slots=slots, seed=seed)
+    return sum(data.count_wrong(out[r]["out"], data.expected(coll, r, n, 3, size))
+               for r in range(n))
+
+
+@pytest.mark.parametrize("n", [2, 3, 4, 8])
+@pytest.mark.parametrize("coll", algorithms.COLLECTIVES)
+def test_flat_schedules_compute_the_collective(coll, n):
+    # uneven chunks and slices (size not a multiple of n x slice) on purpose
+    size = 4 * n * 37
+    for seed in range(3):
+        assert simulate_wrong(coll, "ring", 1, n, size, 24, slots=1 + seed, seed=seed) == 0
+
+
+@pytest.mark.parametrize("S,G", [(2, 2), (2, 4), (3, 2), (4, 1), (1, 4), (3, 3)])
+def test_hierarchical_all_reduce(S, G):
+    assert simulate_wrong("all_reduce", "hierarchical", S, G, 4 * 1001, 40, 2, S + G) == 0
+    sch = algorithms.build("all_reduce", "hierarchical", S, G, 4 * 1001, 40)
+    for a, b, link in algorithms.connections(sch):
+        same_server = a // G == b // G
+        assert link == (NVLINK if same_server else RDMA)
+        assert same_server or a % G == b % G        # RDMA only along a rail
+
+
+def test_ring_bytes_per_rank_and_rails():
+    """Ring all-reduce: each rank sends 2(n-1)/n of the buffer; snake order
+    keeps server-to-server hops on one rail."""
+    S, G, size = 2, 4, 4 * 8 * 1000
+    sch = algorithms.build("all_reduce", "ring", S, G, size, 1 << 20)
+    for s in sch.values():
+        assert sum(o.nbytes for o in s.ops if o.kind == SEND) == size * 2 * 7 // 8
+    for a, b, link in algorithms.connections(sch):
+        assert link == NVLINK or a % G == b % G
+
+
+def test_missing_dependency_is_caught_by_the_simulator():
+    """finalize orders a receive that overwrites data after the send reading
+    it; without that dependency a random order sends the wrong bytes."""
+    def sched(r):
+        s = RankSchedule(r, {"in": 8, "out": 8})
+        s.ops = [Op("copy", -1, "local", "out", 0, 8, src_buf="in"),
+                 Op(SEND, 1 - r, NVLINK, "out", 0, 4), Op("recv", 1 - r, NVLINK, "out", 0, 4)]
+        return s
+    sch = {r: finalize(sched(r)) for r in (0, 1)}
+    assert sch[0].ops[2].deps == (0, 1)                  # WAW on copy, WAR on the send
+    ins = {0: np.array([1, 2], np.float32), 1: np.array([5, 6], np.float32)}
+    for seed in range(10):
+        out = simulate.run(sch, ins, seed=seed)
+        assert list(out[0]["out"]) == [5, 2] and list(out[1]["out"]) == [1, 6]
+
+
+def test_busbw_factors():
+    assert report.busbw_factor("all_reduce", 8) == pytest.approx(1.75)
+    assert report.busbw_factor("all_gather", 4) == pytest.approx(0.75)
+    assert report.busbw_factor("reduce_scatter", 2) == pytest.approx(0.5)
+    assert report.busbw_factor("all_to_all", 8) == pytest.approx(0.875)
+    assert report.busbw_factor("all_reduce", 1) == 0
+
+
+def _records(coll, size, n, time_ns, dilation, wrong=0):
+    return [{"rank": r, "collective": coll, "algorithm": "ring", "size_bytes": size,
+             "nranks": n, "iters": 4, "start_ns": 1000, "end_ns": 1000 + 4 * time_ns * dilation,
+             "wrong": wrong} for r in range(n)]
+
+
+def test_report_rows_table_and_files(tmp_path):
+    D = 100
+    # 1 MiB all-reduce in 100 us (fabric) on 4 ranks: algbw 10.49 GB/s, busbw x 1.5
+    rows = report.collective_rows(_records("all_reduce", 1 << 20, 4, 100_000, D)
+                                  + _records("all_gather", 1 << 20, 4, 50_000, D, None), D)
+    ar, ag = rows
+    assert ar["time_us"] == pytest.approx(100.0) and ar["count"] == 262144
+    assert ar["algbw_GBps"] == pytest.approx(10.48576)
+    assert ar["busbw_GBps"] == pytest.approx(10.48576 * 1.5)
+    assert ag["busbw_GBps"] == pytest.approx(2 * 10.48576 * 0.75) and ag["wrong"] is None
+    assert ag["redop"] == "none"
+    text = report.format_table(rows)
+    line = [x for x in text.splitlines() if x.strip().startswith("1048576")][0].split()
+    assert line == ["1048576", "262144", "float", "sum", "100.0", "10.49", "15.73", "0"]
+    assert "N/A" in text
+    paths = report.write(tmp_path, rows)
+    got = list(csv.DictReader(open(paths["csv"])))
+    assert got[0]["busbw_GBps"] == "15.7286" and got[1]["wrong"] == "N/A"
+    with pytest.raises(ValueError, match="records of 3 ranks"):
+        report.collective_rows(_records("all_reduce", 64, 4, 10, 1)[:3], 1)
+
+
+@pytest.mark.parametrize("data_,field,reason", [
+    ({"tests": [{"collective": "all_reduce", "sizes": [1024], "iterz": 1}]},
+     "workload.tests[0].iterz", "Extra inputs"),
+    ({"tests": [{"collective": "broadcast", "sizes": [64]}]}, "workload.tests[0].collective", ""),
+    ({"tests": [{"collective": "all_reduce", "sizes": {"min_bytes": 8, "max_bytes": 4}}]},
+     "workload.tests[0].sizes", "max_bytes must be >= min_bytes"),
+    ({"tests": [{"collective": "all_reduce", "sizes": [64], "iters": 0}]},
+     "workload.tests[0].iters", "greater than or equal to 1"),
+    ({"training": {"steps": 2, "size_bytes": 64, "compute_us": -1}},
+     "workload.training.compute_us", ""),
+    ({}, "workload", "give 'tests' or 'training'"),
+    ({"slots": "8", "training": {"steps": 1, "size_bytes": 4}}, "workload.slots", "integer"),
+])
+def test_workload_errors_are_one_line(data_, field, reason):
+    with pytest.raises(ConfigError) as e:
+        parse_workload(data_, "exp.yaml")
+    assert e.value.field == field and reason in e.value.reason
+    assert str(e.value).startswith(f"exp.yaml: {field}: ") and "\n" not in str(e.value)
+
+
+def test_workload_sizes_and_fabric_checks():
+    w = parse_workload({"tests": [{"collective": "all_gather",
+                                   "sizes": {"min_bytes": 64, "max_bytes": 1000, "factor": 4}},
+                                  {"collective": "all_reduce", "sizes": [4, 12]}]}, "e.yaml")
+    assert w.tests[0].size_list() == [64, 256] and w.pairs()[1] == ("all_reduce", "ring")
+    validate_for(w, "e.yaml", 2, 2)
+    with pytest.raises(ConfigError, match=r"workload.tests\[0\].sizes: 64 B is not a multiple of "
+                                          r"4 B x 32 ranks = 128 B"):
+        validate_for(w, "e.yaml", 4, 8)
+    h = parse_workload({"algorithm": "hierarchical",
+                        "tests": [{"collective": "all_to_all", "sizes": [64]}]}, "e.yaml")
+    with pytest.raises(ConfigError, match=r"tests\[0\].algorithm: hierarchical is all_reduce"):
+        validate_for(h, "e.yaml", 2, 2)
+
+
+def test_nvlink_serializes_per_port_and_shares_a_downlink():
+    now = [0]
+    sw = NvlinkSwitch(3, rate_bps=8e9, delay_ns=100, clock=lambda: now[0])   # 1 byte/ns
+    got = []
+    t1 = sw.transfer(0, 2, 1000, got.append, "a")     # 0 -> 2: 1000 ns + 100
+    t2 = sw.transfer(1, 2, 1000, got.append, "b")     # 1 -> 2 waits for 2's downlink
+    t3 = sw.transfer(0, 1, 500, got.append, "c")      # waits for 0's uplink
+    assert (t1, t2, t3) == (1100, 2100, 1600)
+    now[0] = 1599
+    assert sw.poll() == 1 and got == ["a"]
+    now[0] = 2100
+    sw.poll()
+    assert got == ["a", "c", "b"] and sw.idle()
+
+
+@pytest.fixture
+def two_servers():
+    """2 servers x 2 GPUs; NIC g of server 0 <-> NIC g of server 1 by a socket pair."""
+    S, G, rate = 2, 2, 400_000_000
+    macs = {(s, g): f"02:00:00:00:{s:02x}:{g:02x}" for s in range(S) for g in range(G)}
+    ips = {s * G + g: f"10.9.{g}.{s + 1}" for s in range(S) for g in range(G)}
+    nics = {}
+    for g in range(G):
+        a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+        for s, sk in ((0, a), (1, b)):
+            nics[(s, g)] = RoceNic(None, macs[(s, g)], ips[s * G + g], macs[(1 - s, g)],
+                                   rate_bps=rate, sock=sk)
+    engines = [CollectiveEngine(server=s, servers=S, nics=[nics[(s, g)] for g in range(G)],
+                                rank_ips=ips, nvlink_rate_bps=4 * rate, nvlink_delay_ns=2000,
+                                slice_bytes=16384, slots=2) for s in range(S)]
+    yield engines, rate
+    for nic in nics.values():
+        nic.close()
+
+
+def test_engine_over_roce_nics(two_servers):
+    engines, rate = two_servers
+    pairs = [("all_reduce", "ring"), ("all_reduce", "hierarchical"), ("reduce_scatter", "ring")]
+    for e in engines:
+        e.connect(bench.connections_for(2, 2, pairs))
+    recs = []
+    for coll, alg in pairs:
+        recs += bench.measure(engines, coll, alg, 64 << 10, iters=3, warmup_iters=1)
+    rows = {(r["collective"], r["algorithm"]): r for r in report.collective_rows(recs, 1.0)}
+    assert all(r["wrong"] == 0 for r in rows.values())
+    link_GBps = rate / 8e9
+    assert rows[("all_reduce", "ring")]["busbw_GBps"] <= link_GBps
+    tr = bench.train(engines, "all_reduce", "hierarchical", 32 << 10, steps=2, warmup_steps=0,
+                     compute_ns=3_000_000)
+    summary = report.training_summary(tr, 1.0)
+    assert summary["wrong"] == 0 and summary["step_time_us"]["max"] >= 3000
+    # every slot's data moved and every credit comes back
+    drive(engines, [], 5.0, until=lambda: quiescent(engines))
+    for e in engines:
+        for r, conns in e.conns.items():
+            for c in conns.values():
+                assert c.sent == c.freed and not c.arrived
