@@ -71,6 +71,21 @@ def agent_configs(exp: Experiment, run_dir: Path, start_at_unix_ns: int,
     return configs
 
 
+def stop_processes(procs, grace_s: float = 5.0) -> None:
+    """SIGTERM every agent still running; SIGKILL those not gone after ``grace_s`` in all."""
+    procs = list(procs)
+    for p in procs:
+        if p.poll() is None:
+            p.terminate()
+    deadline = time.monotonic() + grace_s
+    for p in procs:
+        try:
+            p.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
 class AgentGroup:
     """The host agents of one run: started together, stopped together."""
 
@@ -101,16 +116,7 @@ class AgentGroup:
         return sum(p.poll() is None for p in self.procs.values())
 
     def stop(self, grace_s: float = 5.0) -> None:
-        for p in self.procs.values():
-            if p.poll() is None:
-                p.terminate()
-        deadline = time.monotonic() + grace_s
-        for p in self.procs.values():
-            try:
-                p.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        stop_processes(self.procs.values(), grace_s)
 
     def results(self) -> dict[str, dict]:
         out = {}

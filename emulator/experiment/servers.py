@@ -15,13 +15,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from rich.table import Table
 
 from emulator.collectives import report
 from emulator.collectives.storage import READ_QPN_BASE
+from emulator.experiment.agents import stop_processes
 from emulator.experiment.endpoints import agent_keys
 from emulator.experiment.model import Experiment
 from emulator.net.fabric import FabricNet, dilated_link
@@ -123,16 +123,7 @@ class ServerGroup:
         return sum(p.poll() is None for n, p in self.procs.items() if n != self.storage)
 
     def stop(self, grace_s: float = 5.0) -> None:
-        for p in self.procs.values():
-            if p.poll() is None:
-                p.terminate()
-        deadline = time.monotonic() + grace_s
-        for p in self.procs.values():
-            try:
-                p.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        stop_processes(self.procs.values(), grace_s)
 
     def results(self) -> dict[str, dict]:
         out = {}

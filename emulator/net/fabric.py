@@ -142,7 +142,7 @@ class FabricNet:
         from mininet.net import Mininet
 
         from emulator.control.controller import FabricController
-        from emulator.net.nodes import free_tcp_port
+        from emulator.net.nodes import free_tcp_ports
 
         setLogLevel("error")
         from emulator.net.clean import fabric_interfaces
@@ -164,7 +164,9 @@ class FabricNet:
         self._trap_signals()
         try:
             from emulator.control.qos import mtu_frame_bytes
-            ports = {sw.name: (free_tcp_port(), free_tcp_port()) for sw in self.fabric.switches()}
+            # gRPC and Thrift port of every switch, all distinct.
+            free = iter(free_tcp_ports(2 * len(self.fabric.switches())))
+            ports = {sw.name: (next(free), next(free)) for sw in self.fabric.switches()}
             switch_options = {"buffer_bytes": self.buffer_bytes,
                               "sample_interval_ns": self.sample_interval_ns, "pcap": self.pcap,
                               "mtu_frame_bytes": mtu_frame_bytes(self.mtu_bytes),

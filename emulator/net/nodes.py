@@ -24,10 +24,19 @@ from emulator.errors import FabricEmuError
 READY_TIMEOUT_S = 20.0
 
 
-def free_tcp_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def free_tcp_ports(count: int) -> list[int]:
+    """``count`` distinct TCP ports free on every address (BMv2's Thrift
+    server binds 0.0.0.0), held together while they are picked."""
+    socks = []
+    try:
+        for _ in range(count):
+            s = socket.socket()
+            s.bind(("0.0.0.0", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
 
 
 def wait_for_tcp(port: int, proc: subprocess.Popen, timeout_s: float, what: str, log: Path) -> None:

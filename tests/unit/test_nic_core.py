@@ -4,7 +4,6 @@ its own thread; frames can be dropped, rewritten or logged in between."""
 from __future__ import annotations
 
 import socket
-import threading
 import time
 
 import pytest
@@ -15,6 +14,7 @@ from scapy.layers.l2 import Ether
 from emulator.agents import roce
 from emulator.agents.nic import QpState, RoceNic, WcOpcode, WcStatus
 from emulator.agents.roce import parse_roce
+from tests.nic_threads import ThreadedNicPair
 
 MAC_A, MAC_B = "02:00:00:00:0a:01", "02:00:00:00:0b:01"
 IP_A, IP_B = "10.0.1.1", "10.0.2.1"
@@ -51,7 +51,7 @@ class ShimSock:
         self.sock.close()
 
 
-class Pair:
+class Pair(ThreadedNicPair):
     def __init__(self, rate_bps=200_000_000, hook_ab=None, hook_ba=None, sq_psn_a=0, sq_psn_b=0,
                  **nic_kw):
         # a long RTO unless a test is about timeouts: the machine is shared and
@@ -66,47 +66,7 @@ class Pair:
         self.b = RoceNic(None, MAC_B, IP_B, MAC_A, rate_bps=rate_bps, sock=self.sock_b, **nic_kw)
         self.qa = self.a.create_qp(QPN_A, IP_B, QPN_B, sq_psn=sq_psn_a, rq_psn=sq_psn_b)
         self.qb = self.b.create_qp(QPN_B, IP_A, QPN_A, sq_psn=sq_psn_b, rq_psn=sq_psn_a)
-        self.cq = {self.a: [], self.b: []}
-        self.calls = {self.a: [], self.b: []}
-        self.lock = threading.Lock()
-        self.stop = False
-        self.threads = []
-
-    def _loop(self, nic):
-        while not self.stop:
-            nic.run_once(0.005)
-            with self.lock:
-                self.cq[nic].extend(nic.poll_cq())
-                calls, self.calls[nic] = self.calls[nic], []
-            for fn in calls:
-                fn()
-
-    def call(self, nic, fn):
-        with self.lock:
-            self.calls[nic].append(fn)
-
-    def start(self):
-        for nic in (self.a, self.b):
-            t = threading.Thread(target=self._loop, args=(nic,), daemon=True)
-            t.start()
-            self.threads.append(t)
-        return self
-
-    def wait(self, pred, timeout_s=10.0) -> bool:
-        end = time.monotonic() + timeout_s
-        while time.monotonic() < end:
-            with self.lock:
-                if pred(self.cq[self.a], self.cq[self.b]):
-                    return True
-            time.sleep(0.002)
-        return False
-
-    def close(self):
-        self.stop = True
-        for t in self.threads:
-            t.join(2)
-        self.a.close()
-        self.b.close()
+        self._init_threads()
 
 
 @pytest.fixture

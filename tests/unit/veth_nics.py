@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import ctypes
 import os
-import threading
-import time
 from contextlib import contextmanager
 
 from emulator.agents.nic import RoceNic
+from tests.nic_threads import ThreadedNicPair
 
 CLONE_NEWNET = 0x40000000
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -44,7 +43,7 @@ def open_nic(env, side: str, rate_bps: int, **kw) -> RoceNic:
                        mtu_bytes=1024, timer_slack_ns=None, **kw)
 
 
-class VethPair:
+class VethPair(ThreadedNicPair):
     """NICs ``a`` and ``b`` with one connected QP each, event loops in threads."""
 
     def __init__(self, env, rate_bps: int = 20_000_000, kw_a=None, kw_b=None, **kw):
@@ -56,45 +55,4 @@ class VethPair:
             raise
         self.qa = self.a.create_qp(QPN["a"], IP["b"], QPN["b"])
         self.qb = self.b.create_qp(QPN["b"], IP["a"], QPN["a"])
-        self.cq = {self.a: [], self.b: []}
-        self.calls = {self.a: [], self.b: []}
-        self.lock = threading.Lock()
-        self.stop = False
-        self.threads = []
-
-    def _loop(self, nic):
-        while not self.stop:
-            nic.run_once(0.005)
-            with self.lock:
-                self.cq[nic].extend(nic.poll_cq())
-                calls, self.calls[nic] = self.calls[nic], []
-            for fn in calls:
-                fn()
-
-    def call(self, nic, fn):
-        """Run ``fn`` in ``nic``'s thread (the NIC is not thread-safe)."""
-        with self.lock:
-            self.calls[nic].append(fn)
-
-    def start(self):
-        for nic in (self.a, self.b):
-            t = threading.Thread(target=self._loop, args=(nic,), daemon=True)
-            t.start()
-            self.threads.append(t)
-        return self
-
-    def wait(self, pred, timeout_s=10.0) -> bool:
-        end = time.monotonic() + timeout_s
-        while time.monotonic() < end:
-            with self.lock:
-                if pred(self.cq[self.a], self.cq[self.b]):
-                    return True
-            time.sleep(0.002)
-        return False
-
-    def close(self):
-        self.stop = True
-        for t in self.threads:
-            t.join(2)
-        self.a.close()
-        self.b.close()
+        self._init_threads()
