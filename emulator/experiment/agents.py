@@ -16,28 +16,35 @@ AGENT_START_S = 2.0           # time for every agent to start and import Scapy
 AGENT_START_PER_HOST_S = 0.25
 
 
+def nic_config(exp: Experiment, nic: str) -> dict:
+    """What an agent needs to drive one NIC (host node): its interface and
+    addresses, link rate and delay (dilated), and the NIC-side QoS, CNP and
+    DCQCN settings of the experiment. Host agents and server agents share it."""
+    fabric, plan, d, spec = exp.fabric, exp.fabric.addresses, exp.dilation, exp.spec
+    port = fabric.ports(nic)[0]
+    rate_bps, delay_ns = dilated_link(fabric, nic, port.port_no, d)
+    return {"ifname": port.ifname, "mac": plan.host_mac(nic), "ip": plan.host_ip(nic),
+            "gateway_mac": plan.gateway_mac(nic), "rate_bps": rate_bps, "tx_delay_ns": delay_ns,
+            "mtu_bytes": spec.nic.mtu_bytes, "retry_cnt": spec.nic.retry_cnt,
+            "dscp": spec.qos.roce_dscp, "priority": spec.qos.roce_priority,
+            "cnp_dscp": spec.qos.cnp_dscp, "cnp_priority": spec.qos.cnp_priority,
+            "cnp_interval_ns": spec.dcqcn.cnp_interval_ns(d),
+            "dcqcn": spec.dcqcn.agent_params(d, fabric.links[port.link_index].rate_bps)}
+
+
 def agent_configs(exp: Experiment, run_dir: Path, start_at_unix_ns: int,
                   hosts: set[str] | None = None) -> dict[str, dict]:
     """One JSON config per host (or per host in ``hosts``): its NIC, its QPs,
     what it sends and expects."""
-    fabric, plan, d = exp.fabric, exp.fabric.addresses, exp.dilation
+    d = exp.dilation
     # Flow progress is sampled as often as the switches sample their queues.
     sample_interval_ns = int((exp.spec.switch.sample_interval_us or 1.0) * 1000 * d)
     configs: dict[str, dict] = {}
-    for h in fabric.hosts():
+    for h in exp.fabric.hosts():
         if hosts is not None and h.name not in hosts:
             continue
-        rate_bps, delay_ns = dilated_link(fabric, h.name, fabric.ports(h.name)[0].port_no, d)
         configs[h.name] = {
-            "host": h.name, "ifname": fabric.ports(h.name)[0].ifname,
-            "mac": plan.host_mac(h.name), "ip": plan.host_ip(h.name),
-            "gateway_mac": plan.gateway_mac(h.name),
-            "rate_bps": rate_bps, "tx_delay_ns": delay_ns,
-            "mtu_bytes": exp.spec.nic.mtu_bytes, "retry_cnt": exp.spec.nic.retry_cnt,
-            "dscp": exp.spec.qos.roce_dscp, "priority": exp.spec.qos.roce_priority,
-            "cnp_dscp": exp.spec.qos.cnp_dscp, "cnp_priority": exp.spec.qos.cnp_priority,
-            "cnp_interval_ns": exp.spec.dcqcn.cnp_interval_ns(d),
-            "dcqcn": exp.spec.dcqcn.agent_params(d, fabric.links[fabric.ports(h.name)[0].link_index].rate_bps),
+            "host": h.name, **nic_config(exp, h.name),
             "sample_interval_ns": sample_interval_ns,
             "start_at_unix_ns": start_at_unix_ns, "deadline_s": exp.spec.limits.wall_s,
             "qps": [], "send": [], "expect": [],

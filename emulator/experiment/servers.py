@@ -21,26 +21,12 @@ from rich.table import Table
 
 from emulator.collectives import report
 from emulator.collectives.storage import READ_QPN_BASE
-from emulator.experiment.agents import stop_processes
+from emulator.experiment.agents import nic_config, stop_processes
 from emulator.experiment.endpoints import agent_keys
 from emulator.experiment.model import Experiment
-from emulator.net.fabric import FabricNet, dilated_link
+from emulator.net.fabric import FabricNet
 
 AGENT_START_PER_SERVER_S = 0.75     # numpy + the NIC stack import, per process, on 2 cores
-
-
-def nic_config(exp: Experiment, nic: str) -> dict:
-    """One NIC's part of a server-agent config (what ``agents.py`` gives a host)."""
-    fabric, plan, d, spec = exp.fabric, exp.fabric.addresses, exp.dilation, exp.spec
-    port = fabric.ports(nic)[0]
-    rate_bps, delay_ns = dilated_link(fabric, nic, port.port_no, d)
-    return {"ifname": port.ifname, "mac": plan.host_mac(nic), "ip": plan.host_ip(nic),
-            "gateway_mac": plan.gateway_mac(nic), "rate_bps": rate_bps, "tx_delay_ns": delay_ns,
-            "mtu_bytes": spec.nic.mtu_bytes, "retry_cnt": spec.nic.retry_cnt,
-            "dscp": spec.qos.roce_dscp, "priority": spec.qos.roce_priority,
-            "cnp_dscp": spec.qos.cnp_dscp, "cnp_priority": spec.qos.cnp_priority,
-            "cnp_interval_ns": spec.dcqcn.cnp_interval_ns(d),
-            "dcqcn": spec.dcqcn.agent_params(d, fabric.links[port.link_index].rate_bps)}
 
 
 GPU_NIC_KEYS = ("gpudirect", "staging_rate_bps", "staging_latency_ns")
