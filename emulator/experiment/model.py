@@ -50,10 +50,10 @@ from typing import Literal, Union
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, model_validator
 
 from emulator.agents.dcqcn_spec import DcqcnSpec
-from emulator.control.qos import QosSpec
-from emulator.experiment.endpoints import EndpointsSpec, FlowExpect, check_endpoints
 from emulator.collectives.workload import WorkloadSpec, parse_workload
+from emulator.control.qos import QosSpec
 from emulator.errors import ConfigError
+from emulator.experiment.endpoints import EndpointsSpec, FlowExpect, check_endpoints
 from emulator.experiment.workload_check import (
     StorageSpec, WorkloadPlan, check_no_shared_nics, check_workload_endpoints, plan_workload,
 )

@@ -265,6 +265,33 @@ def plot_fct_cdf(results_dir: str | Path, summary: Mapping | None = None,
     return _save(fig, Path(out_path or results_dir / "fct_cdf.png"))
 
 
+# ------------------------------------------------------------- collectives
+
+def plot_busbw(rows: list[Mapping], out_path: str | Path, link_rate_GBps: float | None = None) -> Path | None:
+    """Bus bandwidth against message size, one line per collective and
+    algorithm (nccl-tests' busbw, fabric time), with the NIC link rate for
+    reference; None without rows."""
+    if not rows:
+        return None
+    fig, ax = _figure()
+    lines: dict[tuple, list] = {}
+    for r in rows:
+        lines.setdefault((r["collective"], r["algorithm"]), []).append((r["size_bytes"], r["busbw_GBps"]))
+    for (coll, algo), pts in sorted(lines.items()):
+        pts.sort()
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=f"{coll} ({algo})")
+    if link_rate_GBps:
+        ax.axhline(link_rate_GBps, color="grey", linestyle="--", linewidth=1,
+                   label=f"NIC link {link_rate_GBps:g} GB/s")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("message size (bytes)")
+    ax.set_ylabel("bus bandwidth (GB/s)")
+    ax.set_ylim(bottom=0)
+    ax.set_title("collectives: bus bandwidth by size")
+    _legend(ax, len(lines) + 1)
+    return _save(fig, Path(out_path))
+
+
 # --------------------------------------------------------------------- all
 
 def write_plots(results_dir: str | Path, summary: Mapping | None = None,
@@ -280,5 +307,5 @@ def write_plots(results_dir: str | Path, summary: Mapping | None = None,
     return {k: v for k, v in out.items() if v is not None}
 
 
-__all__ = ["PLOT_FILES", "pause_intervals", "plot_fct_cdf", "plot_pause_timeline",
+__all__ = ["PLOT_FILES", "pause_intervals", "plot_busbw", "plot_fct_cdf", "plot_pause_timeline",
            "plot_queue_depth", "plot_throughput", "write_plots"]

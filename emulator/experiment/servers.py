@@ -24,6 +24,7 @@ from emulator.collectives.storage import READ_QPN_BASE
 from emulator.experiment.agents import nic_config, stop_processes
 from emulator.experiment.endpoints import agent_keys
 from emulator.experiment.model import Experiment
+from emulator.experiment.plots import plot_busbw
 from emulator.net.fabric import FabricNet
 
 AGENT_START_PER_SERVER_S = 0.75     # numpy + the NIC stack import, per process, on 2 cores
@@ -199,4 +200,10 @@ def add_collectives(exp: Experiment, group: ServerGroup, summary: dict, out_dir:
     block = collectives_block(exp, group.results())
     summary["collectives"] = block
     summary["complete"] = bool(summary.get("complete")) and block["complete"]
-    return {p.name: p for p in write_collectives(out_dir, block).values()}
+    files = {p.name: p for p in write_collectives(out_dir, block).values()}
+    nic = exp.fabric.server(exp.workload.servers[0]).nics[0]
+    link_GBps = exp.fabric.links[exp.fabric.ports(nic)[0].link_index].rate_bps / 8e9
+    png = plot_busbw(block["results"], out_dir / "collectives.png", link_GBps)
+    if png is not None:
+        files[png.name] = png
+    return files

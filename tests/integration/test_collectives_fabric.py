@@ -96,6 +96,7 @@ def test_allreduce_idle_correct_and_near_line_rate(idle):
     assert "# all_reduce (ring), 8 ranks" in table and "#wrong" in table
     rows = (out / "collectives.csv").read_text().splitlines()
     assert rows[0].startswith("collective,algorithm,nranks,size_bytes") and len(rows) == 4
+    assert (out / "collectives.png").read_bytes()[:4] == b"\x89PNG"
     # rail-aligned ring: nothing crosses a spine
     assert all(p["tx_packets"] == 0 for p in summary["ports"] if p["role"] == "spine")
 

@@ -104,3 +104,13 @@ def test_write_plots(results_dir):
     assert set(files) == {"queue_depth.png", "throughput.png", "pause_timeline.png", "fct_cdf.png"}
     for p in files.values():
         assert_png(p)
+
+
+def test_busbw_plot_is_a_png_and_needs_rows(tmp_path):
+    from emulator.experiment.plots import plot_busbw
+    rows = [{"collective": "all_reduce", "algorithm": "ring", "size_bytes": s, "busbw_GBps": b}
+            for s, b in ((65536, 8.6), (262144, 11.6), (1048576, 12.0))]
+    rows.append({"collective": "all_gather", "algorithm": "ring", "size_bytes": 65536, "busbw_GBps": 9.0})
+    out = plot_busbw(rows, tmp_path / "collectives.png", 12.5)
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 5000
+    assert plot_busbw([], tmp_path / "none.png") is None and not (tmp_path / "none.png").exists()
