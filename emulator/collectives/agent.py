@@ -33,14 +33,12 @@ the servers' records. Exit 0 when complete, 3 on a failure, 2 on a bad config.
 """
 from __future__ import annotations
 
-import json
-import os
 import sys
 import time
 
-from emulator.errors import FabricEmuError
 
 from . import bench
+from .agent_io import agent_main
 from .engine import CollectiveEngine, drive, quiescent
 from .staging import staging_from_config
 from .storage import StorageReader, make_nic
@@ -115,21 +113,10 @@ def run(cfg: dict, path: str = "config") -> dict:
 
 
 def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 1:
-        print("usage: python -m emulator.collectives.agent CONFIG.json", file=sys.stderr)
-        return 2
-    try:
-        with open(argv[0]) as f:
-            cfg = json.load(f)
-        res = run(cfg, argv[0])
-    except (FabricEmuError, KeyError, ValueError, OSError) as e:
-        print(f"error: {argv[0]}: {e}", file=sys.stderr)
-        return 2
-    tmp = cfg["result_path"] + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(res, f)
-    os.replace(tmp, cfg["result_path"])
+    done = agent_main("emulator.collectives.agent", run, argv)
+    if isinstance(done, int):
+        return done
+    cfg, res = done
     if res["error"]:
         print(f"error: server{cfg['server']}: {res['error']}", file=sys.stderr)
     return 0 if res["complete"] else 3

@@ -21,8 +21,6 @@ on both sides (``emulator/experiment/servers.py``).
 """
 from __future__ import annotations
 
-import json
-import os
 import signal
 import sys
 import time
@@ -31,6 +29,8 @@ import numpy as np
 
 from emulator.agents.dpu import StorageClient, StorageTarget
 from emulator.agents.qp import WcOpcode, WcStatus
+
+from .agent_io import agent_main
 
 READ_QPN_BASE = 0x600          # below the collectives' 0x800 + peer on a shared NIC 0
 STORAGE_RKEY = 0x5107
@@ -139,22 +139,8 @@ def serve(cfg: dict) -> dict:
 
 
 def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 1:
-        print("usage: python -m emulator.collectives.storage CONFIG.json", file=sys.stderr)
-        return 2
-    try:
-        with open(argv[0]) as f:
-            cfg = json.load(f)
-        res = serve(cfg)
-    except (KeyError, ValueError, OSError) as e:
-        print(f"error: {argv[0]}: {e}", file=sys.stderr)
-        return 2
-    tmp = cfg["result_path"] + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(res, f)
-    os.replace(tmp, cfg["result_path"])
-    return 0
+    done = agent_main("emulator.collectives.storage", lambda cfg, path: serve(cfg), argv)
+    return done if isinstance(done, int) else 0
 
 
 if __name__ == "__main__":

@@ -93,31 +93,23 @@ def stop_processes(procs, grace_s: float = 5.0) -> None:
             p.wait()
 
 
-class AgentGroup:
-    """The host agents of one run: started together, stopped together."""
+class AgentProcesses:
+    """Agent processes of one run, one per Mininet host (namespace): each
+    gets ``RUN/{name}.agent.json``, logs to ``RUN/{name}.agent.log`` and
+    writes ``RUN/{name}.result.json``; stopped together."""
 
-    def __init__(self, fnet: FabricNet, exp: Experiment, run_dir: Path,
-                 hosts: set[str] | None = None):
-        """``hosts``: only these hosts get an agent (default: every host;
-        with a workload, the server agents drive the other NICs)."""
-        self.fnet, self.exp, self.run_dir, self.hosts = fnet, exp, run_dir, hosts
+    def __init__(self, fnet: FabricNet, exp: Experiment, run_dir: Path):
+        self.fnet, self.exp, self.run_dir = fnet, exp, run_dir
         self.procs: dict[str, subprocess.Popen] = {}
 
-    def start(self, extra_delay_s: float = 0.0) -> int:
-        """Start every agent; returns the wall-clock start time (unix ns),
-        ``extra_delay_s`` later for other processes started alongside."""
-        n = len(self.exp.fabric.hosts()) if self.hosts is None else len(self.hosts)
-        start_at = time.time_ns() + int((AGENT_START_S + AGENT_START_PER_HOST_S * n
-                                         + extra_delay_s) * 1e9)
-        for name, cfg in agent_configs(self.exp, self.run_dir, start_at, self.hosts).items():
-            path = self.run_dir / f"{name}.agent.json"
-            path.write_text(json.dumps(cfg, indent=1))
-            log = open(self.run_dir / f"{name}.agent.log", "w")
+    def launch(self, name: str, cfg: dict, module: str) -> None:
+        """Write ``cfg`` and start ``python -m module`` on it in ``name``'s host."""
+        path = self.run_dir / f"{name}.agent.json"
+        path.write_text(json.dumps(cfg, indent=1))
+        with open(self.run_dir / f"{name}.agent.log", "w") as log:
             self.procs[name] = self.fnet.host(name).popen(
-                [sys.executable, "-m", "emulator.agents.host", str(path)],
+                [sys.executable, "-m", module, str(path)],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-            log.close()
-        return start_at
 
     def running(self) -> int:
         return sum(p.poll() is None for p in self.procs.values())
@@ -131,3 +123,24 @@ class AgentGroup:
             path = self.run_dir / f"{name}.result.json"
             out[name] = json.loads(path.read_text()) if path.exists() else {}
         return out
+
+
+class AgentGroup(AgentProcesses):
+    """The host agents of one run: started together, stopped together."""
+
+    def __init__(self, fnet: FabricNet, exp: Experiment, run_dir: Path,
+                 hosts: set[str] | None = None):
+        """``hosts``: only these hosts get an agent (default: every host;
+        with a workload, the server agents drive the other NICs)."""
+        super().__init__(fnet, exp, run_dir)
+        self.hosts = hosts
+
+    def start(self, extra_delay_s: float = 0.0) -> int:
+        """Start every agent; returns the wall-clock start time (unix ns),
+        ``extra_delay_s`` later for other processes started alongside."""
+        n = len(self.exp.fabric.hosts()) if self.hosts is None else len(self.hosts)
+        start_at = time.time_ns() + int((AGENT_START_S + AGENT_START_PER_HOST_S * n
+                                         + extra_delay_s) * 1e9)
+        for name, cfg in agent_configs(self.exp, self.run_dir, start_at, self.hosts).items():
+            self.launch(name, cfg, "emulator.agents.host")
+        return start_at

@@ -12,16 +12,13 @@ fabric time by ``collectives.report``.
 """
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 from rich.table import Table
 
 from emulator.collectives import report
 from emulator.collectives.storage import READ_QPN_BASE
-from emulator.experiment.agents import nic_config, stop_processes
+from emulator.experiment.agents import AgentProcesses, nic_config
 from emulator.experiment.endpoints import agent_keys
 from emulator.experiment.model import Experiment
 from emulator.experiment.plots import plot_busbw
@@ -78,12 +75,11 @@ def server_configs(exp: Experiment, run_dir: Path, start_at_unix_ns: int) -> dic
     return out
 
 
-class ServerGroup:
+class ServerGroup(AgentProcesses):
     """The server agents of one run; the storage agent serves until stopped."""
 
     def __init__(self, fnet: FabricNet, exp: Experiment, run_dir: Path):
-        self.fnet, self.exp, self.run_dir = fnet, exp, run_dir
-        self.procs: dict[str, subprocess.Popen] = {}
+        super().__init__(fnet, exp, run_dir)
         wp = exp.workload
         self.storage = wp.storage_server if wp is not None else None
 
@@ -97,27 +93,12 @@ class ServerGroup:
         if self.exp.workload is None:      # plain flows only: no server agents
             return
         for name, cfg in server_configs(self.exp, self.run_dir, start_at_unix_ns).items():
-            path = self.run_dir / f"{name}.agent.json"
-            path.write_text(json.dumps(cfg, indent=1))
-            module = "emulator.collectives.storage" if name == self.storage else "emulator.collectives.agent"
-            with open(self.run_dir / f"{name}.agent.log", "w") as log:
-                self.procs[name] = self.fnet.host(name).popen(
-                    [sys.executable, "-m", module, str(path)],
-                    stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            self.launch(name, cfg, "emulator.collectives.storage" if name == self.storage
+                        else "emulator.collectives.agent")
 
     def running(self) -> int:
         """Collective agents still running (the storage agent never ends alone)."""
         return sum(p.poll() is None for n, p in self.procs.items() if n != self.storage)
-
-    def stop(self, grace_s: float = 5.0) -> None:
-        stop_processes(self.procs.values(), grace_s)
-
-    def results(self) -> dict[str, dict]:
-        out = {}
-        for name in self.procs:
-            path = self.run_dir / f"{name}.result.json"
-            out[name] = json.loads(path.read_text()) if path.exists() else {}
-        return out
 
 
 def collectives_block(exp: Experiment, results: dict[str, dict]) -> dict:

@@ -3,12 +3,11 @@ over real RoceNics joined by AF_UNIX socket pairs (no root needed)."""
 from __future__ import annotations
 
 import csv
-import socket
 
 import numpy as np
 import pytest
 
-from emulator.agents.nic import RoceNic
+from tests.rail_nics import rail_nic_pairs
 from emulator.collectives import algorithms, bench, data, report, simulate
 from emulator.collectives.engine import CollectiveEngine, drive, quiescent
 from emulator.collectives.nvlink import NvlinkSwitch
@@ -162,14 +161,7 @@ def test_nvlink_serializes_per_port_and_shares_a_downlink():
 def two_servers():
     """2 servers x 2 GPUs; NIC g of server 0 <-> NIC g of server 1 by a socket pair."""
     S, G, rate = 2, 2, 400_000_000
-    macs = {(s, g): f"02:00:00:00:{s:02x}:{g:02x}" for s in range(S) for g in range(G)}
-    ips = {s * G + g: f"10.9.{g}.{s + 1}" for s in range(S) for g in range(G)}
-    nics = {}
-    for g in range(G):
-        a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
-        for s, sk in ((0, a), (1, b)):
-            nics[(s, g)] = RoceNic(None, macs[(s, g)], ips[s * G + g], macs[(1 - s, g)],
-                                   rate_bps=rate, sock=sk)
+    nics, ips = rail_nic_pairs(G, rate)
     engines = [CollectiveEngine(server=s, servers=S, nics=[nics[(s, g)] for g in range(G)],
                                 rank_ips=ips, nvlink_rate_bps=4 * rate, nvlink_delay_ns=2000,
                                 slice_bytes=16384, slots=2) for s in range(S)]

@@ -8,12 +8,11 @@ rate while every result stays exact. NVLink messages are never staged.
 Wall units throughout (dilation 1)."""
 from __future__ import annotations
 
-import socket
 
 import pytest
 
 from emulator.agents.gpudirect import StagingCopies
-from emulator.agents.nic import RoceNic
+from tests.rail_nics import rail_nic_pairs
 from emulator.collectives import bench, report
 from emulator.collectives.engine import CollectiveEngine, drive, quiescent
 from emulator.collectives.staging import Timers, staging_from_config
@@ -31,14 +30,7 @@ COPY_NS = STAGE_LATENCY_NS + SLICE_BYTES * 8e9 / STAGE_RATE_BPS      # 3.1 ms pe
 
 
 def engines_with(staging: bool):
-    macs = {(s, g): f"02:00:00:00:{s:02x}:{g:02x}" for s in range(S) for g in range(G)}
-    ips = {s * G + g: f"10.9.{g}.{s + 1}" for s in range(S) for g in range(G)}
-    nics = {}
-    for g in range(G):
-        a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
-        for s, sk in ((0, a), (1, b)):
-            nics[(s, g)] = RoceNic(None, macs[(s, g)], ips[s * G + g], macs[(1 - s, g)],
-                                   rate_bps=NIC_RATE_BPS, sock=sk)
+    nics, ips = rail_nic_pairs(G, NIC_RATE_BPS)
     cfg = {"gpudirect": False, "staging_rate_bps": STAGE_RATE_BPS,
            "staging_latency_ns": STAGE_LATENCY_NS} if staging else {}
     engines = [CollectiveEngine(server=s, servers=S, nics=[nics[(s, g)] for g in range(G)],
