@@ -81,7 +81,7 @@ def pipeline_only(n: int = 200_000) -> float:
     for m in ents["members"]:
         prof.members[m.member_id] = p4info.decode_action(m.action)
     for te in ents["tables"] + ents["routes"]:
-        e = p4info.decode_table_entry(te)
+        e = p4info.codec.decode_table_entry(te)
         state.tables[e.table_id][e.key()] = e
     state.changed()
     plan = fabric.addresses

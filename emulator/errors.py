@@ -7,7 +7,8 @@ class FabricEmuError(Exception):
 
 
 class ConfigError(FabricEmuError):
-    """A topology or experiment file that cannot be used as written."""
+    """A configuration (topology or experiment file, a process's JSON config) that
+    cannot be used as written."""
 
     def __init__(self, file: str, field: str, reason: str):
         self.file, self.field, self.reason = str(file), field, reason

@@ -29,6 +29,17 @@ requires_mininet = pytest.mark.skipif(mininet_unavailable_reason() is not None,
                                       reason=mininet_unavailable_reason() or "")
 
 
+def pytest_collection_modifyitems(config, items):
+    """Everything under tests/integration, and every test marked ``mininet``
+    or ``bmv2``, needs root and network namespaces: mark it ``netns`` so
+    that ``make test-fast`` (``-m "not netns"``) runs the rest as any user."""
+    integration = REPO / "tests" / "integration"
+    for item in items:
+        if (integration in Path(str(item.fspath)).parents
+                or item.get_closest_marker("mininet") or item.get_closest_marker("bmv2")):
+            item.add_marker(pytest.mark.netns)
+
+
 def leftovers() -> dict[str, list]:
     """Fabric interfaces and emulator processes that exist right now."""
     from emulator.net.clean import _own_processes, fabric_interfaces

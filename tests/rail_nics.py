@@ -1,14 +1,17 @@
 """S servers x G GPUs' NICs for collective tests (no tests here): NIC g of
 server 0 and NIC g of server 1 joined by a Unix socket pair, as one rail.
-Global rank s*G + g has IP 10.9.g.(s+1)."""
+Global rank s*G + g has IP 10.9.g.(s+1). ``clock``: the NICs' (a
+``ManualClock`` makes a test deterministic and free of wall time)."""
 from __future__ import annotations
 
 import socket
 
 from emulator.agents.nic import RoceNic
+from emulator.clock import MONOTONIC, Clock
 
 
-def rail_nic_pairs(G: int, rate_bps: int) -> tuple[dict[tuple[int, int], RoceNic], dict[int, str]]:
+def rail_nic_pairs(G: int, rate_bps: int, clock: Clock = MONOTONIC
+                   ) -> tuple[dict[tuple[int, int], RoceNic], dict[int, str]]:
     """({(server, gpu): RoceNic} for 2 servers, {rank: ip})."""
     S = 2
     macs = {(s, g): f"02:00:00:00:{s:02x}:{g:02x}" for s in range(S) for g in range(G)}
@@ -18,5 +21,5 @@ def rail_nic_pairs(G: int, rate_bps: int) -> tuple[dict[tuple[int, int], RoceNic
         a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
         for s, sk in ((0, a), (1, b)):
             nics[(s, g)] = RoceNic(None, macs[(s, g)], ips[s * G + g], macs[(1 - s, g)],
-                                   rate_bps=rate_bps, sock=sk)
+                                   rate_bps=rate_bps, sock=sk, clock=clock)
     return nics, ips

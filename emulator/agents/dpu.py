@@ -70,8 +70,9 @@ class Endpoint:
         self.tenant = tenant
         self.host_params = _params(host_cpu)
         self.dpu_params = _params(dpu_cpu) if dpu else None
-        self.host_cpu = CpuServers(self.host_params.cores, "host")
-        self.dpu_cpu = CpuServers(self.dpu_params.cores, "dpu") if dpu else None
+        clock = nic.clock
+        self.host_cpu = CpuServers(self.host_params.cores, "host", clock)
+        self.dpu_cpu = CpuServers(self.dpu_params.cores, "dpu", clock) if dpu else None
         # the per-packet functions run where the endpoint puts them
         self.work = self.dpu_params if dpu else self.host_params
         self.proc = self.dpu_cpu if dpu else self.host_cpu

@@ -27,17 +27,18 @@ A completion of a staged operation has ``post_ns`` = when it was asked for
 copy), so ``complete_ns - post_ns`` includes the staging. With
 ``gpudirect=True`` every call goes straight to the NIC.
 
-Rates and times are wall (fabric x D, like all the agents' parameters).
+Rates and times are wall (fabric x D, like all the agents' parameters),
+read from the NIC's clock (``nic.clock``, ``emulator.clock``), so that staged
+and unstaged completions share one time line.
 """
 from __future__ import annotations
 
 import dataclasses
-import heapq
-import time
+from itertools import islice
+
+from emulator.clock import TimerHeap
 
 from .qp import Completion, MemoryRegion, QueuePair, WcOpcode
-
-_mono = time.monotonic_ns
 
 
 class StagingCopies:
@@ -46,7 +47,8 @@ class StagingCopies:
     taking ``staging_latency_ns + bytes x 8e9 / staging_rate_bps``. With
     ``gpudirect`` every copy takes no time. ``GpuNic`` uses it around verbs;
     the collective engine (``collectives/transport.py``) around its own
-    protocol, whose doorbells need the WRITE and its doorbell held together."""
+    protocol, whose doorbells need the WRITE and its doorbell held together.
+    Pure: the caller says when each copy is asked for."""
 
     def __init__(self, gpudirect: bool = True, staging_rate_bps: float = 100e9,
                  staging_latency_ns: float = 10_000):
@@ -64,14 +66,13 @@ class StagingCopies:
             return 0.0
         return self.staging_latency_ns + nbytes * 8e9 / self.staging_rate_bps
 
-    def ready_ns(self, nbytes: int, direction: str = "tx", t_ns: float | None = None) -> float:
-        """When a staging copy of ``nbytes`` asked for at ``t_ns`` (default
-        now) would end, behind the copies already queued on that engine
-        ("tx": GPU -> host before sending, "rx": host -> GPU after receiving)."""
-        t = _mono() if t_ns is None else t_ns
+    def ready_ns(self, nbytes: int, direction: str, t_ns: float) -> float:
+        """When a staging copy of ``nbytes`` asked for at ``t_ns`` would end,
+        behind the copies already queued on that engine ("tx": GPU -> host
+        before sending, "rx": host -> GPU after receiving)."""
         if self.gpudirect:
-            return t
-        return max(t, self._free[direction]) + self.copy_ns(nbytes)
+            return t_ns
+        return max(t_ns, self._free[direction]) + self.copy_ns(nbytes)
 
     def stage(self, nbytes: int, direction: str, t_ns: float) -> float:
         """Book a copy of ``nbytes`` asked for at ``t_ns`` on that engine;
@@ -88,19 +89,21 @@ class StagingCopies:
 
 
 class GpuNic:
+    """``nic`` with staging copies around its verbs, on the NIC's clock."""
+
     def __init__(self, nic, gpudirect: bool = True, staging_rate_bps: float = 100e9,
                  staging_latency_ns: float = 10_000):
         self.nic = nic
+        self.clock = nic.clock          # completions are stamped by it
         self.copies = StagingCopies(gpudirect, staging_rate_bps, staging_latency_ns)
         self.gpudirect = self.copies.gpudirect
         self.staging_rate_bps = self.copies.staging_rate_bps
         self.staging_latency_ns = self.copies.staging_latency_ns
         self._gpu_rkeys: set[int] = set()
-        self._posts: list = []                     # (ready_ns, seq, fn, wr_id, qpn, post_ns)
-        self._held: list = []                      # (ready_ns, seq, completion)
+        self._posts = TimerHeap()                  # posts held for their D2H copy
+        self._held = TimerHeap()                   # completions, until usable (H2D copy)
         self._post_ns: dict[tuple[int, int], int] = {}   # (qpn, wr_id) -> asked at
         self._gpu_wr: set[tuple[int, int]] = set()       # READs / RECVs into GPU memory
-        self._seq = 0
 
     # -- memory ------------------------------------------------------------------
     def register_gpu_mr(self, size_bytes: int, **kw) -> MemoryRegion:
@@ -120,20 +123,20 @@ class GpuNic:
         return self.copies.copy_ns(nbytes)
 
     def ready_ns(self, nbytes: int, direction: str = "tx", t_ns: float | None = None) -> float:
-        return self.copies.ready_ns(nbytes, direction, t_ns)
+        """When a copy of ``nbytes`` asked for at ``t_ns`` (default: now) would end."""
+        return self.copies.ready_ns(nbytes, direction,
+                                    self.clock.now_ns() if t_ns is None else t_ns)
 
     def _stage(self, nbytes: int, direction: str, t_ns: float) -> float:
         return self.copies.stage(nbytes, direction, t_ns)
 
     # -- verbs ---------------------------------------------------------------------
     def _post_staged(self, qp: QueuePair, wr_id: int, mr: MemoryRegion, nbytes: int, fn):
-        now = _mono()
         if self.gpudirect or not self.is_gpu(mr):
             fn()
             return
-        ready = self._stage(nbytes, "tx", now)
-        self._seq += 1
-        heapq.heappush(self._posts, (ready, self._seq, fn))
+        now = self.clock.now_ns()
+        self._posts.push(self._stage(nbytes, "tx", now), fn)
         self._post_ns[(qp.qpn, wr_id)] = now
 
     def post_write(self, qp, wr_id, local, remote_addr, rkey, **kw) -> None:
@@ -164,8 +167,9 @@ class GpuNic:
 
     # -- completions -----------------------------------------------------------------
     def poll_cq(self, max_n: int = 64) -> list[Completion]:
-        now = _mono()
+        now = self.clock.now_ns()
         self._run_posts(now)
+        held = self._held
         for c in self.nic.poll_cq(max_n):
             key = (c.qpn, c.wr_id)
             t = self._post_ns.pop(key, None) \
@@ -181,40 +185,33 @@ class GpuNic:
                 c = dataclasses.replace(c, complete_ns=int(ready),
                                         complete_unix_ns=c.complete_unix_ns
                                         + int(ready - c.complete_ns))
-                self._seq += 1
-                heapq.heappush(self._held, (ready, self._seq, c))
+                held.push(ready, c)
             else:
-                self._seq += 1
-                heapq.heappush(self._held, (c.complete_ns, self._seq, c))
-        out = []
-        held = self._held
-        while held and held[0][0] <= now and len(out) < max_n:
-            out.append(heapq.heappop(held)[2])
-        return out
+                held.push(c.complete_ns, c)
+        return list(islice(held.pop_due(now), max_n))
 
     # -- event loop ------------------------------------------------------------------
     def _run_posts(self, now: int) -> None:
-        p = self._posts
-        while p and p[0][0] <= now:
-            heapq.heappop(p)[2]()
+        for fn in self._posts.pop_due(now):
+            fn()
 
     def next_event_ns(self) -> float | None:
-        t = [q[0][0] for q in (self._posts, self._held) if q]
+        t = [d for d in (self._posts.next_due_ns(), self._held.next_due_ns()) if d is not None]
         return min(t) if t else None
 
     def run_once(self, timeout_s: float = 0.0) -> None:
-        now = _mono()
+        now = self.clock.now_ns()
         self._run_posts(now)
         t = self.next_event_ns()
         if t is not None:
             timeout_s = max(0.0, min(timeout_s, (t - now) / 1e9))
         self.nic.run_once(timeout_s)
-        self._run_posts(_mono())
+        self._run_posts(self.clock.now_ns())
 
     def run_until(self, predicate, timeout_s: float, poll_s: float = 0.05) -> bool:
-        end = _mono() + int(timeout_s * 1e9)
+        end = self.clock.now_ns() + int(timeout_s * 1e9)
         while not predicate():
-            left = end - _mono()
+            left = end - self.clock.now_ns()
             if left <= 0:
                 return False
             self.run_once(min(poll_s, left / 1e9))

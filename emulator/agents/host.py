@@ -4,45 +4,16 @@ Run inside the host's network namespace::
 
     python -m emulator.agents.host CONFIG.json
 
-Config (keys marked * are required)::
+Config: ``emulator.schema.agent.HostAgentConfig`` (the runner writes it,
+this process reads it back with the same model; a bad one is one line on
+stderr and exit status 2). Its rates and times are wall (fabric x D)::
 
-    {"host"*: "h1", "ifname"*: "h1-eth0", "mac"*: "02:..", "ip"*: "10.0.1.1",
-     "gateway_mac"*: "02:..",            # destination MAC of every frame we send
-     "rate_bps": 10000000, "mtu_bytes": 1024, "tx_delay_ns": 0, "dscp": 26,
-     "ack_every_n": 16, "rto_ns": null,  # null: NIC default (see RoceNic)
-     "retry_cnt": 7, "verify_icrc": true,
-     "priority": 3,                      # PFC class of data/ACK/NAK (DSCP "dscp")
-     "cnp_dscp": 48, "cnp_priority": 6,  # CNPs: DSCP and PFC class
-     "cnp_interval_ns": 50000,           # wall ns (dilated): <= 1 CNP per QP per interval;
-                                         # null: send no CNPs
-     "honor_pfc": true,                  # obey received PFC frames
-     "dcqcn": {"enabled": true, ...},    # reaction point, see "DCQCN" below
-     "sample_interval_ns": 1000000,      # wall ns between flows.csv rows
-     "mr_rkey": 4660, "mr_addr": 0,      # the receive MR (see conventions)
-     "start_at_unix_ns": 1763760000000000000,   # default: now
-     "deadline_s": 60,                   # give up at start_at + deadline_s
-     "linger_s": null,                   # see "Exit" below
-     "qps": [{"qpn"*: 16, "remote_ip"*: "10.0.2.1", "remote_qpn"*: 32,
-              "udp_sport": 49168, "sq_psn": 0, "rq_psn": 0, "rate_bps": null}],
-     "send": [{"flow_id"*: 0, "qpn"*: 16, "op": "write", "size_bytes"*: 1048576,
-               "start_offset_ns": 0, "rkey": 4660, "remote_addr": 0}],
-     "expect": [{"flow_id"*: 3, "qpn"*: 16, "op": "write", "size_bytes"*: 1048576,
-                 "remote_addr": null}],
-     "result_path"*: "/tmp/.../h1.result.json",
-     # AI-workload endpoint features, all optional; absent = a plain NIC with
-     # no per-packet CPU work, default P_Key, GPUDirect on (today's behaviour).
-     # Times/rates are wall (fabric x D), like the rest of the file.
-     "gpudirect": true,                  # false: sends from / data into the MRs
-     "staging_rate_bps": 100e9,          #   are staged through host memory
-     "staging_latency_ns": 10000,        #   (gpudirect.GpuNic)
-     "dpu": false,                       # true: per-packet work on the card
-     "tenant": null,                     # 1..32766: BTH P_Key 0x8000|tenant, foreign
-                                         #   partitions dropped (nic.tenant_drops)
-     "host_cpu": {"cores": 1, "firewall_ns_per_packet": 0, "crypto_ns_per_packet": 0,
-                  "crypto_ns_per_byte": 0, "storage_ns_per_packet": 0,
-                  "rx_backlog_pkts": 1024},       # host_cpu.HostCpuParams
-     "dpu_cpu": {...},                   # same keys: the DPU cores' costs (default 0)
-     "storage_qpns": [16]}               # local QPs carrying storage traffic
+    {"host": "h1", "ifname": "h1-eth0", "mac": "02:..", "ip": "10.0.1.1",
+     "gateway_mac": "02:..", "rate_bps": 10000000, "dcqcn": {...}, ...,
+     "qps": [{"qpn": 16, "remote_ip": "10.0.2.1", "remote_qpn": 32}],
+     "send": [{"flow_id": 0, "qpn": 16, "op": "write", "size_bytes": 1048576}],
+     "expect": [{"flow_id": 3, "qpn": 16, "op": "write", "size_bytes": 1048576}],
+     "result_path": "/tmp/.../h1.result.json"}
 
 ``qpn`` in ``send`` and ``expect`` is always a *local* QP from ``qps``;
 ``sq_psn`` of a QP must equal ``rq_psn`` of its peer QP (both default 0).
@@ -148,16 +119,13 @@ import signal
 import sys
 import time
 
-from ..errors import ConfigError, FabricEmuError
+from ..errors import FabricEmuError
+from ..schema.agent import HostAgentConfig
 from .dcqcn import DcqcnParams
-from .dpu import Endpoint, tenant_pkey
+from .dpu import Endpoint
 from .gpudirect import GpuNic
-from .host_cpu import HostCpuParams
 from .nic import QpState, RoceNic, WcOpcode, WcStatus
 
-ENDPOINT_KEYS = ("dpu", "tenant", "host_cpu", "dpu_cpu", "storage_qpns")
-
-DEFAULT_MR_RKEY = 0x1234
 PATTERN_BLOCK = 65536
 PATTERN_STRIDE = 4099          # odd: blocks up to 4 GiB are all different rotations
 LAYOUT_ALIGN = 4096
@@ -251,185 +219,78 @@ class RunLogs:
         self._f = {}
 
 
-def _need(d: dict, key: str, kind, where: str, path: str):
-    if key not in d:
-        raise ConfigError(path, f"{where}.{key}", "missing")
-    v = d[key]
-    if kind is int and (isinstance(v, bool) or not isinstance(v, int)):
-        raise ConfigError(path, f"{where}.{key}", f"expected an integer, got {v!r}")
-    if kind is str and not isinstance(v, str):
-        raise ConfigError(path, f"{where}.{key}", f"expected a string, got {v!r}")
-    return v
-
-
-def load_config(path: str) -> dict:
-    try:
-        with open(path) as f:
-            cfg = json.load(f)
-    except (OSError, ValueError) as e:
-        raise ConfigError(path, "", f"cannot read JSON: {e}") from None
-    if not isinstance(cfg, dict):
-        raise ConfigError(path, "", "top level must be an object")
-    for k in ("host", "ifname", "mac", "ip", "gateway_mac", "result_path"):
-        _need(cfg, k, str, "", path)
-    for k, lo, hi in (("priority", 0, 7), ("cnp_priority", 0, 7), ("cnp_dscp", 0, 63),
-                      ("dscp", 0, 63)):
-        if k in cfg:
-            _need(cfg, k, int, "", path)
-            if not lo <= cfg[k] <= hi:
-                raise ConfigError(path, k, f"must be {lo}..{hi}")
-    for k in ("cnp_interval_ns", "sample_interval_ns"):
-        if cfg.get(k) is not None:
-            v = cfg[k]
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0 \
-                    or (k == "sample_interval_ns" and v == 0):
-                raise ConfigError(path, k, f"expected a positive number of ns, got {v!r}")
-    try:
-        DcqcnParams.from_config(cfg.get("dcqcn"))
-    except ValueError as e:
-        raise ConfigError(path, "dcqcn", str(e)) from None
-    _check_endpoint(cfg, path)
-    qpns = set()
-    for i, q in enumerate(cfg.setdefault("qps", [])):
-        for k in ("qpn", "remote_qpn"):
-            _need(q, k, int, f"qps[{i}]", path)
-        _need(q, "remote_ip", str, f"qps[{i}]", path)
-        if q["qpn"] in qpns:
-            raise ConfigError(path, f"qps[{i}].qpn", "duplicate")
-        qpns.add(q["qpn"])
-    flows = set()
-    for section in ("send", "expect"):
-        for i, e in enumerate(cfg.setdefault(section, [])):
-            where = f"{section}[{i}]"
-            for k in ("flow_id", "qpn", "size_bytes"):
-                _need(e, k, int, where, path)
-            if e["qpn"] not in qpns:
-                raise ConfigError(path, f"{where}.qpn", f"no local QP {e['qpn']} in qps")
-            if e.setdefault("op", "write") not in ("write", "send"):
-                raise ConfigError(path, f"{where}.op", "must be 'write' or 'send'")
-            if e["size_bytes"] < 0:
-                raise ConfigError(path, f"{where}.size_bytes", "negative")
-            if (section, e["flow_id"]) in flows:
-                raise ConfigError(path, f"{where}.flow_id", "duplicate")
-            flows.add((section, e["flow_id"]))
-    for i, q in enumerate(cfg.get("storage_qpns") or []):
-        if q not in qpns:
-            raise ConfigError(path, f"storage_qpns[{i}]", f"no local QP {q!r} in qps")
-    return cfg
-
-
-def _check_endpoint(cfg: dict, path: str) -> None:
-    """The optional GPUDirect / DPU / tenant / host CPU keys."""
-    for k in ("gpudirect", "dpu"):
-        if k in cfg and not isinstance(cfg[k], bool):
-            raise ConfigError(path, k, f"expected true or false, got {cfg[k]!r}")
-    for k, lo in (("staging_rate_bps", 0), ("staging_latency_ns", None)):
-        v = cfg.get(k)
-        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))
-                              or (v <= lo if lo is not None else v < 0)):
-            raise ConfigError(path, k, f"expected a {'positive' if lo is not None else 'non-negative'}"
-                                       f" number, got {v!r}")
-    if cfg.get("tenant") is not None:
-        try:
-            tenant_pkey(cfg["tenant"])
-        except ValueError as e:
-            raise ConfigError(path, "tenant", str(e)) from None
-    for k in ("host_cpu", "dpu_cpu"):
-        if cfg.get(k) is not None:
-            if not isinstance(cfg[k], dict):
-                raise ConfigError(path, k, "expected an object")
-            try:
-                HostCpuParams.from_config(cfg[k])
-            except (ValueError, TypeError) as e:
-                raise ConfigError(path, k, str(e)) from None
-    if cfg.get("storage_qpns") is not None and not isinstance(cfg["storage_qpns"], list):
-        raise ConfigError(path, "storage_qpns", "expected a list of local QP numbers")
-
-
 # ---------------------------------------------------------------------------
 class HostAgent:
-    def __init__(self, cfg: dict, nic: RoceNic | None = None, logs: RunLogs | None = None):
+    def __init__(self, cfg: HostAgentConfig, nic: RoceNic | None = None,
+                 logs: RunLogs | None = None):
         """``nic``: use this NIC (tests) instead of opening one from ``cfg``
         (it should have been made with ``logs=`` the same ``logs``).
         ``logs``: default ``RunLogs`` in the directory of ``result_path``."""
         self.cfg = cfg
-        self.host = cfg["host"]
-        self.dcqcn = DcqcnParams.from_config(cfg.get("dcqcn"))
-        self.sample_interval_ns = int(cfg.get("sample_interval_ns") or 1_000_000)
+        self.host = cfg.host
+        self.dcqcn = DcqcnParams.from_config(cfg.dcqcn)
+        self.sample_interval_ns = cfg.sample_interval_ns or 1_000_000
         if logs is None:
-            logs = RunLogs(os.path.dirname(cfg["result_path"]), self.host)
+            logs = RunLogs(os.path.dirname(cfg.result_path), self.host)
         self.logs = logs
-        cnp_interval = cfg.get("cnp_interval_ns", 50_000)
         try:
             self.nic = nic or RoceNic(
-                cfg["ifname"], cfg["mac"], cfg["ip"], cfg["gateway_mac"],
-                rate_bps=int(cfg.get("rate_bps", 10_000_000)),
-                mtu_bytes=int(cfg.get("mtu_bytes", 1024)),
-                dscp=int(cfg.get("dscp", 26)), tx_delay_ns=int(cfg.get("tx_delay_ns", 0)),
-                ack_every_n=int(cfg.get("ack_every_n", 16)), rto_ns=cfg.get("rto_ns"),
-                retry_cnt=int(cfg.get("retry_cnt", 7)),
-                verify_icrc=bool(cfg.get("verify_icrc", True)),
-                priority=int(cfg.get("priority", 3)), cnp_dscp=int(cfg.get("cnp_dscp", 48)),
-                cnp_priority=int(cfg.get("cnp_priority", 6)),
-                cnp_interval_ns=None if cnp_interval is None else int(cnp_interval),
-                honor_pfc=bool(cfg.get("honor_pfc", True)), dcqcn=self.dcqcn, logs=logs)
+                cfg.ifname, cfg.mac, cfg.ip, cfg.gateway_mac, rate_bps=cfg.rate_bps,
+                mtu_bytes=cfg.mtu_bytes, dscp=cfg.dscp, tx_delay_ns=cfg.tx_delay_ns,
+                ack_every_n=cfg.ack_every_n, rto_ns=cfg.rto_ns, retry_cnt=cfg.retry_cnt,
+                verify_icrc=cfg.verify_icrc, priority=cfg.priority, cnp_dscp=cfg.cnp_dscp,
+                cnp_priority=cfg.cnp_priority, cnp_interval_ns=cfg.cnp_interval_ns,
+                honor_pfc=cfg.honor_pfc, dcqcn=self.dcqcn, logs=logs)
         except BaseException:
             logs.close()
             raise
         nic = self.nic
         self.qps = {}
-        for q in cfg["qps"]:
-            self.qps[q["qpn"]] = nic.create_qp(
-                q["qpn"], q["remote_ip"], q["remote_qpn"], q.get("udp_sport"),
-                sq_psn=int(q.get("sq_psn", 0)), rq_psn=int(q.get("rq_psn", 0)),
-                rate_bps=q.get("rate_bps"))
+        for q in cfg.qps:
+            self.qps[q.qpn] = nic.create_qp(q.qpn, q.remote_ip, q.remote_qpn, q.udp_sport,
+                                            sq_psn=q.sq_psn, rq_psn=q.rq_psn, rate_bps=q.rate_bps)
         # DPU / plain-NIC endpoint (per-packet CPU work, tenant): only if asked
         self.endpoint = None
-        if any(cfg.get(k) is not None for k in ENDPOINT_KEYS):
-            self.endpoint = Endpoint(nic, dpu=bool(cfg.get("dpu", False)),
-                                     tenant=cfg.get("tenant"), host_cpu=cfg.get("host_cpu"),
-                                     dpu_cpu=cfg.get("dpu_cpu"))
-            for qpn in cfg.get("storage_qpns") or []:
+        if cfg.is_endpoint():
+            self.endpoint = Endpoint(nic, dpu=bool(cfg.dpu), tenant=cfg.tenant,
+                                     host_cpu=cfg.host_cpu, dpu_cpu=cfg.dpu_cpu)
+            for qpn in cfg.storage_qpns or []:
                 self.endpoint.mark_storage(self.qps[qpn])
         # GPUDirect off: the agent's buffers are GPU memory staged via the host
         self.gpu = None
-        if cfg.get("gpudirect") is not None:
-            self.gpu = GpuNic(nic, cfg["gpudirect"],
-                              float(cfg.get("staging_rate_bps", 100e9)),
-                              float(cfg.get("staging_latency_ns", 10_000)))
+        if cfg.gpudirect is not None:
+            self.gpu = GpuNic(nic, cfg.gpudirect, cfg.staging_rate_bps, cfg.staging_latency_ns)
         # receive side
-        self.expect = cfg["expect"]
-        mr_addr = int(cfg.get("mr_addr", 0))
-        self.layout = write_layout(self.expect, mr_addr)
-        mr_end = max([mr_addr] + [self.layout[e["flow_id"]] + e["size_bytes"]
-                                  for e in self.expect if e["op"] == "write"])
-        self.rx_mr = nic.register_mr(mr_end - mr_addr, addr=mr_addr,
-                                     rkey=int(cfg.get("mr_rkey", DEFAULT_MR_RKEY)))
+        self.expect = cfg.expect
+        mr_addr = cfg.mr_addr
+        self.layout = write_layout([e.model_dump() for e in self.expect], mr_addr)
+        mr_end = max([mr_addr] + [self.layout[e.flow_id] + e.size_bytes
+                                  for e in self.expect if e.op == "write"])
+        self.rx_mr = nic.register_mr(mr_end - mr_addr, addr=mr_addr, rkey=cfg.mr_rkey)
         self._gpu_mem(self.rx_mr)
         self.exp_state = []
         self.addr_to_exp = {}
         for i, e in enumerate(self.expect):
-            st = {"flow_id": e["flow_id"], "qpn": e["qpn"], "op": e["op"],
-                  "bytes": e["size_bytes"], "delivered_bytes": 0, "intact": False,
+            st = {"flow_id": e.flow_id, "qpn": e.qpn, "op": e.op,
+                  "bytes": e.size_bytes, "delivered_bytes": 0, "intact": False,
                   "complete": False, "first_rx_unix_ns": None, "complete_unix_ns": None}
             self.exp_state.append(st)
-            if e["op"] == "write":
-                self.addr_to_exp[self.layout[e["flow_id"]]] = i
+            if e.op == "write":
+                self.addr_to_exp[self.layout[e.flow_id]] = i
             elif self.gpu is not None:
-                self.gpu.post_recv(self.qps[e["qpn"]], i, e["size_bytes"], gpu=True)
+                self.gpu.post_recv(self.qps[e.qpn], i, e.size_bytes, gpu=True)
             else:
-                nic.post_recv(self.qps[e["qpn"]], i, e["size_bytes"])
+                nic.post_recv(self.qps[e.qpn], i, e.size_bytes)
         # send side: one MR per flow, holding its pattern
-        self.sends = sorted(enumerate(cfg["send"]),
-                            key=lambda ie: (int(ie[1].get("start_offset_ns", 0)), ie[0]))
-        self.send_state = [None] * len(cfg["send"])
+        self.sends = sorted(enumerate(cfg.send), key=lambda ie: (ie[1].start_offset_ns, ie[0]))
+        self.send_state = [None] * len(cfg.send)
         self.send_mr = {}
-        for i, s in enumerate(cfg["send"]):
-            self.send_mr[i] = nic.register_mr(s["size_bytes"],
-                                              buf=pattern_bytes(s["flow_id"], 0, s["size_bytes"]))
+        for i, s in enumerate(cfg.send):
+            self.send_mr[i] = nic.register_mr(s.size_bytes,
+                                              buf=pattern_bytes(s.flow_id, 0, s.size_bytes))
             self._gpu_mem(self.send_mr[i])
-            self.send_state[i] = {"flow_id": s["flow_id"], "qpn": s["qpn"], "op": s["op"],
-                                  "bytes": s["size_bytes"], "complete": False, "status": None,
+            self.send_state[i] = {"flow_id": s.flow_id, "qpn": s.qpn, "op": s.op,
+                                  "bytes": s.size_bytes, "complete": False, "status": None,
                                   "fct_ns": None, "post_unix_ns": None, "complete_unix_ns": None,
                                   "scheduled_unix_ns": None, "acked_bytes": 0}
         self.active_sends: dict[int, tuple] = {}   # send index -> (qp, wqe) while unfinished
@@ -522,11 +383,11 @@ class HostAgent:
             e = self.expect[i]
             if p is None:
                 continue
-            if p[0] == "write" and e["op"] == "write" and p[1] == self.layout[e["flow_id"]]:
+            if p[0] == "write" and e.op == "write" and p[1] == self.layout[e.flow_id]:
                 n = p[2]
                 off = p[1] - self.rx_mr.addr
                 got = self.rx_mr.mv[off:off + n]
-            elif p[0] == "send" and e["op"] == "send" and p[1] == i:
+            elif p[0] == "send" and e.op == "send" and p[1] == i:
                 n = p[2]
                 got = None
             else:
@@ -572,7 +433,7 @@ class HostAgent:
         self.logs.close()
 
     def write_result(self) -> None:
-        path = self.cfg["result_path"]
+        path = self.cfg.result_path
         d = os.path.dirname(path)
         if d:
             os.makedirs(d, exist_ok=True)
@@ -587,7 +448,7 @@ class HostAgent:
         stop_flag = stop_flag if stop_flag is not None else [False]
         now_unix = time.time_ns()
         self.ready_unix_ns = now_unix
-        self.start_at_unix_ns = int(cfg.get("start_at_unix_ns") or now_unix)
+        self.start_at_unix_ns = cfg.start_at_unix_ns or now_unix
         if self.start_at_unix_ns < now_unix:
             print(f"[{self.host}] warning: ready {(now_unix - self.start_at_unix_ns) / 1e6:.1f} ms "
                   f"after start_at_unix_ns: its peers may have sent into the void",
@@ -597,10 +458,10 @@ class HostAgent:
         if self.endpoint is not None:
             self.endpoint.reset(t0)
         io = self.gpu if self.gpu is not None else nic   # posts, completions, loop
-        deadline = t0 + int(float(cfg.get("deadline_s", 60)) * 1e9)
-        linger_s = cfg.get("linger_s")
+        deadline = t0 + int(cfg.deadline_s * 1e9)
+        linger_s = cfg.linger_s
         linger_ns = int((linger_s if linger_s is not None else max(0.5, 3 * nic.rto_ns / 1e9)) * 1e9)
-        pending = [(t0 + int(s.get("start_offset_ns", 0)), i, s) for i, s in self.sends]
+        pending = [(t0 + s.start_offset_ns, i, s) for i, s in self.sends]
         pi = 0
         sample_ns = self.sample_interval_ns
         next_sample = t0 + sample_ns
@@ -611,19 +472,18 @@ class HostAgent:
             while pi < len(pending) and pending[pi][0] <= now:
                 _, i, s = pending[pi]
                 pi += 1
-                qp = self.qps[s["qpn"]]
+                qp = self.qps[s.qpn]
                 mr = self.send_mr[i]
-                if s["op"] == "write":
-                    io.post_write(qp, i, (mr, 0, mr.size_bytes),
-                                  int(s.get("remote_addr", 0)), int(s.get("rkey", DEFAULT_MR_RKEY)))
+                if s.op == "write":
+                    io.post_write(qp, i, (mr, 0, mr.size_bytes), s.remote_addr or 0, s.rkey)
                 else:
                     io.post_send(qp, i, (mr, 0, mr.size_bytes))
                 self.active_sends[i] = (qp, qp.sq[-1] if qp.sq and qp.sq[-1].wr_id == i
                                         else None)
-                self.logs.flow(time.monotonic_ns(), s["flow_id"], 0)
+                self.logs.flow(time.monotonic_ns(), s.flow_id, 0)
                 st = self.send_state[i]
                 st["post_unix_ns"] = time.time_ns()
-                st["scheduled_unix_ns"] = self.start_at_unix_ns + int(s.get("start_offset_ns", 0))
+                st["scheduled_unix_ns"] = self.start_at_unix_ns + s.start_offset_ns
             for c in io.poll_cq(256):
                 self._handle(c)
             if stop_flag[0]:
@@ -676,8 +536,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     try:
-        cfg = load_config(argv[0])
-        agent = HostAgent(cfg)
+        agent = HostAgent(HostAgentConfig.load(argv[0]))
     except FabricEmuError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -15,8 +15,9 @@ there are no threads inside. Everything happens in that event loop:
   when the loop wakes late it sends the frames that are due in a burst
   (catch-up is bounded by ``max_lag_ns``; time lost beyond that is given
   up, not recovered with a longer burst). A frame leaves ``tx_delay_ns``
-  after its slot (a constant shift modelling the host link's propagation
-  delay). ACK/NAKs get the next slot before data; data QPs share the rest
+  after its serialization ends (``emulator.link.Wire``, the switch's link
+  model: ``tx_delay_ns`` is the host link's propagation delay). CNPs, then
+  ACK/NAKs, get the next slot before data; data QPs share the rest
   round-robin, one frame at a time.
 
 Reliability (RC, go-back-N, as ConnectX/rxe do it):
@@ -28,7 +29,7 @@ Reliability (RC, go-back-N, as ConnectX/rxe do it):
   rebuilt from the message buffer when (re)sent. An ACK for PSN p completes
   every message whose packets are all <= p. A NAK (PSN sequence error) for
   p acknowledges < p and restarts sending at p. With no ACK progress for
-  ``rto_ns`` while packets are outstanding, sending restarts at the oldest
+  ``rto_ns`` (armed when a request leaves the wire) while packets are outstanding, sending restarts at the oldest
   unacknowledged PSN; the timeout doubles with each consecutive expiry (up
   to 8 x ``rto_ns``, like ConnectX's adaptive retransmission) and after
   ``retry_cnt`` consecutive timeouts the QP fails (completions with
@@ -85,53 +86,54 @@ Lossless classes and congestion control (docs/lossless.md):
   ``cnp(t_ns, local_qpn, remote_qpn, direction)`` and
   ``pfc(t_ns, priority, quanta)`` (``host.RunLogs``), or None.
 
-Code layout: ``qp`` (enums, QueuePair, Completion, MemoryRegion),
-``packet_socket`` (sockets, BPF, PFC constants), ``nic_verbs`` (verbs API),
-``nic_rx`` (receive path, responder), ``nic_requester`` (ACK/NAK handling,
-timers), ``nic_tx`` (PFC pause state, pacer, frame emission), ``nic_read``
-(RDMA READ: verb, responder, requester), ``host_cpu`` (per-packet CPU work
-and the receive-side tenant filter, off by default); ``RoceNic`` here
-composes them. ``dpu`` (DPU/plain-NIC endpoint, storage target) and
-``gpudirect`` (staging copies) configure or wrap a ``RoceNic``. Their names are re-exported from this module.
+Code layout (htsim style: small parts that hand frames on, time owned by
+the caller and passed in as ``now``): ``qp`` (enums, QueuePair -- the per-QP
+record the parts share, each field with one writer -- Completion,
+MemoryRegion), ``frames`` (the named frames of the transmit queues),
+``requester`` (WQEs, ACK/NAKs, go-back-N, ACK timeouts), ``responder`` (PSN
+check, placement, coalesced ACK/NAKs), ``read`` (RDMA READ, both sides),
+``transmitter`` (pacer + ``link.Wire``), ``pfc`` (pause reception),
+``notification`` / ``reaction`` (DCQCN's CNP generation and per-QP rate
+control), ``host_cpu`` (CPU gate and tenant filter, off by default),
+``packet_socket`` (AF_PACKET sockets, BPF). ``RoceNic`` here owns and wires
+them: it demultiplexes received frames to them, runs the event loop and
+keeps the verbs API. ``dpu`` (DPU/plain-NIC endpoint, storage target) and
+``gpudirect`` (staging copies) configure or wrap a ``RoceNic``.
 
-Times are ``time.monotonic_ns()``; completions also carry wall-clock
-``time.time_ns()`` values (``*_unix_ns``).
+Time: the ``clock`` given to ``RoceNic`` (``emulator.clock``; default the
+real ``MONOTONIC``, tests a ``ManualClock``): ``*_ns`` values are its
+``now_ns()``, completions' ``*_unix_ns`` its ``unix_ns()``; the event loop
+waits through ``clock.wait_readable``.
 """
 from __future__ import annotations
 
-import select
-import time
 from collections import deque
 from typing import Callable
 
+from emulator.clock import MONOTONIC
+from emulator.wire import ETH_P_IP, ETH_P_PAUSE, ICRC_BYTES, RETH_BYTES, ROCE_HDR_BYTES, \
+    WIRE_OVERHEAD_BYTES
+
 from . import roce
 from .dcqcn import Dcqcn, DcqcnParams  # noqa: F401  (re-exported)
-from .host_cpu import PacketCpuMixin
-from .nic_read import ReadMixin
-from .nic_requester import RequesterMixin
-from .nic_rx import _REQ, ReceivePathMixin  # noqa: F401
-from .nic_tx import (  # noqa: F401
-    _ACK_FRAME_LEN, _CNP_FRAME_LEN, _CNP_PAD, _HDR_LEN, TransmitPacerMixin,
+from .host_cpu import CpuGate, CpuServers, TenantFilter
+from .notification import NotificationPoint
+from .packet_socket import kernel_drops, open_packet_socket, open_udp_absorber, set_timer_slack_ns
+from .pfc import PfcReceiver
+from .qp import (  # noqa: F401  (re-exported)
+    RNR_TIMER_US, Completion, MemoryRegion, QpState, QueuePair, WcOpcode, WcStatus, _RecvWqe,
 )
-from .nic_verbs import VerbsMixin
-from .packet_socket import (  # noqa: F401
-    ETH_P_IP, ETH_P_PAUSE, PACKET_IGNORE_OUTGOING, PACKET_STATISTICS, PFC_DST_MAC, PFC_OPCODE,
-    PFC_QUANTUM_BITS, PR_SET_TIMERSLACK, SO_ATTACH_FILTER, SO_RCVBUFFORCE, SO_SNDBUFFORCE,
-    SOL_PACKET, PacketSocketMixin, _bpf_assemble, rocev2_bpf, set_timer_slack_ns,
+from .reaction import ReactionPoint
+from .read import READ_OPS, ReadRequester, ReadResponder
+from .requester import Requester
+from .responder import REQUEST_OPS, Responder
+from .roce import (  # noqa: F401  (re-exported)
+    CNP_OPCODE, ECN_CE, ECN_ECT0, ECN_NOT_ECT, PSN_HALF, PSN_MASK, RC_ACK, RC_READ_REQUEST,
+    FrameTemplate, ip_to_int, parse_roce, verify_icrc,
 )
-from .qp import (  # noqa: F401
-    _OPS_SEND, _OPS_WRITE, RNR_TIMER_US, Completion, MemoryRegion, QpState, QueuePair, WcOpcode,
-    WcStatus, _RecvWqe, _SendWqe,
-)
-from .roce import (  # noqa: F401
-    AETH_ACK, AETH_ACK_SYNDROME, AETH_RNR_NAK, AETH_TYPE_MASK, CNP_OPCODE, ECN_CE,
-    ECN_ECT0, ECN_NOT_ECT, NAK_INVALID_REQUEST, NAK_PSN_SEQ_ERR, NAK_REMOTE_ACCESS_ERR,
-    NAK_REMOTE_OP_ERR,
-    PSN_HALF, PSN_MASK, RC_ACK, WIRE_OVERHEAD_BYTES, FrameTemplate, ip_to_int, parse_roce,
-    verify_icrc,
-)
+from .transmitter import Transmitter
 
-_mono = time.monotonic_ns
+_DATA_OPS = frozenset(REQUEST_OPS) | READ_OPS    # what per-packet CPU work applies to
 
 
 class NicStats:
@@ -163,15 +165,12 @@ class NicStats:
 # ---------------------------------------------------------------------------
 # The NIC
 # ---------------------------------------------------------------------------
-class RoceNic(VerbsMixin, ReadMixin, ReceivePathMixin, RequesterMixin, TransmitPacerMixin,
-              PacketCpuMixin, PacketSocketMixin):
-    """A software RoCEv2 RNIC on one interface. Not thread-safe. The verbs,
-    receive path/responder, requester, pacer and socket setup live in the
-    mixins (``nic_verbs``, ``nic_rx``, ``nic_requester``, ``nic_tx``,
-    ``packet_socket``); this class holds the state and the event loop."""
+class RoceNic:
+    """A software RoCEv2 RNIC on one interface. Not thread-safe. Owns the
+    parts (see the module docstring), demultiplexes received frames to them
+    and runs the event loop."""
 
     RX_BATCH = 256     # frames drained per wakeup at most
-    TX_BURST = 64      # frames serialized per service pass at most
 
     def __init__(self, ifname: str | None, mac: str, ip: str, gateway_mac: str,
                  rate_bps: int = 10_000_000, mtu_bytes: int = 1024, dscp: int = 26,
@@ -184,7 +183,7 @@ class RoceNic(VerbsMixin, ReadMixin, ReceivePathMixin, RequesterMixin, TransmitP
                  timer_slack_ns: int | None = 1000, sock=None, priority: int = 3,
                  cnp_dscp: int = 48, cnp_priority: int = 6,
                  cnp_interval_ns: int | None = 50_000, honor_pfc: bool = True,
-                 dcqcn: DcqcnParams | dict | None = None, logs=None):
+                 dcqcn: DcqcnParams | dict | None = None, logs=None, clock=MONOTONIC):
         """``rto_ns`` default (None): max(20 ms, 8 * ack_every_n full-frame
         times at ``rate_bps``) -- 113 ms at 10 Mbit/s, 20 ms from ~60 Mbit/s
         up. The sender hears an ACK only every ``ack_every_n`` packets (14 ms
@@ -206,15 +205,15 @@ class RoceNic(VerbsMixin, ReadMixin, ReceivePathMixin, RequesterMixin, TransmitP
         interval (None: send no CNPs). ``honor_pfc``: obey received PFC
         frames. ``dcqcn``: reaction point parameters (``DcqcnParams`` or its
         dict form); None or ``enabled: false`` keeps every QP at its line
-        rate. ``logs``: see the module docstring."""
+        rate. ``logs``: see the module docstring. ``clock``: where every
+        part gets its time (``emulator.clock``)."""
         if rate_bps <= 0 or mtu_bytes < 256 or mtu_bytes > 9000 or mtu_bytes % 4:
             raise ValueError("rate_bps must be > 0 and mtu_bytes a multiple of 4 in 256..9000")
         if ack_every_n < 1:
             raise ValueError("ack_every_n must be >= 1")
         if not (0 <= priority < 8 and 0 <= cnp_priority < 8 and 0 <= cnp_dscp < 64):
             raise ValueError("priorities must be 0..7 and cnp_dscp 0..63")
-        if cnp_interval_ns is not None and cnp_interval_ns < 0:
-            raise ValueError("cnp_interval_ns must be >= 0")
+        self.clock = clock
         self.ifname, self.mac, self.ip = ifname, mac, ip
         self.ip_int = ip_to_int(ip)
         self.gateway_mac = gateway_mac
@@ -223,91 +222,90 @@ class RoceNic(VerbsMixin, ReadMixin, ReceivePathMixin, RequesterMixin, TransmitP
         self.dscp, self.ecn = dscp, ecn
         self.tx_delay_ns = int(tx_delay_ns)
         self.ack_every_n = ack_every_n
-        max_frame_ns = (_HDR_LEN + 16 + mtu_bytes + 4 + WIRE_OVERHEAD_BYTES) * 8e9 / rate_bps
+        max_frame_ns = (ROCE_HDR_BYTES + RETH_BYTES + mtu_bytes + ICRC_BYTES
+                        + WIRE_OVERHEAD_BYTES) * 8e9 / rate_bps
         self.rto_ns = int(rto_ns if rto_ns is not None
                           else max(20_000_000, 8 * ack_every_n * max_frame_ns))
         self.retry_cnt = retry_cnt
-        self.min_rnr_timer = min_rnr_timer & 0x1F
-        self.rnr_retry = rnr_retry
-        self._rto_frames_bits = 8 * ack_every_n * (_HDR_LEN + 16 + mtu_bytes + 4
-                                                   + WIRE_OVERHEAD_BYTES) * 8
         self.max_lag_ns = int(max_lag_ns if max_lag_ns is not None
                               else max(500_000, 4 * max_frame_ns))
-        self.max_outstanding_pkts = min(max_outstanding_pkts, PSN_HALF - 1)
         self.verify_icrc = verify_icrc
-        self.report_remote_writes = report_remote_writes
         self.priority, self.cnp_priority, self.cnp_dscp = priority, cnp_priority, cnp_dscp
-        self.cnp_interval_ns = None if cnp_interval_ns is None else int(cnp_interval_ns)
         self.honor_pfc = honor_pfc
         if not isinstance(dcqcn, DcqcnParams):
             dcqcn = DcqcnParams.from_config(dcqcn) if dcqcn is not None \
                 else DcqcnParams(enabled=False)
         self.dcqcn = dcqcn
         self.logs = logs
-        self.stats = NicStats()
+        self.stats = st = NicStats()
         self.on_ecn_ce: Callable[[QueuePair, roce.RocePacket], None] | None = None
         self.on_cnp: Callable[[QueuePair, roce.RocePacket], None] | None = None
+        # BTH P_Key of our frames (dpu: a tenant's partition; 0xFFFF: default)
+        self.pkey = 0xFFFF
+        self.last_rx_ns = 0                  # clock time of the last received frame
 
         self._qps: dict[int, QueuePair] = {}
-        self._qp_list: list[QueuePair] = []
-        self._rr = 0
         self._mrs: dict[int, MemoryRegion] = {}
         self._next_rkey = 0x100
         self._next_addr = 0x10000000
         self._cq: deque[Completion] = deque()
-        self._ctrl: deque = deque()          # (qp, psn24, syndrome, msn) ACK/NAKs to send
-        self._cnpq: deque = deque()          # QPs owed a CNP
-        # PFC: per priority, when the current/last pause started and ends (monotonic ns)
-        self._pause_start = [0] * 8
-        self._pause_until = [0.0] * 8
-        self._paused_closed_ns = 0           # pause time of intervals already over
-        self._dline: deque = deque()         # (release_ns, kind, qp, wqe|None, a, b) frames in flight
-        self._ack_list: list[QueuePair] = []
-        self._slot_free_ns = 0.0             # when the wire is free for the next frame
-        self._wire_idle = True
-        self._tx_blocked_until = 0
-        self._rxbuf = bytearray(16384)
-        self._rxmv = memoryview(self._rxbuf)
-        self._udp_absorber = None
-        # RDMA READ (nic_read): QPs with READ responses to send
-        self._rd_qps: deque[QueuePair] = deque()
-        # BTH P_Key of our frames (dpu: a tenant's partition; 0xFFFF: default);
-        # receive-side partition filter and per-packet CPU work (host_cpu):
-        # all None / empty unless configured, so they cost nothing per packet
-        self.pkey = 0xFFFF
-        self.rx_partition: int | None = None
-        self.filter_ns = 0.0
-        self._filter_cpu = None
-        self._pkt_cpu = None
-        self._cpu_tx_ready_ns = 0.0
-        self._cpu_rxq: list = []
+
+        # -- the parts ---------------------------------------------------------
+        unix_ns = clock.unix_ns
+        max_out = min(max_outstanding_pkts, PSN_HALF - 1)
+        self.pfc = PfcReceiver(rate_bps, (priority, cnp_priority), honor=honor_pfc, logs=logs)
+        self.requester = Requester(
+            link_rate_bps=rate_bps, mtu_bytes=mtu_bytes, ack_every_n=ack_every_n,
+            rto_ns=self.rto_ns, retry_cnt=retry_cnt, rnr_retry=rnr_retry,
+            max_outstanding_pkts=max_out, cq=self._cq, stats=st, unix_ns=unix_ns)
+        self.responder = Responder(
+            mrs=self._mrs, mtu_bytes=mtu_bytes, min_rnr_timer=min_rnr_timer,
+            report_remote_writes=report_remote_writes, cq=self._cq, stats=st, unix_ns=unix_ns)
+        self.read_responder = ReadResponder(self.responder, self._mrs, mtu_bytes, st)
+        self.read_requester = ReadRequester(self.requester, mtu_bytes, st)
+        self.notification = NotificationPoint(cnp_interval_ns)
+        self.cnp_interval_ns = self.notification.interval_ns
+        self.reaction = ReactionPoint(dcqcn, self._on_rate_change, logs)
+        self.cpu_gate: CpuGate | None = None          # host_cpu: off unless configured
+        self.tenant_filter: TenantFilter | None = None
         self._rx_hook = None
-        self.last_rx_ns = 0                  # monotonic time of the last received frame
 
         if timer_slack_ns is not None:
             set_timer_slack_ns(timer_slack_ns)
         self._pfc_sock = None
+        self._udp_absorber = None
         if sock is not None:
             self.sock = sock
         else:
-            self.sock = self._open_packet_socket(ifname, rcvbuf_bytes, sndbuf_bytes, ETH_P_IP)
+            self.sock = open_packet_socket(ifname, ip, rcvbuf_bytes, sndbuf_bytes, ETH_P_IP)
             if honor_pfc:
                 try:
-                    self._pfc_sock = self._open_packet_socket(ifname, 1 << 20, 1 << 16,
-                                                              ETH_P_PAUSE)
+                    self._pfc_sock = open_packet_socket(ifname, ip, 1 << 20, 1 << 16, ETH_P_PAUSE)
                 except BaseException:
                     self.sock.close()
                     raise
             if absorb_udp:
-                self._udp_absorber = self._open_udp_absorber()
+                self._udp_absorber = open_udp_absorber()
         self.sock.setblocking(False)
-        self._fileno = self.sock.fileno()
         self._rx_socks = (self.sock,)
-        self._rx_fds = (self._fileno,)
+        self._rx_fds = (self.sock.fileno(),)
         if self._pfc_sock is not None:
             self._pfc_sock.setblocking(False)
             self._rx_socks = (self.sock, self._pfc_sock)
-            self._rx_fds = (self._fileno, self._pfc_sock.fileno())
+            self._rx_fds = (self.sock.fileno(), self._pfc_sock.fileno())
+        self._rxbuf = bytearray(16384)
+        self._rxmv = memoryview(self._rxbuf)
+
+        self.transmitter = Transmitter(
+            sock=self.sock, rate_bps=rate_bps, mtu_bytes=mtu_bytes, ack_every_n=ack_every_n,
+            max_lag_ns=self.max_lag_ns, tx_delay_ns=self.tx_delay_ns, priority=priority,
+            cnp_priority=cnp_priority, max_outstanding_pkts=max_out,
+            pause_until_ns=self.pfc.until_ns, requester=self.requester,
+            read_responder=self.read_responder, cnp_queue=self.notification.out,
+            ack_queue=self.responder.out, stats=st, logs=logs)
+        self.transmitter.cnp_template_args = (mac, ip, cnp_dscp, self.pkey)
+        if dcqcn.enabled:
+            self.transmitter.on_data_tx = self.reaction.on_tx
 
     # -- teardown ------------------------------------------------------------
     def close(self):
@@ -328,48 +326,351 @@ class RoceNic(VerbsMixin, ReadMixin, ReceivePathMixin, RequesterMixin, TransmitP
     def __exit__(self, *exc):
         self.close()
 
+    def poll_kernel_stats(self) -> None:
+        """Add the kernel's count of frames the packet socket dropped (its
+        receive buffer was full) to ``stats.rx_socket_drops``."""
+        if self.ifname is not None:
+            self.stats.rx_socket_drops += kernel_drops(self.sock)
+
+    # -- verbs ---------------------------------------------------------------
+    def register_mr(self, size_bytes: int, *, addr: int | None = None, rkey: int | None = None,
+                    buf: bytearray | None = None) -> MemoryRegion:
+        """Register ``size_bytes`` of memory (``buf`` or a new zeroed
+        bytearray) at virtual address ``addr`` (default: NIC-assigned) with
+        ``rkey`` (default: NIC-assigned)."""
+        if buf is None:
+            buf = bytearray(size_bytes)
+        elif len(buf) != size_bytes:
+            raise ValueError("len(buf) != size_bytes")
+        if rkey is None:
+            while self._next_rkey in self._mrs:
+                self._next_rkey += 1
+            rkey = self._next_rkey
+            self._next_rkey += 1
+        if rkey in self._mrs:
+            raise ValueError(f"rkey 0x{rkey:x} already registered")
+        if addr is None:
+            addr = self._next_addr
+            self._next_addr += (size_bytes + 0xFFFF) & ~0xFFFF
+        mr = MemoryRegion(addr, rkey & 0xFFFFFFFF, buf)
+        self._mrs[mr.rkey] = mr
+        return mr
+
+    def deregister_mr(self, mr: MemoryRegion):
+        self._mrs.pop(mr.rkey, None)
+
+    def create_qp(self, qpn: int, remote_ip: str, remote_qpn: int, udp_sport: int | None = None,
+                  *, sq_psn: int = 0, rq_psn: int = 0, rate_bps: int | None = None,
+                  remote_mac: str | None = None) -> QueuePair:
+        """An RC QP already connected (RTS). ``sq_psn`` must equal the
+        peer's ``rq_psn`` and vice versa (exchanged out of band)."""
+        if not 0 < qpn <= PSN_MASK or not 0 < remote_qpn <= PSN_MASK:
+            raise ValueError("QP numbers are 24-bit and nonzero")
+        if qpn in self._qps:
+            raise ValueError(f"QP {qpn} exists")
+        if udp_sport is None:
+            udp_sport = 49152 + ((qpn * 2654435761 ^ remote_qpn) & 0x3FFF)
+        if rate_bps is not None and rate_bps <= 0:
+            raise ValueError("a QP's rate_bps must be > 0 (or None: line rate)")
+        dst_mac = remote_mac or self.gateway_mac
+        tpl = FrameTemplate(self.mac, dst_mac, self.ip, remote_ip, udp_sport, remote_qpn,
+                            dscp=self.dscp, ecn=self.ecn, max_payload_bytes=self.mtu_bytes,
+                            pkey=self.pkey)
+        qp = QueuePair(qpn, remote_ip, remote_qpn, udp_sport, sq_psn, rq_psn, rate_bps,
+                       dst_mac, tpl, self.mtu_bytes)
+        self._qps[qpn] = qp
+        self.requester.qps.append(qp)
+        self.reaction.attach(qp, self.qp_line_rate_bps(qp), self.clock.now_ns())
+        return qp
+
+    def qp_line_rate_bps(self, qp: QueuePair) -> float:
+        """The most a QP may send: the link rate, or its cap if lower."""
+        cap = qp.cap_bps
+        return self.rate_bps if cap is None or cap > self.rate_bps else cap
+
+    def _on_rate_change(self, qp: QueuePair, rate_bps: float, t_ns: int, event: str) -> None:
+        """DCQCN moved ``qp``'s current rate: the pacer follows; a cut (CNP)
+        stretches the running ACK timeout."""
+        self.transmitter.set_qp_rate(qp, rate_bps)
+        if event == "cnp":
+            self.requester.rate_cut(qp, t_ns)
+        self.stats.rate_changes += 1
+
+    def _check_local(self, mr, off, length):
+        if off < 0 or length < 0 or off + length > mr.size_bytes:
+            raise ValueError("local range outside the memory region")
+
+    def post_write(self, qp: QueuePair, wr_id: int, local: tuple[MemoryRegion, int, int],
+                   remote_addr: int, rkey: int, *, signaled: bool = True) -> None:
+        """RDMA WRITE ``local`` = (mr, offset, length) to ``remote_addr`` under ``rkey``."""
+        mr, off, length = local
+        self._check_local(mr, off, length)
+        self.requester.post(qp, wr_id, mr.mv[off:off + length], True, remote_addr, rkey,
+                            signaled, self.clock.now_ns())
+
+    def post_send(self, qp: QueuePair, wr_id: int, data, *, signaled: bool = True) -> None:
+        """SEND ``data``: bytes-like, or (mr, offset, length)."""
+        if isinstance(data, tuple):
+            mr, off, length = data
+            data = mr.mv[off:off + length]
+        elif not isinstance(data, memoryview):
+            data = memoryview(data)
+        self.requester.post(qp, wr_id, data, False, 0, 0, signaled, self.clock.now_ns())
+
+    def post_read(self, qp: QueuePair, wr_id: int, local: tuple[MemoryRegion, int, int],
+                  remote_addr: int, rkey: int, *, signaled: bool = True) -> None:
+        """RDMA READ ``local[2]`` bytes at ``remote_addr`` under ``rkey`` into
+        ``local`` = (mr, offset, length); completes (``RDMA_READ``) when the
+        last response has been placed."""
+        mr, off, length = local
+        self._check_local(mr, off, length)
+        self.requester.post(qp, wr_id, mr.mv[off:off + length], False, remote_addr, rkey,
+                            signaled, self.clock.now_ns(), is_read=True)
+
+    def post_recv(self, qp: QueuePair, wr_id: int, size: int, buf=None) -> None:
+        """Post a receive buffer of ``size`` bytes (``buf``: a writable
+        buffer to use, else a new bytearray) for one incoming SEND."""
+        r = _RecvWqe()
+        r.wr_id, r.size = wr_id, size
+        r.buf = memoryview(buf if buf is not None else bytearray(size))
+        if len(r.buf) < size:
+            raise ValueError("buf shorter than size")
+        r.post_ns, r.post_unix_ns = self.clock.now_ns(), self.clock.unix_ns()
+        qp.rq.append(r)
+
+    def poll_cq(self, max_n: int = 64) -> list[Completion]:
+        out = []
+        cq = self._cq
+        while cq and len(out) < max_n:
+            out.append(cq.popleft())
+        return out
+
+    def qp(self, qpn: int) -> QueuePair:
+        return self._qps[qpn]
+
+    @property
+    def qps(self) -> list[QueuePair]:
+        return list(self.requester.qps)
+
+    def frame_time_ns(self, frame_len: int, rate_bps: int | None = None) -> float:
+        """Serialization time of a frame of ``frame_len`` bytes (as handed to
+        AF_PACKET) including the 24 bytes of wire overhead."""
+        return self.transmitter.frame_time_ns(frame_len, rate_bps)
+
+    def idle(self) -> bool:
+        """Nothing left to send or to be acknowledged."""
+        if not self.transmitter.idle() or (self.cpu_gate is not None and self.cpu_gate.rxq):
+            return False
+        return self.requester.idle()
+
+    # -- PFC -----------------------------------------------------------------
+    def update_pause_stats(self, now: int | None = None) -> int:
+        """Bring ``stats.paused_ns`` (time our classes -- ``priority`` and
+        ``cnp_priority`` -- were paused by PFC, summed over the two, up to
+        ``now``) up to date; returns it."""
+        now = self.clock.now_ns() if now is None else now
+        self.stats.paused_ns = total = self.pfc.paused_ns(now)
+        return total
+
+    def paused(self, priority: int, now: int | None = None) -> bool:
+        """Is ``priority`` paused by PFC at ``now``?"""
+        return self.pfc.paused(priority, self.clock.now_ns() if now is None else now)
+
+    # -- per-packet CPU work and tenant filter (host_cpu, set by dpu.Endpoint) --
+    def set_packet_cpu(self, cpu: CpuServers | None, rx_backlog_pkts: int = 1024) -> None:
+        """Charge per-packet work (the QPs' ``cpu_*`` costs) to ``cpu``
+        (None: nobody, no per-packet cost)."""
+        self.cpu_gate = None if cpu is None else CpuGate(cpu, rx_backlog_pkts, self.stats)
+        self.transmitter.cpu_gate = None if cpu is None else self.cpu_gate.tx
+        self._update_rx_hook()
+
+    def set_partition(self, pkey: int | None, filter_cpu: CpuServers | None = None,
+                      filter_ns: float = 0.0) -> None:
+        """Tag our frames with BTH P_Key ``pkey`` and accept only frames of
+        its partition (None: default P_Key 0xFFFF, accept all). Inspecting a
+        frame costs ``filter_ns`` on ``filter_cpu`` (a host-software filter)."""
+        self.pkey = 0xFFFF if pkey is None else pkey
+        self.tenant_filter = None if pkey is None else \
+            TenantFilter(pkey, filter_cpu, filter_ns, self.stats)
+        self.transmitter.cnp_template_args = (self.mac, self.ip, self.cnp_dscp, self.pkey)
+        for qp in self.requester.qps:
+            qp.tpl.pkey = self.pkey
+            if qp.cnp_tpl is not None:
+                qp.cnp_tpl.pkey = self.pkey
+        self._update_rx_hook()
+
+    @property
+    def rx_partition(self) -> int | None:
+        return None if self.tenant_filter is None else self.tenant_filter.partition
+
+    def _update_rx_hook(self) -> None:
+        on = self.cpu_gate is not None or self.tenant_filter is not None
+        self._rx_hook = self._cpu_rx_hook if on else None
+
+    def _cpu_rx_hook(self, frame, pkt, now: int) -> bool:
+        """True when the frame is consumed here: dropped (other tenant, CPU
+        backlog full) or held until its CPU work is done."""
+        tf = self.tenant_filter
+        if tf is not None and tf.drops(frame, now):
+            return True
+        gate = self.cpu_gate
+        if gate is None or pkt.opcode not in _DATA_OPS:
+            return False
+        qp = self._qps.get(pkt.dst_qp)
+        if qp is None or pkt.src_ip != qp.remote_ip_int:
+            return False
+        return gate.rx_admit(frame, pkt, qp, now)
+
+    # -- receive ---------------------------------------------------------------
+    def _rx_drain(self, now: int) -> None:
+        n_batch = 0
+        for sock in self._rx_socks:
+            n_batch += self._rx_drain_sock(sock, now)
+        st = self.stats
+        if n_batch:
+            self.last_rx_ns = now
+            if n_batch > st.rx_batches_max:
+                st.rx_batches_max = n_batch
+        self.responder.flush_acks()
+
+    def _rx_drain_sock(self, sock, now: int) -> int:
+        buf, mv, st = self._rxbuf, self._rxmv, self.stats
+        my_ip, qps, check = self.ip_int, self._qps, self.verify_icrc
+        hook = self._rx_hook                 # tenant filter / CPU work (host_cpu); None: off
+        dispatch = self._dispatch
+        recv_into = sock.recv_into
+        n_batch = 0
+        for _ in range(self.RX_BATCH):
+            try:
+                n = recv_into(buf)
+            except (BlockingIOError, InterruptedError):
+                break
+            n_batch += 1
+            frame = mv[:n]
+            if buf[12] == 0x88 and buf[13] == 0x08 and n >= 34:
+                if self.pfc.on_frame(frame, now):
+                    st.pfc_rx += 1
+                else:
+                    st.rx_ignored += 1
+                continue
+            pkt = parse_roce(frame)
+            if pkt is None or pkt.dst_ip != my_ip:
+                st.rx_ignored += 1
+                continue
+            if check and not verify_icrc(frame):
+                st.rx_icrc_errors += 1
+                continue
+            if hook is not None and hook(frame, pkt, now):
+                continue                     # dropped, or held until the CPU delivers it
+            qp = qps.get(pkt.dst_qp)
+            if qp is None or pkt.src_ip != qp.remote_ip_int:
+                st.rx_ignored += 1
+                continue
+            st.rx_packets += 1
+            st.rx_bytes += n
+            dispatch(qp, pkt, now)
+        return n_batch
+
+    def _dispatch(self, qp: QueuePair, pkt, now: int) -> None:
+        """Hand a received RoCE packet for ``qp`` to its part."""
+        op = pkt.opcode
+        if op == RC_ACK:
+            self.requester.on_ack(qp, pkt, now)
+        elif op in REQUEST_OPS or op in READ_OPS:
+            if pkt.ecn == ECN_CE:            # requests and READ responses notify congestion
+                self.stats.ecn_ce_rx += 1
+                self.notification.on_ce(qp, now)
+                if self.on_ecn_ce is not None:
+                    self.on_ecn_ce(qp, pkt)
+            if op in REQUEST_OPS:
+                self.responder.on_request(qp, pkt, now)
+            elif op == RC_READ_REQUEST:
+                self.read_responder.on_request(qp, pkt, now)
+            else:
+                self.read_requester.on_response(qp, pkt, now)
+        elif op == CNP_OPCODE:
+            self.stats.cnp_rx += 1
+            self.reaction.on_cnp(qp, now)
+            if self.on_cnp is not None:
+                self.on_cnp(qp, pkt)
+        else:
+            self.stats.rx_bad_requests += 1
+
+    def _cpu_rx_release(self, now: int) -> None:
+        """Deliver the received packets whose CPU work is done (then the
+        responder's coalesced ACKs)."""
+        st = self.stats
+        n = 0
+        for frame in self.cpu_gate.rx_due(now):
+            pkt = parse_roce(frame)
+            qp = self._qps.get(pkt.dst_qp)
+            if qp is None:
+                continue
+            st.rx_packets += 1
+            st.rx_bytes += len(frame)
+            self._dispatch(qp, pkt, now)
+            n += 1
+        if n:
+            self.last_rx_ns = now
+        self.responder.flush_acks()
+
     # -- event loop ----------------------------------------------------------
+    def _timers(self, now: int) -> None:
+        gate = self.cpu_gate
+        if gate is not None and gate.rxq:    # received packets whose CPU work is done
+            self._cpu_rx_release(now)
+        if self.reaction.enabled:
+            self.reaction.advance(now)
+        self.requester.timers(now, self.pfc.until_ns[self.priority])
+
     @property
     def rx_fds(self) -> tuple[int, ...]:
         """File descriptors to wait on for frames (an outer loop driving
-        several NICs selects on all of them, then calls ``run_once(0)``)."""
+        several NICs waits on all of them, then calls ``run_once(0)``)."""
         return self._rx_fds
 
     def next_wake_ns(self, now: int, limit: int) -> int:
-        """Monotonic time by which ``run_once`` must run again (timers,
-        paced frames, pause expiry), at most ``limit``."""
-        return self._next_wake_ns(now, limit)
+        """Clock time by which ``run_once`` must run again (timers, paced
+        frames, frames on the wire, pause expiry), at most ``limit``."""
+        gate = self.cpu_gate
+        wake = self.transmitter.next_wake_ns(
+            now, limit, gate.tx_ready_ns if gate is not None else 0.0)
+        wake = self.requester.next_timer_ns(wake)
+        if gate is not None:
+            t = gate.next_rx_ns()
+            if t is not None and t < wake:
+                wake = t
+        return int(wake) + 1 if wake > now else now
 
     def run_once(self, timeout_s: float = 0.0) -> None:
         """Process what is due; then wait up to ``timeout_s`` (less if a
         frame or timer is due sooner) for frames and process again."""
-        now = _mono()
+        clock = self.clock
+        now = clock.now_ns()
         self.stats.loops += 1
         self._rx_drain(now)
         self._timers(now)
-        self._tx_service(now)
-        now = _mono()
-        wake = self._next_wake_ns(now, now + int(timeout_s * 1e9))
+        self.transmitter.service(now)
+        now = clock.now_ns()
+        wake = self.next_wake_ns(now, now + int(timeout_s * 1e9))
         if wake > now:
-            try:
-                r, _, _ = select.select(self._rx_fds, (), (), (wake - now) / 1e9)
-            except InterruptedError:
-                r = ()
-            now = _mono()
+            r = clock.wait_readable(self._rx_fds, wake)
+            now = clock.now_ns()
             if r:
                 self._rx_drain(now)
             self._timers(now)
-            self._tx_service(now)
+            self.transmitter.service(now)
 
     def run_until(self, predicate: Callable[[], bool], timeout_s: float,
                   poll_s: float = 0.05) -> bool:
         """Run the loop until ``predicate()`` is true (-> True) or
         ``timeout_s`` seconds passed (-> False)."""
-        end = _mono() + int(timeout_s * 1e9)
+        clock = self.clock
+        end = clock.now_ns() + int(timeout_s * 1e9)
         while True:
             if predicate():
                 return True
-            left = end - _mono()
+            left = end - clock.now_ns()
             if left <= 0:
                 return False
             self.run_once(min(poll_s, left / 1e9))

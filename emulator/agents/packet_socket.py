@@ -1,14 +1,16 @@
 """Linux plumbing of the software RoCEv2 NIC: socket and prctl constants
-Python does not export, timer slack, the PFC frame constants, the classic BPF
-program that admits only RoCEv2 (and PFC) frames, and ``PacketSocketMixin``
-(``RoceNic``'s AF_PACKET / UDP-absorber setup and kernel drop counters)."""
+Python does not export, timer slack, the classic BPF program that admits only
+RoCEv2 (and PFC) frames, opening the AF_PACKET sockets and the UDP absorber,
+and reading the kernel's drop counter. PFC and Ethernet constants are in
+``emulator.wire``."""
 from __future__ import annotations
 
 import ctypes
 import socket
 import struct
 
-from . import roce
+from emulator.wire import ETH_P_IP, ETH_P_PAUSE, PFC_DST_MAC, PFC_OPCODE, ROCEV2_UDP_DPORT
+
 from .roce import ip_to_int
 
 # Linux constants Python's socket module does not export
@@ -18,7 +20,6 @@ PACKET_STATISTICS = 6
 SO_ATTACH_FILTER = 26
 SO_SNDBUFFORCE = 32
 SO_RCVBUFFORCE = 33
-ETH_P_IP = 0x0800
 PR_SET_TIMERSLACK = 29
 
 
@@ -30,12 +31,6 @@ def set_timer_slack_ns(ns: int = 1000) -> bool:
         return libc.prctl(PR_SET_TIMERSLACK, ctypes.c_ulong(ns), 0, 0, 0) == 0
     except (OSError, AttributeError):
         return False
-
-
-ETH_P_PAUSE = 0x8808                 # MAC control (802.3x PAUSE, 802.1Qbb PFC)
-PFC_DST_MAC = bytes.fromhex("0180c2000001")
-PFC_OPCODE = 0x0101
-PFC_QUANTUM_BITS = 512               # a pause quantum is 512 bit times at the link rate
 
 
 def _bpf_assemble(prog) -> bytes:
@@ -76,7 +71,7 @@ def rocev2_bpf(ip: str, pfc: bool = True) -> bytes:
         (0x45, "drop", 0, 0x1FFF),               # jset fragment -> drop
         (0xB1, 0, 0, 14),                        # ldxb 4*([14]&0xf)   IP header length
         (0x48, 0, 0, 16),                        # ldh [x+16]          UDP dport
-        (0x15, "accept", "drop", roce.ROCEV2_UDP_PORT),
+        (0x15, "accept", "drop", ROCEV2_UDP_DPORT),
         "not_ip",
     ]
     if pfc:
@@ -98,62 +93,58 @@ def rocev2_bpf(ip: str, pfc: bool = True) -> bytes:
     return _bpf_assemble(prog)
 
 
-
-class PacketSocketMixin:
-    """``RoceNic``'s sockets: opening them and reading the kernel's drop
-    counters (uses ``self.ip``, ``self.ifname``, ``self.sock``, ``self.stats``)."""
-
-    def _open_packet_socket(self, ifname, rcvbuf, sndbuf, proto):
-        """An AF_PACKET socket on ``ifname`` bound to ethertype ``proto``.
-        RoCE goes through an ETH_P_IP socket and PFC through a separate
-        ETH_P_PAUSE one (not one ETH_P_ALL socket: ETH_P_ALL taps see frames
-        before tc ingress, and would see our own frames where
-        PACKET_IGNORE_OUTGOING is missing)."""
-        s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
-        try:
-            prog = rocev2_bpf(self.ip)
-            cbuf = ctypes.create_string_buffer(prog)
-            fprog = struct.pack("HL", len(prog) // 8, ctypes.addressof(cbuf))
-            s.setsockopt(socket.SOL_SOCKET, SO_ATTACH_FILTER, fprog)
-            for opt, fallback, size in ((SO_RCVBUFFORCE, socket.SO_RCVBUF, rcvbuf),
-                                        (SO_SNDBUFFORCE, socket.SO_SNDBUF, sndbuf)):
-                try:
-                    s.setsockopt(socket.SOL_SOCKET, opt, size)
-                except OSError:
-                    s.setsockopt(socket.SOL_SOCKET, fallback, size)
+def open_packet_socket(ifname: str, ip: str, rcvbuf: int, sndbuf: int, proto: int):
+    """An AF_PACKET socket on ``ifname`` bound to ethertype ``proto``, with
+    the RoCEv2/PFC filter for ``ip``. RoCE goes through an ETH_P_IP socket
+    and PFC through a separate ETH_P_PAUSE one (not one ETH_P_ALL socket:
+    ETH_P_ALL taps see frames before tc ingress, and would see our own
+    frames where PACKET_IGNORE_OUTGOING is missing)."""
+    s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
+    try:
+        prog = rocev2_bpf(ip)
+        cbuf = ctypes.create_string_buffer(prog)
+        fprog = struct.pack("HL", len(prog) // 8, ctypes.addressof(cbuf))
+        s.setsockopt(socket.SOL_SOCKET, SO_ATTACH_FILTER, fprog)
+        for opt, fallback, size in ((SO_RCVBUFFORCE, socket.SO_RCVBUF, rcvbuf),
+                                    (SO_SNDBUFFORCE, socket.SO_SNDBUF, sndbuf)):
             try:
-                s.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
+                s.setsockopt(socket.SOL_SOCKET, opt, size)
             except OSError:
-                pass  # < Linux 4.20: our own frames are then dropped by the dst-IP filter
-            s.bind((ifname, proto))
-        except BaseException:
-            s.close()
-            raise
-        return s
-
-    @staticmethod
-    def _open_udp_absorber():
-        """Bind UDP 4791 so that the kernel (if the interface has our IP)
-        queues RoCE datagrams to a socket we never read, instead of answering
-        each with an ICMP port-unreachable."""
-        u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+                s.setsockopt(socket.SOL_SOCKET, fallback, size)
         try:
-            u.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-            u.bind(("0.0.0.0", roce.ROCEV2_UDP_PORT))
-            return u
+            s.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
         except OSError:
-            u.close()
-            return None
+            pass  # < Linux 4.20: our own frames are then dropped by the dst-IP filter
+        s.bind((ifname, proto))
+    except BaseException:
+        s.close()
+        raise
+    return s
 
-    def poll_kernel_stats(self) -> None:
-        """Add the kernel's count of frames the packet socket dropped (its
-        receive buffer was full) to ``stats.rx_socket_drops``. Reading
-        PACKET_STATISTICS resets the kernel counters."""
-        if self.ifname is None or self.sock.fileno() < 0:
-            return
-        try:
-            raw_stats = self.sock.getsockopt(SOL_PACKET, PACKET_STATISTICS, 8)
-        except (OSError, AttributeError):
-            return
-        _packets, drops = struct.unpack("II", raw_stats)
-        self.stats.rx_socket_drops += drops
+
+def open_udp_absorber():
+    """Bind UDP 4791 so that the kernel (if the interface has our IP) queues
+    RoCE datagrams to a socket we never read, instead of answering each with
+    an ICMP port-unreachable. None if the port is taken."""
+    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        u.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        u.bind(("0.0.0.0", ROCEV2_UDP_DPORT))
+        return u
+    except OSError:
+        u.close()
+        return None
+
+
+def kernel_drops(sock) -> int:
+    """Frames the kernel dropped on packet socket ``sock`` (its receive
+    buffer was full) since the last call: reading PACKET_STATISTICS resets
+    the kernel counters. 0 where unavailable."""
+    if sock.fileno() < 0:
+        return 0
+    try:
+        raw_stats = sock.getsockopt(SOL_PACKET, PACKET_STATISTICS, 8)
+    except (OSError, AttributeError):
+        return 0
+    _packets, drops = struct.unpack("II", raw_stats)
+    return drops

@@ -8,14 +8,10 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import TYPE_CHECKING
 
 from . import roce
 from .dcqcn import Dcqcn
 from .roce import PSN_MASK, FrameTemplate, ip_to_int
-
-if TYPE_CHECKING:
-    from .nic import RoceNic
 
 # ---------------------------------------------------------------------------
 # Verbs-like enums (values follow libibverbs' ibv_wc_opcode / ibv_wc_status)
@@ -102,28 +98,32 @@ class _RecvWqe:
 
 
 class QueuePair:
-    """An RC QP. Sender PSNs are kept unwrapped (Python ints) internally and
-    masked to 24 bits on the wire."""
+    """An RC QP: the per-flow record the NIC's parts share (htsim's per-flow
+    state). Each group of fields below has one writer, named in its comment;
+    others only read it. Sender PSNs are kept unwrapped (Python ints)
+    internally and masked to 24 bits on the wire."""
 
-    def __init__(self, nic: "RoceNic", qpn: int, remote_ip: str, remote_qpn: int,
-                 udp_sport: int, sq_psn: int, rq_psn: int, rate_bps: int | None,
-                 dst_mac: str):
-        self.nic = nic
+    def __init__(self, qpn: int, remote_ip: str, remote_qpn: int, udp_sport: int,
+                 sq_psn: int, rq_psn: int, rate_bps: int | None, dst_mac: str,
+                 tpl: FrameTemplate, mtu_bytes: int):
+        self.mtu_bytes = mtu_bytes
         self.qpn = qpn
         self.remote_ip = remote_ip
         self.remote_ip_int = ip_to_int(remote_ip)
         self.remote_qpn = remote_qpn
         self.udp_sport = udp_sport
-        self.rate_bps = rate_bps        # what the pacer enforces: None = line rate
         self.cap_bps = rate_bps         # configured cap (DCQCN's line rate for this QP)
-        self.cc: Dcqcn | None = None    # DCQCN reaction point (None: disabled)
-        self.cnp_tpl: FrameTemplate | None = None   # built at the first CNP we send
-        self.next_cnp_ok_ns = 0         # notification point: no CNP before this
-        self.state = QpState.RTS
-        self.tpl = FrameTemplate(nic.mac, dst_mac, nic.ip, remote_ip, udp_sport, remote_qpn,
-                                 dscp=nic.dscp, ecn=nic.ecn, max_payload_bytes=nic.mtu_bytes,
-                                 pkey=nic.pkey)
+        self.cc: Dcqcn | None = None    # reaction point: DCQCN state (None: disabled)
+        self.state = QpState.RTS        # requester (fail)
+        self.tpl = tpl                  # transmitter: frame template (P_Key set by the NIC)
+        self.cnp_tpl: FrameTemplate | None = None   # transmitter: built at our first CNP
         self.tpl_dst_mac = dst_mac
+        # transmitter: what the pacer enforces (None = line rate), rate limiter,
+        # slot and length of the last data frame
+        self.rate_bps = rate_bps
+        self.next_ok_ns = 0.0
+        self.last_tx_slot = None
+        self.last_tx_flen = 0
         # requester
         self.sq: deque[_SendWqe] = deque()
         self.next_psn = sq_psn & PSN_MASK   # next PSN to allocate
@@ -134,10 +134,7 @@ class QueuePair:
         self.rto_deadline_ns = 0            # 0 = timer not armed
         self.retries = 0
         self.rnr_retries = 0
-        self.paused_until_ns = 0
-        self.next_ok_ns = 0.0               # per-QP rate limiter
-        self.last_tx_slot = None            # slot and length of the last data frame
-        self.last_tx_flen = 0
+        self.paused_until_ns = 0            # RNR back-off: no data before this
         # responder
         self.epsn = rq_psn & PSN_MASK       # expected PSN (unwrapped)
         self.msn = 0
@@ -155,20 +152,21 @@ class QueuePair:
         self.rx_recv: _RecvWqe | None = None
         self.rx_first_ns = 0
         self.rx_first_unix_ns = 0
-        # RDMA READ (nic_read): requester READ WQEs in sq, the expected PSN we
+        # RDMA READ (read): requester READ WQEs in sq, the expected PSN we
         # last went back to on a response gap; responder jobs still to answer
         self.n_reads = 0
         self.rd_gap_psn = -1
         self.rd_jobs: deque = deque()
         self.rd_max = self.epsn             # responder: highest READ response PSN sent + 1
-        # per-packet CPU work (host_cpu): ns per packet sent / received, ns per
-        # payload byte; when the last received packet's work ends
+        # per-packet CPU work (dpu.Endpoint sets the costs): ns per packet
+        # sent / received, ns per payload byte; host_cpu.CpuGate: when the
+        # last received packet's work ends
         self.cpu_tx_ns = 0.0
         self.cpu_rx_ns = 0.0
         self.cpu_ns_per_byte = 0.0
         self.cpu_rx_done = 0.0
-        # data frames (incl. retransmissions) this QP put on the wire: how many
-        # packets a flow sent, e.g. into another tenant's partition filter
+        # transmitter: data frames (incl. retransmissions) this QP put on the
+        # wire: how many packets a flow sent, e.g. into another tenant's filter
         self.tx_data_packets = 0
 
     # -- introspection -------------------------------------------------------
@@ -180,7 +178,7 @@ class QueuePair:
 
     def send_progress(self) -> dict[int, int]:
         """wr_id -> bytes acknowledged so far, for WQEs not yet completed."""
-        mtu = self.nic.mtu_bytes
+        mtu = self.mtu_bytes
         out = {}
         for w in self.sq:
             acked = max(0, min(self.snd_una - w.first_psn, w.npkts))

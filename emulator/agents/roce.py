@@ -46,13 +46,10 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 from scapy.packet import Packet, bind_bottom_up, bind_top_down
 
-ROCEV2_UDP_PORT = 4791
-ETH_P_IP = 0x0800
-ETH_P_8021Q = 0x8100
+from emulator.wire import ETH_P_8021Q, ETH_P_IP, ROCEV2_UDP_DPORT
+
 PSN_MASK = 0xFFFFFF
 PSN_HALF = 1 << 23
-
-from emulator.ethernet import WIRE_OVERHEAD_BYTES  # noqa: E402,F401 (the NIC's pacer uses it)
 
 # --------------------------------------------------------------------------
 # BTH opcodes (IBA 9.2, table 35). Transport prefix in the top 3 bits.
@@ -324,7 +321,7 @@ class FrameTemplate:
         self.tos = (dscp << 2) | ecn
         hdr = bytes(Ether(src=src_mac, dst=dst_mac)
                     / IP(src=src_ip, dst=dst_ip, tos=self.tos, ttl=ttl, flags="DF", id=0)
-                    / UDP(sport=udp_sport, dport=ROCEV2_UDP_PORT, chksum=0)
+                    / UDP(sport=udp_sport, dport=ROCEV2_UDP_DPORT, chksum=0)
                     / BTH(opcode=RC_SEND_ONLY, pkey=pkey, dqpn=dst_qp, psn=0))
         hdr = hdr[:_EXT_OFF]  # drop the ICRC scapy appended
         self.max_payload_bytes = max_payload_bytes
@@ -466,7 +463,7 @@ def parse_roce(frame, verify: bool = False) -> RocePacket | None:
             _unpack_opts(frame, off, ihl)
         b = off + ihl + 8
     end = off + iplen
-    if proto != 17 or dport != ROCEV2_UDP_PORT:
+    if proto != 17 or dport != ROCEV2_UDP_DPORT:
         return None
     if end > n:
         return None

@@ -4,25 +4,11 @@ Run inside the server's network namespace::
 
     python -m emulator.collectives.agent CONFIG.json
 
-Config (rates and times already dilated, like ``agents/host.py``)::
-
-    {"server": 0, "servers": 2, "dilation": 100,
-     "nics": [{"ifname": "s0-eth0", "mac": "02:..", "ip": "10.0.1.1",
-               "gateway_mac": "02:..", "rate_bps": 1000000000, "mtu_bytes": 1024,
-               "tx_delay_ns": 0}, ...],             # NIC g serves GPU g
-     "rank_ips": {"0": "10.0.1.1", ...},           # every global rank's NIC IP
-     "nvlink": {"rate_bps": 7.2e9, "delay_ns": 1000},
-     "workload": {... workload.WorkloadSpec ...},
-     "start_at_unix_ns": ..., "deadline_s": 60, "result_path": "/tmp/s0.json",
-     "storage": {"nic": {...} | null,              # optional: checkpoint reads during
-                 "qpn": 1536, "target_ip": "..",    #   training over this NIC (null: NIC 0;
-                 "block_bytes": 262144,             #   see storage.StorageReader)
-                 "blocks": 16, "queue_depth": 2}}
-
-A NIC entry may also carry ``storage.NIC_KEYS`` (DSCP, priorities, CNP and
-DCQCN parameters, as the host agent's config has them) and GPUDirect RDMA
-for its GPU: ``"gpudirect": false, "staging_rate_bps", "staging_latency_ns"``
-(dilated; ``staging.py``; absent: GPUDirect on).
+Config: ``emulator.schema.agent.CollectiveAgentConfig`` (rates and times
+already dilated, like the host agent's): its NICs (NIC g serves GPU g, with
+GPUDirect RDMA on or off, ``staging.py``), every rank's NIC IP, the NVLink
+domain, the workload (``emulator.schema.workload``) and optional checkpoint
+reads during training (``storage.StorageReader``).
 
 Every server derives the same connections (QPNs, receive-slot addresses and
 rkeys) from the workload, so nothing is exchanged out of band. Result JSON:
@@ -34,49 +20,52 @@ the servers' records. Exit 0 when complete, 3 on a failure, 2 on a bad config.
 from __future__ import annotations
 
 import sys
-import time
 
+from emulator.clock import MONOTONIC, Clock
+from emulator.schema.agent import CollectiveAgentConfig
 
 from . import bench
 from .agent_io import agent_main
 from .engine import CollectiveEngine, drive, quiescent
 from .staging import staging_from_config
 from .storage import StorageReader, make_nic
-from .workload import parse_workload, validate_for
+from .workload import validate_for
 
 
-def run(cfg: dict, path: str = "config") -> dict:
-    spec = parse_workload(cfg["workload"], path)
-    S, G = int(cfg["servers"]), len(cfg["nics"])
+def run(cfg: CollectiveAgentConfig, path: str = "config", clock: Clock = MONOTONIC) -> dict:
+    """The server's workload; ``clock`` is its NICs', engine's and reader's."""
+    spec = cfg.workload
+    S, G = cfg.servers, len(cfg.nics)
     validate_for(spec, path, S, G)
-    D = float(cfg.get("dilation", 1))
-    staging = [staging_from_config(n) for n in cfg["nics"]]     # before opening sockets
-    nics = [make_nic(n) for n in cfg["nics"]]
-    out = {"server": cfg["server"], "complete": False, "error": None, "records": [],
+    D = cfg.dilation
+    staging = [staging_from_config(n.model_dump()) for n in cfg.nics]   # before opening sockets
+    nics = [make_nic(n, clock) for n in cfg.nics]
+    out = {"server": cfg.server, "complete": False, "error": None, "records": [],
            "training": [], "storage": None}
-    st = cfg.get("storage")
+    st = cfg.storage
     reader = None
     try:
-        eng = CollectiveEngine(server=int(cfg["server"]), servers=S, nics=nics,
-                               rank_ips={int(k): v for k, v in cfg["rank_ips"].items()},
-                               nvlink_rate_bps=float(cfg["nvlink"]["rate_bps"]),
-                               nvlink_delay_ns=float(cfg["nvlink"]["delay_ns"]),
+        eng = CollectiveEngine(server=cfg.server, servers=S, nics=nics,
+                               rank_ips={int(k): v for k, v in cfg.rank_ips.items()},
+                               nvlink_rate_bps=cfg.nvlink.rate_bps,
+                               nvlink_delay_ns=cfg.nvlink.delay_ns,
                                slice_bytes=spec.slice_bytes, slots=spec.slots,
-                               staging=staging)
+                               staging=staging, clock=clock)
         eng.connect(bench.connections_for(S, G, spec.pairs()))
         if st is not None:
-            snic = make_nic(st["nic"]) if st.get("nic") else nics[0]
+            snic = make_nic(st.nic, clock) if st.nic is not None else nics[0]
             if snic is not nics[0]:
                 nics.append(snic)           # closed and reported with the others
-            reader = StorageReader(snic, int(st["qpn"]), st["target_ip"], int(st["block_bytes"]),
-                                   int(st["blocks"]), int(st.get("queue_depth", 2)))
+            reader = StorageReader(snic, st.qpn, st.target_ip, st.block_bytes, st.blocks,
+                                   st.queue_depth)
             eng.attach(snic, reader.qpn, reader)
-        print(f"READY server{cfg['server']}", flush=True)
-        wait = (int(cfg.get("start_at_unix_ns") or 0) - time.time_ns()) / 1e9
-        if wait > 0:
-            time.sleep(wait)
-        deadline = time.monotonic() + float(cfg.get("deadline_s", 60))
-        left = lambda: max(0.1, deadline - time.monotonic())   # noqa: E731
+        print(f"READY server{cfg.server}", flush=True)
+        # the common start: a Unix time, the one clock all servers' processes share
+        wait_ns = (cfg.start_at_unix_ns or 0) - clock.unix_ns()
+        if wait_ns > 0:
+            clock.sleep_until_ns(clock.now_ns() + wait_ns)
+        deadline_ns = clock.now_ns() + int(cfg.deadline_s * 1e9)
+        left = lambda: max(0.1, (deadline_ns - clock.now_ns()) / 1e9)   # noqa: E731
         for t in spec.tests:
             alg = t.algorithm or spec.algorithm
             for size in t.size_list():
@@ -96,8 +85,8 @@ def run(cfg: dict, path: str = "config") -> dict:
         # the last credits and ACKs are still in flight: let them land, then keep
         # answering a little (a peer's last WRITE may need our ACK again)
         drive([eng], [], left(), until=lambda: quiescent([eng]))
-        end = time.monotonic() + 0.2
-        while time.monotonic() < end:
+        end_ns = clock.now_ns() + 200_000_000
+        while clock.now_ns() < end_ns:
             for nic in nics:
                 nic.run_once(0.01)
     except (TimeoutError, RuntimeError) as e:
@@ -113,12 +102,13 @@ def run(cfg: dict, path: str = "config") -> dict:
 
 
 def main(argv=None) -> int:
-    done = agent_main("emulator.collectives.agent", run, argv)
+    done = agent_main("emulator.collectives.agent", CollectiveAgentConfig,
+                      lambda cfg, path: run(cfg, path, MONOTONIC), argv)
     if isinstance(done, int):
         return done
     cfg, res = done
     if res["error"]:
-        print(f"error: server{cfg['server']}: {res['error']}", file=sys.stderr)
+        print(f"error: server{cfg.server}: {res['error']}", file=sys.stderr)
     return 0 if res["complete"] else 3
 
 

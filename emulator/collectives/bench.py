@@ -16,7 +16,7 @@ the start of compute to the end of the collective.
 
 Every function takes a list of engines: one in a server agent (one process
 per server), several in single-process tests. All return raw per-rank
-records with wall ``time.monotonic_ns()`` stamps; ``report`` converts.
+records with wall stamps of the engines' clock; ``report`` converts.
 """
 from __future__ import annotations
 
@@ -31,7 +31,8 @@ def _runs(engines, schedules, iterations, compute_ns=0, fill=None, bufs=None):
         for r in e.ranks:
             s = schedules[r]
             b = bufs[r] if bufs is not None else e.new_buffers(s)
-            runs.append(RankRun(r, e.prepare(s), b, e.conns[r], iterations, compute_ns, fill))
+            runs.append(RankRun(r, e.prepare(s), b, e.conns[r], iterations, compute_ns, fill,
+                                e.clock))
     return runs
 
 

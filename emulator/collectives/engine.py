@@ -11,28 +11,25 @@ of a peer that is already in the next iteration wait in their slots.
 
 GPUDirect RDMA off (``staging``, per GPU): RDMA messages wait for the
 staging copies through host memory (``staging.py``); the loop runs the
-held posts and arrivals from ``Timers`` when the copies end.
+held posts and arrivals from the engine's ``TimerHeap`` when the copies end.
 
-Times are ``time.monotonic_ns()`` (wall, shared by every process of the
-host); reports divide by the dilation (``report.py``).
+Times are wall ns of the engine's clock (``emulator.clock``: ``MONOTONIC``
+in an agent, shared by every process of the host; the same clock as its
+NICs'); reports divide by the dilation (``report.py``).
 """
 from __future__ import annotations
 
-import select
-import time
-
 import numpy as np
+
+from emulator.agents.qp import WcOpcode
+from emulator.clock import MONOTONIC, Clock, TimerHeap
+from emulator.wire import roce_sport
 
 from .nvlink import NvlinkSwitch
 from .schedule import COPY, ELEM_BYTES, NVLINK, SEND, RankSchedule
-from emulator.agents.qp import WcOpcode
-
-from .staging import Timers
 from .transport import NvlinkConn, RdmaConn, TransportError
 
-_mono = time.monotonic_ns
 QPN_BASE = 0x800              # QP of rank r towards peer p is QPN_BASE + p on r's NIC
-ROCE_SPORT_BASE = 0xC000      # as emulator.experiment.model: UDP sport = 49152 + QPN
 
 
 class _Prepared:
@@ -56,8 +53,10 @@ class RankRun:
     per iteration (iteration, start_ns, collective_start_ns, end_ns): start
     is when its compute phase began (= collective start without compute)."""
 
-    def __init__(self, rank, prep: _Prepared, bufs, conns, iterations, compute_ns=0, fill=None):
+    def __init__(self, rank, prep: _Prepared, bufs, conns, iterations, compute_ns=0, fill=None,
+                 clock: Clock = MONOTONIC):
         self.rank, self.prep, self.bufs, self.conns = rank, prep, bufs, conns
+        self.clock = clock
         self.iterations, self.compute_ns, self.fill = list(iterations), int(compute_ns), fill
         self.records: list[tuple[int, int, int, int]] = []
         self.finished = not self.iterations
@@ -67,7 +66,7 @@ class RankRun:
         self.t_start = self.t_coll = 0
         self.wake_ns = 0            # computing until then (0: not computing)
         if not self.finished:
-            self._begin(_mono())
+            self._begin(clock.now_ns())
 
     def _begin(self, now):
         self.t_start = now
@@ -141,7 +140,7 @@ class RankRun:
                     changed = True
             moved |= changed
         if self.ndone == len(ops):
-            now = _mono()
+            now = self.clock.now_ns()
             self.records.append((self.iterations[self.idx], self.t_start, self.t_coll, now))
             self.idx += 1
             if self.idx == len(self.iterations):
@@ -157,20 +156,22 @@ class CollectiveEngine:
     ``rank_ips``: every global rank's NIC IP (rank = server * G + g).
     ``nvlink_rate_bps``/``nvlink_delay_ns``: already dilated. ``staging``:
     per GPU g, its ``StagingCopies`` when GPUDirect RDMA is off on NIC g
-    (None entries, or no list: GPUDirect on)."""
+    (None entries, or no list: GPUDirect on). ``clock``: the NICs' clock."""
 
     def __init__(self, *, server: int, servers: int, nics: list, rank_ips: dict[int, str],
                  nvlink_rate_bps: float, nvlink_delay_ns: float, slice_bytes: int = 65536,
-                 slots: int = 8, qpn_base: int = QPN_BASE, staging: list | None = None):
+                 slots: int = 8, qpn_base: int = QPN_BASE, staging: list | None = None,
+                 clock: Clock = MONOTONIC):
         self.server, self.servers, self.G = server, servers, len(nics)
+        self.clock = clock
         self.staging = list(staging) if staging is not None else [None] * len(nics)
         if len(self.staging) != len(nics):
             raise ValueError(f"staging for {len(self.staging)} GPUs, {len(nics)} NICs")
-        self.timers = Timers()
+        self.timers = TimerHeap()           # (fn, args): staged posts and arrivals
         self.nics, self.rank_ips = list(nics), dict(rank_ips)
         self.slice_bytes, self.slots, self.qpn_base = slice_bytes, slots, qpn_base
         self.ranks = [server * self.G + g for g in range(self.G)]
-        self.switch = NvlinkSwitch(self.G, nvlink_rate_bps, nvlink_delay_ns)
+        self.switch = NvlinkSwitch(self.G, nvlink_rate_bps, nvlink_delay_ns, clock)
         self.conns: dict[int, dict[int, object]] = {r: {} for r in self.ranks}
         self._by_qpn: list[dict[int, RdmaConn]] = [{} for _ in self.nics]
         self._prepared: dict[int, _Prepared] = {}
@@ -194,9 +195,9 @@ class CollectiveEngine:
                     nic = self.nics[me % G]
                     qpn = self.qpn_base + peer
                     qp = nic.create_qp(qpn, self.rank_ips[peer], self.qpn_base + me,
-                                       ROCE_SPORT_BASE + (qpn & 0x3FFF))
+                                       roce_sport(qpn))
                     c = RdmaConn(me, peer, self.slots, self.slice_bytes, nic, qp,
-                                 self.staging[me % G], self.timers)
+                                 self.staging[me % G], self.timers, self.clock)
                     self.conns[me][peer] = c
                     self._by_qpn[me % G][qpn] = c
 
@@ -242,7 +243,7 @@ def quiescent(engines: list[CollectiveEngine]) -> bool:
     """Every message sent has been consumed and credited, nothing in flight."""
     return (all(c.sent == c.freed and not c.arrived
                 for e in engines for conns in e.conns.values() for c in conns.values())
-            and all(e.switch.idle() and e.timers.idle() and all(n.idle() for n in e.nics)
+            and all(e.switch.idle() and not e.timers and all(n.idle() for n in e.nics)
                     for e in engines))
 
 
@@ -251,8 +252,9 @@ def drive(engines: list[CollectiveEngine], runs: list[RankRun], timeout_s: float
     """One event loop for the NICs and NVLink switches of ``engines`` (one
     per server process; several in one process only in tests) until every
     run finished (and ``until()`` is true, if given). Raises TimeoutError (with the stuck connections) or
-    TransportError (a QP failed)."""
-    deadline = _mono() + int(timeout_s * 1e9)
+    TransportError (a QP failed). Time is the first engine's clock."""
+    clock = engines[0].clock
+    deadline = clock.now_ns() + int(timeout_s * 1e9)
     nics = [nic for e in engines for nic in e.nics]
     by_qpn = [m for e in engines for m in e._by_qpn]
     switches = [e.switch for e in engines]
@@ -265,26 +267,26 @@ def drive(engines: list[CollectiveEngine], runs: list[RankRun], timeout_s: float
                 conn = conns.get(c.qpn)
                 if conn is not None and c.opcode != WcOpcode.RECV_RDMA_WRITE:
                     conn.on_completion(c)
-        now = _mono()
+        now = clock.now_ns()
         for sw in switches:
             sw.poll(now)
         moved = False
         for e in engines:               # staging copies ended: post to the NIC / hand over
-            moved |= e.timers.poll(now) > 0
+            moved |= e.timers.run_due(now) > 0
         for r in runs:
             moved |= r.step(now)
         if all(r.finished for r in runs) and (until is None or until()):
             return
         if moved:
             continue                     # new WQEs: let the NICs send them first
-        now = _mono()
+        now = clock.now_ns()
         if now > deadline:
             raise TimeoutError(engines[0].describe(runs))
         limit = min(deadline, now + 50_000_000)
         # Wait on every NIC (and the NVLink switches, staging timers) at once, until the
         # earliest of their next deadlines.
         wake = min([nic.next_wake_ns(now, limit) for nic in nics] + [limit])
-        events = [sw.next_event_ns() for sw in switches] + [e.timers.next_event_ns() for e in engines]
+        events = [sw.next_event_ns() for sw in switches] + [e.timers.next_due_ns() for e in engines]
         for ev in events:
             if ev is not None:
                 wake = min(wake, int(ev) + 1)
@@ -292,7 +294,4 @@ def drive(engines: list[CollectiveEngine], runs: list[RankRun], timeout_s: float
             if r.wake_ns and not r.finished:
                 wake = min(wake, r.wake_ns)
         if wake > now:
-            try:
-                select.select(fds, (), (), (wake - now) / 1e9)
-            except InterruptedError:
-                pass
+            clock.wait_readable(fds, wake)

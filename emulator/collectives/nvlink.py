@@ -10,21 +10,20 @@ therefore share its downlink one message after the other (FIFO by message,
 and messages are the schedule's slices). No frames cross a veth: NVLink is
 not Ethernet, and at 900 GB/s packets would swamp a Python process.
 
-Times are ``time.monotonic_ns()`` (wall); ``rate_bps`` and ``delay_ns`` are
-already dilated (rate / D, delay x D) like every rate handed to an agent.
+Times are wall ns of the injected clock (``emulator.clock``); ``rate_bps``
+and ``delay_ns`` are already dilated (rate / D, delay x D) like every rate handed to an agent.
 The transfer copies its bytes when it is issued (the caller passes a copy),
 so what arrives is exactly what was sent.
 """
 from __future__ import annotations
 
-import heapq
-import itertools
-import time
 from typing import Callable
+
+from emulator.clock import MONOTONIC, Clock, TimerHeap
 
 
 class NvlinkSwitch:
-    def __init__(self, ports: int, rate_bps: float, delay_ns: float, clock=time.monotonic_ns):
+    def __init__(self, ports: int, rate_bps: float, delay_ns: float, clock: Clock = MONOTONIC):
         if ports < 1 or rate_bps <= 0 or delay_ns < 0:
             raise ValueError("NVLink needs ports >= 1, rate_bps > 0, delay_ns >= 0")
         self.rate_bps, self.delay_ns, self.clock = float(rate_bps), float(delay_ns), clock
@@ -32,8 +31,7 @@ class NvlinkSwitch:
         self.down_free_ns = [0.0] * ports     # when each GPU's downlink is next free
         self.tx_bytes = [0] * ports
         self.rx_bytes = [0] * ports
-        self._events: list = []               # heap of (due_ns, seq, fn, args)
-        self._seq = itertools.count()
+        self._events = TimerHeap()            # (fn, args): arrivals and credits
 
     def serialization_ns(self, nbytes: int) -> float:
         return nbytes * 8e9 / self.rate_bps
@@ -43,7 +41,7 @@ class NvlinkSwitch:
         ``on_arrival(*args)`` when the last byte has arrived. Returns that time."""
         if src == dst:
             raise ValueError("an NVLink transfer needs two different GPUs")
-        now = float(self.clock())
+        now = float(self.clock.now_ns())
         ser = self.serialization_ns(nbytes)
         up_start = max(now, self.up_free_ns[src])
         up_end = up_start + ser
@@ -54,27 +52,20 @@ class NvlinkSwitch:
         self.tx_bytes[src] += nbytes
         self.rx_bytes[dst] += nbytes
         due = down_end + self.delay_ns
-        heapq.heappush(self._events, (due, next(self._seq), on_arrival, args))
+        self._events.push(due, (on_arrival, args))
         return due
 
     def after(self, delay_ns: float, fn: Callable, *args) -> None:
         """Call ``fn(*args)`` ``delay_ns`` from now (a flag written over
         NVLink, e.g. a credit: latency only, its bytes are negligible)."""
-        heapq.heappush(self._events, (self.clock() + delay_ns, next(self._seq), fn, args))
+        self._events.push(self.clock.now_ns() + delay_ns, (fn, args))
 
     def poll(self, now: int | None = None) -> int:
         """Run the events that are due; return how many ran."""
-        now = self.clock() if now is None else now
-        n = 0
-        ev = self._events
-        while ev and ev[0][0] <= now:
-            _, _, fn, args = heapq.heappop(ev)
-            fn(*args)
-            n += 1
-        return n
+        return self._events.run_due(self.clock.now_ns() if now is None else now)
 
     def next_event_ns(self) -> float | None:
-        return self._events[0][0] if self._events else None
+        return self._events.next_due_ns()
 
     def idle(self) -> bool:
         return not self._events

@@ -7,7 +7,8 @@ RDMA message from a GPU costs a device-to-host copy before the NIC may send
 it, every message into a GPU a host-to-device copy after it has arrived.
 The copy model is ``agents.gpudirect.StagingCopies`` (one D2H and one H2D
 copy engine per GPU, copies in order, latency + bytes / rate each); the
-engine holds the posts and arrivals on ``Timers`` until the copies end.
+engine holds the posts and arrivals on its ``TimerHeap`` (``engine.timers``)
+until the copies end.
 NVLink transfers stay GPU to GPU: never staged.
 
 Per NIC config keys (``experiment/servers.py``, from ``endpoints:``; wall
@@ -20,10 +21,6 @@ GPUDirect on: no staging, as before.
 """
 from __future__ import annotations
 
-import heapq
-import itertools
-from typing import Callable
-
 from emulator.agents.gpudirect import StagingCopies
 
 
@@ -33,30 +30,3 @@ def staging_from_config(nic_cfg: dict) -> StagingCopies | None:
         return None
     return StagingCopies(False, float(nic_cfg["staging_rate_bps"]),
                          float(nic_cfg["staging_latency_ns"]))
-
-
-class Timers:
-    """Callbacks at wall times (``time.monotonic_ns``), for the engine's loop."""
-
-    def __init__(self):
-        self._heap: list = []
-        self._seq = itertools.count()      # FIFO among equal times: keeps a conn's order
-
-    def at(self, t_ns: float, fn: Callable, *args) -> None:
-        heapq.heappush(self._heap, (t_ns, next(self._seq), fn, args))
-
-    def poll(self, now: int) -> int:
-        """Run what is due; return how many ran."""
-        n = 0
-        h = self._heap
-        while h and h[0][0] <= now:
-            _, _, fn, args = heapq.heappop(h)
-            fn(*args)
-            n += 1
-        return n
-
-    def next_event_ns(self) -> float | None:
-        return self._heap[0][0] if self._heap else None
-
-    def idle(self) -> bool:
-        return not self._heap

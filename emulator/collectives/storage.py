@@ -1,16 +1,11 @@
 """Checkpoint reads next to the collectives: a storage server that serves
 blocks by RDMA READ, and the reader a server agent runs in its event loop.
 
-Storage server agent (in the storage server's namespace)::
+Storage server agent (in the storage server's namespace; config
+``emulator.schema.agent.StorageAgentConfig``: its NIC, the blocks, the READ
+clients, dilated like the server agents')::
 
     python -m emulator.collectives.storage CONFIG.json
-
-    {"nic": {"ifname", "mac", "ip", "gateway_mac", "rate_bps", "tx_delay_ns",
-             "mtu_bytes", ...NIC_KEYS},          # dilated, like the server agents
-     "block_bytes": 262144, "blocks": 16, "rkey": 0x5107, "base_addr": 0x10000000,
-     "storage_latency_ns": 0,                    # wall (fabric x D)
-     "clients": [{"qpn": 0x600, "remote_ip": "10.0.1.1", "remote_qpn": 0x600}],
-     "deadline_s": 60, "result_path": "..."}
 
 It answers READs until SIGTERM or the deadline, then writes ``{"nic": stats}``.
 Block k holds ``block_pattern(k)``, so a reader checks every byte it got.
@@ -23,22 +18,20 @@ from __future__ import annotations
 
 import signal
 import sys
-import time
 
 import numpy as np
 
 from emulator.agents.dpu import StorageClient, StorageTarget
 from emulator.agents.qp import WcOpcode, WcStatus
+from emulator.clock import MONOTONIC, Clock
+from emulator.schema.agent import NicConfig, StorageAgentConfig
+from emulator.wire import roce_sport
 
 from .agent_io import agent_main
 
 READ_QPN_BASE = 0x600          # below the collectives' 0x800 + peer on a shared NIC 0
 STORAGE_RKEY = 0x5107
 STORAGE_BASE_ADDR = 0x1000_0000
-ROCE_SPORT_BASE = 0xC000
-# RoceNic keyword arguments a config may carry besides the addresses and rate.
-NIC_KEYS = ("dscp", "priority", "cnp_dscp", "cnp_priority", "cnp_interval_ns", "retry_cnt",
-            "dcqcn")
 
 
 def block_pattern(k: int, nbytes: int) -> np.ndarray:
@@ -47,22 +40,26 @@ def block_pattern(k: int, nbytes: int) -> np.ndarray:
     return ((np.arange(nbytes, dtype=np.int64) + 97 * k) % 251).astype(np.uint8)
 
 
-def make_nic(n: dict):
+def make_nic(n: NicConfig, clock: Clock = MONOTONIC):
     from emulator.agents.nic import RoceNic
-    return RoceNic(n["ifname"], n["mac"], n["ip"], n["gateway_mac"], rate_bps=int(n["rate_bps"]),
-                   mtu_bytes=int(n.get("mtu_bytes", 1024)), tx_delay_ns=int(n.get("tx_delay_ns", 0)),
-                   **{k: n[k] for k in NIC_KEYS if k in n})
+    return RoceNic(n.ifname, n.mac, n.ip, n.gateway_mac, rate_bps=n.rate_bps,
+                   mtu_bytes=n.mtu_bytes, tx_delay_ns=n.tx_delay_ns, dscp=n.dscp,
+                   priority=n.priority, cnp_dscp=n.cnp_dscp, cnp_priority=n.cnp_priority,
+                   cnp_interval_ns=n.cnp_interval_ns, retry_cnt=n.retry_cnt, dcqcn=n.dcqcn,
+                   clock=clock)
 
 
 class StorageReader:
     """Keeps ``depth`` block READs outstanding on one QP from ``start`` until
-    ``stop``; completions come from the engine's loop (``engine.attach``)."""
+    ``stop``; completions come from the engine's loop (``engine.attach``).
+    The window is stamped with the NIC's clock, like its completions."""
 
     def __init__(self, nic, qpn: int, target_ip: str, block_bytes: int, blocks: int,
                  depth: int, base_addr: int = STORAGE_BASE_ADDR, rkey: int = STORAGE_RKEY):
         self.nic, self.qpn, self.depth, self.blocks = nic, qpn, depth, blocks
         self.block_bytes = block_bytes
-        qp = nic.create_qp(qpn, target_ip, qpn, ROCE_SPORT_BASE + (qpn & 0x3FFF))
+        self.clock = nic.clock
+        qp = nic.create_qp(qpn, target_ip, qpn, roce_sport(qpn))
         self.client = StorageClient(nic, qp, base_addr, rkey, block_bytes)
         self.local = nic.register_mr(block_bytes * depth)
         self.next_block = 0
@@ -73,7 +70,7 @@ class StorageReader:
         self.running = False
 
     def start(self) -> None:
-        self.running, self.t_start = True, time.monotonic_ns()
+        self.running, self.t_start = True, self.clock.now_ns()
         for slot in range(self.depth):
             self._post(slot)
 
@@ -81,7 +78,7 @@ class StorageReader:
         """Post no more READs; those outstanding still complete (and count
         only towards ``bytes_total``)."""
         if self.running:
-            self.running, self.t_stop = False, time.monotonic_ns()
+            self.running, self.t_stop = False, self.clock.now_ns()
             self.bytes_in_window = self.done_blocks * self.block_bytes
 
     def _post(self, slot: int) -> None:
@@ -114,23 +111,21 @@ class StorageReader:
                 "error": self.error}
 
 
-def serve(cfg: dict) -> dict:
-    nic = make_nic(cfg["nic"])
+def serve(cfg: StorageAgentConfig, clock: Clock = MONOTONIC) -> dict:
+    nic = make_nic(cfg.nic, clock)
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
     try:
-        target = StorageTarget(nic, int(cfg["block_bytes"]), int(cfg["blocks"]),
-                               storage_latency_ns=int(cfg.get("storage_latency_ns", 0)),
-                               rkey=int(cfg.get("rkey", STORAGE_RKEY)),
-                               addr=int(cfg.get("base_addr", STORAGE_BASE_ADDR)))
+        target = StorageTarget(nic, cfg.block_bytes, cfg.blocks,
+                               storage_latency_ns=cfg.storage_latency_ns,
+                               rkey=STORAGE_RKEY, addr=STORAGE_BASE_ADDR)
         for k in range(target.blocks):
             target.block(k)[:] = block_pattern(k, target.block_bytes).tobytes()
-        for c in cfg["clients"]:
-            target.serve(nic.create_qp(int(c["qpn"]), c["remote_ip"], int(c["remote_qpn"]),
-                                       ROCE_SPORT_BASE + (int(c["qpn"]) & 0x3FFF)))
+        for c in cfg.clients:
+            target.serve(nic.create_qp(c.qpn, c.remote_ip, c.remote_qpn, roce_sport(c.qpn)))
         print("READY storage", flush=True)
-        deadline = time.monotonic() + float(cfg.get("deadline_s", 60))
-        while not stop and time.monotonic() < deadline:
+        deadline_ns = clock.now_ns() + int(cfg.deadline_s * 1e9)
+        while not stop and clock.now_ns() < deadline_ns:
             nic.run_once(0.05)
             nic.poll_cq(1024)           # a responder has no completions; keep the CQ empty
         return {"nic": nic.stats.as_dict(), "reason": "signal" if stop else "deadline"}
@@ -139,7 +134,8 @@ def serve(cfg: dict) -> dict:
 
 
 def main(argv=None) -> int:
-    done = agent_main("emulator.collectives.storage", lambda cfg, path: serve(cfg), argv)
+    done = agent_main("emulator.collectives.storage", StorageAgentConfig,
+                      lambda cfg, path: serve(cfg, MONOTONIC), argv)
     return done if isinstance(done, int) else 0
 
 

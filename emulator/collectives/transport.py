@@ -30,19 +30,18 @@ NVLink protocol (``NvlinkConn``): the slice (a copy) crosses the
 from __future__ import annotations
 
 import struct
-import time
 from collections import deque
 
 import numpy as np
 
 from emulator.agents.qp import WcOpcode, WcStatus
+from emulator.clock import MONOTONIC, Clock
 
 DATA, CREDIT = 1, 2
 _HDR = struct.Struct("<III")
 RECV_ADDR_BASE = 0x7C00_0000_0000
 RECV_ADDR_STRIDE = 1 << 32          # per sending rank: room for slots x slot_bytes
 RKEY_BASE = 0xC0110000
-_mono = time.monotonic_ns
 
 
 def recv_addr(sender_rank: int) -> int:
@@ -102,14 +101,15 @@ class NvlinkConn(Conn):
 
 
 class RdmaConn(Conn):
-    def __init__(self, local_rank, peer, slots, slot_bytes, nic, qp, staging=None, timers=None):
+    def __init__(self, local_rank, peer, slots, slot_bytes, nic, qp, staging=None, timers=None,
+                 clock: Clock = MONOTONIC):
         super().__init__(local_rank, peer, slots, slot_bytes)
         self.nic, self.qp = nic, qp
         # GPUDirect off: the GPU's copy engines (StagingCopies) and the
-        # engine's Timers that hold posts and arrivals until a copy ends
+        # engine's TimerHeap that holds posts and arrivals until a copy ends
         if staging is not None and timers is None:
             raise ValueError("staging needs the engine's timers")
-        self.staging, self.timers = staging, timers
+        self.staging, self.timers, self.clock = staging, timers, clock
         size = slots * slot_bytes
         self.send_mr = nic.register_mr(size)
         self.recv_mr = nic.register_mr(size, addr=recv_addr(peer), rkey=recv_rkey(peer))
@@ -137,8 +137,8 @@ class RdmaConn(Conn):
         if self.staging is None:
             self._post(self.sent, k * self.slot_bytes, n * 4)
         else:                                       # D2H copy first, then the NIC
-            done = self.staging.stage(n * 4, "tx", _mono())
-            self.timers.at(done, self._post, self.sent, k * self.slot_bytes, n * 4)
+            done = self.staging.stage(n * 4, "tx", self.clock.now_ns())
+            self.timers.push(done, (self._post, (self.sent, k * self.slot_bytes, n * 4)))
         self.sent += 1
         self.tx_bytes += n * 4
 
@@ -169,6 +169,6 @@ class RdmaConn(Conn):
                     self.arrived.append(msg)
                 else:                               # in host memory: H2D copy first
                     done = self.staging.stage(b, "rx", c.complete_ns)
-                    self.timers.at(done, self.arrived.append, msg)
+                    self.timers.push(done, (self.arrived.append, (msg,)))
             elif kind == CREDIT:
                 self.freed = max(self.freed, a)

@@ -6,8 +6,8 @@ channel, arbitrates, and (by default) waits to become the primary.
 
     conn = SwitchConnection("127.0.0.1:50001", device_id=1)
     conn.set_pipeline(P4Info.load(), device_config=bmv2_json_bytes)
-    p4 = conn.p4info
-    conn.insert([p4.table_entry("my_station", {"eth_dst": "02:00:00:00:01:00"}, "NoAction")])
+    codec = conn.codec                            # emulator.p4.codec: builds the entities
+    conn.insert([codec.table_entry("my_station", {"eth_dst": "02:00:00:00:01:00"}, "NoAction")])
     conn.read_counter("rx_port_counter")          # {index: (packets, bytes)}
     conn.close()
 
@@ -30,7 +30,9 @@ from p4.config.v1 import p4info_pb2
 from p4.v1 import p4runtime_pb2 as pb
 from p4.v1 import p4runtime_pb2_grpc as pb_grpc
 
-from emulator.p4.p4info import P4Info, decode, uint128, uint128_value
+from emulator.p4.codec import Codec
+from emulator.p4.p4info import P4Info
+from emulator.p4.values import uint128, uint128_value
 
 log = logging.getLogger(__name__)
 
@@ -282,6 +284,11 @@ class SwitchConnection:
             self.p4info = P4Info(config.p4info)
         return self.p4info
 
+    @property
+    def codec(self) -> Codec:
+        """The entity codec of the device's P4Info (fetched from the device if not set here)."""
+        return self._p4().codec
+
     # ------------------------------------------------------------ pipeline
 
     def capabilities(self, timeout: float | None = 10.0) -> str:
@@ -383,7 +390,7 @@ class SwitchConnection:
 
     def read_counter(self, counter_name: str | int, index: int | None = None) -> dict[int, tuple[int, int]]:
         """``{index: (packets, bytes)}`` of one counter cell, or of all cells."""
-        ce = self._p4().counter_entry(counter_name, index)
+        ce = self.codec.counter_entry(counter_name, index)
         return {e.counter_entry.index.index: (e.counter_entry.data.packet_count, e.counter_entry.data.byte_count)
                 for e in self.read(ce)}
 
@@ -393,7 +400,7 @@ class SwitchConnection:
         """Send a packet-out (errors come back asynchronously in ``stream_errors``)."""
         if self._stream_done:
             raise self._stream_problem() or ArbitrationError(self.address, None, "stream closed")
-        msg = self._p4().packet_out(payload, egress_port, **metadata)
+        msg = self.codec.packet_out(payload, egress_port, **metadata)
         self._requests.put(pb.StreamMessageRequest(packet=msg))
 
     def packet_in(self, timeout: float | None = None) -> tuple[bytes, int] | None:
@@ -402,9 +409,7 @@ class SwitchConnection:
             pkt = self._packet_ins.get(timeout=timeout) if timeout != 0 else self._packet_ins.get_nowait()
         except queue.Empty:
             return None
-        port_id = self._p4().packet_metadata_id("packet_in", "ingress_port")
-        port = next((decode(m.value) for m in pkt.metadata if m.metadata_id == port_id), None)
-        return bytes(pkt.payload), port
+        return bytes(pkt.payload), self.codec.packet_metadata("packet_in", pkt.metadata).get("ingress_port")
 
     # ------------------------------------------------------------ teardown
 

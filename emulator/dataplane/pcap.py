@@ -8,7 +8,8 @@ switch every second and at exit.
 from __future__ import annotations
 
 import struct
-import time
+
+from emulator.clock import MONOTONIC, Clock
 
 PCAP_MAGIC_NS = 0xA1B23C4D      # nanosecond-resolution variant of 0xA1B2C3D4
 LINKTYPE_ETHERNET = 1
@@ -18,18 +19,18 @@ _RECORD = struct.Struct("<IIII")
 
 
 class PcapWriter:
-    """Frames with ``time.monotonic_ns()`` stamps, written as Unix-epoch times."""
+    """Frames stamped with ``clock.now_ns()``, written as Unix-epoch times."""
 
-    def __init__(self, path, buffering: int = 1 << 20):
+    def __init__(self, path, clock: Clock = MONOTONIC, buffering: int = 1 << 20):
         self.path = str(path)
         self._f = open(path, "wb", buffering=buffering)
         self._f.write(_GLOBAL.pack(PCAP_MAGIC_NS, 2, 4, 0, 0, SNAPLEN, LINKTYPE_ETHERNET))
-        # monotonic -> epoch, fixed once so that intervals stay exact.
-        self._offset_ns = time.time_ns() - time.monotonic_ns()
+        # clock -> epoch, fixed once so that intervals stay exact.
+        self._offset_ns = clock.unix_ns() - clock.now_ns()
         self.frames = 0
 
-    def write(self, monotonic_ns: int, frame) -> None:
-        sec, nsec = divmod(monotonic_ns + self._offset_ns, 1_000_000_000)
+    def write(self, now_ns: int, frame) -> None:
+        sec, nsec = divmod(now_ns + self._offset_ns, 1_000_000_000)
         n = len(frame)
         caplen = n if n <= SNAPLEN else SNAPLEN
         self._f.write(_RECORD.pack(sec, nsec, caplen, n))

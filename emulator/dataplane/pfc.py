@@ -10,16 +10,16 @@ from __future__ import annotations
 
 import struct
 
-PFC_DST_MAC = bytes.fromhex("0180c2000001")
-ETHERTYPE_MAC_CONTROL = 0x8808
-OPCODE_PFC = 0x0101
-QUANTUM_BITS = 512
-XOFF_QUANTA = 0xFFFF
-NUM_PRIORITIES = 8
-MIN_FRAME_BYTES = 60          # Ethernet minimum without FCS
-PFC_HEADER_BYTES = 34         # Ethernet 14 + opcode 2 + class vector 2 + 8 timers
+from emulator.wire import (
+    ETH_P_PAUSE, MIN_FRAME_BYTES, NUM_PRIORITIES, PFC_DST_MAC, PFC_OPCODE, PFC_QUANTUM_BITS,
+)
 
-_PFC = struct.Struct("!6s6sHHH8H")
+OPCODE_PFC = PFC_OPCODE       # the name pipeline.py imports
+XOFF_QUANTA = 0xFFFF
+
+# Ethernet header, opcode, class-enable vector, one timer per priority: 34 bytes
+_PFC = struct.Struct(f"!6s6sHHH{NUM_PRIORITIES}H")
+PFC_HEADER_BYTES = _PFC.size
 
 
 def mac_bytes(mac: str | bytes | int) -> bytes:
@@ -38,7 +38,7 @@ def mac_bytes(mac: str | bytes | int) -> bytes:
 
 def build_pfc_frame(src_mac: bytes, class_enable: int, timers) -> bytes:
     """A 60-byte PFC frame; ``timers`` are the 8 per-priority quanta."""
-    body = _PFC.pack(PFC_DST_MAC, src_mac, ETHERTYPE_MAC_CONTROL, OPCODE_PFC,
+    body = _PFC.pack(PFC_DST_MAC, src_mac, ETH_P_PAUSE, PFC_OPCODE,
                      class_enable & 0xFF, *timers)
     return body + bytes(MIN_FRAME_BYTES - len(body))
 
@@ -60,4 +60,4 @@ def parse_mac_control(frame) -> tuple[int, int, tuple[int, ...]] | None:
 
 def pause_ns(quanta: int, rate_bps: int) -> int:
     """Duration of ``quanta`` × 512 bit times at ``rate_bps``, rounded up to whole ns."""
-    return -(-quanta * QUANTUM_BITS * 1_000_000_000 // rate_bps)
+    return -(-quanta * PFC_QUANTUM_BITS * 1_000_000_000 // rate_bps)

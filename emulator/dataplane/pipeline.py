@@ -29,13 +29,17 @@ from typing import Callable
 
 from emulator.dataplane.pfc import OPCODE_PFC, parse_mac_control
 from emulator.dataplane.state import ActionCall, SwitchState
+from emulator.p4.ecmp import ecmp_hash
 from emulator.p4.p4info import P4Info
+from emulator.wire import CPU_PORT, ETH_P_IP, NUM_PRIORITIES, UDP_HDR_BYTES, UDP_OFFSET
 
-CPU_PORT = 255
 DROP_PORT = 511            # v1model's egress_spec after mark_to_drop()
-ETHERTYPE_IPV4 = 0x0800
+ETHERTYPE_IPV4 = ETH_P_IP
 IP_PROTO_UDP = 17
-NUM_PRIORITIES = 8
+# Offsets of an untagged IPv4 frame (emulator/wire.py): the IPv4 header ends
+# and UDP starts at _L4; the UDP header ends at _L4_END.
+_L4 = UDP_OFFSET
+_L4_END = UDP_OFFSET + UDP_HDR_BYTES
 _FLOW_CACHE_MAX = 65536
 
 
@@ -277,8 +281,8 @@ class FabricPipeline:
         # the ECN bits (byte 15 is DSCP:6 ECN:2; only the DSCP is matched).
         # (Frames too short for a UDP header take the slow path: their key
         # bytes could equal a longer frame's, but the parser reads no ports.)
-        ipv4 = n >= 34 and frame[12] == 0x08 and frame[13] == 0x00
-        if ipv4 and frame[22] > 1 and n >= 42:
+        ipv4 = n >= _L4 and frame[12] == 0x08 and frame[13] == 0x00
+        if ipv4 and frame[22] > 1 and n >= _L4_END:
             key = ((frame[15] & 0xFC) << 7 | ingress_port,
                    frame[0:6] + frame[12:15] + frame[23:24] + frame[26:38])
             verdict = self._cache.get(key)
@@ -287,7 +291,7 @@ class FabricPipeline:
                 if len(self._cache) >= _FLOW_CACHE_MAX:
                     self._cache.clear()
                 self._cache[key] = verdict
-        elif n >= 34 and frame[12] == 0x88 and frame[13] == 0x08:
+        elif n >= _L4 and frame[12] == 0x88 and frame[13] == 0x08:
             return self._mac_control(frame, ingress_port)
         else:
             verdict = self._decide(frame, ingress_port, ipv4)
@@ -323,7 +327,7 @@ class FabricPipeline:
             self.verdict = _DROP
             return DROP_PORT
         self.state.counters[self.ids.enq_port_counter].count(egress_port, len(payload))
-        ipv4 = len(payload) >= 34 and payload[12] == 0x08 and payload[13] == 0x00
+        ipv4 = len(payload) >= _L4 and payload[12] == 0x08 and payload[13] == 0x00
         self.verdict = Verdict(egress_port, ecn=tables.ecn.get((egress_port, 0)) if ipv4 else None,
                                in_cell=CPU_PORT * NUM_PRIORITIES,
                                eg_cell=egress_port * NUM_PRIORITIES)
@@ -358,8 +362,8 @@ class FabricPipeline:
             priority = tables.dscp_to_priority.get(frame[15] >> 2, 0)
             # parse_udp extracts 8 bytes: a shorter frame ends the parser
             # (PacketTooShort) with the l4 ports still 0.
-            if ihl == 5 and proto == IP_PROTO_UDP and len(frame) >= 42:
-                sport, dport = struct.unpack_from("!HH", frame, 34)
+            if ihl == 5 and proto == IP_PROTO_UDP and len(frame) >= _L4_END:
+                sport, dport = struct.unpack_from("!HH", frame, _L4)
             if int.from_bytes(frame[0:6], "big") in tables.my_station and frame[22] > 1:
                 actions = tables.lookup_lpm(dst)
                 if actions:
@@ -390,32 +394,3 @@ class FabricPipeline:
         if action.action_id == ids.punt_to_cpu:
             return Verdict(CPU_PORT, verdict.new_macs, verdict.decrement_ttl)
         return verdict  # NoAction
-
-
-def _crc16_arc_table() -> tuple[int, ...]:
-    table = []
-    for byte in range(256):
-        crc = byte
-        for _ in range(8):
-            crc = (crc >> 1) ^ 0xA001 if crc & 1 else crc >> 1
-        table.append(crc)
-    return tuple(table)
-
-
-_CRC16_ARC = _crc16_arc_table()
-
-
-def crc16_arc(data: bytes) -> int:
-    """CRC-16/ARC (poly 0x8005 reflected, init 0): BMv2's ``crc16``."""
-    crc = 0
-    for b in data:
-        crc = (crc >> 8) ^ _CRC16_ARC[(crc ^ b) & 0xFF]
-    return crc
-
-
-def ecmp_hash(src: int, dst: int, proto: int, sport: int, dport: int) -> int:
-    """fabric.p4's ecmp_selector hash: crc16 over the selector fields in the
-    order the table lists them. Like BMv2, the member is hash % group size,
-    so both targets put a flow on the same path (consecutive QP source
-    ports alternate between two uplinks)."""
-    return crc16_arc(struct.pack("!IIBHH", src, dst, proto, sport, dport))

@@ -2,8 +2,9 @@
 
 The P4Runtime server (``emulator.dataplane.p4rt_server``) is the only writer;
 the packet pipeline (``emulator.dataplane.pipeline``) is the reader. Entries
-are kept in a target-neutral, already-decoded form (ints, not bytes), keyed
-the way P4Runtime identifies them, so that Read returns what Write stored.
+are kept in the target-neutral, already-decoded form of
+``emulator.p4.entities`` (ints, not bytes), keyed the way P4Runtime
+identifies them, so that Read returns what Write stored.
 
 The pipeline compiles these dicts into its own lookup structures and caches
 per-flow results; ``generation`` tells it when to throw those away. Both run
@@ -16,44 +17,9 @@ import threading
 from dataclasses import dataclass, field
 from typing import Callable
 
-# Match of one field: ("exact", value) | ("lpm", value, prefix_len)
-#                   | ("ternary", value, mask) | ("range", low, high)
-# Fields missing from an entry's match are wildcards (don't-care).
-FieldMatch = tuple
-
-
-@dataclass(frozen=True)
-class ActionCall:
-    action_id: int
-    params: tuple[tuple[int, int], ...]  # (param_id, value), sorted by id
-
-    def param(self, param_id: int) -> int:
-        for pid, value in self.params:
-            if pid == param_id:
-                return value
-        raise KeyError(param_id)
-
-
-@dataclass
-class TableEntry:
-    table_id: int
-    match: dict[int, FieldMatch]      # field_id -> FieldMatch
-    priority: int = 0                 # ternary/range tables only
-    action: ActionCall | None = None  # direct action, or
-    member_id: int | None = None      # action-profile member, or
-    group_id: int | None = None       # action-profile group
-    metadata: bytes = b""             # controller cookie, returned on Read
-
-    def key(self) -> tuple:
-        """Identity of the entry within its table (P4Runtime: match + priority)."""
-        return (self.priority, tuple(sorted(self.match.items())))
-
-
-@dataclass
-class ActionProfileGroup:
-    group_id: int
-    members: list[tuple[int, int]] = field(default_factory=list)  # (member_id, weight)
-    max_size: int = 0
+# The decoded entries are P4Runtime's (target-neutral); the pipeline imports
+# ActionCall from here, with the state that holds them.
+from emulator.p4.entities import ActionCall, ActionProfileGroup, TableEntry
 
 
 @dataclass
@@ -89,7 +55,7 @@ class SwitchState:
         self.action_profiles: dict[int, ActionProfileState] = {}
         # counter_id -> CounterArray
         self.counters: dict[int, CounterArray] = {}
-        # session_id -> p4.v1.CloneSessionEntry (see emulator/dataplane/pre.py)
+        # session_id -> p4.v1.CloneSessionEntry (see emulator/dataplane/p4rt_server/pre.py)
         self.clone_sessions: dict = {}
         # Set by the switch: inject a controller packet-out (payload, egress_port).
         self.packet_out_handler: Callable[[bytes, int], None] | None = None

@@ -15,41 +15,33 @@ server's gRPC threads only touch ``SwitchState`` under its lock):
 
 The loop sleeps until the next frame's serialization slot or release time, a
 pause expiry, a PFC refresh or a queue-depth sample, so an idle switch costs
-nothing and a busy one never sends early.
+nothing and a busy one never sends early. It reads the time and waits only
+through its clock (``emulator.clock``): ``MONOTONIC`` in the switch process,
+a ``ManualClock`` in tests, which then run the loop without sleeping.
 
-Config (JSON; rates and delays already dilated; see ``SwitchConfig``)::
-
-    {"name": "leaf1", "device_id": 1, "grpc_port": 50001,
-     "ports": [{"port_no": 1, "ifname": "leaf1-eth1", "rate_bps": 1000000,
-                "delay_ns": 10000000}, ...],
-     "stats_path": "RUN/leaf1.stats.json",      # optional; its directory gets the raw logs
-     "p4info_path": null,                       # optional: default p4src/fabric.p4info.txtpb
-     "buffer_bytes": 4000000,                   # shared buffer of the switch
-     "sample_interval_ns": 10000000,            # queue-depth sampling (wall ns); 0: off
-     "router_mac": "02:00:00:00:01:01",        # source MAC of the PFC frames it sends
-     "pcap": false,                             # RUN/{ifname}.pcap per port
-     "seed": 1}                                 # ECN marking's random numbers
+Config: ``emulator.schema.switch.SwitchConfig`` (JSON, written by the
+Mininet node; rates and delays already dilated).
 """
 from __future__ import annotations
 
 import ctypes
 import gc
 import json
-import select
 import signal
 import socket
 import sys
-import time
 from collections import deque
-from dataclasses import dataclass
 from pathlib import Path
 
+from emulator.clock import MONOTONIC, Clock
 from emulator.dataplane.pcap import PcapWriter
-from emulator.dataplane.pfc import mac_bytes
-from emulator.dataplane.pipeline import CPU_PORT, DROP_PORT, FabricPipeline
+from emulator.dataplane.pipeline import DROP_PORT, FabricPipeline
 from emulator.dataplane.state import SwitchState
 from emulator.dataplane.tm import TrafficManager
+from emulator.errors import ConfigError
 from emulator.p4.p4info import P4Info
+from emulator.schema.switch import PortConfig, SwitchConfig
+from emulator.wire import CPU_PORT
 
 ETH_P_ALL = 0x0003
 SOL_PACKET = 263
@@ -57,10 +49,9 @@ PACKET_QDISC_BYPASS = 20
 PACKET_IGNORE_OUTGOING = 23
 RX_BATCH = 64              # frames drained from one socket per wakeup
 RX_MAX_BYTES = 9216        # jumbo frames (a 4096-byte RoCE MTU frame is 4170 bytes)
-IDLE_WAKE_S = 0.05         # how often an idle loop looks at packet-outs and stop
+IDLE_WAKE_NS = 50_000_000  # how often an idle loop looks at packet-outs and stop
 LATE_THRESHOLD_NS = 1_000_000  # a release later than this counts as falling behind
 FLUSH_INTERVAL_NS = 1_000_000_000   # raw logs and pcaps reach the disk this often
-DEFAULT_BUFFER_BYTES = 4_000_000
 NEVER = 1 << 62
 
 
@@ -73,52 +64,6 @@ def open_port_socket(ifname: str) -> socket.socket:
     sock.bind((ifname, 0))
     sock.setblocking(False)
     return sock
-
-
-@dataclass
-class PortConfig:
-    port_no: int
-    ifname: str
-    rate_bps: int
-    delay_ns: int
-    buffer_bytes: int | None = None   # old per-port FIFO limit: summed into the shared buffer
-
-
-@dataclass
-class SwitchConfig:
-    name: str
-    device_id: int
-    grpc_port: int
-    ports: list[PortConfig]
-    p4info_path: str | None = None
-    stats_path: str | None = None
-    buffer_bytes: int | None = None   # shared buffer; None: sum of the ports' buffer_bytes, or 4 MB
-    sample_interval_ns: int = 0
-    router_mac: str | None = None     # None: 02:00:00:fe:<device id>
-    pcap: bool = False
-    seed: int = 0
-
-    @classmethod
-    def load(cls, path: str | Path) -> "SwitchConfig":
-        raw = json.loads(Path(path).read_text())
-        raw["ports"] = [PortConfig(**p) for p in raw["ports"]]
-        return cls(**raw)
-
-    @property
-    def run_dir(self) -> Path | None:
-        """Where raw logs and pcaps go: the stats file's directory."""
-        return Path(self.stats_path).parent if self.stats_path else None
-
-    def shared_buffer_bytes(self) -> int:
-        if self.buffer_bytes is not None:
-            return int(self.buffer_bytes)
-        per_port = [p.buffer_bytes for p in self.ports if p.buffer_bytes is not None]
-        return sum(per_port) if per_port else DEFAULT_BUFFER_BYTES
-
-    def router_mac_bytes(self) -> bytes:
-        if self.router_mac:
-            return mac_bytes(self.router_mac)
-        return bytes([0x02, 0, 0, 0xFE]) + (self.device_id & 0xFFFF).to_bytes(2, "big")
 
 
 class RawLogs:
@@ -146,12 +91,14 @@ class RawLogs:
 class SwitchPort:
     """A front-panel port: its socket (and pcap); its queues live in the traffic manager."""
 
-    def __init__(self, cfg: PortConfig, tm_port, pcap: PcapWriter | None = None):
+    def __init__(self, cfg: PortConfig, tm_port, pcap: PcapWriter | None = None,
+                 clock: Clock = MONOTONIC):
         self.cfg = cfg
         self.port_no = cfg.port_no
         self.sock = open_port_socket(cfg.ifname)
         self.tm_port = tm_port
         self.pcap = pcap
+        self.clock = clock
         self.send_errors = 0
         tm_port.send = self.send if pcap is None else self.send_and_capture
 
@@ -163,12 +110,13 @@ class SwitchPort:
 
     def send_and_capture(self, frame) -> None:
         self.send(frame)
-        self.pcap.write(time.monotonic_ns(), frame)
+        self.pcap.write(self.clock.now_ns(), frame)
 
 
 class EmbeddedSwitch:
-    def __init__(self, cfg: SwitchConfig, p4info: P4Info):
+    def __init__(self, cfg: SwitchConfig, p4info: P4Info, clock: Clock = MONOTONIC):
         self.cfg = cfg
+        self.clock = clock
         self.state = SwitchState()
         self.pipeline = FabricPipeline(self.state, p4info)
         run_dir = cfg.run_dir
@@ -180,8 +128,9 @@ class EmbeddedSwitch:
         self.pipeline.pfc_handler = self._pfc_received
         self.ports = {}
         for p in cfg.ports:
-            pcap = PcapWriter(run_dir / f"{p.ifname}.pcap") if cfg.pcap and run_dir is not None else None
-            self.ports[p.port_no] = SwitchPort(p, self.tm.ports[p.port_no], pcap)
+            pcap = PcapWriter(run_dir / f"{p.ifname}.pcap", clock) \
+                if cfg.pcap and run_dir is not None else None
+            self.ports[p.port_no] = SwitchPort(p, self.tm.ports[p.port_no], pcap, clock)
         self._by_fd = {port.sock.fileno(): port for port in self.ports.values()}
         self._packet_outs: deque[tuple[bytes, int]] = deque()
         self.state.packet_out_handler = lambda payload, port: self._packet_outs.append((payload, port))
@@ -189,21 +138,21 @@ class EmbeddedSwitch:
         self.rx_frames = 0
 
     def _pfc_received(self, port_no: int, class_enable: int, timers) -> None:
-        self.tm.pfc_received(time.monotonic_ns(), port_no, class_enable, timers)
+        self.tm.pfc_received(self.clock.now_ns(), port_no, class_enable, timers)
 
     def stop(self, *_):
         self._stop = True
 
     # ------------------------------------------------------------------ loop
     def run(self) -> None:
-        ports = list(self.ports.values())
-        socks = [p.sock for p in ports]
         by_fd = self._by_fd
+        fds = list(by_fd)
         pipeline = self.pipeline
         ingress = pipeline.ingress
         tm = self.tm
         enqueue = tm.enqueue
-        clock = time.monotonic_ns
+        clock = self.clock.now_ns
+        wait_readable = self.clock.wait_readable
         sample_ns = self.cfg.sample_interval_ns if self.logs is not None else 0
         next_sample = clock() + sample_ns if sample_ns > 0 else NEVER
         next_flush = clock() + FLUSH_INTERVAL_NS
@@ -213,16 +162,18 @@ class EmbeddedSwitch:
             wake = tm.next_wake_ns()
             if wake is None or next_sample < wake:
                 wake = next_sample
-            timeout = min(IDLE_WAKE_S, max(0.0, (wake - now) / 1e9))
-            readable = select.select(socks, [], [], timeout)[0]
+            if wake > now + IDLE_WAKE_NS:
+                wake = now + IDLE_WAKE_NS
+            readable = wait_readable(fds, wake)
             if len(readable) > 1:
                 # Ports are drained one after the other: rotate who goes first,
                 # or a port early in the list would always win the buffer space
                 # that the last departures freed (lockout under tail drop).
                 rr = rr + 1 if rr + 1 < len(readable) else 0
                 readable = readable[rr:] + readable[:rr]
-            for sock in readable:
-                port = by_fd[sock.fileno()]
+            for fd in readable:
+                port = by_fd[fd]
+                sock = port.sock
                 port_no = port.port_no
                 pcap = port.pcap
                 for _ in range(RX_BATCH):
@@ -280,7 +231,7 @@ class EmbeddedSwitch:
 
     # ----------------------------------------------------------------- stats
     def stats(self) -> dict:
-        now = time.monotonic_ns()
+        now = self.clock.now_ns()
         ports = []
         for p in self.ports.values():
             st = self.tm.port_stats(p.port_no, now)
@@ -306,9 +257,13 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m emulator.dataplane SWITCH_CONFIG.json", file=sys.stderr)
         return 2
     _die_with_parent()
-    cfg = SwitchConfig.load(argv[0])
+    try:
+        cfg = SwitchConfig.load(argv[0])
+    except ConfigError as e:             # one line, like every bad config
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     p4info = P4Info.load(cfg.p4info_path) if cfg.p4info_path else P4Info.load()
-    switch = EmbeddedSwitch(cfg, p4info)
+    switch = EmbeddedSwitch(cfg, p4info, MONOTONIC)
     signal.signal(signal.SIGTERM, switch.stop)
     signal.signal(signal.SIGINT, switch.stop)
     server = P4RuntimeServer(switch.state, cfg.device_id, cfg.grpc_port, p4info)

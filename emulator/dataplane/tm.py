@@ -21,21 +21,23 @@ What ``docs/lossless.md`` specifies, in htsim-style small objects:
   headroom empty), PFC reception, P4 counters and per (port, priority)
   statistics and events.
 
-Times are wall nanoseconds (``time.monotonic_ns``), rates already dilated.
-Like ``egress.EgressQueue``, a port keeps its own schedule (``busy_until``):
-frames start back to back in emulated time even when served late.
+Everything here is pure: times come in as ``now_ns`` arguments (wall
+nanoseconds of the switch's clock, ``emulator.clock``), rates already
+dilated. A port keeps its own schedule (``busy_until``): frames start back
+to back in emulated time even when served late.
 """
 from __future__ import annotations
 
-import heapq
 import random
 from collections import deque
 from typing import Callable
 
-from emulator.dataplane.egress import WIRE_OVERHEAD_BYTES, Wire
-from emulator.dataplane.pfc import NUM_PRIORITIES, XOFF_QUANTA, pause_frame, pause_ns
+from emulator.clock import TimerHeap
+from emulator.dataplane.pfc import XOFF_QUANTA, pause_frame, pause_ns
+from emulator.link import Wire
+from emulator.wire import CPU_PORT, NUM_PRIORITIES, WIRE_OVERHEAD_BYTES
 
-MAX_PORTS = 256
+MAX_PORTS = CPU_PORT + 1       # port numbers index the cells; front-panel ports are below CPU_PORT
 CELLS = MAX_PORTS * NUM_PRIORITIES
 NEVER = 1 << 62                # a time no event reaches
 
@@ -299,15 +301,15 @@ class TrafficManager:
         self.log = log or _no_log
         self.ports = {no: PriorityPort(no, rate, delay, self.log) for no, rate, delay in ports}
         for no in self.ports:
-            if not 0 <= no < MAX_PORTS - 1:
-                raise ValueError(f"port {no}: front-panel ports are 0..{MAX_PORTS - 2}")
+            if not 0 <= no < CPU_PORT:
+                raise ValueError(f"port {no}: front-panel ports are 0..{CPU_PORT - 1}")
         self.port_list = list(self.ports.values())
         # Port by number for every 9-bit egress_spec value (no bounds check per packet).
         self._by_no: list[PriorityPort | None] = [self.ports.get(no) for no in range(512)]
         self.buffer = SharedBuffer(buffer_bytes)
         self.router_mac = router_mac
         self.rng = random.Random(seed)
-        self.timers: list[tuple[int, int]] = []      # (due_ns, cell): PFC refreshes
+        self.timers = TimerHeap()                    # cells whose pause is refreshed then
         self._pfc_frames: dict[tuple[int, int], bytes] = {}
         self.tx = self.tx_prio = self.ecn_mark = self.pfc_tx = None   # P4 counter arrays
 
@@ -437,7 +439,7 @@ class TrafficManager:
             self.log(now_ns, port.port_no, prio, "pause_tx", quanta)
             due = now_ns + pause_ns(quanta, port.rate_bps) // 2
             self.buffer.refresh_due[cell] = due
-            heapq.heappush(self.timers, (due, cell))
+            self.timers.push(due, cell)
         else:
             port.resume_tx[prio] += 1
             self.log(now_ns, port.port_no, prio, "resume_tx", 0)
@@ -461,15 +463,21 @@ class TrafficManager:
 
     def poll(self, now_ns: int) -> None:
         """Timers due by ``now_ns``: refresh the pauses still in force."""
-        timers, buf = self.timers, self.buffer
-        while timers and timers[0][0] <= now_ns:
-            due, cell = heapq.heappop(timers)
+        timers = self.timers
+        due = timers.next_due_ns()
+        if due is None or due > now_ns:        # the common case: once per loop of the switch
+            return
+        buf = self.buffer
+        # Refreshes due at the same time go out by cell (port, then priority),
+        # whatever order they were scheduled in. A timer whose cell resumed or
+        # was paused again since is stale: ``refresh_due`` tells.
+        for due, cell in sorted(timers.pop_due_with_time(now_ns)):
             if buf.xoff[cell] and buf.refresh_due[cell] == due:
                 self._send_pfc(now_ns, cell, XOFF_QUANTA)
 
     def next_wake_ns(self) -> int | None:
         """The earliest time anything is due: a serialization, a release, a pause expiry, a timer."""
-        wake = self.timers[0][0] if self.timers else None
+        wake = self.timers.next_due_ns()
         for port in self.port_list:
             t = port.next_event_ns()
             if t is not None and (wake is None or t < wake):

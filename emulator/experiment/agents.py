@@ -1,4 +1,7 @@
-"""Host-agent configs for an experiment, and the agent processes in their hosts."""
+"""Host-agent configs for an experiment, and the agent processes in their hosts.
+
+The configs are ``emulator.schema.agent`` models: built here, written as
+JSON, read back by the agent process with the same model."""
 from __future__ import annotations
 
 import json
@@ -7,19 +10,25 @@ import sys
 import time
 from pathlib import Path
 
-from emulator.agents.host import DEFAULT_MR_RKEY, write_layout
-from emulator.experiment.endpoints import configure_agents
-from emulator.experiment.model import ROCE_SPORT_BASE, Experiment
+from emulator.agents.host import write_layout
+from emulator.experiment.endpoints import agent_keys, dropped_flows
+from emulator.experiment.resolved import Experiment
 from emulator.net.fabric import FabricNet, dilated_link
+from emulator.schema.agent import (
+    DEFAULT_MR_RKEY, ExpectConfig, HostAgentConfig, NicConfig, QpConfig, SendConfig,
+)
+from emulator.schema.load import ProcessConfig
+from emulator.wire import roce_sport
 
 AGENT_START_S = 2.0           # time for every agent to start and import Scapy
 AGENT_START_PER_HOST_S = 0.25
 
 
-def nic_config(exp: Experiment, nic: str) -> dict:
+def nic_fields(exp: Experiment, nic: str) -> dict:
     """What an agent needs to drive one NIC (host node): its interface and
     addresses, link rate and delay (dilated), and the NIC-side QoS, CNP and
-    DCQCN settings of the experiment. Host agents and server agents share it."""
+    DCQCN settings of the experiment -- the fields of ``NicConfig``, which
+    host agents and server agents share."""
     fabric, plan, d, spec = exp.fabric, exp.fabric.addresses, exp.dilation, exp.spec
     port = fabric.ports(nic)[0]
     rate_bps, delay_ns = dilated_link(fabric, nic, port.port_no, d)
@@ -32,50 +41,48 @@ def nic_config(exp: Experiment, nic: str) -> dict:
             "dcqcn": spec.dcqcn.agent_params(d, fabric.links[port.link_index].rate_bps)}
 
 
+def nic_config(exp: Experiment, nic: str) -> NicConfig:
+    return NicConfig(**nic_fields(exp, nic))
+
+
 def agent_configs(exp: Experiment, run_dir: Path, start_at_unix_ns: int,
-                  hosts: set[str] | None = None) -> dict[str, dict]:
-    """One JSON config per host (or per host in ``hosts``): its NIC, its QPs,
-    what it sends and expects."""
+                  hosts: set[str] | None = None) -> dict[str, HostAgentConfig]:
+    """One config per host (or per host in ``hosts``): its NIC, its QPs,
+    what it sends and expects, and its endpoint (``endpoints:``)."""
     d = exp.dilation
-    # Flow progress is sampled as often as the switches sample their queues.
-    sample_interval_ns = int((exp.spec.switch.sample_interval_us or 1.0) * 1000 * d)
-    configs: dict[str, dict] = {}
-    for h in exp.fabric.hosts():
-        if hosts is not None and h.name not in hosts:
-            continue
-        configs[h.name] = {
-            "host": h.name, **nic_config(exp, h.name),
-            "sample_interval_ns": sample_interval_ns,
-            "start_at_unix_ns": start_at_unix_ns, "deadline_s": exp.spec.limits.wall_s,
-            "qps": [], "send": [], "expect": [],
-            "result_path": str(run_dir / f"{h.name}.result.json"),
-        }
+    names = [h.name for h in exp.fabric.hosts() if hosts is None or h.name in hosts]
+    ip = {h: exp.fabric.addresses.host_ip(h) for h in names}
+    qps: dict[str, list[QpConfig]] = {h: [] for h in names}
+    send: dict[str, list[SendConfig]] = {h: [] for h in names}
+    expect: dict[str, list[ExpectConfig]] = {h: [] for h in names}
+    dropped = dropped_flows(exp)        # into another tenant: nothing expected, WRITE at 0
     for f in exp.flows:
-        src, dst = configs[f.src], configs[f.dst]
-        src["qps"].append({"qpn": f.src_qpn, "remote_ip": dst["ip"], "remote_qpn": f.dst_qpn,
-                           "udp_sport": f.udp_sport})
-        dst["qps"].append({"qpn": f.dst_qpn, "remote_ip": src["ip"], "remote_qpn": f.src_qpn,
-                           "udp_sport": ROCE_SPORT_BASE + (f.dst_qpn & 0x3FFF)})
-        src["send"].append({"flow_id": f.flow_id, "qpn": f.src_qpn, "op": f.op,
-                            "size_bytes": f.size_bytes,
-                            "start_offset_ns": int(f.start_fabric_ns * d)})
-        dst["expect"].append({"flow_id": f.flow_id, "qpn": f.dst_qpn, "op": f.op,
-                              "size_bytes": f.size_bytes})
-    if exp.spec.nic.rto_us is not None:   # (absent: the agents' default, as before)
-        for cfg in configs.values():
-            cfg["rto_ns"] = int(exp.spec.nic.rto_us * 1000 * d)
-    configure_agents(exp, configs)     # endpoints: section (NIC/DPU, tenants); no-op without
+        qps[f.src].append(QpConfig(qpn=f.src_qpn, remote_ip=ip[f.dst], remote_qpn=f.dst_qpn,
+                                   udp_sport=f.udp_sport))
+        qps[f.dst].append(QpConfig(qpn=f.dst_qpn, remote_ip=ip[f.src], remote_qpn=f.src_qpn,
+                                   udp_sport=roce_sport(f.dst_qpn)))
+        if f.flow_id not in dropped:
+            expect[f.dst].append(ExpectConfig(flow_id=f.flow_id, qpn=f.dst_qpn, op=f.op,
+                                              size_bytes=f.size_bytes))
     # WRITEs land where the receiver laid out its memory region.
     remote_addr: dict[int, int] = {}
-    for cfg in configs.values():
-        remote_addr.update(write_layout([e for e in cfg["expect"] if e["op"] == "write"]))
-    for cfg in configs.values():
-        for s in cfg["send"]:
-            if s["op"] == "write":
-                if "remote_addr" not in s:     # (a flow into another tenant has its own)
-                    s["remote_addr"] = remote_addr[s["flow_id"]]
-                s["rkey"] = DEFAULT_MR_RKEY
-    return configs
+    for h in names:
+        remote_addr.update(write_layout([e.model_dump() for e in expect[h] if e.op == "write"]))
+    for f in exp.flows:
+        write = f.op == "write"
+        send[f.src].append(SendConfig(
+            flow_id=f.flow_id, qpn=f.src_qpn, op=f.op, size_bytes=f.size_bytes,
+            start_offset_ns=int(f.start_fabric_ns * d),
+            remote_addr=(0 if f.flow_id in dropped else remote_addr[f.flow_id]) if write else None))
+    # Flow progress is sampled as often as the switches sample their queues.
+    sample_interval_ns = int((exp.spec.switch.sample_interval_us or 1.0) * 1000 * d)
+    rto_ns = None if exp.spec.nic.rto_us is None else int(exp.spec.nic.rto_us * 1000 * d)
+    return {h: HostAgentConfig(
+        host=h, **nic_fields(exp, h), **agent_keys(exp, h),
+        sample_interval_ns=sample_interval_ns, rto_ns=rto_ns,
+        start_at_unix_ns=start_at_unix_ns, deadline_s=exp.spec.limits.wall_s,
+        qps=qps[h], send=send[h], expect=expect[h], mr_rkey=DEFAULT_MR_RKEY,
+        result_path=str(run_dir / f"{h}.result.json")) for h in names}
 
 
 def stop_processes(procs, grace_s: float = 5.0) -> None:
@@ -102,10 +109,10 @@ class AgentProcesses:
         self.fnet, self.exp, self.run_dir = fnet, exp, run_dir
         self.procs: dict[str, subprocess.Popen] = {}
 
-    def launch(self, name: str, cfg: dict, module: str) -> None:
+    def launch(self, name: str, cfg: ProcessConfig, module: str) -> None:
         """Write ``cfg`` and start ``python -m module`` on it in ``name``'s host."""
         path = self.run_dir / f"{name}.agent.json"
-        path.write_text(json.dumps(cfg, indent=1))
+        cfg.write(path)
         with open(self.run_dir / f"{name}.agent.log", "w") as log:
             self.procs[name] = self.fnet.host(name).popen(
                 [sys.executable, "-m", module, str(path)],

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 from rich.table import Table
 
 from emulator.experiment.endpoints import DELIVERED, DROPPED, flow_expect, host_params
-from emulator.experiment.results import write_csv
+from emulator.experiment.results_io import write_csv
 
 if TYPE_CHECKING:  # pragma: no cover
     from emulator.experiment.model import Experiment

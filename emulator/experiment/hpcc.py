@@ -1,4 +1,4 @@
-"""A run's results in the formats of the HPCC ns-3 RDMA simulator, and ideal FCTs.
+"""A run's results in the formats of the HPCC ns-3 RDMA simulator.
 
 The HPCC simulator (alibaba-edu/High-Precision-Congestion-Control,
 ``simulation/scratch/third.cc``) writes three result files; ``write_hpcc``
@@ -6,7 +6,9 @@ writes ours in the same layouts, so that HPCC's analysis scripts (e.g.
 ``analysis/fct_analysis.py``, which reads fct.txt with awk: ``$4`` dport,
 ``$5`` size, ``$6`` start, ``$7`` fct, ``$8`` standalone fct) read them.
 Every time is fabric nanoseconds since the run's t0 (the agents' common
-start), as integers; sizes are bytes.
+start), as integers; sizes are bytes. The input is a run's time series
+(``timeseries.load_results``), its summary and the experiment: nothing
+here reads a log.
 
 Node ids (HPCC numbers its nodes 0..N-1 and tags each host 0 / switch 1):
 the fabric's hosts first, in ``fabric.hosts()`` order (id 0..H-1), then its
@@ -30,7 +32,8 @@ a host (its only NIC, our ``<host>-eth0``).
   keeps only ``dport == 100`` (``-t 1``: 200), so pass ``dport=100`` to
   analyse with its defaults; ``size``: message bytes; ``start_ns``: the
   flow's scheduled start; ``fct_ns``: summary ``fct_ns`` (post to last ACK);
-  ``standalone_fct_ns``: ``standalone_fct_ns()`` below.
+  ``standalone_fct_ns``: summary ``standalone_fct_ns``, else
+  ``ideal_fct.standalone_fct_ns()``.
 
 ``pfc.txt`` -- third.cc ``get_pfc``, ``"%lu %u %u %u %u"``::
 
@@ -61,48 +64,25 @@ simulator can rerun the experiment for comparison: ``topology.txt``
 (``node_num switch_num link_num`` / switch ids / ``src dst <rate>Gbps
 <delay>ms 0`` per link, in link order so the ifindex numbering matches) and
 ``flow.txt`` (``flow_num`` / ``src dst 3 <dport> <size> <start_s>``).
-
-Standalone FCT (``standalone_fct_ns``): the flow alone on the fabric, on the
-path its packets take (ECMP resolved with the pipeline's hash on the QP's
-5-tuple, as the switches do), in fabric units (the topology's rates and
-delays): its frames (RoCE headers, RETH on a WRITE's first packet, payload
-padded to 4 bytes, ICRC, plus 24 bytes of preamble/FCS/IFG) sent back to
-back at the first link's rate, stored and forwarded at every hop: the exact
-completion time of the last frame through that tandem of links (serializing
-all of them at the bottleneck plus every other hop's store-and-forward of
-the first/last frame, plus every link's propagation delay), then the ACK of
-the last packet back over the reverse path (its serialization at every hop
-plus propagation). HPCC's is ``2 x propagation + one MTU per hop + all
-bytes at the bottleneck``: the same idea, ours counts the ACK and the exact
-frame sizes. The host agents' NIC emits each frame at the start of its
-pacing slot (it models the host link's propagation but not its
-serialization), so a measured FCT may come out a frame time or two below
-this ideal: slowdowns can be marginally < 1 (fct_analysis.py clamps them
-to 1).
 """
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping
 
-from emulator.ethernet import WIRE_OVERHEAD_BYTES
+from emulator.experiment.ideal_fct import (
+    ROCEV2_UDP_DPORT,
+    FabricPaths,
+    flow_priority,
+    standalone_fct_ns,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
-    from emulator.experiment.model import Experiment, Flow
-    from emulator.experiment.results import Results
+    from emulator.experiment.model import Experiment
+    from emulator.experiment.timeseries import Results
     from emulator.topo import Fabric
 
-ROCEV2_UDP_DPORT = 4791
-IP_PROTO_UDP = 17
-# Frame bytes as the NIC builds them (emulator/agents/nic.py): Ethernet 14 +
-# IPv4 20 + UDP 8 + BTH 12, RETH 16 on a WRITE's first/only packet, payload
-# padded to 4 bytes, ICRC 4; an ACK adds AETH 4 and the ICRC.
-ROCE_HDR_BYTES = 14 + 20 + 8 + 12
-RETH_BYTES = 16
-ICRC_BYTES = 4
-ACK_FRAME_BYTES = ROCE_HDR_BYTES + 4 + ICRC_BYTES
 QLEN_BUCKET_BYTES = 1000       # HPCC: kb = qlen / 1000
 MAX_QLEN_SAMPLES = 2_000_000   # per port; a longer run is sampled more coarsely
 
@@ -132,159 +112,21 @@ def ip_hex(ip: str) -> str:
     return f"{int(ipaddress.IPv4Address(ip)):08x}"
 
 
-# --------------------------------------------------------------------- paths
-
-@dataclass(frozen=True)
-class Hop:
-    """One link a packet crosses: leaving ``node`` by ``port_no`` toward ``peer``."""
-
-    node: str
-    port_no: int
-    peer: str
-    rate_bps: int       # fabric (undilated) rate
-    delay_ns: int       # fabric propagation delay
-
-
-class FabricPaths:
-    """The path a 5-tuple takes through the fabric, as the switches route it."""
-
-    def __init__(self, fabric: "Fabric"):
-        from emulator.topo import compute_routes
-        self.fabric = fabric
-        self.routes = compute_routes(fabric)
-
-    def path(self, src: str, dst: str, sport: int, dport: int = ROCEV2_UDP_DPORT) -> list[Hop]:
-        """Hops from host ``src`` to host ``dst`` for UDP ``sport`` -> ``dport``."""
-        from emulator.dataplane.pipeline import ecmp_hash
-        from emulator.topo import longest_prefix_match
-
-        fabric, plan = self.fabric, self.fabric.addresses
-        sip, dip = plan.host_ip(src), plan.host_ip(dst)
-        h = ecmp_hash(int(ipaddress.IPv4Address(sip)), int(ipaddress.IPv4Address(dip)),
-                      IP_PROTO_UDP, sport, dport)
-        hops = [self._hop(src, fabric.ports(src)[0].port_no)]
-        for _ in range(4 * len(fabric.nodes)):
-            cur = hops[-1].peer
-            if cur == dst:
-                return hops
-            if not fabric.node(cur).is_switch:
-                break
-            route = longest_prefix_match(self.routes[cur], dip)
-            if route is None:
-                break
-            # The controller installs an ECMP group's members in next-hop (port)
-            # order, one each; the pipeline picks member hash % size.
-            nh = route.next_hops[h % len(route.next_hops)] if route.is_ecmp else route.next_hops[0]
-            hops.append(self._hop(cur, nh.port_no))
-        raise ValueError(f"no route from {src} to {dst} in fabric {fabric.name}")
-
-    def flow_path(self, flow: "Flow") -> list[Hop]:
-        return self.path(flow.src, flow.dst, flow.udp_sport)
-
-    def ack_path(self, flow: "Flow") -> list[Hop]:
-        """The path of the flow's ACKs: from the responder's QP back to the requester."""
-        from emulator.experiment.model import ROCE_SPORT_BASE
-        return self.path(flow.dst, flow.src, ROCE_SPORT_BASE + (flow.dst_qpn & 0x3FFF))
-
-    def _hop(self, node: str, port_no: int) -> Hop:
-        port = self.fabric.port(node, port_no)
-        link = self.fabric.links[port.link_index]
-        return Hop(node, port_no, port.peer, link.rate_bps, link.delay_ns)
-
-
-# ----------------------------------------------------------- standalone FCT
-
-def frame_sizes(size_bytes: int, mtu_bytes: int, op: str = "write") -> tuple[int, int, int, int]:
-    """(packets, first, middle, last) wire bytes of a message's frames.
-
-    Wire bytes include the 24 bytes of preamble/FCS/IFG. With one packet,
-    first == last is the only packet.
-    """
-    n = max(1, -(-size_bytes // mtu_bytes))
-    reth = RETH_BYTES if op == "write" else 0
-
-    def wire(payload: int, first: bool) -> int:
-        return (ROCE_HDR_BYTES + (reth if first else 0) + payload + (-payload & 3)
-                + ICRC_BYTES + WIRE_OVERHEAD_BYTES)
-
-    last_payload = size_bytes - (n - 1) * mtu_bytes
-    if n == 1:
-        only = wire(size_bytes, True)
-        return 1, only, only, only
-    return n, wire(mtu_bytes, True), wire(mtu_bytes, False), wire(last_payload, False)
-
-
-def tandem_completion_ns(n: int, first: int, middle: int, last: int,
-                         rates_bps: list[int], delays_ns: list[int]) -> float:
-    """When the last of n back-to-back frames has crossed a tandem of
-    store-and-forward links (serialization at each link's rate, then its
-    propagation delay), the first entering link 1 at time 0.
-
-    Exact: the max-plus longest path through the (frame, link) grid. With the
-    frames all equal but the first and the last, an optimal path switches
-    links only at frames 1, 2, n-1 or n, so a dynamic program over those
-    four frames per link suffices (O(links)).
-    """
-    if n < 1 or not rates_bps:
-        return 0.0
-
-    def prefix(p: int) -> int:        # bytes of frames 1..p
-        if p <= 0:
-            return 0
-        if n == 1:
-            return first
-        return first + max(0, min(p, n - 1) - 1) * middle + (last if p >= n else 0)
-
-    cand = sorted({p for p in (1, 2, n - 1, n) if 1 <= p <= n})
-    best: dict[int, float] = {}
-    for i, rate in enumerate(rates_bps):
-        ns_per_byte = 8e9 / rate
-        if i == 0:
-            best = {p: ns_per_byte * prefix(p) for p in cand}
-            continue
-        best = {p: max(best[q] + ns_per_byte * (prefix(p) - prefix(q - 1))
-                       for q in cand if q <= p)
-                for p in cand}
-    return best[n] + sum(delays_ns)
-
-
-def standalone_fct_ns(exp: "Experiment", flow: "Flow", paths: FabricPaths | None = None) -> int:
-    """The flow's ideal FCT alone on its path, fabric ns (see the module docstring)."""
-    paths = paths or FabricPaths(exp.fabric)
-    fwd = paths.flow_path(flow)
-    back = paths.ack_path(flow)
-    n, first, middle, last = frame_sizes(flow.size_bytes, exp.spec.nic.mtu_bytes, flow.op)
-    data_ns = tandem_completion_ns(n, first, middle, last,
-                                   [h.rate_bps for h in fwd], [h.delay_ns for h in fwd])
-    ack = ACK_FRAME_BYTES + WIRE_OVERHEAD_BYTES
-    ack_ns = sum(ack * 8e9 / h.rate_bps + h.delay_ns for h in back)
-    return int(round(data_ns + ack_ns))
-
-
-def standalone_fcts(exp: "Experiment") -> dict[int, int]:
-    """flow_id -> standalone FCT (fabric ns) of every flow of the experiment."""
-    paths = FabricPaths(exp.fabric)
-    return {f.flow_id: standalone_fct_ns(exp, f, paths) for f in exp.flows}
-
-
 # -------------------------------------------------------------------- writers
 
-def write_hpcc(exp: "Experiment", run_dir: str | Path, out_dir: str | Path, t0_ns: int,
-               summary: Mapping | None = None, *, results: "Results | None" = None,
-               dport: int = ROCEV2_UDP_DPORT, qlen_interval_ns: float = 100,
+def write_hpcc(exp: "Experiment", out_dir: str | Path, results: "Results",
+               summary: Mapping | None = None, *, dport: int = ROCEV2_UDP_DPORT,
+               qlen_interval_ns: float = 100,
                qlen_dump_interval_ns: float | None = None) -> dict[str, Path]:
     """Write fct.txt, pfc.txt, qlen.txt, topology.txt and flow.txt into ``out_dir``.
 
-    ``results``: the raw logs already converted (``results.load_results``);
-    read from ``run_dir`` with ``t0_ns`` if not given. ``summary``: the run's
-    summary (flows' ``fct_ns``, ``complete``); without it fct.txt is empty.
-    Returns {file name: path}.
+    ``results``: the run's time series (``timeseries.load_results``; only its
+    ``pfc_events``, ``queue_depth`` and ``end_ns`` are read). ``summary``: the
+    run's summary (flows' ``fct_ns``, ``complete``); without it fct.txt is
+    empty. Returns {file name: path}.
     """
-    from emulator.experiment.results import load_results
-
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    res = results if results is not None else load_results(exp, run_dir, t0_ns)
     fabric = exp.fabric
     ids = node_ids(fabric)
     written: dict[str, Path] = {}
@@ -295,9 +137,9 @@ def write_hpcc(exp: "Experiment", run_dir: str | Path, out_dir: str | Path, t0_n
         written[name] = path
 
     put("fct.txt", fct_lines(exp, summary, dport=dport))
-    put("pfc.txt", pfc_lines(fabric, res.pfc_events))
-    end_ns = max(res.end_ns, _summary_end_ns(summary))
-    put("qlen.txt", qlen_lines(fabric, res.queue_depth, end_ns, qlen_interval_ns,
+    put("pfc.txt", pfc_lines(fabric, results.pfc_events))
+    end_ns = max(results.end_ns, _summary_end_ns(summary))
+    put("qlen.txt", qlen_lines(fabric, results.queue_depth, end_ns, qlen_interval_ns,
                                qlen_dump_interval_ns))
     put("topology.txt", topology_lines(fabric))
     put("flow.txt", flow_lines(exp, ids, dport=dport))
@@ -414,7 +256,6 @@ def topology_lines(fabric: "Fabric") -> list[str]:
 
 def flow_lines(exp: "Experiment", ids: Mapping[str, int] | None = None, *,
                dport: int = ROCEV2_UDP_DPORT, priority: int | None = None) -> list[str]:
-    from emulator.experiment.summary import flow_priority
     ids = ids or node_ids(exp.fabric)
     pg = flow_priority(exp) if priority is None else priority
     flows = sorted(exp.flows, key=lambda f: (f.start_fabric_ns, f.flow_id))
@@ -422,8 +263,5 @@ def flow_lines(exp: "Experiment", ids: Mapping[str, int] | None = None, *,
         f"{ids[f.src]} {ids[f.dst]} {pg} {dport} {f.size_bytes} {f.start_fabric_ns / 1e9:.9f}"
         for f in flows]
 
-
-__all__ = ["FabricPaths", "HPCC_FILES", "Hop", "ROCEV2_UDP_DPORT", "fct_lines", "flow_lines",
-           "frame_sizes", "hpcc_ifindex", "ip_hex", "node_ids", "node_type", "pfc_lines",
-           "qlen_lines", "standalone_fct_ns", "standalone_fcts", "tandem_completion_ns",
-           "topology_lines", "write_hpcc"]
+__all__ = ["HPCC_FILES", "fct_lines", "flow_lines", "hpcc_ifindex", "ip_hex", "node_ids",
+           "node_type", "pfc_lines", "qlen_lines", "topology_lines", "write_hpcc"]

@@ -1,6 +1,6 @@
 """PNG figures of a run, drawn from its result CSVs and summary (matplotlib, Agg).
 
-Every function reads what ``results.write_results`` wrote into a results
+Every function reads what ``timeseries.write_results`` wrote into a results
 directory (so figures can be redrawn later without the raw logs), draws one
 figure with fabric time in µs on the x axis, and returns the PNG's path, or
 None when there is nothing to draw (and then writes no file):
@@ -27,7 +27,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping
 
-from emulator.experiment.results import read_result_csv
+from emulator.experiment.results_io import read_result_csv
 
 if TYPE_CHECKING:  # pragma: no cover
     from emulator.topo import Fabric

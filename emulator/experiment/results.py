@@ -1,435 +1,69 @@
-"""Raw per-process logs of a run -> time series in fabric units (CSV).
+"""Everything a run leaves in its results directory, written in one place.
 
-The switches and host agents write raw logs into the run directory
-(formats in ``docs/lossless.md``, "Raw logs"), stamped with the shared
-``CLOCK_MONOTONIC`` of the dilated run. ``write_results`` converts them to
-fabric time and units and writes one CSV per quantity into the results
-directory::
+The one module that knows every results writer (the others import only the
+layers below them, so there is no import circle)::
 
-    fabric time_ns = (t_ns - t0_ns) / D     (t0_ns: monotonic ns of the agents' common start)
-    fabric rate    = dilated rate x D        (Gbps; bits per fabric ns)
-    bytes, quanta, priorities, ports: unchanged
+    results            this module: the run's summary, then every file
+      |-- summary          summary.json's content         (ideal_fct, results_io)
+      |-- endpoint_results summary's endpoint sections, hosts.csv (results_io)
+      |-- timeseries       raw logs -> fabric-time CSVs   (results_io)
+      |-- hpcc             HPCC-format files              (ideal_fct)
+      |-- plots            PNG figures from the CSVs      (results_io)
+      ideal_fct          paths, priority and ideal FCT of the flows
+      results_io         raw logs, stats.json, CSV reading and writing
 
-``queue_depth.csv``  ``time_ns,node,port,priority,depth_bytes``
-    every ``{sw}.qdepth.csv`` row (the switch logs a queue when its depth
-    changed since the previous sample).
-``flow_rate.csv``    ``time_ns,flow_id,src,dst,rate_gbps``
-    goodput of each flow from its ``{host}.flows.csv`` acked-bytes samples:
-    ``8 x delta acked_bytes / delta time_ns`` over each sampling interval,
-    stamped at the interval's end (a flow's first sample gives no rate).
-``dcqcn_rate.csv``   ``time_ns,host,qpn,flow_id,rate_gbps,alpha,event``
-    every DCQCN rate change of ``{host}.qp.csv``; ``rate_gbps`` is the
-    logged (dilated) ``rate_bps`` x D / 1e9; ``flow_id`` is the flow whose
-    QP on that host is ``qpn`` (``Flow.src_qpn`` on ``Flow.src``, or
-    ``dst_qpn`` on ``dst``), empty if none.
-``pfc_events.csv``   ``time_ns,node,port,peer,priority,event,quanta``
-    ``pause_tx``/``resume_tx``/``pause_rx``/``resume_rx`` of the switches'
-    ``{sw}.events.csv``, and the hosts' received pause frames
-    (``{host}.pfc.csv``: ``pause_rx`` if quanta > 0 else ``resume_rx``, on
-    the host's port 0). ``peer`` is the node at the other end of the port;
-    ``quanta`` is the pause time of the frame (0 for a resume).
-``ecn_marks.csv``    ``time_ns,node,port,priority,depth_bytes``
-    every ``ecn_mark`` event (the depth the marked packet found).
-``cnp.csv``          ``time_ns,host,qpn,flow_id,direction``
-    every CNP a host sent (``tx``: the notification point, the flow's
-    receiver) or received (``rx``: the reaction point, its sender); ``qpn``
-    is the host's local QP.
-``drops.csv``        ``time_ns,node,port,priority,bytes``
-    every ``drop`` event of a switch.
-
-Every file is written, with its header, even when no log had rows for it.
-Missing or partly written raw logs (a process killed mid-line) are
-tolerated: what cannot be parsed is skipped. A raw CSV may start with a
-header line naming its columns (in any order); without one the columns are
-in the order ``docs/lossless.md`` gives.
+The runner calls ``build_run_summary`` when the agents are done, lets the
+workload's servers add their block (``servers.add_collectives``), then
+``write_run_results``.
 """
 from __future__ import annotations
 
-import csv
 import json
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING
+
+from emulator.experiment.endpoint_results import add_endpoint_results, write_hosts_csv
+from emulator.experiment.hpcc import write_hpcc
+from emulator.experiment.plots import write_plots
+from emulator.experiment.summary import build_summary
+from emulator.experiment.timeseries import load_results, write_results
 
 if TYPE_CHECKING:  # pragma: no cover
     from emulator.experiment.model import Experiment
 
-# Raw log columns (docs/lossless.md) and how to parse each.
-RAW_COLUMNS: dict[str, tuple[tuple[str, Callable], ...]] = {
-    "qdepth": (("t_ns", int), ("port", int), ("priority", int), ("depth_bytes", int)),
-    "events": (("t_ns", int), ("port", int), ("priority", int), ("event", str),
-               ("value", float)),
-    "qp": (("t_ns", int), ("qpn", int), ("rate_bps", float), ("alpha", float), ("event", str)),
-    "cnp": (("t_ns", int), ("local_qpn", int), ("remote_qpn", int), ("direction", str)),
-    "flows": (("t_ns", int), ("flow_id", int), ("acked_bytes", int)),
-    "pfc": (("t_ns", int), ("priority", int), ("quanta", int)),
-}
-SWITCH_LOGS = ("qdepth", "events")
-HOST_LOGS = ("qp", "cnp", "flows", "pfc")
 
-RESULT_COLUMNS: dict[str, tuple[str, ...]] = {
-    "queue_depth.csv": ("time_ns", "node", "port", "priority", "depth_bytes"),
-    "flow_rate.csv": ("time_ns", "flow_id", "src", "dst", "rate_gbps"),
-    "dcqcn_rate.csv": ("time_ns", "host", "qpn", "flow_id", "rate_gbps", "alpha", "event"),
-    "pfc_events.csv": ("time_ns", "node", "port", "peer", "priority", "event", "quanta"),
-    "ecn_marks.csv": ("time_ns", "node", "port", "priority", "depth_bytes"),
-    "cnp.csv": ("time_ns", "host", "qpn", "flow_id", "direction"),
-    "drops.csv": ("time_ns", "node", "port", "priority", "bytes"),
-}
-PFC_EVENTS = ("pause_tx", "resume_tx", "pause_rx", "resume_rx")
-# Window of the per-flow goodput in flow_rate.csv (fabric ns): ACKs come every
-# few packets, so a rate over one sampling interval would be all steps.
-RATE_WINDOW_NS = 20_000
-RATE_WINDOW_ACKS = 4
+def build_run_summary(exp: "Experiment", target: str, agent_results: dict[str, dict],
+                      counters: dict[tuple[str, int], dict], run_dir: str | Path,
+                      wall_s: float) -> dict:
+    """summary.json's content: flows, ports and switches, then the endpoint
+    sections (``endpoint_results``; nothing without an ``endpoints:`` section)."""
+    summary = build_summary(exp, target, agent_results, counters, Path(run_dir), wall_s)
+    add_endpoint_results(exp, agent_results, summary)
+    return summary
 
 
-def _rate_window_ns(samples: list[tuple[float, int]]) -> float:
-    """RATE_WINDOW_NS, or RATE_WINDOW_ACKS median gaps between acked-bytes steps if longer."""
-    steps = [t for (t, b), (_, b_prev) in zip(samples[1:], samples) if b != b_prev]
-    gaps = sorted(b - a for a, b in zip(steps, steps[1:]))
-    return max(RATE_WINDOW_NS, RATE_WINDOW_ACKS * gaps[len(gaps) // 2]) if gaps else RATE_WINDOW_NS
+def write_run_results(exp: "Experiment", run_dir: str | Path, out_dir: str | Path, t0_ns: int,
+                      summary: dict, *, plots: bool = True, hpcc: bool = True,
+                      **hpcc_options) -> dict[str, Path]:
+    """Write the results directory of a run from its raw logs and summary.
 
-
-# ------------------------------------------------------------------ raw logs
-
-def _int(v: str) -> int:
-    return int(float(v)) if any(c in v for c in ".eE") else int(v)
-
-
-def _parse(kind: Callable, v: str):
-    v = v.strip()
-    if kind is int:
-        return _int(v)
-    if kind is float:
-        return float(v)
-    return v
-
-
-def read_raw_csv(path: str | Path, kind: str) -> list[dict]:
-    """Rows of one raw log as dicts (``RAW_COLUMNS[kind]``); [] if missing."""
-    cols = RAW_COLUMNS[kind]
-    path = Path(path)
-    try:
-        text = path.read_text(errors="replace")
-    except OSError:
-        return []
-    rows = list(csv.reader(text.splitlines()))
-    if not rows:
-        return []
-    order = [name for name, _ in cols]
-    first = [c.strip() for c in rows[0]]
-    if first and first[0] and not _numeric(first[0]):      # a header line
-        if all(name in first for name in order):
-            index = {name: first.index(name) for name in order}
-        else:
-            index = {name: i for i, name in enumerate(order)}
-        rows = rows[1:]
-    else:
-        index = {name: i for i, name in enumerate(order)}
-    out = []
-    for r in rows:
-        try:
-            out.append({name: _parse(kind_, r[index[name]]) for name, kind_ in cols})
-        except (IndexError, ValueError):
-            continue    # a truncated or malformed line
-    return out
-
-
-def _numeric(s: str) -> bool:
-    try:
-        float(s)
-        return True
-    except ValueError:
-        return False
-
-
-def read_stats(path: str | Path) -> dict:
-    try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def stats_by_port_priority(stats: Mapping) -> dict[tuple[int, int], dict]:
-    """(port, priority) -> counters, from a switch's stats.json.
-
-    Accepts the per-port, per-priority layouts a stats writer may use::
-
-        {"ports": [{"port": 1, ..., "priorities": [{"priority": 3, "tx_packets": ..}, ..]}]}
-        {"ports": [{"port": 1, ..., "priorities": {"3": {"tx_packets": ..}, ..}}]}
-        {"ports": [{"port": 1, "priority": 3, "tx_packets": ..}, ..]}   # one entry per queue
-        {"queues": [{"port": 1, "priority": 3, ...}, ..]}
-    """
-    out: dict[tuple[int, int], dict] = {}
-
-    def add(port, prio, counters) -> None:
-        if port is None or prio is None or not isinstance(counters, Mapping):
-            return
-        try:
-            key = (int(port), int(prio))
-        except (TypeError, ValueError):
-            return
-        merged = out.setdefault(key, {})
-        merged.update({k: v for k, v in counters.items() if k not in ("port", "priority")})
-
-    for p in stats.get("ports", []) or []:
-        if not isinstance(p, Mapping):
-            continue
-        prios = p.get("priorities", p.get("queues"))
-        if isinstance(prios, Mapping):
-            for prio, c in prios.items():
-                add(p.get("port"), prio, c)
-        elif isinstance(prios, list):
-            for c in prios:
-                if isinstance(c, Mapping):
-                    add(p.get("port"), c.get("priority"), c)
-        elif "priority" in p:
-            add(p.get("port"), p.get("priority"), p)
-    for q in stats.get("queues", []) or []:
-        if isinstance(q, Mapping):
-            add(q.get("port"), q.get("priority"), q)
-    return out
-
-
-@dataclass
-class RawLogs:
-    """Every raw log of a run directory, parsed, in raw (dilated) units."""
-
-    switch: dict[str, dict[str, list[dict]]] = field(default_factory=dict)   # sw -> kind -> rows
-    host: dict[str, dict[str, list[dict]]] = field(default_factory=dict)     # host -> kind -> rows
-    stats: dict[str, dict] = field(default_factory=dict)                     # sw -> stats.json
-
-
-def read_raw_logs(exp: "Experiment", run_dir: str | Path) -> RawLogs:
-    run_dir = Path(run_dir)
-    raw = RawLogs()
-    for sw in exp.fabric.switches():
-        raw.switch[sw.name] = {k: read_raw_csv(run_dir / f"{sw.name}.{k}.csv", k)
-                               for k in SWITCH_LOGS}
-        raw.stats[sw.name] = read_stats(run_dir / f"{sw.name}.stats.json")
-    for h in exp.fabric.hosts():
-        raw.host[h.name] = {k: read_raw_csv(run_dir / f"{h.name}.{k}.csv", k) for k in HOST_LOGS}
-    return raw
-
-
-# ---------------------------------------------------------------- conversion
-
-@dataclass
-class Results:
-    """A run's time series in fabric units: rows of the result CSVs, time-sorted."""
-
-    queue_depth: list[dict] = field(default_factory=list)
-    flow_rate: list[dict] = field(default_factory=list)
-    dcqcn_rate: list[dict] = field(default_factory=list)
-    pfc_events: list[dict] = field(default_factory=list)
-    ecn_marks: list[dict] = field(default_factory=list)
-    cnp: list[dict] = field(default_factory=list)
-    drops: list[dict] = field(default_factory=list)
-    end_ns: float = 0.0       # the latest fabric time any log reached
-
-    def tables(self) -> dict[str, list[dict]]:
-        return {"queue_depth.csv": self.queue_depth, "flow_rate.csv": self.flow_rate,
-                "dcqcn_rate.csv": self.dcqcn_rate, "pfc_events.csv": self.pfc_events,
-                "ecn_marks.csv": self.ecn_marks, "cnp.csv": self.cnp, "drops.csv": self.drops}
-
-
-def qp_flow_map(exp: "Experiment") -> dict[tuple[str, int], int]:
-    """(host, local QPN) -> flow id, for both ends of every flow."""
-    out: dict[tuple[str, int], int] = {}
-    for f in exp.flows:
-        out[(f.src, f.src_qpn)] = f.flow_id
-        out.setdefault((f.dst, f.dst_qpn), f.flow_id)
-    return out
-
-
-def load_results(exp: "Experiment", run_dir: str | Path, t0_ns: int,
-                 raw: RawLogs | None = None) -> Results:
-    """Read the run directory's raw logs and convert them to fabric units."""
-    raw = raw if raw is not None else read_raw_logs(exp, run_dir)
-    d = float(exp.dilation)
-    fabric = exp.fabric
-    res = Results()
-    end = 0.0
-
-    def ft(t_ns: int) -> float:
-        nonlocal end
-        x = (t_ns - t0_ns) / d
-        if x > end:
-            end = x
-        return x
-
-    def peer_of(node: str, port: int) -> str:
-        try:
-            return fabric.port(node, port).peer
-        except KeyError:
-            return ""
-
-    for sw, logs in raw.switch.items():
-        for r in logs["qdepth"]:
-            res.queue_depth.append({"time_ns": ft(r["t_ns"]), "node": sw, "port": r["port"],
-                                    "priority": r["priority"], "depth_bytes": r["depth_bytes"]})
-        for r in logs["events"]:
-            ev, t = r["event"], ft(r["t_ns"])
-            base = {"time_ns": t, "node": sw, "port": r["port"]}
-            if ev in PFC_EVENTS:
-                res.pfc_events.append({**base, "peer": peer_of(sw, r["port"]),
-                                       "priority": r["priority"], "event": ev,
-                                       "quanta": int(r["value"]) if ev.startswith("pause") else 0})
-            elif ev == "ecn_mark":
-                res.ecn_marks.append({**base, "priority": r["priority"],
-                                      "depth_bytes": int(r["value"])})
-            elif ev == "drop":
-                res.drops.append({**base, "priority": r["priority"], "bytes": int(r["value"])})
-
-    qp_flow = qp_flow_map(exp)
-    flows = {f.flow_id: f for f in exp.flows}
-    for host, logs in raw.host.items():
-        port = fabric.ports(host)[0]
-        for r in logs["pfc"]:
-            q = r["quanta"]
-            res.pfc_events.append({"time_ns": ft(r["t_ns"]), "node": host, "port": port.port_no,
-                                   "peer": port.peer, "priority": r["priority"],
-                                   "event": "pause_rx" if q > 0 else "resume_rx", "quanta": q})
-        for r in logs["qp"]:
-            res.dcqcn_rate.append({"time_ns": ft(r["t_ns"]), "host": host, "qpn": r["qpn"],
-                                   "flow_id": qp_flow.get((host, r["qpn"]), ""),
-                                   "rate_gbps": r["rate_bps"] * d / 1e9, "alpha": r["alpha"],
-                                   "event": r["event"]})
-        for r in logs["cnp"]:
-            res.cnp.append({"time_ns": ft(r["t_ns"]), "host": host, "qpn": r["local_qpn"],
-                            "flow_id": qp_flow.get((host, r["local_qpn"]), ""),
-                            "direction": r["direction"]})
-        by_flow: dict[int, list[tuple[float, int]]] = {}
-        for r in logs["flows"]:
-            by_flow.setdefault(r["flow_id"], []).append((ft(r["t_ns"]), r["acked_bytes"]))
-        for fid, samples in by_flow.items():
-            samples.sort()
-            f = flows.get(fid)
-            # ACKs come every few packets, so acked bytes grow in steps: the
-            # rate at each sample is taken over a trailing window of at least
-            # RATE_WINDOW_NS and at least RATE_WINDOW_ACKS typical ACK gaps
-            # (a slow flow's ACKs are far apart).
-            window = _rate_window_ns(samples)
-            j = 0
-            for i, (t_b, b_b) in enumerate(samples):
-                if i == 0:
-                    continue
-                while j < i - 1 and t_b - samples[j + 1][0] >= window:
-                    j += 1
-                t_a, b_a = samples[j]
-                if t_b <= t_a:
-                    continue
-                res.flow_rate.append({"time_ns": t_b, "flow_id": fid,
-                                      "src": f.src if f else host, "dst": f.dst if f else "",
-                                      "rate_gbps": max(0, b_b - b_a) * 8 / (t_b - t_a)})
-    for rows in res.tables().values():
-        rows.sort(key=_sort_key)
-    res.end_ns = end
-    return res
-
-
-def _sort_key(row: dict):
-    return (row["time_ns"], str(row.get("node", row.get("host", ""))),
-            row.get("port", row.get("qpn", 0)), row.get("flow_id", 0) if row.get("flow_id") != ""
-            else -1, row.get("priority", 0))
-
-
-# ------------------------------------------------------------------- writing
-
-def _fmt(v) -> str:
-    if isinstance(v, float):
-        return f"{v:.6g}" if abs(v) < 1e15 else str(int(v))
-    return str(v)
-
-
-def _fmt_time(v: float) -> str:
-    """Fabric ns with 0.1 ns resolution (dilated clocks tick finer than 1 fabric ns)."""
-    r = round(v, 1)
-    return str(int(r)) if r == int(r) else f"{r:.1f}"
-
-
-def write_csv(path: str | Path, columns: Iterable[str], rows: Iterable[Mapping]) -> Path:
-    path = Path(path)
-    columns = tuple(columns)
-    with path.open("w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(columns)
-        for r in rows:
-            w.writerow([_fmt_time(r[c]) if c == "time_ns" else _fmt(r[c]) for c in columns])
-    return path
-
-
-def write_results(exp: "Experiment", run_dir: str | Path, out_dir: str | Path, t0_ns: int,
-                  summary: Mapping | None = None, *, results: Results | None = None
-                  ) -> dict[str, Path]:
-    """Write the CSV time series of a run (see the module docstring) into ``out_dir``.
-
-    ``t0_ns``: ``time.monotonic_ns()`` value of the agents' common start (the
-    origin of fabric time). ``summary``: accepted for symmetry with the other
-    writers (not needed for the CSVs). Returns {file name: path}.
+    The time series CSVs, the HPCC-format files (``hpcc_options``: those of
+    ``write_hpcc``), the plots, ``hosts.csv`` (with endpoints) and, last,
+    ``summary.json``. ``t0_ns``: ``time.monotonic_ns()`` value of the agents'
+    common start (``timeseries.monotonic_t0_from_unix``). Returns {file name: path}.
     """
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    res = results if results is not None else load_results(exp, run_dir, t0_ns)
-    return {name: write_csv(out_dir / name, RESULT_COLUMNS[name], rows)
-            for name, rows in res.tables().items()}
-
-
-def read_result_csv(path: str | Path) -> list[dict]:
-    """Rows of a result CSV written by ``write_results``, numbers parsed."""
-    try:
-        with Path(path).open(newline="") as fh:
-            rows = list(csv.DictReader(fh))
-    except OSError:
-        return []
-    out = []
-    for r in rows:
-        row = {}
-        for k, v in r.items():
-            if v is None:
-                continue
-            try:
-                row[k] = int(v)
-            except ValueError:
-                try:
-                    row[k] = float(v)
-                except ValueError:
-                    row[k] = v
-        out.append(row)
-    return out
-
-
-def monotonic_t0_from_unix(start_at_unix_ns: int) -> int:
-    """The ``time.monotonic_ns()`` value of a wall-clock (``time.time_ns``) instant.
-
-    The agents start together at ``start_at_unix_ns`` (what
-    ``AgentGroup.start`` returns); raw logs stamp ``time.monotonic_ns()``.
-    Call this in the runner's process, close to the start (the two clocks
-    drift only under NTP slewing).
-    """
-    import time
-    return time.monotonic_ns() + (int(start_at_unix_ns) - time.time_ns())
-
-
-def write_all(exp: "Experiment", run_dir: str | Path, out_dir: str | Path, t0_ns: int,
-              summary: Mapping | None = None, *, plots: bool = True, hpcc: bool = True,
-              **hpcc_options) -> dict[str, Path]:
-    """Everything the results directory gets from the raw logs: the CSVs,
-    the HPCC-format files and the plots. Returns {file name: path}.
-    """
-    from emulator.experiment.hpcc import write_hpcc
-    res = load_results(exp, run_dir, t0_ns)
-    files = write_results(exp, run_dir, out_dir, t0_ns, summary, results=res)
+    res = load_results(exp, run_dir, t0_ns)      # converted once, for the CSVs and HPCC files
+    files = write_results(exp, run_dir, out_dir, t0_ns, results=res)
     if hpcc:
-        files.update(write_hpcc(exp, run_dir, out_dir, t0_ns, summary, results=res,
-                                **hpcc_options))
+        files.update(write_hpcc(exp, out_dir, res, summary, **hpcc_options))
     if plots:
-        from emulator.experiment.plots import write_plots
         files.update(write_plots(out_dir, summary, fabric=exp.fabric))
+    files.update(write_hosts_csv(out_dir, summary))
+    path = out_dir / "summary.json"
+    path.write_text(json.dumps(summary, indent=1))
+    files[path.name] = path
     return files
 
 
-__all__ = ["RESULT_COLUMNS", "RawLogs", "Results", "load_results", "monotonic_t0_from_unix",
-           "qp_flow_map", "read_raw_csv", "read_raw_logs", "read_result_csv", "read_stats",
-           "stats_by_port_priority", "write_all", "write_csv", "write_results"]
+__all__ = ["build_run_summary", "write_run_results"]

@@ -9,11 +9,12 @@ from pathlib import Path
 from rich.console import Console
 
 from emulator.experiment.agents import AgentGroup
-from emulator.experiment.endpoint_results import add_endpoint_results, render_endpoints, write_hosts_csv
+from emulator.experiment.endpoint_results import render_endpoints
 from emulator.experiment.model import Experiment
-from emulator.experiment.results import monotonic_t0_from_unix, write_all
+from emulator.experiment.results import build_run_summary, write_run_results
 from emulator.experiment.servers import ServerGroup, add_collectives, plain_hosts, render_collectives
-from emulator.experiment.summary import build_summary, render_summary
+from emulator.experiment.summary import render_summary
+from emulator.experiment.timeseries import monotonic_t0_from_unix
 from emulator.errors import EnvironmentProblem
 from emulator.net.fabric import FabricNet, check_environment
 
@@ -71,19 +72,18 @@ def run_experiment(exp: Experiment, out_dir: str | Path, console: Console | None
         counters = fnet.controller.read_port_counters()
         if target == "bmv2":
             write_p4_counter_stats(fnet.controller, run_dir)
-    summary = build_summary(exp, target, agents.results(), counters, run_dir,
-                            wall_s=time.monotonic() - wall_t0)
-    add_endpoint_results(exp, agents.results(), summary)     # endpoints: section; else nothing
-    files = write_all(exp, run_dir, out_dir, t0_ns, summary)
-    files.update(add_collectives(exp, servers, summary, out_dir))
-    files.update(write_hosts_csv(out_dir, summary))
-    (out_dir / "summary.json").write_text(json.dumps(summary, indent=1))
+    summary = build_run_summary(exp, target, agents.results(), counters, run_dir,
+                                wall_s=time.monotonic() - wall_t0)
+    # The workload's block goes into the summary before summary.json is written.
+    files = add_collectives(exp, servers, summary, out_dir)
+    files.update(write_run_results(exp, run_dir, out_dir, t0_ns, summary))
     console.print(render_summary(summary))
     if "collectives" in summary:
         console.print(render_collectives(summary["collectives"]))
     if (endpoint_table := render_endpoints(summary)) is not None:
         console.print(endpoint_table)
-    console.print(f"results in {out_dir}: summary.json, " + ", ".join(sorted(p.name for p in files.values())))
+    console.print(f"results in {out_dir}: summary.json, "
+                  + ", ".join(sorted(p.name for p in files.values() if p.name != "summary.json")))
     return summary
 
 

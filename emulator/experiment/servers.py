@@ -18,11 +18,16 @@ from rich.table import Table
 
 from emulator.collectives import report
 from emulator.collectives.storage import READ_QPN_BASE
-from emulator.experiment.agents import AgentProcesses, nic_config
+from emulator.experiment.agents import AgentProcesses, nic_config, nic_fields
 from emulator.experiment.endpoints import agent_keys
-from emulator.experiment.model import Experiment
+from emulator.experiment.resolved import Experiment
 from emulator.experiment.plots import plot_busbw
 from emulator.net.fabric import FabricNet
+from emulator.schema.agent import (
+    CollectiveAgentConfig, GpuNicConfig, NvlinkConfig, ReadClientConfig, StorageAgentConfig,
+    StorageReaderConfig,
+)
+from emulator.schema.load import ProcessConfig
 
 AGENT_START_PER_SERVER_S = 0.75     # numpy + the NIC stack import, per process, on 2 cores
 
@@ -30,14 +35,14 @@ AGENT_START_PER_SERVER_S = 0.75     # numpy + the NIC stack import, per process,
 GPU_NIC_KEYS = ("gpudirect", "staging_rate_bps", "staging_latency_ns")
 
 
-def gpu_nic_config(exp: Experiment, nic: str) -> dict:
-    """A GPU NIC's part: ``nic_config`` plus its GPUDirect keys (dilated),
+def gpu_nic_config(exp: Experiment, nic: str) -> GpuNicConfig:
+    """A GPU NIC's config: ``nic_fields`` plus its GPUDirect keys (dilated),
     when ``endpoints:`` sets ``gpudirect`` for it (else GPUDirect on)."""
     keys = agent_keys(exp, nic)
-    return {**nic_config(exp, nic), **{k: keys[k] for k in GPU_NIC_KEYS if k in keys}}
+    return GpuNicConfig(**nic_fields(exp, nic), **{k: keys[k] for k in GPU_NIC_KEYS if k in keys})
 
 
-def server_configs(exp: Experiment, run_dir: Path, start_at_unix_ns: int) -> dict[str, dict]:
+def server_configs(exp: Experiment, run_dir: Path, start_at_unix_ns: int) -> dict[str, ProcessConfig]:
     """{process name: config} of the collective agents and the storage agent."""
     wp, fabric, d, spec = exp.workload, exp.fabric, exp.dilation, exp.spec
     assert wp is not None and spec.workload is not None
@@ -45,33 +50,35 @@ def server_configs(exp: Experiment, run_dir: Path, start_at_unix_ns: int) -> dic
     G = servers[0].gpus
     rank_ips = {str(i * G + g): fabric.addresses.host_ip(nic)
                 for i, srv in enumerate(servers) for g, nic in enumerate(srv.nics)}
-    workload = spec.workload.model_dump(exclude={"servers"})
-    out: dict[str, dict] = {}
-    for i, srv in enumerate(servers):
-        out[srv.name] = {
-            "server": i, "servers": len(servers), "dilation": d,
-            "nics": [gpu_nic_config(exp, n) for n in srv.nics], "rank_ips": rank_ips,
-            "nvlink": {"rate_bps": srv.nvlink_rate_bps / d, "delay_ns": srv.nvlink_delay_ns * d},
-            "workload": workload, "start_at_unix_ns": start_at_unix_ns,
-            "deadline_s": spec.limits.wall_s, "result_path": str(run_dir / f"{srv.name}.result.json"),
-        }
+    workload = spec.workload.model_copy(update={"servers": None})   # the plan has chosen them
+    readers: dict[str, StorageReaderConfig] = {}
+    clients: list[ReadClientConfig] = []
     st = spec.storage
-    if st is not None and wp.storage_server:
+    storage = st is not None and wp.storage_server is not None
+    if storage:
         target_ip = fabric.addresses.host_ip(wp.storage_nic)
-        clients = []
         for j, (name, nic) in enumerate(wp.readers):
             qpn = READ_QPN_BASE + j
-            out[name]["storage"] = {
-                "nic": None if nic in fabric.server(name).nics else nic_config(exp, nic),
-                "qpn": qpn, "target_ip": target_ip, "block_bytes": st.block_bytes,
-                "blocks": st.blocks, "queue_depth": st.queue_depth}
-            clients.append({"qpn": qpn, "remote_ip": fabric.addresses.host_ip(nic),
-                            "remote_qpn": qpn})
-        out[wp.storage_server] = {
-            "nic": nic_config(exp, wp.storage_nic), "block_bytes": st.block_bytes,
-            "blocks": st.blocks, "storage_latency_ns": int(st.storage_latency_us * 1000 * d),
-            "clients": clients, "deadline_s": spec.limits.wall_s + 30,
-            "result_path": str(run_dir / f"{wp.storage_server}.result.json")}
+            readers[name] = StorageReaderConfig(
+                nic=None if nic in fabric.server(name).nics else nic_config(exp, nic),
+                qpn=qpn, target_ip=target_ip, block_bytes=st.block_bytes, blocks=st.blocks,
+                queue_depth=st.queue_depth)
+            clients.append(ReadClientConfig(qpn=qpn, remote_ip=fabric.addresses.host_ip(nic),
+                                            remote_qpn=qpn))
+    out: dict[str, ProcessConfig] = {}
+    for i, srv in enumerate(servers):
+        out[srv.name] = CollectiveAgentConfig(
+            server=i, servers=len(servers), dilation=d,
+            nics=[gpu_nic_config(exp, n) for n in srv.nics], rank_ips=rank_ips,
+            nvlink=NvlinkConfig(rate_bps=srv.nvlink_rate_bps / d, delay_ns=srv.nvlink_delay_ns * d),
+            workload=workload, start_at_unix_ns=start_at_unix_ns, deadline_s=spec.limits.wall_s,
+            result_path=str(run_dir / f"{srv.name}.result.json"), storage=readers.get(srv.name))
+    if storage:
+        out[wp.storage_server] = StorageAgentConfig(
+            nic=nic_config(exp, wp.storage_nic), block_bytes=st.block_bytes, blocks=st.blocks,
+            storage_latency_ns=int(st.storage_latency_us * 1000 * d), clients=clients,
+            deadline_s=spec.limits.wall_s + 30,
+            result_path=str(run_dir / f"{wp.storage_server}.result.json"))
     return out
 
 

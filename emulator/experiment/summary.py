@@ -11,10 +11,11 @@ from pathlib import Path
 
 from rich.table import Table
 
+from emulator.experiment.ideal_fct import FabricPaths, flow_priority, standalone_fct_ns
 from emulator.experiment.model import Experiment
+from emulator.experiment.results_io import read_stats, stats_by_port_priority
 
 SUMMARY_VERSION = 2           # 2: ports[].priorities, flows[].priority/standalone_fct_ns/fct_slowdown
-ROCE_DATA_PRIORITY = 3        # docs/lossless.md: DSCP 26 -> priority 3 (lossless)
 # Per-priority counters of a port, as in stats.json; paused_ns converted to fabric ns.
 PRIORITY_COUNTERS = ("tx_packets", "tx_bytes", "drops", "headroom_drops", "ecn_marks",
                      "pause_tx", "pause_rx", "paused_ns", "max_depth_bytes")
@@ -22,37 +23,6 @@ PRIORITY_COUNTERS = ("tx_packets", "tx_bytes", "drops", "headroom_drops", "ecn_m
 # left over 1 ms (wall) later than the link model said: the Python data plane
 # could not keep the dilated schedule, so fabric times are stretched.
 FELL_BEHIND_FRACTION = 0.01
-
-
-def _get(obj, key):
-    if obj is None:
-        return None
-    if isinstance(obj, dict):
-        return obj.get(key)
-    return getattr(obj, key, None)
-
-
-def flow_priority(exp: Experiment) -> int:
-    """The 802.1p priority of the experiment's RoCE data (and ACK) packets.
-
-    ``qos.roce_priority`` of the experiment (a DSCP-to-priority map applied
-    to ``qos.roce_dscp`` is honoured too, should a QoS section carry one),
-    else 3 (docs/lossless.md: DSCP 26 -> priority 3).
-    """
-    qos = _get(exp.spec, "qos")
-    if qos is None:
-        return ROCE_DATA_PRIORITY
-    candidates = [_get(qos, "roce_priority")]
-    dscp_map = _get(qos, "dscp_to_priority")
-    if isinstance(dscp_map, dict):
-        dscp = _get(qos, "roce_dscp")
-        if dscp is None:
-            dscp = _get(_get(exp.spec, "nic"), "dscp")
-        candidates += [dscp_map.get(dscp), dscp_map.get(str(dscp))]
-    for c in candidates:
-        if isinstance(c, int) and not isinstance(c, bool) and 0 <= c <= 7:
-            return c
-    return ROCE_DATA_PRIORITY
 
 
 def _priority_entries(per_queue: dict[tuple[int, int], dict], port: int, d: float) -> list[dict]:
@@ -73,9 +43,6 @@ def _priority_entries(per_queue: dict[tuple[int, int], dict], port: int, d: floa
 
 def build_summary(exp: Experiment, target: str, agent_results: dict[str, dict],
                   counters: dict[tuple[str, int], dict], run_dir: Path, wall_s: float) -> dict:
-    from emulator.experiment.hpcc import FabricPaths, standalone_fct_ns
-    from emulator.experiment.results import read_stats, stats_by_port_priority
-
     d = exp.dilation
     run_dir = Path(run_dir)
     sent = {}

@@ -1,19 +1,7 @@
-"""What an experiment's ``workload:`` and ``storage:`` sections mean on its
-fabric: which servers run the collectives, which NICs read from storage,
-and the checks that keep two agents off one NIC.
-
-```yaml
-workload:                       # emulator/collectives/workload.py, plus:
-  servers: [server1, server2]   # compute servers running it (default: all)
-  training: {steps: 6, compute_us: 20, size_bytes: 1048576}
-storage:                        # optional: checkpoint reads during training
-  server: storage1              # the storage target (serves from its first NIC)
-  block_bytes: 262144           # one RDMA READ per block
-  blocks: 16                    # size of the target's "disk" (blocks, wrapped)
-  readers: [server1, server2]   # default: the workload's servers
-  queue_depth: 2                # READs outstanding per reader
-  storage_latency_us: 0         # device service time per READ (fabric)
-```
+"""What an experiment's ``workload:`` and ``storage:`` sections
+(``emulator.schema.workload``) mean on its fabric: which servers run the
+collectives, which NICs read from storage (the ``WorkloadPlan``), and the
+checks that keep two agents off one NIC.
 
 A reader reads through its server's storage NIC when the topology has a
 separate storage plane (``Server.storage_nic``), else through its GPU NIC 0
@@ -23,44 +11,14 @@ loop to its end; the report gives the bytes read and the throughput.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt
-
-from emulator.collectives.workload import WorkloadSpec, validate_for
+from emulator.collectives.workload import validate_for
 from emulator.errors import ConfigError
+from emulator.experiment.resolved import WorkloadPlan
+from emulator.schema.experiment import ExperimentSpec
+from emulator.schema.workload import StorageSpec, WorkloadSpec
 from emulator.topo import Fabric
-
-
-class StorageSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-    server: str = "storage1"
-    block_bytes: PositiveInt = 262144
-    blocks: int = Field(16, ge=1, le=4096)
-    readers: list[str] | None = Field(None, min_length=1)
-    queue_depth: int = Field(2, ge=1, le=64)
-    storage_latency_us: float = Field(0.0, ge=0)
-
-
-@dataclass(frozen=True)
-class WorkloadPlan:
-    """Who does what: the workload's servers (rank order) and the storage
-    readers with the NIC each one reads through."""
-
-    servers: tuple[str, ...]
-    storage_server: str | None = None
-    storage_nic: str | None = None                  # the target's NIC
-    readers: tuple[tuple[str, str], ...] = ()       # (server, NIC it reads through)
-
-    def nics(self, fabric: Fabric) -> dict[str, str]:
-        """Every NIC the server agents drive -> its server."""
-        out = {nic: s for s in self.servers for nic in fabric.server(s).nics}
-        out.update({nic: s for s, nic in self.readers})
-        if self.storage_nic:
-            out[self.storage_nic] = self.storage_server
-        return out
 
 
 def plan_workload(workload: WorkloadSpec | None, storage: StorageSpec | None,
@@ -124,7 +82,8 @@ def check_no_shared_nics(plan: WorkloadPlan | None, fabric: Fabric, flows, path:
                                   f"of other servers")
 
 
-def check_workload_endpoints(plan: WorkloadPlan | None, spec, fabric: Fabric, path: Path) -> None:
+def check_workload_endpoints(plan: WorkloadPlan | None, spec: ExperimentSpec, fabric: Fabric,
+                             path: Path) -> None:
     """The server agents model GPUDirect staging only: host CPU costs and
     tenant partitions (``endpoints:``) act in the per-NIC host agents. A file
     that sets them for NICs the workload drives would silently get neither;

@@ -29,7 +29,7 @@ from pathlib import Path
 from mininet.node import Switch
 
 from emulator.errors import EnvironmentProblem, FabricEmuError
-from emulator.ethernet import WIRE_OVERHEAD_BYTES
+from emulator.wire import WIRE_OVERHEAD_BYTES
 from emulator.net.nodes import READY_TIMEOUT_S, stop_process, wait_for_tcp
 
 SWITCH_BINARY = "simple_switch_grpc"

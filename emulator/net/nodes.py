@@ -10,7 +10,6 @@ chatter on the fabric (IPv6 router solicitations).
 from __future__ import annotations
 
 import ipaddress
-import json
 import socket
 import subprocess
 import sys
@@ -20,6 +19,7 @@ from pathlib import Path
 from mininet.node import Host, Switch
 
 from emulator.errors import FabricEmuError
+from emulator.schema.switch import PortConfig, SwitchConfig
 
 READY_TIMEOUT_S = 20.0
 
@@ -82,15 +82,14 @@ class EmbeddedP4Switch(Switch):
             if intf.name == "lo":
                 continue
             rate_bps, delay_ns = self.port_links[port_no]
-            ports.append({"port_no": port_no, "ifname": intf.name, "rate_bps": rate_bps,
-                          "delay_ns": delay_ns})
+            ports.append(PortConfig(port_no=port_no, ifname=intf.name, rate_bps=rate_bps,
+                                    delay_ns=delay_ns))
             # Keep the kernel's IPv6 chatter off the fabric.
             subprocess.run(["sysctl", "-qw", f"net.ipv6.conf.{intf.name}.disable_ipv6=1"],
                            check=False, capture_output=True)
         cfg_path = self.run_dir / f"{self.name}.switch.json"
-        cfg_path.write_text(json.dumps({
-            "name": self.name, "device_id": self.device_id, "grpc_port": self.grpc_port,
-            "ports": ports, "stats_path": str(self.stats_path), **self.options}, indent=1))
+        SwitchConfig(name=self.name, device_id=self.device_id, grpc_port=self.grpc_port,
+                     ports=ports, stats_path=str(self.stats_path), **self.options).write(cfg_path)
         log = open(self.log_path, "w")
         self.proc = subprocess.Popen([sys.executable, "-m", "emulator.dataplane", str(cfg_path)],
                                      stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)

@@ -6,44 +6,48 @@
     compute_routes(fabric)["leaf1"]         # [Route("10.0.1.1/32", ...), ...]
     fabric.servers()                        # (Server("h1", "compute", 1, ("h1",), ...), ...)
 
-The file format is documented in ``emulator.topo.model`` (and the server
-form -- multi-NIC GPU servers, rails, storage planes -- in
-``emulator.topo.servers``).
-"""
-from emulator.topo.addressing import AddressPlan, ip_to_int, mac_str, mac_to_int
-from emulator.topo.model import (
-    COMPUTE_PLANE,
-    CPU_PORT,
-    DEFAULT_HOST_PREFIX,
-    HOST_PORT_NO,
-    MAX_ECMP_GROUP_SIZE,
-    MAX_HOSTS_PER_LEAF,
-    MAX_IPV4_ROUTES,
-    MAX_SWITCH_PORTS,
-    STORAGE_PLANE,
-    Fabric,
-    Link,
-    Node,
-    Plane,
-    Port,
-    Server,
-    fabric_from_dict,
-    load_fabric,
-)
-from emulator.topo.routes import (
-    NextHop,
-    Route,
-    compute_routes,
-    ecmp_groups,
-    longest_prefix_match,
-    nexthop_members,
-)
-from emulator.topo.show import render_fabric
+Layers, each importing only those below it::
 
-__all__ = [
-    "AddressPlan", "COMPUTE_PLANE", "CPU_PORT", "DEFAULT_HOST_PREFIX", "Fabric", "HOST_PORT_NO",
-    "Link", "MAX_ECMP_GROUP_SIZE", "MAX_HOSTS_PER_LEAF", "MAX_IPV4_ROUTES", "MAX_SWITCH_PORTS",
-    "NextHop", "Node", "Plane", "Port", "Route", "STORAGE_PLANE", "Server", "compute_routes", "ecmp_groups", "fabric_from_dict",
-    "ip_to_int", "load_fabric", "longest_prefix_match", "mac_str", "mac_to_int",
-    "nexthop_members", "render_fabric",
-]
+    graph.py        Fabric, Node, Port, Link, Server, Plane, the pipeline's limits
+    addressing.py   the address plan            routes.py   every switch's routes
+    servers.py      the server form's expansion (draft.py: the builder's working lists)
+    build.py        file -> checked Fabric (load_fabric)
+    show.py         the ``topo show`` summary
+
+The file format is ``emulator.schema.topology`` (and the server form -- multi-NIC
+GPU servers, rails, storage planes -- ``emulator.topo.servers``).
+
+The names below are loaded on first use, so that importing one module of
+the package (the schema imports ``emulator.topo.graph``) does not import
+the builder above it.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "graph": ("COMPUTE_PLANE", "CPU_PORT", "DEFAULT_HOST_PREFIX", "HOST_PORT_NO",
+              "MAX_ECMP_GROUP_SIZE", "MAX_HOSTS_PER_LEAF", "MAX_IPV4_ROUTES", "MAX_SWITCH_PORTS",
+              "STORAGE_PLANE", "Fabric", "Link", "Node", "Plane", "Port", "Server"),
+    "addressing": ("AddressPlan", "ip_to_int", "mac_str", "mac_to_int"),
+    "build": ("fabric_from_dict", "load_fabric"),
+    "routes": ("NextHop", "Route", "compute_routes", "ecmp_groups", "longest_prefix_match",
+               "nexthop_members"),
+    "show": ("render_fabric",),
+}
+_MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
+__all__ = sorted(_MODULE_OF)
+
+
+def __getattr__(name: str) -> Any:
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

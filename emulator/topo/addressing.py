@@ -20,12 +20,8 @@ Hosts reach their gateway's MAC, which is their leaf's router MAC
 from __future__ import annotations
 
 import ipaddress
-from typing import TYPE_CHECKING
 
-from emulator.topo.model import HOST_PORT_NO, NodeRef, _name, ifname
-
-if TYPE_CHECKING:  # pragma: no cover
-    from emulator.topo.model import Fabric
+from emulator.topo.graph import HOST_PORT_NO, Fabric, NodeRef, ifname, node_name
 
 GATEWAY_HOST_OCTET = 254
 HOST_MAC_PREFIX = (0x02, 0x00)
@@ -50,7 +46,7 @@ def ip_to_int(ip: str) -> int:
 class AddressPlan:
     """Every address of a fabric, computed once, deterministically."""
 
-    def __init__(self, fabric: "Fabric"):
+    def __init__(self, fabric: Fabric):
         self.fabric = fabric
         self.host_prefix = ipaddress.IPv4Network(fabric.host_prefix)   # the compute plane's
         self._subnet: dict[str, ipaddress.IPv4Network] = {}
@@ -118,21 +114,21 @@ class AddressPlan:
 
     # internals
     def _host(self, host: NodeRef) -> str:
-        name = _name(host)
+        name = node_name(host)
         if name not in self._host_ip:
             n = self.fabric.node(name)  # KeyError for unknown nodes
             raise ValueError(f"{n.name} is a {n.role}, not a host")
         return name
 
     def _leaf(self, leaf: NodeRef) -> str:
-        name = _name(leaf)
+        name = node_name(leaf)
         if name not in self._subnet:
             n = self.fabric.node(name)
             raise ValueError(f"{n.name} is a {n.role}, not a leaf")
         return name
 
 
-def address_plan(fabric: "Fabric") -> AddressPlan:
+def address_plan(fabric: Fabric) -> AddressPlan:
     """The fabric's (cached) plan; same as ``fabric.addresses``."""
     return fabric.addresses
 

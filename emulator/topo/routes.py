@@ -25,10 +25,9 @@ from __future__ import annotations
 import ipaddress
 from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
+from typing import Iterable, Mapping, Sequence
 
-if TYPE_CHECKING:  # pragma: no cover
-    from emulator.topo.model import Fabric
+from emulator.topo.graph import Fabric
 
 
 @dataclass(frozen=True, order=True)
@@ -60,7 +59,7 @@ class Route:
         return ipaddress.IPv4Address(ip) in self.network
 
 
-def switch_distances(fabric: "Fabric", target: str) -> dict[str, int]:
+def switch_distances(fabric: Fabric, target: str) -> dict[str, int]:
     """Hop count from every switch that can reach switch ``target``."""
     dist = {target: 0}
     todo = deque([target])
@@ -73,7 +72,7 @@ def switch_distances(fabric: "Fabric", target: str) -> dict[str, int]:
     return dist
 
 
-def compute_routes(fabric: "Fabric") -> dict[str, list[Route]]:
+def compute_routes(fabric: Fabric) -> dict[str, list[Route]]:
     """switch name -> its routes (see the module docstring)."""
     plan = fabric.addresses
     rmac = {sw.name: plan.router_mac(sw) for sw in fabric.switches()}

@@ -64,23 +64,17 @@ from __future__ import annotations
 
 import math
 import re
-from typing import TYPE_CHECKING, Optional
+from typing import Optional
 
-from emulator.topo.model import (
-    COMPUTE_PLANE,
+from emulator.schema.topology import FabricSpec
+from emulator.topo.draft import BuildContext, DraftLink, DraftNode
+from emulator.topo.graph import (
     MAX_ECMP_GROUP_SIZE,
     MAX_NODE_NAME,
     MAX_SWITCH_PORTS,
     STORAGE_PLANE,
     Server,
-    _delay_ns,
-    _DLink,
-    _DNode,
-    _rate_bps,
 )
-
-if TYPE_CHECKING:  # pragma: no cover
-    from emulator.topo.model import FabricSpec, LinkParams, _Ctx
 
 TENANT_NAME_RE = re.compile(r"[a-z][a-z0-9-]*")
 MAX_TENANT_NAME = 32
@@ -98,11 +92,7 @@ def storage_server_nic_name(server: int, nic: int) -> str:
     return f"st{server}n{nic}"
 
 
-def _link(a: str, b: str, params: "LinkParams", where: str) -> _DLink:
-    return _DLink(a, b, _rate_bps(params.rate_gbps), _delay_ns(params.delay_us), where)
-
-
-def expand_servers(spec: "FabricSpec", ctx: "_Ctx"):
+def expand_servers(spec: FabricSpec, ctx: BuildContext):
     """-> (nodes, links, servers, rails) of a server-form topology."""
     s = spec.servers
     assert s is not None
@@ -110,8 +100,8 @@ def expand_servers(spec: "FabricSpec", ctx: "_Ctx"):
     if s.gpus_per_server > 1 and s.nvlink is None:
         raise ctx.err("servers.nvlink", "required with gpus_per_server > 1 (the NVLink/NVSwitch "
                                         "domain joining a server's GPUs)")
-    nv_rate = _rate_bps(s.nvlink.rate_gbps) if s.nvlink else 0
-    nv_delay = _delay_ns(s.nvlink.delay_us) if s.nvlink else 0
+    nv_rate = s.nvlink.rate_bps if s.nvlink else 0
+    nv_delay = s.nvlink.delay_ns if s.nvlink else 0
 
     # Compute switches and the leaf of each server's NIC i.
     if spec.rail_optimized is not None:
@@ -140,17 +130,17 @@ def expand_servers(spec: "FabricSpec", ctx: "_Ctx"):
             return (k - 1) // per_leaf + 1
     _check_spines(ctx, spines_field, n_spines)
 
-    nodes = [_DNode(f"spine{j}", "spine", spines_field) for j in range(1, n_spines + 1)]
-    nodes += [_DNode(f"leaf{j}", "leaf", "servers.count") for j in range(1, n_leaves + 1)]
-    host_links: list[tuple[int, _DLink]] = []     # (leaf number, link)
+    nodes = [DraftNode(f"spine{j}", "spine", spines_field) for j in range(1, n_spines + 1)]
+    nodes += [DraftNode(f"leaf{j}", "leaf", "servers.count") for j in range(1, n_leaves + 1)]
+    host_links: list[tuple[int, DraftLink]] = []     # (leaf number, link)
     for k in range(1, s.count + 1):
         for i in range(s.gpus_per_server):
-            nodes.append(_DNode(nic_name(k, i), "host", "servers.count"))
-            host_links.append((leaf_of(k, i), _link(nic_name(k, i), f"leaf{leaf_of(k, i)}",
+            nodes.append(DraftNode(nic_name(k, i), "host", "servers.count"))
+            host_links.append((leaf_of(k, i), DraftLink.of(nic_name(k, i), f"leaf{leaf_of(k, i)}",
                                                     s.nic_link, "servers.nic_link")))
     # Leaf by leaf (stable: server by server, NIC by NIC), then the uplinks.
     links = [l for _, l in sorted(host_links, key=lambda t: t[0])]
-    links += [_link(f"leaf{j}", f"spine{m}", fabric_link, "servers")
+    links += [DraftLink.of(f"leaf{j}", f"spine{m}", fabric_link, "servers")
               for j in range(1, n_leaves + 1) for m in range(1, n_spines + 1)]
 
     separate = spec.storage_plane is not None
@@ -170,8 +160,8 @@ def expand_servers(spec: "FabricSpec", ctx: "_Ctx"):
     if st is not None and not separate:
         # Shared plane: storage NICs round-robin over the compute leaves.
         for m, nic in enumerate(storage_nics):
-            nodes.append(_DNode(nic, "host", "storage_servers.count"))
-            links.append(_link(nic, f"leaf{m % n_leaves + 1}", st.nic_link, "storage_servers.nic_link"))
+            nodes.append(DraftNode(nic, "host", "storage_servers.count"))
+            links.append(DraftLink.of(nic, f"leaf{m % n_leaves + 1}", st.nic_link, "storage_servers.nic_link"))
     elif st is not None:
         nodes_s, links_s = _storage_plane(spec, ctx, [srv.storage_nic for srv in servers
                                                       if srv.storage_nic], storage_nics)
@@ -190,35 +180,35 @@ def expand_servers(spec: "FabricSpec", ctx: "_Ctx"):
     return nodes, links, tuple(servers), rails
 
 
-def _storage_plane(spec: "FabricSpec", ctx: "_Ctx", access_nics: list[str],
-                   storage_nics: list[str]) -> tuple[list[_DNode], list[_DLink]]:
+def _storage_plane(spec: FabricSpec, ctx: BuildContext, access_nics: list[str],
+                   storage_nics: list[str]) -> tuple[list[DraftNode], list[DraftLink]]:
     sp, st = spec.storage_plane, spec.storage_servers
     assert sp is not None and st is not None
     _check_spines(ctx, "storage_plane.spines", sp.spines)
-    nodes = [_DNode(f"sspine{j}", "spine", "storage_plane.spines", STORAGE_PLANE)
+    nodes = [DraftNode(f"sspine{j}", "spine", "storage_plane.spines", STORAGE_PLANE)
              for j in range(1, sp.spines + 1)]
-    nodes += [_DNode(f"sleaf{j}", "leaf", "storage_plane.leaves", STORAGE_PLANE)
+    nodes += [DraftNode(f"sleaf{j}", "leaf", "storage_plane.leaves", STORAGE_PLANE)
               for j in range(1, sp.leaves + 1)]
     ends = [(nic, sp.access_link, "storage_plane.access_link") for nic in access_nics]
     ends += [(nic, st.nic_link, "storage_servers.nic_link") for nic in storage_nics]
     per_leaf = math.ceil(len(ends) / sp.leaves)
     links = []
     for e, (nic, params, where) in enumerate(ends):
-        nodes.append(_DNode(nic, "host", where.rsplit(".", 1)[0]))
-        links.append(_link(nic, f"sleaf{e // per_leaf + 1}", params, where))
-    links += [_link(f"sleaf{j}", f"sspine{m}", sp.fabric_link, "storage_plane")
+        nodes.append(DraftNode(nic, "host", where.rsplit(".", 1)[0]))
+        links.append(DraftLink.of(nic, f"sleaf{e // per_leaf + 1}", params, where))
+    links += [DraftLink.of(f"sleaf{j}", f"sspine{m}", sp.fabric_link, "storage_plane")
               for j in range(1, sp.leaves + 1) for m in range(1, sp.spines + 1)]
     return nodes, links
 
 
-def _check_spines(ctx: "_Ctx", fld: str, spines: int) -> None:
+def _check_spines(ctx: BuildContext, fld: str, spines: int) -> None:
     # Named here, so the error points at the count rather than a generated leaf.
     if spines > MAX_ECMP_GROUP_SIZE:
         raise ctx.err(fld, f"{spines} spines need {spines}-way ECMP; the P4 pipeline's "
                            f"max_group_size is {MAX_ECMP_GROUP_SIZE}")
 
 
-def _tenants(spec: "FabricSpec", ctx: "_Ctx") -> list[tuple[Optional[str], bool]]:
+def _tenants(spec: FabricSpec, ctx: BuildContext) -> list[tuple[Optional[str], bool]]:
     """(tenant, dpu) of compute server 1..count."""
     s = spec.servers
     assert s is not None

@@ -12,7 +12,7 @@ from rich.table import Table
 from emulator.topo.routes import compute_routes, ecmp_groups
 
 if TYPE_CHECKING:  # pragma: no cover
-    from emulator.topo.model import Fabric
+    from emulator.topo.graph import Fabric
 
 
 def _num(x: float) -> str:

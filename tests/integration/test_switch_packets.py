@@ -18,7 +18,6 @@ finalizer, also when a test fails.
 """
 from __future__ import annotations
 
-import dataclasses
 import socket
 import subprocess
 import time
@@ -54,11 +53,11 @@ def switch_config() -> dict:
     (per port or per switch). ``SwitchRig`` fills in the gRPC port and ifnames.
     """
     from emulator.dataplane.switch import PortConfig, SwitchConfig
-    per_port = "buffer_bytes" in {f.name for f in dataclasses.fields(PortConfig)}
+    per_port = "buffer_bytes" in PortConfig.model_fields
     ports = [{"port_no": p, "rate_bps": 10_000_000_000, "delay_ns": 0,
               **({"buffer_bytes": BUFFER_BYTES} if per_port else {})} for p in PORTS]
     cfg = {"name": "leaf1", "device_id": DEVICE_ID, "ports": ports}
-    if "buffer_bytes" in {f.name for f in dataclasses.fields(SwitchConfig)}:
+    if "buffer_bytes" in SwitchConfig.model_fields:
         cfg["buffer_bytes"] = BUFFER_BYTES
     return cfg
 

@@ -8,12 +8,14 @@ import numpy as np
 import pytest
 
 from tests.rail_nics import rail_nic_pairs
+from emulator.clock import ManualClock
 from emulator.collectives import algorithms, bench, data, report, simulate
 from emulator.collectives.engine import CollectiveEngine, drive, quiescent
 from emulator.collectives.nvlink import NvlinkSwitch
 from emulator.collectives.schedule import NVLINK, RDMA, SEND, Op, RankSchedule, finalize
-from emulator.collectives.workload import parse_workload, validate_for
+from emulator.collectives.workload import validate_for
 from emulator.errors import ConfigError
+from emulator.schema.workload import parse_workload
 
 
 def simulate_wrong(coll, alg, S, G, size, slice_bytes, slots, seed):
@@ -109,12 +111,12 @@ def test_report_rows_table_and_files(tmp_path):
 
 @pytest.mark.parametrize("data_,field,reason", [
     ({"tests": [{"collective": "all_reduce", "sizes": [1024], "iterz": 1}]},
-     "workload.tests[0].iterz", "Extra inputs"),
+     "workload.tests[0].iterz", "unknown field"),
     ({"tests": [{"collective": "broadcast", "sizes": [64]}]}, "workload.tests[0].collective", ""),
     ({"tests": [{"collective": "all_reduce", "sizes": {"min_bytes": 8, "max_bytes": 4}}]},
      "workload.tests[0].sizes", "max_bytes must be >= min_bytes"),
     ({"tests": [{"collective": "all_reduce", "sizes": [64], "iters": 0}]},
-     "workload.tests[0].iters", "greater than or equal to 1"),
+     "workload.tests[0].iters", ">= 1"),
     ({"training": {"steps": 2, "size_bytes": 64, "compute_us": -1}},
      "workload.training.compute_us", ""),
     ({}, "workload", "give 'tests' or 'training'"),
@@ -143,28 +145,54 @@ def test_workload_sizes_and_fabric_checks():
 
 
 def test_nvlink_serializes_per_port_and_shares_a_downlink():
-    now = [0]
-    sw = NvlinkSwitch(3, rate_bps=8e9, delay_ns=100, clock=lambda: now[0])   # 1 byte/ns
+    clock = ManualClock()
+    sw = NvlinkSwitch(3, rate_bps=8e9, delay_ns=100, clock=clock)   # 1 byte/ns
     got = []
     t1 = sw.transfer(0, 2, 1000, got.append, "a")     # 0 -> 2: 1000 ns + 100
     t2 = sw.transfer(1, 2, 1000, got.append, "b")     # 1 -> 2 waits for 2's downlink
     t3 = sw.transfer(0, 1, 500, got.append, "c")      # waits for 0's uplink
     assert (t1, t2, t3) == (1100, 2100, 1600)
-    now[0] = 1599
+    clock.set(1599)
     assert sw.poll() == 1 and got == ["a"]
-    now[0] = 2100
+    clock.set(2100)
     sw.poll()
     assert got == ["a", "c", "b"] and sw.idle()
 
 
+def test_nvlink_arrives_exactly_after_serialization_and_delay():
+    """An arrival runs at now + bytes x 8e9 / rate + delay, not a ns earlier;
+    a transfer asked later starts later; a credit (``after``) is latency only."""
+    clock = ManualClock(10_000)
+    sw = NvlinkSwitch(2, rate_bps=4e9, delay_ns=300, clock=clock)   # 2 ns per byte
+    got = []
+    assert sw.transfer(0, 1, 500, got.append, "x") == 10_000 + 1000 + 300
+    clock.advance(5000)                                # links idle again: starts now
+    assert sw.transfer(1, 0, 250, got.append, "y") == 15_000 + 500 + 300
+    sw.after(300, got.append, "credit")
+    assert sw.next_event_ns() == 11_300
+    assert sw.poll() == 1 and got == ["x"]             # now 15_000: x is long due
+    clock.set(15_299)
+    assert sw.poll() == 0
+    clock.set(15_300)
+    assert sw.poll() == 1 and got == ["x", "credit"]
+    assert sw.next_event_ns() == 15_800
+    clock.set(15_799)
+    assert sw.poll() == 0
+    clock.set(15_800)
+    assert sw.poll() == 1 and got == ["x", "credit", "y"] and sw.idle()
+    assert (sw.tx_bytes, sw.rx_bytes) == ([500, 250], [250, 500])
+
+
 @pytest.fixture
 def two_servers():
-    """2 servers x 2 GPUs; NIC g of server 0 <-> NIC g of server 1 by a socket pair."""
+    """2 servers x 2 GPUs; NIC g of server 0 <-> NIC g of server 1 by a socket
+    pair; one manual clock."""
     S, G, rate = 2, 2, 400_000_000
-    nics, ips = rail_nic_pairs(G, rate)
+    clock = ManualClock()
+    nics, ips = rail_nic_pairs(G, rate, clock)
     engines = [CollectiveEngine(server=s, servers=S, nics=[nics[(s, g)] for g in range(G)],
                                 rank_ips=ips, nvlink_rate_bps=4 * rate, nvlink_delay_ns=2000,
-                                slice_bytes=16384, slots=2) for s in range(S)]
+                                slice_bytes=16384, slots=2, clock=clock) for s in range(S)]
     yield engines, rate
     for nic in nics.values():
         nic.close()

@@ -70,10 +70,10 @@ def run_servers(env, workload, start_in_s=1.5, timeout_s=40):
     for s in range(S):
         cfg = {"server": s, "servers": S, "dilation": DILATION,
                "nics": [{"ifname": env["dev"][(s, g)], "mac": mac(s, g), "ip": ip(s, g),
-                         "gateway_mac": mac(1 - s, g), "rate_bps": LINK_GBPS * 1e9 / DILATION,
+                         "gateway_mac": mac(1 - s, g), "rate_bps": int(LINK_GBPS * 1e9 / DILATION),
                          "mtu_bytes": MTU} for g in range(G)],
                "rank_ips": {str(r * G + g): ip(r, g) for r in range(S) for g in range(G)},
-               "nvlink": {"rate_bps": NVLINK_GBPS * 1e9 / DILATION, "delay_ns": 500 * DILATION},
+               "nvlink": {"rate_bps": int(NVLINK_GBPS * 1e9 / DILATION), "delay_ns": 500 * DILATION},
                "workload": workload, "start_at_unix_ns": start, "deadline_s": 30,
                "result_path": str(env["dir"] / f"s{s}.result.json")}
         p = env["dir"] / f"s{s}.json"

@@ -5,20 +5,21 @@ for a device-to-host copy before the NIC sends it and a host-to-device copy
 after it arrives; the copy engine (here 8x slower than the NIC, plus a
 latency) becomes the ring's bottleneck, so busbw falls to the copy engine's
 rate while every result stays exact. NVLink messages are never staged.
-Wall units throughout (dilation 1)."""
+Wall units throughout (dilation 1), on one manual clock: no Python cost
+in the measured times."""
 from __future__ import annotations
-
 
 import pytest
 
 from emulator.agents.gpudirect import StagingCopies
-from tests.rail_nics import rail_nic_pairs
+from emulator.clock import ManualClock
 from emulator.collectives import bench, report
 from emulator.collectives.engine import CollectiveEngine, drive, quiescent
-from emulator.collectives.staging import Timers, staging_from_config
+from emulator.collectives.staging import staging_from_config
 from emulator.collectives.transport import RdmaConn
-from emulator.collectives.workload import parse_workload
+from emulator.schema.workload import parse_workload
 from emulator.errors import ConfigError
+from tests.rail_nics import rail_nic_pairs
 
 S, G = 2, 2
 NIC_RATE_BPS = 400_000_000
@@ -30,13 +31,15 @@ COPY_NS = STAGE_LATENCY_NS + SLICE_BYTES * 8e9 / STAGE_RATE_BPS      # 3.1 ms pe
 
 
 def engines_with(staging: bool):
-    nics, ips = rail_nic_pairs(G, NIC_RATE_BPS)
+    clock = ManualClock()
+    nics, ips = rail_nic_pairs(G, NIC_RATE_BPS, clock)
     cfg = {"gpudirect": False, "staging_rate_bps": STAGE_RATE_BPS,
            "staging_latency_ns": STAGE_LATENCY_NS} if staging else {}
     engines = [CollectiveEngine(server=s, servers=S, nics=[nics[(s, g)] for g in range(G)],
                                 rank_ips=ips, nvlink_rate_bps=4 * NIC_RATE_BPS,
                                 nvlink_delay_ns=2000, slice_bytes=SLICE_BYTES, slots=4,
-                                staging=[staging_from_config(cfg) for _ in range(G)])
+                                staging=[staging_from_config(cfg) for _ in range(G)],
+                                clock=clock)
                for s in range(S)]
     for e in engines:
         e.connect(bench.connections_for(S, G, [("all_reduce", "ring")]))
@@ -65,11 +68,11 @@ def test_gpudirect_off_makes_the_copy_engine_the_bottleneck(on_off):
     assert on["wrong"] == 0 and off["wrong"] == 0
     nic_GBps = NIC_RATE_BPS / 8e9
     copy_GBps = SLICE_BYTES / COPY_NS              # one engine, slices back to back
-    # on: 14-22 MB/s measured (Python's per-message cost on a busy 2-core box)
-    assert on["busbw_GBps"] <= nic_GBps and on["busbw_GBps"] > 1.5 * copy_GBps, on
+    # on: the NICs carry the ring (95 % of their rate: headers, ACKs, credits)
+    assert 0.9 * nic_GBps <= on["busbw_GBps"] <= nic_GBps, on
     # staged: the GPU's D2H (and the peer's H2D) engine carries the ring's hop
     assert off["busbw_GBps"] <= copy_GBps * 1.05, (off, copy_GBps)
-    assert off["busbw_GBps"] >= 0.8 * copy_GBps, (off, copy_GBps)    # measured 99.5 %
+    assert off["busbw_GBps"] >= 0.95 * copy_GBps, (off, copy_GBps)   # measured 101.7 %
 
 
 def test_every_rdma_byte_is_staged_twice_and_nvlink_never(on_off):
@@ -80,10 +83,10 @@ def test_every_rdma_byte_is_staged_twice_and_nvlink_never(on_off):
     staged = sum(cp.staged_bytes for e in eng_off for cp in e.staging)
     assert rdma_tx > 0 and staged == 2 * rdma_tx    # D2H at the sender, H2D at the receiver
     for e in eng_off:
-        assert e.timers.idle()
+        assert not e.timers
 
 
-def test_staging_config_and_timers():
+def test_staging_config():
     assert staging_from_config({}) is None and staging_from_config({"gpudirect": True}) is None
     cp = staging_from_config({"gpudirect": False, "staging_rate_bps": 8e9,
                               "staging_latency_ns": 100})
@@ -93,12 +96,6 @@ def test_staging_config_and_timers():
     assert cp.stage(1000, "rx", 0) == 1100
     with pytest.raises(KeyError):
         staging_from_config({"gpudirect": False})
-    t, got = Timers(), []
-    t.at(20, got.append, "b")
-    t.at(10, got.append, "a")
-    t.at(20, got.append, "c")                   # same time: in the order asked
-    assert t.poll(15) == 1 and t.next_event_ns() == 20
-    assert t.poll(20) == 2 and got == ["a", "b", "c"] and t.idle()
 
 
 def test_workload_gpudirect_points_to_endpoints():

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import random
 import socket
-import threading
 import time
 
 import pytest
 
+from emulator import wire
 from emulator.agents import roce
 from emulator.agents.dpu import Endpoint, StorageClient, StorageTarget, tenant_pkey
 from emulator.agents.nic import RoceNic, WcOpcode, WcStatus
@@ -19,6 +19,8 @@ from emulator.agents.roce import parse_roce
 
 from .test_nic_core import IP_A, IP_B, MAC_A, MAC_B, QPN_A, QPN_B
 from .test_nic_loopback import needs_root, veth  # noqa: F401  (fixture)
+from tests.nic_sim import SimNicPair, manual_clock
+
 from .veth_nics import IP, MAC, QPN, VethPair, netns
 
 MS = 1_000_000
@@ -59,10 +61,10 @@ def test_tenant_isolation_over_veth(veth, dpu):  # noqa: F811
                 n_evil += 1
             if psn == 10:
                 p.call(p.b, lambda: p.b.post_write(p.qb, 1, (src, 0, size), dst.addr, dst.rkey))
-            time.sleep(0.002)
+            p.run_for(0.002)
         inj.close()
         assert p.wait(lambda ca, cb: cb and ca, 10), (p.a.stats, p.b.stats)
-        time.sleep(0.1)
+        p.run_for(0.1)
         sa, sb = p.a.stats, p.b.stats
         assert dst.buf == src.buf                    # tenant 2 wrote nothing
         assert sa.tenant_drops == n_evil             # every foreign frame, none of ours
@@ -79,47 +81,27 @@ def test_tenant_isolation_over_veth(veth, dpu):  # noqa: F811
         p.close()
 
 
-class Duo:
-    """Sender a (Endpoint under test) and receiver b over a socketpair."""
+class Duo(SimNicPair):
+    """Sender a (Endpoint under test) and receiver b over a socketpair, on a
+    ``ManualClock`` (the CPU model runs on the NICs' clock)."""
 
     def __init__(self, rate_bps, endpoint_kw, rx_endpoint_kw=None):
+        clock = manual_clock()
         sa, sb = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
         for s in (sa, sb):
             s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
             s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
-        self.a = RoceNic(None, MAC_A, IP_A, MAC_B, rate_bps=rate_bps, sock=sa, rto_ns=2_000 * MS)
-        self.b = RoceNic(None, MAC_B, IP_B, MAC_A, rate_bps=rate_bps, sock=sb, rto_ns=2_000 * MS)
+        kw = dict(rate_bps=rate_bps, rto_ns=2_000 * MS, clock=clock)
+        self.a = RoceNic(None, MAC_A, IP_A, MAC_B, sock=sa, **kw)
+        self.b = RoceNic(None, MAC_B, IP_B, MAC_A, sock=sb, **kw)
         self.qa = self.a.create_qp(QPN_A, IP_B, QPN_B)
         self.qb = self.b.create_qp(QPN_B, IP_A, QPN_A)
         self.ea = Endpoint(self.a, **endpoint_kw)
         self.eb = Endpoint(self.b, **(rx_endpoint_kw or {}))
-        self.cq = {self.a: [], self.b: []}
-        self.todo = {self.a: [], self.b: []}
-        self.stop = False
-        self.threads = [threading.Thread(target=self._loop, args=(n,), daemon=True)
-                        for n in (self.a, self.b)]
-        for t in self.threads:
-            t.start()
-
-    def _loop(self, nic):
-        while not self.stop:
-            while self.todo[nic]:
-                self.todo[nic].pop(0)()
-            nic.run_once(0.002)
-            self.cq[nic].extend(nic.poll_cq())
+        self._init_loop(clock)
 
     def wait(self, pred, timeout_s):
-        end = time.monotonic() + timeout_s
-        while time.monotonic() < end and not pred():
-            time.sleep(0.002)
-        return pred()
-
-    def close(self):
-        self.stop = True
-        for t in self.threads:
-            t.join(2)
-        self.a.close()
-        self.b.close()
+        return self.loop.wait(pred, timeout_s)
 
 
 def drive(dpu: bool, cores: int = 1):
@@ -132,12 +114,9 @@ def drive(dpu: bool, cores: int = 1):
     try:
         src = d.a.register_mr(size, buf=pattern(size, 3))
         dst = d.b.register_mr(size)
-        time.sleep(0.02)
-
-        def post():
-            d.ea.reset()
-            d.a.post_write(d.qa, 1, (src, 0, size), dst.addr, dst.rkey)
-        d.todo[d.a].append(post)
+        d.run_for(0.02)
+        d.ea.reset()
+        d.a.post_write(d.qa, 1, (src, 0, size), dst.addr, dst.rkey)
         assert d.wait(lambda: d.cq[d.a], 15)
         c = d.cq[d.a][0]
         assert c.status == WcStatus.SUCCESS and dst.buf == src.buf
@@ -150,7 +129,7 @@ def drive(dpu: bool, cores: int = 1):
 
 
 def test_dpu_host_drives_line_rate_plain_host_is_cpu_bound():
-    line_pps = 100e6 / ((14 + 20 + 8 + 12 + 1024 + 4 + roce.WIRE_OVERHEAD_BYTES) * 8)
+    line_pps = 100e6 / ((wire.ROCE_HDR_BYTES + 1024 + wire.ICRC_BYTES + wire.WIRE_OVERHEAD_BYTES) * 8)
     pps_dpu, busy_dpu, _ = drive(dpu=True)
     pps_plain, busy_plain, cpu_pps = drive(dpu=False)
     print(f"\nline {line_pps:.0f} pkt/s; DPU {pps_dpu:.0f} pkt/s host busy {busy_dpu:.3f}; "
@@ -180,12 +159,10 @@ def test_storage_target_serves_blocks_by_read(dpu):
         order = list(range(nblk))
         random.Random(1).shuffle(order)
 
-        def post():
-            d.ea.reset()
-            for i, k in enumerate(order):
-                cl.read_block(i, k, (local, k * blk))
-        t0 = time.monotonic_ns()
-        d.todo[d.b].append(post)
+        t0 = d.clock.now_ns()
+        d.ea.reset()
+        for i, k in enumerate(order):
+            cl.read_block(i, k, (local, k * blk))
         assert d.wait(lambda: len(d.cq[d.b]) == nblk, 20)
         cs = d.cq[d.b]
         assert all(c.opcode == WcOpcode.RDMA_READ and c.status == WcStatus.SUCCESS for c in cs)

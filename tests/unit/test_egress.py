@@ -1,7 +1,7 @@
 """The wire releases frames after the propagation delay and reports lateness.
 
 Serialization and queueing are tested with the traffic manager (test_tm.py)."""
-from emulator.dataplane.egress import Wire
+from emulator.link import Wire
 
 
 def test_wire_reports_lateness():

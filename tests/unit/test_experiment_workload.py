@@ -106,20 +106,20 @@ def test_server_configs_are_dilated_and_agree_on_both_ends(tmp_path):
     d = exp.dilation
     cfg = server_configs(exp, tmp_path, 123)
     s1, s2, st = cfg["server1"], cfg["server2"], cfg["storage1"]
-    assert [n["ifname"] for n in s1["nics"]] == [f"s1n{i}-eth0" for i in range(4)]
-    assert s1["nics"][0]["rate_bps"] == int(100e9 / d)
-    assert s1["nics"][0]["tx_delay_ns"] == int(1000 * d)
-    assert s1["nvlink"] == {"rate_bps": 7200e9 / d, "delay_ns": 250 * d}
-    assert s1["rank_ips"] == s2["rank_ips"] and s1["rank_ips"]["4"] == exp.fabric.addresses.host_ip("s2n0")
-    assert (s1["server"], s2["server"], s1["servers"]) == (0, 1, 2)
-    assert s1["start_at_unix_ns"] == 123 and "servers" not in s1["workload"]
+    assert [n.ifname for n in s1.nics] == [f"s1n{i}-eth0" for i in range(4)]
+    assert s1.nics[0].rate_bps == int(100e9 / d)
+    assert s1.nics[0].tx_delay_ns == int(1000 * d)
+    assert s1.nvlink.model_dump() == {"rate_bps": 7200e9 / d, "delay_ns": 250 * d}
+    assert s1.rank_ips == s2.rank_ips and s1.rank_ips["4"] == exp.fabric.addresses.host_ip("s2n0")
+    assert (s1.server, s2.server, s1.servers) == (0, 1, 2)
+    assert s1.start_at_unix_ns == 123 and s1.workload.servers is None
     # reader j <-> target client j: same QPN both ends, the reader's storage NIC's IP
-    assert s1["storage"]["nic"]["ifname"] == "s1st-eth0"
-    assert s1["storage"]["target_ip"] == st["nic"]["ip"] == exp.fabric.addresses.host_ip("st1n0")
-    assert [c["qpn"] for c in st["clients"]] == [READ_QPN_BASE, READ_QPN_BASE + 1]
-    assert st["clients"][1]["remote_ip"] == s2["storage"]["nic"]["ip"]
+    assert s1.storage.nic.ifname == "s1st-eth0"
+    assert s1.storage.target_ip == st.nic.ip == exp.fabric.addresses.host_ip("st1n0")
+    assert [c.qpn for c in st.clients] == [READ_QPN_BASE, READ_QPN_BASE + 1]
+    assert st.clients[1].remote_ip == s2.storage.nic.ip
     shared = server_configs(load_experiment(EXP / "checkpoint-shared.yaml"), tmp_path, 0)
-    assert shared["server1"]["storage"]["nic"] is None        # reads share NIC 0
+    assert shared["server1"].storage.nic is None        # reads share NIC 0
 
 
 def _nic_pair(rate_bps):

@@ -7,9 +7,9 @@ import subprocess
 
 import pytest
 
-from emulator.agents.host import load_config
 from emulator.agents.host_cpu import CpuServers, HostCpuParams
 from emulator.errors import ConfigError
+from emulator.schema.agent import HostAgentConfig
 
 from .test_nic_loopback import PY, QPN, ROOT, config, needs_root, run_pair, veth  # noqa: F401
 
@@ -38,7 +38,7 @@ def test_agent_rejects_bad_endpoint_keys(tmp_path, extra):
     path = tmp_path / "c.json"
     path.write_text(json.dumps(cfg))
     with pytest.raises(ConfigError):
-        load_config(str(path))
+        HostAgentConfig.load(path)
 
 
 @needs_root

@@ -8,19 +8,16 @@ import subprocess
 
 import pytest
 
-from emulator.experiment.hpcc import (
+from emulator.experiment.hpcc import fct_lines, ip_hex, node_ids, qlen_lines, write_hpcc
+from emulator.experiment.ideal_fct import (
     FabricPaths,
-    fct_lines,
     frame_sizes,
-    ip_hex,
-    node_ids,
-    qlen_lines,
     standalone_fct_ns,
     tandem_completion_ns,
-    write_hpcc,
 )
 from emulator.experiment.model import experiment_from_dict
 from emulator.experiment.summary import build_summary
+from emulator.experiment.timeseries import load_results
 from tests.unit.test_results import REPO, T0, make_experiment, make_run
 
 FCT_LINE = re.compile(r"^[0-9a-f]{8} [0-9a-f]{8} \d+ \d+ \d+ \d+ \d+ \d+$")
@@ -102,7 +99,7 @@ def test_standalone_fct_across_a_slow_path():
 
 
 def test_ecmp_path_uses_the_pipeline_hash():
-    from emulator.dataplane.pipeline import ecmp_hash
+    from emulator.p4.ecmp import ecmp_hash
     exp = make_experiment()
     f = exp.flows[0]                                   # h1 -> h3 across the spines
     hops = FabricPaths(exp.fabric).flow_path(f)
@@ -123,7 +120,7 @@ def summary_with_fcts(exp, run_dir, fcts: dict[int, int]):
 def test_fct_txt_layout(tmp_path):
     exp = make_experiment()
     s = summary_with_fcts(exp, make_run(tmp_path / "run"), {0: 30_000, 1: 5_000})
-    files = write_hpcc(exp, tmp_path / "run", tmp_path / "out", T0, s)
+    files = write_hpcc(exp, tmp_path / "out", load_results(exp, tmp_path / "run", T0), s)
     lines = files["fct.txt"].read_text().splitlines()
     assert all(FCT_LINE.match(line) for line in lines)
     # completion order: flow 1 (start 1 µs + 5 µs) before flow 0 (30 µs)
@@ -154,7 +151,7 @@ def test_fct_analysis_awk_reads_it(tmp_path):
 
 def test_pfc_txt(tmp_path):
     exp = make_experiment()
-    files = write_hpcc(exp, make_run(tmp_path / "run"), tmp_path / "out", T0, None)
+    files = write_hpcc(exp, tmp_path / "out", load_results(exp, make_run(tmp_path / "run"), T0))
     # received pause frames only: spine1 (id 6, switch) port 2; h3 (id 2, host) ifindex 1
     assert files["pfc.txt"].read_text().splitlines() == [
         "1110 6 1 2 1", "1700 2 0 1 1", "1750 2 0 1 0", "1810 6 1 2 0"]
@@ -163,7 +160,7 @@ def test_pfc_txt(tmp_path):
 
 def test_qlen_txt_histogram(tmp_path):
     exp = make_experiment()
-    files = write_hpcc(exp, make_run(tmp_path / "run"), tmp_path / "out", T0, None,
+    files = write_hpcc(exp, tmp_path / "out", load_results(exp, make_run(tmp_path / "run"), T0),
                        qlen_interval_ns=100)
     lines = files["qlen.txt"].read_text().splitlines()
     assert lines[0] == "time: 2500"                 # one dump, at the end of the run
@@ -191,7 +188,7 @@ def test_qlen_dumps_are_cumulative():
 
 def test_topology_and_flow_txt(tmp_path):
     exp = make_experiment()
-    files = write_hpcc(exp, make_run(tmp_path / "run"), tmp_path / "out", T0, None)
+    files = write_hpcc(exp, tmp_path / "out", load_results(exp, make_run(tmp_path / "run"), T0))
     topo = files["topology.txt"].read_text().splitlines()
     assert topo[0] == "8 4 8" and topo[1] == "4 5 6 7"
     assert topo[2] == "0 4 100Gbps 0.001ms 0"           # h1 - leaf1, first link

@@ -1,20 +1,21 @@
 """RoceNic protocol behaviour, two NICs in one process over an AF_UNIX
-datagram socketpair (no root, no network). Each NIC runs its event loop in
-its own thread; frames can be dropped, rewritten or logged in between."""
+datagram socketpair (no root, no network), on a ``ManualClock`` driven by
+one loop (``tests.nic_sim``): deterministic, no sleeping, no threads. Frames
+can be dropped, rewritten or logged in between."""
 from __future__ import annotations
 
 import socket
-import time
 
 import pytest
 from scapy.compat import raw
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
+from emulator import wire
 from emulator.agents import roce
 from emulator.agents.nic import QpState, RoceNic, WcOpcode, WcStatus
 from emulator.agents.roce import parse_roce
-from tests.nic_threads import ThreadedNicPair
+from tests.nic_sim import SimNicPair, manual_clock
 
 MAC_A, MAC_B = "02:00:00:00:0a:01", "02:00:00:00:0b:01"
 IP_A, IP_B = "10.0.1.1", "10.0.2.1"
@@ -24,9 +25,9 @@ QPN_A, QPN_B = 0x11, 0x22
 class ShimSock:
     """Socket wrapper: ``hook(frame_bytes) -> bytes | None`` (None drops)."""
 
-    def __init__(self, sock, hook=None):
-        self.sock, self.hook = sock, hook
-        self.log: list[tuple[int, bytes]] = []   # (monotonic ns, frame) of what was sent
+    def __init__(self, sock, hook=None, clock=None):
+        self.sock, self.hook, self.clock = sock, hook, clock
+        self.log: list[tuple[int, bytes]] = []   # (clock ns, frame) of what was sent
         self.logging = False
 
     def send(self, data):
@@ -35,7 +36,7 @@ class ShimSock:
             if data is None:
                 return 0
         if self.logging:
-            self.log.append((time.monotonic_ns(), bytes(data)))
+            self.log.append((self.clock.now_ns(), bytes(data)))
         return self.sock.send(data)
 
     def recv_into(self, buf):
@@ -51,22 +52,21 @@ class ShimSock:
         self.sock.close()
 
 
-class Pair(ThreadedNicPair):
+class Pair(SimNicPair):
     def __init__(self, rate_bps=200_000_000, hook_ab=None, hook_ba=None, sq_psn_a=0, sq_psn_b=0,
                  **nic_kw):
-        # a long RTO unless a test is about timeouts: the machine is shared and
-        # a descheduled thread must not look like a lost packet
         nic_kw.setdefault("rto_ns", 300_000_000)
+        clock = nic_kw.setdefault("clock", manual_clock())
         a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
         for s in (a, b):
             s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
             s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
-        self.sock_a, self.sock_b = ShimSock(a, hook_ab), ShimSock(b, hook_ba)
+        self.sock_a, self.sock_b = ShimSock(a, hook_ab, clock), ShimSock(b, hook_ba, clock)
         self.a = RoceNic(None, MAC_A, IP_A, MAC_B, rate_bps=rate_bps, sock=self.sock_a, **nic_kw)
         self.b = RoceNic(None, MAC_B, IP_B, MAC_A, rate_bps=rate_bps, sock=self.sock_b, **nic_kw)
         self.qa = self.a.create_qp(QPN_A, IP_B, QPN_B, sq_psn=sq_psn_a, rq_psn=sq_psn_b)
         self.qb = self.b.create_qp(QPN_B, IP_A, QPN_A, sq_psn=sq_psn_b, rq_psn=sq_psn_a)
-        self._init_threads()
+        self._init_loop(clock)
 
 
 @pytest.fixture
@@ -188,7 +188,7 @@ def test_duplicates_are_reacked(pairs):
     p.a.post_write(p.qa, 1, (src, 0, 8 * 1024), 0, 9)
     p.start()
     assert p.wait(lambda ca, cb: len(cb) == 1)
-    time.sleep(0.005)
+    p.run_for(0.005)
     state["drop"] = False
     assert p.wait(lambda ca, cb: len(ca) == 1)
     assert p.a.stats.timeouts >= 1
@@ -201,7 +201,7 @@ def test_rnr_nak_until_a_receive_is_posted(pairs):
     p = pairs()
     p.a.post_send(p.qa, 5, b"hello" * 500)
     p.start()
-    time.sleep(0.05)
+    p.run_for(0.05)
     assert p.cq[p.a] == [] and p.b.stats.tx_rnr_naks >= 1 and p.a.stats.rx_rnr_naks >= 1
     p.call(p.b, lambda: p.b.post_recv(p.qb, 9, 4096))
     assert p.wait(lambda ca, cb: ca and cb)
@@ -236,33 +236,32 @@ def test_write_past_the_region_is_rejected(pairs):
 
 
 def _frame_times(log, rate):
-    return [(len(f) + roce.WIRE_OVERHEAD_BYTES) * 8e9 / rate for _, f in log]
+    return [(len(f) + wire.WIRE_OVERHEAD_BYTES) * 8e9 / rate for _, f in log]
 
 
-def test_pacing_counts_whole_frames_and_never_runs_ahead(pairs):
+def test_pacing_counts_whole_frames_on_an_exact_schedule(pairs):
     rate = 40_000_000
     p = pairs(rate_bps=rate)
     size = 256 * 1024
     src = p.a.register_mr(size, buf=pattern(size))
     p.b.register_mr(size, addr=0, rkey=9)
     p.sock_a.logging = True
+    t0 = p.clock.now_ns()
     p.a.post_write(p.qa, 1, (src, 0, size), 0, 9)
     p.start()
     assert p.wait(lambda ca, cb: ca)
-    log = p.sock_a.log
+    log = [(t, f) for t, f in p.sock_a.log if parse_roce(f).opcode != roce.RC_ACK]
     ft = _frame_times(log, rate)
     ideal = sum(ft)                          # 256 frames of 1024+54(+16) bytes + 24
     assert 0.050 < ideal / 1e9 < 0.060
-    fct = p.cq[p.a][0].complete_ns - p.cq[p.a][0].post_ns
-    assert fct >= ideal * 0.999
-    assert fct <= ideal * 2 + 20e6            # loose: the machine is shared
-    # no prefix of the departures ran ahead of the schedule (beyond the lag the
-    # pacer may catch up on after a late wakeup)
-    t0 = log[0][0]
-    elapsed_budget = 0.0
+    # back to back from the post: frame k leaves when its serialization ends
+    # (the loop wakes at the next whole ns after it)
+    end = float(t0)
     for (t, _), f in zip(log, ft):
-        assert t - t0 >= elapsed_budget - p.a.max_lag_ns
-        elapsed_budget += f
+        end += f
+        assert 0 < t - end <= 1
+    c = p.cq[p.a][0]
+    assert c.complete_ns - c.post_ns >= ideal
 
 
 def test_per_qp_rate_and_round_robin(pairs):
@@ -283,7 +282,7 @@ def test_per_qp_rate_and_round_robin(pairs):
     # round robin: one frame from each in turn
     assert qps[:64 * 2] == [QPN_B, 0x44] * 64
     done = {c.wr_id: c.complete_ns - c.post_ns for c in p.cq[p.a]}
-    assert abs(done[1] - done[2]) < 0.1 * max(done.values())
+    assert abs(done[1] - done[2]) < 0.02 * max(done.values())
 
     # per-QP rate cap (the DCQCN hook): a quarter of the line rate
     p.sock_a.log.clear()
@@ -291,8 +290,14 @@ def test_per_qp_rate_and_round_robin(pairs):
                          p.a.post_write(p.qa, 3, (src, 0, size), 0, 9)))
     assert p.wait(lambda ca, cb: len(ca) == 3)
     c = p.cq[p.a][2]
-    ideal_capped = sum(_frame_times(p.sock_a.log, rate // 4)[:64])
-    assert c.complete_ns - c.post_ns >= ideal_capped * 0.999
+    data = [(t, f) for t, f in p.sock_a.log if parse_roce(f).opcode != roce.RC_ACK]
+    # at a quarter of the line rate: frame k+1 starts one capped frame time
+    # of frame k after frame k and leaves when its serialization (at line
+    # rate) ends (+1 ns: the loop wakes at the next whole ns)
+    capped, line = _frame_times(data, rate // 4), _frame_times(data, rate)
+    for k, ((t, _), (t1, _)) in enumerate(zip(data, data[1:])):
+        assert abs((t1 - t) - (capped[k] + line[k + 1] - line[k])) <= 1
+    assert c.complete_ns - c.post_ns >= sum(capped[:-1])
 
 
 def test_tx_delay_shifts_every_frame(pairs):
@@ -304,8 +309,11 @@ def test_tx_delay_shifts_every_frame(pairs):
     assert p.wait(lambda ca, cb: ca)
     c = p.cq[p.a][0]
     cb = p.cq[p.b][0]
-    assert cb.first_rx_ns - c.post_ns >= 30_000_000              # data leaves 30 ms late
-    assert 60_000_000 <= c.complete_ns - c.post_ns < 120_000_000  # ... and so does the ACK
+    ft_data = p.a.frame_time_ns(14 + 20 + 8 + 12 + 16 + 100 + 4)
+    ft_ack = p.a.frame_time_ns(14 + 20 + 8 + 12 + 4 + 4)
+    # the data leaves 30 ms after its serialization ends, and so does the ACK
+    assert abs(cb.first_rx_ns - c.post_ns - (30_000_000 + ft_data)) <= 1
+    assert abs(c.complete_ns - c.post_ns - (60_000_000 + ft_data + ft_ack)) <= 2
 
 
 def test_ecn_ce_hook_and_cnp_hook(pairs):
@@ -329,7 +337,7 @@ def test_ecn_ce_hook_and_cnp_hook(pairs):
     cnp = raw(Ether(src=MAC_A, dst=MAC_B) / IP(src=IP_A, dst=IP_B, tos=0xC2)
               / UDP(sport=1234, dport=4791, chksum=0) / roce.cnp(QPN_B))
     p.sock_a.sock.send(cnp)
-    time.sleep(0.05)
+    p.run_for(0.05)
     assert cnps == [(QPN_B, True)] and p.b.stats.cnp_rx == 1
 
 
@@ -349,11 +357,12 @@ def test_bad_icrc_and_foreign_frames_are_dropped(pairs):
                       .build(roce.RC_WRITE_ONLY, 0, b"abcd", reth=(0, 9, 4)))
     for f in (bytes(bad), other_ip, other_qp, wrong_src, b"\x00" * 60):
         p.sock_a.sock.send(f)
-    time.sleep(0.05)
+    p.run_for(0.05)
     assert p.b.stats.rx_icrc_errors == 1 and p.b.stats.rx_ignored == 4
     assert p.b.stats.rx_data_packets == 0 and p.cq[p.b] == []
     p.sock_a.sock.send(good)
     assert p.wait(lambda ca, cb: cb)
+    p.run_for(0.001)                          # the ACK leaves when serialized
     assert p.cq[p.b][0].byte_len == 4 and p.b.stats.tx_acks == 1
 
 
@@ -381,10 +390,11 @@ def test_retry_exceeded_fails_the_qp(pairs):
     p = pairs(hook_ab=lambda f: None, rto_ns=5_000_000, retry_cnt=3)
     p.a.post_send(p.qa, 1, b"lost")
     p.a.post_send(p.qa, 2, b"lost too")
-    t0 = time.monotonic_ns()
+    t0 = p.clock.now_ns()
     p.start()
     assert p.wait(lambda ca, cb: len(ca) == 2, timeout_s=2)
     assert [c.status for c in p.cq[p.a]] == [WcStatus.RETRY_EXC_ERR, WcStatus.WR_FLUSH_ERR]
     assert p.a.stats.timeouts == 4
-    # timeouts back off: 5 + 10 + 20 + 40 ms
-    assert p.cq[p.a][0].complete_ns - t0 >= 75_000_000
+    # timeouts back off: 5 + 10 + 20 + 40 ms after the first frame left
+    ft = p.a.frame_time_ns(14 + 20 + 8 + 12 + 4 + 4)
+    assert abs(p.cq[p.a][0].complete_ns - t0 - (75_000_000 + ft)) <= 10   # +1 ns per wake

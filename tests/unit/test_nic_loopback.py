@@ -12,6 +12,7 @@ import time
 
 import pytest
 
+from emulator import wire
 from emulator.agents import roce
 from emulator.agents.host import pattern_bytes, write_layout
 
@@ -137,7 +138,7 @@ def ideal_ns(size_bytes, rate_bps, mtu=1024):
     total = 0
     for i, plen in enumerate(sizes):
         flen = 14 + 20 + 8 + 12 + (16 if i == 0 else 0) + plen + (-plen & 3) + 4
-        total += flen + roce.WIRE_OVERHEAD_BYTES
+        total += flen + wire.WIRE_OVERHEAD_BYTES
     return total * 8e9 / rate_bps
 
 

@@ -16,10 +16,12 @@ from scapy.contrib.roce import BTH, CNPPadding
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
+from emulator import wire
 from emulator.agents import roce
 from emulator.agents.dcqcn import DcqcnParams
 from emulator.agents.nic import RoceNic, WcStatus
 from emulator.agents.roce import parse_roce, verify_icrc
+from tests.nic_sim import NicLoop, manual_clock
 
 from .test_nic_core import (  # noqa: F401 (pairs: a fixture)
     IP_A, IP_B, MAC_A, MAC_B, QPN_A, QPN_B, ShimSock, pairs, pattern,
@@ -54,17 +56,21 @@ def pfc_frame(timers: dict[int, int]) -> bytes:
 
 
 class Solo:
-    """NIC "A" on one end of a socketpair; the test plays its peer "B"."""
+    """NIC "A" on one end of a socketpair; the test plays its peer "B". On
+    a ``ManualClock`` (``tests.nic_sim``): what the NIC sends is logged
+    with the clock time it left."""
 
     def __init__(self, rate_bps=20_000_000, qps=((QPN_A, QPN_B),), **kw):
         kw.setdefault("rto_ns", 2_000_000_000)
+        self.clock = kw.setdefault("clock", manual_clock())
         a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
         for s in (a, b):
             s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
             s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
-        self.shim = ShimSock(a)
+        self.shim = ShimSock(a, clock=self.clock)
         self.shim.logging = True
         self.peer = b
+        b.setblocking(False)
         self.logs = MemLogs()
         self.nic = RoceNic(None, MAC_A, IP_A, MAC_B, rate_bps=rate_bps, sock=self.shim,
                            logs=self.logs, **kw)
@@ -73,38 +79,14 @@ class Solo:
         self.tpl = {r: roce.FrameTemplate(MAC_B, MAC_A, IP_B, IP_A, 1000 + r, l, ecn=roce.ECN_CE)
                     for l, r in qps}
         self.psn = {r: 0 for _, r in qps}
-        self.lock = threading.Lock()
-        self.calls = []
-        self.stop = False
-        self.threads = [threading.Thread(target=self._loop, daemon=True),
-                        threading.Thread(target=self._drain, daemon=True)]
         self.got: list[tuple[int, bytes]] = []
-
-    def _loop(self):
-        while not self.stop:
-            self.nic.run_once(0.002)
-            with self.lock:
-                calls, self.calls = self.calls, []
-            for fn in calls:
-                fn()
-
-    def _drain(self):
-        self.peer.settimeout(0.01)
-        while not self.stop:
-            try:
-                f = self.peer.recv(16384)
-            except (socket.timeout, OSError):
-                continue
-            with self.lock:
-                self.got.append((time.monotonic_ns(), f))
+        self.loop = NicLoop((self.nic,), self.clock, peers=(b,),
+                            on_peer_frame=lambda t, f: self.got.append((t, f)))
 
     def call(self, fn):
-        with self.lock:
-            self.calls.append(fn)
+        fn()
 
     def start(self):
-        for t in self.threads:
-            t.start()
         return self
 
     def send_ce_write(self, remote_qpn, ce=True):
@@ -128,17 +110,12 @@ class Solo:
         return out
 
     def wait(self, pred, timeout_s=5.0):
-        end = time.monotonic() + timeout_s
-        while time.monotonic() < end:
-            if pred():
-                return True
-            time.sleep(0.002)
-        return False
+        return self.loop.wait(pred, timeout_s)
+
+    def run_for(self, seconds):
+        self.loop.run_for(seconds)
 
     def close(self):
-        self.stop = True
-        for t in self.threads:
-            t.join(2)
         self.nic.close()
         self.peer.close()
 
@@ -179,22 +156,22 @@ def test_ce_marked_data_sends_one_cnp_per_interval_per_qp(solos):
     s = solos(qps=((QPN_A, QPN_B), (QPN_A2, QPN_B2)), cnp_interval_ns=150 * MS).start()
     s.send_ce_write(QPN_B, ce=False)                        # not marked: no CNP
     assert s.wait(lambda: s.nic.stats.rx_data_packets == 1)
-    time.sleep(0.02)
+    s.run_for(0.02)
     assert s.sent("cnp") == []
     for _ in range(5):
         s.send_ce_write(QPN_B)
         s.send_ce_write(QPN_B2)
     assert s.wait(lambda: s.nic.stats.rx_data_packets == 11 and len(s.sent("cnp")) == 2)
-    time.sleep(0.03)                                        # within the interval: no more
+    s.run_for(0.03)                                        # within the interval: no more
     first = s.sent("cnp")
     assert len(first) == 2
     check_cnp(first[0][1], QPN_B)
     check_cnp(first[1][1], QPN_B2)
-    time.sleep(0.16)                                        # the interval has passed
+    s.run_for(0.16)                                        # the interval has passed
     s.send_ce_write(QPN_B)
     s.send_ce_write(QPN_B)
     assert s.wait(lambda: len(s.sent("cnp")) == 3)
-    time.sleep(0.03)
+    s.run_for(0.03)
     cnps = s.sent("cnp")
     assert len(cnps) == 3 and parse_roce(cnps[2][1]).dst_qp == QPN_B
     assert cnps[2][0] - cnps[0][0] >= 150 * MS
@@ -223,7 +200,7 @@ def test_cnp_lowers_that_qps_rate_and_the_pacer_follows(pairs):
     p.start()
     inject_cnp(p, QPN_A)
     assert p.wait(lambda ca, cb: p.a.stats.cnp_rx == 1)
-    time.sleep(0.01)
+    p.run_for(0.01)
     assert p.qa.rate_bps == pytest.approx(rate / 2)          # alpha 1 before the first CNP
     assert q2a.rate_bps is None and p.qb.rate_bps is None
     init = [r for r in logs.qp_rows if r[4] == "init"]
@@ -243,7 +220,7 @@ def test_cnp_lowers_that_qps_rate_and_the_pacer_follows(pairs):
     assert p.wait(lambda ca, cb: ca)
     c = p.cq[p.a][0]
     assert c.status == WcStatus.SUCCESS
-    ideal_half = sum((len(f) + roce.WIRE_OVERHEAD_BYTES) * 8e9 / (rate / 2)
+    ideal_half = sum((len(f) + wire.WIRE_OVERHEAD_BYTES) * 8e9 / (rate / 2)
                      for _, f in p.sock_a.log if parse_roce(f).opcode != roce.RC_ACK)
     assert c.complete_ns - c.post_ns >= ideal_half * 0.98
 
@@ -255,7 +232,7 @@ def test_dcqcn_disabled_counts_cnps_but_keeps_line_rate(pairs):
     inject_cnp(p, QPN_A)
     inject_cnp(p, QPN_A, src_ip="10.7.7.7")                  # not the QP's peer: ignored
     assert p.wait(lambda ca, cb: p.a.stats.cnp_rx == 1)
-    time.sleep(0.02)
+    p.run_for(0.02)
     assert p.a.stats.cnp_rx == 1 and p.qa.rate_bps is None and p.qa.cc is None
     assert [r[4] for r in logs.qp_rows] == ["init", "init"]
 
@@ -320,31 +297,33 @@ def test_pfc_pauses_data_not_cnps_for_the_quanta_time(solos):
     assert s.wait(lambda: s.nic.stats.pfc_rx == 2)
     t_p = s.logs.pfc_rows[-1][0]
     assert s.logs.pfc_rows[-1][1:] == (3, quanta)
-    time.sleep(0.03)
+    s.run_for(0.03)
     s.send_ce_write(QPN_B)                                  # a CNP is owed, and an ACK
     assert s.wait(lambda: len(s.sent("cnp")) == 1, 0.05)    # CNP (priority 6) goes now
     t_cnp = s.sent("cnp")[0][0]
     assert t_p < t_cnp < t_p + pause_ns
-    assert s.wait(lambda: any(t > t_p for t, _ in s.sent("data")), 0.5)
-    # nothing of priority 3 left during the pause; data resumed right after it
-    prio3 = [t for t, _ in s.sent("data") + s.sent("ack") if t > t_p]
-    assert min(prio3) >= t_p + pause_ns - 1000
-    assert min(prio3) < t_p + pause_ns + 15 * MS
-    ack_t = [t for t, _ in s.sent("ack")]
-    assert ack_t and min(ack_t) >= t_p + pause_ns - 1000     # the ACK waited for the pause
+    ft = s.nic.frame_time_ns
+    assert s.wait(lambda: any(t - ft(len(f)) > t_p for t, f in s.sent("data")), 0.5)
+    # nothing of priority 3 started during the pause (a frame serialized
+    # before it is on the wire and still leaves); data resumed right after it
+    prio3 = [t - ft(len(f)) for t, f in s.sent("data") + s.sent("ack") if t - ft(len(f)) > t_p]
+    assert min(prio3) >= t_p + pause_ns
+    assert min(prio3) <= t_p + pause_ns + 10
+    ack_t = [t - ft(len(f)) for t, f in s.sent("ack")]
+    assert ack_t and min(ack_t) >= t_p + pause_ns            # the ACK waited for the pause
     # a long pause, ended early by timer 0: data resumes at once
     s.peer.send(pfc_frame({3: 0xFFFF}))
     assert s.wait(lambda: s.nic.stats.pfc_rx == 3)
     t_long = s.logs.pfc_rows[-1][0]
-    time.sleep(0.05)
+    s.run_for(0.05)
     s.peer.send(pfc_frame({3: 0}))
     assert s.wait(lambda: s.nic.stats.pfc_rx == 4)
     t_resume = s.logs.pfc_rows[-1][0]
-    assert s.wait(lambda: any(t > t_resume for t, _ in s.sent("data")), 0.5)
-    after = [t for t, _ in s.sent("data") if t > t_long]
-    assert min(after) >= t_resume and min(after) - t_resume < 15 * MS
+    assert s.wait(lambda: any(t - ft(len(f)) > t_resume for t, f in s.sent("data")), 0.5)
+    after = [t - ft(len(f)) for t, f in s.sent("data") if t - ft(len(f)) > t_long]
+    assert min(after) >= t_resume and min(after) - t_resume <= 10
     s.call(lambda: s.nic.update_pause_stats())
-    time.sleep(0.01)
+    s.run_for(0.01)
     paused = s.nic.stats.paused_ns                          # priority 3 only (4 is not ours)
     assert pause_ns + (t_resume - t_long) <= paused <= pause_ns + (t_resume - t_long) + 1000
     assert s.nic.stats.pfc_rx == 4 and qp.state.name == "RTS"
@@ -371,7 +350,7 @@ def test_each_qp_at_most_its_rate_and_the_nic_at_most_its_link(pairs):
     assert p.wait(lambda ca, cb: len(ca) == 3)
     data = [(t, f) for t, f in p.sock_a.log if parse_roce(f).opcode != roce.RC_ACK]
     lag = p.a.max_lag_ns
-    ft = lambda f, r: (len(f) + roce.WIRE_OVERHEAD_BYTES) * 8e9 / r   # noqa: E731
+    ft = lambda f, r: (len(f) + wire.WIRE_OVERHEAD_BYTES) * 8e9 / r   # noqa: E731
     # the NIC never runs ahead of its link rate ...
     t0, budget = data[0][0], 0.0
     for t, f in data:
@@ -401,7 +380,8 @@ def test_agent_writes_raw_logs_and_counters(tmp_path):
     import csv
     import json
 
-    from emulator.agents.host import HostAgent, RunLogs, load_config
+    from emulator.agents.host import HostAgent, RunLogs
+    from emulator.schema.agent import HostAgentConfig
 
     def mark_ce(f):
         f = bytearray(f)
@@ -428,11 +408,11 @@ def test_agent_writes_raw_logs_and_counters(tmp_path):
                "expect": [{"flow_id": 7, "qpn": qpn, "size_bytes": size}] if h == "b" else [],
                "result_path": str(tmp_path / f"{h}.result.json")}
         (tmp_path / f"{h}.json").write_text(json.dumps(cfg))
-        cfg = load_config(str(tmp_path / f"{h}.json"))
+        cfg = HostAgentConfig.load(tmp_path / f"{h}.json")
         logs = RunLogs(str(tmp_path), h)
         nic = RoceNic(None, mac, ip, gw, rate_bps=rate, sock=sock, logs=logs,
-                      cnp_interval_ns=cfg["cnp_interval_ns"],
-                      dcqcn=DcqcnParams.from_config(cfg["dcqcn"]))
+                      cnp_interval_ns=cfg.cnp_interval_ns,
+                      dcqcn=DcqcnParams.from_config(cfg.dcqcn))
         agents[h] = HostAgent(cfg, nic=nic, logs=logs)
     ok = {}
     threads = [threading.Thread(target=lambda h=h: ok.__setitem__(h, agents[h].run()))

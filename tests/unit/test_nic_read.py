@@ -4,11 +4,11 @@ the wire format is what IBTA (and p4src/fabric.p4's parser) expects."""
 from __future__ import annotations
 
 import random
-import time
 
 import pytest
 from scapy.layers.l2 import Ether
 
+from emulator import wire
 from emulator.agents import roce
 from emulator.agents.nic import WcOpcode, WcStatus
 from emulator.agents.roce import AETH, BTH, RETH, parse_roce
@@ -100,16 +100,14 @@ def test_read_over_veth(veth, lossy):  # noqa: F811
         src = p.b.register_mr(size, buf=pattern(size, 9))
         dst = p.a.register_mr(size)
         p.start()
-        t0 = time.monotonic_ns()
         p.call(p.a, lambda: p.a.post_read(p.qa, 1, (dst, 0, size), src.addr, src.rkey))
         assert p.wait(lambda ca, cb: ca, 30), (p.a.stats, p.b.stats)
         c = p.cq[p.a][0]
         assert c.opcode == WcOpcode.RDMA_READ and c.status == WcStatus.SUCCESS
         assert dst.buf == src.buf
-        # the responses went at the link rate, no faster
-        ideal = (size // 1024) * (14 + 20 + 8 + 12 + 1024 + 4 + roce.WIRE_OVERHEAD_BYTES) * 8e9 / rate
+        # the responses went at the link rate, no faster (holds at any load)
+        ideal = (size // 1024) * (wire.ROCE_HDR_BYTES + 1024 + wire.ICRC_BYTES + wire.WIRE_OVERHEAD_BYTES) * 8e9 / rate
         assert c.complete_ns - c.post_ns >= 0.95 * ideal
-        assert time.monotonic_ns() - t0 < 30e9
         if lossy:
             assert p.b.stats.tx_retransmits > 0
             assert p.a.stats.read_rewinds > 0 or p.a.stats.timeouts > 0
@@ -135,11 +133,13 @@ def test_read_responses_obey_pfc(solos):  # noqa: F811
     s.peer.send(pfc_frame({3: quanta}))
     assert s.wait(lambda: s.nic.stats.pfc_rx == 1)
     t_p = s.logs.pfc_rows[-1][0]
-    assert s.wait(lambda: any(t > t_p + pause_ns for t, _ in resp()), 1.0)
-    during = [t for t, _ in resp() if t_p + 1000 < t < t_p + pause_ns - 1000]
-    assert during == []
-    after = min(t for t, _ in resp() if t > t_p)
-    assert after - (t_p + pause_ns) < 15 * MS
+    # start times: a response serialized before the pause still leaves
+    ft = s.nic.frame_time_ns
+    starts = lambda: [t - ft(len(f)) for t, f in resp()]   # noqa: E731
+    assert s.wait(lambda: any(t > t_p + pause_ns for t in starts()), 1.0)
+    assert [t for t in starts() if t_p < t < t_p + pause_ns] == []
+    after = min(t for t in starts() if t > t_p)
+    assert 0 <= after - (t_p + pause_ns) <= 10
     assert s.wait(lambda: len(resp()) == 512, 2.0)
     got = b"".join(bytes(parse_roce(f).payload) for _, f in resp())
     assert got == disk.buf

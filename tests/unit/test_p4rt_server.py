@@ -9,9 +9,12 @@ from p4.v1 import p4runtime_pb2 as pb
 from p4.v1 import p4runtime_pb2_grpc as pb_grpc
 
 from emulator.control.p4rt_client import ArbitrationError, P4RuntimeError, SwitchConnection, WriteError
-from emulator.dataplane import state as st
 from emulator.dataplane.p4rt_server import P4RuntimeServer
-from emulator.p4.p4info import P4Info, uint128
+from emulator.dataplane.state import SwitchState
+from emulator.p4.codec import Codec
+from emulator.p4.entities import ActionCall, ActionProfileGroup, TableEntry
+from emulator.p4.p4info import P4Info
+from emulator.p4.values import uint128
 
 DEV = 7
 C = code_pb2
@@ -26,7 +29,7 @@ def p4():
 
 @pytest.fixture
 def switch(p4):
-    state = st.SwitchState()
+    state = SwitchState()
     server = P4RuntimeServer(state, DEV, 0, p4)
     server.start()
     conns = []
@@ -228,8 +231,8 @@ def test_exact_table_crud(ready, p4):
     conn.insert(p4.table_entry("my_station", {"eth_dst": mac}, "NoAction", metadata=b"m1"))
     assert state.generation > gen
     (entry,) = state.tables[tid].values()
-    assert entry == st.TableEntry(tid, {1: ("exact", 0x020000000100)}, 0,
-                                  action=st.ActionCall(p4.action_id("NoAction"), ()), metadata=b"m1")
+    assert entry == TableEntry(tid, {1: ("exact", 0x020000000100)}, 0,
+                               action=ActionCall(p4.action_id("NoAction"), ()), metadata=b"m1")
     assert entry.key() in state.tables[tid]
     (read,) = conn.read_table_entries("my_station")
     assert read == p4.table_entry("my_station", {"eth_dst": mac}, "NoAction", metadata=b"m1")
@@ -253,9 +256,9 @@ def test_lpm_via_members_and_groups(ready, p4):
                  p4.table_entry("ipv4_lpm", {"ipv4_dst": "10.0.0.0/8"}, group_id=100),
                  p4.table_entry("ipv4_lpm", {"ipv4_dst": "0.0.0.0/0"}, group_id=100)])
     aps = state.action_profiles[pid]
-    assert aps.members[1] == st.ActionCall(p4.action_id("set_nexthop"),
-                                           ((1, 1), (2, 0x020000000001), (3, 0x020000000101)))
-    assert aps.groups[100] == st.ActionProfileGroup(100, [(1, 1), (2, 3)], 64)
+    assert aps.members[1] == ActionCall(p4.action_id("set_nexthop"),
+                                        ((1, 1), (2, 0x020000000001), (3, 0x020000000101)))
+    assert aps.groups[100] == ActionProfileGroup(100, [(1, 1), (2, 3)], 64)
     by_match = {tuple(e.match.items()): e for e in state.tables[tid].values()}
     assert by_match[((1, ("lpm", 0x0A000100, 24)),)].member_id == 1
     assert by_match[((1, ("lpm", 0x0A000000, 8)),)].group_id == 100
@@ -268,7 +271,7 @@ def test_lpm_via_members_and_groups(ready, p4):
     assert grp == p4.action_profile_group("ecmp_selector", 100, [1, (2, 3)])
     # Modify: member action, group membership, entry from member to group.
     conn.modify(p4.action_profile_member("ecmp_selector", 2, "drop"))
-    assert aps.members[2] == st.ActionCall(p4.action_id("drop"), ())
+    assert aps.members[2] == ActionCall(p4.action_id("drop"), ())
     conn.modify(p4.action_profile_group("ecmp_selector", 100, [2]))
     assert aps.groups[100].members == [(2, 1)]
     conn.modify(p4.table_entry("ipv4_lpm", {"ipv4_dst": "10.0.1.0/24"}, group_id=100))
@@ -291,8 +294,8 @@ def test_ternary_acl_with_priority(ready, p4):
                  p4.table_entry("acl", rule, "drop", priority=20),             # same match, other priority
                  p4.table_entry("acl", {"ig_port": (3, 0x1FF)}, "drop", priority=5)])
     assert len(state.tables[tid]) == 3
-    e10 = state.tables[tid][st.TableEntry(tid, {2: ("ternary", 0x800, 0xFFFF), 5: ("ternary", 17, 0xFF),
-                                                6: ("ternary", 4791, 0xFFFF)}, 10).key()]
+    e10 = state.tables[tid][TableEntry(tid, {2: ("ternary", 0x800, 0xFFFF), 5: ("ternary", 17, 0xFF),
+                                             6: ("ternary", 4791, 0xFFFF)}, 10).key()]
     assert e10.action.action_id == p4.action_id("punt_to_cpu") and e10.priority == 10
     read = conn.read_table_entries("acl")
     assert sorted(te.priority for te in read) == [5, 10, 20]
@@ -416,8 +419,8 @@ def test_every_write_error_code(ready, p4):
         (I, p4.action_profile_group("ecmp_selector", 10, [1]), C.ALREADY_EXISTS),
         (M, p4.action_profile_group("ecmp_selector", 10, [1], max_size=8), C.INVALID_ARGUMENT),  # max_size change
         (D, p4.action_profile_group("ecmp_selector", 15), C.NOT_FOUND),
-        (I, p4.counter_entry("rx_port_counter", 1, (1, 1)), C.INVALID_ARGUMENT),             # counters: MODIFY only
-        (M, p4.counter_entry("rx_port_counter", 256, (1, 1)), C.OUT_OF_RANGE),
+        (I, p4.codec.counter_entry("rx_port_counter", 1, (1, 1)), C.INVALID_ARGUMENT),       # counters: MODIFY only
+        (M, p4.codec.counter_entry("rx_port_counter", 256, (1, 1)), C.OUT_OF_RANGE),
         (M, pb.CounterEntry(counter_id=0x12000099), C.INVALID_ARGUMENT),
         (pb.Update.UNSPECIFIED, p4.table_entry("my_station", {"eth_dst": 9}, "NoAction"), C.INVALID_ARGUMENT),
     ]
@@ -486,6 +489,56 @@ def test_rollback_on_error_leaves_state_unchanged(ready, p4):
     assert state.tables[tid] == {}
 
 
+def as_update(utype, msg):
+    """``p4.v1.Update`` of any entity message."""
+    (field,) = [f for f in pb.Entity.DESCRIPTOR.fields if f.message_type is msg.DESCRIPTOR]
+    return pb.Update(type=utype, entity=pb.Entity(**{field.name: msg}))
+
+
+def test_rollback_undoes_every_kind_of_update(ready, p4):
+    server, state, conn = ready
+    codec = p4.codec
+    conn.insert([p4.action_profile_member("ecmp_selector", 1, "set_nexthop", NH1),
+                 p4.table_entry("my_station", {"eth_dst": 1}, "NoAction"),
+                 codec.clone_session(600, [1])])
+    conn.insert([p4.action_profile_group("ecmp_selector", 10, [1]),
+                 p4.table_entry("ipv4_lpm", {"ipv4_dst": "10.1.0.0/16"}, member_id=1)])
+    conn.modify(codec.counter_entry("rx_port_counter", 3, (5, 500)))
+    rx = state.counters[p4.counter_id("rx_port_counter")]
+
+    def snapshot():
+        return copy.deepcopy((state.tables, state.action_profiles, state.clone_sessions, rx.packets, rx.bytes,
+                              server.tables._defaults, server.tables._ctrl_meta, dict(server.profiles._users)))
+
+    before = snapshot()
+    default = p4.table_entry("my_station", action="NoAction", is_default=True)
+    cookie = p4.table_entry("ipv4_lpm", {"ipv4_dst": "10.2.0.0/16"}, group_id=10)
+    cookie.controller_metadata = 7
+    M, I, D = pb.Update.MODIFY, pb.Update.INSERT, pb.Update.DELETE
+    batch = [(M, p4.action_profile_member("ecmp_selector", 1, "drop")),
+             (I, p4.action_profile_member("ecmp_selector", 2, "set_nexthop", NH2)),
+             (M, p4.action_profile_group("ecmp_selector", 10, [1, 2])),
+             (D, p4.table_entry("ipv4_lpm", {"ipv4_dst": "10.1.0.0/16"})),
+             (I, cookie),
+             (M, default),
+             (M, codec.counter_entry("rx_port_counter", 3, (9, 900))),
+             (M, codec.counter_entry("rx_port_counter", None, (1, 1))),
+             (I, codec.clone_session(601, [2])),
+             (D, codec.clone_session(600)),
+             (I, p4.table_entry("my_station", {"eth_dst": 1}, "NoAction"))]   # fails: exists
+    updates = [as_update(t, e) for t, e in batch]
+    for atomicity in (pb.WriteRequest.ROLLBACK_ON_ERROR, pb.WriteRequest.DATAPLANE_ATOMIC):
+        with pytest.raises(WriteError) as e:
+            conn.write(updates, atomicity=atomicity)
+        assert codes_of(e.value) == [C.ABORTED] * (len(batch) - 1) + [C.ALREADY_EXISTS]
+        assert snapshot() == before
+    # The undone references still hold: member 1 is used, group 10 is unused.
+    with pytest.raises(WriteError) as e:
+        conn.delete(p4.action_profile_member("ecmp_selector", 1))
+    assert codes_of(e.value) == [C.FAILED_PRECONDITION]
+    conn.delete(p4.action_profile_group("ecmp_selector", 10))
+
+
 def test_table_full(ready, p4):
     _, state, conn = ready
     size = p4.table("my_station").size
@@ -518,9 +571,9 @@ def test_counters_read_and_write(ready, p4):
     assert conn.read_counter("tx_port_counter", 255) == {255: (1, 64)}
     all_counters = conn.read(pb.CounterEntry())                     # counter_id 0: every counter
     assert len(all_counters) == sum(c.size for c in p4.proto.counters)
-    conn.modify(p4.counter_entry("rx_port_counter", 3, (7, 700)))
+    conn.modify(p4.codec.counter_entry("rx_port_counter", 3, (7, 700)))
     assert (rx.packets[3], rx.bytes[3]) == (7, 700)
-    conn.modify(p4.counter_entry("rx_port_counter", None, (0, 0)))  # every index
+    conn.modify(p4.codec.counter_entry("rx_port_counter", None, (0, 0)))  # every index
     assert sum(rx.packets) == 0
     with pytest.raises(P4RuntimeError) as e:
         conn.read_counter("rx_port_counter", 256)
@@ -565,16 +618,15 @@ def test_packet_in_dropped_without_primary(switch, p4):
     a = connect()
     a.set_pipeline(p4)
     a.close()
-    assert eventually(lambda: server._primary is None)
+    assert eventually(lambda: server.arbitration.primary is None)
     state.packet_in_handler(b"nobody", 1)
-    assert server.packet_in_drops == 1
+    assert server.packet_io.packet_in_drops == 1
 
 
 # ------------------------------------------------- clone sessions, registers
 
 def _clone_session(session_id, port):
-    return pb.PacketReplicationEngineEntry(clone_session_entry=pb.CloneSessionEntry(
-        session_id=session_id, replicas=[pb.Replica(egress_port=port, instance=1)]))
+    return Codec.clone_session(session_id, [port])
 
 
 def test_clone_sessions_written_read_back_and_checked(ready, p4):

@@ -6,10 +6,10 @@ import pytest
 from scapy.contrib.mac_control import MACControlClassBasedFlowControl
 from scapy.layers.l2 import Ether
 
-from emulator.dataplane.egress import WIRE_OVERHEAD_BYTES
 from emulator.dataplane.pfc import (
-    OPCODE_PFC, PFC_DST_MAC, XOFF_QUANTA, build_pfc_frame, parse_mac_control, pause_frame, pause_ns,
+    XOFF_QUANTA, build_pfc_frame, parse_mac_control, pause_frame, pause_ns,
 )
+from emulator.wire import PFC_DST_MAC, PFC_OPCODE, WIRE_OVERHEAD_BYTES
 from tests.unit.test_tm_helpers import ROCE_PRIO, ROUTER_MAC, attach, make_tm, roce, run, verdict
 
 MBPS8 = 8_000_000          # 1 byte per microsecond: easy arithmetic
@@ -37,7 +37,7 @@ def test_pause_frame_bytes():
     assert f[16:18] == b"\x00\x08"                  # class-enable: bit 3
     assert f[18:34] == bytes(6) + b"\xff\xff" + bytes(8)   # timer 3 only
     assert f[34:] == bytes(26)                      # padding to the Ethernet minimum
-    assert parse_mac_control(f) == (OPCODE_PFC, 0x08, (0, 0, 0, 0xFFFF, 0, 0, 0, 0))
+    assert parse_mac_control(f) == (PFC_OPCODE, 0x08, (0, 0, 0, 0xFFFF, 0, 0, 0, 0))
     assert parse_mac_control(f[:33]) is None
 
 

@@ -306,7 +306,7 @@ def test_every_uplink_mac_is_a_spine_router_mac():
 def test_ecmp_hash_is_bmv2_crc16():
     """The selector hash is CRC-16/ARC (BMv2's crc16): its check value, and
     consecutive QP source ports do not all land on one of two uplinks."""
-    from emulator.dataplane.pipeline import crc16_arc, ecmp_hash
+    from emulator.p4.ecmp import crc16_arc, ecmp_hash
     assert crc16_arc(b"123456789") == 0xBB3D
     picks = [ecmp_hash(0x0A000101, 0x0A000201, 17, 0xC000 + i, 4791) % 2 for i in range(8)]
     assert 2 <= sum(picks) <= 6, picks

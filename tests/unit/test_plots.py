@@ -12,7 +12,8 @@ from emulator.experiment.plots import (
     plot_throughput,
     write_plots,
 )
-from emulator.experiment.results import write_csv, write_results
+from emulator.experiment.results_io import write_csv
+from emulator.experiment.timeseries import write_results
 from tests.unit.test_results import T0, make_experiment, make_run
 
 

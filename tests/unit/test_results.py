@@ -8,15 +8,9 @@ from pathlib import Path
 import pytest
 
 from emulator.experiment.model import experiment_from_dict
-from emulator.experiment.results import (
-    RESULT_COLUMNS,
-    load_results,
-    read_raw_csv,
-    read_result_csv,
-    stats_by_port_priority,
-    write_all,
-    write_results,
-)
+from emulator.experiment.results import build_run_summary, write_run_results
+from emulator.experiment.results_io import read_raw_csv, read_result_csv, stats_by_port_priority
+from emulator.experiment.timeseries import RESULT_COLUMNS, load_results, write_results
 
 REPO = Path(__file__).resolve().parents[2]
 D = 1000                      # dilation of the synthetic run
@@ -252,11 +246,12 @@ def test_end_ns_and_read_back(run):
     assert rows[0] == {"time_ns": 1000, "flow_id": 0, "src": "h1", "dst": "h3", "rate_gbps": 100}
 
 
-def test_write_all_writes_csvs_hpcc_and_plots(run):
+def test_write_run_results_writes_csvs_hpcc_plots_and_summary(run):
     exp, run_dir, out = run
-    from emulator.experiment.summary import build_summary
-    summary = build_summary(exp, "embedded", {}, {}, run_dir, wall_s=1.0)
-    files = write_all(exp, run_dir, out, T0, summary)
+    summary = build_run_summary(exp, "embedded", {}, {}, run_dir, wall_s=1.0)
+    files = write_run_results(exp, run_dir, out, T0, summary)
+    assert json.loads(files["summary.json"].read_text()) == summary
+    assert "hosts.csv" not in files          # no endpoints: section
     for name in (*RESULT_COLUMNS, "fct.txt", "pfc.txt", "qlen.txt", "queue_depth.png",
                  "throughput.png", "pause_timeline.png"):
         assert name in files and files[name].exists(), name

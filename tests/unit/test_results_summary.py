@@ -4,11 +4,10 @@ from __future__ import annotations
 from dataclasses import replace
 from types import SimpleNamespace
 
-from emulator.experiment.hpcc import standalone_fct_ns
+from emulator.experiment.ideal_fct import flow_priority, standalone_fct_ns
 from emulator.experiment.summary import (
     SUMMARY_VERSION,
     build_summary,
-    flow_priority,
     priority_totals,
     render_summary,
 )

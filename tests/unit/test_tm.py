@@ -7,9 +7,10 @@ import random
 from scapy.layers.inet import IP
 from scapy.layers.l2 import Ether
 
-from emulator.dataplane.egress import WIRE_OVERHEAD_BYTES, Wire
+from emulator.link import Wire
 from emulator.dataplane.pipeline import _ipv4_header_checksum
 from emulator.dataplane.tm import SharedBuffer, set_ce
+from emulator.wire import WIRE_OVERHEAD_BYTES
 from tests.unit.test_tm_helpers import ROCE_PRIO, attach, make_tm, roce, run, verdict
 
 MBPS8 = 8_000_000

@@ -2,7 +2,9 @@
 joined by a veth pair (the ``veth`` fixture of test_nic_loopback): real
 AF_PACKET frames through the kernel, without agent subprocesses. A NIC's
 sockets are opened while its thread is in the namespace (setns applies to
-the calling thread only); afterwards they stay bound there. Needs root."""
+the calling thread only); afterwards they stay bound there. Driven by one
+loop on the real clock (``tests.nic_sim``); tests on it assert no rates or
+times of the wall clock. Needs root."""
 from __future__ import annotations
 
 import ctypes
@@ -10,7 +12,8 @@ import os
 from contextlib import contextmanager
 
 from emulator.agents.nic import RoceNic
-from tests.nic_threads import ThreadedNicPair
+from emulator.clock import MONOTONIC
+from tests.nic_sim import SimNicPair
 
 CLONE_NEWNET = 0x40000000
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -43,8 +46,8 @@ def open_nic(env, side: str, rate_bps: int, **kw) -> RoceNic:
                        mtu_bytes=1024, timer_slack_ns=None, **kw)
 
 
-class VethPair(ThreadedNicPair):
-    """NICs ``a`` and ``b`` with one connected QP each, event loops in threads."""
+class VethPair(SimNicPair):
+    """NICs ``a`` and ``b`` with one connected QP each, one event loop."""
 
     def __init__(self, env, rate_bps: int = 20_000_000, kw_a=None, kw_b=None, **kw):
         self.a = open_nic(env, "a", rate_bps, **{**kw, **(kw_a or {})})
@@ -55,4 +58,4 @@ class VethPair(ThreadedNicPair):
             raise
         self.qa = self.a.create_qp(QPN["a"], IP["b"], QPN["b"])
         self.qb = self.b.create_qp(QPN["b"], IP["a"], QPN["a"])
-        self._init_threads()
+        self._init_loop(MONOTONIC)

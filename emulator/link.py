@@ -1,4 +1,4 @@
-"""The wire beyond a switch port: frames in flight for the link's propagation delay.
+"""A link beyond a port (a switch port or a NIC): frames in flight for the link's propagation delay.
 
 htsim-style: ``tm.PriorityPort`` serializes frames byte-accurately at the
 port's rate and hands each one, when its serialization ends, to ``Wire``,
@@ -6,16 +6,15 @@ which gives it to the veth after the link's propagation delay. Nothing is
 shaped by the kernel: the only queues between this switch and the next hop
 are the traffic manager's.
 
-Times are wall-clock nanoseconds of the emulation (``time.monotonic_ns``); the
-rates and delays given here are already dilated by the runner.
+Times are wall nanoseconds of the emulation, passed in by the caller (read
+from the switch's clock, ``emulator.clock``); the delays given here are
+already dilated by the runner.
 """
 from __future__ import annotations
 
 from bisect import insort
 from collections import deque
 from operator import itemgetter
-
-from emulator.ethernet import WIRE_OVERHEAD_BYTES  # noqa: F401 (re-exported for tm.py)
 
 
 _DUE = itemgetter(0)

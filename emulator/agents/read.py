@@ -1,5 +1,6 @@
-"""RDMA READ (RC) for ``RoceNic`` (``ReadMixin``): posting READs, the
-responder that answers them, and the requester that places the responses.
+"""RDMA READ (RC) of the NIC: the responder that answers READ requests
+(``ReadResponder``) and the requester side that places the responses
+(``ReadRequester``; posting a READ is ``Requester.post``).
 
 Wire format (IBA 9.4.3/9.4.4, opcodes in ``roce``): a READ request (0x0C)
 carries a RETH (remote address, rkey, length) and no payload; the responder
@@ -15,7 +16,7 @@ response p acknowledges through p and the READ completes (``RDMA_READ``)
 when its last response lands. A plain ACK can never complete a READ: an ACK
 for a later request may overtake responses still queued at the responder
 (ACKs have their own priority in the pacer), so the requester acknowledges
-nothing past the oldest unanswered READ response (``_read_limit``).
+nothing past the oldest unanswered READ response (``read_limit``).
 
 Go-back-N, like WRITE: a response past a gap (one was lost) rewinds the
 requester once to the missing PSN -- it re-sends a READ request for the rest
@@ -39,69 +40,90 @@ from __future__ import annotations
 
 from collections import deque
 
-from . import roce
-from .qp import MemoryRegion, QpState, QueuePair
+from emulator.wire import AETH_BYTES, ICRC_BYTES, RETH_BYTES, ROCE_HDR_BYTES
+
+from .frames import ReadResponseFrame
+from .qp import QpState
 from .roce import (
-    AETH_ACK_SYNDROME, ECN_CE, NAK_INVALID_REQUEST, NAK_PSN_SEQ_ERR, NAK_REMOTE_ACCESS_ERR,
-    PSN_HALF, PSN_MASK, RC_READ_REQUEST, RC_READ_RESPONSE_FIRST, RC_READ_RESPONSE_LAST,
-    RC_READ_RESPONSE_MIDDLE, RC_READ_RESPONSE_ONLY, WIRE_OVERHEAD_BYTES,
+    AETH_ACK_SYNDROME, NAK_INVALID_REQUEST, NAK_PSN_SEQ_ERR, NAK_REMOTE_ACCESS_ERR, PSN_HALF,
+    PSN_MASK, RC_READ_REQUEST, RC_READ_RESPONSE_FIRST, RC_READ_RESPONSE_LAST,
+    RC_READ_RESPONSE_MIDDLE, RC_READ_RESPONSE_ONLY,
 )
 
-_HDR_LEN = 14 + 20 + 8 + 12
-READ_REQ_FRAME_LEN = _HDR_LEN + 16 + 4          # BTH + RETH + ICRC, no payload
+READ_REQ_FRAME_BYTES = ROCE_HDR_BYTES + RETH_BYTES + ICRC_BYTES   # no payload
 READ_OPS = frozenset({RC_READ_REQUEST, RC_READ_RESPONSE_FIRST, RC_READ_RESPONSE_MIDDLE,
                       RC_READ_RESPONSE_LAST, RC_READ_RESPONSE_ONLY})
-KIND_READ_REQ, KIND_READ_RESP = 3, 4            # pacer frame kinds (0-2 in nic_tx)
 
 
-class _ReadJob:
+class ReadJob:
     """Responder: one READ to answer. ``mv`` is the requested bytes; response
     k (0 <= k < npkts) has PSN ``psn + k`` (unwrapped)."""
     __slots__ = ("mv", "length", "psn", "npkts", "k", "msn", "ready_ns")
 
 
-class ReadMixin:
-    """``RoceNic``'s RDMA READ: verb, responder and requester sides."""
+def build_read_request(f, mtu_bytes: int):
+    """The bytes of a ``ReadRequestFrame``."""
+    w = f.wqe
+    off = f.k * mtu_bytes
+    return f.qp.tpl.build(RC_READ_REQUEST, f.psn,
+                          reth=(w.remote_addr + off, w.rkey, w.length - off))
 
-    # -- verb ------------------------------------------------------------------
-    def post_read(self, qp: QueuePair, wr_id: int, local: tuple[MemoryRegion, int, int],
-                  remote_addr: int, rkey: int, *, signaled: bool = True) -> None:
-        """RDMA READ ``local[2]`` bytes at ``remote_addr`` under ``rkey`` into
-        ``local`` = (mr, offset, length); completes (``RDMA_READ``) when the
-        last response has been placed."""
-        mr, off, length = local
-        if off < 0 or length < 0 or off + length > mr.size_bytes:
-            raise ValueError("local range outside the memory region")
-        self._post(qp, wr_id, mr.mv[off:off + length], False, remote_addr, rkey, signaled)
-        w = qp.sq[-1]
-        w.is_read = True
-        qp.n_reads += 1
 
-    # -- receive dispatch --------------------------------------------------------
-    def _rx_read(self, qp: QueuePair, pkt, now: int) -> None:
-        if pkt.ecn == ECN_CE:            # responses and requests both notify congestion
-            self.stats.ecn_ce_rx += 1
-            self._rx_ce(qp, now)
-            if self.on_ecn_ce is not None:
-                self.on_ecn_ce(qp, pkt)
-        if pkt.opcode == RC_READ_REQUEST:
-            self._rx_read_request(qp, pkt, now)
-        else:
-            self._rx_read_response(qp, pkt, now)
+def build_read_response(f, mtu_bytes: int):
+    """The bytes of a ``ReadResponseFrame``."""
+    j, k = f.job, f.k
+    n = j.npkts
+    off = k * mtu_bytes
+    end = min(off + mtu_bytes, j.length)
+    tpl = f.qp.tpl
+    if n == 1:
+        op = RC_READ_RESPONSE_ONLY
+    elif k == 0:
+        op = RC_READ_RESPONSE_FIRST
+    elif k == n - 1:
+        op = RC_READ_RESPONSE_LAST
+    else:
+        return tpl.build(RC_READ_RESPONSE_MIDDLE, f.psn, j.mv[off:end])
+    return tpl.build(op, f.psn, j.mv[off:end], aeth=(AETH_ACK_SYNDROME, j.msn))
 
-    # -- responder ---------------------------------------------------------------
-    def _rx_read_request(self, qp: QueuePair, pkt, now: int) -> None:
+
+def oldest_read(qp):
+    for w in qp.sq:
+        if w.is_read:
+            return w
+    return None
+
+
+def read_limit(qp) -> int:
+    """Nothing at or past the oldest READ's next response may be
+    acknowledged except by that response."""
+    w = oldest_read(qp)
+    return w.first_psn + w.rd_got if w is not None else qp.snd_max
+
+
+class ReadResponder:
+    """Answers READ requests: jobs per QP (``qp.rd_jobs``), QPs with
+    responses to send round-robin in ``qps``; the transmitter asks for the
+    next response with ``take``. PSN checks and NAKs go through the
+    ``responder`` (one expected PSN per QP for every request)."""
+
+    def __init__(self, responder, mrs: dict, mtu_bytes: int, stats):
+        self.responder = responder
+        self.mrs = mrs
+        self.mtu_bytes = mtu_bytes
+        self.stats = stats
+        self.qps: deque = deque()
+
+    def on_request(self, qp, pkt, now: int) -> None:
         st = self.stats
         d = (pkt.psn - qp.epsn) & PSN_MASK
         if d and d < PSN_HALF:           # ahead of expected: a gap
             st.rx_out_of_order += 1
-            if not qp.nak_sent:
-                qp.nak_sent = True
-                self._nak(qp, NAK_PSN_SEQ_ERR)
+            self.responder.nak_once(qp, NAK_PSN_SEQ_ERR)
             return
         if qp.state != QpState.RTS:
             return
-        mr = self._mrs.get(pkt.reth_rkey)
+        mr = self.mrs.get(pkt.reth_rkey)
         va, dlen = pkt.reth_va, pkt.reth_len
         bad = mr is None or va < mr.addr or va + dlen > mr.addr + mr.size_bytes
         npkts = max(1, -(-dlen // self.mtu_bytes))
@@ -110,39 +132,41 @@ class ReadMixin:
             psn = qp.epsn - ((qp.epsn - pkt.psn) & PSN_MASK)
             if bad or psn + npkts > qp.epsn:
                 return                   # not a re-request of something we accepted
-            self._drop_read_jobs(qp, psn)
+            self._drop_jobs(qp, psn)
         else:
             if bad:
-                return self._bad_request(qp, NAK_REMOTE_ACCESS_ERR)
+                return self.responder.bad_request(qp, NAK_REMOTE_ACCESS_ERR)
             if qp.rx_kind != -1:         # inside a multi-packet WRITE/SEND
-                return self._bad_request(qp, NAK_INVALID_REQUEST)
+                return self.responder.bad_request(qp, NAK_INVALID_REQUEST)
             psn = qp.epsn
             qp.epsn += npkts
             qp.msn = (qp.msn + 1) & PSN_MASK
             qp.nak_sent = False
             qp.dup_acked = False
             st.rx_read_requests += 1
-        j = _ReadJob()
+        j = ReadJob()
         base = va - mr.addr
         j.mv, j.length, j.psn, j.npkts, j.k = mr.mv[base:base + dlen], dlen, psn, npkts, 0
         j.msn, j.ready_ns = qp.msn, now + mr.read_latency_ns
         if not qp.rd_jobs:
-            self._rd_qps.append(qp)
+            self.qps.append(qp)
         qp.rd_jobs.append(j)
 
-    def _drop_read_jobs(self, qp: QueuePair, psn: int) -> None:
+    def _drop_jobs(self, qp, psn: int) -> None:
         """Forget the queued READs of ``qp`` that reach ``psn`` or past it: the
         requester has everything before ``psn`` and re-requests the rest."""
         jobs = qp.rd_jobs
         while jobs and jobs[-1].psn + jobs[-1].npkts > psn:
             jobs.pop()
-        if not jobs and qp in self._rd_qps:
-            self._rd_qps.remove(qp)
+        if not jobs and qp in self.qps:
+            self.qps.remove(qp)
 
-    def _pick_read_resp(self, slot: float, now: int):
-        """The next READ response allowed at ``slot``: (desc, frame length,
-        slot) after the per-QP pacing bookkeeping, or None."""
-        rdq = self._rd_qps
+    def take(self, slot: float, now: int, gate=None):
+        """The next READ response allowed at ``slot`` (its QP's pacing,
+        ``qp.next_ok_ns``, and its job's ready time permitting): (frame,
+        frame length, slot), or None. ``gate``: the CPU gate (may move the
+        slot later, or hold the frame: None)."""
+        rdq = self.qps
         mtu = self.mtu_bytes
         for _ in range(len(rdq)):
             qp = rdq[0]
@@ -158,91 +182,49 @@ class ReadMixin:
             plen = j.length - k * mtu
             if plen > mtu:
                 plen = mtu
-            if self._pkt_cpu is not None:
-                slot = self._cpu_tx_gate(qp, slot, now, j.ready_ns, plen)
+            if gate is not None:
+                slot = gate(qp, slot, now, j.ready_ns, plen)
                 if slot < 0:
                     return None
             n = j.npkts
-            flen = _HDR_LEN + (0 if 0 < k < n - 1 else 4) + plen + (-plen & 3) + 4
-            desc = (slot + self.tx_delay_ns, KIND_READ_RESP, qp, j, k, j.psn + k)
-            if j.psn + k < qp.rd_max:       # sent before: a re-executed READ
+            flen = ROCE_HDR_BYTES + (0 if 0 < k < n - 1 else AETH_BYTES) + plen + (-plen & 3) \
+                + ICRC_BYTES
+            psn = j.psn + k
+            if psn < qp.rd_max:          # sent before: a re-executed READ
                 self.stats.tx_retransmits += 1
             else:
-                qp.rd_max = j.psn + k + 1
+                qp.rd_max = psn + 1
             j.k = k + 1
             if j.k >= n:
                 qp.rd_jobs.popleft()
                 if not qp.rd_jobs:
                     rdq.remove(qp)
-            if qp.rate_bps:
-                qp.next_ok_ns = max(qp.next_ok_ns, slot) + \
-                    (flen + WIRE_OVERHEAD_BYTES) * 8e9 / qp.rate_bps
-            qp.last_tx_slot = slot
-            qp.last_tx_flen = flen
-            cc = qp.cc
-            if cc is not None and cc.active:
-                cc.on_tx(flen, int(slot))
-            return desc, flen, slot
+            return ReadResponseFrame(qp, j, k, psn), flen, slot
         return None
 
-    def _read_wake_ns(self, base: float) -> float:
-        """Earliest time a queued READ response may go (pacer wake-up)."""
+    def next_ready_ns(self, base: float) -> float:
+        """Earliest time a queued response may go, no earlier than ``base``."""
         t = float("inf")
-        for qp in self._rd_qps:
+        for qp in self.qps:
             x = max(base, qp.next_ok_ns, qp.rd_jobs[0].ready_ns) if qp.rd_jobs else base
             if x < t:
                 t = x
         return t
 
-    def _read_frame(self, kind: int, qp: QueuePair, w, k: int, psn: int):
-        """Build a READ request (kind 3, ``w`` a WQE) or response (kind 4,
-        ``w`` a ``_ReadJob``) frame."""
-        mtu = self.mtu_bytes
-        if kind == KIND_READ_REQ:
-            off = k * mtu
-            return qp.tpl.build(RC_READ_REQUEST, psn,
-                                reth=(w.remote_addr + off, w.rkey, w.length - off))
-        n = w.npkts
-        off = k * mtu
-        end = min(off + mtu, w.length)
-        if n == 1:
-            op = RC_READ_RESPONSE_ONLY
-        elif k == 0:
-            op = RC_READ_RESPONSE_FIRST
-        elif k == n - 1:
-            op = RC_READ_RESPONSE_LAST
-        else:
-            return qp.tpl.build(RC_READ_RESPONSE_MIDDLE, psn, w.mv[off:end])
-        return qp.tpl.build(op, psn, w.mv[off:end], aeth=(AETH_ACK_SYNDROME, w.msn))
 
-    def _read_sent(self, kind: int, qp: QueuePair, w, k: int, now: int) -> None:
-        st = self.stats
-        if kind == KIND_READ_REQ:
-            st.tx_read_requests += 1
-            if not qp.rto_deadline_ns:
-                qp.rto_deadline_ns = now + self._rto_for(qp)
-        else:
-            st.tx_read_responses += 1
-            st.tx_data_payload_bytes += min(self.mtu_bytes, w.length - k * self.mtu_bytes)
+class ReadRequester:
+    """Places READ responses into the READ's local buffer, in order; a gap
+    rewinds the ``requester`` once to the missing PSN."""
 
-    # -- requester ---------------------------------------------------------------
-    @staticmethod
-    def _oldest_read(qp: QueuePair):
-        for w in qp.sq:
-            if w.is_read:
-                return w
-        return None
+    def __init__(self, requester, mtu_bytes: int, stats):
+        self.requester = requester
+        self.mtu_bytes = mtu_bytes
+        self.stats = stats
 
-    def _read_limit(self, qp: QueuePair) -> int:
-        """Nothing at or past the oldest READ's next response may be
-        acknowledged except by that response."""
-        w = self._oldest_read(qp)
-        return w.first_psn + w.rd_got if w is not None else qp.snd_max
-
-    def _rx_read_response(self, qp: QueuePair, pkt, now: int) -> None:
+    def on_response(self, qp, pkt, now: int) -> None:
         st = self.stats
         st.rx_read_responses += 1
-        w = self._oldest_read(qp) if qp.state == QpState.RTS else None
+        w = oldest_read(qp) if qp.state == QpState.RTS else None
         if w is None:
             st.rx_duplicates += 1
             return
@@ -254,9 +236,9 @@ class ReadMixin:
                 if qp.rd_gap_psn != exp:
                     qp.rd_gap_psn = exp
                     st.read_rewinds += 1
-                    self._acked_through(qp, exp, now)
+                    self.requester.acked_through(qp, exp, now)
                     if exp < qp.snd_nxt:
-                        self._rewind(qp, exp)
+                        self.requester.rewind(qp, exp)
             else:
                 st.rx_duplicates += 1
             return
@@ -283,8 +265,4 @@ class ReadMixin:
         st.rx_data_payload_bytes += want
         w.rd_got = k + 1
         qp.rd_gap_psn = -1
-        self._acked_through(qp, exp + 1, now)
-
-
-__all__ = ["ReadMixin", "READ_OPS", "READ_REQ_FRAME_LEN", "KIND_READ_REQ", "KIND_READ_RESP",
-           "roce"]
+        self.requester.acked_through(qp, exp + 1, now)

@@ -1,0 +1,73 @@
+"""PFC (IEEE 802.1Qbb) reception state of the NIC: which priorities a
+received pause frame holds, until when, and how long our classes were held.
+
+A MAC-control frame to 01:80:C2:00:00:01 with opcode 0x0101 pauses, for each
+priority whose class-enable bit is set, the *start* of that priority's frames
+for timer x 512 bit times at the link rate from its arrival (a new frame
+restarts the timer; 0 resumes at once). The transmitter reads ``until_ns``
+(a frame of a paused class starts no earlier than its pause's end, so the
+expiry needs no timer of its own); the requester re-arms ACK timeouts that
+expire during a pause of the data class.
+"""
+from __future__ import annotations
+
+import struct
+
+from emulator.wire import NUM_PRIORITIES, PFC_DST_MAC, PFC_QUANTUM_BITS
+
+_TIMERS = struct.Struct("!8H")
+
+
+class PfcReceiver:
+    """Pause state per priority. ``tracked``: our classes (data, CNP), whose
+    paused time ``paused_ns`` sums."""
+
+    __slots__ = ("ns_per_quantum", "honor", "tracked", "until_ns", "start_ns", "_closed_ns",
+                 "frames", "logs")
+
+    def __init__(self, rate_bps: int, tracked: tuple[int, ...], *, honor: bool = True,
+                 logs=None):
+        self.ns_per_quantum = PFC_QUANTUM_BITS * 1e9 / rate_bps
+        self.honor = honor
+        self.tracked = tuple(sorted(set(tracked)))
+        self.until_ns = [0.0] * NUM_PRIORITIES   # priority p paused while now < until_ns[p]
+        self.start_ns = [0] * NUM_PRIORITIES     # when its current/last pause began
+        self._closed_ns = 0                      # paused time of intervals already over
+        self.frames = 0                          # PFC frames obeyed
+        self.logs = logs
+
+    def on_frame(self, frame, now: int) -> bool:
+        """A MAC-control frame arrived at ``now``: True if it was a PFC frame
+        we obey (and its timers are applied), False to ignore it."""
+        if (frame[0:6] != PFC_DST_MAC or frame[14] != 0x01 or frame[15] != 0x01
+                or not self.honor):
+            return False
+        self.frames += 1
+        enable = frame[17]                       # class-enable vector: e[7..0] in the low byte
+        times = _TIMERS.unpack_from(frame, 18)
+        until_ns, start_ns, logs = self.until_ns, self.start_ns, self.logs
+        for p in range(NUM_PRIORITIES):
+            if not enable >> p & 1:
+                continue
+            q = times[p]
+            if logs is not None:
+                logs.pfc(now, p, q)
+            until = until_ns[p]
+            if until <= now:                     # not paused: a new pause interval
+                if until > start_ns[p] and p in self.tracked:
+                    self._closed_ns += int(until - start_ns[p])
+                start_ns[p] = now
+            until_ns[p] = now + q * self.ns_per_quantum
+        return True
+
+    def paused(self, priority: int, now: int) -> bool:
+        return now < self.until_ns[priority]
+
+    def paused_ns(self, now: int) -> int:
+        """Time our tracked classes were paused up to ``now``, summed."""
+        total = self._closed_ns
+        for p in self.tracked:
+            until, start = self.until_ns[p], self.start_ns[p]
+            if until > start and now > start:
+                total += int(min(until, now) - start)
+        return total

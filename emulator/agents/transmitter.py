@@ -1,0 +1,321 @@
+"""The NIC's transmitter: a pacer that serializes frames at the link rate on
+an absolute schedule, and the link beyond it (``emulator.link.Wire``).
+
+Frames come from the parts' queues: CNPs (``NotificationPoint.out``), then
+ACK/NAKs (``Responder.out``), then READ responses (``ReadResponder``), then
+requests -- data QPs round-robin, one frame at a time, each at most at its
+``qp.rate_bps`` (DCQCN's current rate or a configured cap; None = line
+rate). A priority that PFC pauses sends nothing; a frame of a class that was
+paused starts no earlier than the pause's end.
+
+Schedule: frame k starts at ``slot_k``; the next slot is slot_k + (len_k +
+24) x 8e9 / rate (the whole frame plus preamble, SFD, FCS and IFG). A frame
+never starts before its slot; a loop that wakes late sends what is due in a
+burst (catch-up bounded by ``max_lag_ns``: time lost beyond it is given up).
+A frame leaves -- is handed to the socket -- when its serialization ends
+plus the link's delay (``tx_delay_ns``), as at a switch port; frames already
+serialized are on the wire and leave even if their class is paused since.
+Bytes are built only then (``frames``), from the current message buffers.
+
+Per-QP pacing state lives on the QP: ``next_ok_ns`` (its rate limiter),
+``last_tx_slot`` / ``last_tx_flen`` (re-timed when its rate changes).
+"""
+from __future__ import annotations
+
+import errno
+
+from emulator.link import Wire
+from emulator.wire import ACK_FRAME_BYTES, CNP_FRAME_BYTES, CNP_PAD_BYTES, WIRE_OVERHEAD_BYTES
+
+from .frames import AckFrame, CnpFrame, DataFrame, ReadRequestFrame, ReadResponseFrame
+from .qp import QpState
+from .read import build_read_request, build_read_response
+from .roce import AETH_ACK_SYNDROME, CNP_OPCODE, ECN_NOT_ECT, RC_ACK, FrameTemplate
+
+_CNP_PAD = bytes(CNP_PAD_BYTES)
+_BLOCKED_RETRY_NS = 100_000              # socket full: try again this much later
+
+
+class _SocketFull(Exception):
+    """The socket had no room for a frame (kept in ``Transmitter._retry``)."""
+
+
+class Transmitter:
+    """Pacer + link of one NIC. ``service(now)`` serializes what is due and
+    sends what has crossed the link; ``next_wake_ns`` says when to call it
+    again."""
+
+    TX_BURST = 64      # frames serialized per service pass at most
+
+    def __init__(self, *, sock, rate_bps: int, mtu_bytes: int, ack_every_n: int,
+                 max_lag_ns: int, tx_delay_ns: int, priority: int, cnp_priority: int,
+                 max_outstanding_pkts: int, pause_until_ns: list, requester, read_responder,
+                 cnp_queue, ack_queue, stats, logs=None):
+        self.sock = sock
+        self.rate_bps = rate_bps
+        self.mtu_bytes = mtu_bytes
+        self.ack_every_n = ack_every_n
+        self.max_lag_ns = max_lag_ns
+        self.priority, self.cnp_priority = priority, cnp_priority
+        self.max_outstanding_pkts = max_outstanding_pkts
+        self.pause_until_ns = pause_until_ns     # PfcReceiver.until_ns (read only)
+        self.requester = requester
+        self.read_responder = read_responder
+        self.cnp_queue = cnp_queue               # CnpFrames (NotificationPoint.out)
+        self.ack_queue = ack_queue               # AckFrames (Responder.out)
+        self.qps = requester.qps                 # data QPs, round-robin
+        self.stats = stats
+        self.logs = logs
+        self.wire = Wire(int(tx_delay_ns))
+        self.slot_free_ns = 0.0                  # when the wire is free for the next frame
+        self.wire_idle = True
+        self.blocked_until_ns = 0                # the socket was full: wait until then
+        self._retry = None                       # the frame the socket refused
+        self._rr = 0
+        self._now = 0
+        # set by the NIC (None: off): the CPU gate's ``tx``, the reaction point's ``on_tx``
+        self.cpu_gate = None
+        self.on_data_tx = None
+        self.cnp_template_args = None            # (src_mac, src_ip, dscp, pkey) for CNPs
+
+    # -- rates -------------------------------------------------------------------------
+    def frame_time_ns(self, frame_bytes: int, rate_bps: float | None = None) -> float:
+        return (frame_bytes + WIRE_OVERHEAD_BYTES) * 8e9 / (rate_bps or self.rate_bps)
+
+    def set_qp_rate(self, qp, rate_bps: float) -> None:
+        """``qp`` may now send at ``rate_bps`` (>= the link rate: unlimited);
+        its next frame is re-timed from its last one at the new rate."""
+        qp.rate_bps = None if rate_bps >= self.rate_bps else rate_bps
+        if qp.last_tx_slot is not None:
+            qp.next_ok_ns = qp.last_tx_slot + \
+                (qp.last_tx_flen + WIRE_OVERHEAD_BYTES) * 8e9 / (qp.rate_bps or self.rate_bps)
+
+    # -- state -------------------------------------------------------------------------
+    def idle(self) -> bool:
+        """Nothing queued here or on the wire."""
+        return not (self.ack_queue or self.cnp_queue or self.wire.in_flight
+                    or self.read_responder.qps or self._retry is not None)
+
+    def next_wake_ns(self, now: int, limit: float, cpu_ready_ns: float = 0.0) -> float:
+        """When ``service`` has something to do, at most ``limit`` (not
+        rounded; the NIC adds the other parts' timers)."""
+        wake = limit
+        pause = self.pause_until_ns
+        data_resume = pause[self.priority]
+        slot, blocked = self.slot_free_ns, self.blocked_until_ns
+        if self.cnp_queue:
+            wake = min(wake, max(slot, blocked, pause[self.cnp_priority]))
+        if self.ack_queue:
+            wake = min(wake, max(slot, blocked, data_resume))
+        if self.wire.in_flight:
+            wake = min(wake, max(self.wire.in_flight[0][0], blocked))
+        if self._retry is not None:
+            wake = min(wake, blocked)
+        # data may start once the wire, socket, PFC and the CPU allow
+        base = max(slot, blocked, data_resume, cpu_ready_ns)
+        if self.read_responder.qps:
+            wake = min(wake, self.read_responder.next_ready_ns(base))
+        mo = self.max_outstanding_pkts
+        for qp in self.qps:
+            if (qp.snd_nxt < qp.next_psn and qp.state == QpState.RTS
+                    and qp.snd_nxt - qp.snd_una < mo):
+                t = max(base, qp.next_ok_ns, qp.paused_until_ns)
+                if t < wake:
+                    wake = t
+        return wake
+
+    # -- pacer -------------------------------------------------------------------------
+    def _pick_data(self, slot: float):
+        """Round-robin: the next QP allowed to send at ``slot``, or None."""
+        qps = self.qps
+        n = len(qps)
+        start = self._rr
+        mo = self.max_outstanding_pkts
+        for i in range(n):
+            j = start + i
+            if j >= n:
+                j -= n
+            qp = qps[j]
+            if (qp.snd_nxt < qp.next_psn and qp.state == QpState.RTS
+                    and qp.next_ok_ns <= slot and qp.paused_until_ns <= slot
+                    and qp.snd_nxt - qp.snd_una < mo):
+                self._rr = j + 1 if j + 1 < n else 0
+                return qp
+        return None
+
+    def service(self, now: int) -> None:
+        """Send the frames that crossed the link by ``now``; serialize the
+        frames whose slot has come (at most ``TX_BURST``)."""
+        if now < self.blocked_until_ns:
+            return
+        self._now = now
+        if self._retry is not None:
+            frame, self._retry = self._retry, None
+            try:
+                self._send(frame)
+            except _SocketFull:
+                return
+        st = self.stats
+        wire = self.wire
+        in_flight = wire.in_flight
+        put = wire.put
+        send = self._send
+        late_ns = self.max_lag_ns
+        ctrl = self.ack_queue
+        cnpq = self.cnp_queue
+        rate = self.rate_bps
+        pause_until = self.pause_until_ns
+        prio, cnp_prio = self.priority, self.cnp_priority
+        rd = self.read_responder
+        rdq = rd.qps
+        gate = self.cpu_gate
+        take = self.requester.take
+        on_data_tx = self.on_data_tx
+        try:
+            for _ in range(self.TX_BURST):
+                # frames whose serialization and propagation are over leave now
+                if in_flight and in_flight[0][0] <= now:
+                    wire.release(now, send, late_ns)
+                # serialize the next frame if its slot has come
+                slot = self.slot_free_ns
+                if self.wire_idle or slot < now - self.max_lag_ns:
+                    slot = max(slot, float(now - (0 if self.wire_idle else self.max_lag_ns)))
+                if slot > now:
+                    break
+                # strict priority (CNP, then ACK/NAK, then data), skipping paused
+                # classes; a frame of a class that was paused starts no earlier
+                # than the pause's end
+                data_ok = now >= pause_until[prio]
+                if cnpq and now >= pause_until[cnp_prio]:
+                    frame = cnpq.popleft()
+                    if slot < pause_until[cnp_prio]:
+                        slot = pause_until[cnp_prio]
+                    flen = CNP_FRAME_BYTES
+                elif ctrl and data_ok:
+                    frame = ctrl.popleft()
+                    if slot < pause_until[prio]:
+                        slot = pause_until[prio]
+                    flen = ACK_FRAME_BYTES
+                else:
+                    if not data_ok:
+                        self.wire_idle = True
+                        break
+                    if slot < pause_until[prio]:
+                        slot = pause_until[prio]
+                    got = rd.take(slot, now, gate) if rdq else None
+                    if got is not None:
+                        frame, flen, slot = got
+                        qp = frame.qp
+                    else:
+                        qp = self._pick_data(slot)
+                        if qp is None:
+                            self.wire_idle = True
+                            break
+                        if gate is not None:     # the CPU must have done this packet's work
+                            w, k, plen = self.requester.peek(qp)
+                            slot = gate(qp, slot, now, w.post_ns, 0 if w.is_read else plen)
+                            if slot < 0:
+                                self.wire_idle = True
+                                break
+                        frame, flen = take(qp)
+                    # per-QP pacing and DCQCN's byte counter
+                    if qp.rate_bps:
+                        qp.next_ok_ns = max(qp.next_ok_ns, slot) + \
+                            (flen + WIRE_OVERHEAD_BYTES) * 8e9 / qp.rate_bps
+                    qp.last_tx_slot = slot
+                    qp.last_tx_flen = flen
+                    if on_data_tx is not None:
+                        on_data_tx(qp, flen, slot)
+                self.wire_idle = False
+                lag = now - slot
+                if lag > st.tx_lag_max_ns:
+                    st.tx_lag_max_ns = int(lag)
+                st.tx_lag_sum_ns += int(lag)
+                end = slot + (flen + WIRE_OVERHEAD_BYTES) * 8e9 / rate
+                self.slot_free_ns = end
+                put(end, frame)
+            if in_flight and in_flight[0][0] <= now:
+                wire.release(now, send, late_ns)
+        except _SocketFull:
+            return
+
+    # -- the socket --------------------------------------------------------------------
+    def _build(self, f):
+        t = type(f)
+        qp = f.qp
+        if t is DataFrame:
+            w, k, psn = f.wqe, f.k, f.psn
+            n = w.npkts
+            mtu = self.mtu_bytes
+            off = k * mtu
+            end = off + mtu
+            if end > w.length:
+                end = w.length
+            if n == 1:
+                op = w.ops[3]
+            elif k == 0:
+                op = w.ops[0]
+            elif k == n - 1:
+                op = w.ops[2]
+            else:
+                op = w.ops[1]
+            ack_req = k == n - 1 or (psn + 1) % self.ack_every_n == 0
+            reth = (w.remote_addr, w.rkey, w.length) if (w.is_write and k == 0) else None
+            return qp.tpl.build(op, psn, w.buf[off:end], ack_req=ack_req, reth=reth)
+        if t is AckFrame:
+            return qp.tpl.build(RC_ACK, f.psn, aeth=(f.syndrome, f.msn))
+        if t is ReadResponseFrame:
+            return build_read_response(f, self.mtu_bytes)
+        if t is ReadRequestFrame:
+            return build_read_request(f, self.mtu_bytes)
+        tpl = qp.cnp_tpl
+        if tpl is None:
+            src_mac, src_ip, dscp, pkey = self.cnp_template_args
+            tpl = qp.cnp_tpl = FrameTemplate(
+                src_mac, qp.tpl_dst_mac, src_ip, qp.remote_ip, qp.udp_sport, qp.remote_qpn,
+                dscp=dscp, ecn=ECN_NOT_ECT, max_payload_bytes=CNP_PAD_BYTES, pkey=pkey)
+        return tpl.build(CNP_OPCODE, 0, _CNP_PAD, becn=True)
+
+    def _send(self, f) -> None:
+        """Build and send frame ``f`` now; raises ``_SocketFull`` (the frame
+        kept for a retry in 100 us) if the socket has no room."""
+        frame = self._build(f)
+        st = self.stats
+        now = self._now
+        try:
+            self.sock.send(frame)
+        except (BlockingIOError, InterruptedError):
+            self._blocked(f, now)
+        except OSError as e:
+            if e.errno in (errno.ENOBUFS, errno.EAGAIN):
+                self._blocked(f, now)
+            raise
+        st.tx_packets += 1
+        st.tx_bytes += len(frame)
+        t = type(f)
+        if t is DataFrame:
+            qp = f.qp
+            st.tx_data_packets += 1
+            qp.tx_data_packets += 1
+            plen = f.wqe.length - f.k * self.mtu_bytes
+            st.tx_data_payload_bytes += plen if plen < self.mtu_bytes else self.mtu_bytes
+            self.requester.sent(qp, now)
+        elif t is AckFrame:
+            if f.syndrome == AETH_ACK_SYNDROME:
+                st.tx_acks += 1
+        elif t is CnpFrame:
+            st.cnp_tx += 1
+            if self.logs is not None:
+                self.logs.cnp(now, f.qp.qpn, f.qp.remote_qpn, "tx")
+        elif t is ReadRequestFrame:
+            st.tx_read_requests += 1
+            self.requester.sent(f.qp, now)
+        else:
+            st.tx_read_responses += 1
+            st.tx_data_payload_bytes += min(self.mtu_bytes, f.job.length - f.k * self.mtu_bytes)
+
+    def _blocked(self, f, now: int):
+        self.stats.tx_enobufs += 1
+        self.blocked_until_ns = now + _BLOCKED_RETRY_NS
+        self._retry = f
+        raise _SocketFull

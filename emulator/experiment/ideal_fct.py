@@ -1,0 +1,217 @@
+"""How the experiment's RoCE flows cross the fabric, and their ideal FCT.
+
+The model of a flow on the fabric that both summary.json and the HPCC files
+need: the path its packets take (``FabricPaths``), the 802.1p priority they
+carry (``flow_priority``), the frames of its message (``frame_sizes``), and
+its standalone FCT (``standalone_fct_ns``), the reference of every FCT
+slowdown.
+
+Standalone FCT (``standalone_fct_ns``): the flow alone on the fabric, on the
+path its packets take (ECMP resolved with the pipeline's hash on the QP's
+5-tuple, as the switches do), in fabric units (the topology's rates and
+delays): its frames (RoCE headers, RETH on a WRITE's first packet, payload
+padded to 4 bytes, ICRC, plus 24 bytes of preamble/FCS/IFG) sent back to
+back at the first link's rate, stored and forwarded at every hop: the exact
+completion time of the last frame through that tandem of links (serializing
+all of them at the bottleneck plus every other hop's store-and-forward of
+the first/last frame, plus every link's propagation delay), then the ACK of
+the last packet back over the reverse path (its serialization at every hop
+plus propagation). HPCC's is ``2 x propagation + one MTU per hop + all
+bytes at the bottleneck``: the same idea, ours counts the ACK and the exact
+frame sizes. The host agents' NIC emits each frame at the start of its
+pacing slot (it models the host link's propagation but not its
+serialization), so a measured FCT may come out a frame time or two below
+this ideal: slowdowns can be marginally < 1 (fct_analysis.py clamps them
+to 1).
+"""
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from emulator.p4.ecmp import ecmp_hash
+from emulator.topo import compute_routes, longest_prefix_match
+from emulator.wire import (  # noqa: F401 (ROCEV2_UDP_DPORT re-exported for the HPCC writer)
+    ACK_FRAME_BYTES, ICRC_BYTES, RETH_BYTES, ROCE_HDR_BYTES, ROCEV2_UDP_DPORT, WIRE_OVERHEAD_BYTES,
+    roce_sport,
+)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from emulator.experiment.model import Experiment, Flow
+    from emulator.topo import Fabric
+
+IP_PROTO_UDP = 17
+# Frame bytes as the NIC builds them (emulator/wire.py): RoCE headers, RETH
+# on a WRITE's first/only packet, payload padded to 4 bytes, ICRC; an ACK
+# carries AETH and the ICRC.
+ROCE_DATA_PRIORITY = 3        # docs/lossless.md: DSCP 26 -> priority 3 (lossless)
+
+
+# --------------------------------------------------------------------- paths
+
+@dataclass(frozen=True)
+class Hop:
+    """One link a packet crosses: leaving ``node`` by ``port_no`` toward ``peer``."""
+
+    node: str
+    port_no: int
+    peer: str
+    rate_bps: int       # fabric (undilated) rate
+    delay_ns: int       # fabric propagation delay
+
+
+class FabricPaths:
+    """The path a 5-tuple takes through the fabric, as the switches route it."""
+
+    def __init__(self, fabric: "Fabric"):
+        self.fabric = fabric
+        self.routes = compute_routes(fabric)
+
+    def path(self, src: str, dst: str, sport: int, dport: int = ROCEV2_UDP_DPORT) -> list[Hop]:
+        """Hops from host ``src`` to host ``dst`` for UDP ``sport`` -> ``dport``."""
+
+        fabric, plan = self.fabric, self.fabric.addresses
+        sip, dip = plan.host_ip(src), plan.host_ip(dst)
+        h = ecmp_hash(int(ipaddress.IPv4Address(sip)), int(ipaddress.IPv4Address(dip)),
+                      IP_PROTO_UDP, sport, dport)
+        hops = [self._hop(src, fabric.ports(src)[0].port_no)]
+        for _ in range(4 * len(fabric.nodes)):
+            cur = hops[-1].peer
+            if cur == dst:
+                return hops
+            if not fabric.node(cur).is_switch:
+                break
+            route = longest_prefix_match(self.routes[cur], dip)
+            if route is None:
+                break
+            # The controller installs an ECMP group's members in next-hop (port)
+            # order, one each; the pipeline picks member hash % size.
+            nh = route.next_hops[h % len(route.next_hops)] if route.is_ecmp else route.next_hops[0]
+            hops.append(self._hop(cur, nh.port_no))
+        raise ValueError(f"no route from {src} to {dst} in fabric {fabric.name}")
+
+    def flow_path(self, flow: "Flow") -> list[Hop]:
+        return self.path(flow.src, flow.dst, flow.udp_sport)
+
+    def ack_path(self, flow: "Flow") -> list[Hop]:
+        """The path of the flow's ACKs: from the responder's QP back to the requester."""
+        return self.path(flow.dst, flow.src, roce_sport(flow.dst_qpn))
+
+    def _hop(self, node: str, port_no: int) -> Hop:
+        port = self.fabric.port(node, port_no)
+        link = self.fabric.links[port.link_index]
+        return Hop(node, port_no, port.peer, link.rate_bps, link.delay_ns)
+
+
+# ----------------------------------------------------------- standalone FCT
+
+def frame_sizes(size_bytes: int, mtu_bytes: int, op: str = "write") -> tuple[int, int, int, int]:
+    """(packets, first, middle, last) wire bytes of a message's frames.
+
+    Wire bytes include the 24 bytes of preamble/FCS/IFG. With one packet,
+    first == last is the only packet.
+    """
+    n = max(1, -(-size_bytes // mtu_bytes))
+    reth = RETH_BYTES if op == "write" else 0
+
+    def wire(payload: int, first: bool) -> int:
+        return (ROCE_HDR_BYTES + (reth if first else 0) + payload + (-payload & 3)
+                + ICRC_BYTES + WIRE_OVERHEAD_BYTES)
+
+    last_payload = size_bytes - (n - 1) * mtu_bytes
+    if n == 1:
+        only = wire(size_bytes, True)
+        return 1, only, only, only
+    return n, wire(mtu_bytes, True), wire(mtu_bytes, False), wire(last_payload, False)
+
+
+def tandem_completion_ns(n: int, first: int, middle: int, last: int,
+                         rates_bps: list[int], delays_ns: list[int]) -> float:
+    """When the last of n back-to-back frames has crossed a tandem of
+    store-and-forward links (serialization at each link's rate, then its
+    propagation delay), the first entering link 1 at time 0.
+
+    Exact: the max-plus longest path through the (frame, link) grid. With the
+    frames all equal but the first and the last, an optimal path switches
+    links only at frames 1, 2, n-1 or n, so a dynamic program over those
+    four frames per link suffices (O(links)).
+    """
+    if n < 1 or not rates_bps:
+        return 0.0
+
+    def prefix(p: int) -> int:        # bytes of frames 1..p
+        if p <= 0:
+            return 0
+        if n == 1:
+            return first
+        return first + max(0, min(p, n - 1) - 1) * middle + (last if p >= n else 0)
+
+    cand = sorted({p for p in (1, 2, n - 1, n) if 1 <= p <= n})
+    best: dict[int, float] = {}
+    for i, rate in enumerate(rates_bps):
+        ns_per_byte = 8e9 / rate
+        if i == 0:
+            best = {p: ns_per_byte * prefix(p) for p in cand}
+            continue
+        best = {p: max(best[q] + ns_per_byte * (prefix(p) - prefix(q - 1))
+                       for q in cand if q <= p)
+                for p in cand}
+    return best[n] + sum(delays_ns)
+
+
+def standalone_fct_ns(exp: "Experiment", flow: "Flow", paths: FabricPaths | None = None) -> int:
+    """The flow's ideal FCT alone on its path, fabric ns (see the module docstring)."""
+    paths = paths or FabricPaths(exp.fabric)
+    fwd = paths.flow_path(flow)
+    back = paths.ack_path(flow)
+    n, first, middle, last = frame_sizes(flow.size_bytes, exp.spec.nic.mtu_bytes, flow.op)
+    data_ns = tandem_completion_ns(n, first, middle, last,
+                                   [h.rate_bps for h in fwd], [h.delay_ns for h in fwd])
+    ack = ACK_FRAME_BYTES + WIRE_OVERHEAD_BYTES
+    ack_ns = sum(ack * 8e9 / h.rate_bps + h.delay_ns for h in back)
+    return int(round(data_ns + ack_ns))
+
+
+def standalone_fcts(exp: "Experiment") -> dict[int, int]:
+    """flow_id -> standalone FCT (fabric ns) of every flow of the experiment."""
+    paths = FabricPaths(exp.fabric)
+    return {f.flow_id: standalone_fct_ns(exp, f, paths) for f in exp.flows}
+
+
+# ------------------------------------------------------------------ priority
+
+def _get(obj, key):
+    if obj is None:
+        return None
+    if isinstance(obj, dict):
+        return obj.get(key)
+    return getattr(obj, key, None)
+
+
+def flow_priority(exp: Experiment) -> int:
+    """The 802.1p priority of the experiment's RoCE data (and ACK) packets.
+
+    ``qos.roce_priority`` of the experiment (a DSCP-to-priority map applied
+    to ``qos.roce_dscp`` is honoured too, should a QoS section carry one),
+    else 3 (docs/lossless.md: DSCP 26 -> priority 3).
+    """
+    qos = _get(exp.spec, "qos")
+    if qos is None:
+        return ROCE_DATA_PRIORITY
+    candidates = [_get(qos, "roce_priority")]
+    dscp_map = _get(qos, "dscp_to_priority")
+    if isinstance(dscp_map, dict):
+        dscp = _get(qos, "roce_dscp")
+        if dscp is None:
+            dscp = _get(_get(exp.spec, "nic"), "dscp")
+        candidates += [dscp_map.get(dscp), dscp_map.get(str(dscp))]
+    for c in candidates:
+        if isinstance(c, int) and not isinstance(c, bool) and 0 <= c <= 7:
+            return c
+    return ROCE_DATA_PRIORITY
+
+
+__all__ = ["ACK_FRAME_BYTES", "FabricPaths", "Hop", "ROCE_DATA_PRIORITY", "ROCEV2_UDP_DPORT",
+           "flow_priority", "frame_sizes", "standalone_fct_ns", "standalone_fcts",
+           "tandem_completion_ns"]

@@ -1,0 +1,72 @@
+"""A resolved experiment: the validated file (``ExperimentSpec``) with its
+fabric, its flows (QPs numbered, start times in fabric ns) and its workload
+plan -- what the runner runs and the results are computed from.
+
+Built by ``emulator.experiment.model.load_experiment``; the modules that
+resolve sections (``endpoints.py``, ``workload_check.py``) work on these
+types, below the loader, so no module imports the loader back.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from emulator.schema.experiment import ExperimentSpec
+from emulator.topo import Fabric
+from emulator.wire import roce_sport
+
+ROCE_QPN_BASE = 0x100         # first QPN each host hands out
+
+
+@dataclass(frozen=True)
+class Flow:
+    """One RDMA message stream on its own reliable-connected QP pair."""
+
+    flow_id: int
+    src: str
+    dst: str
+    op: str
+    size_bytes: int
+    start_fabric_ns: int
+    src_qpn: int
+    dst_qpn: int
+
+    @property
+    def udp_sport(self) -> int:
+        """The requester QP's UDP source port (its ECMP entropy)."""
+        return roce_sport(self.src_qpn)
+
+
+@dataclass(frozen=True)
+class WorkloadPlan:
+    """Who does what: the workload's servers (rank order) and the storage
+    readers with the NIC each one reads through."""
+
+    servers: tuple[str, ...]
+    storage_server: str | None = None
+    storage_nic: str | None = None                  # the target's NIC
+    readers: tuple[tuple[str, str], ...] = ()       # (server, NIC it reads through)
+
+    def nics(self, fabric: Fabric) -> dict[str, str]:
+        """Every NIC the server agents drive -> its server."""
+        out = {nic: s for s in self.servers for nic in fabric.server(s).nics}
+        out.update({nic: s for s, nic in self.readers})
+        if self.storage_nic:
+            out[self.storage_nic] = self.storage_server
+        return out
+
+
+@dataclass(frozen=True)
+class Experiment:
+    spec: ExperimentSpec
+    fabric: Fabric
+    flows: tuple[Flow, ...]
+    source: str
+    workload: WorkloadPlan | None = None            # servers running spec.workload, storage readers
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def dilation(self) -> float:
+        return self.spec.dilation

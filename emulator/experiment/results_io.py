@@ -1,0 +1,214 @@
+"""Reading and writing the files of a run: raw logs, stats.json, result CSVs.
+
+The bottom layer of the results code (it imports no other results module):
+the raw per-process logs the switches and host agents write into the run
+directory (formats in ``docs/lossless.md``, "Raw logs"), the switches'
+``{sw}.stats.json``, and the CSV files of the results directory, written and
+read back in one number format.
+
+Missing or partly written raw logs (a process killed mid-line) are
+tolerated: what cannot be parsed is skipped. A raw CSV may start with a
+header line naming its columns (in any order); without one the columns are
+in the order ``docs/lossless.md`` gives.
+"""
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Iterable, Mapping
+
+if TYPE_CHECKING:  # pragma: no cover
+    from emulator.experiment.model import Experiment
+
+# Raw log columns (docs/lossless.md) and how to parse each.
+RAW_COLUMNS: dict[str, tuple[tuple[str, Callable], ...]] = {
+    "qdepth": (("t_ns", int), ("port", int), ("priority", int), ("depth_bytes", int)),
+    "events": (("t_ns", int), ("port", int), ("priority", int), ("event", str),
+               ("value", float)),
+    "qp": (("t_ns", int), ("qpn", int), ("rate_bps", float), ("alpha", float), ("event", str)),
+    "cnp": (("t_ns", int), ("local_qpn", int), ("remote_qpn", int), ("direction", str)),
+    "flows": (("t_ns", int), ("flow_id", int), ("acked_bytes", int)),
+    "pfc": (("t_ns", int), ("priority", int), ("quanta", int)),
+}
+SWITCH_LOGS = ("qdepth", "events")
+HOST_LOGS = ("qp", "cnp", "flows", "pfc")
+
+
+# ------------------------------------------------------------------ raw logs
+
+def _int(v: str) -> int:
+    return int(float(v)) if any(c in v for c in ".eE") else int(v)
+
+
+def _parse(kind: Callable, v: str):
+    v = v.strip()
+    if kind is int:
+        return _int(v)
+    if kind is float:
+        return float(v)
+    return v
+
+
+def read_raw_csv(path: str | Path, kind: str) -> list[dict]:
+    """Rows of one raw log as dicts (``RAW_COLUMNS[kind]``); [] if missing."""
+    cols = RAW_COLUMNS[kind]
+    path = Path(path)
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return []
+    rows = list(csv.reader(text.splitlines()))
+    if not rows:
+        return []
+    order = [name for name, _ in cols]
+    first = [c.strip() for c in rows[0]]
+    if first and first[0] and not _numeric(first[0]):      # a header line
+        if all(name in first for name in order):
+            index = {name: first.index(name) for name in order}
+        else:
+            index = {name: i for i, name in enumerate(order)}
+        rows = rows[1:]
+    else:
+        index = {name: i for i, name in enumerate(order)}
+    out = []
+    for r in rows:
+        try:
+            out.append({name: _parse(kind_, r[index[name]]) for name, kind_ in cols})
+        except (IndexError, ValueError):
+            continue    # a truncated or malformed line
+    return out
+
+
+def _numeric(s: str) -> bool:
+    try:
+        float(s)
+        return True
+    except ValueError:
+        return False
+
+
+def read_stats(path: str | Path) -> dict:
+    """A switch's ``stats.json``; {} if missing or unreadable."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def stats_by_port_priority(stats: Mapping) -> dict[tuple[int, int], dict]:
+    """(port, priority) -> counters, from a switch's stats.json.
+
+    Accepts the per-port, per-priority layouts a stats writer may use::
+
+        {"ports": [{"port": 1, ..., "priorities": [{"priority": 3, "tx_packets": ..}, ..]}]}
+        {"ports": [{"port": 1, ..., "priorities": {"3": {"tx_packets": ..}, ..}}]}
+        {"ports": [{"port": 1, "priority": 3, "tx_packets": ..}, ..]}   # one entry per queue
+        {"queues": [{"port": 1, "priority": 3, ...}, ..]}
+    """
+    out: dict[tuple[int, int], dict] = {}
+
+    def add(port, prio, counters) -> None:
+        if port is None or prio is None or not isinstance(counters, Mapping):
+            return
+        try:
+            key = (int(port), int(prio))
+        except (TypeError, ValueError):
+            return
+        merged = out.setdefault(key, {})
+        merged.update({k: v for k, v in counters.items() if k not in ("port", "priority")})
+
+    for p in stats.get("ports", []) or []:
+        if not isinstance(p, Mapping):
+            continue
+        prios = p.get("priorities", p.get("queues"))
+        if isinstance(prios, Mapping):
+            for prio, c in prios.items():
+                add(p.get("port"), prio, c)
+        elif isinstance(prios, list):
+            for c in prios:
+                if isinstance(c, Mapping):
+                    add(p.get("port"), c.get("priority"), c)
+        elif "priority" in p:
+            add(p.get("port"), p.get("priority"), p)
+    for q in stats.get("queues", []) or []:
+        if isinstance(q, Mapping):
+            add(q.get("port"), q.get("priority"), q)
+    return out
+
+
+@dataclass
+class RawLogs:
+    """Every raw log of a run directory, parsed, in raw (dilated) units."""
+
+    switch: dict[str, dict[str, list[dict]]] = field(default_factory=dict)   # sw -> kind -> rows
+    host: dict[str, dict[str, list[dict]]] = field(default_factory=dict)     # host -> kind -> rows
+    stats: dict[str, dict] = field(default_factory=dict)                     # sw -> stats.json
+
+
+def read_raw_logs(exp: "Experiment", run_dir: str | Path) -> RawLogs:
+    run_dir = Path(run_dir)
+    raw = RawLogs()
+    for sw in exp.fabric.switches():
+        raw.switch[sw.name] = {k: read_raw_csv(run_dir / f"{sw.name}.{k}.csv", k)
+                               for k in SWITCH_LOGS}
+        raw.stats[sw.name] = read_stats(run_dir / f"{sw.name}.stats.json")
+    for h in exp.fabric.hosts():
+        raw.host[h.name] = {k: read_raw_csv(run_dir / f"{h.name}.{k}.csv", k) for k in HOST_LOGS}
+    return raw
+
+
+# --------------------------------------------------------------- result CSVs
+
+def _fmt(v) -> str:
+    if isinstance(v, float):
+        return f"{v:.6g}" if abs(v) < 1e15 else str(int(v))
+    return str(v)
+
+
+def _fmt_time(v: float) -> str:
+    """Fabric ns with 0.1 ns resolution (dilated clocks tick finer than 1 fabric ns)."""
+    r = round(v, 1)
+    return str(int(r)) if r == int(r) else f"{r:.1f}"
+
+
+def write_csv(path: str | Path, columns: Iterable[str], rows: Iterable[Mapping]) -> Path:
+    """A result CSV: header, then ``columns`` of each row (``time_ns`` to 0.1 ns, floats .6g)."""
+    path = Path(path)
+    columns = tuple(columns)
+    with path.open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(columns)
+        for r in rows:
+            w.writerow([_fmt_time(r[c]) if c == "time_ns" else _fmt(r[c]) for c in columns])
+    return path
+
+
+def read_result_csv(path: str | Path) -> list[dict]:
+    """Rows of a result CSV written by ``write_csv``, numbers parsed; [] if missing."""
+    try:
+        with Path(path).open(newline="") as fh:
+            rows = list(csv.DictReader(fh))
+    except OSError:
+        return []
+    out = []
+    for r in rows:
+        row = {}
+        for k, v in r.items():
+            if v is None:
+                continue
+            try:
+                row[k] = int(v)
+            except ValueError:
+                try:
+                    row[k] = float(v)
+                except ValueError:
+                    row[k] = v
+        out.append(row)
+    return out
+
+
+__all__ = ["HOST_LOGS", "RAW_COLUMNS", "RawLogs", "SWITCH_LOGS", "read_raw_csv", "read_raw_logs",
+           "read_result_csv", "read_stats", "stats_by_port_priority", "write_csv"]

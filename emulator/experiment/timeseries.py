@@ -1,0 +1,230 @@
+"""Raw per-process logs of a run -> time series in fabric units (CSV).
+
+The switches and host agents write raw logs into the run directory
+(formats in ``docs/lossless.md``, "Raw logs"), stamped with the shared
+``CLOCK_MONOTONIC`` of the dilated run. ``write_results`` converts them to
+fabric time and units and writes one CSV per quantity into the results
+directory::
+
+    fabric time_ns = (t_ns - t0_ns) / D     (t0_ns: monotonic ns of the agents' common start)
+    fabric rate    = dilated rate x D        (Gbps; bits per fabric ns)
+    bytes, quanta, priorities, ports: unchanged
+
+``queue_depth.csv``  ``time_ns,node,port,priority,depth_bytes``
+    every ``{sw}.qdepth.csv`` row (the switch logs a queue when its depth
+    changed since the previous sample).
+``flow_rate.csv``    ``time_ns,flow_id,src,dst,rate_gbps``
+    goodput of each flow from its ``{host}.flows.csv`` acked-bytes samples:
+    ``8 x delta acked_bytes / delta time_ns`` over each sampling interval,
+    stamped at the interval's end (a flow's first sample gives no rate).
+``dcqcn_rate.csv``   ``time_ns,host,qpn,flow_id,rate_gbps,alpha,event``
+    every DCQCN rate change of ``{host}.qp.csv``; ``rate_gbps`` is the
+    logged (dilated) ``rate_bps`` x D / 1e9; ``flow_id`` is the flow whose
+    QP on that host is ``qpn`` (``Flow.src_qpn`` on ``Flow.src``, or
+    ``dst_qpn`` on ``dst``), empty if none.
+``pfc_events.csv``   ``time_ns,node,port,peer,priority,event,quanta``
+    ``pause_tx``/``resume_tx``/``pause_rx``/``resume_rx`` of the switches'
+    ``{sw}.events.csv``, and the hosts' received pause frames
+    (``{host}.pfc.csv``: ``pause_rx`` if quanta > 0 else ``resume_rx``, on
+    the host's port 0). ``peer`` is the node at the other end of the port;
+    ``quanta`` is the pause time of the frame (0 for a resume).
+``ecn_marks.csv``    ``time_ns,node,port,priority,depth_bytes``
+    every ``ecn_mark`` event (the depth the marked packet found).
+``cnp.csv``          ``time_ns,host,qpn,flow_id,direction``
+    every CNP a host sent (``tx``: the notification point, the flow's
+    receiver) or received (``rx``: the reaction point, its sender); ``qpn``
+    is the host's local QP.
+``drops.csv``        ``time_ns,node,port,priority,bytes``
+    every ``drop`` event of a switch.
+
+Every file is written, with its header, even when no log had rows for it.
+Reading the raw logs (tolerant of partly written ones) and the CSV number
+format are ``results_io``'s.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from emulator.experiment.results_io import RawLogs, read_raw_logs, write_csv
+
+if TYPE_CHECKING:  # pragma: no cover
+    from emulator.experiment.model import Experiment
+
+RESULT_COLUMNS: dict[str, tuple[str, ...]] = {
+    "queue_depth.csv": ("time_ns", "node", "port", "priority", "depth_bytes"),
+    "flow_rate.csv": ("time_ns", "flow_id", "src", "dst", "rate_gbps"),
+    "dcqcn_rate.csv": ("time_ns", "host", "qpn", "flow_id", "rate_gbps", "alpha", "event"),
+    "pfc_events.csv": ("time_ns", "node", "port", "peer", "priority", "event", "quanta"),
+    "ecn_marks.csv": ("time_ns", "node", "port", "priority", "depth_bytes"),
+    "cnp.csv": ("time_ns", "host", "qpn", "flow_id", "direction"),
+    "drops.csv": ("time_ns", "node", "port", "priority", "bytes"),
+}
+PFC_EVENTS = ("pause_tx", "resume_tx", "pause_rx", "resume_rx")
+# Window of the per-flow goodput in flow_rate.csv (fabric ns): ACKs come every
+# few packets, so a rate over one sampling interval would be all steps.
+RATE_WINDOW_NS = 20_000
+RATE_WINDOW_ACKS = 4
+
+
+def _rate_window_ns(samples: list[tuple[float, int]]) -> float:
+    """RATE_WINDOW_NS, or RATE_WINDOW_ACKS median gaps between acked-bytes steps if longer."""
+    steps = [t for (t, b), (_, b_prev) in zip(samples[1:], samples) if b != b_prev]
+    gaps = sorted(b - a for a, b in zip(steps, steps[1:]))
+    return max(RATE_WINDOW_NS, RATE_WINDOW_ACKS * gaps[len(gaps) // 2]) if gaps else RATE_WINDOW_NS
+
+
+# ---------------------------------------------------------------- conversion
+
+@dataclass
+class Results:
+    """A run's time series in fabric units: rows of the result CSVs, time-sorted."""
+
+    queue_depth: list[dict] = field(default_factory=list)
+    flow_rate: list[dict] = field(default_factory=list)
+    dcqcn_rate: list[dict] = field(default_factory=list)
+    pfc_events: list[dict] = field(default_factory=list)
+    ecn_marks: list[dict] = field(default_factory=list)
+    cnp: list[dict] = field(default_factory=list)
+    drops: list[dict] = field(default_factory=list)
+    end_ns: float = 0.0       # the latest fabric time any log reached
+
+    def tables(self) -> dict[str, list[dict]]:
+        return {"queue_depth.csv": self.queue_depth, "flow_rate.csv": self.flow_rate,
+                "dcqcn_rate.csv": self.dcqcn_rate, "pfc_events.csv": self.pfc_events,
+                "ecn_marks.csv": self.ecn_marks, "cnp.csv": self.cnp, "drops.csv": self.drops}
+
+
+def qp_flow_map(exp: "Experiment") -> dict[tuple[str, int], int]:
+    """(host, local QPN) -> flow id, for both ends of every flow."""
+    out: dict[tuple[str, int], int] = {}
+    for f in exp.flows:
+        out[(f.src, f.src_qpn)] = f.flow_id
+        out.setdefault((f.dst, f.dst_qpn), f.flow_id)
+    return out
+
+
+def load_results(exp: "Experiment", run_dir: str | Path, t0_ns: int,
+                 raw: RawLogs | None = None) -> Results:
+    """Read the run directory's raw logs and convert them to fabric units."""
+    raw = raw if raw is not None else read_raw_logs(exp, run_dir)
+    d = float(exp.dilation)
+    fabric = exp.fabric
+    res = Results()
+    end = 0.0
+
+    def ft(t_ns: int) -> float:
+        nonlocal end
+        x = (t_ns - t0_ns) / d
+        if x > end:
+            end = x
+        return x
+
+    def peer_of(node: str, port: int) -> str:
+        try:
+            return fabric.port(node, port).peer
+        except KeyError:
+            return ""
+
+    for sw, logs in raw.switch.items():
+        for r in logs["qdepth"]:
+            res.queue_depth.append({"time_ns": ft(r["t_ns"]), "node": sw, "port": r["port"],
+                                    "priority": r["priority"], "depth_bytes": r["depth_bytes"]})
+        for r in logs["events"]:
+            ev, t = r["event"], ft(r["t_ns"])
+            base = {"time_ns": t, "node": sw, "port": r["port"]}
+            if ev in PFC_EVENTS:
+                res.pfc_events.append({**base, "peer": peer_of(sw, r["port"]),
+                                       "priority": r["priority"], "event": ev,
+                                       "quanta": int(r["value"]) if ev.startswith("pause") else 0})
+            elif ev == "ecn_mark":
+                res.ecn_marks.append({**base, "priority": r["priority"],
+                                      "depth_bytes": int(r["value"])})
+            elif ev == "drop":
+                res.drops.append({**base, "priority": r["priority"], "bytes": int(r["value"])})
+
+    qp_flow = qp_flow_map(exp)
+    flows = {f.flow_id: f for f in exp.flows}
+    for host, logs in raw.host.items():
+        port = fabric.ports(host)[0]
+        for r in logs["pfc"]:
+            q = r["quanta"]
+            res.pfc_events.append({"time_ns": ft(r["t_ns"]), "node": host, "port": port.port_no,
+                                   "peer": port.peer, "priority": r["priority"],
+                                   "event": "pause_rx" if q > 0 else "resume_rx", "quanta": q})
+        for r in logs["qp"]:
+            res.dcqcn_rate.append({"time_ns": ft(r["t_ns"]), "host": host, "qpn": r["qpn"],
+                                   "flow_id": qp_flow.get((host, r["qpn"]), ""),
+                                   "rate_gbps": r["rate_bps"] * d / 1e9, "alpha": r["alpha"],
+                                   "event": r["event"]})
+        for r in logs["cnp"]:
+            res.cnp.append({"time_ns": ft(r["t_ns"]), "host": host, "qpn": r["local_qpn"],
+                            "flow_id": qp_flow.get((host, r["local_qpn"]), ""),
+                            "direction": r["direction"]})
+        by_flow: dict[int, list[tuple[float, int]]] = {}
+        for r in logs["flows"]:
+            by_flow.setdefault(r["flow_id"], []).append((ft(r["t_ns"]), r["acked_bytes"]))
+        for fid, samples in by_flow.items():
+            samples.sort()
+            f = flows.get(fid)
+            # ACKs come every few packets, so acked bytes grow in steps: the
+            # rate at each sample is taken over a trailing window of at least
+            # RATE_WINDOW_NS and at least RATE_WINDOW_ACKS typical ACK gaps
+            # (a slow flow's ACKs are far apart).
+            window = _rate_window_ns(samples)
+            j = 0
+            for i, (t_b, b_b) in enumerate(samples):
+                if i == 0:
+                    continue
+                while j < i - 1 and t_b - samples[j + 1][0] >= window:
+                    j += 1
+                t_a, b_a = samples[j]
+                if t_b <= t_a:
+                    continue
+                res.flow_rate.append({"time_ns": t_b, "flow_id": fid,
+                                      "src": f.src if f else host, "dst": f.dst if f else "",
+                                      "rate_gbps": max(0, b_b - b_a) * 8 / (t_b - t_a)})
+    for rows in res.tables().values():
+        rows.sort(key=_sort_key)
+    res.end_ns = end
+    return res
+
+
+def _sort_key(row: dict):
+    return (row["time_ns"], str(row.get("node", row.get("host", ""))),
+            row.get("port", row.get("qpn", 0)), row.get("flow_id", 0) if row.get("flow_id") != ""
+            else -1, row.get("priority", 0))
+
+
+# ------------------------------------------------------------------- writing
+
+def write_results(exp: "Experiment", run_dir: str | Path, out_dir: str | Path, t0_ns: int, *,
+                  results: Results | None = None) -> dict[str, Path]:
+    """Write the CSV time series of a run (see the module docstring) into ``out_dir``.
+
+    ``t0_ns``: ``time.monotonic_ns()`` value of the agents' common start (the
+    origin of fabric time). ``results``: the raw logs already converted
+    (``load_results``); read from ``run_dir`` if not given. Returns {file name: path}.
+    """
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    res = results if results is not None else load_results(exp, run_dir, t0_ns)
+    return {name: write_csv(out_dir / name, RESULT_COLUMNS[name], rows)
+            for name, rows in res.tables().items()}
+
+
+def monotonic_t0_from_unix(start_at_unix_ns: int) -> int:
+    """The ``time.monotonic_ns()`` value of a wall-clock (``time.time_ns``) instant.
+
+    The agents start together at ``start_at_unix_ns`` (what
+    ``AgentGroup.start`` returns); raw logs stamp ``time.monotonic_ns()``.
+    Call this in the runner's process, close to the start (the two clocks
+    drift only under NTP slewing).
+    """
+    import time
+    return time.monotonic_ns() + (int(start_at_unix_ns) - time.time_ns())
+
+
+__all__ = ["PFC_EVENTS", "RESULT_COLUMNS", "Results", "load_results", "monotonic_t0_from_unix",
+           "qp_flow_map", "write_results"]

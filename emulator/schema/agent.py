@@ -1,0 +1,214 @@
+"""The JSON configs of the agent processes, written by the runner and read
+by the agents -- the same models on both sides:
+
+* ``HostAgentConfig``: ``python -m emulator.agents.host CONFIG.json``, one
+  NIC running plain flows (``emulator/experiment/agents.py`` writes it);
+* ``CollectiveAgentConfig``: ``python -m emulator.collectives.agent``, one
+  GPU server running the workload;
+* ``StorageAgentConfig``: ``python -m emulator.collectives.storage``, the
+  storage target (both written by ``emulator/experiment/servers.py``).
+
+Every rate and time here is wall time: the runner has dilated it (fabric
+rate / D, fabric time x D); bytes are not dilated. Conventions (payload
+pattern, WRITE layout, results) are documented in ``emulator/agents/host.py``.
+
+Value checks that the agents' parameter classes own (``DcqcnParams``,
+``HostCpuParams``, ``tenant_pkey``) are theirs: the validators call them,
+imported when a config is validated, so the schema stays importable alone.
+"""
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Optional
+
+from pydantic import AfterValidator, Field, model_validator
+
+from emulator.schema.load import FieldError, ProcessConfig, StrictSpec
+from emulator.schema.workload import WorkloadSpec
+from emulator.wire import NUM_PRIORITIES
+
+DEFAULT_MR_RKEY = 0x1234       # the rkey of a host's receive memory region
+# Keys of HostAgentConfig that make a NIC an endpoint with per-packet work,
+# a tenant or storage QPs (``agents/dpu.py``); all None: a plain NIC.
+ENDPOINT_KEYS = ("dpu", "tenant", "host_cpu", "dpu_cpu", "storage_qpns")
+
+
+def _dcqcn(d: Optional[dict]) -> Optional[dict]:
+    from emulator.agents.dcqcn import DcqcnParams
+    DcqcnParams.from_config(d)
+    return d
+
+
+def _cpu(d: Optional[dict]) -> Optional[dict]:
+    from emulator.agents.host_cpu import HostCpuParams
+    if d is not None:
+        try:
+            HostCpuParams.from_config(d)
+        except TypeError as e:          # (a value its dataclass cannot take)
+            raise ValueError(str(e)) from None
+    return d
+
+
+def _tenant(t: Optional[int]) -> Optional[int]:
+    from emulator.agents.dpu import tenant_pkey
+    if t is not None:
+        tenant_pkey(t)
+    return t
+
+
+Priority = Annotated[int, Field(ge=0, le=NUM_PRIORITIES - 1)]
+Dscp = Annotated[int, Field(ge=0, le=63)]
+DcqcnKeys = Annotated[Optional[dict[str, Any]], AfterValidator(_dcqcn)]
+CpuKeys = Annotated[Optional[dict[str, Any]], AfterValidator(_cpu)]
+
+
+class NicConfig(StrictSpec):
+    """One RoCEv2 NIC: addresses, link, QoS marking, CNPs, DCQCN."""
+    ifname: str
+    mac: str
+    ip: str
+    gateway_mac: str                         # destination MAC of every frame it sends
+    rate_bps: int = Field(10_000_000, gt=0)
+    tx_delay_ns: int = Field(0, ge=0)        # the link's propagation delay
+    mtu_bytes: int = Field(1024, gt=0)
+    retry_cnt: int = Field(7, ge=1)
+    dscp: Dscp = 26                          # data, ACK/NAK
+    priority: Priority = 3                   # their PFC class
+    cnp_dscp: Dscp = 48
+    cnp_priority: Priority = 6
+    cnp_interval_ns: Optional[int] = Field(50_000, ge=0)   # <= 1 CNP per QP per interval; None: none
+    dcqcn: DcqcnKeys = None                  # dcqcn.DcqcnParams keys; None: its defaults
+
+
+class GpuNicConfig(NicConfig):
+    """A NIC serving a GPU: GPUDirect RDMA on, or off with host staging."""
+    gpudirect: Optional[bool] = None         # None: no GPU memory model (GPUDirect on)
+    staging_rate_bps: float = Field(100e9, gt=0)
+    staging_latency_ns: float = Field(10_000, ge=0)
+
+
+# ------------------------------------------------------------- host agent
+
+class QpConfig(StrictSpec):
+    qpn: int
+    remote_ip: str
+    remote_qpn: int
+    udp_sport: Optional[int] = None          # None: wire.roce_sport(qpn)
+    sq_psn: int = 0                          # must equal the peer QP's rq_psn
+    rq_psn: int = 0
+    rate_bps: Optional[float] = None         # a cap below the NIC's rate
+
+
+class SendConfig(StrictSpec):
+    flow_id: int
+    qpn: int                                 # a local QP of qps
+    op: Literal["write", "send"] = "write"
+    size_bytes: int = Field(ge=0)
+    start_offset_ns: int = 0                 # after start_at_unix_ns
+    rkey: int = DEFAULT_MR_RKEY              # WRITE: the receiver's MR
+    remote_addr: Optional[int] = None        # WRITE: where it lands (host.write_layout); None: 0
+
+
+class ExpectConfig(StrictSpec):
+    flow_id: int
+    qpn: int
+    op: Literal["write", "send"] = "write"
+    size_bytes: int = Field(ge=0)
+    remote_addr: Optional[int] = None        # pin the WRITE's address (else the layout's)
+
+
+class HostAgentConfig(ProcessConfig, GpuNicConfig):
+    """The host agent: one NIC, its QPs, what it sends and what it expects."""
+    host: str
+    ack_every_n: int = Field(16, ge=1)
+    rto_ns: Optional[int] = Field(None, gt=0)        # None: the NIC's default (RoceNic)
+    verify_icrc: bool = True
+    honor_pfc: bool = True                           # obey received PFC frames
+    sample_interval_ns: Optional[int] = Field(None, gt=0)   # flows.csv rows; None: 1 ms
+    mr_rkey: int = DEFAULT_MR_RKEY
+    mr_addr: int = 0
+    start_at_unix_ns: Optional[int] = None           # None: now
+    deadline_s: float = Field(60.0, gt=0)            # give up at start_at + deadline_s
+    linger_s: Optional[float] = Field(None, ge=0)    # None: max(0.5 s, 3 RTOs)
+    qps: list[QpConfig] = []
+    send: list[SendConfig] = []
+    expect: list[ExpectConfig] = []
+    result_path: str
+    # Endpoint features (ENDPOINT_KEYS; all None: a plain NIC).
+    dpu: Optional[bool] = None                       # True: per-packet work on the card
+    tenant: Annotated[Optional[int], AfterValidator(_tenant)] = None   # BTH P_Key 0x8000|tenant
+    host_cpu: CpuKeys = None                         # host_cpu.HostCpuParams keys
+    dpu_cpu: CpuKeys = None
+    storage_qpns: Optional[list[int]] = None         # local QPs carrying storage traffic
+
+    @model_validator(mode="after")
+    def _references(self):
+        qpns: set[int] = set()
+        for i, q in enumerate(self.qps):
+            if q.qpn in qpns:
+                raise FieldError(f"qps[{i}].qpn", "duplicate")
+            qpns.add(q.qpn)
+        for section in ("send", "expect"):
+            flows: set[int] = set()
+            for i, e in enumerate(getattr(self, section)):
+                if e.qpn not in qpns:
+                    raise FieldError(f"{section}[{i}].qpn", f"no local QP {e.qpn} in qps")
+                if e.flow_id in flows:
+                    raise FieldError(f"{section}[{i}].flow_id", "duplicate")
+                flows.add(e.flow_id)
+        for i, q in enumerate(self.storage_qpns or []):
+            if q not in qpns:
+                raise FieldError(f"storage_qpns[{i}]", f"no local QP {q!r} in qps")
+        return self
+
+    def is_endpoint(self) -> bool:
+        """Any endpoint key set: the NIC gets an ``agents.dpu.Endpoint``."""
+        return any(getattr(self, k) is not None for k in ENDPOINT_KEYS)
+
+
+# ---------------------------------------------------------- server agents
+
+class NvlinkConfig(StrictSpec):
+    rate_bps: float = Field(ge=0)            # 0: a 1-GPU server has none
+    delay_ns: float = Field(ge=0)
+
+
+class StorageReaderConfig(StrictSpec):
+    """Checkpoint reads during training (``collectives.storage.StorageReader``)."""
+    nic: Optional[NicConfig] = None          # its own storage NIC; None: GPU NIC 0
+    qpn: int                                 # the same QPN on both ends
+    target_ip: str
+    block_bytes: int = Field(gt=0)
+    blocks: int = Field(ge=1)
+    queue_depth: int = Field(2, ge=1)
+
+
+class CollectiveAgentConfig(ProcessConfig):
+    """A GPU server running the workload: NIC g serves GPU g."""
+    server: int = Field(ge=0)                # its index among the workload's servers
+    servers: int = Field(ge=1)
+    dilation: float = Field(1.0, ge=1)
+    nics: list[GpuNicConfig] = Field(min_length=1)
+    rank_ips: dict[str, str]                 # every global rank -> its NIC's IP
+    nvlink: NvlinkConfig
+    workload: WorkloadSpec
+    start_at_unix_ns: Optional[int] = None
+    deadline_s: float = Field(60.0, gt=0)
+    result_path: str
+    storage: Optional[StorageReaderConfig] = None
+
+
+class ReadClientConfig(StrictSpec):
+    qpn: int
+    remote_ip: str
+    remote_qpn: int
+
+
+class StorageAgentConfig(ProcessConfig):
+    """The storage target: serves blocks by RDMA READ until stopped."""
+    nic: NicConfig
+    block_bytes: int = Field(gt=0)
+    blocks: int = Field(ge=1)
+    storage_latency_ns: int = Field(0, ge=0)   # device service time per READ
+    clients: list[ReadClientConfig]
+    deadline_s: float = Field(60.0, gt=0)
+    result_path: str

@@ -1,0 +1,127 @@
+"""The schema of an experiment file: which fabric, which traffic, how much time dilation.
+
+```yaml
+name: demo                          # required; [a-z0-9][a-z0-9-]*
+description: every host writes 1 MiB to every other host
+topology: ../topologies/clos-2x2.yaml   # a path relative to this file, or an inline topology
+target: embedded                    # embedded | bmv2 | auto
+dilation: 10000                     # wall time = fabric time x dilation; rates / dilation
+switch:
+  buffer_bytes: 4000000             # shared buffer per switch (bytes are not dilated)
+  sample_interval_us: 1             # queue-depth sampling period (fabric time)
+nic:
+  mtu_bytes: 1024                   # RoCE path MTU: payload bytes per packet
+  retry_cnt: 7                      # timeouts in a row before a QP fails
+  rto_us: 100                       # optional retransmission timeout (fabric); default: the NIC's
+qos:                                # traffic classes, PFC, ECN (emulator/control/qos.py)
+  roce_dscp: 26                     # data, ACK/NAK -> roce_priority (lossless)
+  roce_priority: 3
+  cnp_dscp: 48                      # CNPs -> cnp_priority (lossy, strict-priority higher)
+  cnp_priority: 6
+  pfc: {enabled: true}              # xoff_bytes / xon_bytes / headroom_bytes: auto
+  ecn: {enabled: true, kmin_bytes: 5000, kmax_bytes: 200000, pmax: 0.01}
+dcqcn: {enabled: true}              # every DCQCN parameter (emulator/agents/dcqcn_spec.py)
+workload: {...}                     # collectives on GPU servers (emulator/schema/workload.py)
+storage: {...}                      # checkpoint reads during training (same module)
+endpoints: {...}                    # NICs vs DPUs, tenants, host CPU cost (emulator/schema/endpoints.py)
+traffic:                            # one or more entries (optional with a workload)
+  - pattern: all-to-all             # every host to every other host of its plane, one QP each ...
+    op: write                       # write | send
+    size_bytes: 1048576
+  - {src: h1, dst: h4, op: write, size_bytes: 4000000, start_us: 10}   # ... or one flow
+limits:
+  wall_s: 120                       # give up (and say so) after this much wall time
+sweep:                              # optional: one run per value, plus sweep.csv/png
+  parameter: qos.ecn.kmax_bytes
+  values: [20000, 60000, 200000]
+```
+
+Every fabric quantity is in fabric units (the topology's Gbps and µs); the
+runner divides rates and multiplies times by ``dilation`` to run them, and
+converts every measured time back (``fct_ns`` is fabric nanoseconds).
+The file is resolved (fabric, flows, workload plan) by
+``emulator.experiment.model.load_experiment``.
+"""
+from __future__ import annotations
+
+import re
+from typing import Literal, Optional, Union
+
+from pydantic import Field, PositiveInt, model_validator
+
+from emulator.agents.dcqcn_spec import DcqcnSpec
+from emulator.control.qos import QosSpec
+from emulator.schema.endpoints import EndpointsSpec, FlowExpect
+from emulator.schema.load import FieldError, StrictSpec
+from emulator.schema.workload import StorageSpec, WorkloadSpec
+
+NAME_RE = re.compile(r"[a-z0-9][a-z0-9-]*")
+
+
+class SwitchSpec(StrictSpec):
+    buffer_bytes: PositiveInt = 4_000_000          # shared buffer per switch
+    sample_interval_us: float = Field(1.0, ge=0)   # queue-depth sampling (fabric); 0: off
+
+
+class NicSpec(StrictSpec):
+    mtu_bytes: Literal[256, 512, 1024, 2048, 4096] = 1024
+    # Retransmission timeouts in a row before a QP gives up (IB retry_cnt; a
+    # lossy incast can shut one sender out for long: raise it there).
+    retry_cnt: int = Field(7, ge=1, le=1000)
+    # Retransmission timeout (fabric us); None: the NIC's default (RoceNic:
+    # max(20 ms wall, 8 ACK intervals at line rate)). A host that is slower
+    # than its link (per-packet CPU work, endpoints:) ACKs less often: raise it.
+    rto_us: Optional[float] = Field(None, gt=0)
+
+
+class LimitsSpec(StrictSpec):
+    wall_s: float = Field(120.0, gt=0)
+
+
+class TrafficSpec(StrictSpec):
+    pattern: Optional[Literal["all-to-all"]] = None
+    src: Optional[str] = None
+    dst: Optional[str] = None
+    op: Literal["write", "send"] = "write"
+    size_bytes: PositiveInt
+    start_us: float = Field(0.0, ge=0)
+    expect: Optional[FlowExpect] = None    # "dropped": crosses tenants (schema/endpoints.py)
+
+    @model_validator(mode="after")
+    def _one_form(self):
+        if (self.pattern is None) == (self.src is None or self.dst is None):
+            raise ValueError("give either 'pattern' or both 'src' and 'dst'")
+        if self.pattern is not None and (self.src or self.dst):
+            raise ValueError("'pattern' excludes 'src'/'dst'")
+        return self
+
+
+class SweepSpec(StrictSpec):
+    parameter: str                                  # dotted path, e.g. qos.ecn.kmax_bytes
+    values: list[Union[int, float, bool, str]] = Field(min_length=1)
+
+
+class ExperimentSpec(StrictSpec):
+    name: str
+    description: str = ""
+    topology: Union[str, dict]                      # a file (relative to this one) or inline
+    target: Literal["embedded", "bmv2", "auto"] = "embedded"
+    dilation: float = Field(10000.0, ge=1)
+    switch: SwitchSpec = SwitchSpec()
+    nic: NicSpec = NicSpec()
+    qos: QosSpec = QosSpec()
+    dcqcn: DcqcnSpec = DcqcnSpec()
+    traffic: Optional[list[TrafficSpec]] = Field(None, min_length=1)
+    workload: Optional[WorkloadSpec] = None         # collectives on servers; traffic then optional
+    storage: Optional[StorageSpec] = None           # checkpoint reads during the workload's training
+    limits: LimitsSpec = LimitsSpec()
+    sweep: Optional[SweepSpec] = None               # run once per value (emulator/experiment/sweep.py)
+    endpoints: Optional[EndpointsSpec] = None       # NIC/DPU, tenants, host CPU (schema/endpoints.py)
+
+    @model_validator(mode="after")
+    def _whole_file(self):
+        if not NAME_RE.fullmatch(self.name):
+            raise FieldError("name", f"{self.name!r} must match [a-z0-9][a-z0-9-]*")
+        if self.traffic is None and self.workload is None:
+            raise ValueError("give 'traffic' or 'workload' (or both)")
+        return self

@@ -1,0 +1,74 @@
+"""The embedded switch process's JSON config (``python -m emulator.dataplane
+CONFIG.json``): written by the Mininet node (``emulator/net/nodes.py``),
+read by ``emulator/dataplane/switch.py``. Rates and delays are already
+dilated (wall); bytes are not::
+
+    {"name": "leaf1", "device_id": 1, "grpc_port": 50001,
+     "ports": [{"port_no": 1, "ifname": "leaf1-eth1", "rate_bps": 1000000,
+                "delay_ns": 10000000}, ...],
+     "stats_path": "RUN/leaf1.stats.json",      # optional; its directory gets the raw logs
+     "p4info_path": null,                       # optional: default p4src/fabric.p4info.txtpb
+     "buffer_bytes": 4000000,                   # shared buffer of the switch
+     "sample_interval_ns": 10000000,            # queue-depth sampling (wall ns); 0: off
+     "router_mac": "02:00:00:00:01:01",         # source MAC of the PFC frames it sends
+     "pcap": false,                             # RUN/{ifname}.pcap per port
+     "seed": 1}                                 # ECN marking's random numbers
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Optional
+
+from pydantic import Field, field_validator
+
+from emulator.schema.load import ProcessConfig, StrictSpec
+from emulator.wire import MAX_SWITCH_PORTS
+
+DEFAULT_BUFFER_BYTES = 4_000_000
+_MAC_RE = re.compile(r"[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}")
+
+
+class PortConfig(StrictSpec):
+    port_no: int = Field(ge=1, le=MAX_SWITCH_PORTS)
+    ifname: str
+    rate_bps: int = Field(gt=0)
+    delay_ns: int = Field(ge=0)
+    buffer_bytes: Optional[int] = Field(None, gt=0)   # old per-port FIFO limit: summed into the shared buffer
+
+
+class SwitchConfig(ProcessConfig):
+    name: str
+    device_id: int = Field(ge=1)
+    grpc_port: int = Field(ge=0, le=65535)
+    ports: list[PortConfig]
+    p4info_path: Optional[str] = None
+    stats_path: Optional[str] = None
+    buffer_bytes: Optional[int] = Field(None, gt=0)   # shared buffer; None: sum of the ports' buffer_bytes, or 4 MB
+    sample_interval_ns: int = Field(0, ge=0)
+    router_mac: Optional[str] = None                   # None: 02:00:00:fe:<device id>
+    pcap: bool = False
+    seed: int = 0
+
+    @field_validator("router_mac")
+    @classmethod
+    def _mac(cls, v: Optional[str]) -> Optional[str]:
+        if v is not None and not _MAC_RE.fullmatch(v):
+            raise ValueError("not a MAC address (xx:xx:xx:xx:xx:xx)")
+        return v
+
+    @property
+    def run_dir(self) -> Path | None:
+        """Where raw logs and pcaps go: the stats file's directory."""
+        return Path(self.stats_path).parent if self.stats_path else None
+
+    def shared_buffer_bytes(self) -> int:
+        if self.buffer_bytes is not None:
+            return self.buffer_bytes
+        per_port = [p.buffer_bytes for p in self.ports if p.buffer_bytes is not None]
+        return sum(per_port) if per_port else DEFAULT_BUFFER_BYTES
+
+    def router_mac_bytes(self) -> bytes:
+        if self.router_mac:
+            return bytes.fromhex(self.router_mac.replace(":", ""))
+        return bytes([0x02, 0, 0, 0xFE]) + (self.device_id & 0xFFFF).to_bytes(2, "big")

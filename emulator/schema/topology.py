@@ -1,0 +1,271 @@
+"""The schema of a topology file (validated here; resolved by ``emulator.topo.build``).
+
+A topology file describes one 2-tier leaf/spine (CLOS) fabric of P4 switches
+with hosts on the leaves. It is YAML, in one of two forms -- or, for GPU
+servers with several NICs, rail-optimized fabrics and a separate storage
+plane, in the server form documented in ``emulator/topo/servers.py``.
+
+A *host* node is one NIC endpoint: one port to its leaf, its own IP, MAC and
+gateway. A *server* groups NIC endpoints (GPU i <-> NIC i) in one network
+namespace; in the two forms below every host is its own 1-GPU server of the
+same name (``Fabric.servers()``).
+
+Parametric form::
+
+    # A comment header saying what the fabric is for.
+    name: clos-2x2                     # required; [a-z0-9][a-z0-9-]*, <= 63 chars
+    clos:
+      spines: 2                        # >= 1 (<= 64: the P4 ECMP group size)
+      leaves: 2                        # >= 1 (<= 254: a spine's ports)
+      hosts_per_leaf: 2                # >= 1 (<= 253: a leaf's /24)
+      host_link:   {rate_gbps: 100, delay_us: 1}
+      fabric_link: {rate_gbps: 100, delay_us: 1}
+    addressing:                        # optional, this is the default
+      host_prefix: 10.0.0.0/16
+
+  It expands to spines ``spine1..``, leaves ``leaf1..`` and hosts ``h1..``
+  numbered leaf by leaf (leaf1 gets h1..hK, leaf2 hK+1..h2K, ...). Links are
+  listed host links first (leaf by leaf, host by host), then fabric links
+  (leaf by leaf, spine by spine): so on every leaf, ports 1..K face its hosts
+  and ports K+1..K+S face spine1..spineS; on every spine, port k faces leafk.
+
+Explicit form (exactly one of ``clos`` / ``nodes`` + ``links``)::
+
+    name: explicit-3leaf
+    nodes:                             # file order sets each role's index
+      - {name: spine1, role: spine}    # role: spine | leaf | host
+      - {name: leaf1, role: leaf}
+      - {name: h1, role: host}
+    links:                             # file order sets port numbers
+      - {a: h1, b: leaf1, rate_gbps: 100, delay_us: 1}
+      - {a: leaf1, b: spine1, rate_gbps: 100, delay_us: 1}
+    addressing:
+      host_prefix: 10.0.0.0/16
+
+Field rules: unknown fields are errors; counts are integers (not booleans,
+not strings); ``rate_gbps`` is a number > 0, ``delay_us`` a number >= 0
+(both may be fractional; they are kept as integer bit/s and ns). Node names
+are ``[a-z][a-z0-9]*`` of at most 8 characters, so that every interface name
+``<node>-eth<N>`` fits Linux's 15 characters.
+
+A fabric is rejected (``ConfigError``: ``FILE: FIELD: REASON``, FIELD a dotted
+path such as ``clos.spines`` or ``links[3].b``) when: a node name is invalid
+or repeated; a role is unknown; a link names an unknown node, joins a node to
+itself, or joins two nodes that a 2-tier CLOS never joins (host-host,
+host-spine, leaf-leaf, spine-spine); a host does not have exactly one link,
+to a leaf; two links join the same pair of nodes other than a leaf and a
+spine (parallel leaf-spine links are allowed and used for ECMP); there is no
+spine, no leaf or no host; a leaf has no spine uplink or a spine no link; a
+host cannot reach another host of its plane; a switch-switch link joins two
+planes; a leaf has more than 253 hosts; a plane has more leaves than /24
+subnets in its prefix; a switch needs more than 254
+ports (port 255 is the CPU port), an ECMP group more than 64 next hops, or
+more than 1024 IPv4 routes (the sizes ``p4src/fabric.p4`` declares).
+
+Addressing: leaf k (1-based, in file order) owns the /24 at offset k inside
+``host_prefix`` -- with the default 10.0.0.0/16, leaf k's subnet is
+10.0.k.0/24 and the 0th /24 (10.0.0.0/24) is left unused -- so a prefix of
+length P holds 2**(24-P) - 1 leaves. The j-th host of leaf k (in node order)
+is ``.j``; ``.254`` is the leaf's gateway address. See ``addressing.py``.
+
+What this module checks is what can be checked on the file alone: types,
+ranges, unknown fields, the fabric name, which form is given and the
+address prefixes. What needs the expanded node/link graph (names, link
+rules, reachability, capacities, pipeline sizes) is ``emulator.topo.build``.
+"""
+from __future__ import annotations
+
+import ipaddress
+import re
+from typing import Optional
+
+from pydantic import Field, model_validator
+
+from emulator.schema.load import FieldError, StrictSpec
+from emulator.topo.graph import DEFAULT_HOST_PREFIX, DEFAULT_STORAGE_PREFIX, Role
+
+MAX_FABRIC_NAME = 63
+FABRIC_NAME_RE = re.compile(r"[a-z0-9][a-z0-9-]*")
+
+
+class LinkParams(StrictSpec):
+    rate_gbps: float = Field(gt=0, allow_inf_nan=False)
+    delay_us: float = Field(ge=0, allow_inf_nan=False)
+
+    @property
+    def rate_bps(self) -> int:
+        return rate_bps(self.rate_gbps)
+
+    @property
+    def delay_ns(self) -> int:
+        return delay_ns(self.delay_us)
+
+
+def rate_bps(gbps: float) -> int:
+    """A file's Gbit/s as the model's integer bit/s (at least 1)."""
+    return max(1, round(gbps * 1e9))
+
+
+def delay_ns(us: float) -> int:
+    """A file's µs as the model's integer ns."""
+    return round(us * 1e3)
+
+
+class ClosSpec(StrictSpec):
+    spines: int = Field(ge=1)
+    leaves: int = Field(ge=1)
+    # hosts_per_leaf and host_link are required without servers, refused with
+    # them (a server's NICs link at servers.nic_link); see FabricSpec._form.
+    hosts_per_leaf: Optional[int] = Field(default=None, ge=1)
+    host_link: Optional[LinkParams] = None
+    servers_per_leaf: Optional[int] = Field(default=None, ge=1)   # only with servers
+    fabric_link: LinkParams
+
+
+class TenantSpec(StrictSpec):
+    name: str
+    count: int = Field(ge=1)             # servers, consecutive in server order
+    dpu: Optional[bool] = None           # default: servers.dpu
+
+
+class ServersSpec(StrictSpec):
+    count: int = Field(ge=1)
+    gpus_per_server: int = Field(ge=1)
+    nvlink: Optional[LinkParams] = None  # required with more than one GPU
+    nic_link: LinkParams
+    dpu: bool = False
+    tenants: Optional[list[TenantSpec]] = None
+
+
+class RailOptimizedSpec(StrictSpec):
+    spines: int = Field(ge=1)
+    fabric_link: LinkParams
+
+
+class StorageServersSpec(StrictSpec):
+    count: int = Field(ge=1)
+    nics_per_server: int = Field(default=1, ge=1)
+    nic_link: LinkParams
+    dpu: bool = False
+
+
+class StoragePlaneSpec(StrictSpec):
+    leaves: int = Field(ge=1)
+    spines: int = Field(ge=1)
+    access_link: LinkParams              # a compute server's storage NIC to its storage leaf
+    fabric_link: LinkParams
+
+
+class NodeSpec(StrictSpec):
+    name: str
+    role: Role
+
+
+class LinkSpec(StrictSpec):
+    a: str
+    b: str
+    rate_gbps: float = Field(gt=0, allow_inf_nan=False)
+    delay_us: float = Field(ge=0, allow_inf_nan=False)
+
+
+class AddressingSpec(StrictSpec):
+    host_prefix: str = DEFAULT_HOST_PREFIX          # the compute plane's
+    storage_prefix: Optional[str] = None            # only with storage_plane
+
+
+class FabricSpec(StrictSpec):
+    name: str
+    clos: Optional[ClosSpec] = None
+    nodes: Optional[list[NodeSpec]] = None
+    links: Optional[list[LinkSpec]] = None
+    servers: Optional[ServersSpec] = None
+    rail_optimized: Optional[RailOptimizedSpec] = None
+    storage_servers: Optional[StorageServersSpec] = None
+    storage_plane: Optional[StoragePlaneSpec] = None
+    addressing: Optional[AddressingSpec] = None
+
+    @model_validator(mode="after")
+    def _whole_file(self):
+        # In this order: a file's first problem is the one reported.
+        _check_name(self.name)
+        _check_form(self)
+        self.prefixes()
+        return self
+
+    def prefixes(self) -> tuple[ipaddress.IPv4Network, Optional[ipaddress.IPv4Network]]:
+        """(compute plane's prefix, separate storage plane's prefix or None)."""
+        compute = _parse_prefix(self, "host_prefix")
+        if self.storage_plane is None:
+            if self.addressing and self.addressing.storage_prefix is not None:
+                raise FieldError("addressing.storage_prefix",
+                                 "only with storage_plane (the prefix of a separate storage network)")
+            return compute, None
+        storage = _parse_prefix(self, "storage_prefix")
+        if storage.overlaps(compute):
+            raise FieldError("addressing.storage_prefix",
+                             f"{storage} overlaps host_prefix {compute}: each plane needs its own prefix")
+        return compute, storage
+
+
+def _check_name(name: str) -> None:
+    if not FABRIC_NAME_RE.fullmatch(name):
+        raise FieldError("name", f"{name!r} is not a valid fabric name: use [a-z0-9][a-z0-9-]*")
+    if len(name) > MAX_FABRIC_NAME:
+        raise FieldError("name", f"longer than {MAX_FABRIC_NAME} characters")
+
+
+def _parse_prefix(spec: FabricSpec, key: str) -> ipaddress.IPv4Network:
+    default = DEFAULT_HOST_PREFIX if key == "host_prefix" else DEFAULT_STORAGE_PREFIX
+    text = (getattr(spec.addressing, key) if spec.addressing else None) or default
+    fld = f"addressing.{key}"
+    try:
+        net = ipaddress.ip_network(text, strict=True)
+    except ValueError as e:
+        raise FieldError(fld, f"not a valid IPv4 prefix: {e}") from None
+    if not isinstance(net, ipaddress.IPv4Network):
+        raise FieldError(fld, f"{text} is IPv6; {key} must be IPv4")
+    if net.prefixlen > 23:
+        raise FieldError(fld, f"{text} is too small: leaf k gets the /24 at offset k inside it, "
+                              f"so it must be /23 or shorter")
+    return net
+
+
+def _check_form(spec: FabricSpec) -> None:
+    """Exactly one fabric form: clos | nodes + links | servers + (rail_optimized | clos)."""
+    explicit = spec.nodes is not None or spec.links is not None
+    if spec.clos is not None and explicit:
+        raise FieldError("clos", "give either clos or nodes + links, not both")
+    if spec.rail_optimized is not None:
+        if spec.servers is None:
+            raise FieldError("rail_optimized", "requires servers (rail i joins NIC i of every server)")
+        if spec.clos is not None:
+            raise FieldError("rail_optimized", "give either rail_optimized or clos, not both")
+    if spec.servers is not None:
+        if explicit:
+            raise FieldError("servers", "servers need rail_optimized or clos, not nodes + links")
+        if spec.clos is None and spec.rail_optimized is None:
+            raise FieldError("servers", "requires rail_optimized or clos (the fabric their NICs attach to)")
+    elif spec.storage_servers is not None:
+        raise FieldError("storage_servers", "requires servers (the compute servers)")
+    if spec.storage_plane is not None and spec.storage_servers is None:
+        raise FieldError("storage_plane", "requires storage_servers (the servers on the storage plane)")
+    if spec.clos is None and not explicit and spec.servers is None:
+        raise FieldError("", "missing fabric: give either clos or nodes + links "
+                             "(or servers with rail_optimized or clos)")
+    if explicit and spec.nodes is None:
+        raise FieldError("nodes", "required with links")
+    if explicit and spec.links is None:
+        raise FieldError("links", "required with nodes")
+    c = spec.clos
+    if c is not None and spec.servers is None:
+        for key in ("hosts_per_leaf", "host_link"):
+            if getattr(c, key) is None:
+                raise FieldError(f"clos.{key}", "required")
+        if c.servers_per_leaf is not None:
+            raise FieldError("clos.servers_per_leaf", "only with servers (use hosts_per_leaf)")
+    elif c is not None:
+        if c.hosts_per_leaf is not None:
+            raise FieldError("clos.hosts_per_leaf", "not with servers: use servers_per_leaf "
+                                                    "(a server's NICs share its leaf)")
+        if c.host_link is not None:
+            raise FieldError("clos.host_link", "not with servers: NIC links are servers.nic_link")

@@ -1,0 +1,153 @@
+"""The ``workload:`` and ``storage:`` sections of an experiment file:
+collective benchmarks and a training-step loop on GPU servers, and
+checkpoint reads from a storage server during that loop.
+
+```yaml
+workload:
+  algorithm: ring               # ring | hierarchical (all_reduce only)
+  dtype: float32                # the only one (fixed, like op: sum)
+  op: sum
+  slice_bytes: 65536            # transfer unit: NCCL's step size; one receive slot each
+  slots: 8                      # receive slots per connection (NCCL_STEPS)
+  check: true                   # verify results (#wrong), outside the timed loop
+  servers: [server1, server2]   # experiment files: the compute servers running it
+                                #   (default: every compute server of the topology)
+  tests:                        # nccl-tests style: sizes x iterations
+    - collective: all_reduce    # all_reduce | all_gather | reduce_scatter | all_to_all
+      sizes: {min_bytes: 65536, max_bytes: 4194304, factor: 2}   # -b -e -f
+      iters: 20                 # -n
+      warmup_iters: 5           # -w
+    - {collective: all_gather, sizes: [1048576], algorithm: ring}
+  training:                     # optional: compute, then all-reduce the gradients
+    steps: 10
+    warmup_steps: 1
+    compute_us: 500             # fabric time
+    collective: all_reduce
+    size_bytes: 16777216
+storage:                        # optional: checkpoint reads during training
+  server: storage1              # the storage target (serves from its first NIC)
+  block_bytes: 262144           # one RDMA READ per block
+  blocks: 16                    # size of the target's "disk" (blocks, wrapped)
+  readers: [server1, server2]   # default: the workload's servers
+  queue_depth: 2                # READs outstanding per reader
+  storage_latency_us: 0         # device service time per READ (fabric)
+```
+
+GPUDirect RDMA is a property of the NICs, not of the workload: it is set
+(per NIC, with the staging path) in the experiment's ``endpoints:``
+(``emulator.schema.endpoints``); ``workload.gpudirect`` is an error saying
+so. Sizes follow nccl-tests: the total buffer (all_gather / reduce_scatter:
+all ranks' shares together). What needs the fabric (the rank count, the
+servers) is checked by ``emulator.collectives.workload.validate_for`` and
+``emulator.experiment.workload_check``.
+"""
+from __future__ import annotations
+
+from typing import Any, Literal, Optional, Union
+
+from pydantic import Field, PositiveInt, model_validator
+
+from emulator.schema.load import FieldError, StrictSpec, validate
+
+Collective = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all"]
+Algorithm = Literal["ring", "hierarchical"]
+MAX_SIZES = 64
+
+
+class SizeRange(StrictSpec):
+    min_bytes: PositiveInt
+    max_bytes: PositiveInt
+    factor: int = Field(2, ge=2)
+
+    @model_validator(mode="after")
+    def _order(self):
+        if self.max_bytes < self.min_bytes:
+            raise ValueError("max_bytes must be >= min_bytes")
+        return self
+
+    def expand(self) -> list[int]:
+        out, s = [], self.min_bytes
+        while s <= self.max_bytes:
+            out.append(s)
+            s *= self.factor
+        return out
+
+
+class TestSpec(StrictSpec):
+    __test__ = False                       # (not a pytest class)
+
+    collective: Collective
+    sizes: Union[list[PositiveInt], SizeRange]
+    iters: int = Field(20, ge=1)
+    warmup_iters: int = Field(5, ge=0)
+    algorithm: Optional[Algorithm] = None  # default: the workload's
+
+    @model_validator(mode="after")
+    def _sizes(self):
+        sizes = self.size_list()
+        if not sizes:
+            raise FieldError("sizes", "no sizes")
+        if len(sizes) > MAX_SIZES:
+            raise FieldError("sizes", f"{len(sizes)} sizes: at most {MAX_SIZES}")
+        return self
+
+    def size_list(self) -> list[int]:
+        return self.sizes.expand() if isinstance(self.sizes, SizeRange) else list(self.sizes)
+
+
+class TrainingSpec(StrictSpec):
+    steps: int = Field(ge=1)
+    warmup_steps: int = Field(1, ge=0)
+    compute_us: float = Field(0.0, ge=0)
+    collective: Collective = "all_reduce"
+    size_bytes: PositiveInt
+    algorithm: Optional[Algorithm] = None
+
+
+class WorkloadSpec(StrictSpec):
+    algorithm: Algorithm = "ring"
+    dtype: Literal["float32"] = "float32"
+    op: Literal["sum"] = "sum"
+    slice_bytes: int = Field(65536, ge=256, le=16 << 20)
+    slots: int = Field(8, ge=1, le=64)
+    check: bool = True
+    servers: Optional[list[str]] = Field(None, min_length=1)   # experiment files only
+    tests: list[TestSpec] = []
+    training: Optional[TrainingSpec] = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_gpudirect(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "gpudirect" in data:   # one source of truth: endpoints:
+            raise FieldError("gpudirect", "GPUDirect RDMA is per NIC: set 'endpoints: {gpudirect: "
+                                          "false, staging: {rate_gbps, latency_us}}' instead")
+        return data
+
+    @model_validator(mode="after")
+    def _something(self):
+        if not self.tests and self.training is None:
+            raise ValueError("give 'tests' or 'training' (or both)")
+        if self.slice_bytes % 4:
+            raise FieldError("slice_bytes", "must be a multiple of 4 (float32)")
+        return self
+
+    def pairs(self) -> list[tuple[str, str]]:
+        """(collective, algorithm) of everything to run."""
+        out = [(t.collective, t.algorithm or self.algorithm) for t in self.tests]
+        if self.training is not None:
+            out.append((self.training.collective, self.training.algorithm or self.algorithm))
+        return out
+
+
+class StorageSpec(StrictSpec):
+    server: str = "storage1"
+    block_bytes: PositiveInt = 262144
+    blocks: int = Field(16, ge=1, le=4096)
+    readers: Optional[list[str]] = Field(None, min_length=1)
+    queue_depth: int = Field(2, ge=1, le=64)
+    storage_latency_us: float = Field(0.0, ge=0)
+
+
+def parse_workload(data: Any, file: str, prefix: str = "workload") -> WorkloadSpec:
+    """A ``workload:`` section on its own (errors name ``prefix.field``)."""
+    return validate(WorkloadSpec, data, file, prefix=prefix)

@@ -1,0 +1,75 @@
+"""Wire constants: the one place for facts of the frames and ports that the
+pipeline, the traffic manager, the NIC, the results and the tests share.
+
+Header lengths are derived from the Scapy layers that define the formats
+(``fields_desc``), so a layout has one definition; the fast paths use these
+integers. Values fixed by ``p4src/fabric.p4`` say so (its P4Info is the
+contract: change both together).
+"""
+from __future__ import annotations
+
+from scapy.contrib.roce import AETH, BTH
+from scapy.layers.inet import IP, UDP
+from scapy.layers.l2 import Dot1Q, Ether
+from scapy.packet import Packet
+
+
+def layer_len_bytes(layer: type[Packet], *, exclude: tuple[str, ...] = ()) -> int:
+    """Fixed length of a Scapy layer from its ``fields_desc`` (bit fields
+    count in fractions of a byte), leaving out the fields named in
+    ``exclude`` (e.g. a trailer that Scapy keeps in the header's layer)."""
+    n = sum(f.sz for f in layer.fields_desc if f.name not in exclude)
+    if n != int(n):
+        raise ValueError(f"{layer.__name__} is not a whole number of bytes")
+    return int(n)
+
+
+# --- Ethernet ---------------------------------------------------------------
+ETH_HDR_BYTES = layer_len_bytes(Ether)           # 14
+DOT1Q_TAG_BYTES = layer_len_bytes(Dot1Q)         # 4
+ETH_P_IP = 0x0800
+ETH_P_8021Q = 0x8100
+ETH_P_PAUSE = 0x8808                             # MAC control (802.3x / 802.1Qbb)
+# Preamble (7) + SFD (1) + FCS (4) + minimum inter-frame gap (12): bytes a
+# frame occupies on the wire beyond what a raw socket carries.
+WIRE_OVERHEAD_BYTES = 24
+MIN_FRAME_BYTES = 60                             # without FCS
+
+# --- PFC (IEEE 802.1Qbb) ----------------------------------------------------
+NUM_PRIORITIES = 8                               # 802.1p classes = queues per port
+PFC_DST_MAC = bytes.fromhex("0180c2000001")
+PFC_OPCODE = 0x0101
+PFC_QUANTUM_BITS = 512                           # one pause quantum: 512 bit times
+
+# --- IPv4 / UDP / RoCEv2 ----------------------------------------------------
+IPV4_HDR_BYTES = layer_len_bytes(IP, exclude=("options",))   # 20: IHL 5, no options
+UDP_HDR_BYTES = layer_len_bytes(UDP)             # 8
+ROCEV2_UDP_DPORT = 4791
+# UDP source port of a QP: 49152 + (QPN & 0x3FFF), the RoCE entropy range
+ROCE_SPORT_BASE = 0xC000
+ROCE_SPORT_MASK = 0x3FFF
+BTH_BYTES = layer_len_bytes(BTH, exclude=("icrc",))   # 12; Scapy keeps the ICRC in BTH
+ICRC_BYTES = 4
+AETH_BYTES = layer_len_bytes(AETH)               # 4
+RETH_BYTES = 16                                  # VA (8) + R_Key (4) + DMA length (4); IBA 9.3.3
+CNP_PAD_BYTES = 16                               # reserved bytes of a CNP (RoCEv2 annex A17.9.3)
+
+# Ethernet + IPv4 + UDP + BTH: every RoCEv2 frame starts with these
+ROCE_HDR_BYTES = ETH_HDR_BYTES + IPV4_HDR_BYTES + UDP_HDR_BYTES + BTH_BYTES   # 54
+ACK_FRAME_BYTES = ROCE_HDR_BYTES + AETH_BYTES + ICRC_BYTES                   # 62
+CNP_FRAME_BYTES = ROCE_HDR_BYTES + CNP_PAD_BYTES + ICRC_BYTES                # 74
+
+# Byte offsets inside an untagged RoCEv2 frame
+IPV4_OFFSET = ETH_HDR_BYTES
+UDP_OFFSET = IPV4_OFFSET + IPV4_HDR_BYTES
+BTH_OFFSET = UDP_OFFSET + UDP_HDR_BYTES
+
+
+def roce_sport(qpn: int) -> int:
+    """The UDP source port the emulator gives QP ``qpn`` (ECMP entropy)."""
+    return ROCE_SPORT_BASE + (qpn & ROCE_SPORT_MASK)
+
+
+# --- The switch ports (p4src/fabric.p4) --------------------------------------
+CPU_PORT = 255                                   # fabric.p4 CPU_PORT: packet-in/out
+MAX_SWITCH_PORTS = CPU_PORT - 1                  # data ports 1..254

@@ -1,0 +1,275 @@
+"""The NIC's parts alone, with explicit times (no socket loop, no sleep):
+PFC reception, notification point, reaction point, requester go-back-N and
+timers, responder, transmitter schedule, CPU gate and tenant filter."""
+from __future__ import annotations
+
+import struct
+
+import pytest
+
+from emulator.agents import roce
+from emulator.agents.dcqcn import DcqcnParams
+from emulator.agents.frames import AckFrame, CnpFrame, DataFrame
+from emulator.agents.host_cpu import CpuGate, CpuServers, TenantFilter
+from emulator.agents.nic import NicStats
+from emulator.agents.notification import NotificationPoint
+from emulator.agents.pfc import PfcReceiver
+from emulator.agents.qp import QueuePair, WcStatus
+from emulator.agents.reaction import ReactionPoint
+from emulator.agents.read import ReadResponder
+from emulator.agents.requester import Requester
+from emulator.agents.responder import Responder
+from emulator.agents.transmitter import Transmitter
+from emulator.clock import ManualClock
+from emulator.wire import WIRE_OVERHEAD_BYTES
+
+MAC_A, MAC_B, IP_A, IP_B = "02:00:00:00:0a:01", "02:00:00:00:0b:01", "10.0.1.1", "10.0.2.1"
+RATE = 100_000_000
+
+
+def make_qp(qpn=0x11, rqpn=0x22, mtu=1024, rate_bps=None):
+    tpl = roce.FrameTemplate(MAC_A, MAC_B, IP_A, IP_B, 50000, rqpn, max_payload_bytes=mtu)
+    return QueuePair(qpn, IP_B, rqpn, 50000, 0, 0, rate_bps, MAC_B, tpl, mtu)
+
+
+def requester(cq, st, **kw):
+    args = dict(link_rate_bps=RATE, mtu_bytes=1024, ack_every_n=16, rto_ns=1_000_000,
+                retry_cnt=2, rnr_retry=None, max_outstanding_pkts=1 << 20, cq=cq, stats=st,
+                unix_ns=ManualClock().unix_ns)
+    args.update(kw)
+    return Requester(**args)
+
+
+def ack(qp, psn, syndrome=roce.AETH_ACK_SYNDROME):
+    f = roce.FrameTemplate(MAC_B, MAC_A, IP_B, IP_A, 1, qp.qpn).build(
+        roce.RC_ACK, psn, aeth=(syndrome, 0))
+    return roce.parse_roce(bytes(f))
+
+
+def pfc_frame(timers):
+    enable = sum(1 << p for p in timers)
+    t = [timers.get(p, 0) for p in range(8)]
+    return (bytes.fromhex("0180c2000001") + bytes(6)
+            + struct.pack("!HHH8H", 0x8808, 0x0101, enable, *t) + bytes(26))
+
+
+class SockLog:
+    def __init__(self):
+        self.sent = []
+        self.now = 0
+
+    def send(self, b):
+        self.sent.append((self.now, bytes(b)))
+        return len(b)
+
+
+# -- PFC -----------------------------------------------------------------------------
+def test_pfc_pauses_for_the_quanta_and_sums_our_classes():
+    pfc = PfcReceiver(RATE, (3, 6))
+    assert pfc.on_frame(pfc_frame({3: 100, 4: 100}), 1000)
+    q_ns = 100 * 512 * 1e9 / RATE
+    assert pfc.paused(3, 1000) and not pfc.paused(3, int(1000 + q_ns))
+    assert pfc.on_frame(pfc_frame({3: 0}), 2000)           # resume at once
+    assert not pfc.paused(3, 2000)
+    assert pfc.paused_ns(10**9) == 1000                     # priority 4 is not ours
+    assert not pfc.on_frame(bytes(6) + pfc_frame({3: 1})[6:], 0)   # wrong MAC
+
+
+# -- notification / reaction points -----------------------------------------------------
+def test_notification_point_one_cnp_per_interval_per_qp():
+    np_ = NotificationPoint(1000)
+    a, b = make_qp(1, 2), make_qp(3, 4)
+    for t in (0, 10, 999):
+        np_.on_ce(a, t)
+    np_.on_ce(b, 5)
+    np_.on_ce(a, 1000)
+    assert [(type(f), f.qp.qpn) for f in np_.out] == [(CnpFrame, 1), (CnpFrame, 3),
+                                                      (CnpFrame, 1)]
+    off = NotificationPoint(None)
+    off.on_ce(a, 0)
+    assert not off.out
+
+
+def test_reaction_point_cuts_and_recovers_on_its_timer():
+    changes = []
+    rp = ReactionPoint(DcqcnParams(rate_timer_ns=1000, alpha_timer_ns=1000),
+                       lambda qp, r, t, ev: changes.append((qp.qpn, r, t, ev)))
+    qp = make_qp()
+    rp.attach(qp, RATE, 0)
+    rp.on_cnp(qp, 100)
+    assert changes == [(qp.qpn, RATE / 2, 100, "cnp")]
+    rp.advance(1099)
+    assert len(changes) == 1
+    rp.advance(1100)
+    assert changes[-1][2:] == (1100, "rate_timer") and changes[-1][1] > RATE / 2
+
+
+# -- requester -------------------------------------------------------------------------
+def test_requester_go_back_n_on_nak_and_completion_on_ack():
+    cq, st = [], NicStats()
+    rq = requester(cq, st)
+    qp = make_qp()
+    rq.qps.append(qp)
+    rq.post(qp, 7, memoryview(bytes(4 * 1024)), True, 0, 9, True, now=0)
+    frames = [rq.take(qp)[0] for _ in range(4)]
+    assert [(type(f), f.k, f.psn) for f in frames] == [(DataFrame, k, k) for k in range(4)]
+    rq.sent(qp, 10)
+    assert qp.rto_deadline_ns == 10 + 1_000_000
+    rq.on_ack(qp, ack(qp, 1, roce.NAK_PSN_SEQ_ERR), 20)      # PSN 1 missing
+    assert (qp.snd_una, qp.snd_nxt, st.nak_rewinds) == (1, 1, 1)
+    f, _ = rq.take(qp)
+    assert (f.psn, st.tx_retransmits) == (1, 1)
+    rq.on_ack(qp, ack(qp, 3), 30)
+    assert [(c.wr_id, c.status, c.complete_ns) for c in cq] == [(7, WcStatus.SUCCESS, 30)]
+    assert qp.rto_deadline_ns == 0
+
+
+def test_requester_timeouts_back_off_wait_for_pfc_and_fail():
+    cq, st = [], NicStats()
+    rq = requester(cq, st)
+    qp = make_qp()
+    rq.qps.append(qp)
+    rq.post(qp, 1, memoryview(b"x"), False, 0, 0, True, now=0)
+    rq.take(qp)
+    rq.sent(qp, 0)
+    rq.timers(1_000_000, data_resume_ns=5_000_000)          # paused: re-armed past the pause
+    assert st.timeouts == 0 and qp.rto_deadline_ns == 6_000_000
+    rq.timers(6_000_000, 0)
+    assert (st.timeouts, qp.snd_nxt, qp.rto_deadline_ns) == (1, 0, 6_000_000 + 2_000_000)
+    rq.timers(8_000_000, 0)
+    rq.timers(8_000_000 + 4_000_000, 0)
+    assert [c.status for c in cq] == [WcStatus.RETRY_EXC_ERR]
+
+
+# -- responder ------------------------------------------------------------------------------
+def test_responder_places_in_order_naks_a_gap_once_and_coalesces_acks():
+    cq, st = [], NicStats()
+    mr_buf = bytearray(4096)
+    from emulator.agents.qp import MemoryRegion
+    mrs = {9: MemoryRegion(0, 9, mr_buf)}
+    rs = Responder(mrs=mrs, mtu_bytes=1024, min_rnr_timer=14, report_remote_writes=True,
+                   cq=cq, stats=st, unix_ns=ManualClock().unix_ns)
+    qp = make_qp(0x22, 0x11)
+    tpl = roce.FrameTemplate(MAC_A, MAC_B, IP_A, IP_B, 1, 0x22)
+
+    def pkt(op, psn, data, **kw):
+        return roce.parse_roce(bytes(tpl.build(op, psn, data, **kw)))
+    rs.on_request(qp, pkt(roce.RC_WRITE_FIRST, 0, b"a" * 1024, reth=(0, 9, 3072)), 1)
+    rs.on_request(qp, pkt(roce.RC_WRITE_LAST, 2, b"c" * 1024, ack_req=True), 2)   # gap
+    rs.on_request(qp, pkt(roce.RC_WRITE_LAST, 3, b"c" * 1024, ack_req=True), 3)
+    assert list(rs.out) == [AckFrame(qp, 1, roce.NAK_PSN_SEQ_ERR, 0)] and st.tx_naks == 1
+    rs.out.clear()
+    rs.on_request(qp, pkt(roce.RC_WRITE_MIDDLE, 1, b"b" * 1024), 4)
+    rs.on_request(qp, pkt(roce.RC_WRITE_LAST, 2, b"c" * 1024, ack_req=True), 5)
+    rs.on_request(qp, pkt(roce.RC_WRITE_LAST, 2, b"c" * 1024, ack_req=True), 6)   # duplicate
+    assert not rs.out
+    rs.flush_acks()
+    assert list(rs.out) == [AckFrame(qp, 2, roce.AETH_ACK_SYNDROME, 1)]
+    assert mr_buf[:3072] == b"a" * 1024 + b"b" * 1024 + b"c" * 1024
+    assert [(c.byte_len, c.post_ns, c.complete_ns) for c in cq] == [(3072, 1, 5)]
+
+
+# -- transmitter ---------------------------------------------------------------------------
+def transmitter(delay_ns=0, **kw):
+    st = NicStats()
+    rq = requester([], st)
+    sock = SockLog()
+    pfc = PfcReceiver(RATE, (3, 6))
+    rs = Responder(mrs={}, mtu_bytes=1024, min_rnr_timer=14, report_remote_writes=True,
+                   cq=[], stats=st, unix_ns=ManualClock().unix_ns)
+    np_ = NotificationPoint(0)
+    tx = Transmitter(sock=sock, rate_bps=RATE, mtu_bytes=1024, ack_every_n=16,
+                     max_lag_ns=500_000, tx_delay_ns=delay_ns, priority=3, cnp_priority=6,
+                     max_outstanding_pkts=1 << 20, pause_until_ns=pfc.until_ns, requester=rq,
+                     read_responder=ReadResponder(rs, {}, 1024, st), cnp_queue=np_.out,
+                     ack_queue=rs.out, stats=st)
+    tx.cnp_template_args = (MAC_A, IP_A, 48, 0xFFFF)
+    return tx, rq, sock, pfc, rs, np_
+
+
+def run(tx, sock, until_ns, t=0):
+    """Wake the transmitter exactly when it asks until ``until_ns``."""
+    while t <= until_ns:
+        sock.now = t
+        tx.service(t)
+        w = tx.next_wake_ns(t, until_ns + 1)
+        t = max(int(w) + (w > int(w)), t + 1)
+
+
+def test_frames_leave_when_serialized_plus_delay_in_strict_priority():
+    tx, rq, sock, pfc, rs, np_ = transmitter(delay_ns=10_000)
+    qp = make_qp()
+    rq.qps.append(qp)
+    rq.post(qp, 1, memoryview(bytes(2048)), True, 0, 9, True, now=0)
+    rs.out.append(AckFrame(qp, 5, roce.AETH_ACK_SYNDROME, 1))
+    np_.out.append(CnpFrame(qp))
+    run(tx, sock, 2_000_000)
+    ops = [roce.parse_roce(f).opcode for _, f in sock.sent]
+    assert ops == [roce.CNP_OPCODE, roce.RC_ACK, roce.RC_WRITE_FIRST, roce.RC_WRITE_LAST]
+    ft = [(len(f) + WIRE_OVERHEAD_BYTES) * 8e9 / RATE for _, f in sock.sent]
+    end = 0.0
+    for (t, _), f in zip(sock.sent, ft):
+        end += f
+        assert t == pytest.approx(end + 10_000, abs=1)
+    assert qp.rto_deadline_ns == pytest.approx(sock.sent[2][0] + 1_000_000, abs=1)
+
+
+def test_a_paused_class_starts_nothing_but_the_wire_still_delivers():
+    tx, rq, sock, pfc, rs, np_ = transmitter()
+    qp = make_qp()
+    rq.qps.append(qp)
+    rq.post(qp, 1, memoryview(bytes(4096)), True, 0, 9, True, now=0)
+    sock.now = 0
+    tx.service(0)                                        # frame 0 serialized at 0
+    pfc.on_frame(pfc_frame({3: 1000}), 100)              # pause while it is on the wire
+    np_.out.append(CnpFrame(qp))
+    run(tx, sock, 10_000_000, t=100)
+    pause_end = 100 + 1000 * 512 * 1e9 / RATE
+    starts = [t - (len(f) + WIRE_OVERHEAD_BYTES) * 8e9 / RATE for t, f in sock.sent]
+    ops = [roce.parse_roce(f).opcode for _, f in sock.sent]
+    assert ops[:2] == [roce.RC_WRITE_FIRST, roce.CNP_OPCODE]   # CNP not paused
+    assert all(s >= pause_end - 1 for s, op in zip(starts, ops) if op != roce.CNP_OPCODE
+               and s > 0)
+    assert len([op for op in ops if op != roce.CNP_OPCODE]) == 4
+
+
+def test_per_qp_rate_and_round_robin_schedule():
+    tx, rq, sock, *_ = transmitter()
+    a, b = make_qp(1, 2), make_qp(3, 4, rate_bps=RATE // 4)
+    rq.qps.extend((a, b))
+    for q in (a, b):
+        rq.post(q, 1, memoryview(bytes(8 * 1024)), False, 0, 0, True, now=0)
+    run(tx, sock, 10_000_000)
+    order = [roce.parse_roce(f).dst_qp for _, f in sock.sent]
+    assert order[:2] == [2, 4]                           # round-robin start
+    tb = [t for (t, f) in sock.sent if roce.parse_roce(f).dst_qp == 4]
+    gap = (len(sock.sent[1][1]) + WIRE_OVERHEAD_BYTES) * 8e9 / (RATE // 4)
+    assert all(t1 - t0 == pytest.approx(gap, abs=2) for t0, t1 in zip(tb, tb[1:]))
+
+
+# -- CPU gate and tenant filter ----------------------------------------------------------------
+def test_cpu_gate_holds_frames_until_the_work_is_done():
+    st = NicStats()
+    gate = CpuGate(CpuServers(1, clock=ManualClock()), 2, st)
+    qp = make_qp()
+    qp.cpu_tx_ns = qp.cpu_rx_ns = 1000.0
+    assert gate.tx(qp, 0.0, 0, 0, 100) == -1.0 and gate.tx_ready_ns == 1000
+    assert gate.tx(qp, 0.0, 1000, 0, 100) == 1000
+    pkt = roce.parse_roce(bytes(qp.tpl.build(roce.RC_SEND_ONLY, 0, b"x")))
+    for t in (0, 0, 0):
+        gate.rx_admit(b"f%d" % t, pkt, qp, t)
+    assert st.cpu_rx_drops == 1                          # backlog of 2
+    assert gate.next_rx_ns() == 2000
+    assert list(gate.rx_due(2999)) == [b"f0"] and gate.next_rx_ns() == 3000
+
+
+def test_tenant_filter_drops_other_partitions_and_charges_the_filter():
+    st = NicStats()
+    cpu = CpuServers(1, clock=ManualClock())
+    tf = TenantFilter(0x8001, cpu, 500.0, st)
+    ours = bytes(roce.FrameTemplate(MAC_B, MAC_A, IP_B, IP_A, 1, 1, pkey=0x8001)
+                 .build(roce.RC_SEND_ONLY, 0, b"x"))
+    theirs = bytes(roce.FrameTemplate(MAC_B, MAC_A, IP_B, IP_A, 1, 1, pkey=0x8002)
+                   .build(roce.RC_SEND_ONLY, 0, b"x"))
+    assert not tf.drops(ours, 0) and tf.drops(theirs, 0)
+    assert st.tenant_drops == 1 and cpu.busy_ns == 500
