@@ -20,7 +20,7 @@ class _Group(click.Group):
             return super().invoke(ctx)
         except FabricEmuError as e:
             click.echo(f"fabric-emu: {e}", err=True)
-            ctx.exit(2)
+            ctx.exit(getattr(e, "exit_status", 2))
         except KeyboardInterrupt:
             click.echo("fabric-emu: interrupted; the fabric was torn down", err=True)
             ctx.exit(130)
@@ -33,26 +33,43 @@ def main():
 
 
 @main.command()
-@click.argument("experiment", type=click.Path(dir_okay=False))
+@click.argument("experiment", type=click.Path())   # the loader refuses a directory in one line
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
               help="Output directory (default: results/<experiment name>).")
 @click.option("--target", type=click.Choice(["embedded", "bmv2", "auto"]), default=None,
               help="Switch target; overrides the experiment file's 'target'.")
 @click.option("--pcap", is_flag=True, help="Write a pcap per switch port (DIR/run/<ifname>.pcap).")
-def run(experiment, out_dir, target, pcap):
+@click.option("--dilation", "dilation", default=None, metavar="auto|N",
+              help="Time dilation; overrides the file's 'dilation' (auto: measured and cached).")
+def run(experiment, out_dir, target, pcap, dilation):
     """Bring the fabric up, run EXPERIMENT's traffic, write DIR/summary.json, tear down."""
+    from emulator.experiment.dilation import parse_dilation
     from emulator.experiment.model import load_experiment
-    from emulator.experiment.runner import run_experiment
-    from emulator.experiment.sweep import run_sweep
+    from emulator.experiment.runner import resolve_target
+    from emulator.net.fabric import check_environment
+    from emulator.net.runlock import RunLock
 
+    dilation = parse_dilation(dilation)
     exp = load_experiment(experiment, target=target)
     out = Path(out_dir or f"results/{exp.name}")
+    check_environment()       # not root: say so, not that the lock is out of reach
+    resolve_target(exp.spec.target)     # bmv2 missing: say so, whether a run is active or not
+    with RunLock.acquire(experiment, out):      # one run at a time, sweeps included
+        _run(experiment, exp, out, target, pcap, dilation)
+
+
+def _run(experiment, exp, out: Path, target, pcap: bool, dilation) -> None:
+    from emulator.experiment.dilation import run_with_dilation
+    from emulator.experiment.sweep import run_sweep
+
+    def run_one(e, d):      # a D of "auto" is measured, cached, and rerun higher if behind
+        return run_with_dilation(e, d, console, pcap=pcap, dilation=dilation)
+
     if exp.spec.sweep is not None:
-        rows = run_sweep(experiment, out, lambda e, d: run_experiment(e, d, console, pcap=pcap),
-                         target=target)
+        rows = run_sweep(experiment, out, run_one, target=target)
         console.print(f"sweep of {exp.spec.sweep.parameter}: {len(rows)} runs; {out / 'sweep.csv'}")
         return
-    summary = run_experiment(exp, out, console, pcap=pcap)
+    summary = run_one(exp, out)
     if not summary["complete"]:
         click.echo(f"fabric-emu: {'; '.join(what_failed(summary))} (see {out / 'summary.json'})",
                    err=True)
@@ -82,7 +99,7 @@ def what_failed(summary: dict) -> list[str]:
 
 
 @main.command()
-@click.argument("experiment", type=click.Path(dir_okay=False))
+@click.argument("experiment", type=click.Path())   # the loader refuses a directory in one line
 @click.option("--target", type=click.Choice(["embedded", "bmv2", "auto"]), default=None,
               help="Switch target; overrides the experiment file's 'target'.")
 def cli(experiment, target):
@@ -90,11 +107,18 @@ def cli(experiment, target):
     from mininet.cli import CLI
     from mininet.log import setLogLevel
 
+    from emulator.experiment.dilation import dilation_for_cli
     from emulator.experiment.model import load_experiment
     from emulator.experiment.runner import fabric_net, resolve_target
+    from emulator.net.fabric import check_environment
+    from emulator.net.runlock import RunLock
 
     exp = load_experiment(experiment, target=target)
-    with fabric_net(exp, Path(f"results/{exp.name}/cli"), target=resolve_target(exp.spec.target)) as fnet:
+    exp = dilation_for_cli(exp, resolve_target(exp.spec.target))
+    run_dir = Path(f"results/{exp.name}/cli")
+    check_environment()
+    with RunLock.acquire(experiment, run_dir), \
+            fabric_net(exp, run_dir, target=resolve_target(exp.spec.target)) as fnet:
         console.print(f"{exp.fabric.name}: up; switches serve P4Runtime on " + ", ".join(
             f"{sw.name}={fnet.switch(sw.name).grpc_address}" for sw in exp.fabric.switches()))
         setLogLevel("output")   # the CLI prints through Mininet's log
@@ -102,15 +126,29 @@ def cli(experiment, target):
 
 
 @main.command()
-def clean():
+@click.option("--force", is_flag=True,
+              help="Clean even while a run is active: its fabric goes, and the run ends.")
+def clean(force):
     """Remove leftover switch/agent processes, Mininet shells and veths after a crash."""
     import os
 
     from emulator.net.clean import clean as do_clean
+    from emulator.net.runlock import RunActive, RunLock
 
     if os.geteuid() != 0:
         raise FabricEmuError("clean needs root (it deletes interfaces and kills root's processes)")
-    removed = do_clean()
+    lock = None
+    try:     # held while cleaning: no run starts meanwhile
+        lock = RunLock.acquire("fabric-emu clean", "-",
+                               doing="not cleaning (--force takes its fabric down)")
+    except RunActive:
+        if not force:
+            raise
+    try:
+        removed = do_clean()
+    finally:
+        if lock is not None:
+            lock.release()
     click.echo(f"removed {removed['processes']} processes, {removed['interfaces']} interfaces")
 
 
@@ -120,7 +158,7 @@ def topo():
 
 
 @topo.command("show")
-@click.argument("topology", type=click.Path(dir_okay=False))
+@click.argument("topology", type=click.Path())   # the loader refuses a directory in one line
 def topo_show(topology):
     """Print a topology's nodes, links, addresses and routes."""
     from emulator.topo import load_fabric

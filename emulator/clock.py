@@ -151,9 +151,9 @@ class TimerHeap:
             self._skip_cancelled()
         return self._heap[0][0] if self._heap else None
 
-    def pop_due(self, now_ns: int) -> Iterator[Any]:
-        """Remove and yield, in deadline order, each item due by ``now_ns``
-        (items pushed meanwhile that are due are yielded too)."""
+    def pop_due_with_time(self, now_ns: int) -> Iterator[tuple[int, Any]]:
+        """Remove and yield, in deadline order, ``(due_ns, item)`` for each item
+        due by ``now_ns`` (items pushed meanwhile that are due are yielded too)."""
         h = self._heap
         while True:
             if self._cancelled:
@@ -162,19 +162,12 @@ class TimerHeap:
                 return
             entry = heapq.heappop(h)
             entry[3] = False            # fired: a later cancel is a no-op
-            yield entry[2]
-
-    def pop_due_with_time(self, now_ns: int) -> Iterator[tuple[int, Any]]:
-        """As ``pop_due``, yielding ``(due_ns, item)``."""
-        h = self._heap
-        while True:
-            if self._cancelled:
-                self._skip_cancelled()
-            if not h or h[0][0] > now_ns:
-                return
-            entry = heapq.heappop(h)
-            entry[3] = False
             yield entry[0], entry[2]
+
+    def pop_due(self, now_ns: int) -> Iterator[Any]:
+        """As ``pop_due_with_time``, yielding the items only."""
+        for _, item in self.pop_due_with_time(now_ns):
+            yield item
 
     def run_due(self, now_ns: int) -> int:
         """Call each due item, which must be ``(fn, args)``; how many ran."""

@@ -17,3 +17,11 @@ class ConfigError(FabricEmuError):
 
 class EnvironmentProblem(FabricEmuError):
     """The machine cannot run the fabric: not root, a binary missing, ..."""
+
+
+class RunAborted(FabricEmuError):
+    """A run ended early: a switch or agent died, or the fabric was taken down
+    under it. The CLI prints it as one line; the exit status is 1 (the run
+    failed, as an incomplete one does), not 2 (bad input)."""
+
+    exit_status = 1

@@ -9,6 +9,12 @@ are the traffic manager's.
 Times are wall nanoseconds of the emulation, passed in by the caller (read
 from the switch's clock, ``emulator.clock``); the delays given here are
 already dilated by the runner.
+
+Lateness: every released frame's lateness (release time minus due time,
+wall ns) goes into a log-scale histogram, ``LATE_SUB`` buckets per octave
+(a bucket is at most 1/8 of its lower bound wide). The histogram is what
+the run-fidelity verdict (``emulator.experiment.fidelity``) reads, in fabric
+time; it costs a subtraction, a ``bit_length`` and an increment per frame.
 """
 from __future__ import annotations
 
@@ -18,6 +24,28 @@ from operator import itemgetter
 
 
 _DUE = itemgetter(0)
+LATE_SUB_BITS = 3                 # 2**3 = 8 buckets per octave
+LATE_SUB = 1 << LATE_SUB_BITS
+_SUB_MASK = LATE_SUB - 1
+_EXACT_BELOW = 2 * LATE_SUB       # lateness below this has a bucket of its own
+LATE_BUCKETS = 64 * LATE_SUB      # covers any 62-bit lateness
+
+
+def lateness_bucket(late_ns: int) -> int:
+    """The histogram bucket of a lateness (the formula ``Wire.release`` inlines)."""
+    if late_ns < _EXACT_BELOW:
+        return late_ns
+    bl = late_ns.bit_length()
+    return ((bl - LATE_SUB_BITS) << LATE_SUB_BITS) | ((late_ns >> (bl - LATE_SUB_BITS - 1)) & _SUB_MASK)
+
+
+def bucket_bounds(bucket: int) -> tuple[int, int]:
+    """The smallest and largest lateness (ns) of a bucket."""
+    if bucket < _EXACT_BELOW:
+        return bucket, bucket
+    octave, sub = bucket >> LATE_SUB_BITS, bucket & _SUB_MASK
+    shift = octave - 1
+    return (LATE_SUB + sub) << shift, ((LATE_SUB + sub + 1) << shift) - 1
 
 
 class Wire:
@@ -29,13 +57,13 @@ class Wire:
     same time.
     """
 
-    __slots__ = ("delay_ns", "in_flight", "max_lateness_ns", "late_frames")
+    __slots__ = ("delay_ns", "in_flight", "max_lateness_ns", "late_hist")
 
     def __init__(self, delay_ns: int):
         self.delay_ns = delay_ns
         self.in_flight: deque[tuple[int, bytes]] = deque()
         self.max_lateness_ns = 0
-        self.late_frames = 0
+        self.late_hist = [0] * LATE_BUCKETS     # frames released, by lateness bucket
 
     def put(self, serialized_at_ns: int, frame) -> None:
         due = serialized_at_ns + self.delay_ns
@@ -48,17 +76,28 @@ class Wire:
     def next_release_ns(self) -> int | None:
         return self.in_flight[0][0] if self.in_flight else None
 
-    def release(self, now_ns: int, send, late_threshold_ns: int) -> int:
+    def release(self, now_ns: int, send) -> int:
         """Send every frame due by ``now_ns``; returns how many were sent."""
         sent = 0
         in_flight = self.in_flight
+        hist = self.late_hist
         while in_flight and in_flight[0][0] <= now_ns:
             due_ns, frame = in_flight.popleft()
-            lateness = now_ns - due_ns
-            if lateness > late_threshold_ns:
-                self.late_frames += 1
-                if lateness > self.max_lateness_ns:
-                    self.max_lateness_ns = lateness
+            late = int(now_ns - due_ns)
+            if late < _EXACT_BELOW:
+                hist[late] += 1
+            else:                                 # lateness_bucket, inlined
+                bl = late.bit_length()
+                hist[((bl - LATE_SUB_BITS) << LATE_SUB_BITS) | ((late >> (bl - LATE_SUB_BITS - 1)) & _SUB_MASK)] += 1
+                if late > self.max_lateness_ns:
+                    self.max_lateness_ns = late
             send(frame)
             sent += 1
         return sent
+
+    def lateness_stats(self) -> dict:
+        """Frames released, the largest lateness and the histogram's non-empty
+        buckets as ``[lowest_ns, highest_ns, frames]`` (wall ns)."""
+        hist = self.late_hist
+        return {"released_frames": sum(hist), "max_lateness_ns": self.max_lateness_ns,
+                "lateness_hist": [[*bucket_bounds(b), n] for b, n in enumerate(hist) if n]}

@@ -9,6 +9,10 @@
  *
  * Forwarding part:
  *   packet-out from the controller  -> straight to the port it names
+ *   malformed IPv4 (bad version, IHL, options, total length, header
+ *   checksum; truncated UDP or BTH) -> dropped before any lookup, counted
+ *                                 per (ingress port, reason) in
+ *                                 malformed_drop_counter
  *   my_station (exact, router MAC)  -> admits frames for routing
  *   ipv4_lpm (LPM + action selector) -> next hop; ECMP groups hash the
  *                                       5-tuple, so the RoCEv2 UDP source
@@ -61,6 +65,10 @@ const bit<16> ETHERTYPE_IPV4 = 0x0800;
 const bit<16> ETHERTYPE_MAC_CONTROL = 0x8808;
 const bit<8>  IP_PROTO_UDP = 17;
 const bit<16> UDP_PORT_ROCEV2 = 4791;
+const bit<32> ETH_HDR_BYTES = 14;
+const bit<16> IPV4_HDR_BYTES = 20;            // IHL 5: the only IPv4 header this fabric takes
+const bit<16> IPV4_UDP_BYTES = 28;            // IPv4 + UDP headers
+const bit<16> IPV4_UDP_BTH_BYTES = 40;        // IPv4 + UDP + BTH headers
 
 #define CPU_PORT 255
 #define MAX_PORTS 256
@@ -79,6 +87,20 @@ const bit<32> INSTANCE_EGRESS_CLONE = 2;
 // A pause frame: Ethernet (14) + MAC control (20) + pad (26) = 60 bytes
 // (the minimum frame without its FCS).
 #define PFC_FRAME_BYTES 60
+// malformed_drop_counter: MALFORMED_SLOTS cells per ingress port, cell =
+// port * MALFORMED_SLOTS + reason. The reason codes are one fact, defined in
+// emulator/dataplane/malformed.py (Malformed) and mirrored here; change both
+// together (tests/unit/test_p4info.py compares them).
+#define MALFORMED_SLOTS 16
+#define MALFORMED_CELLS 4096          // MAX_PORTS * MALFORMED_SLOTS
+const bit<32> MALFORMED_IPV4_TRUNCATED = 1;
+const bit<32> MALFORMED_IPV4_VERSION = 2;
+const bit<32> MALFORMED_IPV4_IHL = 3;
+const bit<32> MALFORMED_IPV4_OPTIONS = 4;
+const bit<32> MALFORMED_IPV4_TOTAL_LENGTH = 5;
+const bit<32> MALFORMED_IPV4_CHECKSUM = 6;
+const bit<32> MALFORMED_UDP_TRUNCATED = 7;
+const bit<32> MALFORMED_BTH_TRUNCATED = 8;
 
 typedef bit<9>  port_t;
 typedef bit<48> mac_addr_t;
@@ -240,6 +262,7 @@ parser FabricParser(packet_in packet,
     }
     state parse_ipv4 {
         packet.extract(hdr.ipv4);
+        // UDP only behind a 20-byte header: ingress drops IPv4 options.
         transition select(hdr.ipv4.ihl, hdr.ipv4.protocol) {
             (4w5, IP_PROTO_UDP): parse_udp;
             default: accept;
@@ -279,6 +302,8 @@ parser FabricParser(packet_in packet,
     }
 }
 
+// A wrong checksum only sets standard_metadata.checksum_error (BMv2 does not
+// drop on it); ingress drops the packet as MALFORMED_IPV4_CHECKSUM.
 control FabricVerifyChecksum(inout headers_t hdr, inout metadata_t meta) {
     apply {
         verify_checksum(hdr.ipv4.isValid(),
@@ -306,6 +331,8 @@ control FabricIngress(inout headers_t hdr,
     counter(PORT_PRIO_CELLS, CounterType.packets_and_bytes) enq_prio_counter;
     @id(0x12000006)
     counter(PORT_PRIO_CELLS, CounterType.packets_and_bytes) pfc_rx_counter;
+    @id(0x1200000A)
+    counter(MALFORMED_CELLS, CounterType.packets_and_bytes) malformed_drop_counter;
 
     // [BMv2 TM] until when (ingress_global_timestamp, us) a received pause
     // stops (port, priority); index port*8+priority.
@@ -461,6 +488,53 @@ control FabricIngress(inout headers_t hdr,
             return;
         }
         rx_port_counter.count((bit<32>)standard_metadata.ingress_port);
+
+        // Malformed IPv4 ends here, before any lookup (no ACL can punt or
+        // permit it): a real fabric does not route what it cannot trust.
+        // BMv2 does not drop on parser or checksum errors by itself, so each
+        // check is spelled out; the embedded target makes the same ones in
+        // the same order (pipeline.py, malformed_reason).
+        bit<32> malformed = 0;
+        if (hdr.ipv4.isValid()) {
+            if (hdr.ipv4.version != 4) {
+                malformed = MALFORMED_IPV4_VERSION;
+            } else if (hdr.ipv4.ihl < 5) {
+                malformed = MALFORMED_IPV4_IHL;
+            } else if (hdr.ipv4.ihl != 5) {
+                // IPv4 options are not supported, so dropped (and counted)
+                // rather than parsed: RoCEv2 NICs never send them, switch
+                // ASICs trap them off the fast path to a CPU this fabric does
+                // not have, and without them UDP and the BTH sit at fixed
+                // offsets on both targets.
+                malformed = MALFORMED_IPV4_OPTIONS;
+            } else if (hdr.ipv4.total_len < IPV4_HDR_BYTES
+                       || (bit<32>)hdr.ipv4.total_len
+                          > standard_metadata.packet_length - ETH_HDR_BYTES) {
+                // A frame longer than that is legal: Ethernet pads to 60 bytes.
+                malformed = MALFORMED_IPV4_TOTAL_LENGTH;
+            } else if (standard_metadata.checksum_error == 1) {
+                // FabricVerifyChecksum flagged it; not repaired, dropped.
+                malformed = MALFORMED_IPV4_CHECKSUM;
+            } else if (hdr.ipv4.protocol == IP_PROTO_UDP
+                       && hdr.ipv4.total_len < IPV4_UDP_BYTES) {
+                // Judged by the total length, not the frame: the parser may
+                // have read the UDP header out of Ethernet padding.
+                malformed = MALFORMED_UDP_TRUNCATED;
+            } else if (hdr.udp.isValid() && hdr.udp.dst_port == UDP_PORT_ROCEV2
+                       && hdr.ipv4.total_len < IPV4_UDP_BTH_BYTES) {
+                malformed = MALFORMED_BTH_TRUNCATED;
+            }
+        } else if (hdr.ethernet.isValid() && hdr.ethernet.ether_type == ETHERTYPE_IPV4) {
+            malformed = MALFORMED_IPV4_TRUNCATED;    // parse_ipv4: PacketTooShort
+        }
+        if (malformed != 0) {
+            mark_to_drop(standard_metadata);
+            pipeline_drop_counter.count((bit<32>)standard_metadata.ingress_port);
+            malformed_drop_counter.count((bit<32>)standard_metadata.ingress_port * MALFORMED_SLOTS
+                                         + malformed);
+            return;
+        }
+
         meta.pfc_pause_quanta = 0;
         pfc_port.apply();
 

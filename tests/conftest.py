@@ -29,15 +29,39 @@ requires_mininet = pytest.mark.skipif(mininet_unavailable_reason() is not None,
                                       reason=mininet_unavailable_reason() or "")
 
 
+NETNS_SKIP_REASON = "needs root to create network namespaces and veth pairs"
+
+
 def pytest_collection_modifyitems(config, items):
     """Everything under tests/integration, and every test marked ``mininet``
     or ``bmv2``, needs root and network namespaces: mark it ``netns`` so
-    that ``make test-fast`` (``-m "not netns"``) runs the rest as any user."""
+    that ``make test-fast`` (``-m "not netns"``) runs the rest as any user.
+    A ``netns`` test skips, saying why, where the user is not root."""
     integration = REPO / "tests" / "integration"
+    not_root = os.geteuid() != 0
     for item in items:
         if (integration in Path(str(item.fspath)).parents
                 or item.get_closest_marker("mininet") or item.get_closest_marker("bmv2")):
             item.add_marker(pytest.mark.netns)
+        if not_root and item.get_closest_marker("netns"):
+            item.add_marker(pytest.mark.skip(reason=NETNS_SKIP_REASON))
+
+
+# The D each shipped experiment ran at before ``dilation: auto``: integration
+# tests start there (no calibration) and are raised while the run falls
+# behind (``run_raised_while_behind``); they assert the final run was not.
+TEST_START_DILATION = {"demo": 10000, "incast-pfc": 4000, "incast-nopfc": 4000,
+                       "incast-dcqcn": 4000, "hol-victim": 4000, "hol-victim-dcqcn": 4000,
+                       "fairness": 2000, "sweep-dcqcn": 4000, "allreduce-rail": 10000,
+                       "allreduce-rail-congested": 10000, "allreduce-rail-nogdr": 10000,
+                       "checkpoint-separate": 10000, "checkpoint-shared": 10000}
+
+
+def run_shipped(exp, out, **kw) -> dict:
+    """Run a shipped experiment from its test start D, raised while behind."""
+    from emulator.experiment.dilation import run_raised_while_behind
+    start = exp.spec.dilation if exp.spec.dilation != "auto" else TEST_START_DILATION[exp.name]
+    return run_raised_while_behind(exp, out, start, **kw)
 
 
 def leftovers() -> dict[str, list]:

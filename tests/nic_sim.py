@@ -12,6 +12,7 @@ the NIC tests use (``start``, ``call``, ``wait``, ``cq``, ``close``) plus
 from __future__ import annotations
 
 import select
+from collections import deque
 
 from emulator.clock import ManualClock
 
@@ -77,6 +78,46 @@ class NicLoop:
 
     def wait(self, pred, timeout_s: float = 10.0) -> bool:
         return self.run(self.clock.now_ns() + int(timeout_s * 1e9), pred)
+
+
+class DelayLine:
+    """A FIFO queue on the wire between a NIC and its peer -- the queues of
+    the switches between them, seen from the ends. Used as a ``ShimSock``
+    hook (``line.hook``): a frame ``delay_ns(frame)`` gives a delay for
+    (None: not queued, sent at once) waits here and goes into ``sock`` (the
+    raw socket under the shim) once its delay is over and ``hold_until_ns``
+    has passed (a test sets that to hold everything, e.g. a queue paused
+    downstream), in order. Put it into the ``NicLoop``'s ``nics``
+    (``run_once``, ``next_wake_ns``, ``rx_fds``): the loop's clock then
+    stops when a frame is due."""
+
+    rx_fds = ()
+
+    def __init__(self, clock, sock, delay_ns):
+        self.clock, self.sock, self.delay_ns = clock, sock, delay_ns
+        self.q: deque = deque()            # (due_ns, frame), due times non-decreasing
+        self.hold_until_ns = 0
+
+    def hook(self, frame):
+        d = self.delay_ns(frame)
+        if d is None:
+            return frame
+        due = self.clock.now_ns() + d
+        if self.q and due < self.q[-1][0]:   # FIFO: never overtake
+            due = self.q[-1][0]
+        self.q.append((due, frame))
+        return None
+
+    def _due(self) -> int:
+        return max(self.q[0][0], self.hold_until_ns)
+
+    def run_once(self, timeout_s: float = 0.0) -> None:
+        now = self.clock.now_ns()
+        while self.q and self._due() <= now:
+            self.sock.send(self.q.popleft()[1])
+
+    def next_wake_ns(self, now: int, limit: int) -> int:
+        return min(limit, self._due()) if self.q else limit
 
 
 def manual_clock() -> ManualClock:

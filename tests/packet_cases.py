@@ -11,7 +11,9 @@ code), so the same table can be replayed against BMv2 (simple_switch_grpc)
 as against the embedded target: only what fabric.p4 defines is asserted.
 In particular the ECMP member a flow hashes to is target-specific (BMv2's
 selector uses its crc16 and its own member order), so ECMP cases list every
-group member as an acceptable output (``any_of``).
+group member as an acceptable output (``any_of``). A malformed packet's case
+also names the reason (``Malformed``, the codes fabric.p4 mirrors) whose
+``malformed_drop_counter`` cell must count it.
 
 leaf1 of clos-2x2 (controller's routes):
     port 1 -> h1 (10.0.1.1/32)    port 3 -> spine1 \\  10.0.2.0/24:
@@ -24,12 +26,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from scapy.compat import raw
-from scapy.layers.inet import ICMP, IP, TCP, UDP
+from scapy.layers.inet import ICMP, IP, IPOption_Router_Alert, TCP, UDP
 from scapy.layers.l2 import ARP, Ether
 from scapy.packet import Raw
+from scapy.utils import checksum
 
 from emulator.agents.roce import BTH, RETH
 from emulator.control.controller import switch_entities
+from emulator.dataplane.malformed import Malformed, malformed_cell
 from emulator.topo import ip_to_int, load_fabric
 
 REPO = Path(__file__).resolve().parents[1]
@@ -95,8 +99,40 @@ def ipv4_checksum_ok(frame: bytes) -> bool:
     return struct.unpack_from("!H", frame, 24)[0] == ipv4_checksum(frame)
 
 
-def with_ipv4_checksum(frame: bytes, checksum: int) -> bytes:
-    return frame[:24] + struct.pack("!H", checksum) + frame[26:]
+def with_ipv4_checksum(frame: bytes, csum: int) -> bytes:
+    return frame[:24] + struct.pack("!H", csum) + frame[26:]
+
+
+def with_ipv4_base(frame: bytes, *, version_ihl: int | None = None,
+                   total_len: int | None = None) -> bytes:
+    """``frame`` with the IPv4 version/IHL byte or total length replaced and a
+    right checksum over the 20-byte base header (what fabric.p4 verifies), so
+    that the one field changed is the only defect."""
+    b = bytearray(frame)
+    if version_ihl is not None:
+        b[14] = version_ihl
+    if total_len is not None:
+        b[16:18] = struct.pack("!H", total_len)
+    b[24:26] = b"\0\0"
+    b[24:26] = struct.pack("!H", checksum(bytes(b[14:34])))
+    return bytes(b)
+
+
+def padded(frame: bytes) -> bytes:
+    """What a NIC sends for a short frame: zero padding up to 60 bytes (no FCS)."""
+    return frame + bytes(max(0, 60 - len(frame)))
+
+
+def udp_frame(payload: bytes, dport: int = 5000, **ip) -> bytes:
+    """h2 -> h1, UDP with ``payload``, not padded."""
+    return raw(Ether(dst=ROUTER_MAC, src=H2_MAC) / IP(src=H2_IP, dst=H1_IP, **ip)
+               / UDP(sport=49152, dport=dport, chksum=0) / Raw(payload))
+
+
+def ipv4_cut(frame: bytes, total_len: int) -> bytes:
+    """The IPv4 datagram of ``frame`` cut to ``total_len`` bytes (total length
+    and checksum made right), not padded."""
+    return with_ipv4_base(frame[:14 + total_len], total_len=total_len)
 
 
 def routed(frame: bytes, smac: str, dmac: str) -> bytes:
@@ -178,6 +214,10 @@ class Case:
     any_of: bool = False                          # exactly one of ``expect`` (ECMP)
     acl: tuple[Acl, ...] = ()
     why: str = ""
+    malformed: Malformed | None = None            # dropped as malformed, for this reason
+
+    def __post_init__(self):
+        assert self.malformed is None or self.dropped, self.name
 
     @property
     def dropped(self) -> bool:
@@ -187,6 +227,23 @@ class Case:
     def ports(self) -> set[int]:
         return {self.ingress_port} | {p for p, _ in self.expect}
 
+    def malformed_counts(self, times: int = 1) -> dict[Malformed, tuple[int, int]]:
+        """What ``malformed_counts()`` must read after the frame was sent ``times`` times."""
+        return {} if self.malformed is None else {self.malformed: (times, times * len(self.frame))}
+
+
+def malformed_counts(conn, ingress_port: int) -> dict[Malformed, tuple[int, int]]:
+    """The non-zero ``malformed_drop_counter`` cells of one ingress port, by reason.
+
+    One cell per read: the whole counter (4096 cells) is slow to read per case."""
+    counts = {}
+    for reason in Malformed:
+        index = malformed_cell(ingress_port, reason)
+        cell = conn.read_counter("malformed_drop_counter", index=index)[index]
+        if cell != (0, 0):
+            counts[reason] = cell
+    return counts
+
 
 def _frame_whose_routed_checksum_is_zero() -> bytes:
     """A frame to h1 whose header sums to 0xFFFF after the TTL decrement (IP id chosen)."""
@@ -194,6 +251,15 @@ def _frame_whose_routed_checksum_is_zero() -> bytes:
     folded_sum = ~ipv4_checksum(to_h1(f)) & 0xFFFF      # one's complement sum with id 0
     f = rocev2(ip_id=0xFFFF - folded_sum)               # adding the id makes it 0xFFFF
     assert ipv4_checksum(to_h1(f)) == 0x0000 and struct.unpack_from("!H", f, 24)[0] == 0xFEFF
+    return f
+
+
+def _frame_whose_checksum_is_zero() -> bytes:
+    """A frame to h1 whose right header checksum is 0x0000 (IP id chosen)."""
+    f = rocev2(ip_id=0)
+    folded_sum = ~ipv4_checksum(f) & 0xFFFF
+    f = rocev2(ip_id=0xFFFF - folded_sum)
+    assert ipv4_checksum(f) == 0x0000 and ipv4_checksum_ok(f)
     return f
 
 
@@ -218,11 +284,8 @@ def _cases() -> list[Case]:
     f = _frame_whose_routed_checksum_is_zero()
     c.append(Case("checksum_that_becomes_0x0000", H2_PORT, f, ((H1_PORT, to_h1(f)),),
                   why="an incremental update would give 0xFFFF; update_checksum gives 0x0000"))
-    good = rocev2(ip_id=77)
-    f = with_ipv4_checksum(good, ipv4_checksum(good) ^ 0x5A5A)
-    c.append(Case("bad_checksum_is_routed_and_repaired", H2_PORT, f, ((H1_PORT, to_h1(f)),),
-                  why="verify_checksum only flags (nobody reads checksum_error); "
-                      "update_checksum rewrites it"))
+    f = _frame_whose_checksum_is_zero()
+    c.append(Case("checksum_0x0000_is_right", H2_PORT, f, ((H1_PORT, to_h1(f)),)))
 
     # Drops.
     c.append(Case("dst_mac_not_router_mac", H2_PORT, rocev2(dst_mac=H1_MAC),
@@ -236,7 +299,67 @@ def _cases() -> list[Case]:
                   raw(Ether(dst=ROUTER_MAC, src=H1_MAC) / ARP(op=2, hwsrc=H1_MAC, psrc=H1_IP,
                                                           hwdst=ROUTER_MAC, pdst=H2_IP))))
     c.append(Case("runt_ipv4_without_full_header", H2_PORT, rocev2()[:30],
-                  why="ipv4 extract fails: header invalid, not routed"))
+                  malformed=Malformed.IPV4_TRUNCATED,
+                  why="ipv4 extract fails (PacketTooShort): EtherType 0x0800 without a header"))
+
+    # Malformed IPv4: dropped before any lookup, counted by reason. Each
+    # frame would be routed to h1 but for its one defect.
+    M = Malformed
+    f = rocev2()
+    for name, vi, reason in (("ipv4_version_6", 0x65, M.IPV4_VERSION),
+                             ("ipv4_version_0", 0x05, M.IPV4_VERSION),
+                             ("ipv4_ihl_3", 0x43, M.IPV4_IHL),
+                             ("ipv4_ihl_4", 0x44, M.IPV4_IHL),
+                             ("ipv4_ihl_15_within_frame", 0x4F, M.IPV4_OPTIONS)):
+        c.append(Case(name, H2_PORT, with_ipv4_base(f, version_ihl=vi), malformed=reason))
+    c.append(Case("ipv4_ihl_15_beyond_frame", H2_PORT,
+                  with_ipv4_base(padded(ipv4_cut(f, 28)), version_ihl=0x4F),
+                  malformed=M.IPV4_OPTIONS, why="options are refused before their length is"))
+    c.append(Case("ipv4_router_alert_option", H2_PORT,
+                  raw(Ether(dst=ROUTER_MAC, src=H2_MAC)
+                      / IP(src=H2_IP, dst=H1_IP, options=IPOption_Router_Alert())
+                      / UDP(sport=49152, dport=ROCEV2_PORT) / BTH(opcode=0x04) / Raw(bytes(64))),
+                  malformed=M.IPV4_OPTIONS,
+                  why="a well-formed IHL 6 header: options are not supported by this fabric"))
+    for total_len in (10, 19, 60000, len(f) - 14 + 1):
+        c.append(Case(f"ipv4_total_length_{total_len}", H2_PORT,
+                      with_ipv4_base(f, total_len=total_len), malformed=M.IPV4_TOTAL_LENGTH))
+    c.append(Case("frame_cut_short_of_total_length", H2_PORT, rocev2()[:40],
+                  acl=(PUNT_L4_4791,), malformed=M.IPV4_TOTAL_LENGTH,
+                  why="the ACL would punt it (UDP 4791): malformed packets never reach the ACL"))
+    good = rocev2(ip_id=77)
+    c.append(Case("bad_checksum", H2_PORT, with_ipv4_checksum(good, ipv4_checksum(good) ^ 0x5A5A),
+                  malformed=M.IPV4_CHECKSUM, why="not repaired by update_checksum: dropped"))
+    f = _frame_whose_checksum_is_zero()
+    c.append(Case("checksum_0xffff_for_0x0000", H2_PORT, with_ipv4_checksum(f, 0xFFFF),
+                  malformed=M.IPV4_CHECKSUM,
+                  why="verify_checksum compares with csum16, which is never 0xFFFF"))
+    f = rocev2(dst_ip=UNROUTED_IP)
+    c.append(Case("acl_punt_does_not_rescue_bad_checksum", H2_PORT,
+                  with_ipv4_checksum(f, ipv4_checksum(f) ^ 1), acl=(PUNT_UNROUTED_NET,),
+                  malformed=M.IPV4_CHECKSUM))
+    f = udp_frame(b"")
+    for total_len in (20, 27):
+        c.append(Case(f"udp_truncated_{total_len}", H2_PORT, ipv4_cut(f, total_len),
+                      malformed=M.UDP_TRUNCATED))
+    c.append(Case("udp_truncated_in_padded_frame", H2_PORT, padded(ipv4_cut(f, 24)),
+                  malformed=M.UDP_TRUNCATED,
+                  why="padding is no UDP header: judged by the total length"))
+    f = rocev2()
+    c.append(Case("bth_truncated", H2_PORT, ipv4_cut(f, 28 + 11), malformed=M.BTH_TRUNCATED))
+    c.append(Case("bth_truncated_in_padded_frame", H2_PORT, padded(ipv4_cut(f, 28 + 4)),
+                  malformed=M.BTH_TRUNCATED))
+    c.append(Case("udp_4791_without_bth", H2_PORT, padded(ipv4_cut(f, 28)),
+                  malformed=M.BTH_TRUNCATED))
+
+    # Legal small packets: shorter than 60 bytes, padded by the NIC.
+    f = padded(ipv4_cut(rocev2(), 40))
+    c.append(Case("bth_only_in_padded_frame", H2_PORT, f, ((H1_PORT, to_h1(f)),),
+                  why="total length 40 in a 60-byte frame: padding is legal and stays"))
+    f = padded(udp_frame(b""))
+    c.append(Case("empty_udp_in_padded_frame", H2_PORT, f, ((H1_PORT, to_h1(f)),)))
+    f = padded(raw(Ether(dst=ROUTER_MAC, src=H2_MAC) / IP(src=H2_IP, dst=H1_IP) / ICMP()))
+    c.append(Case("icmp_in_padded_frame", H2_PORT, f, ((H1_PORT, to_h1(f)),)))
 
     # ACL: punt / drop / permit, by priority.
     f = rocev2(H1_IP, H2_IP, src_mac=H1_MAC)
@@ -259,16 +382,11 @@ def _cases() -> list[Case]:
     f = rocev2(dst_ip=UNROUTED_IP)
     c.append(Case("acl_punt_rescues_unrouted_frame_unchanged", H2_PORT, f, ((CPU_PORT, f),),
                   acl=(PUNT_UNROUTED_NET,), why="punt after mark_to_drop: egress_spec = CPU"))
-    # l4_dst_port is the UDP destination port only, and only from a whole UDP header.
+    # l4_dst_port is the UDP destination port only.
     f = raw(Ether(dst=ROUTER_MAC, src=H2_MAC) / IP(src=H2_IP, dst=H1_IP)
             / TCP(sport=1234, dport=ROCEV2_PORT, flags="S"))
     c.append(Case("acl_l4_port_ignores_tcp", H2_PORT, f, ((H1_PORT, to_h1(f)),),
                   acl=(PUNT_L4_4791,)))
-    f = rocev2()[:40]
-    c.append(Case("acl_l4_port_needs_whole_udp_header", H2_PORT, f, ((H1_PORT, to_h1(f)),),
-                  acl=(PUNT_L4_4791,),
-                  why="40-byte frame: parse_udp fails (PacketTooShort), ingress still runs "
-                      "with ipv4 valid and l4_dst_port 0"))
     return c
 
 

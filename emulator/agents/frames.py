@@ -12,11 +12,13 @@ from typing import Any, NamedTuple
 
 
 class DataFrame(NamedTuple):
-    """Packet ``k`` of a SEND/WRITE work request ``wqe``, PSN ``psn`` (unwrapped)."""
+    """Packet ``k`` of a SEND/WRITE work request ``wqe``, PSN ``psn``
+    (unwrapped); ``ack_req``: its AckReq bit (a response is owed for it)."""
     qp: Any
     wqe: Any
     k: int
     psn: int
+    ack_req: bool
 
 
 class ReadRequestFrame(NamedTuple):

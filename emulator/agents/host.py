@@ -43,11 +43,18 @@ no frame has arrived for ``linger_s`` (default max(0.5 s, 3 RTOs)), then
 writes the result and exits 0 if everything succeeded ("complete"), else
 3 (a send failed: see its "status"; or data arrived corrupted). At the
 deadline it writes what it has and exits 3. SIGTERM/SIGINT: write what it
-has, exit 0 if complete, else 3. A bad config: one line on stderr, exit 2.
+has, exit 0 if complete, else 3 (the runner stops the agents this way as
+soon as all of them are done: then no retransmission can still come). A
+bad config: one line on stderr, exit 2.
+
+Progress (``progress_path``, if set): ``{"host", "delivered_bytes" (payload
+placed in order by this NIC, each byte once: retransmissions and headers
+not counted), "done" (every send completed, every expected message
+arrived)}``, rewritten about every second and at once when done.
 
 Result JSON::
 
-    {"host": "h1", "reason": "done"|"deadline"|"signal",
+    {"host": "h1", "reason": "done"|"deadline"|"signal" (stopped before done),
      "complete": every send succeeded and every expected message arrived intact,
      "start_at_unix_ns": ..., "ready_unix_ns": when the NIC was up and the
      MRs registered (if later than start_at, peers' first packets were lost
@@ -57,7 +64,9 @@ Result JSON::
                "fct_ns" (completion - post, monotonic; null if incomplete),
                "post_unix_ns", "complete_unix_ns", "scheduled_unix_ns",
                "acked_bytes", "tx_packets" (data frames its QP sent, retransmissions
-               included)}],
+               included), "retransmitted_packets" (of those, sent again: go-back-N
+               after a NAK or a timeout), "timeouts" (ACK timeouts of its QP),
+               "naks" (NAKs its QP received, any kind)}],
      "expect": [{"flow_id", "qpn", "op", "bytes", "delivered_bytes",
                  "intact" (delivered bytes equal the pattern and, if
                  complete, the length is right), "complete",
@@ -65,7 +74,10 @@ Result JSON::
      "nic": {NicStats counters, among them cnp_tx, cnp_rx, ecn_ce_rx,
              pfc_rx (PFC frames received), paused_ns (PFC-paused time,
              summed over priorities), rate_changes},
-     "config": {the NIC parameters used, "dcqcn": the effective parameters},
+     "config": {the NIC parameters used (wall), "dcqcn": the effective parameters,
+                "dilation", "fabric": {the transport timers in fabric ns:
+                "rto_ns", "cnp_interval_ns", "min_rnr_timer_ns", "dcqcn_alpha_timer_ns",
+                "dcqcn_rate_timer_ns"}},
      "endpoint": null | {"dpu", "tenant", "pkey", "tenant_drops", "cpu_rx_drops",
                          "host_cpu": {"cores", "busy_ns", "elapsed_ns", "packets",
                                       "busy_fraction" (busy / (elapsed x cores), from
@@ -124,7 +136,7 @@ from ..schema.agent import HostAgentConfig
 from .dcqcn import DcqcnParams
 from .dpu import Endpoint
 from .gpudirect import GpuNic
-from .nic import QpState, RoceNic, WcOpcode, WcStatus
+from .nic import RNR_TIMER_US, QpState, RoceNic, WcOpcode, WcStatus
 
 PATTERN_BLOCK = 65536
 PATTERN_STRIDE = 4099          # odd: blocks up to 4 GiB are all different rotations
@@ -240,7 +252,7 @@ class HostAgent:
                 ack_every_n=cfg.ack_every_n, rto_ns=cfg.rto_ns, retry_cnt=cfg.retry_cnt,
                 verify_icrc=cfg.verify_icrc, priority=cfg.priority, cnp_dscp=cfg.cnp_dscp,
                 cnp_priority=cfg.cnp_priority, cnp_interval_ns=cfg.cnp_interval_ns,
-                honor_pfc=cfg.honor_pfc, dcqcn=self.dcqcn, logs=logs)
+                honor_pfc=cfg.honor_pfc, dcqcn=self.dcqcn, logs=logs, dilation=cfg.dilation)
         except BaseException:
             logs.close()
             raise
@@ -397,9 +409,17 @@ class HostAgent:
 
     def result(self) -> dict:
         self._partial_progress()
-        for st in self.send_state:       # data frames each flow's QP sent (retransmissions too)
-            st["tx_packets"] = self.qps[st["qpn"]].tx_data_packets
+        for st in self.send_state:       # what each flow's QP sent and went through
+            qp = self.qps[st["qpn"]]
+            st["tx_packets"] = qp.tx_data_packets
+            st["retransmitted_packets"] = qp.retransmits
+            st["timeouts"] = qp.timeouts
+            st["naks"] = qp.naks
         nic = self.nic
+        d = nic.dilation
+
+        def fabric_ns(wall_ns):
+            return None if wall_ns is None else round(wall_ns / d)
         nic.poll_kernel_stats()
         nic.update_pause_stats()
         return {
@@ -419,7 +439,13 @@ class HostAgent:
                        "priority": nic.priority, "cnp_dscp": nic.cnp_dscp,
                        "cnp_priority": nic.cnp_priority, "cnp_interval_ns": nic.cnp_interval_ns,
                        "honor_pfc": nic.honor_pfc, "sample_interval_ns": self.sample_interval_ns,
-                       "dcqcn": nic.dcqcn.as_dict(),
+                       "dcqcn": nic.dcqcn.as_dict(), "dilation": d,
+                       "fabric": {"rto_ns": fabric_ns(nic.rto_ns),
+                                  "cnp_interval_ns": fabric_ns(nic.cnp_interval_ns),
+                                  "min_rnr_timer_ns": RNR_TIMER_US[nic.responder.min_rnr_timer]
+                                  * 1000,
+                                  "dcqcn_alpha_timer_ns": fabric_ns(nic.dcqcn.alpha_timer_ns),
+                                  "dcqcn_rate_timer_ns": fabric_ns(nic.dcqcn.rate_timer_ns)},
                        "mr_rkey": self.rx_mr.rkey, "mr_addr": self.rx_mr.addr,
                        "write_layout": {str(k): v for k, v in self.layout.items()}},
         }
@@ -431,6 +457,21 @@ class HostAgent:
             self.logs.flow(now, self.send_state[i]["flow_id"], self._acked_bytes(i))
         self.active_sends.clear()
         self.logs.close()
+
+    def write_progress(self) -> None:
+        """``progress_path``: payload delivered here so far, and whether done."""
+        path = self.cfg.progress_path
+        if path is None:
+            return
+        tmp = f"{path}.tmp{os.getpid()}"
+        try:
+            with open(tmp, "w") as f:
+                json.dump({"host": self.host,
+                           "delivered_bytes": self.nic.stats.rx_data_payload_bytes,
+                           "done": self.all_done()}, f)
+            os.replace(tmp, path)
+        except OSError:                  # progress only: never the run's end
+            pass
 
     def write_result(self) -> None:
         path = self.cfg.result_path
@@ -487,11 +528,12 @@ class HostAgent:
             for c in io.poll_cq(256):
                 self._handle(c)
             if stop_flag[0]:
-                self.stop_reason = "signal"
+                self.stop_reason = "done" if self.all_done() else "signal"
                 break
             if self.all_done():
                 if done_at is None:
                     done_at = now
+                    self.write_progress()
                 if now - max(done_at, nic.last_rx_ns) >= linger_ns and io.idle():
                     self.stop_reason = "done"
                     break
@@ -501,6 +543,7 @@ class HostAgent:
             if now >= next_progress:
                 next_progress = now + 1_000_000_000
                 self._progress(now, t0)
+                self.write_progress()
             if now >= next_sample:
                 if self.active_sends:
                     self._sample_flows(now)
@@ -519,7 +562,8 @@ class HostAgent:
         s = self.nic.stats
         print(f"[{self.host}] t={(now - t0) / 1e9:.1f}s sent {self.n_sent_done}/{len(self.send_state)}"
               f" expect {self.n_exp_done}/{len(self.exp_state)} tx={s.tx_packets} rx={s.rx_packets}"
-              f" retx={s.tx_retransmits} naks={s.rx_naks} timeouts={s.timeouts}",
+              f" delivered={s.rx_data_payload_bytes}B retx={s.tx_retransmits}"
+              f" naks={s.rx_naks + s.rx_rnr_naks} timeouts={s.timeouts}",
               file=sys.stderr, flush=True)
 
 
@@ -528,6 +572,8 @@ def main(argv: list[str] | None = None) -> int:
     if len(argv) != 1:
         print("usage: python -m emulator.agents.host CONFIG.json", file=sys.stderr)
         return 2
+    from emulator.net.lifeline import die_with_runner
+    die_with_runner()
     stop = [False]
 
     def on_signal(signum, frame):

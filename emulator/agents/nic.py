@@ -29,12 +29,17 @@ Reliability (RC, go-back-N, as ConnectX/rxe do it):
   rebuilt from the message buffer when (re)sent. An ACK for PSN p completes
   every message whose packets are all <= p. A NAK (PSN sequence error) for
   p acknowledges < p and restarts sending at p. With no ACK progress for
-  ``rto_ns`` (armed when a request leaves the wire) while packets are outstanding, sending restarts at the oldest
+  ``rto_ns`` while a response is owed (the timer starts when a packet with
+  AckReq, or a READ request, leaves the wire: packets without AckReq are
+  owed nothing until the next one that has it, so a sender slower than its
+  link does not time out between two), sending restarts at the oldest
   unacknowledged PSN; the timeout doubles with each consecutive expiry (up
   to 8 x ``rto_ns``, like ConnectX's adaptive retransmission) and after
   ``retry_cnt`` consecutive timeouts the QP fails (completions with
-  RETRY_EXC_ERR / WR_FLUSH_ERR). An RNR NAK pauses the QP
-  for the time its timer code says, then resends from the NAK'd PSN.
+  RETRY_EXC_ERR / WR_FLUSH_ERR).
+  An RNR NAK pauses the QP for the time its timer code says, then resends
+  from the NAK'd PSN. Per QP, ``retransmits``, ``timeouts`` and ``naks``
+  count what its sending side went through.
 * responder: accepts only the expected PSN. In-order WRITE payload is
   placed in the memory region named by the RETH rkey at RETH address +
   offset; SEND payload in the oldest posted receive. When AckReq is set it
@@ -68,9 +73,10 @@ Lossless classes and congestion control (docs/lossless.md):
   ``tx_delay_ns`` line) are on the wire and still leave. Counted in
   ``stats.pfc_rx`` (frames) and ``stats.paused_ns`` (paused time of our
   two classes, summed; see ``update_pause_stats``), logged through
-  ``logs.pfc``. ACK timeouts that expire while our data class is paused
-  are re-armed one RTO past the pause (no retry is counted). A QP paced
-  below the link rate gets a longer ACK timeout (see ``_rto_for``).
+  ``logs.pfc``. Time our data class is paused does not count against an
+  ACK timeout: the deadline moves out by as much (``Requester.timers``; no
+  retry is counted). A QP paced below the link rate gets a longer ACK
+  timeout (see ``Requester.rto_for``).
 * Notification point: a request packet for a local QP that arrives marked CE
   queues a CNP to the peer QP (BTH opcode 0x81, BECN, PSN 0, dest QP =
   ``remote_qpn``, 16 zero bytes, ICRC; IPv4 DSCP ``cnp_dscp``, not-ECT), at
@@ -103,7 +109,12 @@ keeps the verbs API. ``dpu`` (DPU/plain-NIC endpoint, storage target) and
 Time: the ``clock`` given to ``RoceNic`` (``emulator.clock``; default the
 real ``MONOTONIC``, tests a ``ManualClock``): ``*_ns`` values are its
 ``now_ns()``, completions' ``*_unix_ns`` its ``unix_ns()``; the event loop
-waits through ``clock.wait_readable``.
+waits through ``clock.wait_readable``. Under time dilation D the clock runs
+D times fabric time: every ``*_ns`` argument is clock time (the runner
+multiplied the fabric value by D), and the time values the NIC takes from
+the protocol itself -- the default ACK timeout
+(``requester.DEFAULT_RTO_FABRIC_NS``) and the RNR timer codes on the wire --
+are fabric time, which the NIC multiplies by its ``dilation``.
 """
 from __future__ import annotations
 
@@ -125,7 +136,7 @@ from .qp import (  # noqa: F401  (re-exported)
 )
 from .reaction import ReactionPoint
 from .read import READ_OPS, ReadRequester, ReadResponder
-from .requester import Requester
+from .requester import DEFAULT_RTO_FABRIC_NS, Requester
 from .responder import REQUEST_OPS, Responder
 from .roce import (  # noqa: F401  (re-exported)
     CNP_OPCODE, ECN_CE, ECN_ECT0, ECN_NOT_ECT, PSN_HALF, PSN_MASK, RC_ACK, RC_READ_REQUEST,
@@ -183,17 +194,17 @@ class RoceNic:
                  timer_slack_ns: int | None = 1000, sock=None, priority: int = 3,
                  cnp_dscp: int = 48, cnp_priority: int = 6,
                  cnp_interval_ns: int | None = 50_000, honor_pfc: bool = True,
-                 dcqcn: DcqcnParams | dict | None = None, logs=None, clock=MONOTONIC):
-        """``rto_ns`` default (None): max(20 ms, 8 * ack_every_n full-frame
-        times at ``rate_bps``) -- 113 ms at 10 Mbit/s, 20 ms from ~60 Mbit/s
-        up. The sender hears an ACK only every ``ack_every_n`` packets (14 ms
-        apart at 10 Mbit/s on an idle path), and agents share CPUs with the
-        software switches, so a "few ms" timeout fires spuriously and each
-        spurious timeout resends the whole window. Lower it for experiments
-        about loss recovery. ``retry_cnt``: consecutive timeouts before the QP
-        fails. ``rnr_retry``: consecutive RNR NAKs before it fails (None:
-        forever, like IBA's 7). ``min_rnr_timer``: the RNR timer code (IBA
-        table 45) our RNR NAKs carry; 14 = 1.28 ms. ``max_lag_ns`` (default
+                 dcqcn: DcqcnParams | dict | None = None, logs=None, clock=MONOTONIC,
+                 dilation: float = 1.0):
+        """``rto_ns``: the ACK timeout on the clock; default (None):
+        ``DEFAULT_RTO_FABRIC_NS`` (320 us of fabric time, IRN's RTO_high;
+        why, in ``requester``) x ``dilation``: long against the queueing and
+        pause delays of a fabric, so that only a real loss times out, and
+        the same fabric time whatever the dilation. ``retry_cnt``:
+        consecutive timeouts before the QP fails. ``rnr_retry``: consecutive
+        RNR NAKs before it fails (None: forever, like IBA's 7).
+        ``min_rnr_timer``: the RNR timer code (IBA table 45) our RNR NAKs
+        carry; 14 = 1.28 ms of fabric time. ``max_lag_ns`` (default
         max(500 us, 4 frame times)): how far behind its schedule the pacer
         may catch up with a burst.
         ``sock``: use this connected datagram socket (needs send, recv_into,
@@ -206,14 +217,18 @@ class RoceNic:
         frames. ``dcqcn``: reaction point parameters (``DcqcnParams`` or its
         dict form); None or ``enabled: false`` keeps every QP at its line
         rate. ``logs``: see the module docstring. ``clock``: where every
-        part gets its time (``emulator.clock``)."""
+        part gets its time (``emulator.clock``). ``dilation``: clock ns per
+        fabric ns (the experiment's D; 1: the clock is fabric time)."""
         if rate_bps <= 0 or mtu_bytes < 256 or mtu_bytes > 9000 or mtu_bytes % 4:
             raise ValueError("rate_bps must be > 0 and mtu_bytes a multiple of 4 in 256..9000")
         if ack_every_n < 1:
             raise ValueError("ack_every_n must be >= 1")
         if not (0 <= priority < 8 and 0 <= cnp_priority < 8 and 0 <= cnp_dscp < 64):
             raise ValueError("priorities must be 0..7 and cnp_dscp 0..63")
+        if not dilation >= 1:
+            raise ValueError("dilation must be >= 1")
         self.clock = clock
+        self.dilation = dilation
         self.ifname, self.mac, self.ip = ifname, mac, ip
         self.ip_int = ip_to_int(ip)
         self.gateway_mac = gateway_mac
@@ -224,8 +239,7 @@ class RoceNic:
         self.ack_every_n = ack_every_n
         max_frame_ns = (ROCE_HDR_BYTES + RETH_BYTES + mtu_bytes + ICRC_BYTES
                         + WIRE_OVERHEAD_BYTES) * 8e9 / rate_bps
-        self.rto_ns = int(rto_ns if rto_ns is not None
-                          else max(20_000_000, 8 * ack_every_n * max_frame_ns))
+        self.rto_ns = int(rto_ns if rto_ns is not None else DEFAULT_RTO_FABRIC_NS * dilation)
         self.retry_cnt = retry_cnt
         self.max_lag_ns = int(max_lag_ns if max_lag_ns is not None
                               else max(500_000, 4 * max_frame_ns))
@@ -257,7 +271,8 @@ class RoceNic:
         self.requester = Requester(
             link_rate_bps=rate_bps, mtu_bytes=mtu_bytes, ack_every_n=ack_every_n,
             rto_ns=self.rto_ns, retry_cnt=retry_cnt, rnr_retry=rnr_retry,
-            max_outstanding_pkts=max_out, cq=self._cq, stats=st, unix_ns=unix_ns)
+            max_outstanding_pkts=max_out, cq=self._cq, stats=st, unix_ns=unix_ns,
+            dilation=dilation, pfc=self.pfc, data_priority=priority)
         self.responder = Responder(
             mrs=self._mrs, mtu_bytes=mtu_bytes, min_rnr_timer=min_rnr_timer,
             report_remote_writes=report_remote_writes, cq=self._cq, stats=st, unix_ns=unix_ns)
@@ -621,7 +636,7 @@ class RoceNic:
             self._cpu_rx_release(now)
         if self.reaction.enabled:
             self.reaction.advance(now)
-        self.requester.timers(now, self.pfc.until_ns[self.priority])
+        self.requester.timers(now)
 
     @property
     def rx_fds(self) -> tuple[int, ...]:

@@ -6,8 +6,8 @@ priority whose class-enable bit is set, the *start* of that priority's frames
 for timer x 512 bit times at the link rate from its arrival (a new frame
 restarts the timer; 0 resumes at once). The transmitter reads ``until_ns``
 (a frame of a paused class starts no earlier than its pause's end, so the
-expiry needs no timer of its own); the requester re-arms ACK timeouts that
-expire during a pause of the data class.
+expiry needs no timer of its own); the requester does not count the time
+its data class was held (``held_ns``) against an ACK timeout.
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ class PfcReceiver:
     paused time ``paused_ns`` sums."""
 
     __slots__ = ("ns_per_quantum", "honor", "tracked", "until_ns", "start_ns", "_closed_ns",
-                 "frames", "logs")
+                 "_closed_p", "frames", "logs")
 
     def __init__(self, rate_bps: int, tracked: tuple[int, ...], *, honor: bool = True,
                  logs=None):
@@ -33,6 +33,7 @@ class PfcReceiver:
         self.until_ns = [0.0] * NUM_PRIORITIES   # priority p paused while now < until_ns[p]
         self.start_ns = [0] * NUM_PRIORITIES     # when its current/last pause began
         self._closed_ns = 0                      # paused time of intervals already over
+        self._closed_p = [0.0] * NUM_PRIORITIES  # the same per priority (all of them)
         self.frames = 0                          # PFC frames obeyed
         self.logs = logs
 
@@ -54,14 +55,27 @@ class PfcReceiver:
                 logs.pfc(now, p, q)
             until = until_ns[p]
             if until <= now:                     # not paused: a new pause interval
-                if until > start_ns[p] and p in self.tracked:
-                    self._closed_ns += int(until - start_ns[p])
+                if until > start_ns[p]:
+                    self._closed_p[p] += until - start_ns[p]
+                    if p in self.tracked:
+                        self._closed_ns += int(until - start_ns[p])
                 start_ns[p] = now
             until_ns[p] = now + q * self.ns_per_quantum
         return True
 
     def paused(self, priority: int, now: int) -> bool:
         return now < self.until_ns[priority]
+
+    def held_ns(self, priority: int, now: int) -> float:
+        """Time ``priority`` was paused from the start up to ``now`` (closed
+        pauses plus the running one so far): a clock that only runs while
+        the priority is held, so its difference over an interval is the
+        paused part of that interval."""
+        until, start = self.until_ns[priority], self.start_ns[priority]
+        held = self._closed_p[priority]
+        if until > start and now > start:
+            held += (until if until < now else now) - start
+        return held
 
     def paused_ns(self, now: int) -> int:
         """Time our tracked classes were paused up to ``now``, summed."""

@@ -42,7 +42,8 @@ class QpState(IntEnum):
     ERROR = 6
 
 
-# IBA table 45: RNR NAK timer field -> minimum delay (microseconds)
+# IBA table 45: RNR NAK timer field -> minimum delay (microseconds; fabric
+# time: the requester waits it x its NIC's dilation)
 RNR_TIMER_US = (655360, 10, 20, 30, 40, 60, 80, 120, 160, 240, 320, 480, 640, 960, 1280, 1920,
                 2560, 3840, 5120, 7680, 10240, 15360, 20480, 30720, 40960, 61440, 81920, 122880,
                 163840, 245760, 327680, 491520)
@@ -132,7 +133,14 @@ class QueuePair:
         self.snd_max = self.next_psn        # highest serialized + 1
         self.cur_idx = 0                    # index in sq of the WQE holding snd_nxt
         self.rto_deadline_ns = 0            # 0 = timer not armed
+        self.rto_held_ns = 0.0              # PFC-held time of the data class, as of the deadline
+        self.ackreq_max = self.next_psn     # responses are owed for PSNs below (AckReq, READ)
         self.retries = 0
+        # counters of this QP's sending side: packets sent again (go-back-N),
+        # ACK timeouts that expired, NAKs received (any kind)
+        self.retransmits = 0
+        self.timeouts = 0
+        self.naks = 0
         self.rnr_retries = 0
         self.paused_until_ns = 0            # RNR back-off: no data before this
         # responder

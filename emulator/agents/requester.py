@@ -6,20 +6,31 @@ work requests in, data frames out on demand, ACK/NAKs in, completions out.
   when (re)sent.
 * ``take``: the transmitter asks for a QP's next frame (``DataFrame``, or a
   ``ReadRequestFrame`` asking for all of a READ's remaining responses) and
-  the send pointer moves past it; ``sent`` arms the ACK timeout when the
-  frame leaves the wire.
+  the send pointer moves past it; AckReq is set on the last packet of a
+  message and on every packet whose PSN+1 is a multiple of ``ack_every_n``.
+  ``sent``: a request that asks for a response (AckReq, a READ) leaving
+  the wire arms the ACK timeout -- the responder owes nothing for packets
+  without AckReq until the next one that has it, which the requester always
+  sends unless it cannot send at all, so a sender slower than its link (a
+  busy CPU, a low rate) does not time out before it has asked for an ACK.
 * ``on_ack``: an ACK for PSN p completes every message whose packets are all
   <= p; a NAK (PSN sequence error) for p acknowledges < p and restarts
   sending at p; an RNR NAK holds the QP for its timer; remote errors fail
   the QP. Only READ responses acknowledge a READ (``read.read_limit``).
-* ``timers``: with no ACK progress for the ACK timeout while packets are
-  outstanding, sending restarts at the oldest unacknowledged PSN; the
-  timeout doubles per consecutive expiry (up to 8x) and after ``retry_cnt``
-  the QP fails. Timeouts that expire while PFC holds the data class are
-  re-armed one timeout past the pause (no retry counted).
+* ``timers``: with no ACK progress for the ACK timeout while a response is
+  owed, sending restarts at the oldest unacknowledged PSN; the timeout
+  doubles per consecutive expiry (up to 8x) and after ``retry_cnt`` the QP
+  fails. The timeout counts only time in which the data class may
+  send: time PFC held it (``pfc.held_ns``) is added to the deadline (no
+  retry counted).
+
+The ACK timeout is fabric time (see ``DEFAULT_RTO_FABRIC_NS``): the caller
+gives ``rto_ns`` on its clock, fabric ns x ``dilation``; RNR timer codes
+(IBA table 45, fabric time on the wire) wait code time x ``dilation``.
 
 State lives on the ``QueuePair`` (its requester fields); completions go to
-``cq``, counters to ``stats``. Times are explicit ``now`` arguments; wall
+``cq``, counters to ``stats`` and, per QP, ``qp.retransmits`` /
+``qp.timeouts`` / ``qp.naks``. Times are explicit ``now`` arguments; wall
 stamps of completions come from ``unix_ns()`` (the NIC's clock).
 """
 from __future__ import annotations
@@ -37,6 +48,33 @@ from .roce import (
     NAK_REMOTE_ACCESS_ERR, NAK_REMOTE_OP_ERR, PSN_HALF, PSN_MASK,
 )
 
+# The default ACK timeout (IBA's local ACK timeout), in fabric ns: IRN's
+# RTO_high, 320 us (Mittal et al., "Revisiting Network Support for RDMA",
+# SIGCOMM 2018; its RTO_low, 100 us for <= 3 packets in flight, is not
+# modelled). It lies between the IBA timeout codes 6 and 7 a ConnectX QP can
+# be given (4.096 us x 2^code: 262 us, 524 us). Why this value, and why it
+# is not a function of the dilation or the CPU:
+# * it must not fire while packets wait in queues or behind PFC pauses. The
+#   shipped fabrics hold a few hundred KB in front of a bottleneck at most
+#   (PFC XOFF 32 KB + headroom per ingress port and priority): a 15-to-1
+#   incast's queues drain in ~100-200 us at 100 Gbit/s; the 5-to-1 incasts
+#   at 25 Gbit/s hold at most ~0.4 MB over their three hops (~130 us; 150 KB
+#   measured in front of the receiver). 320 us is well past that, so with
+#   zero drops nothing is retransmitted (experiments/demo.yaml and
+#   incast-pfc.yaml: none). Time our own data class is paused does not
+#   count at all (``Requester.timers``);
+# * loss recovery stays NAK-driven (go-back-N from the first out-of-order
+#   packet), as on ConnectX: the timeout only covers a lost tail or a lost
+#   retransmission, so a lossy run pays it a few times per flow at most
+#   (experiments/incast-nopfc.yaml, 5 x 256 KiB, ~3000 drops: 1-3 timeouts
+#   per flow, 12-20 NAKs in all; 17-19 s of wall time at D = 4000, where a
+#   timeout is 1.3 s, 30-46 s at 16000);
+# * the timeouts NICs are usually given are far longer (perftest's default
+#   code 14 = 67 ms, NCCL_IB_TIMEOUT's 20 = 4.3 s): sized for a dead link,
+#   under dilation they would turn every tail loss into minutes of wall time.
+# ``nic.rto_us`` in an experiment overrides it (fabric us).
+DEFAULT_RTO_FABRIC_NS = 320_000
+
 _NAK_STATUS = {NAK_INVALID_REQUEST & 0x1F: WcStatus.REM_INV_REQ_ERR,
                NAK_REMOTE_ACCESS_ERR & 0x1F: WcStatus.REM_ACCESS_ERR,
                NAK_REMOTE_OP_ERR & 0x1F: WcStatus.REM_OP_ERR}
@@ -52,11 +90,19 @@ class Requester:
 
     def __init__(self, *, link_rate_bps: int, mtu_bytes: int, ack_every_n: int, rto_ns: int,
                  retry_cnt: int, rnr_retry: int | None, max_outstanding_pkts: int,
-                 cq, stats, unix_ns: Callable[[], int]):
+                 cq, stats, unix_ns: Callable[[], int], dilation: float = 1.0,
+                 pfc=None, data_priority: int = 3):
+        """``rto_ns``: the ACK timeout on the clock (fabric ns x ``dilation``).
+        ``pfc``: the NIC's ``PfcReceiver`` (None: never paused) and
+        ``data_priority`` the class our requests go in: time it holds
+        that class does not count against an ACK timeout."""
         self.link_rate_bps = link_rate_bps
         self.mtu_bytes = mtu_bytes
         self.ack_every_n = ack_every_n
         self.rto_ns = rto_ns
+        self.dilation = dilation
+        self.pfc = pfc
+        self.data_priority = data_priority
         self.retry_cnt = retry_cnt
         self.rnr_retry = rnr_retry
         self.max_outstanding_pkts = max_outstanding_pkts
@@ -106,6 +152,7 @@ class Requester:
         k = psn - w.first_psn
         if psn < qp.snd_max:
             self.stats.tx_retransmits += 1
+            qp.retransmits += 1
         if w.is_read:                    # one READ request asks for all its remaining PSNs
             frame = ReadRequestFrame(qp, w, k, psn)
             flen = READ_REQ_FRAME_BYTES
@@ -116,7 +163,8 @@ class Requester:
             plen = w.length - k * mtu
             if plen > mtu:
                 plen = mtu
-            frame = DataFrame(qp, w, k, psn)
+            frame = DataFrame(qp, w, k, psn,
+                              k + 1 >= w.npkts or (psn + 1) % self.ack_every_n == 0)
             flen = ROCE_HDR_BYTES + (RETH_BYTES if (w.is_write and k == 0) else 0) \
                 + plen + (-plen & 3) + ICRC_BYTES
             qp.snd_nxt = psn = psn + 1
@@ -126,16 +174,41 @@ class Requester:
             qp.snd_max = psn
         return frame, flen
 
-    def sent(self, qp, now: int) -> None:
-        """A request of ``qp`` left the wire at ``now``: the ACK timeout runs."""
+    def sent(self, qp, now: int, psn_end: int, asks_response: bool) -> None:
+        """A request of ``qp`` for PSNs below ``psn_end`` left the wire at
+        ``now``. If it asks for a response (AckReq, a READ) -- or fills the
+        window --, one is owed for PSNs below ``psn_end``: the ACK timeout
+        runs (doubled per timeout in a row), unless it already does."""
+        if not asks_response and psn_end - qp.snd_una < self.max_outstanding_pkts:
+            return
+        if psn_end > qp.ackreq_max:
+            qp.ackreq_max = psn_end
         if not qp.rto_deadline_ns:
-            qp.rto_deadline_ns = now + self.rto_for(qp)
+            self._arm(qp, now, self.rto_for(qp) << min(qp.retries, 3))
+
+    def _rearm(self, qp, now: int) -> None:
+        """ACK progress at ``now``: a full timeout for the responses still
+        owed, or none if none is."""
+        if qp.snd_una < qp.ackreq_max:
+            self._arm(qp, now, self.rto_for(qp))
+        else:
+            qp.rto_deadline_ns = 0
+
+    def _arm(self, qp, now: int, timeout_ns: int) -> None:
+        """``qp``'s ACK timeout expires ``timeout_ns`` from ``now``, plus
+        whatever time PFC holds our data class from now on."""
+        qp.rto_deadline_ns = now + timeout_ns
+        pfc = self.pfc
+        qp.rto_held_ns = pfc.held_ns(self.data_priority, now) if pfc is not None else 0.0
 
     def rto_for(self, qp) -> int:
         """The ACK timeout of ``qp``: ``rto_ns``, or longer for a QP paced
         below the link rate -- at least 8 x ``ack_every_n`` full frames at
-        its current rate (the rule of the default ``rto_ns``), so that a
-        DCQCN-throttled QP does not time out between two AckReqs."""
+        its current rate, so that a DCQCN-throttled QP does not time out
+        between two AckReqs. (The rates are the clock's, fabric rate / D, so
+        this is fabric time x D like ``rto_ns``: 8 x 16 x 1102-byte frames
+        are 11 us of fabric time at 100 Gbit/s, 11 ms at DCQCN's 0.1 Gbit/s
+        floor.)"""
         r = qp.rate_bps
         if r is None or r >= self.link_rate_bps:
             return self.rto_ns
@@ -147,7 +220,7 @@ class Requester:
         if qp.rto_deadline_ns:
             dl = t_ns + self.rto_for(qp)
             if dl > qp.rto_deadline_ns:
-                qp.rto_deadline_ns = dl
+                self._arm(qp, t_ns, dl - t_ns)
 
     # -- ACK/NAK -----------------------------------------------------------------------
     def on_ack(self, qp, pkt, now: int) -> None:
@@ -176,6 +249,7 @@ class Requester:
             return
         if qp.n_reads:
             p = min(p, read_limit(qp))
+        qp.naks += 1
         if t == AETH_RNR_NAK:
             st.rx_rnr_naks += 1
             self.acked_through(qp, p, now)
@@ -183,7 +257,8 @@ class Requester:
             if self.rnr_retry is not None and qp.rnr_retries > self.rnr_retry:
                 self.fail(qp, WcStatus.RNR_RETRY_EXC_ERR, now)
                 return
-            qp.paused_until_ns = now + RNR_TIMER_US[syn & 0x1F] * 1000
+            # the code's time is fabric time: x dilation on our clock
+            qp.paused_until_ns = now + int(RNR_TIMER_US[syn & 0x1F] * 1000 * self.dilation)
             qp.retries = 0
             qp.rto_deadline_ns = 0       # re-armed when the retry goes out
             self.rewind(qp, p)
@@ -192,10 +267,10 @@ class Requester:
         self.acked_through(qp, p, now)
         if syn == NAK_PSN_SEQ_ERR:
             qp.retries = 0               # the responder is alive
-            qp.rto_deadline_ns = now + self.rto_for(qp)
             if p < qp.snd_nxt:
                 st.nak_rewinds += 1
                 self.rewind(qp, p)
+            self._rearm(qp, now)         # what it discarded is owed again once resent
             return
         self.fail(qp, _NAK_STATUS.get(syn & 0x1F, WcStatus.REM_OP_ERR), now)
 
@@ -227,10 +302,14 @@ class Requester:
         qp.cur_idx = max(0, qp.cur_idx - popped)
         if qp.snd_nxt < una:
             self.rewind(qp, una)
-        qp.rto_deadline_ns = now + self.rto_for(qp) if qp.snd_una < qp.snd_max else 0
+        self._rearm(qp, now)
 
     def rewind(self, qp, psn: int) -> None:
-        """Continue sending ``qp`` at ``psn`` (unwrapped)."""
+        """Continue sending ``qp`` at ``psn`` (unwrapped). Going back, the
+        responses owed for PSNs from ``psn`` on are void (the responder drops
+        what follows a gap) until they are sent again."""
+        if psn < qp.snd_nxt and psn < qp.ackreq_max:
+            qp.ackreq_max = psn
         qp.snd_nxt = psn
         idx = 0
         for w in qp.sq:
@@ -255,31 +334,46 @@ class Requester:
             first = False
         qp.cur_idx = 0
         qp.n_reads = 0
-        qp.snd_nxt = qp.snd_una = qp.snd_max = qp.next_psn
+        qp.snd_nxt = qp.snd_una = qp.snd_max = qp.ackreq_max = qp.next_psn
 
     # -- timers ----------------------------------------------------------------------
-    def timers(self, now: int, data_resume_ns: float) -> None:
-        """ACK timeouts due at ``now``; PFC holds the data class until
-        ``data_resume_ns``."""
+    def timers(self, now: int) -> None:
+        """ACK timeouts due at ``now``. Time PFC held our data class since a
+        timeout was armed does not count: its deadline moves out by that
+        much (while the class is still held, it is looked at again when the
+        pause ends, or every eighth of a timeout if an XON may end it
+        sooner). The packets we sent before a pause wait in the queues that
+        made the switch pause us, so their ACKs are late by about as much."""
+        pfc = self.pfc
+        prio = self.data_priority
         for qp in self.qps:
             dl = qp.rto_deadline_ns
             if not dl or now < dl:
                 continue
-            if qp.snd_una >= qp.snd_max:
+            if qp.snd_una >= qp.ackreq_max:
                 qp.rto_deadline_ns = 0
                 continue
-            if now < data_resume_ns:
-                # PFC holds our data priority: no ACK is owed for what we
-                # cannot send; look again a full RTO after the pause
-                qp.rto_deadline_ns = int(data_resume_ns) + self.rto_for(qp)
-                continue
+            if pfc is not None:
+                held = pfc.held_ns(prio, now)
+                credit = held - qp.rto_held_ns
+                resume = pfc.until_ns[prio]
+                if credit > 0 or now < resume:
+                    qp.rto_held_ns = held
+                    dl += int(credit)
+                    if now < resume:         # held now: no ACK is owed for what waits
+                        dl = max(dl, min(int(resume) + 1, now + (self.rto_for(qp) >> 3)))
+                    if dl > now:
+                        qp.rto_deadline_ns = dl
+                        continue
             self.stats.timeouts += 1
+            qp.timeouts += 1
             qp.retries += 1
             if qp.retries > self.retry_cnt:
                 self.fail(qp, WcStatus.RETRY_EXC_ERR, now)
                 continue
             self.rewind(qp, qp.snd_una)
-            qp.rto_deadline_ns = now + (self.rto_for(qp) << min(qp.retries, 3))
+            qp.ackreq_max = qp.snd_una   # all void: owed again (and timed, backed off) once resent
+            qp.rto_deadline_ns = 0
 
     def next_timer_ns(self, limit: float) -> float:
         """The earliest ACK timeout, at most ``limit``."""

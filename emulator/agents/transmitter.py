@@ -160,7 +160,6 @@ class Transmitter:
         in_flight = wire.in_flight
         put = wire.put
         send = self._send
-        late_ns = self.max_lag_ns
         ctrl = self.ack_queue
         cnpq = self.cnp_queue
         rate = self.rate_bps
@@ -175,7 +174,7 @@ class Transmitter:
             for _ in range(self.TX_BURST):
                 # frames whose serialization and propagation are over leave now
                 if in_flight and in_flight[0][0] <= now:
-                    wire.release(now, send, late_ns)
+                    wire.release(now, send)
                 # serialize the next frame if its slot has come
                 slot = self.slot_free_ns
                 if self.wire_idle or slot < now - self.max_lag_ns:
@@ -235,7 +234,7 @@ class Transmitter:
                 self.slot_free_ns = end
                 put(end, frame)
             if in_flight and in_flight[0][0] <= now:
-                wire.release(now, send, late_ns)
+                wire.release(now, send)
         except _SocketFull:
             return
 
@@ -259,9 +258,8 @@ class Transmitter:
                 op = w.ops[2]
             else:
                 op = w.ops[1]
-            ack_req = k == n - 1 or (psn + 1) % self.ack_every_n == 0
             reth = (w.remote_addr, w.rkey, w.length) if (w.is_write and k == 0) else None
-            return qp.tpl.build(op, psn, w.buf[off:end], ack_req=ack_req, reth=reth)
+            return qp.tpl.build(op, psn, w.buf[off:end], ack_req=f.ack_req, reth=reth)
         if t is AckFrame:
             return qp.tpl.build(RC_ACK, f.psn, aeth=(f.syndrome, f.msn))
         if t is ReadResponseFrame:
@@ -299,7 +297,7 @@ class Transmitter:
             qp.tx_data_packets += 1
             plen = f.wqe.length - f.k * self.mtu_bytes
             st.tx_data_payload_bytes += plen if plen < self.mtu_bytes else self.mtu_bytes
-            self.requester.sent(qp, now)
+            self.requester.sent(qp, now, f.psn + 1, f.ack_req)
         elif t is AckFrame:
             if f.syndrome == AETH_ACK_SYNDROME:
                 st.tx_acks += 1
@@ -309,7 +307,7 @@ class Transmitter:
                 self.logs.cnp(now, f.qp.qpn, f.qp.remote_qpn, "tx")
         elif t is ReadRequestFrame:
             st.tx_read_requests += 1
-            self.requester.sent(f.qp, now)
+            self.requester.sent(f.qp, now, f.psn + f.wqe.npkts - f.k, True)
         else:
             st.tx_read_responses += 1
             st.tx_data_payload_bytes += min(self.mtu_bytes, f.job.length - f.k * self.mtu_bytes)

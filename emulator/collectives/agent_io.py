@@ -24,6 +24,8 @@ def agent_main(module: str, config: type[C], run: Callable[[C, str], dict],
     if len(argv) != 1:
         print(f"usage: python -m {module} CONFIG.json", file=sys.stderr)
         return 2
+    from emulator.net.lifeline import die_with_runner
+    die_with_runner()
     try:
         cfg = config.load(argv[0])
         res = run(cfg, argv[0])

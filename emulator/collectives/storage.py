@@ -46,7 +46,7 @@ def make_nic(n: NicConfig, clock: Clock = MONOTONIC):
                    mtu_bytes=n.mtu_bytes, tx_delay_ns=n.tx_delay_ns, dscp=n.dscp,
                    priority=n.priority, cnp_dscp=n.cnp_dscp, cnp_priority=n.cnp_priority,
                    cnp_interval_ns=n.cnp_interval_ns, retry_cnt=n.retry_cnt, dcqcn=n.dcqcn,
-                   clock=clock)
+                   rto_ns=n.rto_ns, dilation=n.dilation, clock=clock)
 
 
 class StorageReader:

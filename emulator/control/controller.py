@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from emulator.control.p4rt_client import SwitchConnection
 from emulator.control.qos import QosSpec, qos_entities
+from emulator.dataplane.malformed import MALFORMED_SLOTS, Malformed
 from emulator.p4.p4info import P4Info
 from emulator.topo import Fabric, compute_routes, ecmp_groups, nexthop_members
 
@@ -30,6 +31,9 @@ PORT_PRIORITY_COUNTERS = {  # index port * 8 + priority
     "pause_rx": "pfc_rx_counter",
 }
 NUM_PRIORITIES = 8
+# malformed_drop_counter (index port * MALFORMED_SLOTS + reason): summary name
+# prefix per reason, e.g. malformed_ipv4_checksum
+MALFORMED_PREFIX = {r.value: f"malformed_{r.name.lower()}" for r in Malformed}
 
 
 def switch_entities(fabric: Fabric, p4info: P4Info, switch: str, routes=None) -> dict[str, list]:
@@ -89,12 +93,20 @@ class FabricController:
                     conn.insert(ents[kind])
 
     def read_port_counters(self) -> dict[tuple[str, int], dict]:
-        """(switch, port) -> {rx_packets, rx_bytes, enq_..., tx_..., pipeline_drop_...}."""
+        """(switch, port) -> {rx_packets, rx_bytes, enq_..., tx_..., pipeline_drop_...,
+        and malformed_<reason>_packets/_bytes for the reasons that counted something}."""
         out: dict[tuple[str, int], dict] = {}
         for name, conn in self.conns.items():
             for prefix, counter in PORT_COUNTERS.items():
                 for index, (packets, nbytes) in conn.read_counter(counter).items():
                     cell = out.setdefault((name, index), {})
+                    cell[f"{prefix}_packets"] = packets
+                    cell[f"{prefix}_bytes"] = nbytes
+            for index, (packets, nbytes) in conn.read_counter("malformed_drop_counter").items():
+                port, reason = divmod(index, MALFORMED_SLOTS)
+                if packets and reason in MALFORMED_PREFIX:
+                    cell = out.setdefault((name, port), {})
+                    prefix = MALFORMED_PREFIX[reason]
                     cell[f"{prefix}_packets"] = packets
                     cell[f"{prefix}_bytes"] = nbytes
         return out

@@ -13,7 +13,10 @@ channel, arbitrates, and (by default) waits to become the primary.
 
 Errors: ``P4RuntimeError`` (any RPC failure, with the gRPC code), its
 subclass ``WriteError`` (``.errors``: one ``UpdateError`` per failed
-update) and ``ArbitrationError`` (could not become primary).
+update the server's details cover; a large batch's details cover its
+first updates only, ``.covered`` says how many) and ``ArbitrationError``
+(could not become primary). ``write`` sends ``CONTINUE_ON_ERROR`` batches
+unless told otherwise: the updates that succeed stay.
 """
 from __future__ import annotations
 
@@ -63,9 +66,13 @@ class P4RuntimeError(Exception):
     """A P4Runtime RPC failed."""
 
     def __init__(self, what: str, code: grpc.StatusCode | None, message: str,
-                 errors: list[UpdateError] | None = None):
+                 errors: list[UpdateError] | None = None, covered: int | None = None):
         self.what, self.code, self.message = what, code, message
         self.errors: list[UpdateError] = errors or []
+        # Batch items the server's details covered (one p4.v1.Error each, in
+        # order); fewer than the batch when it cut them to fit the trailer
+        # (the message then says so and quotes the first failures). None: no details.
+        self.covered = covered
         text = f"{what}: {code.name if code else 'ERROR'}: {message}"
         if self.errors:
             text += "".join(f"\n  {e}" for e in self.errors)
@@ -85,19 +92,24 @@ class ArbitrationError(P4RuntimeError):
     """The session could not be established or is not the primary."""
 
 
-def _details(err: grpc.RpcError) -> list[tuple[int, int, str]]:
-    """``(index, canonical_code, message)`` of every p4.v1.Error in a gRPC error's details."""
-    out = []
+def _details(err: grpc.RpcError) -> tuple[list[tuple[int, int, str]], int | None]:
+    """``(index, canonical_code, message)`` of every p4.v1.Error in a gRPC
+    error's details, and how many batch items the details cover (None: no details)."""
+    out, covered = [], None
     for key, value in (err.trailing_metadata() or ()):
         if key != "grpc-status-details-bin":
             continue
         status = status_pb2.Status()
-        status.ParseFromString(value)
+        try:
+            status.ParseFromString(value)
+        except Exception:  # a peer's garbage: the gRPC code and message still say what failed
+            continue
+        covered = len(status.details)
         for i, any_msg in enumerate(status.details):
             e = pb.Error()
             if any_msg.Unpack(e):
                 out.append((i, e.canonical_code, e.message))
-    return out
+    return out, covered
 
 
 def _entity(item: Any) -> pb.Entity:
@@ -338,10 +350,12 @@ class SwitchConnection:
         try:
             self._stub.Write(req, timeout=timeout)
         except grpc.RpcError as e:
+            details, covered = _details(e)
             errors = [UpdateError(i, c, m, req.updates[i] if i < len(req.updates) else None)
-                      for i, c, m in _details(e) if c != code_pb2.OK]
+                      for i, c, m in details if c != code_pb2.OK]
             raise WriteError(f"P4Runtime {self.address} device {self.device_id}: Write "
-                             f"({len(req.updates)} updates)", e.code(), e.details() or "", errors) from None
+                             f"({len(req.updates)} updates)", e.code(), e.details() or "", errors,
+                             covered) from None
 
     def _updates(self, utype: int, entities: Any) -> list[pb.Update]:
         if not isinstance(entities, (list, tuple)):
@@ -369,10 +383,11 @@ class SwitchConnection:
             for resp in self._stub.Read(req, timeout=timeout):
                 out.extend(resp.entities)
         except grpc.RpcError as e:
+            details, covered = _details(e)
             errors = [UpdateError(i, c, m, req.entities[i] if i < len(req.entities) else None)
-                      for i, c, m in _details(e) if c != code_pb2.OK]
+                      for i, c, m in details if c != code_pb2.OK]
             raise P4RuntimeError(f"P4Runtime {self.address} device {self.device_id}: Read",
-                                 e.code(), e.details() or "", errors) from None
+                                 e.code(), e.details() or "", errors, covered) from None
         return out
 
     def read_table_entries(self, table: str | int | None = None) -> list[pb.TableEntry]:

@@ -1,57 +1,25 @@
 """Traffic classes, PFC and ECN: what the controller installs for them.
 
-The QoS part of an experiment file (``qos:``) is validated by these models
-and turned into ``dscp_to_priority``, ``pfc_config`` and ``ecn_config``
+The QoS part of an experiment file (``qos:``, validated by
+``emulator.schema.qos``) is turned into ``dscp_to_priority``, ``pfc_config`` and ``ecn_config``
 entries of ``fabric.p4`` (see docs/lossless.md). Byte thresholds are not
 dilated: a link's bandwidth-delay product in bytes is the same at rate ÷ D
 and delay × D.
 """
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt
-
 from emulator.p4.p4info import P4Info
+from emulator.schema.qos import EcnSpec, PfcSpec, QosSpec  # noqa: F401 (the specs it installs)
 from emulator.topo import Fabric
+from emulator.wire import ICRC_BYTES, PFC_QUANTUM_BITS, RETH_BYTES, ROCE_HDR_BYTES
 
-# Ethernet 14 + IPv4 20 + UDP 8 + BTH 12 + RETH 16 + ICRC 4: a full RoCEv2
-# WRITE frame carries this much beyond its payload.
-ROCE_FRAME_OVERHEAD_BYTES = 74
+# A full RoCEv2 WRITE frame carries this much beyond its payload (headers,
+# RETH, ICRC; emulator/wire.py).
+ROCE_FRAME_OVERHEAD_BYTES = ROCE_HDR_BYTES + RETH_BYTES + ICRC_BYTES
 DEFAULT_XOFF_BYTES = 32_000
-# A pause quantum is 512 bit times (802.1Qbb).
-PAUSE_QUANTUM_BITS = 512
+
 # Clone session of port p for the pause frames fabric.p4 makes on BMv2.
 PFC_SESSION_BASE = 512
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-
-class PfcSpec(_Strict):
-    enabled: bool = True
-    xoff_bytes: PositiveInt | None = None      # None: DEFAULT_XOFF_BYTES
-    xon_bytes: PositiveInt | None = None       # None: XOFF - 2 MTU frames
-    headroom_bytes: PositiveInt | None = None  # None: sized from each link (see headroom_bytes())
-    # How long a pause that fabric.p4 sends on BMv2 lasts unless refreshed
-    # (it is refreshed every half of it while the cause lasts; an XON ends
-    # it early). The embedded target's traffic manager sends 0xFFFF/XON.
-    pause_us: float = Field(20.0, gt=0, le=1000)
-
-
-class EcnSpec(_Strict):
-    enabled: bool = True
-    kmin_bytes: PositiveInt = 5_000            # DCQCN paper: 5 KB
-    kmax_bytes: PositiveInt = 200_000          # DCQCN paper: 200 KB
-    pmax: float = Field(0.01, ge=0.0, le=1.0)  # DCQCN paper: 1 %
-
-
-class QosSpec(_Strict):
-    roce_dscp: int = Field(26, ge=0, le=63)    # RoCE data, ACK/NAK
-    roce_priority: int = Field(3, ge=0, le=7)  # the lossless class
-    cnp_dscp: int = Field(48, ge=0, le=63)
-    cnp_priority: int = Field(6, ge=0, le=7)
-    pfc: PfcSpec = PfcSpec()
-    ecn: EcnSpec = EcnSpec()
 
 
 def mtu_frame_bytes(mtu_bytes: int) -> int:
@@ -74,7 +42,7 @@ def headroom_bytes(rate_bps: int, delay_ns: int, mtu_bytes: int, reaction_fabric
 
 def pause_quanta(rate_bps: int, pause_ns: float) -> int:
     """Quanta (512 bit times at ``rate_bps``) of a pause lasting ``pause_ns``."""
-    return max(1, min(0xFFFF, round(pause_ns * rate_bps / 1e9 / PAUSE_QUANTUM_BITS)))
+    return max(1, min(0xFFFF, round(pause_ns * rate_bps / 1e9 / PFC_QUANTUM_BITS)))
 
 
 def pfc_port_params(rate_bps: int, pfc: PfcSpec, dilation: float) -> dict:
@@ -83,7 +51,7 @@ def pfc_port_params(rate_bps: int, pfc: PfcSpec, dilation: float) -> dict:
     BMv2 stamps packets in wall-clock microseconds, so the times are dilated:
     a quantum lasts 512 bits at rate ÷ D.
     """
-    quantum_wall_us = PAUSE_QUANTUM_BITS / (rate_bps / dilation) * 1e6
+    quantum_wall_us = PFC_QUANTUM_BITS / (rate_bps / dilation) * 1e6
     return {"pause_quanta": pause_quanta(rate_bps, pfc.pause_us * 1000),
             "refresh_us": max(1, round(pfc.pause_us * dilation / 2)),
             "quantum_us_q10": max(1, round(quantum_wall_us * 1024))}

@@ -4,8 +4,10 @@ Each control block of the P4 program has its counterpart here, in the same
 order and with the same table semantics, so that a packet test's expected
 output holds on BMv2 and on this target alike:
 
-    ingress:  packet-out | rx_port_counter, MAC control (PFC: pfc_rx_counter,
-              handed to the traffic manager, consumed) | dscp_to_priority,
+    ingress:  packet-out | rx_port_counter, malformed IPv4 (dropped:
+              pipeline_drop_counter + malformed_drop_counter), MAC control
+              (PFC: pfc_rx_counter, handed to the traffic manager, consumed) |
+              dscp_to_priority,
               pfc_config, my_station, ipv4_lpm (+ecmp_selector), acl,
               pipeline_drop_counter / enq_port_counter + enq_prio_counter
     egress:   ecn_config, tx_port_counter, tx_prio_counter, ecn_mark_counter:
@@ -15,11 +17,13 @@ output holds on BMv2 and on this target alike:
 Tables come from ``SwitchState`` (what the controller wrote over P4Runtime).
 The P4 ingress is a pure function of a few header fields, so its outcome is
 cached per flow key and the cache is flushed whenever the state's generation
-changes. Per packet, the hot path is then: build the key, one dict lookup,
-rewrite MACs/TTL/checksum in a bytearray. The outcome (``Verdict``) also
-carries what the traffic manager needs: the priority, the PFC thresholds of
-(ingress port, priority) if that class is lossless, and the ECN thresholds of
-(egress port, priority); ``FabricPipeline.verdict`` holds the last one.
+changes. Per packet, the hot path is then: the malformed-packet checks that
+the key does not cover (total length, header checksum), build the key, one
+dict lookup, rewrite MACs/TTL/checksum in a bytearray. The outcome
+(``Verdict``) also carries what the traffic manager needs: the priority, the
+PFC thresholds of (ingress port, priority) if that class is lossless, and the
+ECN thresholds of (egress port, priority); ``FabricPipeline.verdict`` holds
+the last one.
 """
 from __future__ import annotations
 
@@ -27,11 +31,15 @@ import struct
 from dataclasses import dataclass
 from typing import Callable
 
+from emulator.dataplane.malformed import Malformed, malformed_cell
 from emulator.dataplane.pfc import OPCODE_PFC, parse_mac_control
 from emulator.dataplane.state import ActionCall, SwitchState
 from emulator.p4.ecmp import ecmp_hash
 from emulator.p4.p4info import P4Info
-from emulator.wire import CPU_PORT, ETH_P_IP, NUM_PRIORITIES, UDP_HDR_BYTES, UDP_OFFSET
+from emulator.wire import (
+    BTH_BYTES, CPU_PORT, ETH_HDR_BYTES, ETH_P_IP, IPV4_HDR_BYTES, NUM_PRIORITIES, ROCEV2_UDP_DPORT,
+    UDP_HDR_BYTES, UDP_OFFSET,
+)
 
 DROP_PORT = 511            # v1model's egress_spec after mark_to_drop()
 ETHERTYPE_IPV4 = ETH_P_IP
@@ -41,6 +49,10 @@ IP_PROTO_UDP = 17
 _L4 = UDP_OFFSET
 _L4_END = UDP_OFFSET + UDP_HDR_BYTES
 _FLOW_CACHE_MAX = 65536
+# Smallest IPv4 total length that carries a UDP header, and UDP + BTH.
+_IPV4_UDP_BYTES = IPV4_HDR_BYTES + UDP_HDR_BYTES
+_IPV4_UDP_BTH_BYTES = _IPV4_UDP_BYTES + BTH_BYTES
+_FAST_MIN_FRAME = ETH_HDR_BYTES + _IPV4_UDP_BTH_BYTES
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,12 +85,55 @@ def _ipv4_header_checksum(frame) -> int:
     """FabricComputeChecksum: csum16 over the base header, recomputed from scratch.
 
     Not an incremental (RFC 1624) update: like update_checksum on BMv2, the
-    result never is 0xFFFF and a wrong incoming checksum comes out repaired.
+    result never is 0xFFFF. (``rewrite`` gets the same value faster.)
     """
     s = sum(_IPV4_CSUM_WORDS.unpack_from(frame, 14))
     s = (s & 0xFFFF) + (s >> 16)
     s = (s & 0xFFFF) + (s >> 16)
     return ~s & 0xFFFF
+
+
+def _ipv4_checksum_ok(frame) -> bool:
+    """FabricVerifyChecksum: does the header checksum equal csum16 of the rest?
+
+    The 16-bit one's complement sum of the header's words is their sum mod
+    0xFFFF (2**16 = 1 mod 0xFFFF), so a right checksum makes the header, read
+    as one integer, a multiple of 0xFFFF. BMv2 compares the field with the
+    computed csum16, which never is 0xFFFF: that "negative zero" is wrong too.
+    """
+    return (frame[24] != 0xFF or frame[25] != 0xFF) and int.from_bytes(frame[14:34]) % 0xFFFF == 0
+
+
+def malformed_reason(frame) -> int:
+    """fabric.p4's malformed-IPv4 checks, in its order, on a frame of
+    EtherType 0x0800: the ``Malformed`` reason it is dropped for, 0 if none.
+
+    IPv4 options (IHL 6..15) are dropped as unsupported, not parsed: see
+    fabric.p4 (RoCEv2 never carries them; UDP and BTH stay at fixed offsets).
+    """
+    n = len(frame)
+    if n < _L4:
+        return Malformed.IPV4_TRUNCATED
+    version_ihl = frame[14]
+    if version_ihl >> 4 != 4:
+        return Malformed.IPV4_VERSION
+    if version_ihl & 0x0F < 5:
+        return Malformed.IPV4_IHL
+    if version_ihl & 0x0F != 5:
+        return Malformed.IPV4_OPTIONS
+    total_len = frame[16] << 8 | frame[17]
+    # A frame longer than that is legal: Ethernet pads to 60 bytes.
+    if total_len < IPV4_HDR_BYTES or total_len > n - ETH_HDR_BYTES:
+        return Malformed.IPV4_TOTAL_LENGTH
+    if not _ipv4_checksum_ok(frame):
+        return Malformed.IPV4_CHECKSUM
+    if frame[23] == IP_PROTO_UDP:
+        # By the total length, not the frame: padding is no UDP header.
+        if total_len < _IPV4_UDP_BYTES:
+            return Malformed.UDP_TRUNCATED
+        if (frame[36] << 8 | frame[37]) == ROCEV2_UDP_DPORT and total_len < _IPV4_UDP_BTH_BYTES:
+            return Malformed.BTH_TRUNCATED
+    return 0
 
 
 def rewrite(frame: bytes, verdict: Verdict) -> bytearray:
@@ -88,7 +143,11 @@ def rewrite(frame: bytes, verdict: Verdict) -> bytearray:
         out[0:12] = verdict.new_macs
     if verdict.decrement_ttl:
         out[22] -= 1
-        csum = _ipv4_header_checksum(out)
+        # FabricComputeChecksum's from-scratch csum16 (_ipv4_header_checksum),
+        # got from the old checksum: ingress dropped every header whose
+        # checksum was wrong, so the rest of the header sums to 0xFFFF - old
+        # (one's complement, in 1..0xFFFF); the TTL byte takes 0x100 off.
+        csum = 0xFFFE - (0xFEFE - (out[24] << 8 | out[25])) % 0xFFFF
         out[24] = csum >> 8
         out[25] = csum & 0xFF
     return out
@@ -136,6 +195,7 @@ class CompiledTables:
             self.enq = counters.get(ids.enq_port_counter)
             self.enq_prio = counters.get(ids.enq_prio_counter)
             self.pipeline_drop = counters.get(ids.pipeline_drop_counter)
+            self.malformed = counters.get(ids.malformed_drop_counter)
             # Egress counters, counted by the traffic manager.
             self.tx = counters.get(ids.tx_port_counter)
             self.tx_prio = counters.get(ids.tx_prio_counter)
@@ -203,6 +263,7 @@ class _PipelineIds:
         self.rx_port_counter = p4info.counter_id("rx_port_counter")
         self.enq_port_counter = p4info.counter_id("enq_port_counter")
         self.pipeline_drop_counter = p4info.counter_id("pipeline_drop_counter")
+        self.malformed_drop_counter = p4info.counter_id("malformed_drop_counter")
         self.tx_port_counter = p4info.counter_id("tx_port_counter")
         # Lossless part.
         self.dscp_to_priority = p4info.table_id("dscp_to_priority")
@@ -277,23 +338,36 @@ class FabricPipeline:
         else:
             tables.rx.count(ingress_port, n)
 
-        # Flow key: exactly the header bits ingress reads, except the TTL and
-        # the ECN bits (byte 15 is DSCP:6 ECN:2; only the DSCP is matched).
-        # (Frames too short for a UDP header take the slow path: their key
-        # bytes could equal a longer frame's, but the parser reads no ports.)
-        ipv4 = n >= _L4 and frame[12] == 0x08 and frame[13] == 0x00
-        if ipv4 and frame[22] > 1 and n >= _L4_END:
-            key = ((frame[15] & 0xFC) << 7 | ingress_port,
-                   frame[0:6] + frame[12:15] + frame[23:24] + frame[26:38])
+        # The flow cache serves only well-formed IPv4 with IHL 5 and TTL > 1,
+        # long enough for UDP + BTH whatever its protocol: checked here, per
+        # packet, as they are not in the key (total length, checksum), so a
+        # malformed packet never gets a good one's cached verdict. Anything
+        # else takes the slow path, malformed_reason() first.
+        if (n >= _FAST_MIN_FRAME and frame[14] == 0x45 and frame[12] == 0x08 and frame[13] == 0x00
+                and frame[22] > 1 and _IPV4_UDP_BTH_BYTES <= frame[16] * 256 + frame[17] <= n - 14
+                and (frame[24] != 0xFF or frame[25] != 0xFF)      # _ipv4_checksum_ok, inlined
+                and int.from_bytes(frame[14:34]) % 0xFFFF == 0):
+            # Flow key: exactly the header bits ingress reads, except the TTL,
+            # the ECN bits (byte 15 is DSCP:6 ECN:2; only the DSCP is matched)
+            # and what the test above fixed (EtherType, version, IHL). A tuple
+            # of slices: cheaper than joining them.
+            key = ((frame[15] & 0xFC) << 7 | ingress_port, frame[0:6], frame[23], frame[26:38])
             verdict = self._cache.get(key)
             if verdict is None:
-                verdict = self._decide(frame, ingress_port, ipv4)
+                verdict = self._decide(frame, ingress_port, True)
                 if len(self._cache) >= _FLOW_CACHE_MAX:
                     self._cache.clear()
                 self._cache[key] = verdict
         elif n >= _L4 and frame[12] == 0x88 and frame[13] == 0x08:
             return self._mac_control(frame, ingress_port)
         else:
+            ipv4 = n >= ETH_HDR_BYTES and frame[12] == 0x08 and frame[13] == 0x00
+            reason = malformed_reason(frame) if ipv4 else 0
+            if reason:
+                self.verdict = _DROP
+                tables.pipeline_drop.count(ingress_port, n)
+                tables.malformed.count(malformed_cell(ingress_port, reason), n)
+                return DROP_PORT, frame
             verdict = self._decide(frame, ingress_port, ipv4)
 
         self.verdict = verdict
@@ -356,13 +430,11 @@ class FabricPipeline:
         verdict = _DROP
         priority = 0
         if ipv4:
-            ihl = frame[14] & 0x0F
             proto = frame[23]
             src, dst = struct.unpack_from("!II", frame, 26)
             priority = tables.dscp_to_priority.get(frame[15] >> 2, 0)
-            # parse_udp extracts 8 bytes: a shorter frame ends the parser
-            # (PacketTooShort) with the l4 ports still 0.
-            if ihl == 5 and proto == IP_PROTO_UDP and len(frame) >= _L4_END:
+            # Well formed (malformed_reason): IHL 5, and UDP has its header.
+            if proto == IP_PROTO_UDP:
                 sport, dport = struct.unpack_from("!HH", frame, _L4)
             if int.from_bytes(frame[0:6], "big") in tables.my_station and frame[22] > 1:
                 actions = tables.lookup_lpm(dst)

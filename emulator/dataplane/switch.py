@@ -24,7 +24,6 @@ Mininet node; rates and delays already dilated).
 """
 from __future__ import annotations
 
-import ctypes
 import gc
 import json
 import signal
@@ -39,6 +38,7 @@ from emulator.dataplane.pipeline import DROP_PORT, FabricPipeline
 from emulator.dataplane.state import SwitchState
 from emulator.dataplane.tm import TrafficManager
 from emulator.errors import ConfigError
+from emulator.net.lifeline import die_with_runner
 from emulator.p4.p4info import P4Info
 from emulator.schema.switch import PortConfig, SwitchConfig
 from emulator.wire import CPU_PORT
@@ -50,7 +50,6 @@ PACKET_IGNORE_OUTGOING = 23
 RX_BATCH = 64              # frames drained from one socket per wakeup
 RX_MAX_BYTES = 9216        # jumbo frames (a 4096-byte RoCE MTU frame is 4170 bytes)
 IDLE_WAKE_NS = 50_000_000  # how often an idle loop looks at packet-outs and stop
-LATE_THRESHOLD_NS = 1_000_000  # a release later than this counts as falling behind
 FLUSH_INTERVAL_NS = 1_000_000_000   # raw logs and pcaps reach the disk this often
 NEVER = 1 << 62
 
@@ -199,7 +198,7 @@ class EmbeddedSwitch:
                     enqueue(clock(), payload, pipeline.verdict)
             now = clock()
             tm.poll(now)
-            tm.transmit(now, LATE_THRESHOLD_NS)
+            tm.transmit(now)
             if now >= next_sample:
                 tm.sample(now, self.logs.qdepth)
                 next_sample += sample_ns
@@ -241,14 +240,6 @@ class EmbeddedSwitch:
                 "ports": ports}
 
 
-def _die_with_parent() -> None:
-    """PR_SET_PDEATHSIG: if whoever started us dies, so do we (no orphans)."""
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)
-    except OSError:
-        pass
-
-
 def main(argv: list[str] | None = None) -> int:
     from emulator.dataplane.p4rt_server import P4RuntimeServer
 
@@ -256,7 +247,8 @@ def main(argv: list[str] | None = None) -> int:
     if len(argv) != 1:
         print("usage: python -m emulator.dataplane SWITCH_CONFIG.json", file=sys.stderr)
         return 2
-    _die_with_parent()
+    # SIGKILL with the runner; started by hand, SIGTERM with the parent (no orphans).
+    die_with_runner(unsupervised_signal=signal.SIGTERM)
     try:
         cfg = SwitchConfig.load(argv[0])
     except ConfigError as e:             # one line, like every bad config

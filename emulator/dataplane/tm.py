@@ -411,14 +411,14 @@ class TrafficManager:
         return frame
 
     # ------------------------------------------------------------ dequeue
-    def transmit(self, now_ns: int, late_threshold_ns: int) -> None:
+    def transmit(self, now_ns: int) -> None:
         """Serve every port up to ``now_ns`` and release what its wire delivers by then."""
         for port in self.port_list:
             if port.busy_until <= now_ns and (port.nonempty or port.ctrl or port.paused):
                 port.serve(now_ns, self)
             wire = port.wire
             if wire.in_flight:
-                wire.release(now_ns, port.send, late_threshold_ns)
+                wire.release(now_ns, port.send)
 
     # ------------------------------------------------------------ PFC
     def _send_pfc(self, now_ns: int, cell: int, quanta: int) -> None:
@@ -518,7 +518,7 @@ class TrafficManager:
             "port": port_no, "rate_bps": port.rate_bps,
             "tx_packets": sum(port.tx_packets), "tx_bytes": sum(port.tx_bytes),
             "queue_drops": sum(port.drops), "max_depth_bytes": max(port.max_depth),
-            "late_frames": port.wire.late_frames, "max_lateness_ns": port.wire.max_lateness_ns,
+            **port.wire.lateness_stats(),
             "priorities": prios,
         }
 

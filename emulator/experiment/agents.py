@@ -11,30 +11,45 @@ import time
 from pathlib import Path
 
 from emulator.agents.host import write_layout
+from emulator.agents.requester import DEFAULT_RTO_FABRIC_NS
 from emulator.experiment.endpoints import agent_keys, dropped_flows
 from emulator.experiment.resolved import Experiment
-from emulator.net.fabric import FabricNet, dilated_link
+from emulator.errors import RunAborted
+from emulator.net.fabric import FabricNet, dilated_link, exit_phrase
+from emulator.net.lifeline import child_env
 from emulator.schema.agent import (
     DEFAULT_MR_RKEY, ExpectConfig, HostAgentConfig, NicConfig, QpConfig, SendConfig,
 )
 from emulator.schema.load import ProcessConfig
 from emulator.wire import roce_sport
 
+# Exit statuses of an agent that ended by itself: done (0), or done with
+# flows incomplete (3); anything else (a traceback, a signal) is a death.
+AGENT_ENDED = (0, 3)
 AGENT_START_S = 2.0           # time for every agent to start and import Scapy
 AGENT_START_PER_HOST_S = 0.25
 
 
+def rto_fabric_ns(exp: Experiment) -> int:
+    """The NICs' ACK timeout in fabric ns: ``nic.rto_us``, else the default
+    (``agents.requester.DEFAULT_RTO_FABRIC_NS``) -- never a function of D."""
+    us = exp.spec.nic.rto_us
+    return DEFAULT_RTO_FABRIC_NS if us is None else int(us * 1000)
+
+
 def nic_fields(exp: Experiment, nic: str) -> dict:
     """What an agent needs to drive one NIC (host node): its interface and
-    addresses, link rate and delay (dilated), and the NIC-side QoS, CNP and
-    DCQCN settings of the experiment -- the fields of ``NicConfig``, which
-    host agents and server agents share."""
+    addresses, link rate and delay (dilated), and the NIC-side transport
+    timers, QoS, CNP and DCQCN settings of the experiment -- the fields of
+    ``NicConfig``, which host agents and server agents share. Every timer
+    is a fabric value x D here (wall ns), like the link delay."""
     fabric, plan, d, spec = exp.fabric, exp.fabric.addresses, exp.dilation, exp.spec
     port = fabric.ports(nic)[0]
     rate_bps, delay_ns = dilated_link(fabric, nic, port.port_no, d)
     return {"ifname": port.ifname, "mac": plan.host_mac(nic), "ip": plan.host_ip(nic),
             "gateway_mac": plan.gateway_mac(nic), "rate_bps": rate_bps, "tx_delay_ns": delay_ns,
             "mtu_bytes": spec.nic.mtu_bytes, "retry_cnt": spec.nic.retry_cnt,
+            "rto_ns": int(rto_fabric_ns(exp) * d), "dilation": d,
             "dscp": spec.qos.roce_dscp, "priority": spec.qos.roce_priority,
             "cnp_dscp": spec.qos.cnp_dscp, "cnp_priority": spec.qos.cnp_priority,
             "cnp_interval_ns": spec.dcqcn.cnp_interval_ns(d),
@@ -76,13 +91,18 @@ def agent_configs(exp: Experiment, run_dir: Path, start_at_unix_ns: int,
             remote_addr=(0 if f.flow_id in dropped else remote_addr[f.flow_id]) if write else None))
     # Flow progress is sampled as often as the switches sample their queues.
     sample_interval_ns = int((exp.spec.switch.sample_interval_us or 1.0) * 1000 * d)
-    rto_ns = None if exp.spec.nic.rto_us is None else int(exp.spec.nic.rto_us * 1000 * d)
     return {h: HostAgentConfig(
         host=h, **nic_fields(exp, h), **agent_keys(exp, h),
-        sample_interval_ns=sample_interval_ns, rto_ns=rto_ns,
+        sample_interval_ns=sample_interval_ns,
         start_at_unix_ns=start_at_unix_ns, deadline_s=exp.spec.limits.wall_s,
         qps=qps[h], send=send[h], expect=expect[h], mr_rkey=DEFAULT_MR_RKEY,
-        result_path=str(run_dir / f"{h}.result.json")) for h in names}
+        result_path=str(run_dir / f"{h}.result.json"),
+        progress_path=str(progress_path(run_dir, h))) for h in names}
+
+
+def progress_path(run_dir: Path, host: str) -> Path:
+    """Where host ``host``'s agent keeps ``{"delivered_bytes", "done"}``."""
+    return Path(run_dir) / f"{host}.progress.json"
 
 
 def stop_processes(procs, grace_s: float = 5.0) -> None:
@@ -108,6 +128,7 @@ class AgentProcesses:
     def __init__(self, fnet: FabricNet, exp: Experiment, run_dir: Path):
         self.fnet, self.exp, self.run_dir = fnet, exp, run_dir
         self.procs: dict[str, subprocess.Popen] = {}
+        self.stopped = False     # by stop(): their exits are no deaths
 
     def launch(self, name: str, cfg: ProcessConfig, module: str) -> None:
         """Write ``cfg`` and start ``python -m module`` on it in ``name``'s host."""
@@ -116,12 +137,26 @@ class AgentProcesses:
         with open(self.run_dir / f"{name}.agent.log", "w") as log:
             self.procs[name] = self.fnet.host(name).popen(
                 [sys.executable, "-m", module, str(path)],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                env=child_env())        # it dies with this runner
 
     def running(self) -> int:
+        """How many agents are still running; raises ``RunAborted`` when one
+        died or the fabric under them did (``check``)."""
+        self.check()
         return sum(p.poll() is None for p in self.procs.values())
 
+    def check(self) -> None:
+        """Raise ``RunAborted`` naming the first agent that died (an exit
+        status other than AGENT_ENDED) or what of the fabric did."""
+        for name, p in self.procs.items():
+            if not self.stopped and p.poll() is not None and p.returncode not in AGENT_ENDED:
+                raise RunAborted(f"agent {name} {exit_phrase(p.returncode)} mid-run "
+                                 f"(its log: {self.run_dir / f'{name}.agent.log'})")
+        self.fnet.check_alive()
+
     def stop(self, grace_s: float = 5.0) -> None:
+        self.stopped = True
         stop_processes(self.procs.values(), grace_s)
 
     def results(self) -> dict[str, dict]:
@@ -151,3 +186,17 @@ class AgentGroup(AgentProcesses):
         for name, cfg in agent_configs(self.exp, self.run_dir, start_at, self.hosts).items():
             self.launch(name, cfg, "emulator.agents.host")
         return start_at
+
+    def progress(self) -> tuple[int, int]:
+        """(payload bytes the agents' NICs have delivered -- placed in
+        order, each byte once --, agents done) as their progress files say
+        (``emulator/agents/host.py``); a file not written yet counts nothing."""
+        delivered = done = 0
+        for name in self.procs:
+            try:
+                p = json.loads(progress_path(self.run_dir, name).read_text())
+            except (OSError, ValueError):
+                continue
+            delivered += int(p.get("delivered_bytes", 0))
+            done += bool(p.get("done"))
+        return delivered, done

@@ -19,6 +19,7 @@ from emulator.experiment.workload_check import (
     check_no_shared_nics, check_workload_endpoints, plan_workload,
 )
 from emulator.schema.experiment import ExperimentSpec
+from emulator.schema.limits import check_fits
 from emulator.schema.load import read_yaml, validate
 from emulator.topo import Fabric, fabric_from_dict, load_fabric
 
@@ -45,11 +46,14 @@ def experiment_from_dict(data, path: str | Path, target: str | None = None) -> E
     if isinstance(spec.topology, str):
         topo_path = (path.parent / spec.topology)
         if not topo_path.is_file():
-            raise ConfigError(path, "topology", f"no such file: {topo_path}")
+            why = "is a directory, not a topology file" if topo_path.is_dir() else "no such file"
+            raise ConfigError(path, "topology", f"{why}: {topo_path}")
         fabric = load_fabric(topo_path)
     else:
         fabric = fabric_from_dict(spec.topology, source=str(path), field_prefix="topology")
     flows = _expand_flows(spec, fabric, path)
+    # the machine holds every process and every flow's buffers (schema/limits.py)
+    check_fits(str(path), len(fabric.switches()) + len(fabric.hosts()), (f.size_bytes for f in flows))
     check_endpoints(spec, fabric, flows, path)
     plan = plan_workload(spec.workload, spec.storage, fabric, path)
     check_no_shared_nics(plan, fabric, flows, path)

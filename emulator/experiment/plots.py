@@ -28,12 +28,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Mapping
 
 from emulator.experiment.results_io import read_result_csv
+from emulator.wire import PFC_QUANTUM_BITS
 
 if TYPE_CHECKING:  # pragma: no cover
     from emulator.topo import Fabric
 
 PLOT_FILES = ("queue_depth.png", "throughput.png", "pause_timeline.png", "fct_cdf.png")
-PAUSE_QUANTUM_BITS = 512
 MAX_LEGEND = 12
 DPI = 110
 
@@ -174,7 +174,7 @@ def pause_intervals(events: list[dict], fabric: "Fabric | None" = None,
             if q > 0:
                 if start is None:
                     start = t
-                until = (t + q * PAUSE_QUANTUM_BITS / rate_bits_per_ns) if rate_bits_per_ns else None
+                until = (t + q * PFC_QUANTUM_BITS / rate_bits_per_ns) if rate_bits_per_ns else None
             elif start is not None:
                 intervals.append((start, t))
                 start = None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from emulator.errors import FabricEmuError
 from emulator.schema.experiment import ExperimentSpec
 from emulator.topo import Fabric
 from emulator.wire import roce_sport
@@ -69,4 +70,10 @@ class Experiment:
 
     @property
     def dilation(self) -> float:
-        return self.spec.dilation
+        """The run's D; ``dilation: auto`` is resolved to a number before a run
+        (``emulator.experiment.dilation.with_dilation``)."""
+        d = self.spec.dilation
+        if d == "auto":
+            raise FabricEmuError(f"{self.source}: dilation 'auto' is chosen when the experiment "
+                                 "runs (emulator.experiment.dilation), not before")
+        return d

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -10,12 +11,13 @@ from rich.console import Console
 
 from emulator.experiment.agents import AgentGroup
 from emulator.experiment.endpoint_results import render_endpoints
+from emulator.experiment.endpoints import dropped_flows
 from emulator.experiment.model import Experiment
 from emulator.experiment.results import build_run_summary, write_run_results
 from emulator.experiment.servers import ServerGroup, add_collectives, plain_hosts, render_collectives
 from emulator.experiment.summary import render_summary
 from emulator.experiment.timeseries import monotonic_t0_from_unix
-from emulator.errors import EnvironmentProblem
+from emulator.errors import EnvironmentProblem, RunAborted
 from emulator.net.fabric import FabricNet, check_environment
 
 PROGRESS_INTERVAL_S = 1.0
@@ -45,19 +47,31 @@ def fabric_net(exp: Experiment, run_dir: Path, pcap: bool = False, target: str =
 
 def run_experiment(exp: Experiment, out_dir: str | Path, console: Console | None = None,
                    pcap: bool = False) -> dict:
-    console = console or Console(stderr=True)
+    """Run ``exp`` once at its dilation into ``out_dir``; its summary."""
+    from emulator.net.runlock import RunLock
     check_environment()   # before anything is written or built
-    out_dir = Path(out_dir)
+    target = resolve_target(exp.spec.target)
+    if RunLock.held() is not None:     # the CLI holds it for a whole run or sweep
+        return _run(exp, Path(out_dir), console or Console(stderr=True), pcap, target)
+    # Python callers: the lock before anything of out_dir is touched
+    with RunLock.acquire(exp.name, out_dir):
+        return _run(exp, Path(out_dir), console or Console(stderr=True), pcap, target)
+
+
+def _run(exp: Experiment, out_dir: Path, console: Console, pcap: bool, target: str) -> dict:
     run_dir = out_dir / "run"        # configs, logs and raw results of this run
+    # An earlier run into the same directory left its agents' progress and
+    # result files: they would read as this run's ("done" before it starts).
+    shutil.rmtree(run_dir, ignore_errors=True)
     run_dir.mkdir(parents=True, exist_ok=True)
     wall_t0 = time.monotonic()
-    target = resolve_target(exp.spec.target)
 
     console.print(f"[bold]{exp.name}[/]: {len(exp.fabric.switches())} switches, "
                   f"{len(exp.fabric.hosts())} hosts, {len(exp.flows)} flows, "
                   f"dilation {exp.dilation:g}, target {target}")
     with fabric_net(exp, run_dir, pcap, target) as fnet:
         console.print(f"fabric up and programmed in {time.monotonic() - wall_t0:.1f} s")
+        aborted: RunAborted | None = None
         agents = AgentGroup(fnet, exp, run_dir, plain_hosts(exp))
         servers = ServerGroup(fnet, exp, run_dir)      # workload: collective/storage agents
         try:
@@ -66,14 +80,20 @@ def run_experiment(exp: Experiment, out_dir: str | Path, console: Console | None
             # Raw logs stamp the monotonic clock; results count fabric time from here.
             t0_ns = monotonic_t0_from_unix(start_at_unix_ns)
             _wait_with_progress(fnet, agents, exp, console, servers)
+            fnet.check_alive()      # a switch may die after the last agent ended
+        except RunAborted as e:     # a process died: stop the rest, keep what they wrote
+            aborted = e
         finally:
             servers.stop()
             agents.stop()
-        counters = fnet.controller.read_port_counters()
-        if target == "bmv2":
+        # A dead switch has no counters to read; its stats.json may be missing.
+        counters = {} if aborted else fnet.controller.read_port_counters()
+        if target == "bmv2" and not aborted:
             write_p4_counter_stats(fnet.controller, run_dir)
     summary = build_run_summary(exp, target, agents.results(), counters, run_dir,
                                 wall_s=time.monotonic() - wall_t0)
+    if aborted:
+        return _keep_partial(exp, servers, summary, run_dir, out_dir, t0_ns, aborted)
     # The workload's block goes into the summary before summary.json is written.
     files = add_collectives(exp, servers, summary, out_dir)
     files.update(write_run_results(exp, run_dir, out_dir, t0_ns, summary))
@@ -87,10 +107,32 @@ def run_experiment(exp: Experiment, out_dir: str | Path, console: Console | None
     return summary
 
 
+def _keep_partial(exp: Experiment, servers: ServerGroup, summary: dict, run_dir: Path,
+                  out_dir: Path, t0_ns: int, aborted: RunAborted) -> dict:
+    """summary.json of a run that ended early: what its processes wrote,
+    ``complete`` false and ``aborted`` saying why; then raise ``aborted``
+    (one line, with where the partial results are). The other results
+    files are written as far as the partial raw logs allow."""
+    summary["complete"] = False
+    summary["aborted"] = str(aborted)
+    try:
+        add_collectives(exp, servers, summary, out_dir)
+        summary["complete"] = False
+        write_run_results(exp, run_dir, out_dir, t0_ns, summary)
+    except Exception:   # a raw log cut short by a killed process: summary.json alone
+        (out_dir / "summary.json").write_text(json.dumps(summary, indent=1))
+    raise RunAborted(f"{aborted}; partial results in {out_dir / 'summary.json'}")
+
+
 def _wait_with_progress(fnet: FabricNet, agents: AgentGroup, exp: Experiment, console: Console,
                         servers: ServerGroup | None = None) -> None:
-    """Wait for the agents, showing bytes delivered to hosts as the fabric counts them."""
-    total = sum(f.size_bytes for f in exp.flows)
+    """Wait for the agents, showing the flows' payload their receivers have
+    delivered (each byte once: neither headers nor retransmissions count;
+    without flows, what the switches sent to hosts, labelled as such).
+    Once every host agent is done they are stopped rather than left to
+    linger: every sender has its ACKs, so nothing can be resent."""
+    dropped = dropped_flows(exp)          # into another tenant: never delivered
+    total = sum(f.size_bytes for f in exp.flows if f.flow_id not in dropped)
     host_ports = [(exp.fabric.host_leaf(h.name).name, exp.fabric.ports(h.name)[0].peer_port_no)
                   for h in exp.fabric.hosts()]
     deadline = time.monotonic() + exp.spec.limits.wall_s + 15
@@ -101,13 +143,19 @@ def _wait_with_progress(fnet: FabricNet, agents: AgentGroup, exp: Experiment, co
     n_procs = len(agents.procs) + (len(servers.procs) if servers is not None else 0)
     while running() and time.monotonic() < deadline:
         time.sleep(PROGRESS_INTERVAL_S)
-        try:
-            delivered = fnet.controller.bytes_sent_on(host_ports)
-        except Exception:  # progress only; a slow read must not end the run
-            continue
-        line = (f"  {time.monotonic() - t0:5.1f} s  delivered to hosts {delivered / 1e6:7.2f} MB "
-                + (f"of {total / 1e6:.2f} MB payload " if total else "(collectives) ")
-                + f" agents running {running()}/{n_procs}")
+        delivered, done = agents.progress()
+        if agents.procs and done == len(agents.procs) and agents.running():
+            agents.stop()
+        if total:
+            what = f"flows delivered {delivered / 1e6:7.2f} MB of {total / 1e6:.2f} MB payload"
+        else:
+            try:
+                sent = fnet.controller.bytes_sent_on(host_ports)
+            except Exception:  # progress only; a slow read must not end the run
+                continue
+            what = (f"switches sent hosts {sent / 1e6:7.2f} MB "
+                    "(frames, retransmissions included; collectives)")
+        line = f"  {time.monotonic() - t0:5.1f} s  {what}  agents running {running()}/{n_procs}"
         if interactive:
             console.print(line, end="\r", highlight=False)
         else:

@@ -104,7 +104,9 @@ class ServerGroup(AgentProcesses):
                         else "emulator.collectives.agent")
 
     def running(self) -> int:
-        """Collective agents still running (the storage agent never ends alone)."""
+        """Collective agents still running (the storage agent never ends
+        alone); raises ``RunAborted`` as ``AgentProcesses.running`` does."""
+        self.check()
         return sum(p.poll() is None for n, p in self.procs.items() if n != self.storage)
 
 

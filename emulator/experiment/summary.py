@@ -4,6 +4,15 @@ Times of flows are fabric nanoseconds: wall-clock measurements divided by the
 dilation factor. Per-priority port counters come from each switch's
 ``{sw}.stats.json`` (``docs/lossless.md``); ``paused_ns`` there is wall
 (dilated) time and is divided by the dilation here.
+
+``fell_behind``: whether the emulation's lateness distorted the results,
+judged in fabric time by ``fidelity.run_fidelity`` (the rule: a switch's p99
+frame lateness above 2 hop times -- MTU frame serialization + link delay --
+or a NIC's mean transmit lag above half an MTU frame time). The numbers behind
+it: ``switches`` (per switch: late fraction = frames later than one hop,
+p50/p99/max lateness, hop time, ratio to its limit), ``nics`` (per NIC: mean
+and max lag, MTU frame time, ratio) and ``fidelity`` (rule, limits,
+``worst_ratio``, who was behind). See docs/lossless.md, "Run fidelity".
 """
 from __future__ import annotations
 
@@ -11,18 +20,20 @@ from pathlib import Path
 
 from rich.table import Table
 
+from emulator.experiment.fidelity import nic_stats_by_host, run_fidelity
 from emulator.experiment.ideal_fct import FabricPaths, flow_priority, standalone_fct_ns
 from emulator.experiment.model import Experiment
 from emulator.experiment.results_io import read_stats, stats_by_port_priority
 
-SUMMARY_VERSION = 2           # 2: ports[].priorities, flows[].priority/standalone_fct_ns/fct_slowdown
+SUMMARY_VERSION = 3           # 2: ports[].priorities, flows[].priority/standalone_fct_ns/fct_slowdown
+                              # 3: fell_behind in fabric time: switches[] lateness, nics[], fidelity
+                              #    and flows[].retransmitted_packets/timeouts/naks
+# Loss recovery of a flow, from its sender's QP: packets sent again (go-back-N
+# after a NAK or an ACK timeout), ACK timeouts, NAKs received.
+FLOW_RECOVERY_COUNTERS = ("retransmitted_packets", "timeouts", "naks")
 # Per-priority counters of a port, as in stats.json; paused_ns converted to fabric ns.
 PRIORITY_COUNTERS = ("tx_packets", "tx_bytes", "drops", "headroom_drops", "ecn_marks",
                      "pause_tx", "pause_rx", "paused_ns", "max_depth_bytes")
-# A run "fell behind" when more than this fraction of the frames a switch sent
-# left over 1 ms (wall) later than the link model said: the Python data plane
-# could not keep the dilated schedule, so fabric times are stretched.
-FELL_BEHIND_FRACTION = 0.01
 
 
 def _priority_entries(per_queue: dict[tuple[int, int], dict], port: int, d: float) -> list[dict]:
@@ -77,6 +88,8 @@ def build_summary(exp: Experiment, target: str, agent_results: dict[str, dict],
             "priority": priority, "standalone_fct_ns": ideal_ns,
             "fct_slowdown": (round(fct_ns / ideal_ns, 4)
                              if fct_ns is not None and ideal_ns else None),
+            # what the sender's QP went through (host agent results)
+            **{k: int(s.get(k, 0)) for k in FLOW_RECOVERY_COUNTERS},
         })
     stats = {sw.name: read_stats(run_dir / f"{sw.name}.stats.json") for sw in exp.fabric.switches()}
     ports = []
@@ -95,20 +108,13 @@ def build_summary(exp: Experiment, target: str, agent_results: dict[str, dict],
                 "pipeline_drops": c.get("pipeline_drop_packets", 0),
                 "priorities": _priority_entries(per_queue, p.port_no, d),
             })
-    switches = []
-    fell_behind = False
-    for sw in exp.fabric.switches():
-        st = stats[sw.name]
-        st_ports = [p for p in st.get("ports", []) if isinstance(p, dict)]
-        late = sum(p.get("late_frames", 0) for p in st_ports)
-        max_late = max((p.get("max_lateness_ns", 0) for p in st_ports), default=0)
-        sent = sum(p["tx_packets"] for p in ports if p["node"] == sw.name)
-        late_fraction = late / sent if sent else 0.0
-        fell_behind |= late_fraction > FELL_BEHIND_FRACTION
-        switches.append({"node": sw.name, "device_id": exp.fabric.device_id(sw.name),
-                         "tx_packets": sent, "late_frames": late,
-                         "late_fraction": round(late_fraction, 5),
-                         "max_lateness_fabric_ns": round(max_late / d)})
+    fid = run_fidelity(exp, stats, nic_stats_by_host(exp, agent_results, run_dir))
+    switches = [{"node": sw.name, "device_id": exp.fabric.device_id(sw.name),
+                 "tx_packets": sum(p["tx_packets"] for p in ports if p["node"] == sw.name),
+                 **fid["switches"][sw.name]} for sw in exp.fabric.switches()]
+    nics = [{"node": h, **v} for h, v in fid["nics"].items()]
+    fell_behind = fid["fell_behind"]
+    fidelity = {k: v for k, v in fid.items() if k not in ("switches", "nics", "fell_behind")}
     fabric_ns = round((last_done - first_post) / d) if first_post and last_done else 0
     return {
         "summary_version": SUMMARY_VERSION,
@@ -116,7 +122,8 @@ def build_summary(exp: Experiment, target: str, agent_results: dict[str, dict],
         "target": target, "dilation": d, "wall_s": round(wall_s, 3),
         "fabric_ns": fabric_ns, "fell_behind": fell_behind,
         "complete": all(f["complete"] for f in flows),
-        "flows": flows, "ports": ports, "switches": switches,
+        "flows": flows, "ports": ports, "switches": switches, "nics": nics,
+        "fidelity": fidelity,
     }
 
 
@@ -145,6 +152,10 @@ def render_summary(summary: dict) -> Table:
     for col in ("metric", "value"):
         t.add_column(col)
     delivered = sum(f["delivered_bytes"] for f in flows)
+    if "fidelity" in summary:
+        t.add_row("worst lateness / its limit (behind above 1)",
+                  f"{summary['fidelity']['worst_ratio']:.2f}"
+                  + (f" ({', '.join(summary['fidelity']['behind'])})" if summary["fell_behind"] else ""))
     t.add_row("bytes delivered", f"{delivered:,} of {sum(f['bytes'] for f in flows):,}")
     if fcts:
         t.add_row("FCT min / median / max (fabric µs)",
@@ -153,6 +164,8 @@ def render_summary(summary: dict) -> Table:
     if slow:
         t.add_row("FCT slowdown median / max (vs alone)",
                   f"{slow[len(slow) // 2]:.2f} / {slow[-1]:.2f}")
+    t.add_row("retransmitted packets / ACK timeouts / NAKs",
+              " / ".join(f"{sum(f.get(k, 0) for f in flows):,}" for k in FLOW_RECOVERY_COUNTERS))
     t.add_row("switch drops (queue / pipeline)",
               f"{sum(p['drops'] for p in summary['ports'])} / "
               f"{sum(p['pipeline_drops'] for p in summary['ports'])}")

@@ -30,6 +30,7 @@ from mininet.node import Switch
 
 from emulator.errors import EnvironmentProblem, FabricEmuError
 from emulator.wire import WIRE_OVERHEAD_BYTES
+from emulator.net.lifeline import set_pdeathsig
 from emulator.net.nodes import READY_TIMEOUT_S, stop_process, wait_for_tcp
 
 SWITCH_BINARY = "simple_switch_grpc"
@@ -179,8 +180,9 @@ class Bmv2Switch(Switch):
         with open(self.log_path, "w") as log:
             log.write(" ".join(self.command()) + "\n")
             log.flush()
+            # Not our program: it gets PR_SET_PDEATHSIG before exec, to die with the runner.
             self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL)
+                                         stdin=subprocess.DEVNULL, preexec_fn=set_pdeathsig)
         what = f"switch {self.name} ({SWITCH_BINARY})"
         wait_for_tcp(self.grpc_port, self.proc, READY_TIMEOUT_S, what, self.log_path)
         try:

@@ -4,7 +4,9 @@ A run owns three kinds of things: processes (switches, host agents, Mininet's
 per-node shells), veth pairs named ``<node>-eth<N>`` and Mininet's
 namespaces (which die with their shells). Mininet's own ``mn -c`` does this
 too, but also wipes /tmp/*.log and drives Open vSwitch; this does only what
-the emulator creates.
+the emulator creates. ``run_processes``, ``kill_processes`` and
+``delete_interfaces`` are the pieces scoped to one run, for its teardown
+and its watchdog (``emulator.net.watchdog``).
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ import time
 OWN_PROCESS_PATTERNS = (
     re.compile(r"-m emulator\.dataplane\b"),
     re.compile(r"-m emulator\.agents\.host\b"),
+    re.compile(r"-m emulator\.collectives\.(agent|storage)\b"),   # server agents
     re.compile(r"\bmininet:"),           # Mininet's node shells: "bash ... mininet:h1"
     re.compile(r"\bsimple_switch_grpc\b.*--device-id"),   # the BMv2 target's switches
 )
@@ -25,8 +28,8 @@ OWN_PROCESS_PATTERNS = (
 FABRIC_IFNAME = re.compile(r"^[a-z][a-z0-9]*-eth\d+$")
 
 
-def _own_processes(containing: str | None = None) -> list[int]:
-    pids = []
+def _cmdlines():
+    """(pid, command line) of every process but this one."""
     me = os.getpid()
     for entry in os.listdir("/proc"):
         if not entry.isdigit() or int(entry) == me:
@@ -36,31 +39,58 @@ def _own_processes(containing: str | None = None) -> list[int]:
                 cmdline = f.read().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
-        if containing is not None and containing not in cmdline:
-            continue
-        if any(p.search(cmdline) for p in OWN_PROCESS_PATTERNS):
-            pids.append(int(entry))
-    return pids
+        yield int(entry), cmdline
 
 
-def kill_fabric_processes(containing: str | None = None, grace_s: float = 2.0) -> int:
-    """SIGTERM the processes runs started (only those whose command line
-    names ``containing``, e.g. one run's directory), SIGKILL what is left."""
-    pids = _own_processes(containing)
+def _own_processes(containing: str | None = None) -> list[int]:
+    return [pid for pid, cmdline in _cmdlines()
+            if (containing is None or containing in cmdline)
+            and any(p.search(cmdline) for p in OWN_PROCESS_PATTERNS)]
+
+
+def run_processes(run_dir: str, nodes) -> list[int]:
+    """One run's processes: switches and agents (their command lines name
+    its run directory) and the Mininet shells of its ``nodes``."""
+    shells = {f"mininet:{n}" for n in nodes}
+    return [pid for pid, cmdline in _cmdlines()
+            if (run_dir in cmdline and any(p.search(cmdline) for p in OWN_PROCESS_PATTERNS))
+            or (cmdline.split() or [""])[-1] in shells]
+
+
+def kill_processes(find, grace_s: float = 2.0) -> int:
+    """SIGTERM the processes ``find()`` lists, SIGKILL those left after
+    ``grace_s`` (at once with 0); returns how many there were."""
+    pids = find()
     for pid in pids:
         try:
-            os.kill(pid, signal.SIGTERM)
+            os.kill(pid, signal.SIGTERM if grace_s > 0 else signal.SIGKILL)
         except ProcessLookupError:
             pass
     deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline and _own_processes(containing):
+    while time.monotonic() < deadline and find():
         time.sleep(0.05)
-    for pid in _own_processes(containing):
+    for pid in find():
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
     return len(pids)
+
+
+def kill_fabric_processes(containing: str | None = None, grace_s: float = 2.0) -> int:
+    """SIGTERM the processes runs started (only those whose command line
+    names ``containing``, e.g. one run's directory), SIGKILL what is left."""
+    return kill_processes(lambda: _own_processes(containing), grace_s)
+
+
+def delete_interfaces(names) -> int:
+    """Delete those of ``names`` that exist in this namespace, in one ``ip``
+    call; deleting one end of a veth removes its peer (in any namespace)."""
+    present = [n for n in names if os.path.exists(f"/sys/class/net/{n}")]
+    if present:
+        subprocess.run(["ip", "-force", "-batch", "-"], capture_output=True,
+                       input="".join(f"link del {n}\n" for n in present), text=True)
+    return sum(not os.path.exists(f"/sys/class/net/{n}") for n in present)
 
 
 def fabric_interfaces() -> list[str]:
@@ -76,9 +106,4 @@ def fabric_interfaces() -> list[str]:
 def clean() -> dict[str, int]:
     """Remove leftover processes and interfaces; returns what was removed."""
     killed = kill_fabric_processes()
-    removed = 0
-    for name in fabric_interfaces():
-        # Deleting one end of a veth removes its peer too: it may be gone already.
-        if subprocess.run(["ip", "link", "del", name], capture_output=True).returncode == 0:
-            removed += 1
-    return {"processes": killed, "interfaces": removed}
+    return {"processes": killed, "interfaces": delete_interfaces(fabric_interfaces())}

@@ -3,7 +3,10 @@
 ``FabricTopo`` turns a ``Fabric`` (the topology file) into a Mininet Topo;
 ``FabricNet`` builds it, starts every switch, has the controller program
 them over P4Runtime, and tears everything down on exit, on error, and on
-SIGINT/SIGTERM, so that no namespace, veth or process outlives a run.
+SIGINT/SIGTERM, so that no namespace, veth or process outlives a run. It
+holds the run lock (``runlock``: one fabric at a time) and, should its
+process be SIGKILLed, its watchdog (``watchdog``) removes the fabric.
+``check_alive`` tells a run whether the fabric is still whole.
 """
 from __future__ import annotations
 
@@ -12,7 +15,7 @@ import shutil
 import signal
 from pathlib import Path
 
-from emulator.errors import EnvironmentProblem
+from emulator.errors import EnvironmentProblem, FabricEmuError, RunAborted
 from emulator.topo import Fabric
 
 
@@ -107,6 +110,16 @@ def _add_links(topo, fabric: Fabric) -> None:
                      intfName2=fabric.port(link.b, link.b_port).ifname)
 
 
+def exit_phrase(returncode: int) -> str:
+    """How a process ended, for one line: "exited with status 1", "was killed by SIGKILL"."""
+    if returncode < 0:
+        try:
+            return f"was killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"was killed by signal {-returncode}"
+    return f"exited with status {returncode}"
+
+
 class FabricNet:
     """Context manager: the fabric up and programmed inside, nothing left after."""
 
@@ -134,24 +147,56 @@ class FabricNet:
         self.net = None
         self.controller = None
         self._old_handlers: dict = {}
+        self._lock = None          # the run lock, when this FabricNet took it
+        self._watchdog = None
 
     # -------------------------------------------------------------- lifecycle
     def start(self) -> "FabricNet":
         check_environment()
         from mininet.log import setLogLevel
-        from mininet.net import Mininet
 
-        from emulator.control.controller import FabricController
-        from emulator.net.nodes import free_tcp_ports
+        from emulator.net.clean import fabric_interfaces
+        from emulator.net.runlock import RunLock
+        from emulator.net.watchdog import Watchdog
 
         setLogLevel("error")
-        from emulator.net.clean import fabric_interfaces
-        taken = sorted(set(fabric_interfaces()) & {p.ifname for n in self.fabric.nodes
-                                                   for p in self.fabric.ports(n.name)})
+        if RunLock.held() is None:     # not taken by the CLI for a whole run or sweep
+            self._lock = RunLock.acquire(self.fabric.name, self.run_dir)
+        try:
+            self._check_interfaces_free(fabric_interfaces())
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            self._watchdog = Watchdog(self.run_dir, [n.name for n in self.fabric.servers()]
+                                      + [sw.name for sw in self.fabric.switches()],
+                                      self.switch_interfaces(), keep_fds=(RunLock.held().fd,))
+        except BaseException:
+            self._release_lock()
+            raise
+        try:
+            self._build()
+        except Exception as e:
+            broken = self._broken("while the fabric was starting")
+            self.stop()
+            if broken and not isinstance(e, FabricEmuError):   # e is a symptom of it
+                raise RunAborted(broken) from e
+            raise
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _check_interfaces_free(self, existing: list[str]) -> None:
+        taken = sorted(set(existing) & {p.ifname for n in self.fabric.nodes
+                                        for p in self.fabric.ports(n.name)})
         if taken:
             raise EnvironmentProblem(
                 f"interface {taken[0]} already exists ({len(taken)} of this fabric's): another "
                 f"fabric is running, or a crashed run left it (fabric-emu clean removes leftovers)")
+
+    def _build(self) -> None:
+        from mininet.net import Mininet
+
+        from emulator.control.controller import FabricController
+        from emulator.net.nodes import free_tcp_ports
         device_config = b""
         if self.target == "bmv2":
             from emulator.net.bmv2 import bmv2_unavailable_reason
@@ -160,50 +205,111 @@ class FabricNet:
             if reason:
                 raise EnvironmentProblem(f"target bmv2: {reason}")
             device_config = bmv2_json().read_bytes()
-        self.run_dir.mkdir(parents=True, exist_ok=True)
         self._trap_signals()
-        try:
-            from emulator.control.qos import mtu_frame_bytes
-            # gRPC and Thrift port of every switch, all distinct.
-            free = iter(free_tcp_ports(2 * len(self.fabric.switches())))
-            ports = {sw.name: (next(free), next(free)) for sw in self.fabric.switches()}
-            switch_options = {"buffer_bytes": self.buffer_bytes,
-                              "sample_interval_ns": self.sample_interval_ns, "pcap": self.pcap,
-                              "mtu_frame_bytes": mtu_frame_bytes(self.mtu_bytes),
-                              "lossless_priorities": ((self.qos.roce_priority,)
-                                                      if self.qos is not None and self.qos.pfc.enabled
-                                                      else ())}
-            topo = _mininet_topo(self.fabric, self.dilation, self.run_dir, switch_options, ports,
-                                 self.target)
-            self.net = Mininet(topo=topo, controller=None, autoSetMacs=False, build=False,
-                               waitConnected=False)
-            self.net.build()
-            self.net.start()
-            if self.program:
-                self.controller = FabricController(
-                    self.fabric, {sw.name: (self.switch(sw.name).grpc_address, self.fabric.device_id(sw.name))
-                                  for sw in self.fabric.switches()},
-                    device_config=device_config, qos=self.qos, mtu_bytes=self.mtu_bytes,
-                    reaction_fabric_ns=int(REACTION_WALL_NS / self.dilation), dilation=self.dilation)
-                self.controller.connect()
-                self.controller.install()
-        except BaseException:
-            self.stop()
-            raise
-        return self
+        from emulator.control.qos import mtu_frame_bytes
+        # gRPC and Thrift port of every switch, all distinct.
+        free = iter(free_tcp_ports(2 * len(self.fabric.switches())))
+        ports = {sw.name: (next(free), next(free)) for sw in self.fabric.switches()}
+        switch_options = {"buffer_bytes": self.buffer_bytes,
+                          "sample_interval_ns": self.sample_interval_ns, "pcap": self.pcap,
+                          "mtu_frame_bytes": mtu_frame_bytes(self.mtu_bytes),
+                          "lossless_priorities": ((self.qos.roce_priority,)
+                                                  if self.qos is not None and self.qos.pfc.enabled
+                                                  else ())}
+        topo = _mininet_topo(self.fabric, self.dilation, self.run_dir, switch_options, ports,
+                             self.target)
+        self.net = Mininet(topo=topo, controller=None, autoSetMacs=False, build=False,
+                           waitConnected=False)
+        self.net.build()
+        self.net.start()
+        if self.program:
+            self.controller = FabricController(
+                self.fabric, {sw.name: (self.switch(sw.name).grpc_address, self.fabric.device_id(sw.name))
+                              for sw in self.fabric.switches()},
+                device_config=device_config, qos=self.qos, mtu_bytes=self.mtu_bytes,
+                reaction_fabric_ns=int(REACTION_WALL_NS / self.dilation), dilation=self.dilation)
+            self.controller.connect()
+            self.controller.install()
 
     def stop(self) -> None:
-        if self.controller is not None:
-            self.controller.close()
-            self.controller = None
-        if self.net is not None:
-            net, self.net = self.net, None
-            try:
-                net.stop()
-            finally:
-                from emulator.net.clean import kill_fabric_processes
-                kill_fabric_processes(str(self.run_dir))
-        self._restore_signals()
+        from emulator.net.clean import delete_interfaces, kill_processes, run_processes
+        try:
+            if self.controller is not None:
+                controller, self.controller = self.controller, None
+                try:
+                    controller.close()
+                except Exception:     # a dead switch's channel: nothing to close
+                    pass
+            if self.net is not None:
+                net, self.net = self.net, None
+                try:
+                    if self._shells_alive(net):
+                        net.stop()
+                    else:
+                        # Taken down under us (clean --force): Mininet would wait
+                        # forever on dead shells; end what is left directly.
+                        self._stop_broken(net)
+                finally:
+                    kill_processes(lambda: run_processes(
+                        str(self.run_dir), [n.name for n in net.hosts + net.switches]))
+                    delete_interfaces(self.switch_interfaces())
+        finally:
+            if self._watchdog is not None:
+                self._watchdog.disarm()
+                self._watchdog = None
+            self._release_lock()
+            self._restore_signals()
+
+    @staticmethod
+    def _shells_alive(net) -> bool:
+        """Every node's Mininet shell runs (``clean`` kills them)."""
+        return all(n.shell is not None and n.shell.poll() is None for n in net.hosts + net.switches)
+
+    @staticmethod
+    def _stop_broken(net) -> None:
+        from emulator.net.nodes import stop_process
+        for sw in net.switches:
+            stop_process(getattr(sw, "proc", None))
+        for node in net.hosts + net.switches:
+            if node.shell is not None and node.shell.poll() is None:
+                os.killpg(node.shell.pid, signal.SIGHUP)
+            node.cleanup()
+
+    def _release_lock(self) -> None:
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
+
+    def switch_interfaces(self) -> list[str]:
+        """The switches' ports: the fabric's interfaces in the root namespace
+        (every link has a switch end)."""
+        return [p.ifname for sw in self.fabric.switches() for p in self.fabric.ports(sw.name)]
+
+    def check_alive(self) -> None:
+        """Raise ``RunAborted`` (one line: what, and its log) if a switch
+        process has exited or a fabric interface has gone."""
+        broken = self._broken("mid-run")
+        if broken:
+            raise RunAborted(broken)
+
+    def _broken(self, when: str) -> str | None:
+        """What of the fabric died ``when``: a switch (and its log), a node
+        shell, an interface; None if it is whole."""
+        if self.net is None:
+            return None
+        for sw in self.fabric.switches():
+            node = self.net.get(sw.name)
+            proc = getattr(node, "proc", None)
+            if proc is not None and proc.poll() is not None:
+                return (f"switch {sw.name} {exit_phrase(proc.returncode)} {when} "
+                        f"(its log: {node.log_path})")
+        if not self._shells_alive(self.net):
+            return f"a Mininet node shell was killed {when}: the fabric was taken down under the run"
+        gone = [n for n in self.switch_interfaces() if not os.path.exists(f"/sys/class/net/{n}")]
+        if gone:
+            return (f"interface {gone[0]} vanished {when} ({len(gone)} of the fabric's): "
+                    f"the fabric was taken down under the run")
+        return None
 
     def __enter__(self) -> "FabricNet":
         return self.start()

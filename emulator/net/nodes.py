@@ -19,6 +19,7 @@ from pathlib import Path
 from mininet.node import Host, Switch
 
 from emulator.errors import FabricEmuError
+from emulator.net.lifeline import child_env
 from emulator.schema.switch import PortConfig, SwitchConfig
 
 READY_TIMEOUT_S = 20.0
@@ -92,7 +93,8 @@ class EmbeddedP4Switch(Switch):
                      ports=ports, stats_path=str(self.stats_path), **self.options).write(cfg_path)
         log = open(self.log_path, "w")
         self.proc = subprocess.Popen([sys.executable, "-m", "emulator.dataplane", str(cfg_path)],
-                                     stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+                                     stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                     env=child_env())   # it dies with this runner
         log.close()
         wait_for_tcp(self.grpc_port, self.proc, READY_TIMEOUT_S, f"switch {self.name}", self.log_path)
 

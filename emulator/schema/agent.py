@@ -9,8 +9,12 @@ by the agents -- the same models on both sides:
   storage target (both written by ``emulator/experiment/servers.py``).
 
 Every rate and time here is wall time: the runner has dilated it (fabric
-rate / D, fabric time x D); bytes are not dilated. Conventions (payload
-pattern, WRITE layout, results) are documented in ``emulator/agents/host.py``.
+rate / D, fabric time x D); bytes are not dilated. The NIC's transport
+timers (``rto_ns``, ``cnp_interval_ns``, the ``dcqcn`` timers) are fabric
+values of the experiment's ``nic:`` / ``dcqcn:`` x D; ``dilation`` (D) is
+there for the times the NIC takes from the protocol (RNR timer codes) and
+to report in fabric time. Conventions (payload pattern, WRITE layout,
+results) are documented in ``emulator/agents/host.py``.
 
 Value checks that the agents' parameter classes own (``DcqcnParams``,
 ``HostCpuParams``, ``tenant_pkey``) are theirs: the validators call them,
@@ -71,6 +75,9 @@ class NicConfig(StrictSpec):
     tx_delay_ns: int = Field(0, ge=0)        # the link's propagation delay
     mtu_bytes: int = Field(1024, gt=0)
     retry_cnt: int = Field(7, ge=1)
+    # ACK timeout, wall: fabric ns x dilation (None: requester.DEFAULT_RTO_FABRIC_NS x dilation)
+    rto_ns: Optional[int] = Field(None, gt=0)
+    dilation: float = Field(1.0, ge=1)       # D: wall ns per fabric ns
     dscp: Dscp = 26                          # data, ACK/NAK
     priority: Priority = 3                   # their PFC class
     cnp_dscp: Dscp = 48
@@ -120,7 +127,6 @@ class HostAgentConfig(ProcessConfig, GpuNicConfig):
     """The host agent: one NIC, its QPs, what it sends and what it expects."""
     host: str
     ack_every_n: int = Field(16, ge=1)
-    rto_ns: Optional[int] = Field(None, gt=0)        # None: the NIC's default (RoceNic)
     verify_icrc: bool = True
     honor_pfc: bool = True                           # obey received PFC frames
     sample_interval_ns: Optional[int] = Field(None, gt=0)   # flows.csv rows; None: 1 ms
@@ -133,6 +139,8 @@ class HostAgentConfig(ProcessConfig, GpuNicConfig):
     send: list[SendConfig] = []
     expect: list[ExpectConfig] = []
     result_path: str
+    # {"delivered_bytes", "done"} rewritten about every second (None: not written)
+    progress_path: Optional[str] = None
     # Endpoint features (ENDPOINT_KEYS; all None: a plain NIC).
     dpu: Optional[bool] = None                       # True: per-packet work on the card
     tenant: Annotated[Optional[int], AfterValidator(_tenant)] = None   # BTH P_Key 0x8000|tenant
@@ -195,6 +203,18 @@ class CollectiveAgentConfig(ProcessConfig):
     deadline_s: float = Field(60.0, gt=0)
     result_path: str
     storage: Optional[StorageReaderConfig] = None
+
+    @model_validator(mode="after")
+    def _one_dilation(self):
+        """The server's NICs run at its dilation: one not given takes it."""
+        nics = list(self.nics) + ([self.storage.nic] if self.storage and self.storage.nic else [])
+        for i, n in enumerate(nics):
+            if "dilation" not in n.model_fields_set:
+                n.dilation = self.dilation
+            elif n.dilation != self.dilation:
+                raise FieldError(f"nics[{i}].dilation" if i < len(self.nics) else
+                                 "storage.nic.dilation", f"is not the server's {self.dilation:g}")
+        return self
 
 
 class ReadClientConfig(StrictSpec):

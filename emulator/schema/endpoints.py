@@ -45,8 +45,9 @@ from __future__ import annotations
 
 from typing import Literal, Optional
 
-from pydantic import Field, NonNegativeFloat, PositiveFloat, model_validator
+from pydantic import Field, NonNegativeFloat, model_validator
 
+from emulator.schema.limits import FabricUs, RateGbps
 from emulator.schema.load import StrictSpec
 
 DELIVERED, DROPPED = "delivered", "dropped"
@@ -65,8 +66,8 @@ class CpuCostSpec(StrictSpec):
 
 class StagingSpec(StrictSpec):
     """Host-memory staging path used with ``gpudirect: false`` (fabric units)."""
-    rate_gbps: PositiveFloat = 100.0
-    latency_us: NonNegativeFloat = 10.0
+    rate_gbps: RateGbps = 100.0
+    latency_us: FabricUs = 10.0
 
 
 class OverrideSpec(StrictSpec):

@@ -5,14 +5,15 @@ name: demo                          # required; [a-z0-9][a-z0-9-]*
 description: every host writes 1 MiB to every other host
 topology: ../topologies/clos-2x2.yaml   # a path relative to this file, or an inline topology
 target: embedded                    # embedded | bmv2 | auto
-dilation: 10000                     # wall time = fabric time x dilation; rates / dilation
+dilation: auto                      # wall time = fabric time x dilation; rates / dilation;
+                                    # auto: measured for this machine and fabric (default 10000)
 switch:
   buffer_bytes: 4000000             # shared buffer per switch (bytes are not dilated)
   sample_interval_us: 1             # queue-depth sampling period (fabric time)
 nic:
   mtu_bytes: 1024                   # RoCE path MTU: payload bytes per packet
   retry_cnt: 7                      # timeouts in a row before a QP fails
-  rto_us: 100                       # optional retransmission timeout (fabric); default: the NIC's
+  rto_us: 320                       # ACK timeout (fabric µs); default 320 (IRN's RTO_high)
 qos:                                # traffic classes, PFC, ECN (emulator/control/qos.py)
   roce_dscp: 26                     # data, ACK/NAK -> roce_priority (lossless)
   roce_priority: 3
@@ -20,7 +21,7 @@ qos:                                # traffic classes, PFC, ECN (emulator/contro
   cnp_priority: 6
   pfc: {enabled: true}              # xoff_bytes / xon_bytes / headroom_bytes: auto
   ecn: {enabled: true, kmin_bytes: 5000, kmax_bytes: 200000, pmax: 0.01}
-dcqcn: {enabled: true}              # every DCQCN parameter (emulator/agents/dcqcn_spec.py)
+dcqcn: {enabled: true}              # every DCQCN parameter (emulator/schema/dcqcn.py)
 workload: {...}                     # collectives on GPU servers (emulator/schema/workload.py)
 storage: {...}                      # checkpoint reads during training (same module)
 endpoints: {...}                    # NICs vs DPUs, tenants, host CPU cost (emulator/schema/endpoints.py)
@@ -47,11 +48,12 @@ from __future__ import annotations
 import re
 from typing import Literal, Optional, Union
 
-from pydantic import Field, PositiveInt, model_validator
+from pydantic import Field, PositiveInt, field_validator, model_validator
 
-from emulator.agents.dcqcn_spec import DcqcnSpec
-from emulator.control.qos import QosSpec
+from emulator.schema.dcqcn import DcqcnSpec
+from emulator.schema.qos import QosSpec
 from emulator.schema.endpoints import EndpointsSpec, FlowExpect
+from emulator.schema.limits import FabricUs, MessageBytes, WallS
 from emulator.schema.load import FieldError, StrictSpec
 from emulator.schema.workload import StorageSpec, WorkloadSpec
 
@@ -60,7 +62,7 @@ NAME_RE = re.compile(r"[a-z0-9][a-z0-9-]*")
 
 class SwitchSpec(StrictSpec):
     buffer_bytes: PositiveInt = 4_000_000          # shared buffer per switch
-    sample_interval_us: float = Field(1.0, ge=0)   # queue-depth sampling (fabric); 0: off
+    sample_interval_us: FabricUs = 1.0             # queue-depth sampling (fabric); 0: off
 
 
 class NicSpec(StrictSpec):
@@ -68,14 +70,16 @@ class NicSpec(StrictSpec):
     # Retransmission timeouts in a row before a QP gives up (IB retry_cnt; a
     # lossy incast can shut one sender out for long: raise it there).
     retry_cnt: int = Field(7, ge=1, le=1000)
-    # Retransmission timeout (fabric us); None: the NIC's default (RoceNic:
-    # max(20 ms wall, 8 ACK intervals at line rate)). A host that is slower
-    # than its link (per-packet CPU work, endpoints:) ACKs less often: raise it.
+    # ACK (retransmission) timeout, fabric us, like every NIC timer here and
+    # in dcqcn:; the runner gives the agents x D. None: 320 us, IRN's RTO_high
+    # (emulator/agents/requester.py DEFAULT_RTO_FABRIC_NS says why), whatever
+    # the dilation. A DCQCN-throttled QP waits longer (8 ACK intervals at its
+    # rate); time a NIC's data class is PFC-paused does not count.
     rto_us: Optional[float] = Field(None, gt=0)
 
 
 class LimitsSpec(StrictSpec):
-    wall_s: float = Field(120.0, gt=0)
+    wall_s: WallS = 120.0
 
 
 class TrafficSpec(StrictSpec):
@@ -83,8 +87,8 @@ class TrafficSpec(StrictSpec):
     src: Optional[str] = None
     dst: Optional[str] = None
     op: Literal["write", "send"] = "write"
-    size_bytes: PositiveInt
-    start_us: float = Field(0.0, ge=0)
+    size_bytes: MessageBytes                # <= 2 GiB, and what this machine's memory holds
+    start_us: FabricUs = 0.0
     expect: Optional[FlowExpect] = None    # "dropped": crosses tenants (schema/endpoints.py)
 
     @model_validator(mode="after")
@@ -106,7 +110,9 @@ class ExperimentSpec(StrictSpec):
     description: str = ""
     topology: Union[str, dict]                      # a file (relative to this one) or inline
     target: Literal["embedded", "bmv2", "auto"] = "embedded"
-    dilation: float = Field(10000.0, ge=1)
+    # A number >= 1, or "auto": chosen per machine and fabric by
+    # emulator/experiment/dilation.py (calibrated, cached, rerun if behind).
+    dilation: Union[Literal["auto"], float] = 10000.0
     switch: SwitchSpec = SwitchSpec()
     nic: NicSpec = NicSpec()
     qos: QosSpec = QosSpec()
@@ -117,6 +123,15 @@ class ExperimentSpec(StrictSpec):
     limits: LimitsSpec = LimitsSpec()
     sweep: Optional[SweepSpec] = None               # run once per value (emulator/experiment/sweep.py)
     endpoints: Optional[EndpointsSpec] = None       # NIC/DPU, tenants, host CPU (schema/endpoints.py)
+
+    @field_validator("dilation", mode="before")
+    @classmethod
+    def _dilation(cls, v):
+        if v == "auto":
+            return v
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 1:
+            raise ValueError("must be a number >= 1 or 'auto'")
+        return float(v)
 
     @model_validator(mode="after")
     def _whole_file(self):

@@ -86,18 +86,37 @@ def parse_yaml(text: str, source: str) -> Any:
             raise ConfigError(source, f"line {mark.line + 1}",
                               f"YAML syntax error: {problem} (column {mark.column + 1})") from None
         raise ConfigError(source, "", f"YAML syntax error: {problem}") from None
+    except yaml.reader.ReaderError as e:   # a character YAML does not allow (NUL, control bytes)
+        line, column = _line_column(text, e.position)
+        code = ord(e.character) if isinstance(e.character, str) else e.character
+        raise ConfigError(source, f"line {line}", f"not YAML text: character U+{code:04X} "
+                                                  f"is not allowed (column {column})") from None
     except yaml.YAMLError as e:
-        raise ConfigError(source, "", f"YAML syntax error: {e}") from None
+        raise ConfigError(source, "", f"YAML syntax error: {' '.join(str(e).split())}") from None
+
+
+def _line_column(text: str | bytes, offset: int) -> tuple[int, int]:
+    """1-based line and column of ``offset`` in ``text``."""
+    nl = "\n" if isinstance(text, str) else b"\n"
+    start = text.rfind(nl, 0, offset) + 1
+    return text.count(nl, 0, offset) + 1, offset - start + 1
 
 
 def read_text(path: str | Path, what: str) -> str:
-    """A config file's UTF-8 text; a missing, unreadable or non-UTF-8 file
-    (or a directory) is a ConfigError ``cannot read WHAT: why``."""
+    """A config file's UTF-8 text; a missing or unreadable file, a directory,
+    or bytes that are not UTF-8 (a binary file, another encoding) are a
+    ConfigError ``cannot read WHAT: why``."""
     try:
-        return Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
-        raise ConfigError(str(path), "", f"cannot read {what}: {reason}") from None
+        data = Path(path).read_bytes()
+    except OSError as e:
+        raise ConfigError(str(path), "", f"cannot read {what}: {e.strerror or e}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line, column = _line_column(data, e.start)
+        raise ConfigError(str(path), f"line {line}",
+                          f"cannot read {what}: not UTF-8 text (byte 0x{data[e.start]:02x} at column "
+                          f"{column}); save it as UTF-8") from None
 
 
 def read_yaml(path: str | Path, what: str) -> Any:

@@ -44,7 +44,8 @@ Explicit form (exactly one of ``clos`` / ``nodes`` + ``links``)::
 
 Field rules: unknown fields are errors; counts are integers (not booleans,
 not strings); ``rate_gbps`` is a number > 0, ``delay_us`` a number >= 0
-(both may be fractional; they are kept as integer bit/s and ns). Node names
+(both may be fractional; they are kept as integer bit/s and ns), within
+``schema/limits.py``'s sane ranges (1 kbit/s..100 Tbit/s, <= 1 s). Node names
 are ``[a-z][a-z0-9]*`` of at most 8 characters, so that every interface name
 ``<node>-eth<N>`` fits Linux's 15 characters.
 
@@ -77,20 +78,33 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from typing import Optional
+from typing import Annotated, Optional
 
-from pydantic import Field, model_validator
+from pydantic import AfterValidator, Field, model_validator
 
+from emulator.schema.limits import DelayUs, RateGbps
 from emulator.schema.load import FieldError, StrictSpec
 from emulator.topo.graph import DEFAULT_HOST_PREFIX, DEFAULT_STORAGE_PREFIX, Role
 
 MAX_FABRIC_NAME = 63
+# Hosts a plane can address: 254 leaves (a spine's ports), 253 hosts on each
+# leaf's /24. Counts are bounded by it before the fabric is expanded.
+MAX_HOSTS = 254 * 253
+
+
+def _host_count(n: int) -> int:
+    if n > MAX_HOSTS:
+        raise ValueError(f"must be at most {MAX_HOSTS}: a plane addresses 254 leaves x 253 hosts")
+    return n
+
+
+Count = Annotated[int, Field(ge=1), AfterValidator(_host_count)]   # of servers, hosts, NICs
 FABRIC_NAME_RE = re.compile(r"[a-z0-9][a-z0-9-]*")
 
 
 class LinkParams(StrictSpec):
-    rate_gbps: float = Field(gt=0, allow_inf_nan=False)
-    delay_us: float = Field(ge=0, allow_inf_nan=False)
+    rate_gbps: RateGbps
+    delay_us: DelayUs
 
     @property
     def rate_bps(self) -> int:
@@ -124,17 +138,22 @@ class ClosSpec(StrictSpec):
 
 class TenantSpec(StrictSpec):
     name: str
-    count: int = Field(ge=1)             # servers, consecutive in server order
+    count: Count   # servers, consecutive in server order
     dpu: Optional[bool] = None           # default: servers.dpu
 
 
 class ServersSpec(StrictSpec):
-    count: int = Field(ge=1)
-    gpus_per_server: int = Field(ge=1)
+    count: Count
+    gpus_per_server: Count
     nvlink: Optional[LinkParams] = None  # required with more than one GPU
     nic_link: LinkParams
     dpu: bool = False
     tenants: Optional[list[TenantSpec]] = None
+
+    @model_validator(mode="after")
+    def _nics(self):
+        _check_nics(self.count, self.gpus_per_server, "gpus_per_server")
+        return self
 
 
 class RailOptimizedSpec(StrictSpec):
@@ -143,10 +162,22 @@ class RailOptimizedSpec(StrictSpec):
 
 
 class StorageServersSpec(StrictSpec):
-    count: int = Field(ge=1)
-    nics_per_server: int = Field(default=1, ge=1)
+    count: Count
+    nics_per_server: Count = 1
     nic_link: LinkParams
     dpu: bool = False
+
+    @model_validator(mode="after")
+    def _nics(self):
+        _check_nics(self.count, self.nics_per_server, "nics_per_server")
+        return self
+
+
+def _check_nics(servers: int, per_server: int, field: str) -> None:
+    # Checked before the fabric is expanded: a billion servers must not be built to be refused.
+    if servers * per_server > MAX_HOSTS:
+        raise FieldError(field, f"{servers} servers x {per_server} NICs = {servers * per_server} hosts; a plane "
+                                f"addresses at most {MAX_HOSTS} (254 leaves x 253 hosts)")
 
 
 class StoragePlaneSpec(StrictSpec):
@@ -164,8 +195,8 @@ class NodeSpec(StrictSpec):
 class LinkSpec(StrictSpec):
     a: str
     b: str
-    rate_gbps: float = Field(gt=0, allow_inf_nan=False)
-    delay_us: float = Field(ge=0, allow_inf_nan=False)
+    rate_gbps: RateGbps
+    delay_us: DelayUs
 
 
 class AddressingSpec(StrictSpec):

@@ -45,8 +45,9 @@ from __future__ import annotations
 
 from typing import Any, Literal, Optional, Union
 
-from pydantic import Field, PositiveInt, model_validator
+from pydantic import Field, model_validator
 
+from emulator.schema.limits import BufferBytes, FabricUs, MessageBytes, memory_budget_bytes, size_text
 from emulator.schema.load import FieldError, StrictSpec, validate
 
 Collective = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all"]
@@ -55,8 +56,8 @@ MAX_SIZES = 64
 
 
 class SizeRange(StrictSpec):
-    min_bytes: PositiveInt
-    max_bytes: PositiveInt
+    min_bytes: BufferBytes
+    max_bytes: BufferBytes
     factor: int = Field(2, ge=2)
 
     @model_validator(mode="after")
@@ -77,7 +78,7 @@ class TestSpec(StrictSpec):
     __test__ = False                       # (not a pytest class)
 
     collective: Collective
-    sizes: Union[list[PositiveInt], SizeRange]
+    sizes: Union[list[BufferBytes], SizeRange]
     iters: int = Field(20, ge=1)
     warmup_iters: int = Field(5, ge=0)
     algorithm: Optional[Algorithm] = None  # default: the workload's
@@ -98,9 +99,9 @@ class TestSpec(StrictSpec):
 class TrainingSpec(StrictSpec):
     steps: int = Field(ge=1)
     warmup_steps: int = Field(1, ge=0)
-    compute_us: float = Field(0.0, ge=0)
+    compute_us: FabricUs = 0.0
     collective: Collective = "all_reduce"
-    size_bytes: PositiveInt
+    size_bytes: BufferBytes
     algorithm: Optional[Algorithm] = None
 
 
@@ -141,11 +142,20 @@ class WorkloadSpec(StrictSpec):
 
 class StorageSpec(StrictSpec):
     server: str = "storage1"
-    block_bytes: PositiveInt = 262144
+    block_bytes: MessageBytes = 262144        # one RDMA READ
     blocks: int = Field(16, ge=1, le=4096)
     readers: Optional[list[str]] = Field(None, min_length=1)
     queue_depth: int = Field(2, ge=1, le=64)
-    storage_latency_us: float = Field(0.0, ge=0)
+    storage_latency_us: FabricUs = 0.0
+
+    @model_validator(mode="after")
+    def _disk_fits(self):
+        disk = self.block_bytes * self.blocks
+        if disk > memory_budget_bytes():
+            raise FieldError("blocks", f"{self.blocks} blocks of {self.block_bytes} bytes: the target's "
+                                       f"disk ({size_text(disk)}) does not fit this machine's memory budget "
+                                       f"({size_text(memory_budget_bytes())})")
+        return self
 
 
 def parse_workload(data: Any, file: str, prefix: str = "workload") -> WorkloadSpec:

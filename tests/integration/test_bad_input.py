@@ -53,8 +53,88 @@ def test_bad_file_gives_one_line_and_exit_2(tmp_path, case):
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1, res.stderr
     assert bad_file in lines[0] and field in lines[0], lines[0]
-    assert leftovers() == before
+    assert ours(tmp_path, before) == []
     assert not (tmp_path / "out" / "summary.json").exists()
+
+
+EXP = "name: bad\ntopology: topo.yaml\ntraffic: [{pattern: all-to-all, size_bytes: 1000}]\n"
+
+
+def _flows_past_memory() -> bytes:
+    """An experiment whose flows' buffers (2 GiB messages, sender + receiver copies) exceed this machine's budget."""
+    from emulator.schema.limits import MAX_MESSAGE_BYTES, memory_budget_bytes
+    n = memory_budget_bytes() // (2 * MAX_MESSAGE_BYTES) + 1
+    flow = f"  - {{src: h1, dst: h2, size_bytes: {MAX_MESSAGE_BYTES}}}\n"
+    return ("name: bad\ntopology: topo.yaml\ntraffic:\n" + flow * n).encode()
+
+
+# name -> (files to write (bytes), the CLI's arguments ({d}: the directory), what the line names)
+INPUT_CASES = {
+    "not-utf8": ({"exp.yaml": EXP.encode() + b"# caf\xe9\n"}, ["run", "{d}/exp.yaml"],
+                 ["exp.yaml", "line 4", "not UTF-8"]),
+    "not-utf8-cli": ({"exp.yaml": EXP.encode() + b"# caf\xe9\n"}, ["cli", "{d}/exp.yaml"],
+                     ["exp.yaml", "line 4", "not UTF-8"]),
+    "binary": ({"exp.yaml": bytes(range(256)) * 4}, ["run", "{d}/exp.yaml"], ["exp.yaml", "not UTF-8"]),
+    "nul-byte": ({"exp.yaml": EXP.encode() + b"\x00\n"}, ["run", "{d}/exp.yaml"], ["exp.yaml", "line 4", "U+0000"]),
+    "utf16": ({"exp.yaml": EXP.encode("utf-16")}, ["run", "{d}/exp.yaml"], ["exp.yaml", "not UTF-8"]),
+    "experiment-is-dir": ({}, ["run", "{d}"], ["Is a directory"]),
+    "experiment-is-dir-cli": ({}, ["cli", "{d}"], ["Is a directory"]),
+    "topology-is-dir": ({"exp.yaml": EXP.replace("topo.yaml", ".").encode()}, ["run", "{d}/exp.yaml"],
+                        ["exp.yaml", "topology", "is a directory"]),
+    "topo-show-dir": ({}, ["topo", "show", "{d}"], ["Is a directory"]),
+    "huge-flow": ({"exp.yaml": EXP.replace("1000}", "100000000000000000000}").encode()},
+                  ["run", "{d}/exp.yaml"], ["traffic[0].size_bytes", "2**31"]),
+    "flows-exceed-memory": ({"exp.yaml": _flows_past_memory()},
+                            ["run", "{d}/exp.yaml"], ["exp.yaml", "traffic", "flows need", "this machine"]),
+    "rate-out-of-range": ({"topo.yaml": GOOD_TOPO.replace("rate_gbps: 100,", "rate_gbps: 1.0e+300,", 1).encode(),
+                           "exp.yaml": EXP.encode()}, ["run", "{d}/exp.yaml"],
+                          ["topo.yaml", "clos.host_link.rate_gbps", "100 Tbit/s"]),
+    "delay-out-of-range": ({"topo.yaml": GOOD_TOPO.replace("delay_us: 1}", "delay_us: 5000000}", 1).encode(),
+                            "exp.yaml": EXP.encode()}, ["run", "{d}/exp.yaml"],
+                           ["clos.host_link.delay_us", "at most"]),
+    "start-out-of-range": ({"exp.yaml": EXP.replace("1000}", "1000, start_us: 1.0e+20}").encode()},
+                           ["run", "{d}/exp.yaml"], ["traffic[0].start_us", "a day"]),
+    "billion-servers": ({"topo.yaml": b"name: t\nservers: {count: 1000000000, gpus_per_server: 1,"
+                                      b" nic_link: {rate_gbps: 100, delay_us: 1}}\n"
+                                      b"rail_optimized: {spines: 1, fabric_link: {rate_gbps: 100, delay_us: 1}}\n"},
+                        ["topo", "show", "{d}/topo.yaml"], ["servers.count", "64262"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(INPUT_CASES))
+def test_bad_input_gives_one_line_and_exit_2(tmp_path, case):
+    """Files that are not UTF-8 YAML, directories where a file belongs, values
+    past what the machine or the wire can hold: one line naming the file, the
+    field and the limit; exit 2; nothing built, nothing written."""
+    files, args, expected = INPUT_CASES[case]
+    (tmp_path / "topo.yaml").write_text(GOOD_TOPO)
+    for name, data in files.items():
+        (tmp_path / name).write_bytes(data)
+    before = leftovers()
+    args = [a.format(d=tmp_path) for a in args] + (["--out", str(tmp_path / "out")] if args[0] == "run" else [])
+    res = run_cli(*args, timeout=120)
+    assert res.returncode == 2, res.stdout + res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1, res.stderr
+    for text in expected:
+        assert text in lines[0], lines[0]
+    assert not (tmp_path / "out").exists()
+    assert ours(tmp_path, before) == [], "processes of this run were left behind"
+
+
+def ours(tmp_path, before) -> list[int]:
+    """Emulator processes started since ``before`` by a run of ``tmp_path``'s files (their
+    configs live there): other runs on the machine may build fabrics meanwhile."""
+    from pathlib import Path
+    out = []
+    for pid in set(leftovers()["processes"]) - set(before["processes"]):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        if str(tmp_path) in cmdline:
+            out.append(pid)
+    return out
 
 
 def test_topo_show_bad_file(tmp_path):

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from emulator.experiment.model import experiment_from_dict, load_experiment
-from emulator.experiment.runner import run_experiment
-from tests.conftest import REPO, leftovers, requires_mininet
+from tests.conftest import REPO, leftovers, requires_mininet, run_shipped
+from tests.losses import assert_no_drops_no_retransmissions, recovery
 
 pytestmark = [requires_mininet, pytest.mark.mininet]
 ROCE_PRIORITY = 3
@@ -38,7 +38,9 @@ def _run(name: str, out: Path, target: str = "embedded", **overrides) -> dict:
                 node = node.setdefault(p, {})
             node[leaf] = value
         exp = experiment_from_dict(data, REPO / "experiments" / f"{name}.yaml", target=target)
-    return run_experiment(exp, out)
+    summary = run_shipped(exp, out)          # raised while the run falls behind
+    assert not summary["fell_behind"], f"{name}: fell behind at dilation {summary['dilation']:g}"
+    return summary
 
 
 def _prio(port: dict, priority: int = ROCE_PRIORITY) -> dict:
@@ -65,6 +67,8 @@ def test_incast_with_pfc_is_lossless(tmp_path, target):
     # Zero drops in the lossless class, anywhere.
     assert sum(_prio(p)["drops"] for p in s["ports"]) == 0
     assert sum(p["drops"] for p in s["ports"]) == 0
+    # No drops => no retransmissions: pauses and queues are not taken for loss.
+    assert_no_drops_no_retransmissions(s, tmp_path)
     # leaf1 paused its upstream neighbours, and they saw the pauses.
     assert sum(_prio(p)["pause_tx"] for p in _ports(s, node="leaf1")) > 0
     assert sum(_prio(p)["pause_rx"] for p in _ports(s, peer="leaf1")) > 0
@@ -76,8 +80,11 @@ def test_incast_without_pfc_drops_and_still_completes(tmp_path, target):
     drops = sum(_prio(p)["drops"] for p in _ports(s, node="leaf1"))
     assert drops > 0, "a 5:1 incast into a 300 KB buffer must overflow without PFC"
     assert sum(_prio(p)["pause_tx"] for p in s["ports"]) == 0
-    # Go-back-N recovered every message, intact.
+    # Go-back-N recovered every message, intact; mostly after NAKs, and the
+    # flows' counters say so.
     assert s["complete"], [f for f in s["flows"] if not f["complete"]]
+    rec = recovery(s)
+    assert rec["retransmitted_packets"] > 0 and rec["naks"] > 0, rec
     assert all(f["delivered_bytes"] == f["bytes"] and f["intact"] for f in s["flows"])
 
 
@@ -145,13 +152,13 @@ def test_pause_frames_dissect_with_the_port_rate(tmp_path, target):
     from emulator.control.qos import PfcSpec, pfc_port_params
 
     exp = load_experiment(REPO / "experiments/incast-pfc.yaml", target=target)
-    s = run_experiment(exp, tmp_path, pcap=True)
+    s = run_shipped(exp, tmp_path, pcap=True)
     assert s["complete"]
     # The embedded target writes one pcap per port; BMv2 one per direction.
     pcap = {"embedded": "{}.pcap", "bmv2": "{}_out.pcap"}[target]
     # Pauses last 0xFFFF quanta (embedded) or the controller's pause_us (fabric.p4 on BMv2).
     xoff = 0xFFFF if target == "embedded" else pfc_port_params(
-        exp.fabric.links[exp.fabric.port("leaf1", 2).link_index].rate_bps, PfcSpec(), exp.dilation)["pause_quanta"]
+        exp.fabric.links[exp.fabric.port("leaf1", 2).link_index].rate_bps, PfcSpec(), s["dilation"])["pause_quanta"]
     # leaf1 port 2 faces h2, a sender: leaf1 pauses it.
     frames = rdpcap(str(tmp_path / "run" / pcap.format("leaf1-eth2")))
     pauses = [f for f in frames if f.haslayer(MACControlClassBasedFlowControl)]

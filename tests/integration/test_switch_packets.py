@@ -29,8 +29,8 @@ from emulator.control.p4rt_client import SwitchConnection
 from emulator.p4.p4info import P4Info
 from tests.packet_cases import (
     CASES, CPU_PORT, DEVICE_ID, H1_IP, H1_MAC, H1_PORT, H2_IP, H2_MAC, H2_PORT, PUNT_ROCE_FROM_PORT1,
-    REMOTE_IP, ROUTER_MAC, UPLINK_MAC, Case, arp_request, program, rocev2, to_h1, to_h2, to_uplink,
-    verify,
+    REMOTE_IP, ROUTER_MAC, UPLINK_MAC, Case, arp_request, malformed_counts, program, rocev2, to_h1, to_h2,
+    to_uplink, verify,
 )
 from tests.switch_rig import SwitchRig, recv_ready, requires_netns
 
@@ -193,6 +193,8 @@ def test_case(sw, case: Case):
         got = sw.outputs(until=lambda g: len(g) >= len(case.expect))
     verify(_outcome(got, case.ingress_port), case)
     assert sw.counter_cell("rx_port_counter", case.ingress_port) == (1, len(case.frame))
+    # A malformed packet counts in its reason's cell (ingress port, reason), and only there.
+    assert malformed_counts(sw.conn, case.ingress_port) == case.malformed_counts()
 
 
 # ---------------------------------------------------------------- paths the table does not cover

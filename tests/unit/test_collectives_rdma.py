@@ -13,16 +13,20 @@ import time
 import pytest
 
 from emulator.collectives import report
+from emulator.control.qos import mtu_frame_bytes
+from emulator.experiment.fidelity import nic_verdict
+from emulator.wire import WIRE_OVERHEAD_BYTES
 
-needs_root = pytest.mark.skipif(
-    os.geteuid() != 0, reason="needs root to create network namespaces and veth pairs")
 PY = sys.executable
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 S, G = 2, 2
-DILATION = 4000   # 25 Mbit/s per NIC in wall time: holds on a busy 2-core box
+DILATION = 4000   # 25 Mbit/s per NIC in wall time; doubled while the NICs fall behind
+MAX_DILATION = 16000
 LINK_GBPS = 100                        # fabric rate of each NIC link
 NVLINK_GBPS = 900 * 8                  # 900 GB/s per GPU, per direction
 MTU = 1024
+# an MTU frame's serialization at the fabric rate: the NIC lag's yardstick
+FRAME_FABRIC_NS = round((mtu_frame_bytes(MTU) + WIRE_OVERHEAD_BYTES) * 8 / LINK_GBPS)
 
 
 def sh(*cmd):
@@ -64,16 +68,16 @@ def servers(request, tmp_path):
     return {"ns": ns, "dev": dev, "dir": tmp_path}
 
 
-def run_servers(env, workload, start_in_s=1.5, timeout_s=40):
+def run_servers(env, workload, dilation=DILATION, start_in_s=1.5, timeout_s=40):
     start = time.time_ns() + int(start_in_s * 1e9)
     procs, paths = [], []
     for s in range(S):
-        cfg = {"server": s, "servers": S, "dilation": DILATION,
+        cfg = {"server": s, "servers": S, "dilation": dilation,
                "nics": [{"ifname": env["dev"][(s, g)], "mac": mac(s, g), "ip": ip(s, g),
-                         "gateway_mac": mac(1 - s, g), "rate_bps": int(LINK_GBPS * 1e9 / DILATION),
+                         "gateway_mac": mac(1 - s, g), "rate_bps": int(LINK_GBPS * 1e9 / dilation),
                          "mtu_bytes": MTU} for g in range(G)],
                "rank_ips": {str(r * G + g): ip(r, g) for r in range(S) for g in range(G)},
-               "nvlink": {"rate_bps": int(NVLINK_GBPS * 1e9 / DILATION), "delay_ns": 500 * DILATION},
+               "nvlink": {"rate_bps": int(NVLINK_GBPS * 1e9 / dilation), "delay_ns": 500 * dilation},
                "workload": workload, "start_at_unix_ns": start, "deadline_s": 30,
                "result_path": str(env["dir"] / f"s{s}.result.json")}
         p = env["dir"] / f"s{s}.json"
@@ -101,7 +105,7 @@ def run_servers(env, workload, start_in_s=1.5, timeout_s=40):
     return results
 
 
-@needs_root
+@pytest.mark.netns
 def test_all_reduce_256k_over_rdma_rails(servers):
     size = 256 << 10
     wl = {"slice_bytes": 65536, "slots": 4,
@@ -112,10 +116,19 @@ def test_all_reduce_256k_over_rdma_rails(servers):
                     {"collective": "all_gather", "sizes": [size], "iters": 2, "warmup_iters": 0}],
           "training": {"steps": 3, "warmup_steps": 1, "compute_us": 20, "size_bytes": size,
                        "algorithm": "hierarchical"}}
-    t0 = time.monotonic()
-    res = run_servers(servers, wl)
-    wall_s = time.monotonic() - t0
-    rows = report.collective_rows([r for s in res for r in s["records"]], DILATION)
+    # Bandwidth bounds hold only for a run that kept its schedule: at a
+    # dilation where the NICs fell behind (a loaded machine), run again at 2 x D.
+    dilation = DILATION
+    while True:
+        t0 = time.monotonic()
+        res = run_servers(servers, wl, dilation)
+        wall_s = time.monotonic() - t0
+        behind = [nic_verdict(nic, dilation, FRAME_FABRIC_NS) for s in res for nic in s["nics"]]
+        if not any(v["behind"] for v in behind) or dilation >= MAX_DILATION:
+            break
+        dilation *= 2
+    assert not any(v["behind"] for v in behind), behind
+    rows = report.collective_rows([r for s in res for r in s["records"]], dilation)
     by = {(r["collective"], r["algorithm"]): r for r in rows}
     for r in rows:                               # every rank's result is right
         assert r["wrong"] == 0 and r["nranks"] == 4, r
@@ -128,7 +141,7 @@ def test_all_reduce_256k_over_rdma_rails(servers):
     hier = by[("all_reduce", "hierarchical")]
     assert hier["busbw_GBps"] <= 3 * link_GBps * 1.001, hier
     assert hier["busbw_GBps"] > ring["busbw_GBps"], (hier, ring)
-    tr = report.training_summary([r for s in res for r in s["training"]], DILATION)
+    tr = report.training_summary([r for s in res for r in s["training"]], dilation)
     assert tr["wrong"] == 0 and tr["steps"] == 3
     assert tr["step_time_us"]["mean"] >= 20 + tr["collective_time_us"]["mean"] * 0.9
     for s in res:
@@ -138,4 +151,4 @@ def test_all_reduce_256k_over_rdma_rails(servers):
             assert nic["tx_rnr_naks"] == 0 and nic["rx_rnr_naks"] == 0, nic
             assert nic["rx_icrc_errors"] == 0 and nic["rx_bad_requests"] == 0, nic
     print(report.format_table(rows))
-    print(json.dumps(tr), f"wall {wall_s:.1f} s")
+    print(json.dumps(tr), f"wall {wall_s:.1f} s at D = {dilation}")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import pytest
 
+from emulator.experiment.dilation import with_dilation
 from emulator.errors import ConfigError
 from emulator.experiment.agents import agent_configs
 from emulator.experiment.endpoint_results import add_endpoint_results, write_hosts_csv
@@ -37,7 +38,7 @@ def load(**over):
 
 
 def test_without_endpoints_agent_configs_are_as_before(tmp_path):
-    exp = load_experiment(REPO / "experiments" / "demo.yaml")
+    exp = with_dilation(load_experiment(REPO / "experiments" / "demo.yaml"), 10000)   # file: auto
     assert exp.spec.endpoints is None
     for cfg in agent_configs(exp, tmp_path, 0).values():
         assert all(getattr(cfg, k) is None for k in ENDPOINT_KEYS + ("gpudirect",))
@@ -59,10 +60,13 @@ def test_tenants_dpus_costs_and_dilation_reach_the_agents(tmp_path):
     assert cfg["s2n0"].staging_latency_ns == 5_000 * 1000 and cfg["s2n0"].gpudirect is False
 
 
-def test_rto_is_fabric_time_and_only_written_when_set(tmp_path):
+def test_rto_is_fabric_time_whatever_the_dilation(tmp_path):
+    from emulator.agents.requester import DEFAULT_RTO_FABRIC_NS
     cfg = agent_configs(load(nic={"rto_us": 100}), tmp_path, 0)
     assert {c.rto_ns for c in cfg.values()} == {100 * 1000 * 1000}       # x D = 1000
-    assert all(c.rto_ns is None for c in agent_configs(load(), tmp_path, 0).values())
+    for d in (1, 1000, 20000):        # the default: 320 us of fabric time at any D
+        cfg = agent_configs(load(dilation=d), tmp_path, 0)
+        assert {(c.rto_ns / d, c.dilation) for c in cfg.values()} == {(DEFAULT_RTO_FABRIC_NS, d)}
     with pytest.raises(ConfigError, match="nic.rto_us"):
         load(nic={"rto_us": 0})
 

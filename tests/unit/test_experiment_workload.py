@@ -13,6 +13,7 @@ from emulator.agents.nic import RoceNic
 from emulator.collectives.storage import READ_QPN_BASE, StorageReader, block_pattern
 from emulator.agents.dpu import StorageTarget
 from emulator.errors import ConfigError
+from emulator.experiment.dilation import with_dilation
 from emulator.experiment.model import experiment_from_dict, load_experiment
 from emulator.experiment.servers import plain_hosts, server_configs
 from tests.conftest import REPO
@@ -102,7 +103,7 @@ def test_all_to_all_pairs_hosts_of_one_plane_only():
 
 
 def test_server_configs_are_dilated_and_agree_on_both_ends(tmp_path):
-    exp = load_experiment(EXP / "checkpoint-separate.yaml")
+    exp = with_dilation(load_experiment(EXP / "checkpoint-separate.yaml"), 10000)   # file: auto
     d = exp.dilation
     cfg = server_configs(exp, tmp_path, 123)
     s1, s2, st = cfg["server1"], cfg["server2"], cfg["storage1"]
@@ -118,7 +119,8 @@ def test_server_configs_are_dilated_and_agree_on_both_ends(tmp_path):
     assert s1.storage.target_ip == st.nic.ip == exp.fabric.addresses.host_ip("st1n0")
     assert [c.qpn for c in st.clients] == [READ_QPN_BASE, READ_QPN_BASE + 1]
     assert st.clients[1].remote_ip == s2.storage.nic.ip
-    shared = server_configs(load_experiment(EXP / "checkpoint-shared.yaml"), tmp_path, 0)
+    shared = server_configs(with_dilation(load_experiment(EXP / "checkpoint-shared.yaml"), 10000),
+                            tmp_path, 0)
     assert shared["server1"].storage.nic is None        # reads share NIC 0
 
 

@@ -395,6 +395,7 @@ def test_retry_exceeded_fails_the_qp(pairs):
     assert p.wait(lambda ca, cb: len(ca) == 2, timeout_s=2)
     assert [c.status for c in p.cq[p.a]] == [WcStatus.RETRY_EXC_ERR, WcStatus.WR_FLUSH_ERR]
     assert p.a.stats.timeouts == 4
-    # timeouts back off: 5 + 10 + 20 + 40 ms after the first frame left
+    # timeouts back off: 5, 10, 20, 40 ms, each from when the frame (re)sent
+    # before it left: 75 ms and four frame times after the post
     ft = p.a.frame_time_ns(14 + 20 + 8 + 12 + 4 + 4)
-    assert abs(p.cq[p.a][0].complete_ns - t0 - (75_000_000 + ft)) <= 10   # +1 ns per wake
+    assert abs(p.cq[p.a][0].complete_ns - t0 - (75_000_000 + 4 * ft)) <= 10   # +1 ns per wake

@@ -14,7 +14,7 @@ from emulator.agents.host_cpu import CpuGate, CpuServers, TenantFilter
 from emulator.agents.nic import NicStats
 from emulator.agents.notification import NotificationPoint
 from emulator.agents.pfc import PfcReceiver
-from emulator.agents.qp import QueuePair, WcStatus
+from emulator.agents.qp import QpState, QueuePair, WcStatus
 from emulator.agents.reaction import ReactionPoint
 from emulator.agents.read import ReadResponder
 from emulator.agents.requester import Requester
@@ -112,33 +112,86 @@ def test_requester_go_back_n_on_nak_and_completion_on_ack():
     rq.qps.append(qp)
     rq.post(qp, 7, memoryview(bytes(4 * 1024)), True, 0, 9, True, now=0)
     frames = [rq.take(qp)[0] for _ in range(4)]
-    assert [(type(f), f.k, f.psn) for f in frames] == [(DataFrame, k, k) for k in range(4)]
-    rq.sent(qp, 10)
+    assert [(type(f), f.k, f.psn, f.ack_req) for f in frames] == \
+        [(DataFrame, k, k, k == 3) for k in range(4)]            # AckReq on the last
+    for t, f in enumerate(frames[:3]):
+        rq.sent(qp, t, f.psn + 1, f.ack_req)
+    assert qp.rto_deadline_ns == 0                          # no response asked for yet
+    rq.sent(qp, 10, 4, True)
     assert qp.rto_deadline_ns == 10 + 1_000_000
     rq.on_ack(qp, ack(qp, 1, roce.NAK_PSN_SEQ_ERR), 20)      # PSN 1 missing
-    assert (qp.snd_una, qp.snd_nxt, st.nak_rewinds) == (1, 1, 1)
+    assert (qp.snd_una, qp.snd_nxt, st.nak_rewinds, qp.naks) == (1, 1, 1, 1)
+    assert qp.rto_deadline_ns == 0                          # what it asked for is void
     f, _ = rq.take(qp)
-    assert (f.psn, st.tx_retransmits) == (1, 1)
+    assert (f.psn, st.tx_retransmits, qp.retransmits) == (1, 1, 1)
     rq.on_ack(qp, ack(qp, 3), 30)
     assert [(c.wr_id, c.status, c.complete_ns) for c in cq] == [(7, WcStatus.SUCCESS, 30)]
     assert qp.rto_deadline_ns == 0
 
 
-def test_requester_timeouts_back_off_wait_for_pfc_and_fail():
+def test_requester_ack_timeout_runs_from_the_ack_request():
+    """A sender slower than its link (here: one packet per 100 us, a busy
+    CPU) sends 16 packets between two AckReqs: the timeout (1 ms) runs from
+    the packet that asks for the ACK, not from the first unacknowledged one."""
     cq, st = [], NicStats()
     rq = requester(cq, st)
     qp = make_qp()
     rq.qps.append(qp)
+    rq.post(qp, 7, memoryview(bytes(32 * 1024)), True, 0, 9, True, now=0)
+    for k in range(16):
+        f, _ = rq.take(qp)
+        rq.sent(qp, k * 100_000, f.psn + 1, f.ack_req)
+        rq.timers(k * 100_000)
+    assert f.ack_req and qp.rto_deadline_ns == 15 * 100_000 + 1_000_000
+    assert st.timeouts == 0
+    rq.on_ack(qp, ack(qp, 15), 1_600_000)                   # all asked for is answered
+    assert qp.snd_una == 16 and qp.rto_deadline_ns == 0
+    f, _ = rq.take(qp)
+    rq.sent(qp, 1_700_000, f.psn + 1, f.ack_req)
+    rq.timers(10_000_000)
+    assert st.timeouts == 0 and qp.rto_deadline_ns == 0
+
+
+def test_requester_timeouts_back_off_wait_for_pfc_and_fail():
+    cq, st = [], NicStats()
+    pfc = PfcReceiver(RATE, (3, 6))
+    rq = requester(cq, st, pfc=pfc, data_priority=3)
+    qp = make_qp()
+    rq.qps.append(qp)
     rq.post(qp, 1, memoryview(b"x"), False, 0, 0, True, now=0)
+    f, _ = rq.take(qp)
+    rq.sent(qp, 0, 1, f.ack_req)                            # deadline 1 ms
+    q_ns = 512 * 1e9 / RATE
+    pfc.on_frame(pfc_frame({3: 800}), 200_000)              # paused 200 us .. 4.296 ms
+    t = 0
+    while not st.timeouts:                                  # the timer skips the pause
+        t = rq.next_timer_ns(float("inf"))
+        rq.timers(t)
+    assert t == 1_000_000 + 800 * q_ns and qp.timeouts == 1 and qp.snd_nxt == 0
+    assert qp.rto_deadline_ns == 0                          # until it is resent:
     rq.take(qp)
-    rq.sent(qp, 0)
-    rq.timers(1_000_000, data_resume_ns=5_000_000)          # paused: re-armed past the pause
-    assert st.timeouts == 0 and qp.rto_deadline_ns == 6_000_000
-    rq.timers(6_000_000, 0)
-    assert (st.timeouts, qp.snd_nxt, qp.rto_deadline_ns) == (1, 0, 6_000_000 + 2_000_000)
-    rq.timers(8_000_000, 0)
-    rq.timers(8_000_000 + 4_000_000, 0)
-    assert [c.status for c in cq] == [WcStatus.RETRY_EXC_ERR]
+    rq.sent(qp, t + 10, 1, True)
+    assert qp.rto_deadline_ns == t + 10 + 2_000_000         # doubled
+    for backoff in (2_000_000, 4_000_000):
+        t = qp.rto_deadline_ns
+        rq.timers(t)
+        if qp.state == QpState.RTS:
+            rq.take(qp)
+            rq.sent(qp, t, 1, True)
+            assert qp.rto_deadline_ns == t + 2 * backoff
+    assert [c.status for c in cq] == [WcStatus.RETRY_EXC_ERR] and qp.timeouts == 3
+
+
+def test_requester_rnr_timer_is_fabric_time():
+    cq, st = [], NicStats()
+    rq = requester(cq, st, dilation=1000)
+    qp = make_qp()
+    rq.qps.append(qp)
+    rq.post(qp, 1, memoryview(bytes(2048)), False, 0, 0, True, now=0)
+    rq.take(qp)
+    rq.sent(qp, 0, 1, False)
+    rq.on_ack(qp, ack(qp, 0, roce.AETH_RNR_NAK | 14), 50)   # code 14: 1.28 ms (fabric)
+    assert qp.paused_until_ns == 50 + 1_280_000 * 1000 and qp.naks == 1 and qp.snd_nxt == 0
 
 
 # -- responder ------------------------------------------------------------------------------
@@ -211,7 +264,8 @@ def test_frames_leave_when_serialized_plus_delay_in_strict_priority():
     for (t, _), f in zip(sock.sent, ft):
         end += f
         assert t == pytest.approx(end + 10_000, abs=1)
-    assert qp.rto_deadline_ns == pytest.approx(sock.sent[2][0] + 1_000_000, abs=1)
+    # the ACK timeout runs from the packet that asks for the ACK (the last)
+    assert qp.rto_deadline_ns == pytest.approx(sock.sent[3][0] + 1_000_000, abs=1)
 
 
 def test_a_paused_class_starts_nothing_but_the_wire_still_delivers():

@@ -1,9 +1,12 @@
 """P4Info contract: lookups, the builders it keeps (the codec's), contract diff."""
 import copy
+import re
 
 import pytest
 
+from emulator.dataplane.malformed import MALFORMED_SLOTS, Malformed
 from emulator.p4.p4info import DEFAULT_P4INFO, P4Info, P4InfoError
+from emulator.wire import CPU_PORT
 
 
 @pytest.fixture(scope="module")
@@ -82,3 +85,16 @@ def test_differences(p4):
     cosmetic = copy.deepcopy(p4.proto)
     cosmetic.tables[0].preamble.annotations.append("@hidden")
     assert p4.differences(cosmetic) == []
+
+
+def test_malformed_reasons_are_one_fact_mirrored_in_fabric_p4(p4):
+    """emulator/dataplane/malformed.py defines the reason codes; fabric.p4's
+    MALFORMED_* constants must equal them, and the counter must hold them all."""
+    src = (DEFAULT_P4INFO.parent / "fabric.p4").read_text()
+    consts = {m[1]: int(m[2]) for m in re.finditer(r"const bit<32> MALFORMED_(\w+) = (\d+);", src)}
+    assert consts == {r.name: r.value for r in Malformed}
+    assert int(re.search(r"#define MALFORMED_SLOTS (\d+)", src)[1]) == MALFORMED_SLOTS > max(Malformed)
+    assert p4.counter_id("malformed_drop_counter") == 0x1200000A
+    assert p4.counter_size("malformed_drop_counter") == (CPU_PORT + 1) * MALFORMED_SLOTS
+    cells = int(re.search(r"#define MALFORMED_CELLS (\d+)", src)[1])
+    assert cells == p4.counter_size("malformed_drop_counter")

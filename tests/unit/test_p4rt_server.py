@@ -665,3 +665,165 @@ def test_registers_are_not_runtime_state(ready, p4):
     with pytest.raises(WriteError) as ei:
         conn.insert(pb.RegisterEntry(register_id=reg_id, index=pb.Index(index=1)))
     assert codes_of(ei.value) == [code_pb2.UNIMPLEMENTED]
+
+
+# ------------------------------------------------- large batches, bad bytes, memory
+
+BIG_BATCH = 10_000
+
+
+def trailer_size(rpc_error):
+    """What gRPC counts against max_metadata_size: name + value (binary ones base64) + 32 per header."""
+    import base64
+    return sum(len(k) + len(base64.b64encode(v) if k.endswith("-bin") else v.encode()) + 32
+               for k, v in rpc_error.trailing_metadata() or ())
+
+
+def big_batch(p4):
+    """BIG_BATCH inserts into my_station, which holds 64."""
+    return [pb.Update(type=pb.Update.INSERT, entity=pb.Entity(
+        table_entry=p4.table_entry("my_station", {"eth_dst": i + 1}, "NoAction"))) for i in range(BIG_BATCH)]
+
+
+def test_big_failing_batch_fits_a_default_client(ready, p4):
+    """10,000 updates into a 64-entry table: the default client (gRPC's default
+    8 KiB metadata limit) gets the batch error with the first failures, stays
+    primary, and -- CONTINUE_ON_ERROR, the client's default -- the first 64 stay."""
+    from emulator.dataplane.p4rt_server.status import GRPC_DEFAULT_MAX_METADATA_BYTES
+    server, state, conn = ready
+    size = p4.table("my_station").size
+    updates = big_batch(p4)
+    with pytest.raises(WriteError) as e:
+        conn.write(updates)
+    err = e.value
+    assert err.code == grpc.StatusCode.UNKNOWN, err.message
+    assert 0 < err.covered < BIG_BATCH
+    assert err.errors and err.errors[0].index == size and set(codes_of(err)) == {C.RESOURCE_EXHAUSTED}
+    assert f"{BIG_BATCH - size} of {BIG_BATCH} updates failed" in err.message
+    assert f"#{size} RESOURCE_EXHAUSTED" in err.message and "trailer size limit" in err.message
+    assert conn.is_primary
+    tid = p4.table_id("my_station")
+    assert len(state.tables[tid]) == size
+    # The same batch, all-or-none: nothing of it stays; the first real failure is quoted.
+    conn.delete([u.entity.table_entry for u in updates[:size]])
+    with pytest.raises(WriteError) as e:
+        conn.write(updates, atomicity=pb.WriteRequest.ROLLBACK_ON_ERROR)
+    assert set(codes_of(e.value)) == {C.ABORTED} and f"#{size} RESOURCE_EXHAUSTED" in e.value.message
+    assert conn.is_primary and state.tables[tid] == {}
+    # The trailer as gRPC counts it, seen by a raw stub with default options.
+    channel = grpc.insecure_channel(server.address)
+    req = pb.WriteRequest(device_id=DEV, election_id=uint128((0, 1)), updates=updates)
+    with pytest.raises(grpc.RpcError) as e:
+        pb_grpc.P4RuntimeStub(channel).Write(req, timeout=60)
+    channel.close()
+    assert e.value.code() == grpc.StatusCode.UNKNOWN
+    assert trailer_size(e.value) <= GRPC_DEFAULT_MAX_METADATA_BYTES
+    print(f"trailer of a {BIG_BATCH}-update failing batch: {trailer_size(e.value)} bytes")
+
+
+def test_small_batch_details_are_complete(ready, p4):
+    """Below the budget every update gets its p4.v1.Error (OK included), as before."""
+    _, _, conn = ready
+    updates = [p4.table_entry("my_station", {"eth_dst": i % 40 + 1}, "NoAction") for i in range(60)]
+    with pytest.raises(WriteError) as e:
+        conn.insert(updates)
+    assert e.value.covered == 60 and [x.index for x in e.value.errors] == list(range(40, 60))
+    assert "trailer size limit" not in e.value.message
+
+
+GARBAGE = b"\xff" * 11   # a varint that never ends: no protobuf parses it
+
+
+@pytest.mark.parametrize("method,streaming", [("Write", False), ("Read", True),
+                                              ("SetForwardingPipelineConfig", False),
+                                              ("GetForwardingPipelineConfig", False), ("Capabilities", False)])
+def test_garbage_request_is_invalid_argument(ready, method, streaming):
+    server, _, conn = ready
+    channel = grpc.insecure_channel(server.address)
+    path = f"/p4.v1.P4Runtime/{method}"
+    call = channel.unary_stream(path) if streaming else channel.unary_unary(path)
+    with pytest.raises(grpc.RpcError) as e:
+        result = call(GARBAGE, timeout=5)
+        list(result) if streaming else result
+    channel.close()
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT, e.value.details()
+    assert "not a valid p4.v1." in e.value.details()
+    assert conn.capabilities() == "1.4.1" and conn.is_primary
+
+
+def test_garbage_stream_message_is_answered_and_the_stream_lives(switch):
+    import queue as queue_mod
+    server, _, _ = switch
+    channel = grpc.insecure_channel(server.address)
+    out: queue_mod.Queue = queue_mod.Queue()
+
+    def requests():
+        while (item := out.get()) is not None:
+            yield item
+
+    stream = channel.stream_stream("/p4.v1.P4Runtime/StreamChannel",
+                                   response_deserializer=pb.StreamMessageResponse.FromString)(requests())
+    out.put(GARBAGE)
+    first = next(stream)
+    assert first.WhichOneof("update") == "error" and first.error.canonical_code == C.INVALID_ARGUMENT
+    arb = pb.StreamMessageRequest(arbitration=pb.MasterArbitrationUpdate(
+        device_id=DEV, election_id=uint128((0, 5))))
+    out.put(arb.SerializeToString())
+    second = next(stream)
+    assert second.WhichOneof("update") == "arbitration" and second.arbitration.status.code == C.OK
+    assert server.arbitration.primary is not None
+    out.put(None)
+    channel.close()
+
+
+_RSS_SERVER = """
+import sys
+from emulator.dataplane.p4rt_server import P4RuntimeServer
+from emulator.dataplane.state import SwitchState
+server = P4RuntimeServer(SwitchState(), 7, 0)
+print(server.start(), flush=True)
+sys.stdin.read()   # until the test closes it
+server.stop(grace=0)
+"""
+
+
+def _rss_bytes(pid):
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS:"))
+
+
+def test_rejected_writes_do_not_grow_the_server(p4):
+    """10 x 10,000 failing updates against a server in its own process: its
+    RSS after them is within 20 MB of its RSS after a warm-up batch."""
+    import subprocess
+    import sys
+    proc = subprocess.Popen([sys.executable, "-c", _RSS_SERVER], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        port = int(proc.stdout.readline())
+        conn = SwitchConnection(f"127.0.0.1:{port}", DEV, timeout=10)
+        conn.set_pipeline(p4)
+        blob = pb.WriteRequest(device_id=DEV, election_id=uint128((0, 1)),
+                               updates=big_batch(p4)).SerializeToString()
+        channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+        write = channel.unary_unary("/p4.v1.P4Runtime/Write")
+
+        def batch():
+            with pytest.raises(grpc.RpcError) as e:
+                write(blob, timeout=120)
+            assert e.value.code() == grpc.StatusCode.UNKNOWN
+
+        for _ in range(2):
+            batch()             # warm-up: the table fills, allocator arenas settle
+        before = _rss_bytes(proc.pid)
+        for _ in range(10):
+            batch()
+        after = _rss_bytes(proc.pid)
+        channel.close()
+        conn.close()
+        print(f"server RSS: {before / 2**20:.1f} MiB after warm-up, {after / 2**20:.1f} MiB "
+              f"after 10 x {BIG_BATCH} rejected updates")
+        assert after - before < 20 * 2**20
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=30)

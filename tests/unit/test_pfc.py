@@ -73,12 +73,12 @@ def test_paused_queue_is_not_served_and_resumes_after_exactly_the_quanta():
     assert tm.ports[1].paused == 1 << ROCE_PRIO
     assert tm.enqueue(2000, roce(1000), verdict(1, 2, ROCE_PRIO))
     assert tm.enqueue(2000, roce(500), verdict(1, 2, 0))      # another class is not paused
-    tm.transmit(until - 1, 10**15)
+    tm.transmit(until - 1)
     starts = lambda: [(t - far - (len(f) + WIRE_OVERHEAD_BYTES) * 1000, len(f))  # noqa: E731
                       for t, f in tm.ports[1].wire.in_flight]
     assert starts() == [(2000, 500)]
     assert tm.ports[1].paused == 1 << ROCE_PRIO
-    tm.transmit(until, 10**15)
+    tm.transmit(until)
     assert starts() == [(2000, 500), (until, 1000)]    # starts exactly at expiry
     assert tm.ports[1].paused == 0
     assert tm.ports[1].paused_ns[ROCE_PRIO] == until - 1000
@@ -94,7 +94,7 @@ def test_pause_expiry_wakes_the_switch_and_zero_timer_resumes_at_once():
     tm.pfc_received(50_000, 1, 1 << ROCE_PRIO, (0,) * 8)        # XON
     assert tm.ports[1].paused == 0 and tm.ports[1].paused_ns[ROCE_PRIO] == 50_000
     assert tm.next_wake_ns() == 50_000                          # the frame starts now
-    tm.transmit(50_000, 10**15)
+    tm.transmit(50_000)
     assert [t for t, _ in tm.ports[1].wire.in_flight] == [50_000 + 1024_000 + far]
 
 
@@ -103,7 +103,7 @@ def test_refreshed_pause_extends_and_paused_time_counts_once():
     q = (0, 0, 0, 10, 0, 0, 0, 0)                 # 10 quanta = 640 us
     tm.pfc_received(0, 1, 0x08, q)
     tm.pfc_received(600_000, 1, 0x08, q)          # before expiry: until 1.24 ms
-    tm.transmit(5_000_000, 10**15)
+    tm.transmit(5_000_000)
     assert tm.ports[1].paused == 0
     assert tm.ports[1].paused_ns[ROCE_PRIO] == 600_000 + 640_000
     assert tm.ports[1].pause_rx[ROCE_PRIO] == 2
@@ -114,7 +114,7 @@ def test_strict_priority_serves_lower_classes_during_a_pause_of_a_higher_one():
     tm.pfc_received(0, 1, 1 << 7, (0,) * 7 + (5,))          # pause 7 for 320 us
     tm.enqueue(0, roce(100, ident=7), verdict(1, 2, 7))
     tm.enqueue(0, roce(100, ident=0), verdict(1, 2, 0))
-    tm.transmit(10_000_000, 10**15)
+    tm.transmit(10_000_000)
     order = [f[18:20] for _, f in tm.ports[1].wire.in_flight]
     assert order == [b"\x00\x00", b"\x00\x07"]
 
@@ -165,7 +165,7 @@ def test_pause_frame_goes_out_before_queued_data():
     out = attach(tm)
     for i in range(5):                    # data queued on port 1 (from port 2)
         tm.enqueue(0, roce(1000, ident=i), verdict(1, 2, 0))
-    tm.transmit(0, 10**15)                # the first data frame is on the wire
+    tm.transmit(0)                # the first data frame is on the wire
     for i in range(3):                    # lossless traffic from port 1 crosses XOFF
         tm.enqueue(10, roce(1000, ident=10 + i), verdict(2, 1, ROCE_PRIO, pfc=PFC))
     run(tm, out, 6_000_000, step_ns=1000, start_ns=1000)
@@ -251,7 +251,7 @@ def _incast(lossless: bool, frames_per_host: int = 100):
             _, h, f = arrivals.pop(0)
             tm.enqueue(now, f, verdict(4, h, ROCE_PRIO, pfc=pfc))
         tm.poll(now)
-        tm.transmit(now, 10**15)
+        tm.transmit(now)
         if not lossless and all(sent[h] == frames_per_host for h in hosts) and not arrivals \
                 and not tm.ports[4].nonempty and not tm.ports[4].wire.in_flight:
             break

@@ -28,8 +28,8 @@ from emulator.p4.p4info import P4Info
 from tests import packet_cases as pc
 from tests.packet_cases import (
     CASE_IDS, CASES, CPU_PORT, DEVICE_ID, H1_IP, H1_MAC, H1_PORT, H2_IP, H2_MAC, H2_PORT,
-    PUNT_ARP, PUNT_ROCE_FROM_PORT1, REMOTE_IP, ROUTER_MAC, UPLINK_MAC, UPLINKS, program, rocev2, to_h1,
-    to_h2, to_uplink, verify,
+    PUNT_ARP, PUNT_ROCE_FROM_PORT1, REMOTE_IP, ROUTER_MAC, UPLINK_MAC, UPLINKS, malformed_counts, program,
+    rocev2, to_h1, to_h2, to_uplink, verify,
 )
 from tests.switch_rig import p4rt_switch
 
@@ -80,6 +80,8 @@ def test_case(target, case):
     assert target.send(case.frame, case.ingress_port) == first
     drops = target.conn.read_counter("pipeline_drop_counter", index=case.ingress_port)
     assert drops[case.ingress_port] == ((2, 2 * len(case.frame)) if case.dropped else (0, 0))
+    # A malformed packet counts in its reason's cell, and only there.
+    assert malformed_counts(target.conn, case.ingress_port) == case.malformed_counts(times=2)
 
 
 # ---------------------------------------------------------------- routing in detail
@@ -310,3 +312,114 @@ def test_ecmp_hash_is_bmv2_crc16():
     assert crc16_arc(b"123456789") == 0xBB3D
     picks = [ecmp_hash(0x0A000101, 0x0A000201, 17, 0xC000 + i, 4791) % 2 for i in range(8)]
     assert 2 <= sum(picks) <= 6, picks
+
+
+# ---------------------------------------------------------------- malformed packets and the flow cache
+
+def test_malformed_packet_of_a_cached_flow_is_dropped_not_served_from_the_cache(target):
+    """The flow key leaves out the total length and the checksum: a packet of
+    a cached flow with either wrong, or too short for its BTH, is still dropped."""
+    from emulator.dataplane.malformed import Malformed
+    program(target.conn, target.p4)
+    good = rocev2()
+    assert target.send(good, H2_PORT) == ((H1_PORT, to_h1(good)),)     # cached now
+    bad = [(pc.with_ipv4_checksum(good, pc.ipv4_checksum(good) ^ 0x0100), Malformed.IPV4_CHECKSUM),
+           (pc.with_ipv4_base(good, total_len=len(good) - 13), Malformed.IPV4_TOTAL_LENGTH),
+           (pc.with_ipv4_base(good, total_len=19), Malformed.IPV4_TOTAL_LENGTH),
+           (pc.padded(pc.ipv4_cut(good, 32)), Malformed.BTH_TRUNCATED),
+           (pc.with_ipv4_base(good, version_ihl=0x46), Malformed.IPV4_OPTIONS)]
+    for frame, _ in bad:
+        assert frame[:6] + frame[23:24] + frame[26:38] == good[:6] + good[23:24] + good[26:38]
+        assert target.send(frame, H2_PORT) == ()
+    assert target.send(good, H2_PORT) == ((H1_PORT, to_h1(good)),)
+    want: dict = {}
+    for frame, reason in bad:
+        packets, nbytes = want.get(reason, (0, 0))
+        want[reason] = (packets + 1, nbytes + len(frame))
+    assert malformed_counts(target.conn, H2_PORT) == want
+    assert target.counter("pipeline_drop_counter")[H2_PORT] == (len(bad), sum(len(f) for f, _ in bad))
+
+
+def test_first_failing_check_names_the_reason():
+    from emulator.dataplane.malformed import Malformed
+    from emulator.dataplane.pipeline import malformed_reason
+    f = rocev2()
+    bad_csum = lambda fr: pc.with_ipv4_checksum(fr, pc.ipv4_checksum(fr) ^ 1)  # noqa: E731
+    assert malformed_reason(f) == 0
+    assert malformed_reason(bad_csum(pc.with_ipv4_base(f, version_ihl=0x63))) == Malformed.IPV4_VERSION
+    assert malformed_reason(pc.with_ipv4_base(f, version_ihl=0x43)[:33]) == Malformed.IPV4_TRUNCATED
+    assert malformed_reason(pc.with_ipv4_base(f, version_ihl=0x46, total_len=9)) == Malformed.IPV4_OPTIONS
+    assert malformed_reason(bad_csum(pc.with_ipv4_base(f, total_len=9))) == Malformed.IPV4_TOTAL_LENGTH
+    assert malformed_reason(bad_csum(pc.ipv4_cut(f, 30))) == Malformed.IPV4_CHECKSUM
+    assert malformed_reason(pc.padded(pc.ipv4_cut(f, 40))) == 0
+
+
+def test_checksum_check_is_bmv2s_verify_checksum():
+    """_ipv4_checksum_ok agrees with verify_checksum (csum16 of the other
+    fields == the field) on random headers and on the 0x0000/0xFFFF edge."""
+    import random
+    import struct
+    from scapy.utils import checksum
+    from emulator.dataplane.pipeline import _ipv4_checksum_ok
+    rng = random.Random(7)
+    headers = []
+    for _ in range(3000):
+        h = bytearray(rng.randbytes(20))
+        h[0] = 0x45
+        right = checksum(bytes(h[:10]) + b"\0\0" + bytes(h[12:]))
+        h[10:12] = struct.pack("!H", rng.choice((right, right ^ rng.randrange(1, 0x10000), 0, 0xFFFF)))
+        headers.append(bytes(h))
+    zero = pc._frame_whose_checksum_is_zero()[14:34]      # right checksum: 0x0000
+    headers += [zero, zero[:10] + b"\xff\xff" + zero[12:]]
+    for h in headers:
+        bmv2 = checksum(h[:10] + b"\0\0" + h[12:]) == struct.unpack_from("!H", h, 10)[0]
+        assert _ipv4_checksum_ok(bytes(14) + h) == bmv2, h.hex()
+    assert _ipv4_checksum_ok(bytes(14) + zero) and not _ipv4_checksum_ok(bytes(14) + headers[-1])
+
+
+def test_packet_out_of_a_malformed_frame_is_not_checked(target):
+    """fabric.p4 sends a packet-out to its port before any check: the controller chose."""
+    program(target.conn, target.p4)
+    frame = pc.with_ipv4_base(rocev2(), version_ihl=0x65)
+    assert target.pipeline.packet_out(frame, H1_PORT) == H1_PORT
+    assert malformed_counts(target.conn, CPU_PORT) == {}
+
+
+def test_rewrite_checksum_is_update_checksums_from_scratch():
+    """rewrite() derives the new checksum from the old, valid one: the same
+    value as csum16 recomputed over the header after the TTL decrement."""
+    import random
+    import struct
+    from emulator.dataplane.pipeline import Verdict, _ipv4_checksum_ok, _ipv4_header_checksum, rewrite
+    rng = random.Random(11)
+    frames = [pc._frame_whose_routed_checksum_is_zero(), pc._frame_whose_checksum_is_zero()]
+    for _ in range(3000):
+        f = bytearray(rocev2(ttl=rng.randrange(2, 256), ip_id=rng.randrange(65536),
+                             tos=rng.randrange(256), payload_len=rng.randrange(1, 64)))
+        f[26:34] = rng.randbytes(8)
+        f[24:26] = struct.pack("!H", _ipv4_header_checksum(f))
+        frames.append(bytes(f))
+    for f in frames:
+        assert _ipv4_checksum_ok(f)
+        out = rewrite(f, Verdict(H1_PORT, decrement_ttl=True))
+        assert out[22] == f[22] - 1
+        assert (out[24] << 8 | out[25]) == _ipv4_header_checksum(out), f.hex()
+
+
+def test_controller_reads_malformed_drops_per_port_and_reason(target):
+    from emulator.control.controller import FabricController
+    program(target.conn, target.p4)
+    good = rocev2()
+    bad = pc.with_ipv4_checksum(good, pc.ipv4_checksum(good) ^ 0x8000)
+    v6 = pc.with_ipv4_base(good, version_ihl=0x65)
+    for frame, port in ((bad, H2_PORT), (bad, H2_PORT), (v6, H1_PORT), (good, H2_PORT)):
+        target.send(frame, port)
+    ctl = FabricController(pc.FABRIC, {}, target.p4)
+    ctl.conns = {"leaf1": target.conn}
+    cells = ctl.read_port_counters()
+    h2, h1 = cells[("leaf1", H2_PORT)], cells[("leaf1", H1_PORT)]
+    assert (h2["malformed_ipv4_checksum_packets"], h2["malformed_ipv4_checksum_bytes"]) == (2, 2 * len(bad))
+    assert h2["pipeline_drop_packets"] == 2 and h2["rx_packets"] == 3
+    assert h1["malformed_ipv4_version_packets"] == 1
+    assert not [k for k in h1 if k.startswith("malformed_") and k != "malformed_ipv4_version_packets"
+                and k != "malformed_ipv4_version_bytes"]

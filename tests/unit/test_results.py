@@ -11,6 +11,7 @@ from emulator.experiment.model import experiment_from_dict
 from emulator.experiment.results import build_run_summary, write_run_results
 from emulator.experiment.results_io import read_raw_csv, read_result_csv, stats_by_port_priority
 from emulator.experiment.timeseries import RESULT_COLUMNS, load_results, write_results
+from emulator.link import Wire
 
 REPO = Path(__file__).resolve().parents[2]
 D = 1000                      # dilation of the synthetic run
@@ -32,6 +33,15 @@ def make_experiment(**extra):
         **extra,
     }
     return experiment_from_dict(data, REPO / "experiments" / "unit.yaml")
+
+
+def lateness(late_wall_ns: list[int]) -> dict:
+    """A port's lateness stats (stats.json) for frames released this late (wall ns)."""
+    w = Wire(0)
+    for late in late_wall_ns:
+        w.put(10**12 - late, b"x")
+    w.release(10**12, lambda f: None)
+    return w.lateness_stats()
 
 
 def write_lines(path: Path, lines: list[str]) -> None:
@@ -66,7 +76,7 @@ def make_run(run_dir: Path) -> Path:
     ])
     json_stats = {
         "name": "leaf2", "rx_frames": 100,
-        "ports": [{"port": 1, "late_frames": 2, "max_lateness_ns": 3 * US,
+        "ports": [{"port": 1, **lateness([10_000] * 60 + [3 * US] * 2),
                    "priorities": [
                        {"priority": 3, "tx_packets": 60, "tx_bytes": 66000, "drops": 0,
                         "headroom_drops": 0, "ecn_marks": 1, "pause_tx": 0, "pause_rx": 0,
@@ -74,7 +84,7 @@ def make_run(run_dir: Path) -> Path:
                        {"priority": 6, "tx_packets": 2, "tx_bytes": 150, "drops": 0,
                         "headroom_drops": 0, "ecn_marks": 0, "pause_tx": 0, "pause_rx": 0,
                         "paused_ns": 0, "max_depth_bytes": 600}]},
-                  {"port": 3, "late_frames": 0, "max_lateness_ns": 0,
+                  {"port": 3, **lateness([10_000] * 6),
                    "priorities": {"3": {"tx_packets": 5, "tx_bytes": 400, "drops": 0,
                                         "headroom_drops": 0, "ecn_marks": 0, "pause_tx": 2,
                                         "pause_rx": 0, "paused_ns": 0, "max_depth_bytes": 1200},
@@ -84,7 +94,7 @@ def make_run(run_dir: Path) -> Path:
     }
     (run_dir / "leaf2.stats.json").write_text(json.dumps(json_stats))
     (run_dir / "spine1.stats.json").write_text(json.dumps({"ports": [
-        {"port": 2, "late_frames": 0, "max_lateness_ns": 0,
+        {"port": 2, **lateness([10_000] * 40),
          "priorities": [{"priority": 3, "tx_packets": 40, "tx_bytes": 44000, "pause_rx": 2,
                          "paused_ns": 700 * D}]}]}))
     write_lines(run_dir / "h1.qp.csv", [
@@ -234,7 +244,7 @@ def test_stats_layouts():
     assert stats_by_port_priority({"ports": [{"port": 1, "priorities": {"3": c}}]}) == want
     assert stats_by_port_priority({"ports": [{"port": 1, "priority": 3, **c}]}) == want
     assert stats_by_port_priority({"queues": [{"port": 1, "priority": 3, **c}]}) == want
-    assert stats_by_port_priority({"ports": [{"port": 1, "late_frames": 0}]}) == {}
+    assert stats_by_port_priority({"ports": [{"port": 1, "released_frames": 0}]}) == {}
 
 
 def test_end_ns_and_read_back(run):

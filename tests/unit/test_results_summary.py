@@ -17,7 +17,7 @@ PORT_KEYS = {"node", "role", "port", "ifname", "peer", "rx_packets", "rx_bytes",
              "tx_bytes", "drops", "pipeline_drops", "priorities"}
 FLOW_KEYS = {"flow_id", "src", "dst", "op", "bytes", "delivered_bytes", "intact", "complete",
              "fct_ns", "start_ns", "src_qpn", "dst_qpn", "udp_sport", "priority",
-             "standalone_fct_ns", "fct_slowdown"}
+             "standalone_fct_ns", "fct_slowdown", "retransmitted_packets", "timeouts", "naks"}
 PRIO_KEYS = {"priority", "tx_packets", "tx_bytes", "drops", "headroom_drops", "ecn_marks",
              "pause_tx", "pause_rx", "paused_ns", "max_depth_bytes"}
 
@@ -41,12 +41,17 @@ def summary_of(tmp_path, fct_fabric_ns=20_000):
 
 def test_top_level_and_existing_keys_kept(tmp_path):
     exp, s = summary_of(tmp_path)
-    assert s["summary_version"] == SUMMARY_VERSION == 2
+    assert s["summary_version"] == SUMMARY_VERSION == 3
     assert s["dilation"] == D and s["fabric_ns"] == 20_000
-    # leaf2 sent 2 of its 62 frames late (> 1 %): lateness still comes from stats.json
-    assert s["fell_behind"] is True
+    # leaf2 released 2 of its 68 frames 3 us (fabric) late, over 2 % of them: its
+    # p99 is 3 us, beyond 2 hops (2 x (1102 B at 100 Gbps + 1 us) = 2.18 us)
+    assert s["fell_behind"] is True and s["fidelity"]["behind"] == ["leaf2"]
     leaf2 = next(sw for sw in s["switches"] if sw["node"] == "leaf2")
-    assert leaf2["late_frames"] == 2 and leaf2["max_lateness_fabric_ns"] == 3000
+    assert leaf2["released_frames"] == 68 and leaf2["hop_fabric_ns"] == 1090
+    assert leaf2["max_lateness_fabric_ns"] == 3000
+    assert 3000 <= leaf2["p99_lateness_fabric_ns"] <= 3000 * 9 / 8     # a bucket's top
+    assert leaf2["late_fraction"] == round(2 / 68, 5)
+    assert s["fidelity"]["worst_ratio"] == leaf2["ratio"] > 1
     assert all(set(p) == PORT_KEYS for p in s["ports"])
     assert all(set(f) == FLOW_KEYS for f in s["flows"])
     leaf2_1 = next(p for p in s["ports"] if p["node"] == "leaf2" and p["port"] == 1)

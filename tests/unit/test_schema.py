@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from emulator.experiment.dilation import with_dilation
 from emulator.errors import ConfigError
 from emulator.experiment.agents import agent_configs
 from emulator.experiment.model import load_experiment
@@ -46,7 +47,8 @@ def test_host_agent_configs_round_trip_through_json(tmp_path):
 
 
 def test_server_agent_configs_round_trip_through_json(tmp_path):
-    exp = load_experiment(REPO / "experiments" / "checkpoint-separate.yaml")
+    exp = with_dilation(load_experiment(REPO / "experiments" / "checkpoint-separate.yaml"),
+                        10000)                                          # the file says auto
     kinds = set()
     for name, cfg in server_configs(exp, tmp_path, 0).items():
         cfg.write(tmp_path / f"{name}.json")
@@ -115,3 +117,83 @@ def test_topology_layers_import_only_downwards():
     graph = (REPO / "emulator" / "topo" / "graph.py").read_text()
     assert [ln for ln in graph.splitlines() if ln.startswith(("from emulator", "import emulator"))] \
         == ["from emulator.wire import CPU_PORT, MAX_SWITCH_PORTS  # noqa: F401  (re-exported limits)"]
+
+
+# ---------------------------------------------------------------- limits
+
+TOPO = {"name": "t", "clos": {"spines": 1, "leaves": 2, "hosts_per_leaf": 1,
+                              "host_link": {"rate_gbps": 100, "delay_us": 1},
+                              "fabric_link": {"rate_gbps": 100, "delay_us": 1}}}
+
+
+def _experiment(**over):
+    return {"name": "x", "topology": TOPO, "traffic": [{"src": "h1", "dst": "h2", "size_bytes": 1000}], **over}
+
+
+@pytest.mark.parametrize("over,field,words", [
+    ({"traffic": [{"src": "h1", "dst": "h2", "size_bytes": 10 ** 20}]}, "traffic[0].size_bytes", ("2**31",)),
+    ({"traffic": [{"src": "h1", "dst": "h2", "size_bytes": 1000, "start_us": 1e20}]}, "traffic[0].start_us",
+     ("a day",)),
+    ({"limits": {"wall_s": 1e9}}, "limits.wall_s", ("at most 86400",)),
+    ({"workload": {"tests": [{"collective": "all_reduce", "sizes": [10 ** 18]}]}}, "workload.tests[0].sizes[0]",
+     ("this machine",)),
+    ({"storage": {"block_bytes": 1 << 31, "blocks": 4096}}, "storage.blocks", ("disk",)),
+])
+def test_values_past_the_machine_are_refused(over, field, words):
+    with pytest.raises(ConfigError) as e:
+        validate(ExperimentSpec, _experiment(**over), "x.yaml")
+    assert e.value.field == field and "\n" not in str(e.value), str(e.value)
+    assert all(w in e.value.reason for w in words), e.value.reason
+
+
+@pytest.mark.parametrize("path,value,words", [
+    (("clos", "host_link", "rate_gbps"), 1e9, ("100 Tbit/s",)),
+    (("clos", "host_link", "rate_gbps"), 1e-9, ("1 kbit/s",)),
+    (("clos", "fabric_link", "delay_us"), 1e7, ("at most",)),
+])
+def test_link_rates_and_delays_have_sane_ranges(path, value, words):
+    import copy
+    data = copy.deepcopy(TOPO)
+    data[path[0]][path[1]][path[2]] = value
+    with pytest.raises(ConfigError) as e:
+        validate(FabricSpec, data, "t.yaml")
+    assert e.value.field == ".".join(path) and all(w in e.value.reason for w in words), str(e.value)
+
+
+def test_server_counts_are_bounded_before_expansion():
+    data = {"name": "t", "servers": {"count": 10 ** 9, "gpus_per_server": 1,
+                                     "nic_link": {"rate_gbps": 100, "delay_us": 1}},
+            "rail_optimized": {"spines": 1, "fabric_link": {"rate_gbps": 100, "delay_us": 1}}}
+    with pytest.raises(ConfigError, match="servers.count: must be at most 64262"):
+        validate(FabricSpec, data, "t.yaml")
+    data["servers"].update(count=1000, gpus_per_server=100)
+    with pytest.raises(ConfigError, match="servers.gpus_per_server: 1000 servers x 100 NICs"):
+        validate(FabricSpec, data, "t.yaml")
+
+
+def test_flows_together_must_fit_memory(monkeypatch):
+    from emulator.experiment.model import experiment_from_dict
+    from emulator.schema import limits
+    monkeypatch.setattr(limits, "physical_memory_bytes", lambda: 8 << 20)   # an 8 MiB machine
+    ok = _experiment(traffic=[{"src": "h1", "dst": "h2", "size_bytes": 1 << 20}])
+    monkeypatch.setattr(limits, "NODE_MEMORY_BYTES", 1)
+    experiment_from_dict(ok, "x.yaml")
+    many = _experiment(traffic=[{"src": "h1", "dst": "h2", "size_bytes": 1 << 20}] * 3)
+    with pytest.raises(ConfigError, match=r"traffic: 3 flows need 6.0 MiB .* 4.0 MiB"):
+        experiment_from_dict(many, "x.yaml")
+    monkeypatch.setattr(limits, "NODE_MEMORY_BYTES", 2 << 20)
+    with pytest.raises(ConfigError, match="topology: 5 switches and hosts"):
+        experiment_from_dict(ok, "x.yaml")
+
+
+@pytest.mark.parametrize("data,field,words", [
+    (b"name: t\n# caf\xe9\n", "line 2", ("not UTF-8", "0xe9")),
+    (b"name: t\n\x00\n", "line 2", ("U+0000",)),
+    ("name: t\n".encode("utf-16"), "line 1", ("not UTF-8",)),
+])
+def test_non_utf8_yaml_names_the_line(tmp_path, data, field, words):
+    path = tmp_path / "x.yaml"
+    path.write_bytes(data)
+    with pytest.raises(ConfigError) as e:
+        read_yaml(path, "experiment file")
+    assert e.value.field == field and "\n" not in str(e.value) and all(w in e.value.reason for w in words)

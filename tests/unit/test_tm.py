@@ -42,9 +42,9 @@ def test_higher_priority_waits_for_the_frame_being_serialized_only():
     tm, _, _ = make_tm([(1, MBPS8, 10**9), (2, MBPS8, 0)])
     tm.enqueue(0, roce(1000, ident=1), verdict(1, 2, 0))
     tm.enqueue(0, roce(1000, ident=2), verdict(1, 2, 0))
-    tm.transmit(0, 10**15)                            # frame 1 starts at 0
+    tm.transmit(0)                            # frame 1 starts at 0
     tm.enqueue(500_000, roce(1000, ident=3), verdict(1, 2, 7))
-    tm.transmit(5_000_000, 10**15)
+    tm.transmit(5_000_000)
     got = [(_ident(f), t - 10**9) for t, f in tm.ports[1].wire.in_flight]
     per = (1000 + WIRE_OVERHEAD_BYTES) * 1000
     assert got == [(1, per), (3, 2 * per), (2, 3 * per)]
@@ -55,7 +55,7 @@ def test_idle_link_starts_when_the_frame_arrives_and_serves_back_to_back():
     tm.ports[1].wire = Wire(10**9)
     tm.enqueue(7_000_000, roce(976, ident=1), verdict(1, 2, 0))
     tm.enqueue(7_000_000, roce(976, ident=2), verdict(1, 2, 3))
-    tm.transmit(9_500_000, 10**15)                   # served late: schedule kept
+    tm.transmit(9_500_000)                   # served late: schedule kept
     assert [(_ident(f), t - 10**9) for t, f in tm.ports[1].wire.in_flight] == \
         [(2, 8_000_000), (1, 9_000_000)]
 
@@ -130,7 +130,7 @@ def test_inlined_admission_and_release_match_the_shared_buffer_model():
             fifo[egress].append((cell, size, prio))
         if rng.random() < 0.3:
             before = {no: sum(port.tx_packets) for no, port in tm.ports.items()}
-            tm.transmit(now, 10**15)
+            tm.transmit(now)
             for no, port in tm.ports.items():
                 for _ in range(sum(port.tx_packets) - before[no]):
                     top = max(q for _, _, q in fifo[no])          # strict priority, FIFO within
@@ -254,6 +254,6 @@ def test_events_and_queue_depth_samples():
     assert (100, 1, 0, "drop", 1000) in events
     assert (100, 1, ROCE_PRIO, "ecn_mark", 0) in events
     assert (200, 1, 5, "pause_rx", 10) in events
-    tm.transmit(10**9, 10**15)
+    tm.transmit(10**9)
     assert (200 + 640_000, 1, 5, "resume_rx", 0) in events
     assert [e[3] for e in events] == ["drop", "ecn_mark", "pause_rx", "resume_rx"]

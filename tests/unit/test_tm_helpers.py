@@ -82,4 +82,4 @@ def run(tm, out, until_ns, step_ns=1000, start_ns=0):
         for c in out.values():
             c.now = now
         tm.poll(now)
-        tm.transmit(now, late_threshold_ns=10**15)
+        tm.transmit(now)

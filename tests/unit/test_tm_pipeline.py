@@ -154,7 +154,7 @@ def test_tm_reserves_the_configured_headroom_and_counts_over_p4runtime(rig, p4in
     for i in range(40):
         port, out = rig.pipe.ingress(rocev2(payload_len=900, psn=i), H2_PORT)
         assert tm.enqueue(now, out, rig.pipe.verdict)
-    tm.transmit(10**12, 10**15)
+    tm.transmit(10**12)
     pfc = [Ether(f) for f in sent if f[12:14] == b"\x88\x08"]
     assert pfc and all(p.haslayer(MACControlClassBasedFlowControl) for p in pfc)
     assert rig.cell("pfc_tx_counter", H2_PORT * 8 + ROCE_PRIO)[0] == len(pfc) == 2   # XOFF, XON

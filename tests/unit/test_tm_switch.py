@@ -131,4 +131,4 @@ def test_switch_loop_on_a_manual_clock(tmp_path, monkeypatch):
     assert (run_dir / "s1.qdepth.csv").read_text().splitlines()[1:] == [
         "10000000,2,0,1000", "20000000,2,0,0"]
     (p2,) = [p for p in stats["ports"] if p["port"] == 2]
-    assert p2["tx_packets"] == 3 and p2["late_frames"] == 0
+    assert p2["tx_packets"] == 3 and p2["released_frames"] == 3 and p2["max_lateness_ns"] == 0

@@ -20,7 +20,8 @@ leaves a choice, follow PI (BMv2's P4Runtime server).
     counters         indexed counters
     pre              clone sessions
     packet_io        packet-out / packet-in on the stream
-    status           batch failure statuses (p4.v1.Error details)
+    status           batch failure statuses (p4.v1.Error details, bounded to a trailer)
+    rpc              gRPC method handlers: malformed requests -> INVALID_ARGUMENT
 
     server = P4RuntimeServer(state, device_id=1, port=0)   # P4Info: fabric.p4's
     server.start()                                          # -> bound port

@@ -7,7 +7,9 @@ primary last. A primary that leaves or lowers its id leaves the switch
 without a primary until a session arbitrates again with an id at least the
 highest one seen. Packet-outs on the stream go to ``on_packet``; replies,
 advisories and packet-ins are queued on the session and written by the
-RPC's own thread.
+RPC's own thread. A message that is not a valid ``StreamMessageRequest``
+(``rpc.Malformed``) is answered with a ``StreamError`` (INVALID_ARGUMENT);
+the stream stays open.
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ import grpc
 from google.rpc import code_pb2
 from p4.v1 import p4runtime_pb2 as pb
 
+from emulator.dataplane.p4rt_server.rpc import Malformed
 from emulator.dataplane.p4rt_server.status import GRPC_CODE
 from emulator.p4.codec import Rejected
 from emulator.p4.values import uint128, uint128_value
@@ -96,6 +99,10 @@ class Arbitration:
               on_packet: Callable[[Session, pb.PacketOut], None]) -> None:
         try:
             for req in requests:
+                if isinstance(req, Malformed):  # answered; the stream and the session go on
+                    session.send(pb.StreamMessageResponse(error=pb.StreamError(
+                        canonical_code=code_pb2.INVALID_ARGUMENT, message=f"stream message: {req}")))
+                    continue
                 kind = req.WhichOneof("update")
                 if kind == "arbitration":
                     fail = self.arbitrate(session, req.arbitration)

@@ -2,7 +2,8 @@
 
 Entities are read under ``state.lock`` (a consistent view of one batch of
 writes) and streamed ``READ_CHUNK`` per ``ReadResponse``. Requests that fail
-are reported after the others' results, as one ``p4.v1.Error`` each.
+are reported after the others' results, as one ``p4.v1.Error`` each
+(bounded: ``status.batch_failure``).
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from google.protobuf.message import Message
 from google.rpc import code_pb2
 from p4.v1 import p4runtime_pb2 as pb
 
-from emulator.dataplane.p4rt_server.status import batch_failure, internal
+from emulator.dataplane.p4rt_server.status import Failure, batch_failure, failure, internal
 from emulator.dataplane.state import SwitchState
 from emulator.p4.codec import Rejected, invalid
 
@@ -36,22 +37,20 @@ class Reader:
     def read(self, request: pb.ReadRequest, context: grpc.ServicerContext) -> Iterator[pb.ReadResponse]:
         """Responses to an accepted request (device, role and pipeline already checked)."""
         results: list[pb.Entity] = []
-        failures: list[Rejected | None] = []
+        failures: list[Failure | None] = []
         with self.state.lock:
             for entity in request.entities:
                 try:
                     results.extend(self._read(entity))
                     failures.append(None)
                 except Rejected as f:
-                    failures.append(f)
+                    failures.append(failure(f))
                 except Exception as e:
                     failures.append(internal(log, "Read", e))
         for i in range(0, len(results), READ_CHUNK):
             yield pb.ReadResponse(entities=results[i:i + READ_CHUNK])
         if any(failures):
-            n = sum(1 for f in failures if f)
-            context.abort_with_status(batch_failure(f"Read failure: {n} of {len(failures)} requests failed",
-                                                    failures))
+            context.abort_with_status(batch_failure("Read failure", failures, noun="requests"))
 
     def _read(self, entity: pb.Entity) -> list[pb.Entity]:
         kind = entity.WhichOneof("entity")

@@ -20,6 +20,7 @@ from emulator.dataplane.p4rt_server.packet_io import PacketIO
 from emulator.dataplane.p4rt_server.pipeline_config import PipelineConfig
 from emulator.dataplane.p4rt_server.pre import CloneSessions
 from emulator.dataplane.p4rt_server.read import Reader
+from emulator.dataplane.p4rt_server.rpc import generic_handler
 from emulator.dataplane.p4rt_server.tables import Tables
 from emulator.dataplane.p4rt_server.write import Writer
 from emulator.dataplane.state import SwitchState
@@ -82,7 +83,7 @@ class P4RuntimeServer(pb_grpc.P4RuntimeServicer):
             futures.ThreadPoolExecutor(max_workers=self._max_workers,
                                        thread_name_prefix=f"p4rt-dev{self.device_id}"),
             options=[("grpc.so_reuseport", 0)])
-        pb_grpc.add_P4RuntimeServicer_to_server(self, server)
+        server.add_generic_rpc_handlers((generic_handler(self),))   # parses requests itself (rpc.py)
         try:
             bound = server.add_insecure_port(f"{BIND_HOST}:{self.port}")
         except RuntimeError as e:

@@ -4,7 +4,8 @@ Every change the managers make to the switch's state or their own
 bookkeeping goes through the batch's ``Journal``, so a batch that must be
 all-or-none (``ROLLBACK_ON_ERROR``, ``DATAPLANE_ATOMIC``) is undone when an
 update fails; the updates that had succeeded are then reported as
-``ABORTED``. Undoing touches only what the batch changed: the pipeline
+``ABORTED``. A failing batch is answered by ``status.batch_failure``: one
+``p4.v1.Error`` per update, bounded to what a gRPC trailer holds. Undoing touches only what the batch changed: the pipeline
 counts packets into the same counter arrays meanwhile.
 
 The batch runs under ``state.lock`` and ends with one ``state.changed()``,
@@ -22,7 +23,7 @@ from google.protobuf.message import Message
 from google.rpc import code_pb2
 from p4.v1 import p4runtime_pb2 as pb
 
-from emulator.dataplane.p4rt_server.status import batch_failure, internal
+from emulator.dataplane.p4rt_server.status import Failure, batch_failure, failure, internal
 from emulator.dataplane.state import SwitchState
 from emulator.p4.codec import Rejected, invalid
 
@@ -76,6 +77,7 @@ class Journal:
 WriteHandler = Callable[[int, Message, Journal], None]
 
 _UPDATE_TYPES = (pb.Update.INSERT, pb.Update.MODIFY, pb.Update.DELETE)
+_ROLLED_BACK: Failure = (code_pb2.ABORTED, "rolled back: another update in the batch failed")
 
 
 class Writer:
@@ -91,7 +93,7 @@ class Writer:
         if request.atomicity not in (W.CONTINUE_ON_ERROR, W.ROLLBACK_ON_ERROR, W.DATAPLANE_ATOMIC):
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"unknown atomicity {request.atomicity}")
         all_or_none = request.atomicity != W.CONTINUE_ON_ERROR
-        failures: list[Rejected | None] = []
+        failures: list[Failure | None] = []
         journal = Journal(undo=all_or_none)
         with self.state.lock:
             for update in request.updates:
@@ -99,19 +101,17 @@ class Writer:
                     self._apply(update, journal)
                     failures.append(None)
                 except Rejected as f:
-                    failures.append(f)
+                    failures.append(failure(f))
                 except Exception as e:  # a bug here must not kill the batch
                     failures.append(internal(log, "Write", e))
             failed = any(failures)
             if failed and all_or_none:
                 journal.rollback()
-                failures = [f or Rejected(code_pb2.ABORTED, "rolled back: another update in the batch failed")
-                            for f in failures]
+                failures = [f or _ROLLED_BACK for f in failures]
             self.state.changed()
+        del journal  # the undo copies go now, not when the (possibly slow) abort returns
         if failed:
-            n = sum(1 for f in failures if f is not None and f.code != code_pb2.ABORTED)
-            context.abort_with_status(batch_failure(f"Write failure: {n} of {len(failures)} updates failed",
-                                                    failures))
+            context.abort_with_status(batch_failure("Write failure", failures))
         return pb.WriteResponse()
 
     def _apply(self, update: pb.Update, journal: Journal) -> None:

@@ -1,0 +1,391 @@
+"""``dilation: auto``: the time dilation D this machine sustains for an
+experiment, measured, cached, and corrected by a rerun when a run falls behind.
+
+Choosing D is a trade: a low D runs fast, but the Python switches and NICs
+must then keep a tighter schedule; too low and they fall behind
+(``emulator.experiment.fidelity``) and the results are distorted. What is
+too low depends on the machine, its load, the fabric and the traffic, so it
+is measured:
+
+* calibration: a scaled-down copy of the experiment (same fabric, its
+  traffic with flows capped at ``CAL_FLOW_BYTES``; a workload replaced by a
+  burst of WRITEs along the ring between its servers' NICs and from the
+  storage target to its readers) runs at a few D from ``START_DILATION``
+  on ``LADDER``. Each run gives the verdict's ``worst_ratio`` (worst
+  lateness / its limit; behind above 1). The smallest D whose ratio is at
+  most 1 / ``MARGIN`` is chosen. Lateness from noise scales as 1 / D, so a
+  ratio r at D predicts r x D / D' at D': the search jumps by that
+  prediction (at most ``MAX_CALIBRATION_RUNS`` runs).
+* cache: the choice is kept in ``$XDG_CACHE_HOME/fabric-emu/dilation.json``
+  (default ``~/.cache``), keyed by the machine (hostname, CPU count and
+  model) and the fabric's size (switches, servers, NICs, flows, target): a
+  bigger fabric or another machine is calibrated anew.
+* rerun: a run at an ``auto`` D that still falls behind (the machine got
+  busier) is rerun once at a higher D (predicted as above, at least twice
+  D); the cache learns that D. A D from the file or ``--dilation N`` is the
+  user's: never changed, the verdict just says whether it held.
+
+``summary.json`` records ``dilation`` (the D used), ``dilation_chosen_by``
+(``file``, ``command line``, ``cache``, ``calibration``, or ``rerun``),
+``dilation_reruns`` (the runs that fell behind: D, worst ratio, who; their
+results moved to ``fell-behind-D<D>/``) and,
+with ``auto``, ``dilation_calibration`` (the cache key and measurements).
+"""
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import math
+import os
+import shutil
+import socket
+import time
+from pathlib import Path
+from typing import Callable
+
+from rich.console import Console
+
+from emulator.errors import ConfigError, FabricEmuError
+from emulator.experiment.model import Experiment, experiment_from_dict
+
+LADDER = (500, 750, 1000, 1500, 2000, 3000, 4000, 6000, 8000, 12000, 16000, 24000, 32000,
+          48000, 64000)
+START_DILATION = 3000          # the first D calibrated (a 2-core VM's demo needs ~2000-4000)
+MARGIN = 2.0                   # choose D whose worst lateness is at most half its limit
+MAX_CALIBRATION_RUNS = 4
+FALLBACK_DILATION = 10000.0    # `fabric-emu cli` with auto and nothing cached: no traffic to measure
+CAL_FLOW_BYTES = 512 * 1024    # calibration flows: long enough for lateness to build up
+CACHE_VERSION = 1
+
+Measure = Callable[[float], float]          # D -> worst_ratio of a run at D
+
+
+# ------------------------------------------------------------------ choosing D
+
+def ladder_at_least(d: float) -> float:
+    """The smallest ladder step >= d (the top step if d is beyond it)."""
+    return float(next((s for s in LADDER if s >= d - 1e-9), LADDER[-1]))
+
+
+def predicted_ratio(ratio: float, d_from: float, d_to: float) -> float:
+    """Noise lateness is a wall duration: in fabric time it scales as 1 / D."""
+    return ratio * d_from / d_to
+
+
+def calibrate(measure: Measure, start: float = START_DILATION, margin: float = MARGIN,
+              max_runs: int = MAX_CALIBRATION_RUNS) -> tuple[float, list[list[float]]]:
+    """(chosen D, [[D, worst_ratio], ...] measured). Goes up from ``start``
+    until a D is good (ratio <= 1 / margin), down while the next step down is
+    predicted good; never more than ``max_runs`` measurements. If no D
+    measured was good, the highest D measured scaled by its prediction."""
+    target = 1.0 / margin
+    measured: dict[float, float] = {}
+    d = ladder_at_least(start)
+    for _ in range(max_runs):
+        r = measured[d] = measure(d)
+        if r <= target:
+            lower = [s for s in LADDER if s < d]
+            if not lower or lower[-1] in measured:
+                break
+            if predicted_ratio(r, d, lower[-1]) > target:
+                break
+            d = float(lower[-1])
+        else:
+            up = ladder_at_least(max(d * 1.01, d * r / target))
+            if up <= d or up in measured:
+                break
+            d = up
+    good = [s for s, r in measured.items() if r <= target]
+    if good:
+        chosen = min(good)
+    else:
+        top = max(measured)
+        chosen = ladder_at_least(top * max(2.0, measured[top] / target))
+    return chosen, [[s, round(r, 4)] for s, r in sorted(measured.items())]
+
+
+def rerun_dilation(d: float, worst_ratio: float, margin: float = MARGIN) -> float:
+    """The D to rerun a run that fell behind at ``d``: predicted good, at least 2 x d."""
+    return ladder_at_least(max(2.0 * d, d * worst_ratio * margin))
+
+
+# ------------------------------------------------------------------ the cache
+
+def cache_path() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "fabric-emu" / "dilation.json"
+
+
+def machine_key() -> dict:
+    model = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"hostname": socket.gethostname(), "cpus": os.cpu_count() or 0, "cpu_model": model}
+
+
+def fabric_key(exp: Experiment, target: str) -> dict:
+    """The fabric's size and what runs on it: what the sustainable D depends on."""
+    f = exp.fabric
+    flows = len(exp.flows)
+    if exp.workload is not None:
+        flows += len(workload_burst(exp))
+    return {"switches": len(f.switches()), "servers": len(f.servers()), "nics": len(f.hosts()),
+            "flows": flows, "target": target}
+
+
+def cache_key(machine: dict, fabric: dict) -> str:
+    return json.dumps({"machine": machine, "fabric": fabric}, sort_keys=True)
+
+
+class DilationCache:
+    """``{key: {"dilation", "how", "measurements", "updated_unix"}}`` in one JSON
+    file; an unreadable or other-version file counts as empty."""
+
+    def __init__(self, path: Path | None = None):
+        self.path = Path(path) if path is not None else cache_path()
+
+    def _load(self) -> dict:
+        try:
+            data = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            return {}
+        if not isinstance(data, dict) or data.get("version") != CACHE_VERSION:
+            return {}
+        return data.get("entries", {}) if isinstance(data.get("entries"), dict) else {}
+
+    def get(self, key: str) -> dict | None:
+        entry = self._load().get(key)
+        return entry if isinstance(entry, dict) and isinstance(entry.get("dilation"), (int, float)) \
+            else None
+
+    def put(self, key: str, dilation: float, how: str, measurements: list | None = None) -> None:
+        entries = self._load()
+        entries[key] = {"dilation": dilation, "how": how, "measurements": measurements or [],
+                        "updated_unix": int(time.time())}
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(f"{self.path.name}.tmp{os.getpid()}")
+        tmp.write_text(json.dumps({"version": CACHE_VERSION, "entries": entries}, indent=1))
+        os.replace(tmp, self.path)
+
+
+# ------------------------------------------------------------------ experiments at a D
+
+def with_dilation(exp: Experiment, d: float) -> Experiment:
+    return dataclasses.replace(exp, spec=exp.spec.model_copy(update={"dilation": float(d)}))
+
+
+def parse_dilation(value: str | float | None) -> float | str | None:
+    """``--dilation``: "auto" or a number >= 1 (None: the file's)."""
+    if value is None or value == "auto":
+        return value
+    try:
+        d = float(value)
+    except (TypeError, ValueError):
+        d = math.nan
+    if not d >= 1 or math.isinf(d):
+        raise FabricEmuError(f"--dilation: expected 'auto' or a number >= 1, got {value!r}")
+    return d
+
+
+def workload_burst(exp: Experiment) -> list[dict]:
+    """Traffic entries standing in for a workload: each server's NIC g WRITEs to
+    the next server's NIC g (the ring's server-to-server hops, every rail
+    busy: at least the collectives' load), the storage target to each reader."""
+    wp, f = exp.workload, exp.fabric
+    out = []
+    servers = [f.server(s) for s in wp.servers]
+    if len(servers) > 1:
+        for i, srv in enumerate(servers):
+            nxt = servers[(i + 1) % len(servers)]
+            for a, b in zip(srv.nics, nxt.nics):
+                out.append({"src": a, "dst": b, "op": "write", "size_bytes": CAL_FLOW_BYTES})
+    for _, nic in wp.readers:
+        out.append({"src": wp.storage_nic, "dst": nic, "op": "write", "size_bytes": CAL_FLOW_BYTES})
+    return out
+
+
+def calibration_experiment(exp: Experiment) -> Experiment:
+    """The scaled-down copy that calibration runs (the experiment itself if the
+    copy is not a valid experiment, e.g. tenants that a burst would cross)."""
+    data = exp.spec.model_dump(mode="json", exclude_none=True)
+    data.pop("sweep", None)
+    data["name"] = f"{exp.name}-calibration"
+    traffic = [dict(t, size_bytes=min(t["size_bytes"], CAL_FLOW_BYTES))
+               for t in data.get("traffic") or []]
+    if exp.workload is not None:
+        data.pop("workload", None)
+        data.pop("storage", None)
+        traffic += workload_burst(exp)
+    data["traffic"] = traffic
+    try:
+        return experiment_from_dict(data, exp.source)
+    except ConfigError:
+        return exp
+
+
+# ------------------------------------------------------------------ running
+
+RunOne = Callable[[Experiment, Path, Console], dict]
+
+
+def _runner(pcap: bool) -> RunOne:
+    from emulator.experiment.runner import run_experiment   # needs Mininet: import late
+    return lambda e, out, console: run_experiment(e, out, console, pcap=pcap)
+
+
+def measure_by_running(exp: Experiment, out_dir: Path, run_one: RunOne,
+                       console: Console) -> Measure:
+    """Calibration runs of ``calibration_experiment(exp)`` into
+    ``out_dir/calibration/D=<D>``, printing one line each."""
+    cal = calibration_experiment(exp)
+    quiet = Console(file=io.StringIO())
+
+    def measure(d: float) -> float:
+        run_dir = out_dir / "calibration" / f"D={d:g}"
+        shutil.rmtree(run_dir, ignore_errors=True)      # no stale results of an earlier one
+        s = run_one(with_dilation(cal, d), run_dir, quiet)
+        r = s["fidelity"]["worst_ratio"]
+        console.print(f"  calibration at dilation {d:g}: worst lateness {r:.2f} of its limit"
+                      + ("" if s.get("complete") else " (incomplete)"))
+        return r
+    return measure
+
+
+def run_with_dilation(exp: Experiment, out_dir: str | Path, console: Console | None = None,
+                      pcap: bool = False, dilation: float | str | None = None, *,
+                      run_one: RunOne | None = None, measure: Measure | None = None,
+                      cache: DilationCache | None = None, target: str | None = None) -> dict:
+    """Run ``exp`` at its D (``dilation`` overrides the file's): a number as
+    given; ``auto`` from the cache or a calibration, rerun once higher if the
+    run falls behind. Returns the final run's summary, with the dilation's
+    provenance added (and rewritten into ``summary.json``)."""
+    console = console or Console(stderr=True)
+    out_dir = Path(out_dir)
+    run_one = run_one or _runner(pcap)
+    requested = exp.spec.dilation if dilation is None else dilation
+    if requested != "auto":
+        summary = run_one(with_dilation(exp, requested), out_dir, console)
+        return _record(summary, out_dir, "file" if dilation is None else "command line", [], None)
+
+    cache = cache or DilationCache()
+    if target is None:
+        from emulator.experiment.runner import resolve_target
+        target = resolve_target(exp.spec.target)
+    key = cache_key(machine_key(), fabric_key(exp, target))
+    entry = cache.get(key)
+    if entry is not None:
+        d, how, measurements = float(entry["dilation"]), "cache", entry.get("measurements", [])
+        console.print(f"dilation auto: {d:g} (cached for this machine and fabric size, {cache.path})")
+    else:
+        console.print("dilation auto: calibrating this machine for this fabric and traffic")
+        measure = measure or measure_by_running(exp, out_dir, run_one, console)
+        d, measurements = calibrate(measure)
+        how = "calibration"
+        cache.put(key, d, how, measurements)
+        console.print(f"dilation auto: {d:g} (worst lateness at most 1/{MARGIN:g} of its limit; "
+                      f"cached in {cache.path})")
+    summary = run_one(with_dilation(exp, d), out_dir, console)
+    reruns = []
+    if not summary["fell_behind"] and how == "cache":
+        relax_cached(cache, key, d, summary["fidelity"]["worst_ratio"], measurements)
+    if summary["fell_behind"]:
+        r = summary["fidelity"]["worst_ratio"]
+        d2 = rerun_dilation(d, r)
+        reruns.append({"dilation": d, "chosen_by": how, "worst_ratio": r,
+                       "behind": summary["fidelity"]["behind"]})
+        kept = _set_aside(out_dir, f"fell-behind-D{d:g}")
+        console.print(f"[bold]dilation auto: the run fell behind at {d:g}[/] (worst lateness "
+                      f"{r:.2f} of its limit: {', '.join(summary['fidelity']['behind'])}; kept in "
+                      f"{kept}); rerunning once at {d2:g}")
+        cache.put(key, d2, "rerun", measurements)
+        summary = run_one(with_dilation(exp, d2), out_dir, console)
+        d, how = d2, "rerun"
+        if summary["fell_behind"]:
+            console.print(f"[bold red]dilation auto: still behind at {d:g}[/]: the results are "
+                          "distorted; the next run starts higher")
+            cache.put(key, rerun_dilation(d, summary["fidelity"]["worst_ratio"]), "rerun",
+                      measurements)
+    return _record(summary, out_dir, how, reruns,
+                   {"cache_file": str(cache.path), "key": json.loads(key),
+                    "measurements": measurements, "margin": MARGIN})
+
+
+def run_raised_while_behind(exp: Experiment, out_dir: str | Path, start: float,
+                            console: Console | None = None, pcap: bool = False,
+                            max_reruns: int = 2, *, run_one: RunOne | None = None) -> dict:
+    """Run ``exp`` at ``start``; while the run falls behind, rerun it (at most
+    ``max_reruns`` times) at ``rerun_dilation``'s higher D. What the test
+    suite uses: no calibration, so a machine that keeps up pays for one run
+    only, and a loaded one still gets results from a run that was not behind
+    (the caller asserts ``fell_behind`` is false). Nothing is cached."""
+    console = console or Console(stderr=True)
+    out_dir = Path(out_dir)
+    run_one = run_one or _runner(pcap)
+    d, reruns = float(start), []
+    summary = run_one(with_dilation(exp, d), out_dir, console)
+    while summary["fell_behind"] and len(reruns) < max_reruns:
+        r = summary["fidelity"]["worst_ratio"]
+        reruns.append({"dilation": d, "chosen_by": "start" if not reruns else "rerun",
+                       "worst_ratio": r, "behind": summary["fidelity"]["behind"]})
+        kept = _set_aside(out_dir, f"fell-behind-D{d:g}")
+        d = rerun_dilation(d, r)
+        console.print(f"[bold]the run fell behind[/] (worst lateness {r:.2f} of its limit; kept "
+                      f"in {kept}); rerunning at {d:g}")
+        summary = run_one(with_dilation(exp, d), out_dir, console)
+    return _record(summary, out_dir, "start" if not reruns else "rerun", reruns, None)
+
+
+def relax_cached(cache: "DilationCache", key: str, d: float, worst_ratio: float,
+                 measurements: list) -> float | None:
+    """A cached D that left the run far below its limit (a machine quieter
+    than when it was calibrated, or a rerun's D after a passing load spike)
+    is halved for the next run (below 1 / (4 x MARGIN), even half the D keeps
+    the ratio under half the margin's aim, as lateness scales as 1 / D), so
+    the cache follows the machine both ways, one step a run. Returns the
+    new D, or None if it stays."""
+    if worst_ratio >= 1 / (4 * MARGIN):
+        return None
+    lower = ladder_at_least(d / 2)
+    if lower >= d:
+        return None
+    cache.put(key, lower, "relaxed", measurements)
+    return lower
+
+
+def _set_aside(out_dir: Path, name: str) -> Path:
+    """Move a run's results (all of ``out_dir`` but calibrations and runs set
+    aside before) into ``out_dir/name``: the rerun starts from an empty
+    directory, with no result file of the run it replaces."""
+    dest = out_dir / name
+    shutil.rmtree(dest, ignore_errors=True)
+    dest.mkdir(parents=True)
+    for p in list(out_dir.iterdir()):
+        if p.name != "calibration" and not p.name.startswith("fell-behind-"):
+            os.replace(p, dest / p.name)
+    return dest
+
+
+def _record(summary: dict, out_dir: Path, how: str, reruns: list, calibration: dict | None) -> dict:
+    summary["dilation_chosen_by"] = how
+    summary["dilation_reruns"] = reruns
+    if calibration is not None:
+        summary["dilation_calibration"] = calibration
+    path = out_dir / "summary.json"
+    if path.exists():
+        path.write_text(json.dumps(summary, indent=1))
+    return summary
+
+
+def dilation_for_cli(exp: Experiment, target: str) -> Experiment:
+    """``fabric-emu cli`` (no traffic to calibrate with): an ``auto`` D is the
+    cached one, else ``FALLBACK_DILATION``."""
+    if exp.spec.dilation != "auto":
+        return exp
+    entry = DilationCache().get(cache_key(machine_key(), fabric_key(exp, target)))
+    return with_dilation(exp, entry["dilation"] if entry else FALLBACK_DILATION)

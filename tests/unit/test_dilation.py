@@ -1,0 +1,262 @@
+"""``dilation: auto`` without a fabric: the choice of D from injected
+measurements, the per-machine / per-fabric-size cache, and the runner's
+rerun of a run that fell behind (run and measure functions injected)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from emulator.errors import FabricEmuError
+from emulator.experiment import dilation as dil
+from emulator.experiment.dilation import (
+    DilationCache, cache_key, cache_path, calibrate, calibration_experiment, fabric_key,
+    ladder_at_least, parse_dilation, relax_cached, rerun_dilation, run_with_dilation,
+    with_dilation,
+)
+from tests.unit.test_results import make_experiment
+
+
+def noise_only(c: float):
+    """Lateness of fixed wall duration: worst ratio c / D."""
+    calls = []
+
+    def measure(d):
+        calls.append(d)
+        return c / d
+    measure.calls = calls
+    return measure
+
+
+# ---------------------------------------------------------------- choosing D
+
+def test_calibration_picks_the_smallest_good_step_and_stops_when_predicted_bad():
+    m = noise_only(1000)                     # good (<= 0.5) from D = 2000
+    d, measured = calibrate(m, start=3000)
+    assert d == 2000
+    assert m.calls == [3000, 2000]           # 1500 predicted 0.67: not measured
+    assert measured == [[2000, 0.5], [3000, 0.3333]]
+
+
+def test_calibration_jumps_up_by_the_prediction_when_behind():
+    overloaded = {d: (6.0 if d < 8000 else 2000 / d) for d in dil.LADDER}
+    calls = []
+
+    def measure(d):
+        calls.append(d)
+        return overloaded[d]
+    d, measured = calibrate(measure, start=3000, max_runs=4)
+    assert calls[0] == 3000 and calls[1] == ladder_at_least(3000 * 6 * 2)   # one jump: 48000
+    assert overloaded[d] <= 0.5 and len(calls) <= 4
+    assert d < calls[1]                      # then down while predicted good
+
+
+def test_calibration_that_finds_nothing_good_goes_beyond_what_it_measured():
+    d, measured = calibrate(lambda d: 50.0, start=3000, max_runs=3)
+    assert d > max(m[0] for m in measured) or d == dil.LADDER[-1]
+
+
+def test_rerun_dilation_is_at_least_double_and_predicted_good():
+    assert rerun_dilation(3000, 1.2) == 8000          # predicted good: 3000 x 1.2 x 2 = 7200
+    assert rerun_dilation(3000, 0.9) == 6000          # at least twice
+    assert rerun_dilation(64000, 3.0) == dil.LADDER[-1]
+
+
+def test_parse_dilation():
+    assert parse_dilation(None) is None and parse_dilation("auto") == "auto"
+    assert parse_dilation("2500") == 2500.0
+    for bad in ("fast", "0.5", "nan", "inf", "-3"):
+        with pytest.raises(FabricEmuError, match="--dilation"):
+            parse_dilation(bad)
+
+
+def test_auto_must_be_resolved_before_a_run():
+    exp = make_experiment(dilation="auto")
+    with pytest.raises(FabricEmuError, match="auto"):
+        exp.dilation
+    assert with_dilation(exp, 4000).dilation == 4000.0
+
+
+# ---------------------------------------------------------------- the cache
+
+def test_cache_path_follows_xdg(monkeypatch, tmp_path):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert cache_path() == tmp_path / "fabric-emu" / "dilation.json"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert cache_path() == tmp_path / "home" / ".cache" / "fabric-emu" / "dilation.json"
+
+
+def test_cache_key_separates_machines_and_fabric_sizes():
+    small = make_experiment()                                   # 2 flows on clos-2x2
+    more = make_experiment(traffic=[{"pattern": "all-to-all", "size_bytes": 1024}])   # 12 flows
+    m1 = {"hostname": "a", "cpus": 2, "cpu_model": "x"}
+    m2 = dict(m1, cpus=4)
+    assert fabric_key(small, "embedded") == {"switches": 4, "servers": 4, "nics": 4, "flows": 2,
+                                             "target": "embedded"}
+    keys = {cache_key(m, fabric_key(e, t)) for m in (m1, m2) for e in (small, more)
+            for t in ("embedded", "bmv2")}
+    assert len(keys) == 8
+    # the same fabric size and machine: the same key, whatever the flows' sizes
+    bigger = make_experiment(traffic=[{"src": "h1", "dst": "h3", "size_bytes": 1 << 24},
+                                      {"src": "h2", "dst": "h3", "size_bytes": 1 << 24}])
+    assert cache_key(m1, fabric_key(bigger, "embedded")) == cache_key(m1, fabric_key(small, "embedded"))
+
+
+def test_cache_round_trip_and_unreadable_file(tmp_path):
+    c = DilationCache(tmp_path / "sub" / "dilation.json")
+    assert c.get("k") is None
+    c.put("k", 3000.0, "calibration", [[3000, 0.4]])
+    c.put("j", 8000.0, "rerun")
+    assert DilationCache(c.path).get("k")["dilation"] == 3000.0
+    assert DilationCache(c.path).get("j")["how"] == "rerun"
+    c.path.write_text("{not json")
+    assert c.get("k") is None
+    c.path.write_text(json.dumps({"version": 999, "entries": {"k": {"dilation": 1}}}))
+    assert c.get("k") is None
+
+
+# ---------------------------------------------------------------- running
+
+class FakeRuns:
+    """``run_one``: a run at D is behind when D < ``needs``; writes summary.json."""
+
+    def __init__(self, needs: float):
+        self.needs, self.runs, self.fresh = needs, [], []
+
+    def __call__(self, exp, out, console):
+        d = exp.dilation
+        self.runs.append(d)
+        self.fresh.append(not (out / "summary.json").exists())
+        behind = d < self.needs
+        s = {"dilation": d, "complete": True, "fell_behind": behind,
+             "fidelity": {"worst_ratio": 1.5 if behind else 0.3, "behind": ["leaf1"] if behind else []}}
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "summary.json").write_text(json.dumps(s))
+        return s
+
+
+def quiet():
+    import io
+
+    from rich.console import Console
+    return Console(file=io.StringIO())
+
+
+def test_auto_calibrates_once_then_reuses_the_cache(tmp_path):
+    exp = make_experiment(dilation="auto")
+    cache = DilationCache(tmp_path / "cache.json")
+    runs, m = FakeRuns(needs=0), noise_only(1000)
+    s = run_with_dilation(exp, tmp_path / "a", quiet(), run_one=runs, measure=m, cache=cache,
+                          target="embedded")
+    assert m.calls == [3000, 2000] and runs.runs == [2000.0]
+    assert s["dilation_chosen_by"] == "calibration" and s["dilation_reruns"] == []
+    assert s["dilation_calibration"]["measurements"] == [[2000, 0.5], [3000, 0.3333]]
+    assert json.loads((tmp_path / "a" / "summary.json").read_text())["dilation_chosen_by"] == "calibration"
+    m2 = noise_only(1000)
+    s = run_with_dilation(exp, tmp_path / "b", quiet(), run_one=runs, measure=m2, cache=cache,
+                          target="embedded")
+    assert m2.calls == [] and s["dilation_chosen_by"] == "cache" and runs.runs[-1] == 2000.0
+
+
+def test_a_bigger_fabric_is_calibrated_anew(tmp_path):
+    cache = DilationCache(tmp_path / "cache.json")
+    runs = FakeRuns(needs=0)
+    run_with_dilation(make_experiment(dilation="auto"), tmp_path / "a", quiet(), run_one=runs,
+                      measure=noise_only(1000), cache=cache, target="embedded")
+    more = make_experiment(dilation="auto",
+                           traffic=[{"pattern": "all-to-all", "size_bytes": 1024}])
+    m = noise_only(4000)
+    s = run_with_dilation(more, tmp_path / "b", quiet(), run_one=runs, measure=m, cache=cache,
+                          target="embedded")
+    assert m.calls and s["dilation_chosen_by"] == "calibration" and s["dilation"] == 8000
+
+
+def test_a_run_that_falls_behind_is_rerun_once_higher_and_the_cache_learns(tmp_path):
+    exp = make_experiment(dilation="auto")
+    cache = DilationCache(tmp_path / "cache.json")
+    runs = FakeRuns(needs=5000)                      # the machine got busier since calibration
+    s = run_with_dilation(exp, tmp_path / "a", quiet(), run_one=runs, measure=noise_only(1000),
+                          cache=cache, target="embedded")
+    assert runs.runs == [2000.0, 6000.0]             # rerun_dilation(2000, 1.5) = 6000
+    assert s["dilation"] == 6000.0 and not s["fell_behind"]
+    assert s["dilation_chosen_by"] == "rerun"
+    assert s["dilation_reruns"] == [{"dilation": 2000.0, "chosen_by": "calibration",
+                                     "worst_ratio": 1.5, "behind": ["leaf1"]}]
+    # the behind run's results were set aside: the rerun began in an empty directory
+    assert json.loads((tmp_path / "a" / "fell-behind-D2000" / "summary.json").read_text())["dilation"] == 2000.0
+    assert runs.fresh == [True, True]
+    runs2 = FakeRuns(needs=5000)
+    s = run_with_dilation(exp, tmp_path / "b", quiet(), run_one=runs2, cache=cache,
+                          target="embedded", measure=noise_only(1000))
+    assert runs2.runs == [6000.0] and s["dilation_chosen_by"] == "cache"
+
+
+def test_a_fixed_dilation_is_never_changed(tmp_path):
+    runs = FakeRuns(needs=5000)
+    s = run_with_dilation(make_experiment(), tmp_path / "a", quiet(), run_one=runs)    # file: 1000
+    assert runs.runs == [1000.0] and s["fell_behind"] and s["dilation_chosen_by"] == "file"
+    s = run_with_dilation(make_experiment(dilation="auto"), tmp_path / "b", quiet(),
+                          dilation=2500.0, run_one=runs)
+    assert runs.runs[-1] == 2500.0 and s["dilation_chosen_by"] == "command line"
+    assert s["dilation_reruns"] == []
+
+
+def test_calibration_experiment_is_a_scaled_copy():
+    exp = make_experiment(dilation="auto", traffic=[{"pattern": "all-to-all", "size_bytes": 1 << 24}])
+    cal = calibration_experiment(exp)
+    assert [(f.src, f.dst) for f in cal.flows] == [(f.src, f.dst) for f in exp.flows]
+    assert {f.size_bytes for f in cal.flows} == {dil.CAL_FLOW_BYTES}
+    assert cal.fabric.name == exp.fabric.name
+
+
+def test_a_workload_is_calibrated_with_a_burst_along_its_ring():
+    from tests.conftest import REPO
+    from emulator.experiment.model import load_experiment
+
+    exp = load_experiment(REPO / "experiments" / "checkpoint-shared.yaml")
+    cal = calibration_experiment(exp)
+    assert cal.workload is None and cal is not exp
+    pairs = {(f.src, f.dst) for f in cal.flows}
+    wp = exp.workload
+    s1, s2 = (exp.fabric.server(s) for s in wp.servers)
+    assert {(a, b) for a, b in zip(s1.nics, s2.nics)} <= pairs      # server1 -> server2, per rail
+    assert {(wp.storage_nic, nic) for _, nic in wp.readers} <= pairs
+    assert fabric_key(exp, "embedded")["flows"] == len(cal.flows)
+
+
+def test_a_cached_dilation_far_below_its_limit_is_halved(tmp_path):
+    cache = DilationCache(tmp_path / "cache.json")
+    cache.put("k", 48000, "calibration", [])
+    assert relax_cached(cache, "k", 48000, 0.2, []) is None          # within 4 x margin: stays
+    assert cache.get("k")["dilation"] == 48000
+    assert relax_cached(cache, "k", 48000, 0.01, []) == 24000        # far below: halved
+    assert cache.get("k")["dilation"] == 24000 and cache.get("k")["how"] == "relaxed"
+    assert relax_cached(cache, "k", 24000, 0.1, []) == 12000
+    assert relax_cached(cache, "k", 500, 0.01, []) is None           # the ladder's bottom
+
+
+def test_raised_while_behind_reruns_higher_until_not_behind(tmp_path):
+    d2 = rerun_dilation(4000, 3.0)
+    ratios = {4000: 3.0, d2: 1.2}              # behind twice, then fine
+    seen = []
+
+    def run_one(exp, out, console):
+        seen.append(exp.dilation)
+        r = ratios.get(exp.dilation, 0.3)
+        (out / "summary.json").write_text("{}")
+        return {"fell_behind": r > 1, "fidelity": {"worst_ratio": r, "behind": ["leaf1"] if r > 1 else []}}
+
+    s = dil.run_raised_while_behind(make_experiment(), tmp_path, 4000, run_one=run_one)
+    assert seen == [4000, d2, rerun_dilation(d2, 1.2)] and d2 > 4000
+    assert not s["fell_behind"] and s["dilation_chosen_by"] == "rerun"
+    assert [r["dilation"] for r in s["dilation_reruns"]] == seen[:2]
+    assert (tmp_path / "fell-behind-D4000").is_dir()
+
+
+def test_raised_while_behind_gives_up_after_max_reruns(tmp_path):
+    def run_one(exp, out, console):
+        return {"fell_behind": True, "fidelity": {"worst_ratio": 5.0, "behind": ["h1"]}}
+
+    s = dil.run_raised_while_behind(make_experiment(), tmp_path, 1000, run_one=run_one, max_reruns=1)
+    assert s["fell_behind"] and len(s["dilation_reruns"]) == 1

@@ -1,0 +1,118 @@
+"""The run-fidelity verdict (``fell_behind``) on synthetic lateness: what
+noise does (spikes on a few frames) is not a distortion, a process that
+cannot keep up (lateness growing over the run) is; judged in fabric time."""
+from __future__ import annotations
+
+from emulator.experiment.fidelity import (
+    NIC_MEAN_LIMIT_FRAMES, SWITCH_P99_LIMIT_HOPS, hop_ns, nic_verdict, percentile_ns, run_fidelity,
+    switch_verdict,
+)
+from emulator.link import Wire
+from tests.unit.test_results import make_experiment
+
+MS = 1_000_000                       # wall ns
+HOP_FABRIC_NS = 1090                 # clos-2x2: 1102-byte frame (+24) at 100 Gbps + 1 us
+
+
+def port_stats(lateness_wall_ns: list[int], port: int = 1) -> dict:
+    """A port's stats.json entry, from a Wire that released frames this late."""
+    w = Wire(0)
+    t = 0
+    for late in lateness_wall_ns:
+        t += 1_000_000                # a frame due every ms (wall)
+        w.put(t, b"x")
+        w.release(t + late, lambda f: None)
+    return {"port": port, **w.lateness_stats()}
+
+
+def noise(frames: int = 5000, every: int = 250, spike_ns: int = 20 * MS) -> list[int]:
+    """Loop latency of ~80 us, and a scheduler hiccup of 20 ms on one frame in
+    ``every`` (0.4 %): what a busy 2-core machine does to a keeping-up switch."""
+    return [spike_ns if i % every == 0 else 80_000 for i in range(frames)]
+
+
+def growing(frames: int = 5000, end_ns: int = 50 * MS) -> list[int]:
+    """A switch that cannot keep up: each frame later than the one before."""
+    return [end_ns * i // frames for i in range(frames)]
+
+
+def test_hop_time_is_mtu_serialization_plus_link_delay():
+    exp = make_experiment()                 # clos-2x2: 100 Gbps, 1 us; MTU 1024
+    assert hop_ns(exp, "leaf1") == (90, HOP_FABRIC_NS)
+    assert hop_ns(exp, "h1") == (90, HOP_FABRIC_NS)
+
+
+def test_noise_spikes_are_not_behind_even_when_each_spike_is_many_hops():
+    d = 3000
+    v = switch_verdict({"ports": [port_stats(noise())]}, d, HOP_FABRIC_NS)
+    assert v["max_lateness_fabric_ns"] == round(20 * MS / d)   # 6.7 us: six hops, on 0.4 %
+    assert v["p99_lateness_fabric_ns"] < HOP_FABRIC_NS / 10
+    assert v["late_fraction"] == 0.004 and not v["behind"] and v["ratio"] < 0.1
+
+
+def test_growing_lateness_is_behind():
+    d = 3000
+    v = switch_verdict({"ports": [port_stats(growing())]}, d, HOP_FABRIC_NS)
+    # p99: 49.5 ms wall = 16.5 us fabric, ~15 hops
+    assert v["p99_lateness_fabric_ns"] >= 49 * MS // d
+    assert v["behind"] and v["ratio"] > 5
+    assert v["late_fraction"] > 0.9
+
+
+def test_the_same_wall_lateness_is_harmless_at_a_higher_dilation():
+    """Lateness is judged in fabric time: 50 ms wall at D = 200000 is 250 ns."""
+    v = switch_verdict({"ports": [port_stats(growing())]}, 200_000, HOP_FABRIC_NS)
+    assert not v["behind"] and v["p99_lateness_fabric_ns"] <= 250 * 9 // 8
+
+
+def test_limit_is_p99_against_two_hops():
+    """Just under and just over the limit: 2 % of the frames late by 1.9 vs 2.4 hops."""
+    d = 1000
+    for hops, behind in ((1.9, False), (2.4, True)):
+        late = int(hops * HOP_FABRIC_NS * d)
+        lat = [10_000] * 980 + [late] * 20
+        v = switch_verdict({"ports": [port_stats(lat)]}, d, HOP_FABRIC_NS)
+        assert v["behind"] is behind, (hops, v)
+    assert SWITCH_P99_LIMIT_HOPS == 2
+
+
+def test_ports_are_merged_per_switch():
+    d = 3000
+    st = {"ports": [port_stats(noise(), 1), port_stats(growing(), 2)]}
+    v = switch_verdict(st, d, HOP_FABRIC_NS)
+    assert v["released_frames"] == 10_000 and v["behind"]
+
+
+def test_percentile_is_the_top_of_its_bucket():
+    hist = [[10, 10, 98], [1000, 1124, 1], [2000, 2249, 1]]
+    assert percentile_ns(hist, 0.5) == 10
+    assert percentile_ns(hist, 0.99) == 1124
+    assert percentile_ns(hist, 1.0) == 2249
+    assert percentile_ns([], 0.99) is None
+
+
+def test_nic_mean_lag_against_mtu_frame_time():
+    frame_fabric_ns, d = 90, 3000
+    quiet = {"tx_packets": 1000, "tx_lag_sum_ns": 1000 * 90_000, "tx_lag_max_ns": 1_077_000}
+    busy = {"tx_packets": 1000, "tx_lag_sum_ns": 1000 * 180_000, "tx_lag_max_ns": 1_077_000}
+    q, b = nic_verdict(quiet, d, frame_fabric_ns), nic_verdict(busy, d, frame_fabric_ns)
+    assert q["mean_lateness_fabric_ns"] == 30 and not q["behind"]          # 0.33 frame
+    assert b["mean_lateness_fabric_ns"] == 60 and b["behind"]              # 0.67 frame
+    assert q["max_lateness_fabric_ns"] == 359                              # its catch-up cap
+    assert b["ratio"] == round(60 / (NIC_MEAN_LIMIT_FRAMES * frame_fabric_ns), 4)
+    assert nic_verdict({}, d, frame_fabric_ns)["behind"] is False          # sent nothing
+
+
+def test_run_verdict_names_who_was_behind():
+    exp = make_experiment()                                                # D = 1000
+    stats = {"leaf1": {"ports": [port_stats(noise())]},
+             "leaf2": {"ports": [port_stats(growing())]},
+             "spine1": {}}                                   # BMv2-like: nothing measured
+    nics = {"h1": {"tx_packets": 10, "tx_lag_sum_ns": 10 * 20_000}}
+    v = run_fidelity(exp, stats, nics)
+    assert v["fell_behind"] and v["behind"] == ["leaf2"]
+    assert v["switches"]["spine1"]["ratio"] is None and not v["switches"]["spine1"]["behind"]
+    assert v["worst_ratio"] == v["switches"]["leaf2"]["ratio"]
+    assert set(v["nics"]) == {"h1"} and not v["nics"]["h1"]["behind"]
+    calm = run_fidelity(exp, {"leaf1": {"ports": [port_stats(noise(spike_ns=2 * MS))]}}, nics)
+    assert not calm["fell_behind"] and calm["behind"] == [] and calm["worst_ratio"] < 1

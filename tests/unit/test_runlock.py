@@ -1,0 +1,100 @@
+"""The run lock: one holder at a time, named in the refusal; gone with its process."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from emulator.net.runlock import LOCK_DIR_ENV, LOCK_NAME, RunActive, RunLock
+
+# Holds the lock, says so on stdout, then waits for stdin to close.
+HOLDER = """
+import sys
+from emulator.net.runlock import RunLock
+lock = RunLock.acquire("exp-a.yaml", "results/a")
+print("held", flush=True)
+sys.stdin.read()
+"""
+
+
+@pytest.fixture
+def lock_env(tmp_path, monkeypatch):
+    monkeypatch.setenv(LOCK_DIR_ENV, str(tmp_path))
+    return {**os.environ, LOCK_DIR_ENV: str(tmp_path)}
+
+
+def _holder(env) -> subprocess.Popen:
+    p = subprocess.Popen([sys.executable, "-c", HOLDER], env=env, stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, text=True)
+    assert p.stdout.readline().strip() == "held"
+    return p
+
+
+def test_second_acquire_names_the_holder(lock_env):
+    holder = _holder(lock_env)
+    try:
+        with pytest.raises(RunActive) as e:
+            RunLock.acquire("exp-b.yaml", "results/b")
+        msg = str(e.value)
+        assert f"pid {holder.pid}" in msg and "exp-a.yaml" in msg and "results/a" in msg, msg
+        assert msg.endswith("not starting") and "\n" not in msg
+        assert RunLock.held() is None
+    finally:
+        holder.stdin.close()
+        holder.wait()
+    with RunLock.acquire("exp-b.yaml", "results/b") as lock:    # free once it has exited
+        assert RunLock.held() is lock
+        assert json.loads(lock.path.read_text())["pid"] == os.getpid()
+    assert RunLock.held() is None and lock.path.read_text() == ""
+
+
+def test_lock_dies_with_a_killed_holder(lock_env, tmp_path):
+    holder = _holder(lock_env)
+    holder.send_signal(signal.SIGKILL)
+    holder.wait()
+    lock = RunLock.acquire("exp-b.yaml", "results/b")    # no stale lock
+    lock.release()
+    assert (tmp_path / LOCK_NAME).exists()
+
+
+def test_refusal_of_a_dead_holder_says_it_is_being_cleaned_up(lock_env):
+    """The watchdog of a SIGKILLed run holds its lock while it reaps."""
+    holder = _holder(lock_env)
+    try:
+        with pytest.raises(RunActive) as e:
+            RunLock.acquire("exp-b.yaml", "results/b")
+        info = {**e.value.info, "pid": 2 ** 22 + 1}     # no such process
+        from emulator.net.runlock import describe
+        assert "being cleaned up" in describe(info)
+    finally:
+        holder.stdin.close()
+        holder.wait()
+
+
+def test_one_lock_per_process(lock_env):
+    with RunLock.acquire("x", "y"):
+        with pytest.raises(RuntimeError):
+            RunLock.acquire("x", "y")
+
+
+def test_acquire_waits_briefly_for_the_holder_to_say_who_it_is(lock_env, tmp_path):
+    """A holder between flock and writing its info: the refusal still names it."""
+    import fcntl
+    fd = os.open(tmp_path / LOCK_NAME, os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    writer = subprocess.Popen([sys.executable, "-c", (
+        "import os, time; time.sleep(0.3); "
+        f"os.pwrite(os.open({str(tmp_path / LOCK_NAME)!r}, os.O_RDWR), b'{{\"pid\": 1}}', 0)")])
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(RunActive) as e:
+            RunLock.acquire("x", "y")
+        assert e.value.info == {"pid": 1} and time.monotonic() - t0 < 5
+    finally:
+        writer.wait()
+        os.close(fd)
