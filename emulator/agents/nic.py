@@ -118,10 +118,13 @@ are fabric time, which the NIC multiplies by its ``dilation``.
 """
 from __future__ import annotations
 
+import fcntl
+import struct
 from collections import deque
 from typing import Callable
 
-from emulator.clock import MONOTONIC
+from emulator.clock import MONOTONIC, MonotonicClock
+from emulator.link import LATE_BUCKETS, bucket_bounds, lateness_bucket
 from emulator.wire import ETH_P_IP, ETH_P_PAUSE, ICRC_BYTES, RETH_BYTES, ROCE_HDR_BYTES, \
     WIRE_OVERHEAD_BYTES
 
@@ -144,13 +147,18 @@ from .roce import (  # noqa: F401  (re-exported)
 )
 from .transmitter import Transmitter
 
+SIOCGSTAMPNS = 0x8907                 # linux/sockios.h: last frame's receive stamp
+_STAMP = struct.Struct("qq")         # struct timespec
+_STAMP_BUF = bytes(_STAMP.size)
 _DATA_OPS = frozenset(REQUEST_OPS) | READ_OPS    # what per-packet CPU work applies to
 
 
 class NicStats:
     __slots__ = ("tx_packets", "tx_bytes", "tx_data_packets", "tx_data_payload_bytes",
                  "tx_acks", "tx_naks", "tx_rnr_naks", "tx_retransmits", "tx_enobufs",
-                 "tx_lag_max_ns", "tx_lag_sum_ns",
+                 "tx_lag_max_ns", "tx_lag_sum_ns", "tx_given_up_ns",
+                 "rx_late_samples", "rx_late_sum_ns", "rx_late_max_ns", "rx_late_hist",
+                 "rx_stall_ns",
                  "rx_packets", "rx_bytes", "rx_data_packets", "rx_data_payload_bytes",
                  "rx_acks", "rx_naks", "rx_rnr_naks",
                  "cnp_tx", "cnp_rx", "ecn_ce_rx", "pfc_rx", "paused_ns", "rate_changes",
@@ -163,10 +171,14 @@ class NicStats:
     def __init__(self):
         for k in self.__slots__:
             setattr(self, k, 0)
+        self.rx_late_hist = [0] * LATE_BUCKETS   # receive lateness, link.py's log buckets
 
     def as_dict(self) -> dict:
         d = {k: getattr(self, k) for k in self.__slots__}
+        d["rx_late_hist"] = [[*bucket_bounds(b), n] for b, n in enumerate(self.rx_late_hist) if n]
         d["tx_lag_mean_ns"] = d["tx_lag_sum_ns"] // d["tx_packets"] if d["tx_packets"] else 0
+        d["rx_late_mean_ns"] = (d["rx_late_sum_ns"] // d["rx_late_samples"]
+                                if d["rx_late_samples"] else 0)
         return d
 
     def __repr__(self):
@@ -310,6 +322,11 @@ class RoceNic:
             self._rx_fds = (self.sock.fileno(), self._pfc_sock.fileno())
         self._rxbuf = bytearray(16384)
         self._rxmv = memoryview(self._rxbuf)
+        # receive lateness (run fidelity): how long the first frame of each
+        # wake-up waited in the socket before this process read it -- the
+        # kernel's receive stamp (SIOCGSTAMPNS, realtime) against now. Only
+        # on the real clock: a manual clock's time is not the kernel's.
+        self._rx_stamp = isinstance(clock, MonotonicClock)
 
         self.transmitter = Transmitter(
             sock=self.sock, rate_bps=rate_bps, mtu_bytes=mtu_bytes, ack_every_n=ack_every_n,
@@ -560,6 +577,8 @@ class RoceNic:
                 n = recv_into(buf)
             except (BlockingIOError, InterruptedError):
                 break
+            if not n_batch and self._rx_stamp:
+                self._sample_rx_lateness(sock)
             n_batch += 1
             frame = mv[:n]
             if buf[12] == 0x88 and buf[13] == 0x08 and n >= 34:
@@ -585,6 +604,32 @@ class RoceNic:
             st.rx_bytes += n
             dispatch(qp, pkt, now)
         return n_batch
+
+    def _sample_rx_lateness(self, sock) -> None:
+        try:
+            sec, nsec = _STAMP.unpack(fcntl.ioctl(sock, SIOCGSTAMPNS, _STAMP_BUF))
+        except OSError:                      # not a socket the kernel stamps
+            self._rx_stamp = False
+            return
+        late = self.clock.unix_ns() - (sec * 1_000_000_000 + nsec)
+        if late < 0:                         # realtime stepped back: no sample
+            return
+        st = self.stats
+        st.rx_late_samples += 1
+        st.rx_late_sum_ns += late
+        st.rx_late_hist[lateness_bucket(late)] += 1
+        if late > self.max_lag_ns:           # beyond the catch-up window: a stall
+            st.rx_stall_ns += late - self.max_lag_ns
+        if late > st.rx_late_max_ns:
+            st.rx_late_max_ns = late
+
+    def lost_ns(self) -> int:
+        """Clock time this NIC lost to its process being late beyond its
+        catch-up window (``max_lag_ns``): transmit time given up, or receive
+        stalls, whichever is larger (one stall shows in both). A part that
+        times a phase takes the difference over it (``collectives.bench``)."""
+        st = self.stats
+        return max(st.tx_given_up_ns, st.rx_stall_ns)
 
     def _dispatch(self, qp: QueuePair, pkt, now: int) -> None:
         """Hand a received RoCE packet for ``qp`` to its part."""

@@ -177,8 +177,14 @@ class Transmitter:
                     wire.release(now, send)
                 # serialize the next frame if its slot has come
                 slot = self.slot_free_ns
-                if self.wire_idle or slot < now - self.max_lag_ns:
-                    slot = max(slot, float(now - (0 if self.wire_idle else self.max_lag_ns)))
+                if self.wire_idle:
+                    if slot < now:
+                        slot = float(now)
+                elif slot < now - self.max_lag_ns:
+                    # served too late to catch up: the time beyond the
+                    # window is lost to the schedule (run fidelity counts it)
+                    st.tx_given_up_ns += int(now - self.max_lag_ns - slot)
+                    slot = float(now - self.max_lag_ns)
                 if slot > now:
                     break
                 # strict priority (CNP, then ACK/NAK, then data), skipping paused

@@ -9,7 +9,9 @@ all_to_all. GB/s are 1e9 bytes per second. Time is fabric time (wall / D):
 per rank, (end of its last timed iteration - its exit from the barrier) /
 iters; ``time_us`` is the mean over ranks (nccl-tests' default ``-a 1``),
 ``time_max_us`` the slowest rank. #wrong: mismatching elements summed over
-ranks (None: not checked, printed N/A).
+ranks (None: not checked, printed N/A). ``lost_fraction``: the largest share
+of a rank's timed loop that a NIC of its process lost to the process being
+late (``RoceNic.lost_ns``); the run's fidelity judges it.
 """
 from __future__ import annotations
 
@@ -20,7 +22,8 @@ import statistics
 from pathlib import Path
 
 CSV_COLUMNS = ("collective", "algorithm", "nranks", "size_bytes", "count", "type", "redop",
-               "iters", "time_us", "time_max_us", "algbw_GBps", "busbw_GBps", "wrong")
+               "iters", "time_us", "time_max_us", "algbw_GBps", "busbw_GBps", "wrong",
+               "lost_fraction")
 
 
 def busbw_factor(collective: str, n: int) -> float:
@@ -52,8 +55,21 @@ def collective_rows(records: list[dict], dilation: float) -> list[dict]:
                      "redop": "sum" if coll in ("all_reduce", "reduce_scatter") else "none", "iters": rs[0]["iters"],
                      "time_us": t_ns / 1e3, "time_max_us": max(per_rank_ns) / 1e3,
                      "algbw_GBps": algbw, "busbw_GBps": algbw * busbw_factor(coll, n),
-                     "wrong": wrong})
+                     "wrong": wrong, "lost_fraction": _lost_fraction(rs)})
     return rows
+
+
+def _lost_fraction(records: list[dict]) -> float:
+    """max over ranks of lost_ns / the rank's timed wall span."""
+    out = 0.0
+    for r in records:
+        if "steps" in r:
+            span = (r["steps"][-1]["end_ns"] - r["steps"][0]["start_ns"]) if r["steps"] else 0
+        else:
+            span = r["end_ns"] - r["start_ns"]
+        if span > 0:
+            out = max(out, r.get("lost_ns", 0) / span)
+    return round(out, 4)
 
 
 def training_summary(records: list[dict], dilation: float) -> dict:
@@ -71,7 +87,7 @@ def training_summary(records: list[dict], dilation: float) -> dict:
             "step_time_us": {"mean": statistics.fmean(steps), "p50": statistics.median(steps),
                              "max": max(steps)},
             "collective_time_us": {"mean": statistics.fmean(colls), "max": max(colls)},
-            "wrong": wrong}
+            "wrong": wrong, "lost_fraction": _lost_fraction(records)}
 
 
 def format_table(rows: list[dict]) -> str:

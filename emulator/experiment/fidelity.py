@@ -22,6 +22,11 @@ percentile of lateness, in FABRIC time, with the fabric's own timescales:
   bounded by a few frame times and the time it gives up is not counted; its
   mean lag tracks that lost time (measured: see the constant).
 
+* timed collective phase: the share of its time a NIC lost to its process
+  being late beyond the catch-up window (transmit time given up, receive
+  stalls: ``RoceNic.lost_ns``) > ``LOST_LIMIT_FRACTION``
+  (``add_collectives_fidelity``, fed by ``collectives.bench``).
+
 The run fell behind when any process's ratio (measure / limit) exceeds 1;
 ``worst_ratio`` is the largest ratio (the dilation chooser,
 ``emulator.experiment.dilation``, aims below 1 / its margin). Wall
@@ -44,9 +49,15 @@ SWITCH_P99_LIMIT_HOPS = 2.0     # switch: p99 lateness above 2 hop times is a di
 # +15-19 % at 0.7-0.9, none at 0.1: the lag itself is small, but it tracks
 # the time the NIC gives up beyond its catch-up window, which stretches FCTs.
 NIC_MEAN_LIMIT_FRAMES = 0.5
+# A timed collective phase (nccl-tests row, training loop) whose NICs lost
+# more than this share of its time to the process being late beyond the
+# catch-up window (transmit time given up, receive stalls) reads slower than
+# the fabric is: at 5 % the error is that of run-to-run noise.
+LOST_LIMIT_FRACTION = 0.05
 RULE = (f"behind if a switch's p99 frame lateness > {SWITCH_P99_LIMIT_HOPS:g} x its hop time "
         f"(MTU frame serialization + link delay) or a NIC's mean transmit lag > "
-        f"{NIC_MEAN_LIMIT_FRAMES:g} x its MTU frame time, all in fabric ns")
+        f"{NIC_MEAN_LIMIT_FRAMES:g} x its MTU frame time, all in fabric ns, or a timed "
+        f"collective lost > {LOST_LIMIT_FRACTION:.0%} of its time to stalls")
 
 
 def hop_ns(exp: Experiment, node: str) -> tuple[int, int]:
@@ -114,9 +125,19 @@ def nic_verdict(nic_stats: dict, d: float, frame_fabric_ns: int) -> dict:
     packets = int(nic_stats.get("tx_packets") or 0)
     mean_wall = nic_stats.get("tx_lag_sum_ns", 0) / packets if packets else 0.0
     ratio = mean_wall / d / (NIC_MEAN_LIMIT_FRAMES * frame_fabric_ns)
+    samples = int(nic_stats.get("rx_late_samples") or 0)
+    rx_hist = nic_stats.get("rx_late_hist") or []
+    rx_mean_wall = nic_stats.get("rx_late_sum_ns", 0) / samples if samples else 0.0
     return {"tx_packets": packets, "late_fraction": None, "p99_lateness_fabric_ns": None,
             "mean_lateness_fabric_ns": round(mean_wall / d),
             "max_lateness_fabric_ns": round(nic_stats.get("tx_lag_max_ns", 0) / d),
+            "tx_given_up_fabric_ns": round(nic_stats.get("tx_given_up_ns", 0) / d),
+            "rx_wakeups": samples,
+            "rx_mean_lateness_fabric_ns": round(rx_mean_wall / d),
+            "rx_p50_lateness_fabric_ns": round((percentile_ns(rx_hist, 0.5) or 0) / d),
+            "rx_p90_lateness_fabric_ns": round((percentile_ns(rx_hist, 0.9) or 0) / d),
+            "rx_p99_lateness_fabric_ns": round((percentile_ns(rx_hist, 0.99) or 0) / d),
+            "rx_max_lateness_fabric_ns": round(nic_stats.get("rx_late_max_ns", 0) / d),
             "mtu_frame_fabric_ns": frame_fabric_ns, "ratio": round(ratio, 4), "behind": ratio > 1}
 
 
@@ -163,3 +184,25 @@ def run_fidelity(exp: Experiment, switch_stats: dict[str, dict],
             "nic_mean_limit_frames": NIC_MEAN_LIMIT_FRAMES,
             "behind": sorted(n for n, v in [*switches.items(), *nics.items()] if v["behind"]),
             "switches": switches, "nics": nics}
+
+
+def add_collectives_fidelity(summary: dict, block: dict) -> None:
+    """Fold the workload's timed phases into the verdict: a row (or the
+    training loop) whose ``lost_fraction`` exceeds ``LOST_LIMIT_FRACTION``
+    is distorted, and so is the run."""
+    fid = summary.get("fidelity")
+    if fid is None:
+        return
+    phases = [(f"{r['collective']} {r['size_bytes']} B", r.get("lost_fraction") or 0.0)
+              for r in block.get("results", [])]
+    if block.get("training"):
+        phases.append(("training", block["training"].get("lost_fraction") or 0.0))
+    worst = fid["worst_ratio"]
+    for name, frac in phases:
+        ratio = frac / LOST_LIMIT_FRACTION
+        worst = max(worst, ratio)
+        if ratio > 1:
+            fid["behind"] = sorted({*fid["behind"], f"collectives: {name}"})
+    fid["worst_ratio"] = round(worst, 4)
+    fid["lost_limit_fraction"] = LOST_LIMIT_FRACTION
+    summary["fell_behind"] = bool(summary.get("fell_behind")) or worst > 1

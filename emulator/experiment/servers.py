@@ -20,6 +20,7 @@ from emulator.collectives import report
 from emulator.collectives.storage import READ_QPN_BASE
 from emulator.experiment.agents import AgentProcesses, nic_config, nic_fields
 from emulator.experiment.endpoints import agent_keys
+from emulator.experiment.fidelity import add_collectives_fidelity
 from emulator.experiment.resolved import Experiment
 from emulator.experiment.plots import plot_busbw
 from emulator.net.fabric import FabricNet
@@ -189,6 +190,7 @@ def add_collectives(exp: Experiment, group: ServerGroup, summary: dict, out_dir:
         return {}
     block = collectives_block(exp, group.results())
     summary["collectives"] = block
+    add_collectives_fidelity(summary, block)
     summary["complete"] = bool(summary.get("complete")) and block["complete"]
     files = {p.name: p for p in write_collectives(out_dir, block).values()}
     nic = exp.fabric.server(exp.workload.servers[0]).nics[0]

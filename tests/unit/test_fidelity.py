@@ -3,8 +3,9 @@ noise does (spikes on a few frames) is not a distortion, a process that
 cannot keep up (lateness growing over the run) is; judged in fabric time."""
 from __future__ import annotations
 
+from emulator.collectives.report import collective_rows, training_summary
 from emulator.experiment.fidelity import (
-    NIC_MEAN_LIMIT_FRAMES, SWITCH_P99_LIMIT_HOPS, hop_ns, nic_verdict, percentile_ns, run_fidelity,
+    LOST_LIMIT_FRACTION, NIC_MEAN_LIMIT_FRAMES, add_collectives_fidelity, SWITCH_P99_LIMIT_HOPS, hop_ns, nic_verdict, percentile_ns, run_fidelity,
     switch_verdict,
 )
 from emulator.link import Wire
@@ -116,3 +117,38 @@ def test_run_verdict_names_who_was_behind():
     assert set(v["nics"]) == {"h1"} and not v["nics"]["h1"]["behind"]
     calm = run_fidelity(exp, {"leaf1": {"ports": [port_stats(noise(spike_ns=2 * MS))]}}, nics)
     assert not calm["fell_behind"] and calm["behind"] == [] and calm["worst_ratio"] < 1
+
+
+def _record(rank, lost_ns, span_ns=10 * MS, size=65536):
+    return {"rank": rank, "collective": "all_reduce", "algorithm": "ring", "size_bytes": size,
+            "nranks": 2, "iters": 10, "start_ns": 0, "end_ns": span_ns, "wrong": 0,
+            "lost_ns": lost_ns}
+
+
+def test_a_collective_row_is_as_distorted_as_its_worst_rank_lost():
+    rows = collective_rows([_record(0, 0), _record(1, 400_000)], 1000.0)
+    assert rows[0]["lost_fraction"] == 0.04              # 0.4 ms of a 10 ms loop
+    steps = [{"step": i, "start_ns": i * MS, "collective_start_ns": i * MS, "end_ns": (i + 1) * MS}
+             for i in range(4)]
+    tr = training_summary([{"rank": 0, "collective": "all_reduce", "algorithm": "ring",
+                            "nranks": 1, "size_bytes": 4, "compute_ns": 0, "steps": steps,
+                            "wrong": 0, "lost_ns": 1 * MS}], 1000.0)
+    assert tr["lost_fraction"] == 0.25                   # 1 ms of the 4 ms loop
+
+
+def _summary():
+    return {"fell_behind": False, "fidelity": {"worst_ratio": 0.3, "behind": []}}
+
+
+def test_a_collective_that_lost_more_than_the_limit_makes_the_run_behind():
+    ok, bad = _summary(), _summary()
+    below = LOST_LIMIT_FRACTION * 0.9 * 10 * MS
+    above = LOST_LIMIT_FRACTION * 1.2 * 10 * MS
+    add_collectives_fidelity(ok, {"results": collective_rows([_record(0, below), _record(1, 0)],
+                                                             1.0), "training": None})
+    assert not ok["fell_behind"] and ok["fidelity"]["worst_ratio"] == 0.9
+    add_collectives_fidelity(bad, {"results": collective_rows(
+        [_record(0, 0, size=4096), _record(1, 0, size=4096), _record(0, above), _record(1, 0)],
+        1.0), "training": None})
+    assert bad["fell_behind"] and bad["fidelity"]["worst_ratio"] == 1.2
+    assert bad["fidelity"]["behind"] == ["collectives: all_reduce 65536 B"]

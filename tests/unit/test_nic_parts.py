@@ -327,3 +327,64 @@ def test_tenant_filter_drops_other_partitions_and_charges_the_filter():
                    .build(roce.RC_SEND_ONLY, 0, b"x"))
     assert not tf.drops(ours, 0) and tf.drops(theirs, 0)
     assert st.tenant_drops == 1 and cpu.busy_ns == 500
+
+
+# -- run fidelity: time lost to a late process -------------------------------------------------
+def test_transmitter_gives_up_lateness_beyond_its_catch_up_window():
+    tx, rq, sock, *_ = transmitter()
+    qp = make_qp()
+    rq.qps.append(qp)
+    rq.post(qp, 1, memoryview(bytes(4 * 1024)), False, 0, 0, True, now=0)
+    frame_ns = (1024 + 58 + WIRE_OVERHEAD_BYTES) * 8e9 / RATE   # an MTU WRITE frame
+    sock.now = 0
+    tx.service(0)                    # frame 0 at slot 0; it asks to run again at frame_ns
+    assert tx.stats.tx_given_up_ns == 0
+    late = 5_000_000                 # the process runs again 5 ms late
+    tx.service(late)
+    # it catches up 500 us (max_lag_ns) and gives up the rest of the gap
+    given_up = late - 500_000 - frame_ns
+    assert tx.stats.tx_given_up_ns == pytest.approx(given_up, abs=2)
+    run(tx, sock, 20_000_000, t=late + 1)      # then on time: nothing more given up
+    assert tx.stats.tx_given_up_ns == pytest.approx(given_up, abs=2)
+    # an idle NIC gives up nothing however long it sleeps
+    rq.post(qp, 2, memoryview(bytes(1024)), False, 0, 0, True, now=100_000_000)
+    run(tx, sock, 120_000_000, t=100_000_000)
+    assert tx.stats.tx_given_up_ns == pytest.approx(given_up, abs=2)
+
+
+def test_receive_lateness_is_the_kernel_stamp_against_now_and_stalls_count_beyond_the_window():
+    import socket
+    import time
+
+    from emulator.agents.nic import RoceNic
+    from emulator.clock import MonotonicClock
+
+    class SevenMsLate(MonotonicClock):
+        """Reads frames 7 ms after the kernel stamped them."""
+        __slots__ = ()
+
+        def unix_ns(self):
+            return time.time_ns() + 7_000_000
+
+    rx, peer = socket.socket(socket.AF_INET, socket.SOCK_DGRAM), \
+        socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    rx.bind(("127.0.0.1", 0))
+    peer.bind(("127.0.0.1", 0))
+    rx.connect(peer.getsockname())
+    peer.connect(rx.getsockname())
+    nic = RoceNic(None, MAC_A, IP_A, MAC_B, sock=rx, max_lag_ns=2_000_000, clock=SevenMsLate(),
+                  absorb_udp=False)
+    try:
+        peer.send(bytes(64))
+        nic.run_until(lambda: nic.stats.rx_late_samples > 0, 5.0)
+        st = nic.stats
+        assert st.rx_late_samples == 1 and st.rx_ignored == 1
+        assert 7_000_000 <= st.rx_late_sum_ns == st.rx_late_max_ns < 7_000_000 + 2_000_000_000
+        assert st.rx_stall_ns == st.rx_late_sum_ns - 2_000_000       # beyond the window
+        assert nic.lost_ns() == st.rx_stall_ns
+        d = st.as_dict()
+        assert sum(n for _, _, n in d["rx_late_hist"]) == 1
+        assert d["rx_late_hist"][0][0] <= st.rx_late_sum_ns <= d["rx_late_hist"][0][1]
+    finally:
+        nic.close()
+        peer.close()
