@@ -94,7 +94,7 @@ def agent_configs(exp: Experiment, run_dir: Path, start_at_unix_ns: int,
     return {h: HostAgentConfig(
         host=h, **nic_fields(exp, h), **agent_keys(exp, h),
         sample_interval_ns=sample_interval_ns,
-        start_at_unix_ns=start_at_unix_ns, deadline_s=exp.spec.limits.wall_s,
+        start_at_unix_ns=start_at_unix_ns, deadline_s=exp.wall_limit_s,
         qps=qps[h], send=send[h], expect=expect[h], mr_rkey=DEFAULT_MR_RKEY,
         result_path=str(run_dir / f"{h}.result.json"),
         progress_path=str(progress_path(run_dir, h))) for h in names}

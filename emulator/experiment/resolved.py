@@ -56,6 +56,9 @@ class WorkloadPlan:
         return out
 
 
+WALL_S_AT_DILATION = 10_000.0       # the D that limits.wall_s is written for
+
+
 @dataclass(frozen=True)
 class Experiment:
     spec: ExperimentSpec
@@ -77,3 +80,11 @@ class Experiment:
             raise FabricEmuError(f"{self.source}: dilation 'auto' is chosen when the experiment "
                                  "runs (emulator.experiment.dilation), not before")
         return d
+
+    @property
+    def wall_limit_s(self) -> float:
+        """``limits.wall_s`` is the wall time allowed at a dilation up to
+        ``WALL_S_AT_DILATION``; a higher D (chosen by ``auto``, or raised
+        after a run fell behind) stretches the same traffic over
+        proportionally more wall time, and gets proportionally more."""
+        return self.spec.limits.wall_s * max(1.0, self.dilation / WALL_S_AT_DILATION)

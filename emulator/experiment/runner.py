@@ -135,7 +135,7 @@ def _wait_with_progress(fnet: FabricNet, agents: AgentGroup, exp: Experiment, co
     total = sum(f.size_bytes for f in exp.flows if f.flow_id not in dropped)
     host_ports = [(exp.fabric.host_leaf(h.name).name, exp.fabric.ports(h.name)[0].peer_port_no)
                   for h in exp.fabric.hosts()]
-    deadline = time.monotonic() + exp.spec.limits.wall_s + 15
+    deadline = time.monotonic() + exp.wall_limit_s + 15
     t0 = time.monotonic()
     interactive = console.is_terminal
     def running() -> int:

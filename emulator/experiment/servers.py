@@ -72,13 +72,13 @@ def server_configs(exp: Experiment, run_dir: Path, start_at_unix_ns: int) -> dic
             server=i, servers=len(servers), dilation=d,
             nics=[gpu_nic_config(exp, n) for n in srv.nics], rank_ips=rank_ips,
             nvlink=NvlinkConfig(rate_bps=srv.nvlink_rate_bps / d, delay_ns=srv.nvlink_delay_ns * d),
-            workload=workload, start_at_unix_ns=start_at_unix_ns, deadline_s=spec.limits.wall_s,
+            workload=workload, start_at_unix_ns=start_at_unix_ns, deadline_s=exp.wall_limit_s,
             result_path=str(run_dir / f"{srv.name}.result.json"), storage=readers.get(srv.name))
     if storage:
         out[wp.storage_server] = StorageAgentConfig(
             nic=nic_config(exp, wp.storage_nic), block_bytes=st.block_bytes, blocks=st.blocks,
             storage_latency_ns=int(st.storage_latency_us * 1000 * d), clients=clients,
-            deadline_s=spec.limits.wall_s + 30,
+            deadline_s=exp.wall_limit_s + 30,
             result_path=str(run_dir / f"{wp.storage_server}.result.json"))
     return out
 

@@ -31,7 +31,7 @@ traffic:                            # one or more entries (optional with a workl
     size_bytes: 1048576
   - {src: h1, dst: h4, op: write, size_bytes: 4000000, start_us: 10}   # ... or one flow
 limits:
-  wall_s: 120                       # give up (and say so) after this much wall time
+  wall_s: 120                       # give up (and say so) after this much wall time (at D <= 10000; more at a higher D)
 sweep:                              # optional: one run per value, plus sweep.csv/png
   parameter: qos.ecn.kmax_bytes
   values: [20000, 60000, 200000]

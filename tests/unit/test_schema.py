@@ -197,3 +197,12 @@ def test_non_utf8_yaml_names_the_line(tmp_path, data, field, words):
     with pytest.raises(ConfigError) as e:
         read_yaml(path, "experiment file")
     assert e.value.field == field and "\n" not in str(e.value) and all(w in e.value.reason for w in words)
+
+
+def test_the_wall_limit_grows_with_the_dilation_beyond_its_reference():
+    from emulator.experiment.dilation import with_dilation
+    from emulator.experiment.model import load_experiment
+    from tests.conftest import REPO
+    exp = load_experiment(REPO / "experiments" / "demo.yaml")
+    for d, want in ((2000, 1.0), (10000, 1.0), (32000, 3.2)):
+        assert with_dilation(exp, d).wall_limit_s == exp.spec.limits.wall_s * want
