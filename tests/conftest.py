@@ -52,16 +52,27 @@ def pytest_collection_modifyitems(config, items):
 # behind (``run_raised_while_behind``); they assert the final run was not.
 TEST_START_DILATION = {"demo": 10000, "incast-pfc": 4000, "incast-nopfc": 4000,
                        "incast-dcqcn": 4000, "hol-victim": 4000, "hol-victim-dcqcn": 4000,
-                       "fairness": 2000, "sweep-dcqcn": 4000, "allreduce-rail": 10000,
-                       "allreduce-rail-congested": 10000, "allreduce-rail-nogdr": 10000,
-                       "checkpoint-separate": 10000, "checkpoint-shared": 10000}
+                       "fairness": 2000, "sweep-dcqcn": 4000, "allreduce-rail": 20000,
+                       "allreduce-rail-congested": 20000, "allreduce-rail-nogdr": 20000,
+                       "checkpoint-separate": 20000, "checkpoint-shared": 20000}
+# The D the session's earlier runs of a kind ended at: the collective workloads
+# share their servers' agents and their load, so once one of them needed a
+# higher D on this machine, the next starts there instead of falling behind first.
+_SESSION_DILATION: dict[str, float] = {}
 
 
 def run_shipped(exp, out, **kw) -> dict:
-    """Run a shipped experiment from its test start D, raised while behind."""
+    """Run a shipped experiment from its test start D (or what the session
+    learned), raised while behind."""
     from emulator.experiment.dilation import run_raised_while_behind
-    start = exp.spec.dilation if exp.spec.dilation != "auto" else TEST_START_DILATION[exp.name]
-    return run_raised_while_behind(exp, out, start, **kw)
+    if exp.spec.dilation != "auto":
+        return run_raised_while_behind(exp, out, exp.spec.dilation, **kw)
+    kind = "collectives" if exp.workload is not None else exp.name
+    start = max(TEST_START_DILATION[exp.name], _SESSION_DILATION.get(kind, 0.0))
+    summary = run_raised_while_behind(exp, out, start, **kw)
+    if not summary["fell_behind"]:
+        _SESSION_DILATION[kind] = max(_SESSION_DILATION.get(kind, 0.0), summary["dilation"])
+    return summary
 
 
 def leftovers() -> dict[str, list]:

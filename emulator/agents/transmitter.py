@@ -11,7 +11,8 @@ paused starts no earlier than the pause's end.
 Schedule: frame k starts at ``slot_k``; the next slot is slot_k + (len_k +
 24) x 8e9 / rate (the whole frame plus preamble, SFD, FCS and IFG). A frame
 never starts before its slot; a loop that wakes late sends what is due in a
-burst (catch-up bounded by ``max_lag_ns``: time lost beyond it is given up).
+burst (catch-up bounded by ``max_lag_ns``: time lost beyond it is given up,
+and counted in ``tx_given_up_ns`` for the run's fidelity).
 A frame leaves -- is handed to the socket -- when its serialization ends
 plus the link's delay (``tx_delay_ns``), as at a switch port; frames already
 serialized are on the wire and leave even if their class is paused since.

@@ -25,6 +25,8 @@ LOCK_DIR_ENV = "FABRIC_EMU_LOCK_DIR"
 LOCK_NAME = "run.lock"
 # A holder that has just taken the lock may not have written who it is yet.
 INFO_WAIT_S = 1.0
+# How long a new run waits for a killed run's watchdog to finish cleaning up.
+CLEANUP_WAIT_S = 60.0
 
 
 class RunActive(FabricEmuError):
@@ -48,6 +50,11 @@ def lock_dir() -> Path:
         if os.access(d, os.W_OK):
             return d
     raise EnvironmentProblem(f"no writable directory for the run lock ({', '.join(map(str, candidates))})")
+
+
+def _holder_alive(info: dict) -> bool:
+    pid = info.get("pid")
+    return pid is None or Path(f"/proc/{pid}").exists()
 
 
 def describe(info: dict) -> str:
@@ -81,12 +88,19 @@ class RunLock:
             raise RuntimeError("this process holds the run lock already (RunLock.held())")
         path = lock_dir() / LOCK_NAME
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            info = _read_info(fd)
-            os.close(fd)
-            raise RunActive(info, doing) from None
+        deadline = time.monotonic() + CLEANUP_WAIT_S
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                info = _read_info(fd)
+                # a run that ended is only being cleaned up by its watchdog: wait
+                # for that rather than refuse; a live run is refused at once
+                if _holder_alive(info) or time.monotonic() > deadline:
+                    os.close(fd)
+                    raise RunActive(info, doing) from None
+                time.sleep(0.1)
         info = {"pid": os.getpid(), "experiment": str(experiment), "out_dir": str(out_dir),
                 "started_unix": time.time()}
         os.ftruncate(fd, 0)

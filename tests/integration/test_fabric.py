@@ -81,8 +81,10 @@ def test_demo_flows_spread_over_both_spines(tmp_path, target):
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_interrupted_run_leaves_nothing(tmp_path, sig, target):
+    # a fixed D: with 'auto' and no cached D, a first calibration would run
+    # (quietly) before the fabric this test interrupts comes up
     proc = subprocess.Popen([*FABRIC_EMU, "run", "experiments/demo.yaml", "--out", str(tmp_path),
-                             "--target", target],
+                             "--target", target, "--dilation", "10000"],
                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 60
     seen = ""
@@ -93,6 +95,8 @@ def test_interrupted_run_leaves_nothing(tmp_path, sig, target):
             break
     else:
         proc.kill()
+        proc.wait(timeout=30)
+        time.sleep(3)         # the lifeline takes the fabric down within 2 s
         pytest.fail(f"fabric never came up: {seen}")
     time.sleep(2)             # traffic is flowing now
     proc.send_signal(sig)

@@ -98,3 +98,19 @@ def test_acquire_waits_briefly_for_the_holder_to_say_who_it_is(lock_env, tmp_pat
     finally:
         writer.wait()
         os.close(fd)
+
+
+def test_a_new_run_waits_for_a_dead_runs_cleanup_instead_of_refusing(lock_env, tmp_path):
+    """A watchdog holding a killed run's lock (its info names a dead pid)
+    while it reaps: acquire waits until it lets go."""
+    watchdog = subprocess.Popen([sys.executable, "-c", (
+        "import fcntl, os, time\n"
+        f"fd = os.open({str(tmp_path / LOCK_NAME)!r}, os.O_RDWR | os.O_CREAT)\n"
+        "fcntl.flock(fd, fcntl.LOCK_EX)\n"
+        "os.pwrite(fd, b'{\"pid\": 4194305}', 0)\n"
+        "print('held', flush=True)\n"
+        "time.sleep(0.5)\n")], stdout=subprocess.PIPE, text=True)
+    assert watchdog.stdout.readline().strip() == "held"
+    with RunLock.acquire("exp-b.yaml", "results/b"):
+        assert watchdog.poll() is not None           # it had let go first
+    watchdog.wait()
