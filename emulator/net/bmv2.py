@@ -63,6 +63,25 @@ def _cli_env() -> dict:
     return dict(_cli_env_cached())
 
 
+def _cli_interpreter() -> str:
+    """The Python that runs ``simple_switch_CLI``: its ``#!`` line (the system's
+    python3, which sees python3-thrift; not this venv, which sees only its own
+    packages and Mininet)."""
+    path = shutil.which(CLI_BINARY)
+    try:
+        with open(path or "", "rb") as f:
+            first = f.readline(256).decode("utf-8", "replace")
+    except OSError:
+        return sys.executable
+    if first.startswith("#!"):
+        words = first[2:].split()
+        if words and words[0].endswith("/env") and len(words) > 1:
+            return shutil.which(words[1]) or sys.executable
+        if words:
+            return words[0]
+    return sys.executable
+
+
 def _probe_cli_env() -> dict:
     """Environment in which ``simple_switch_CLI`` finds its Python modules.
 
@@ -75,7 +94,7 @@ def _probe_cli_env() -> dict:
     extra = sorted(glob.glob(str(prefix / "lib" / "python3*" / "site-packages")))
     if extra:
         env["PYTHONPATH"] = os.pathsep.join([*extra, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    probe = subprocess.run([sys.executable, "-c", "import thrift, sswitch_runtime"], env=env,
+    probe = subprocess.run([_cli_interpreter(), "-c", "import thrift, sswitch_runtime"], env=env,
                            capture_output=True, text=True)
     if probe.returncode != 0:
         env["_missing"] = ("BMv2's Thrift CLI cannot import its modules "
@@ -122,7 +141,7 @@ def run_cli(thrift_port: int, commands: list[str], log: Path) -> str:
     if env.get("_missing"):
         raise EnvironmentProblem(env["_missing"])
     env.pop("_missing", None)
-    res = subprocess.run([sys.executable, shutil.which(CLI_BINARY), "--thrift-port", str(thrift_port)],
+    res = subprocess.run([_cli_interpreter(), shutil.which(CLI_BINARY), "--thrift-port", str(thrift_port)],
                          input="\n".join(commands) + "\n", capture_output=True, text=True,
                          env=env, timeout=CLI_TIMEOUT_S)
     with open(log, "a") as f:
