@@ -82,23 +82,25 @@ def test_demo_flows_spread_over_both_spines(tmp_path, target):
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_interrupted_run_leaves_nothing(tmp_path, sig, target):
     # a fixed D: with 'auto' and no cached D, a first calibration would run
-    # (quietly) before the fabric this test interrupts comes up
+    # (quietly) before the fabric this test interrupts comes up; a high one,
+    # so that the traffic lasts long after its first progress line
     proc = subprocess.Popen([*FABRIC_EMU, "run", "experiments/demo.yaml", "--out", str(tmp_path),
-                             "--target", target, "--dilation", "10000"],
+                             "--target", target, "--dilation", "40000"],
                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 60
     seen = ""
     while time.monotonic() < deadline:
         line = proc.stdout.readline()
         seen += line
-        if "fabric up" in line:
-            break
+        if not line and proc.poll() is not None:
+            pytest.fail(f"the run ended before it could be interrupted: {seen}")
+        if "flows delivered" in line and "agents running 0/" not in line:
+            break             # traffic is flowing
     else:
         proc.kill()
         proc.wait(timeout=30)
         time.sleep(3)         # the lifeline takes the fabric down within 2 s
-        pytest.fail(f"fabric never came up: {seen}")
-    time.sleep(2)             # traffic is flowing now
+        pytest.fail(f"traffic never flowed: {seen}")
     proc.send_signal(sig)
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode != 0
