@@ -57,7 +57,8 @@ LOST_LIMIT_FRACTION = 0.05
 RULE = (f"behind if a switch's p99 frame lateness > {SWITCH_P99_LIMIT_HOPS:g} x its hop time "
         f"(MTU frame serialization + link delay) or a NIC's mean transmit lag > "
         f"{NIC_MEAN_LIMIT_FRAMES:g} x its MTU frame time, all in fabric ns, or a timed "
-        f"collective lost > {LOST_LIMIT_FRACTION:.0%} of its time to stalls")
+        f"collective lost > {LOST_LIMIT_FRACTION:.0%} of its time to stalls, or a switch "
+        f"never read frames sent to it")
 
 
 def hop_ns(exp: Experiment, node: str) -> tuple[int, int]:
@@ -166,6 +167,53 @@ def nic_stats_by_host(exp: Experiment, agent_results: dict[str, dict],
             if isinstance(st, dict):
                 out[nic] = st
     return out
+
+
+# Frames a sender put on a link that the switch at its far end never read
+# (a switch process that fell behind its receive queue: BMv2's packet capture
+# overflows so) are losses no wire has. Counters are read after the agents
+# stopped, so a handful may still be unread: beyond this share of what was
+# sent, and more than LINK_LOSS_MIN_FRAMES, the run lost frames.
+LINK_LOSS_LIMIT_FRACTION = 0.001
+LINK_LOSS_MIN_FRAMES = 3
+# What a lossy link adds to worst_ratio: enough to raise D (doubling it on a
+# rerun), not a measure of how much higher D must go.
+LINK_LOSS_RATIO = 2.0
+
+
+def link_losses(exp: Experiment, ports: list[dict], nic_stats: dict[str, dict]) -> list[dict]:
+    """Per link into a switch (from a NIC or a switch): frames sent that the
+    switch never received, where more than the tolerance. Sent: a NIC's
+    ``tx_packets``; a switch port's ``tx_packets`` + its pause frames. A
+    switch's pause counters count XOFFs, the receiver counts XONs too, so
+    for switch-to-switch links this is a lower bound."""
+    by_end = {(p["node"], p["peer"]): p for p in ports}
+    out = []
+    for p in ports:
+        src, dst = p["peer"], p["node"]          # frames from the peer into this port
+        if src in nic_stats:
+            sent = int(nic_stats[src].get("tx_packets") or 0)
+        elif (src, dst) in by_end:
+            q = by_end[(src, dst)]
+            sent = q["tx_packets"] + sum(e.get("pause_tx") or 0 for e in q.get("priorities", []))
+        else:
+            continue
+        lost = sent - int(p.get("rx_packets") or 0)
+        if lost > max(LINK_LOSS_MIN_FRAMES, LINK_LOSS_LIMIT_FRACTION * sent):
+            out.append({"from": src, "to": dst, "port": p["port"], "sent": sent,
+                        "received": int(p.get("rx_packets") or 0), "lost": lost})
+    return out
+
+
+def add_link_losses(summary: dict, losses: list[dict]) -> None:
+    """Fold link losses into the verdict (summary ``link_losses``)."""
+    summary["link_losses"] = losses
+    if not losses:
+        return
+    fid = summary["fidelity"]
+    fid["behind"] = sorted({*fid["behind"], *(f"link {x['from']}->{x['to']}" for x in losses)})
+    fid["worst_ratio"] = round(max(fid["worst_ratio"], LINK_LOSS_RATIO), 4)
+    summary["fell_behind"] = True
 
 
 def run_fidelity(exp: Experiment, switch_stats: dict[str, dict],

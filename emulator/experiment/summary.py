@@ -20,7 +20,7 @@ from pathlib import Path
 
 from rich.table import Table
 
-from emulator.experiment.fidelity import nic_stats_by_host, run_fidelity
+from emulator.experiment.fidelity import add_link_losses, link_losses, nic_stats_by_host, run_fidelity
 from emulator.experiment.ideal_fct import FabricPaths, flow_priority, standalone_fct_ns
 from emulator.experiment.model import Experiment
 from emulator.experiment.results_io import read_stats, stats_by_port_priority
@@ -108,7 +108,8 @@ def build_summary(exp: Experiment, target: str, agent_results: dict[str, dict],
                 "pipeline_drops": c.get("pipeline_drop_packets", 0),
                 "priorities": _priority_entries(per_queue, p.port_no, d),
             })
-    fid = run_fidelity(exp, stats, nic_stats_by_host(exp, agent_results, run_dir))
+    nic_stats = nic_stats_by_host(exp, agent_results, run_dir)
+    fid = run_fidelity(exp, stats, nic_stats)
     switches = [{"node": sw.name, "device_id": exp.fabric.device_id(sw.name),
                  "tx_packets": sum(p["tx_packets"] for p in ports if p["node"] == sw.name),
                  **fid["switches"][sw.name]} for sw in exp.fabric.switches()]
@@ -116,7 +117,7 @@ def build_summary(exp: Experiment, target: str, agent_results: dict[str, dict],
     fell_behind = fid["fell_behind"]
     fidelity = {k: v for k, v in fid.items() if k not in ("switches", "nics", "fell_behind")}
     fabric_ns = round((last_done - first_post) / d) if first_post and last_done else 0
-    return {
+    summary = {
         "summary_version": SUMMARY_VERSION,
         "experiment": exp.name, "source": exp.source, "topology": exp.fabric.name,
         "target": target, "dilation": d, "wall_s": round(wall_s, 3),
@@ -125,6 +126,8 @@ def build_summary(exp: Experiment, target: str, agent_results: dict[str, dict],
         "flows": flows, "ports": ports, "switches": switches, "nics": nics,
         "fidelity": fidelity,
     }
+    add_link_losses(summary, link_losses(exp, ports, nic_stats))
+    return summary
 
 
 def priority_totals(summary: dict) -> dict[str, int]:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from emulator.collectives.report import collective_rows, training_summary
 from emulator.experiment.fidelity import (
-    LOST_LIMIT_FRACTION, NIC_MEAN_LIMIT_FRAMES, add_collectives_fidelity, SWITCH_P99_LIMIT_HOPS, hop_ns, nic_verdict, percentile_ns, run_fidelity,
+    LINK_LOSS_RATIO, LOST_LIMIT_FRACTION, NIC_MEAN_LIMIT_FRAMES, add_collectives_fidelity,
+    add_link_losses, link_losses, SWITCH_P99_LIMIT_HOPS, hop_ns, nic_verdict, percentile_ns, run_fidelity,
     switch_verdict,
 )
 from emulator.link import Wire
@@ -152,3 +153,27 @@ def test_a_collective_that_lost_more_than_the_limit_makes_the_run_behind():
         1.0), "training": None})
     assert bad["fell_behind"] and bad["fidelity"]["worst_ratio"] == 1.2
     assert bad["fidelity"]["behind"] == ["collectives: all_reduce 65536 B"]
+
+
+def _port(node, port, peer, tx, rx, pause_tx=0):
+    return {"node": node, "port": port, "peer": peer, "tx_packets": tx, "rx_packets": rx,
+            "priorities": [{"priority": 3, "pause_tx": pause_tx}]}
+
+
+def test_frames_a_switch_never_read_are_link_losses_and_put_the_run_behind():
+    # h1 -> leaf1 lost 100 of 5000 (BMv2's capture overflowing); leaf1 ->
+    # spine1: 900 frames + 100 pauses sent, 1000 read; spine1 -> leaf1 lost 2
+    # (under the tolerance: counters read while a frame or two is unread)
+    ports = [_port("leaf1", 1, "h1", 4000, 4900), _port("leaf1", 2, "spine1", 900, 998, 100),
+             _port("spine1", 1, "leaf1", 1000, 1000)]
+    nics = {"h1": {"tx_packets": 5000}}
+    losses = link_losses(None, ports, nics)
+    assert losses == [{"from": "h1", "to": "leaf1", "port": 1, "sent": 5000, "received": 4900,
+                       "lost": 100}]
+    summary = {"fell_behind": False, "fidelity": {"worst_ratio": 0.2, "behind": []}}
+    add_link_losses(summary, losses)
+    assert summary["fell_behind"] and summary["fidelity"]["worst_ratio"] == LINK_LOSS_RATIO
+    assert summary["fidelity"]["behind"] == ["link h1->leaf1"]
+    clean = {"fell_behind": False, "fidelity": {"worst_ratio": 0.2, "behind": []}}
+    add_link_losses(clean, link_losses(None, ports[1:], nics))
+    assert not clean["fell_behind"] and clean["link_losses"] == []
