@@ -58,7 +58,7 @@ RULE = (f"behind if a switch's p99 frame lateness > {SWITCH_P99_LIMIT_HOPS:g} x 
         f"(MTU frame serialization + link delay) or a NIC's mean transmit lag > "
         f"{NIC_MEAN_LIMIT_FRAMES:g} x its MTU frame time, all in fabric ns, or a timed "
         f"collective lost > {LOST_LIMIT_FRACTION:.0%} of its time to stalls, or a switch "
-        f"never read frames sent to it")
+        f"never read frames sent to it or dropped a paused lossless class beyond its headroom")
 
 
 def hop_ns(exp: Experiment, node: str) -> tuple[int, int]:
@@ -212,6 +212,28 @@ def add_link_losses(summary: dict, losses: list[dict]) -> None:
         return
     fid = summary["fidelity"]
     fid["behind"] = sorted({*fid["behind"], *(f"link {x['from']}->{x['to']}" for x in losses)})
+    fid["worst_ratio"] = round(max(fid["worst_ratio"], LINK_LOSS_RATIO), 4)
+    summary["fell_behind"] = True
+
+
+def headroom_drops(ports: list[dict]) -> list[dict]:
+    """(switch, port, priority) cells that dropped frames of a paused lossless
+    class beyond XOFF + headroom. The controller sizes headroom for the link's
+    round trip plus ``REACTION_WALL_NS`` of process wake-up (emulator.net.fabric):
+    a drop means a switch or NIC reacted later than that, which no real
+    fabric's PFC does -- the emulation fell behind."""
+    return [{"node": p["node"], "port": p["port"], "priority": e["priority"],
+             "headroom_drops": e["headroom_drops"]}
+            for p in ports for e in p.get("priorities", []) if e.get("headroom_drops")]
+
+
+def add_headroom_drops(summary: dict, drops: list[dict]) -> None:
+    """Fold headroom drops into the verdict (summary ``headroom_drops``)."""
+    summary["headroom_drops"] = drops
+    if not drops:
+        return
+    fid = summary["fidelity"]
+    fid["behind"] = sorted({*fid["behind"], *(f"headroom {x['node']}:{x['port']}" for x in drops)})
     fid["worst_ratio"] = round(max(fid["worst_ratio"], LINK_LOSS_RATIO), 4)
     summary["fell_behind"] = True
 

@@ -20,7 +20,9 @@ from pathlib import Path
 
 from rich.table import Table
 
-from emulator.experiment.fidelity import add_link_losses, link_losses, nic_stats_by_host, run_fidelity
+from emulator.experiment.fidelity import (
+    add_headroom_drops, add_link_losses, headroom_drops, link_losses, nic_stats_by_host, run_fidelity,
+)
 from emulator.experiment.ideal_fct import FabricPaths, flow_priority, standalone_fct_ns
 from emulator.experiment.model import Experiment
 from emulator.experiment.results_io import read_stats, stats_by_port_priority
@@ -127,6 +129,7 @@ def build_summary(exp: Experiment, target: str, agent_results: dict[str, dict],
         "fidelity": fidelity,
     }
     add_link_losses(summary, link_losses(exp, ports, nic_stats))
+    add_headroom_drops(summary, headroom_drops(ports))
     return summary
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from emulator.collectives.report import collective_rows, training_summary
 from emulator.experiment.fidelity import (
     LINK_LOSS_RATIO, LOST_LIMIT_FRACTION, NIC_MEAN_LIMIT_FRAMES, add_collectives_fidelity,
-    add_link_losses, link_losses, SWITCH_P99_LIMIT_HOPS, hop_ns, nic_verdict, percentile_ns, run_fidelity,
+    add_headroom_drops, add_link_losses, headroom_drops, link_losses, SWITCH_P99_LIMIT_HOPS, hop_ns, nic_verdict, percentile_ns, run_fidelity,
     switch_verdict,
 )
 from emulator.link import Wire
@@ -177,3 +177,17 @@ def test_frames_a_switch_never_read_are_link_losses_and_put_the_run_behind():
     clean = {"fell_behind": False, "fidelity": {"worst_ratio": 0.2, "behind": []}}
     add_link_losses(clean, link_losses(None, ports[1:], nics))
     assert not clean["fell_behind"] and clean["link_losses"] == []
+
+
+def test_a_paused_lossless_class_dropped_beyond_its_headroom_puts_the_run_behind():
+    ports = [{"node": "leaf1", "port": 2, "priorities": [{"priority": 3, "headroom_drops": 6},
+                                                          {"priority": 6, "headroom_drops": 0}]},
+             {"node": "leaf2", "port": 1, "priorities": [{"priority": 3, "headroom_drops": None}]}]
+    drops = headroom_drops(ports)
+    assert drops == [{"node": "leaf1", "port": 2, "priority": 3, "headroom_drops": 6}]
+    summary = {"fell_behind": False, "fidelity": {"worst_ratio": 0.2, "behind": []}}
+    add_headroom_drops(summary, drops)
+    assert summary["fell_behind"] and summary["fidelity"]["behind"] == ["headroom leaf1:2"]
+    clean = {"fell_behind": False, "fidelity": {"worst_ratio": 0.2, "behind": []}}
+    add_headroom_drops(clean, headroom_drops(ports[1:]))
+    assert not clean["fell_behind"]
