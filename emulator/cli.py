@@ -1,6 +1,7 @@
 """``fabric-emu``: run experiments, look at fabrics, clean up after a crash."""
 from __future__ import annotations
 
+import signal
 import sys
 from pathlib import Path
 
@@ -16,6 +17,11 @@ class _Group(click.Group):
     """Every user error becomes one line on stderr and exit status 2."""
 
     def invoke(self, ctx):
+        # Started in the background by a shell without job control (make, CI
+        # scripts), a process inherits SIGINT ignored and Python installs no
+        # Ctrl-C handler: `kill -INT` must still stop a run and tear it down.
+        if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
         try:
             return super().invoke(ctx)
         except FabricEmuError as e:

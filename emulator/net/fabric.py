@@ -335,10 +335,14 @@ class FabricNet:
 
     # ------------------------------------------------------------- signals
     def _trap_signals(self) -> None:
-        """SIGTERM/SIGHUP unwind like Ctrl-C, so finally-blocks tear down the fabric."""
+        """SIGINT/SIGTERM/SIGHUP unwind like Ctrl-C, so finally-blocks tear down
+        the fabric. SIGINT too: a process started in the background by a shell
+        without job control (make, CI scripts) inherits SIGINT ignored, and
+        Python then installs no Ctrl-C handler -- ``kill -INT`` must still stop
+        the run."""
         def interrupt(signum, frame):
             raise KeyboardInterrupt(f"signal {signum}")
-        for sig in (signal.SIGTERM, signal.SIGHUP):
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             try:
                 self._old_handlers[sig] = signal.signal(sig, interrupt)
             except ValueError:  # not the main thread: leave signals alone

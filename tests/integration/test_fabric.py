@@ -86,7 +86,10 @@ def test_interrupted_run_leaves_nothing(tmp_path, sig, target):
     # so that the traffic lasts long after its first progress line
     proc = subprocess.Popen([*FABRIC_EMU, "run", "experiments/demo.yaml", "--out", str(tmp_path),
                              "--target", target, "--dilation", "40000"],
-                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            # as a background job of a shell without job control
+                            # (make, CI) starts it: SIGINT ignored, inherited
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     deadline = time.monotonic() + 60
     seen = ""
     while time.monotonic() < deadline:
