@@ -205,15 +205,20 @@ def link_losses(exp: Experiment, ports: list[dict], nic_stats: dict[str, dict]) 
     return out
 
 
+def _emulator_losses_behind(summary: dict, names: list[str]) -> None:
+    """Frames the emulation lost (no real fabric would): the run is behind."""
+    if not names:
+        return
+    fid = summary["fidelity"]
+    fid["behind"] = sorted({*fid["behind"], *names})
+    fid["worst_ratio"] = round(max(fid["worst_ratio"], LINK_LOSS_RATIO), 4)
+    summary["fell_behind"] = True
+
+
 def add_link_losses(summary: dict, losses: list[dict]) -> None:
     """Fold link losses into the verdict (summary ``link_losses``)."""
     summary["link_losses"] = losses
-    if not losses:
-        return
-    fid = summary["fidelity"]
-    fid["behind"] = sorted({*fid["behind"], *(f"link {x['from']}->{x['to']}" for x in losses)})
-    fid["worst_ratio"] = round(max(fid["worst_ratio"], LINK_LOSS_RATIO), 4)
-    summary["fell_behind"] = True
+    _emulator_losses_behind(summary, [f"link {x['from']}->{x['to']}" for x in losses])
 
 
 def headroom_drops(ports: list[dict]) -> list[dict]:
@@ -230,12 +235,7 @@ def headroom_drops(ports: list[dict]) -> list[dict]:
 def add_headroom_drops(summary: dict, drops: list[dict]) -> None:
     """Fold headroom drops into the verdict (summary ``headroom_drops``)."""
     summary["headroom_drops"] = drops
-    if not drops:
-        return
-    fid = summary["fidelity"]
-    fid["behind"] = sorted({*fid["behind"], *(f"headroom {x['node']}:{x['port']}" for x in drops)})
-    fid["worst_ratio"] = round(max(fid["worst_ratio"], LINK_LOSS_RATIO), 4)
-    summary["fell_behind"] = True
+    _emulator_losses_behind(summary, [f"headroom {x['node']}:{x['port']}" for x in drops])
 
 
 def run_fidelity(exp: Experiment, switch_stats: dict[str, dict],
