@@ -62,24 +62,32 @@ def recovery(qp) -> tuple[int, int, int]:
 
 
 # -- the default is fabric time ------------------------------------------------------------------
+class LoseOnce:
+    """A wire hook that drops data PSN ``psn`` the first time it passes and
+    records ``(clock ns, psn)`` of every data frame put on the wire (``sent``);
+    set ``pair`` before traffic flows (its clock stamps them)."""
+
+    def __init__(self, psn: int):
+        self.psn, self.sent, self.lost, self.pair = psn, [], False, None
+
+    def __call__(self, f):
+        psn = data_psn(f)
+        if psn is not None:
+            self.sent.append((self.pair.clock.now_ns(), psn))
+            if psn == self.psn and not self.lost:
+                self.lost = True
+                return None
+        return f
+
+
 @pytest.mark.parametrize("d", [1, 1000, 10000])
 def test_default_ack_timeout_is_the_same_fabric_time_at_any_dilation(pairs, d):
     """A lost tail (no later packet to cause a NAK) is resent one ACK
     timeout after it left -- the tail asks for the ACK, the timer runs from
     it: 320 us of fabric time whatever D."""
-    sent = []                        # (clock ns, psn) of every data frame A put on the wire
-    lost = []
-
-    def lose_the_tail_once(f):
-        psn = data_psn(f)
-        if psn is not None:
-            sent.append((p.clock.now_ns(), psn))
-            if psn == 7 and not lost:
-                lost.append(psn)
-                return None
-        return f
-
-    p = pair_at(pairs, d, hook_ab=lose_the_tail_once)
+    hook = LoseOnce(7)
+    p = hook.pair = pair_at(pairs, d, hook_ab=hook)
+    sent = hook.sent
     assert p.a.rto_ns == RTO * d and p.a.dilation == d
     src, dst = write(p, 8)
     assert done(p)
@@ -154,19 +162,9 @@ def test_a_local_pfc_pause_is_not_loss(pairs, pause_us, drain_us):
 def test_a_pause_does_not_hide_a_loss_for_ever(pairs):
     """A frame lost before a pause: the timeout fires one timeout of
     unpaused time after it was armed -- later by the time paused."""
-    sent = []
-    lost = []
-
-    def lose_the_tail_once(f):
-        psn = data_psn(f)
-        if psn is not None:
-            sent.append((p.clock.now_ns(), psn))
-            if psn == 3 and not lost:
-                lost.append(psn)
-                return None
-        return f
-
-    p = pair_at(pairs, hook_ab=lose_the_tail_once)
+    hook = LoseOnce(3)
+    p = hook.pair = pair_at(pairs, hook_ab=hook)
+    sent = hook.sent
     write(p, 4)
     assert p.loop.wait(lambda: len(sent) == 4)
     first = sent[3][0]                               # the tail asks for the ACK
