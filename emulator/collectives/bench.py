@@ -27,27 +27,26 @@ from .engine import CollectiveEngine, RankRun, drive
 
 def _runs(engines, schedules, iterations, compute_ns=0, fill=None, bufs=None):
     runs = []
-    for i, e in enumerate(engines):
+    for e in engines:
         for r in e.ranks:
             s = schedules[r]
             b = bufs[r] if bufs is not None else e.new_buffers(s)
-            run = RankRun(r, e.prepare(s), b, e.conns[r], iterations, compute_ns, fill, e.clock)
-            run.engine_index = i
-            runs.append(run)
+            runs.append(RankRun(r, e.prepare(s), b, e.conns[r], iterations, compute_ns, fill,
+                                e.clock))
     return runs
 
 
 def _lost_ns(engines) -> list[list[int]]:
     """Per engine, per NIC, the clock time it has lost to the process being
     late (``RoceNic.lost_ns``)."""
-    return [[n.lost_ns() if hasattr(n, "lost_ns") else 0 for n in e.nics] for e in engines]
+    return [[n.lost_ns() for n in e.nics] for e in engines]
 
 
-def _lost_over(before: list[list[int]], engines) -> list[int]:
-    """Per engine, the most time one of its NICs lost since ``before``: what
-    a timed phase lost (its result is distorted by about that much)."""
-    return [max((b - a for a, b in zip(nb, na)), default=0)
-            for nb, na in zip(before, _lost_ns(engines))]
+def _lost_by_rank(before: list[list[int]], engines) -> dict[int, int]:
+    """Per rank, the most time one NIC of its engine lost since ``before``:
+    what a timed phase lost (its result is distorted by about that much)."""
+    return {r: max((b - a for a, b in zip(nb, na)), default=0)
+            for e, nb, na in zip(engines, before, _lost_ns(engines)) for r in e.ranks}
 
 
 def _fill(run, iteration):
@@ -87,7 +86,7 @@ def measure(engines, collective: str, algorithm: str, size_bytes: int, iters: in
     runs = _runs(engines, sch, range(iters), bufs=bufs)
     lost0 = _lost_ns(engines)
     drive(engines, runs, timeout_s)
-    lost = _lost_over(lost0, engines)
+    lost = _lost_by_rank(lost0, engines)
     out = []
     for run in runs:
         wrong = None
@@ -98,7 +97,7 @@ def measure(engines, collective: str, algorithm: str, size_bytes: int, iters: in
                     "size_bytes": size_bytes, "nranks": n, "iters": iters,
                     "start_ns": left[run.rank], "end_ns": run.records[-1][3],
                     "iter_end_ns": [rec[3] for rec in run.records], "wrong": wrong,
-                    "lost_ns": lost[run.engine_index]})
+                    "lost_ns": lost[run.rank]})
     return out
 
 
@@ -112,7 +111,7 @@ def train(engines, collective: str, algorithm: str, size_bytes: int, steps: int,
     runs = _runs(engines, sch, range(warmup_steps + steps), compute_ns, _fill)
     lost0 = _lost_ns(engines)
     drive(engines, runs, timeout_s)
-    lost = _lost_over(lost0, engines)
+    lost = _lost_by_rank(lost0, engines)
     out = []
     last = warmup_steps + steps - 1
     for run in runs:
@@ -123,5 +122,5 @@ def train(engines, collective: str, algorithm: str, size_bytes: int, steps: int,
                     "steps": [{"step": it, "start_ns": t0, "collective_start_ns": t1,
                                "end_ns": t2} for it, t0, t1, t2 in run.records
                               if it >= warmup_steps],
-                    "wrong": wrong, "lost_ns": lost[run.engine_index]})
+                    "wrong": wrong, "lost_ns": lost[run.rank]})
     return out

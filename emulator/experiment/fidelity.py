@@ -18,14 +18,16 @@ percentile of lateness, in FABRIC time, with the fabric's own timescales:
 * NIC: mean lag of its transmitter behind its schedule (``tx_lag_sum_ns /
   tx_packets``, the stats the agents write) > ``NIC_MEAN_LIMIT_FRAMES`` x
   its MTU frame's serialization time. The NIC catches up at most a few
-  frames (``max_lag_ns``) and gives up lost time beyond that, so its lag is
-  bounded by a few frame times and the time it gives up is not counted; its
-  mean lag tracks that lost time (measured: see the constant).
-
+  frames (``max_lag_ns``) and gives up lost time beyond that
+  (``tx_given_up_ns``), so its lag is bounded by a few frame times; its
+  mean lag tracks the time given up (measured: see the constant).
 * timed collective phase: the share of its time a NIC lost to its process
   being late beyond the catch-up window (transmit time given up, receive
   stalls: ``RoceNic.lost_ns``) > ``LOST_LIMIT_FRACTION``
   (``add_collectives_fidelity``, fed by ``collectives.bench``).
+* frames the emulation lost, which no wire or PFC fabric loses: frames sent
+  into a switch that it never read (``link_losses``) and drops of a paused
+  lossless class beyond its headroom (``headroom_drops``).
 
 The run fell behind when any process's ratio (measure / limit) exceeds 1;
 ``worst_ratio`` is the largest ratio (the dilation chooser,
@@ -181,7 +183,7 @@ LINK_LOSS_MIN_FRAMES = 3
 LINK_LOSS_RATIO = 2.0
 
 
-def link_losses(exp: Experiment, ports: list[dict], nic_stats: dict[str, dict]) -> list[dict]:
+def link_losses(ports: list[dict], nic_stats: dict[str, dict]) -> list[dict]:
     """Per link into a switch (from a NIC or a switch): frames sent that the
     switch never received, where more than the tolerance. Sent: a NIC's
     ``tx_packets``; a switch port's ``tx_packets`` + its pause frames. A
@@ -205,14 +207,18 @@ def link_losses(exp: Experiment, ports: list[dict], nic_stats: dict[str, dict]) 
     return out
 
 
-def _emulator_losses_behind(summary: dict, names: list[str]) -> None:
-    """Frames the emulation lost (no real fabric would): the run is behind."""
-    if not names:
-        return
+def _mark_behind(summary: dict, names: list[str], ratio: float) -> None:
+    """Add what was behind (``names``) and its ratio to the summary's verdict."""
     fid = summary["fidelity"]
     fid["behind"] = sorted({*fid["behind"], *names})
-    fid["worst_ratio"] = round(max(fid["worst_ratio"], LINK_LOSS_RATIO), 4)
-    summary["fell_behind"] = True
+    fid["worst_ratio"] = round(max(fid["worst_ratio"], ratio), 4)
+    summary["fell_behind"] = bool(summary.get("fell_behind")) or fid["worst_ratio"] > 1
+
+
+def _emulator_losses_behind(summary: dict, names: list[str]) -> None:
+    """Frames the emulation lost (no real fabric would): the run is behind."""
+    if names:
+        _mark_behind(summary, names, LINK_LOSS_RATIO)
 
 
 def add_link_losses(summary: dict, losses: list[dict]) -> None:
@@ -267,12 +273,7 @@ def add_collectives_fidelity(summary: dict, block: dict) -> None:
               for r in block.get("results", [])]
     if block.get("training"):
         phases.append(("training", block["training"].get("lost_fraction") or 0.0))
-    worst = fid["worst_ratio"]
-    for name, frac in phases:
-        ratio = frac / LOST_LIMIT_FRACTION
-        worst = max(worst, ratio)
-        if ratio > 1:
-            fid["behind"] = sorted({*fid["behind"], f"collectives: {name}"})
-    fid["worst_ratio"] = round(worst, 4)
     fid["lost_limit_fraction"] = LOST_LIMIT_FRACTION
-    summary["fell_behind"] = bool(summary.get("fell_behind")) or worst > 1
+    ratios = [(name, frac / LOST_LIMIT_FRACTION) for name, frac in phases]
+    _mark_behind(summary, [f"collectives: {name}" for name, r in ratios if r > 1],
+                 max((r for _, r in ratios), default=0.0))

@@ -128,7 +128,7 @@ def build_summary(exp: Experiment, target: str, agent_results: dict[str, dict],
         "flows": flows, "ports": ports, "switches": switches, "nics": nics,
         "fidelity": fidelity,
     }
-    add_link_losses(summary, link_losses(exp, ports, nic_stats))
+    add_link_losses(summary, link_losses(ports, nic_stats))
     add_headroom_drops(summary, headroom_drops(ports))
     return summary
 

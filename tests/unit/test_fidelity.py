@@ -167,7 +167,7 @@ def test_frames_a_switch_never_read_are_link_losses_and_put_the_run_behind():
     ports = [_port("leaf1", 1, "h1", 4000, 4900), _port("leaf1", 2, "spine1", 900, 998, 100),
              _port("spine1", 1, "leaf1", 1000, 1000)]
     nics = {"h1": {"tx_packets": 5000}}
-    losses = link_losses(None, ports, nics)
+    losses = link_losses(ports, nics)
     assert losses == [{"from": "h1", "to": "leaf1", "port": 1, "sent": 5000, "received": 4900,
                        "lost": 100}]
     summary = {"fell_behind": False, "fidelity": {"worst_ratio": 0.2, "behind": []}}
@@ -175,7 +175,7 @@ def test_frames_a_switch_never_read_are_link_losses_and_put_the_run_behind():
     assert summary["fell_behind"] and summary["fidelity"]["worst_ratio"] == LINK_LOSS_RATIO
     assert summary["fidelity"]["behind"] == ["link h1->leaf1"]
     clean = {"fell_behind": False, "fidelity": {"worst_ratio": 0.2, "behind": []}}
-    add_link_losses(clean, link_losses(None, ports[1:], nics))
+    add_link_losses(clean, link_losses(ports[1:], nics))
     assert not clean["fell_behind"] and clean["link_losses"] == []
 
 
