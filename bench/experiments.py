@@ -5,7 +5,7 @@
 
 Per run: wall time, fabric time simulated, packets the switches forwarded,
 the dilation factor, whether the run fell behind, drops, pauses and ECN
-marks, FCT median and max (fabric us), retransmitted packets, and the best
+marks, FCT median and max (fabric us), retransmitted packets, ACK timeouts, and the best
 collective busbw (GB/s): the numbers a change must keep, side by side.
 """
 from __future__ import annotations
@@ -33,7 +33,7 @@ def main() -> None:
     print(f"target {target}")
     print(f"{'experiment':<22} {'wall s':>7} {'fabric us':>10} {'packets':>9} {'dilation':>9} "
           f"{'behind':>7} {'complete':>9} {'drops':>6} {'pauses':>7} {'marks':>6} {'fct p50':>8} "
-          f"{'fct max':>8} {'retx':>6} {'busbw':>6}")
+          f"{'fct max':>8} {'retx':>6} {'tmo':>4} {'busbw':>6}")
     for f in files:
         with tempfile.TemporaryDirectory(prefix="fabric-emu-exp-") as out:
             subprocess.run([sys.executable, "-m", "emulator.cli", "run", f, "--out", out,
@@ -56,6 +56,7 @@ def main() -> None:
                       f"{statistics.median(fcts) / 1000 if fcts else 0:8.1f} "
                       f"{max(fcts) / 1000 if fcts else 0:8.1f} "
                       f"{sum(f.get('retransmitted_packets') or 0 for f in s['flows']):6} "
+                      f"{sum(f.get('timeouts') or 0 for f in s['flows']):4} "
                       f"{max((r['busbw_GBps'] for r in rows), default=0):6.2f}")
 
 

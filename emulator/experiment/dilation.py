@@ -176,8 +176,10 @@ class DilationCache:
 
 # ------------------------------------------------------------------ experiments at a D
 
-def with_dilation(exp: Experiment, d: float) -> Experiment:
-    return dataclasses.replace(exp, spec=exp.spec.model_copy(update={"dilation": float(d)}))
+def with_dilation(exp: Experiment, d: float | str) -> Experiment:
+    """``exp`` at D = ``d`` (a number, or "auto")."""
+    d = d if d == "auto" else float(d)
+    return dataclasses.replace(exp, spec=exp.spec.model_copy(update={"dilation": d}))
 
 
 def parse_dilation(value: str | float | None) -> float | str | None:
@@ -293,7 +295,7 @@ def run_with_dilation(exp: Experiment, out_dir: str | Path, console: Console | N
     summary = run_one(with_dilation(exp, d), out_dir, console)
     reruns = []
     if not summary["fell_behind"] and how == "cache":
-        relax_cached(cache, key, d, summary["fidelity"]["worst_ratio"], measurements)
+        follow_cached(cache, key, d, summary["fidelity"]["worst_ratio"], measurements)
     if summary["fell_behind"]:
         r = summary["fidelity"]["worst_ratio"]
         d2 = rerun_dilation(d, r)
@@ -341,14 +343,22 @@ def run_raised_while_behind(exp: Experiment, out_dir: str | Path, start: float,
     return _record(summary, out_dir, "start" if not reruns else "rerun", reruns, None)
 
 
-def relax_cached(cache: "DilationCache", key: str, d: float, worst_ratio: float,
-                 measurements: list) -> float | None:
-    """A cached D that left the run far below its limit (a machine quieter
-    than when it was calibrated, or a rerun's D after a passing load spike)
-    is halved for the next run (below 1 / (4 x MARGIN), even half the D keeps
-    the ratio under half the margin's aim, as lateness scales as 1 / D), so
-    the cache follows the machine both ways, one step a run. Returns the
-    new D, or None if it stays."""
+def follow_cached(cache: "DilationCache", key: str, d: float, worst_ratio: float,
+                  measurements: list) -> float | None:
+    """The cached D follows the machine, one step a run, from a run at that D
+    that did not fall behind. Far below the limit (below 1 / (4 x MARGIN): a
+    machine quieter than when it was calibrated, or a rerun's D after a
+    passing load spike) it is halved: even half the D keeps the ratio under
+    the margin's aim, as lateness scales as 1 / D. Above the margin's aim
+    (1 / MARGIN) but not behind (a machine busier than at calibration) it is
+    raised to the ladder step that brings the ratio back to the aim, before
+    a run falls behind. Returns the new D, or None if it stays."""
+    if worst_ratio > 1 / MARGIN:
+        higher = ladder_at_least(d * worst_ratio * MARGIN)
+        if higher <= d:
+            return None
+        cache.put(key, higher, "tightened", measurements)
+        return higher
     if worst_ratio >= 1 / (4 * MARGIN):
         return None
     lower = ladder_at_least(d / 2)

@@ -7,10 +7,11 @@ dilation factor. Per-priority port counters come from each switch's
 
 ``fell_behind``: whether the emulation's lateness distorted the results,
 judged in fabric time by ``fidelity.run_fidelity`` (the rule: a switch's p99
-frame lateness above 2 hop times -- MTU frame serialization + link delay --
-or a NIC's mean transmit lag above half an MTU frame time). The numbers behind
-it: ``switches`` (per switch: late fraction = frames later than one hop,
-p50/p99/max lateness, hop time, ratio to its limit), ``nics`` (per NIC: mean
+frame lateness above 6 MTU frame times or 2 hop times -- MTU frame
+serialization + link delay --, whichever is smaller, or a NIC's mean transmit
+lag above a quarter of an MTU frame time). The numbers behind it:
+``switches`` (per switch: late fraction = frames later than one hop,
+p50/p99/max lateness, hop time, limit, ratio to it), ``nics`` (per NIC: mean
 and max lag, MTU frame time, ratio) and ``fidelity`` (rule, limits,
 ``worst_ratio``, who was behind). See docs/lossless.md, "Run fidelity".
 """

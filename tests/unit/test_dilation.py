@@ -11,7 +11,7 @@ from emulator.errors import FabricEmuError
 from emulator.experiment import dilation as dil
 from emulator.experiment.dilation import (
     DilationCache, cache_key, cache_path, calibrate, calibration_experiment, fabric_key,
-    ladder_at_least, parse_dilation, relax_cached, rerun_dilation, run_with_dilation,
+    ladder_at_least, parse_dilation, follow_cached, rerun_dilation, run_with_dilation,
     with_dilation,
 )
 from tests.unit.test_results import make_experiment
@@ -225,15 +225,20 @@ def test_a_workload_is_calibrated_with_a_burst_along_its_ring():
     assert fabric_key(exp, "embedded")["flows"] == len(cal.flows)
 
 
-def test_a_cached_dilation_far_below_its_limit_is_halved(tmp_path):
+def test_a_cached_dilation_follows_the_machine_both_ways(tmp_path):
     cache = DilationCache(tmp_path / "cache.json")
     cache.put("k", 48000, "calibration", [])
-    assert relax_cached(cache, "k", 48000, 0.2, []) is None          # within 4 x margin: stays
+    assert follow_cached(cache, "k", 48000, 0.2, []) is None          # within 4 x margin: stays
     assert cache.get("k")["dilation"] == 48000
-    assert relax_cached(cache, "k", 48000, 0.01, []) == 24000        # far below: halved
+    assert follow_cached(cache, "k", 48000, 0.01, []) == 24000        # far below: halved
     assert cache.get("k")["dilation"] == 24000 and cache.get("k")["how"] == "relaxed"
-    assert relax_cached(cache, "k", 24000, 0.1, []) == 12000
-    assert relax_cached(cache, "k", 500, 0.01, []) is None           # the ladder's bottom
+    assert follow_cached(cache, "k", 24000, 0.1, []) == 12000
+    assert follow_cached(cache, "k", 500, 0.01, []) is None           # the ladder's bottom
+    # above the margin's aim (1/2) but not behind: raised to bring it back to 1/2
+    assert follow_cached(cache, "k", 12000, 0.5, []) is None           # at the aim: stays
+    assert follow_cached(cache, "k", 12000, 0.6, []) == 16000          # 12000 x 1.2 -> 16000
+    assert cache.get("k")["dilation"] == 16000 and cache.get("k")["how"] == "tightened"
+    assert follow_cached(cache, "k", 16000, 0.95, []) == 32000         # 30400 -> 32000
 
 
 def test_raised_while_behind_reruns_higher_until_not_behind(tmp_path):

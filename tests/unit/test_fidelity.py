@@ -5,15 +5,16 @@ from __future__ import annotations
 
 from emulator.collectives.report import collective_rows, training_summary
 from emulator.experiment.fidelity import (
-    LINK_LOSS_RATIO, LOST_LIMIT_FRACTION, NIC_MEAN_LIMIT_FRAMES, add_collectives_fidelity,
-    add_headroom_drops, add_link_losses, headroom_drops, link_losses, SWITCH_P99_LIMIT_HOPS, hop_ns, nic_verdict, percentile_ns, run_fidelity,
-    switch_verdict,
+    LINK_LOSS_RATIO, LOST_LIMIT_FRACTION, NIC_MEAN_LIMIT_FRAMES, SWITCH_P99_LIMIT_FRAMES,
+    SWITCH_P99_LIMIT_HOPS, add_collectives_fidelity, add_headroom_drops, add_link_losses,
+    headroom_drops, hop_ns, link_losses, nic_verdict, percentile_ns, run_fidelity, switch_verdict,
 )
 from emulator.link import Wire
 from tests.unit.test_results import make_experiment
 
 MS = 1_000_000                       # wall ns
 HOP_FABRIC_NS = 1090                 # clos-2x2: 1102-byte frame (+24) at 100 Gbps + 1 us
+FRAME_FABRIC_NS = 90                 # ... of which serialization
 
 
 def port_stats(lateness_wall_ns: list[int], port: int = 1) -> dict:
@@ -46,7 +47,7 @@ def test_hop_time_is_mtu_serialization_plus_link_delay():
 
 def test_noise_spikes_are_not_behind_even_when_each_spike_is_many_hops():
     d = 3000
-    v = switch_verdict({"ports": [port_stats(noise())]}, d, HOP_FABRIC_NS)
+    v = switch_verdict({"ports": [port_stats(noise())]}, d, HOP_FABRIC_NS, FRAME_FABRIC_NS)
     assert v["max_lateness_fabric_ns"] == round(20 * MS / d)   # 6.7 us: six hops, on 0.4 %
     assert v["p99_lateness_fabric_ns"] < HOP_FABRIC_NS / 10
     assert v["late_fraction"] == 0.004 and not v["behind"] and v["ratio"] < 0.1
@@ -54,7 +55,7 @@ def test_noise_spikes_are_not_behind_even_when_each_spike_is_many_hops():
 
 def test_growing_lateness_is_behind():
     d = 3000
-    v = switch_verdict({"ports": [port_stats(growing())]}, d, HOP_FABRIC_NS)
+    v = switch_verdict({"ports": [port_stats(growing())]}, d, HOP_FABRIC_NS, FRAME_FABRIC_NS)
     # p99: 49.5 ms wall = 16.5 us fabric, ~15 hops
     assert v["p99_lateness_fabric_ns"] >= 49 * MS // d
     assert v["behind"] and v["ratio"] > 5
@@ -63,25 +64,29 @@ def test_growing_lateness_is_behind():
 
 def test_the_same_wall_lateness_is_harmless_at_a_higher_dilation():
     """Lateness is judged in fabric time: 50 ms wall at D = 200000 is 250 ns."""
-    v = switch_verdict({"ports": [port_stats(growing())]}, 200_000, HOP_FABRIC_NS)
+    v = switch_verdict({"ports": [port_stats(growing())]}, 200_000, HOP_FABRIC_NS, FRAME_FABRIC_NS)
     assert not v["behind"] and v["p99_lateness_fabric_ns"] <= 250 * 9 // 8
 
 
-def test_limit_is_p99_against_two_hops():
-    """Just under and just over the limit: 2 % of the frames late by 1.9 vs 2.4 hops."""
+def test_limit_is_p99_against_six_frames_or_two_hops_whichever_is_smaller():
+    """Just under and just over the limit: 2 % of the frames late by a bit less
+    or more than it. With clos-2x2's 1 us links six frames (540 ns) is the
+    smaller; on a link without delay two hops (two frames) is."""
     d = 1000
-    for hops, behind in ((1.9, False), (2.4, True)):
-        late = int(hops * HOP_FABRIC_NS * d)
-        lat = [10_000] * 980 + [late] * 20
-        v = switch_verdict({"ports": [port_stats(lat)]}, d, HOP_FABRIC_NS)
-        assert v["behind"] is behind, (hops, v)
-    assert SWITCH_P99_LIMIT_HOPS == 2
+    for hop, frame, limit in ((HOP_FABRIC_NS, FRAME_FABRIC_NS, SWITCH_P99_LIMIT_FRAMES * 90),
+                              (90, 90, SWITCH_P99_LIMIT_HOPS * 90)):
+        for share, behind in ((0.9, False), (1.2, True)):
+            lat = [10_000] * 980 + [int(share * limit * d)] * 20
+            v = switch_verdict({"ports": [port_stats(lat)]}, d, hop, frame)
+            assert v["behind"] is behind, (hop, share, v)
+            assert v["limit_fabric_ns"] == limit
+    assert (SWITCH_P99_LIMIT_FRAMES, SWITCH_P99_LIMIT_HOPS) == (6, 2)
 
 
 def test_ports_are_merged_per_switch():
     d = 3000
     st = {"ports": [port_stats(noise(), 1), port_stats(growing(), 2)]}
-    v = switch_verdict(st, d, HOP_FABRIC_NS)
+    v = switch_verdict(st, d, HOP_FABRIC_NS, FRAME_FABRIC_NS)
     assert v["released_frames"] == 10_000 and v["behind"]
 
 
@@ -95,13 +100,13 @@ def test_percentile_is_the_top_of_its_bucket():
 
 def test_nic_mean_lag_against_mtu_frame_time():
     frame_fabric_ns, d = 90, 3000
-    quiet = {"tx_packets": 1000, "tx_lag_sum_ns": 1000 * 90_000, "tx_lag_max_ns": 1_077_000}
-    busy = {"tx_packets": 1000, "tx_lag_sum_ns": 1000 * 180_000, "tx_lag_max_ns": 1_077_000}
+    quiet = {"tx_packets": 1000, "tx_lag_sum_ns": 1000 * 54_000, "tx_lag_max_ns": 1_077_000}
+    busy = {"tx_packets": 1000, "tx_lag_sum_ns": 1000 * 90_000, "tx_lag_max_ns": 1_077_000}
     q, b = nic_verdict(quiet, d, frame_fabric_ns), nic_verdict(busy, d, frame_fabric_ns)
-    assert q["mean_lateness_fabric_ns"] == 30 and not q["behind"]          # 0.33 frame
-    assert b["mean_lateness_fabric_ns"] == 60 and b["behind"]              # 0.67 frame
+    assert q["mean_lateness_fabric_ns"] == 18 and not q["behind"]          # 0.2 frame
+    assert b["mean_lateness_fabric_ns"] == 30 and b["behind"]              # 0.33 frame
     assert q["max_lateness_fabric_ns"] == 359                              # its catch-up cap
-    assert b["ratio"] == round(60 / (NIC_MEAN_LIMIT_FRAMES * frame_fabric_ns), 4)
+    assert b["ratio"] == round(30 / (NIC_MEAN_LIMIT_FRAMES * frame_fabric_ns), 4)
     assert nic_verdict({}, d, frame_fabric_ns)["behind"] is False          # sent nothing
 
 
