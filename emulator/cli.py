@@ -32,6 +32,18 @@ class _Group(click.Group):
             ctx.exit(130)
 
 
+_SET_HELP = "Override a field of the experiment file: key.path=VALUE (YAML), repeatable."
+
+
+def _load(experiment, target=None, sets=()):
+    """The experiment file with ``--set`` overrides applied, validated."""
+    from emulator.experiment.model import experiment_from_dict, read_experiment_data
+    from emulator.experiment.overrides import apply_sets
+
+    return experiment_from_dict(apply_sets(read_experiment_data(experiment), sets),
+                                experiment, target)
+
+
 @click.group(cls=_Group)
 @click.version_option(package_name="ai-fabric-emulator")
 def main():
@@ -47,35 +59,46 @@ def main():
 @click.option("--pcap", is_flag=True, help="Write a pcap per switch port (DIR/run/<ifname>.pcap).")
 @click.option("--dilation", "dilation", default=None, metavar="auto|N",
               help="Time dilation; overrides the file's 'dilation' (auto: measured and cached).")
-def run(experiment, out_dir, target, pcap, dilation):
+@click.option("--set", "sets", multiple=True, metavar="KEY.PATH=VALUE", help=_SET_HELP)
+@click.option("--json", "as_json", is_flag=True,
+              help="Print summary.json on stdout (the progress and tables stay on stderr).")
+def run(experiment, out_dir, target, pcap, dilation, sets, as_json):
     """Bring the fabric up, run EXPERIMENT's traffic, write DIR/summary.json, tear down."""
     from emulator.experiment.dilation import parse_dilation
-    from emulator.experiment.model import load_experiment
     from emulator.experiment.runner import resolve_target
     from emulator.net.fabric import check_environment
     from emulator.net.runlock import RunLock
 
     dilation = parse_dilation(dilation)
-    exp = load_experiment(experiment, target=target)
+    exp = _load(experiment, target, sets)
     out = Path(out_dir or f"results/{exp.name}")
     check_environment()       # not root: say so, not that the lock is out of reach
     resolve_target(exp.spec.target)     # bmv2 missing: say so, whether a run is active or not
     with RunLock.acquire(experiment, out):      # one run at a time, sweeps included
-        _run(experiment, exp, out, target, pcap, dilation)
+        _run(experiment, exp, out, target, pcap, dilation, sets, as_json)
 
 
-def _run(experiment, exp, out: Path, target, pcap: bool, dilation) -> None:
+def _run(experiment, exp, out: Path, target, pcap: bool, dilation, sets=(), as_json=False) -> None:
+    import json
+
     from emulator.experiment.dilation import run_with_dilation
+    from emulator.experiment.model import read_experiment_data
+    from emulator.experiment.overrides import apply_sets
     from emulator.experiment.sweep import run_sweep
 
     def run_one(e, d):      # a D of "auto" is measured, cached, and rerun higher if behind
         return run_with_dilation(e, d, console, pcap=pcap, dilation=dilation)
 
     if exp.spec.sweep is not None:
-        rows = run_sweep(experiment, out, run_one, target=target)
+        data = apply_sets(read_experiment_data(experiment), sets)
+        rows = run_sweep(experiment, out, run_one, target=target, data=data)
         console.print(f"sweep of {exp.spec.sweep.parameter}: {len(rows)} runs; {out / 'sweep.csv'}")
+        if as_json:
+            click.echo(json.dumps(rows, indent=1))
         return
     summary = run_one(exp, out)
+    if as_json:
+        click.echo(json.dumps(summary, indent=1))
     if not summary["complete"]:
         click.echo(f"fabric-emu: {'; '.join(what_failed(summary))} (see {out / 'summary.json'})",
                    err=True)
@@ -108,27 +131,98 @@ def what_failed(summary: dict) -> list[str]:
 @click.argument("experiment", type=click.Path())   # the loader refuses a directory in one line
 @click.option("--target", type=click.Choice(["embedded", "bmv2", "auto"]), default=None,
               help="Switch target; overrides the experiment file's 'target'.")
-def cli(experiment, target):
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
+              help="Where the switches' logs go (default: results/<experiment name>/cli).")
+@click.option("--dilation", "dilation", default=None, metavar="auto|N",
+              help="Time dilation; overrides the file's 'dilation' (auto: the cached value).")
+@click.option("--set", "sets", multiple=True, metavar="KEY.PATH=VALUE", help=_SET_HELP)
+def cli(experiment, target, out_dir, dilation, sets):
     """The EXPERIMENT's fabric up and programmed, under Mininet's CLI."""
     from mininet.cli import CLI
     from mininet.log import setLogLevel
 
-    from emulator.experiment.dilation import dilation_for_cli
-    from emulator.experiment.model import load_experiment
+    from emulator.experiment.dilation import dilation_for_cli, parse_dilation, with_dilation
     from emulator.experiment.runner import fabric_net, resolve_target
     from emulator.net.fabric import check_environment
     from emulator.net.runlock import RunLock
 
-    exp = load_experiment(experiment, target=target)
-    exp = dilation_for_cli(exp, resolve_target(exp.spec.target))
-    run_dir = Path(f"results/{exp.name}/cli")
+    exp = _load(experiment, target, sets)
+    dilation = parse_dilation(dilation)
+    if dilation is not None:
+        exp = with_dilation(exp, dilation)
+    run_dir = Path(out_dir or f"results/{exp.name}/cli")
     check_environment()
     with RunLock.acquire(experiment, run_dir), \
             fabric_net(exp, run_dir, target=resolve_target(exp.spec.target)) as fnet:
-        console.print(f"{exp.fabric.name}: up; switches serve P4Runtime on " + ", ".join(
-            f"{sw.name}={fnet.switch(sw.name).grpc_address}" for sw in exp.fabric.switches()))
+        console.print(p4runtime_banner(exp, fnet))
         setLogLevel("output")   # the CLI prints through Mininet's log
         CLI(fnet.net)
+
+
+def p4runtime_banner(exp, fnet) -> str:
+    """Per switch: device id, gRPC address and a p4runtime-shell line to paste
+    (it reads the running pipeline from the switch: no --config)."""
+    lines = [f"{exp.fabric.name}: up at dilation {exp.dilation:g}; P4Runtime per switch "
+             "(pip install p4runtime-shell):"]
+    for sw in exp.fabric.switches():
+        addr, dev = fnet.switch(sw.name).grpc_address, exp.fabric.device_id(sw.name)
+        lines.append(f"  {sw.name:<8} device {dev:<3} {addr:<16} "
+                     f"python3 -m p4runtime_sh --grpc-addr {addr} --device-id {dev} "
+                     f"--election-id 0,{P4RT_SHELL_ELECTION_ID}")
+    return "\n".join(lines)
+
+
+# above the controller's election id: the shell becomes primary (it may write)
+P4RT_SHELL_ELECTION_ID = 100
+
+
+@main.command()
+@click.argument("files", nargs=-1, required=True, type=click.Path())
+@click.option("--target", type=click.Choice(["embedded", "bmv2", "auto"]), default=None,
+              help="Switch target; overrides the experiment file's 'target'.")
+@click.option("--set", "sets", multiple=True, metavar="KEY.PATH=VALUE", help=_SET_HELP)
+@click.option("--quiet", "-q", is_flag=True, help="Only say which files are valid.")
+def validate(files, target, sets, quiet):
+    """Check experiment and topology FILES (no root, nothing built) and print the plan."""
+    from emulator.experiment.plan import describe_file
+
+    bad = 0
+    for f in files:
+        try:
+            text = describe_file(f, sets, target)
+        except FabricEmuError as e:
+            click.echo(f"fabric-emu: {e}", err=True)
+            bad += 1
+            continue
+        click.echo(text.splitlines()[0] if quiet else text)
+    if bad:
+        sys.exit(2)
+
+
+@main.command()
+@click.argument("results_dir", type=click.Path())
+def show(results_dir):
+    """Print a past run's summary table (RESULTS_DIR/summary.json)."""
+    import json
+
+    from emulator.experiment.endpoint_results import render_endpoints
+    from emulator.experiment.servers import render_collectives
+    from emulator.experiment.summary import render_summary
+
+    path = Path(results_dir)
+    path = path / "summary.json" if path.is_dir() else path
+    try:
+        summary = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise FabricEmuError(f"{path}: not a run's summary.json: {getattr(e, 'strerror', None) or e}")
+    if not isinstance(summary, dict) or "flows" not in summary:
+        raise FabricEmuError(f"{path}: not a run's summary.json (no 'flows')")
+    out = Console()
+    out.print(render_summary(summary))
+    if "collectives" in summary:
+        out.print(render_collectives(summary["collectives"]))
+    if (table := render_endpoints(summary)) is not None:
+        out.print(table)
 
 
 @main.command()

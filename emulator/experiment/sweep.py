@@ -292,16 +292,18 @@ def plot_sweep(path: str | Path, rows: list[Mapping], parameter: str) -> Path | 
 # ------------------------------------------------------------------- running
 
 def run_sweep(path: str | Path, out_dir: str | Path, run_one: RunOne, *,
-              target: str | None = None) -> list[dict]:
+              target: str | None = None, data: dict | None = None) -> list[dict]:
     """Run every point of the file's sweep; write sweep.csv and sweep.png.
 
     ``run_one(exp, run_out_dir)`` runs one experiment and returns its summary
     (the runner's ``run_experiment``, e.g. ``lambda e, d: run_experiment(e, d,
     console)``). An exception from it stops the sweep (after sweep.csv has
-    been written with the runs so far) and propagates. Returns the rows.
+    been written with the runs so far) and propagates. ``data``: the file's
+    data already read (with ``--set`` overrides); None: read the file.
+    Returns the rows.
     """
     path, out_dir = Path(path), Path(out_dir)
-    data = read_experiment_data(path)
+    data = read_experiment_data(path) if data is None else data
     sweep, points = expand_sweep(data, path, target)
     out_dir.mkdir(parents=True, exist_ok=True)
     rows: list[dict] = []

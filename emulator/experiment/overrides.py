@@ -1,0 +1,55 @@
+"""``--set key.path=value`` on the command line: the experiment file's data,
+changed before it is validated, so an override is checked like the file.
+
+    data = apply_sets(read_experiment_data(path), ["nic.mtu_bytes=4096",
+                                                   "traffic[0].size_bytes=65536"])
+
+The path is the sweep's (``emulator.experiment.sweep.path_tokens``:
+``a.b``, ``a[0].b`` or ``a.0.b``); the value is YAML (``10``, ``true``,
+``auto``, ``{enabled: false}``), as it would be written in the file.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+import yaml
+
+from emulator.errors import ConfigError
+from emulator.experiment.sweep import path_tokens, set_path
+
+
+def parse_set(item: str) -> tuple[str, Any]:
+    """``"a.b=value"`` -> ``("a.b", parsed value)``; a ConfigError names the item."""
+    key, sep, text = item.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise ConfigError("--set", item, "expected key.path=value")
+    try:
+        path_tokens(key)
+    except ValueError as e:
+        raise ConfigError("--set", key, str(e)) from None
+    try:
+        value = yaml.safe_load(text) if text.strip() else ""
+    except yaml.YAMLError as e:
+        why = str(e).splitlines()[0]
+        raise ConfigError("--set", key, f"value {text!r} is not YAML: {why}") from None
+    return key, value
+
+
+def apply_sets(data: Any, items: Iterable[str]) -> Any:
+    """``data`` with every ``--set`` applied in order (a new object; ``data`` is kept)."""
+    items = list(items)
+    if not items:
+        return data
+    if not isinstance(data, dict):
+        raise ConfigError("--set", "", "the file is not a mapping at its top level")
+    for item in items:
+        key, value = parse_set(item)
+        try:
+            data = set_path(data, key, value)
+        except KeyError as e:
+            raise ConfigError("--set", key, f"cannot set it: {e.args[0]}") from None
+    return data
+
+
+__all__ = ["apply_sets", "parse_set"]

@@ -1,0 +1,85 @@
+"""``fabric-emu validate``: check an experiment or topology file without
+building anything (no root, no namespaces, no switch), and describe what a
+run would build.
+
+    text = describe_file("experiments/demo.yaml", sets=["nic.mtu_bytes=4096"])
+
+A file is an experiment when it names a ``topology``, ``traffic`` or
+``workload``; otherwise it is read as a topology. Every problem is the
+loaders' one-line ``ConfigError``.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Iterable
+
+from emulator.experiment.model import experiment_from_dict, read_experiment_data
+from emulator.experiment.overrides import apply_sets
+from emulator.experiment.resolved import WALL_S_AT_DILATION, Experiment
+from emulator.schema.load import read_yaml
+from emulator.topo import fabric_from_dict, render_fabric
+
+_EXPERIMENT_KEYS = ("topology", "traffic", "workload")
+
+
+def is_experiment(data) -> bool:
+    return isinstance(data, dict) and any(k in data for k in _EXPERIMENT_KEYS)
+
+
+def describe_file(path: str | Path, sets: Iterable[str] = (), target: str | None = None,
+                  width: int = 120) -> str:
+    """The resolved plan of ``path`` as text; a ConfigError if it is not valid."""
+    data = read_yaml(path, "experiment or topology file")
+    if not is_experiment(data):
+        if list(sets):
+            from emulator.errors import ConfigError
+            raise ConfigError("--set", "", "applies to experiment files, not to a topology")
+        fabric = fabric_from_dict(data, source=str(path))
+        return f"{path}: valid topology\n" + render_fabric(fabric, width=width)
+    exp = experiment_from_dict(apply_sets(read_experiment_data(path), sets), path, target)
+    return "\n".join([f"{path}: valid experiment {exp.name!r}", *describe_experiment(exp), ""]) \
+        + render_fabric(exp.fabric, width=width)
+
+
+def describe_experiment(exp: Experiment) -> list[str]:
+    """What a run of ``exp`` would do, a few lines: target, dilation, traffic, workload."""
+    from emulator.experiment.dilation import (
+        DilationCache, cache_key, fabric_key, machine_key, with_dilation,
+    )
+    from emulator.experiment.runner import resolve_target
+
+    spec = exp.spec
+    lines = [f"  target: {spec.target}"]
+    planned = exp                            # at the D a run would start with, if known
+    if spec.dilation == "auto":
+        try:
+            target = resolve_target(spec.target)
+        except Exception:                    # bmv2 asked for and absent: the run will say so
+            target = spec.target
+        entry = DilationCache().get(cache_key(machine_key(), fabric_key(exp, target)))
+        planned = with_dilation(exp, entry["dilation"]) if entry else None
+        lines.append("  dilation: auto, " + (
+            f"{entry['dilation']:g} cached for this machine and fabric size" if entry else
+            "not measured here yet: the first run calibrates it"))
+    else:
+        lines.append(f"  dilation: {spec.dilation:g}")
+    if exp.flows:
+        kinds = Counter((f.op, f.size_bytes) for f in exp.flows)
+        lines.append(f"  traffic: {len(exp.flows)} flows (" + ", ".join(
+            f"{n} x {op} {size:,} B" for (op, size), n in sorted(kinds.items())) + ")")
+    if exp.workload is not None:
+        w, wp = spec.workload, exp.workload
+        parts = [f"{t.collective} at {len(t.size_list())} sizes" for t in (w.tests if w else [])]
+        if w is not None and w.training is not None:
+            parts.append("training loop")
+        lines.append(f"  workload: {w.algorithm if w else 'storage'} on {len(wp.servers)} servers"
+                     + (f" ({', '.join(parts)})" if parts else "")
+                     + (f"; storage {wp.storage_server}" if wp.storage_server else ""))
+    lines.append(f"  wall-time limit: {planned.wall_limit_s:g} s" if planned is not None else
+                 f"  wall-time limit: {spec.limits.wall_s:g} s up to D = {WALL_S_AT_DILATION:g}, "
+                 "proportionally more above")
+    return lines
+
+
+__all__ = ["describe_experiment", "describe_file", "is_experiment"]
