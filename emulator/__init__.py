@@ -1,3 +1,37 @@
-"""ai-fabric-emulator: a packet-level emulator of RoCEv2 GPU-cluster fabrics."""
+"""ai-fabric-emulator: a packet-level emulator of RoCEv2 GPU-cluster fabrics.
+
+    import emulator as fe
+    exp = fe.load_experiment("experiments/demo.yaml", set={"nic.mtu_bytes": 4096})
+    res = fe.run(exp)                         # a Result: res.fct_us(99), res.lossless_drops()
+    with fe.Fabric("topologies/clos-2x2.yaml") as fab:
+        fab.ping("h1", "h4")
+
+The names are loaded on first use (``emulator.api``, ``emulator.live``):
+importing a part of the package does not import the whole.
+"""
+from __future__ import annotations
+
+import importlib
 
 __version__ = "0.1.0"
+
+_EXPORTS = {
+    "api": ("FlowResult", "Result", "build_experiment", "load_experiment", "load_topology", "run",
+            "sweep"),
+    "live": ("Fabric",),
+}
+_MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
+__all__ = sorted(_MODULE_OF)
+
+
+def __getattr__(name: str):
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module 'emulator' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"emulator.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted([*globals(), *__all__])

@@ -1,47 +1,34 @@
-"""Shared test helpers: what a run may leave behind, and when Mininet tests can run."""
+"""Shared test helpers: the project's own runs of its experiments; fixtures and markers
+come from the installed pytest plugin, ``emulator.pytest_plugin``."""
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from emulator.pytest_plugin import leftovers  # noqa: F401  (the tests' import point)
+
 REPO = Path(__file__).resolve().parents[1]
 FABRIC_EMU = [sys.executable, "-m", "emulator.cli"]
-
-
-def mininet_unavailable_reason() -> str | None:
-    if os.geteuid() != 0:
-        return "needs root: Mininet builds network namespaces and veths"
-    try:
-        import mininet.net  # noqa: F401
-    except ImportError:
-        return "Mininet's Python module is not importable (apt-get install mininet; use the make-built venv)"
-    if shutil.which("mnexec") is None:
-        return "mnexec not on PATH (apt-get install mininet)"
-    return None
-
-
-requires_mininet = pytest.mark.skipif(mininet_unavailable_reason() is not None,
-                                      reason=mininet_unavailable_reason() or "")
 
 
 NETNS_SKIP_REASON = "needs root to create network namespaces and veth pairs"
 
 
 def pytest_collection_modifyitems(config, items):
-    """Everything under tests/integration, and every test marked ``mininet``
-    or ``bmv2``, needs root and network namespaces: mark it ``netns`` so
-    that ``make test-fast`` (``-m "not netns"``) runs the rest as any user.
-    A ``netns`` test skips, saying why, where the user is not root."""
+    """Everything under tests/integration, and every test marked ``fabric``
+    or ``bmv2`` (the plugin's markers, ``emulator.pytest_plugin``), needs root
+    and network namespaces: mark it ``netns`` so that ``make test-fast``
+    (``-m "not netns"``) runs the rest as any user. A ``netns`` test skips,
+    saying why, where the user is not root."""
     integration = REPO / "tests" / "integration"
     not_root = os.geteuid() != 0
     for item in items:
         if (integration in Path(str(item.fspath)).parents
-                or item.get_closest_marker("mininet") or item.get_closest_marker("bmv2")):
+                or item.get_closest_marker("fabric") or item.get_closest_marker("bmv2")):
             item.add_marker(pytest.mark.netns)
         if not_root and item.get_closest_marker("netns"):
             item.add_marker(pytest.mark.skip(reason=NETNS_SKIP_REASON))
@@ -75,25 +62,14 @@ def run_shipped(exp, out, **kw) -> dict:
     return summary
 
 
-def leftovers() -> dict[str, list]:
-    """Fabric interfaces and emulator processes that exist right now."""
-    from emulator.net.clean import _own_processes, fabric_interfaces
-    return {"interfaces": fabric_interfaces(), "processes": _own_processes()}
-
-
 def run_cli(*args, timeout=300, **kw) -> subprocess.CompletedProcess:
     return subprocess.run([*FABRIC_EMU, *map(str, args)], cwd=REPO, capture_output=True,
                           text=True, timeout=timeout, **kw)
 
 
-def bmv2_unavailable_reason() -> str | None:
-    from emulator.net.bmv2 import bmv2_unavailable_reason as reason
-    return reason()
-
-
-@pytest.fixture(params=["embedded", "bmv2"])
-def target(request) -> str:
-    """Run the test on each switch target; BMv2 where it is installed (the Vagrant lab)."""
-    if request.param == "bmv2" and bmv2_unavailable_reason():
-        pytest.skip(f"BMv2 target: {bmv2_unavailable_reason()}")
-    return request.param
+@pytest.fixture
+def target(fabric_target) -> str:
+    """The switch target a test runs on: the plugin's ``fabric_target`` (the
+    project runs every target, ``--fabric-target all`` in pyproject.toml;
+    BMv2 skips, saying why, where it is not installed)."""
+    return fabric_target

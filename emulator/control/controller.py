@@ -11,6 +11,8 @@ Per switch it writes
 """
 from __future__ import annotations
 
+from p4.v1 import p4runtime_pb2
+
 from emulator.control.p4rt_client import SwitchConnection
 from emulator.control.qos import QosSpec, qos_entities
 from emulator.dataplane.malformed import MALFORMED_SLOTS, Malformed
@@ -91,6 +93,43 @@ class FabricController:
             for kind in ("tables", "members", "groups", "routes", "qos"):
                 if ents.get(kind):
                     conn.insert(ents[kind])
+
+    def set_qos(self, qos: QosSpec) -> None:
+        """Change the installed ECN and PFC thresholds (and ECN on/off) in place,
+        between runs. The traffic classes and whether PFC is on stay as the
+        fabric was started with: the switches size their buffers for them."""
+        old = self.qos
+        if old is None:
+            raise ValueError("the fabric was started without QoS: start it with one")
+        fixed = ("roce_dscp", "roce_priority", "cnp_dscp", "cnp_priority")
+        changed = [f for f in fixed if getattr(old, f) != getattr(qos, f)]
+        if changed or old.pfc.enabled != qos.pfc.enabled:
+            raise ValueError(f"cannot change {', '.join(changed) or 'pfc.enabled'} on a live "
+                             "fabric: start a new one")
+        for name, conn in self.conns.items():
+            before, after = self._qos_tables(name, old), self._qos_tables(name, qos)
+            gone = [e for k, e in before.items() if k not in after]
+            if gone:                     # e.g. ECN turned off: its entries go
+                conn.delete(gone)
+            same = [e for k, e in after.items() if k in before]
+            if same:
+                conn.modify(same)
+            new = [e for k, e in after.items() if k not in before]
+            if new:
+                conn.insert(new)
+        self.qos = qos
+
+    def _qos_tables(self, switch: str, qos: QosSpec) -> dict[bytes, object]:
+        """The QoS table entries of a switch by key (table, match, priority);
+        its clone sessions depend on the ports only and never change."""
+        out = {}
+        for e in qos_entities(self.fabric, self.p4info, switch, qos, self.mtu_bytes,
+                              self.reaction_fabric_ns, self.dilation):
+            if isinstance(e, p4runtime_pb2.TableEntry):
+                key = p4runtime_pb2.TableEntry(table_id=e.table_id, match=e.match,
+                                               priority=e.priority)
+                out[key.SerializeToString(deterministic=True)] = e
+        return out
 
     def read_port_counters(self) -> dict[tuple[str, int], dict]:
         """(switch, port) -> {rx_packets, rx_bytes, enq_..., tx_..., pipeline_drop_...,

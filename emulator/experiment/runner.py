@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import sys
 import time
 from pathlib import Path
 
@@ -158,8 +157,8 @@ def _wait_with_progress(fnet: FabricNet, agents: AgentGroup, exp: Experiment, co
         line = f"  {time.monotonic() - t0:5.1f} s  {what}  agents running {running()}/{n_procs}"
         if interactive:
             console.print(line, end="\r", highlight=False)
-        else:
-            print(line, file=sys.stderr, flush=True)
+        else:                           # the console's file: a quiet caller's buffer, or stderr
+            print(line, file=console.file, flush=True)
     if interactive:
         console.print()
 

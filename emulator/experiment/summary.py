@@ -126,12 +126,19 @@ def build_summary(exp: Experiment, target: str, agent_results: dict[str, dict],
         "target": target, "dilation": d, "wall_s": round(wall_s, 3),
         "fabric_ns": fabric_ns, "fell_behind": fell_behind,
         "complete": all(f["complete"] for f in flows),
+        "lossless_priorities": lossless_priorities(exp),
         "flows": flows, "ports": ports, "switches": switches, "nics": nics,
         "fidelity": fidelity,
     }
     add_link_losses(summary, link_losses(ports, nic_stats))
     add_headroom_drops(summary, headroom_drops(ports))
     return summary
+
+
+def lossless_priorities(exp: Experiment) -> list[int]:
+    """The priorities PFC protects in this run (none without PFC)."""
+    qos = exp.spec.qos
+    return [qos.roce_priority] if qos is not None and qos.pfc.enabled else []
 
 
 def priority_totals(summary: dict) -> dict[str, int]:

@@ -29,19 +29,13 @@ import json
 import pytest
 
 from emulator.experiment.model import load_experiment
-from tests.conftest import REPO, leftovers, requires_mininet, run_shipped
+from tests.conftest import REPO, run_shipped
 
-pytestmark = [requires_mininet, pytest.mark.mininet]
+pytestmark = [pytest.mark.fabric, pytest.mark.usefixtures("no_leftovers")]
 LINK_GBPS = 12.5               # 100 Gbps in GB/s (1e9 B/s)
 TIMING_SLACK = 1.03
 IDLE_MIN_FRACTION = {65536: 0.40, 262144: 0.70, 1048576: 0.80}
 NRANKS = 8
-
-
-@pytest.fixture(autouse=True)
-def _nothing_left_behind():
-    yield
-    assert leftovers() == {"interfaces": [], "processes": []}
 
 
 def _run(name: str, out):

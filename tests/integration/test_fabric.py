@@ -13,17 +13,10 @@ from emulator.experiment.model import experiment_from_dict, load_experiment
 from emulator.experiment.runner import run_experiment
 from emulator.net.fabric import FabricNet
 from emulator.topo import load_fabric
-from tests.conftest import FABRIC_EMU, REPO, leftovers, requires_mininet, run_shipped
+from tests.conftest import FABRIC_EMU, REPO, run_shipped
 from tests.losses import assert_no_drops_no_retransmissions
 
-pytestmark = [requires_mininet, pytest.mark.mininet]
-
-
-@pytest.fixture(autouse=True)
-def _nothing_left_behind():
-    assert leftovers() == {"interfaces": [], "processes": []}, "a previous test left things behind"
-    yield
-    assert leftovers() == {"interfaces": [], "processes": []}
+pytestmark = [pytest.mark.fabric, pytest.mark.usefixtures("no_leftovers")]
 
 
 def test_every_host_reaches_every_other(tmp_path, target):

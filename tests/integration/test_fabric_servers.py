@@ -5,16 +5,9 @@ import pytest
 
 from emulator.net.fabric import FabricNet
 from emulator.topo import load_fabric
-from tests.conftest import REPO, leftovers, requires_mininet
+from tests.conftest import REPO
 
-pytestmark = [requires_mininet, pytest.mark.mininet]
-
-
-@pytest.fixture(autouse=True)
-def _nothing_left_behind():
-    assert leftovers() == {"interfaces": [], "processes": []}, "a previous test left things behind"
-    yield
-    assert leftovers() == {"interfaces": [], "processes": []}
+pytestmark = [pytest.mark.fabric, pytest.mark.usefixtures("no_leftovers")]
 
 
 def _spine_rx_packets(fnet) -> int:

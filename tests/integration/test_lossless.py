@@ -12,32 +12,21 @@ from pathlib import Path
 
 import pytest
 
-from emulator.experiment.model import experiment_from_dict, load_experiment
-from tests.conftest import REPO, leftovers, requires_mininet, run_shipped
+from emulator.experiment.model import experiment_from_dict, load_experiment, read_experiment_data
+from emulator.experiment.sweep import set_path
+from tests.conftest import REPO, run_shipped
 from tests.losses import assert_no_drops_no_retransmissions, recovery
 
-pytestmark = [requires_mininet, pytest.mark.mininet]
+pytestmark = [pytest.mark.fabric, pytest.mark.usefixtures("no_leftovers")]
 ROCE_PRIORITY = 3
 
 
-@pytest.fixture(autouse=True)
-def _nothing_left_behind():
-    yield
-    assert leftovers() == {"interfaces": [], "processes": []}
-
-
 def _run(name: str, out: Path, target: str = "embedded", **overrides) -> dict:
-    exp = load_experiment(REPO / "experiments" / f"{name}.yaml", target=target)
-    if overrides:
-        import yaml
-        data = yaml.safe_load((REPO / "experiments" / f"{name}.yaml").read_text())
-        for dotted, value in overrides.items():
-            node = data
-            *parents, leaf = dotted.split(".")
-            for p in parents:
-                node = node.setdefault(p, {})
-            node[leaf] = value
-        exp = experiment_from_dict(data, REPO / "experiments" / f"{name}.yaml", target=target)
+    path = REPO / "experiments" / f"{name}.yaml"
+    data = read_experiment_data(path)
+    for dotted, value in overrides.items():
+        data = set_path(data, dotted, value)
+    exp = experiment_from_dict(data, path, target=target)
     summary = run_shipped(exp, out)          # raised while the run falls behind
     assert not summary["fell_behind"], f"{name}: fell behind at dilation {summary['dilation']:g}"
     return summary

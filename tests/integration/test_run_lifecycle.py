@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import FABRIC_EMU, REPO, leftovers, requires_mininet, run_cli
+from tests.conftest import FABRIC_EMU, REPO, leftovers, run_cli
 
-pytestmark = requires_mininet
+pytestmark = pytest.mark.fabric
 
 NODES = ("ks1", "kl1", "kl2", "kh1", "kh2")
 TOPO = """\

@@ -10,20 +10,14 @@ import pytest
 
 from emulator.experiment.model import experiment_from_dict
 from emulator.experiment.runner import run_experiment
-from tests.conftest import REPO, leftovers, requires_mininet
+from tests.conftest import REPO
 
-pytestmark = [requires_mininet, pytest.mark.mininet]
+pytestmark = [pytest.mark.fabric, pytest.mark.usefixtures("no_leftovers")]
 
 TOPO = {"name": "tenants-4x1",
         "servers": {"count": 4, "gpus_per_server": 1, "nic_link": {"rate_gbps": 100, "delay_us": 1},
                     "tenants": [{"name": "blue", "count": 2, "dpu": True}, {"name": "red", "count": 2}]},
         "clos": {"spines": 1, "leaves": 1, "fabric_link": {"rate_gbps": 100, "delay_us": 1}}}
-
-
-@pytest.fixture(autouse=True)
-def _nothing_left_behind():
-    yield
-    assert leftovers() == {"interfaces": [], "processes": []}
 
 
 def _run(tmp_path, traffic, endpoints, **extra) -> dict:

@@ -1,0 +1,148 @@
+"""A live fabric from Python: up on ``with``, torn down on exit -- exceptions included.
+
+    import emulator as fe
+
+    with fe.Fabric("topologies/clos-2x2.yaml", dilation=10000) as fab:   # root
+        fab.ping("h1", "h4")                      # True: routed over the P4 switches
+        fab.cmd("h1", "ip -br addr")              # a command in h1's namespace
+        fab.table_entries("leaf1", "ipv4_lpm")    # P4Runtime reads, decoded
+        fab.port_counters()[("leaf1", 1)]["tx_packets"]
+        fab.set_qos({"ecn": {"kmin_bytes": 20000}})   # P4Runtime writes, between runs
+
+The source is an experiment (``Experiment``, or its file) -- its QoS, buffer
+and MTU are installed -- or a topology (file or dict), which gets the
+experiment defaults. ``target``: "embedded", "bmv2" or "auto"; ``dilation``
+scales link rates and delays as in a run (``auto``: the cached D of the
+experiment, else 10000). One fabric runs at a time on a machine (the run
+lock): a second one, or a ``fabric-emu run``, is refused with one line.
+"""
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any, Mapping
+
+from emulator.experiment.resolved import Experiment
+
+
+def _as_experiment(source, target: str | None) -> Experiment:
+    from emulator.api import build_experiment, load_experiment
+    from emulator.experiment.plan import is_experiment
+    from emulator.schema.load import read_yaml
+    from emulator.topo import fabric_from_dict, load_fabric
+
+    if isinstance(source, Experiment):
+        return source
+    if isinstance(source, Mapping):
+        if is_experiment(source):
+            return build_experiment(source, target=target)
+        return _no_traffic(fabric_from_dict(dict(source)), "<topology>", target)
+    path = Path(source)
+    if is_experiment(read_yaml(path, "experiment or topology file")):
+        return load_experiment(path, target=target)
+    return _no_traffic(load_fabric(path), str(path), target)
+
+
+def _no_traffic(fabric, source: str, target: str | None) -> Experiment:
+    """A topology as an experiment with the file defaults (switch buffer, NIC
+    MTU, QoS) and no traffic: what the fabric is brought up with."""
+    from emulator.schema.experiment import ExperimentSpec
+    spec = ExperimentSpec.model_construct(name=fabric.name, topology=source,
+                                          **({"target": target} if target else {}))
+    return Experiment(spec=spec, fabric=fabric, flows=(), source=source)
+
+
+class Fabric:
+    """A fabric up and programmed while the ``with`` block runs."""
+
+    def __init__(self, source, *, target: str | None = None, dilation: float | str = "auto",
+                 out: str | Path | None = None, pcap: bool = False):
+        from emulator.experiment.dilation import dilation_for_cli, with_dilation
+        from emulator.experiment.runner import resolve_target
+
+        exp = _as_experiment(source, target)
+        self.target = resolve_target(exp.spec.target)
+        self.experiment = dilation_for_cli(with_dilation(exp, dilation), self.target)
+        self._tmp = None
+        if out is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="fabric-emu-live-")
+            out = self._tmp.name
+        self.run_dir = Path(out)
+        self.pcap = pcap
+        self.net = None            # emulator.net.fabric.FabricNet while up
+
+    # lifecycle
+    def __enter__(self) -> "Fabric":
+        from emulator.experiment.runner import fabric_net
+        self.net = fabric_net(self.experiment, self.run_dir, self.pcap, self.target)
+        self.net.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        try:
+            if self.net is not None:
+                self.net.stop()
+        finally:
+            self.net = None
+            if self._tmp is not None:
+                self._tmp.cleanup()
+
+    def _up(self):
+        if self.net is None:
+            raise RuntimeError("the fabric is not up: use it inside `with Fabric(...) as fab:`")
+        return self.net
+
+    @property
+    def fabric(self):
+        """The resolved topology (nodes, addresses, routes): ``emulator.topo.Fabric``."""
+        return self.experiment.fabric
+
+    @property
+    def dilation(self) -> float:
+        return self.experiment.dilation
+
+    @property
+    def controller(self):
+        """The ``FabricController``: one P4Runtime connection per switch (primary)."""
+        return self._up().controller
+
+    # hosts
+    def cmd(self, host: str, command: str) -> str:
+        """Run a shell command in a host's (server's) namespace; its output."""
+        return self._up().host(host).cmd(command)
+
+    def ping(self, src: str, dst: str, count: int = 1, timeout_s: float = 5.0) -> bool:
+        """Whether ``src`` gets ICMP echo replies from ``dst``'s address."""
+        ip = self.fabric.addresses.host_ip(dst)
+        out = self.cmd(src, f"ping -c {count} -W {max(1, round(timeout_s))} {ip}")
+        return f" 0% packet loss" in out
+
+    # P4Runtime
+    def port_counters(self) -> dict[tuple[str, int], dict]:
+        """(switch, port) -> the P4 port counters (rx/enq/tx/pipeline_drop packets and bytes)."""
+        return self.controller.read_port_counters()
+
+    def table_entries(self, switch: str, table: str | None = None) -> list:
+        """A switch's table entries (P4Runtime ``TableEntry`` messages), all or one table's."""
+        return self.controller.conns[switch].read_table_entries(table)
+
+    def set_qos(self, changes: Mapping[str, Any]) -> None:
+        """Change ECN/PFC thresholds over P4Runtime: ``changes`` is merged into
+        the experiment's ``qos`` (``{"ecn": {"kmin_bytes": 20000}}``)."""
+        from emulator.schema.qos import QosSpec
+        merged = _merge(self.experiment.spec.qos.model_dump(), dict(changes))
+        qos = QosSpec.model_validate(merged)
+        self.controller.set_qos(qos)
+        import dataclasses
+        self.experiment = dataclasses.replace(
+            self.experiment, spec=self.experiment.spec.model_copy(update={"qos": qos}))
+
+
+def _merge(base: dict, changes: Mapping) -> dict:
+    out = dict(base)
+    for k, v in changes.items():
+        out[k] = _merge(out[k], v) if isinstance(v, Mapping) and isinstance(out.get(k), dict) else v
+    return out
+
+
+__all__ = ["Fabric"]

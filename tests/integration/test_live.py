@@ -1,0 +1,61 @@
+"""``emulator.Fabric``: a live fabric from Python -- hosts, P4Runtime reads and
+writes between runs, teardown on exceptions -- and ``emulator.run``'s Result."""
+from __future__ import annotations
+
+import pytest
+
+import emulator as fe
+from emulator.pytest_plugin import leftovers
+from tests.conftest import REPO
+
+pytestmark = [pytest.mark.fabric, pytest.mark.usefixtures("no_leftovers")]
+TOPOLOGY = REPO / "topologies" / "clos-2x2.yaml"
+INCAST = REPO / "experiments" / "incast-pfc.yaml"
+
+
+def _kmin(fab, switch="leaf1") -> set[int]:
+    """The kmin_bytes of every ecn_config entry of a switch (its first action parameter)."""
+    return {int.from_bytes(e.action.action.params[0].value, "big")
+            for e in fab.table_entries(switch, "ecn_config")}
+
+
+def test_a_topology_file_comes_up_routed_and_reads_over_p4runtime(target):
+    with fe.Fabric(TOPOLOGY, target=target, dilation=10000) as fab:
+        before = fab.port_counters()[("leaf1", 1)]["rx_packets"]
+        assert fab.ping("h1", "h4")
+        assert fab.port_counters()[("leaf1", 1)]["rx_packets"] > before
+        assert len(fab.table_entries("leaf1", "ipv4_lpm")) == 3      # as `topo show` says
+        assert "10.0.1.1" in fab.cmd("h1", "ip -4 -br addr")
+
+
+def test_qos_changes_over_p4runtime_between_runs(target):
+    with fe.Fabric(INCAST, target=target, dilation=10000) as fab:
+        assert _kmin(fab) == set()                                   # incast-pfc: ECN off
+        fab.set_qos({"ecn": {"enabled": True, "kmin_bytes": 20_000}})
+        assert _kmin(fab) == {20_000}
+        fab.set_qos({"ecn": {"kmin_bytes": 40_000}})                  # modified in place
+        assert _kmin(fab) == {40_000}
+        with pytest.raises(ValueError, match="pfc.enabled"):
+            fab.set_qos({"pfc": {"enabled": False}})
+
+
+def test_an_exception_inside_tears_the_fabric_down():
+    with pytest.raises(ZeroDivisionError):
+        with fe.Fabric(TOPOLOGY, dilation=10000):
+            assert leftovers()["interfaces"]
+            1 / 0
+    assert leftovers() == {"interfaces": [], "processes": []}
+
+
+def test_run_returns_a_typed_result(tmp_path):
+    res = fe.run(fe.load_experiment(INCAST, set={"traffic[0].size_bytes": 65536}),
+                 tmp_path, dilation=4000, quiet=True)
+    assert res.complete and res.summary["experiment"] == "incast-pfc"
+    assert len(res.flows) == 5 and res.flows[0].bytes == 65536
+    assert res.lossless_priorities == [3]
+    assert res.lossless_drops() == res.drops(priority=3)
+    assert res.pauses(node="leaf1") == sum(
+        q["pause_tx"] for p in res.summary["ports"] if p["node"] == "leaf1"
+        for q in p["priorities"])
+    assert res.fct_us(100) == max(f.fct_us for f in res.flows)
+    assert fe.Result.load(tmp_path).summary == res.summary
