@@ -56,14 +56,23 @@ def main():
               help="Output directory (default: results/<experiment name>).")
 @click.option("--target", type=click.Choice(["embedded", "bmv2", "auto"]), default=None,
               help="Switch target; overrides the experiment file's 'target'.")
-@click.option("--pcap", is_flag=True, help="Write a pcap per switch port (DIR/run/<ifname>.pcap).")
+@click.option("--pcap", is_flag=True,
+              help="Capture every switch port: DIR/pcap/<port>.pcap and DIR/capture.pcapng.")
+@click.option("--pcap-time", type=click.Choice(["fabric", "wall"]), default="fabric",
+              help="Timestamps of the captures: fabric time (default) or wall time.")
 @click.option("--dilation", "dilation", default=None, metavar="auto|N",
               help="Time dilation; overrides the file's 'dilation' (auto: measured and cached).")
 @click.option("--set", "sets", multiple=True, metavar="KEY.PATH=VALUE", help=_SET_HELP)
 @click.option("--json", "as_json", is_flag=True,
               help="Print summary.json on stdout (the progress and tables stay on stderr).")
-def run(experiment, out_dir, target, pcap, dilation, sets, as_json):
+@click.option("--hpcc-dport", type=click.IntRange(1, 65535), default=None,
+              help="The dport fct.txt/flow.txt show (HPCC's fct_analysis.py keeps 100); "
+                   "same as --set hpcc.dport=N.")
+def run(experiment, out_dir, target, pcap, pcap_time, dilation, sets, as_json, hpcc_dport):
     """Bring the fabric up, run EXPERIMENT's traffic, write DIR/summary.json, tear down."""
+    pcap = "wall" if pcap and pcap_time == "wall" else pcap
+    if hpcc_dport is not None:
+        sets = (*sets, f"hpcc.dport={hpcc_dport}")
     from emulator.experiment.dilation import parse_dilation
     from emulator.experiment.runner import resolve_target
     from emulator.net.fabric import check_environment

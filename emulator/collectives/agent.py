@@ -69,8 +69,9 @@ def run(cfg: CollectiveAgentConfig, path: str = "config", clock: Clock = MONOTON
         for t in spec.tests:
             alg = t.algorithm or spec.algorithm
             for size in t.size_list():
-                out["records"] += bench.measure([eng], t.collective, alg, size, t.iters,
-                                                t.warmup_iters, spec.check, left())
+                for in_place in (False, True):      # nccl-tests' two halves of a row
+                    out["records"] += bench.measure([eng], t.collective, alg, size, t.iters,
+                                                    t.warmup_iters, spec.check, left(), in_place)
         if spec.training is not None:
             tr = spec.training
             if reader is not None:

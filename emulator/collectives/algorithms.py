@@ -132,6 +132,59 @@ def build(collective: str, algorithm: str, servers: int, gpus_per_server: int, s
     return sch
 
 
+def in_place(schedules: dict[int, RankSchedule], collective: str, n: int,
+             size_bytes: int) -> dict[int, RankSchedule]:
+    """nccl-tests' in-place variant of ``build``'s schedules (changed in place
+    and returned): the send and receive buffers are one, as NCCL allows --
+    all_reduce recvbuff == sendbuff, all_gather sendbuff = recvbuff + rank's
+    share, reduce_scatter recvbuff = sendbuff + rank's share. Ops on the
+    aliased buffer move onto the other at that offset, the copy that
+    becomes a no-op is dropped (NCCL skips it too), and ``finalize`` derives
+    the dependencies anew: an op waits for whatever it now overwrites to be
+    read. all_to_all keeps its schedule: nccl-tests times its in-place run
+    on one buffer but checks nothing (its data is clobbered), and the
+    transfers are the same."""
+    if collective == "all_to_all":
+        return schedules
+    per_rank = chunk_bytes(size_bytes // ELEM_BYTES, n)
+    for r, sched in schedules.items():
+        if collective == "all_reduce":
+            alias, onto, base = "in", "out", 0
+        elif collective == "all_gather":
+            alias, onto, base = "in", "out", per_rank[r][0]
+        elif collective == "reduce_scatter":
+            alias, onto, base = "out", "in", per_rank[r][0]
+        else:
+            raise ValueError(f"unknown collective {collective}")
+        ops = []
+        for op in sched.ops:
+            if op.buf == alias:
+                op.buf, op.off = onto, op.off + base
+            if op.kind == COPY and op.src_buf == alias:
+                op.src_buf, op.src_off = onto, op.src_off + base
+            if op.kind == COPY and op.buf == op.src_buf and op.off == op.src_off:
+                continue
+            ops.append(op)
+        sched.ops = ops
+        del sched.buffers[alias]
+        finalize(sched)
+    return schedules
+
+
+def in_place_views(collective: str, n: int, rank: int, size_bytes: int) -> tuple:
+    """Where an in-place rank's input and output live: ((buffer, first
+    element, elements) of the input, (...) of the output)."""
+    count = size_bytes // ELEM_BYTES
+    share = count // n
+    if collective == "all_gather":
+        return ("out", rank * share, share), ("out", 0, count)
+    if collective == "reduce_scatter":
+        return ("in", 0, count), ("in", rank * share, share)
+    if collective == "all_reduce":
+        return ("out", 0, count), ("out", 0, count)
+    return ("in", 0, count), ("out", 0, count)          # all_to_all: its own buffers
+
+
 def _hierarchical(sch, S, G, count, slice_bytes):
     local = chunk_bytes(count, G)                      # chunk g: reduced on GPU g of each server
     for s in range(S):

@@ -73,28 +73,50 @@ def connections_for(servers: int, gpus: int, pairs: list[tuple[str, str]]) -> se
 
 
 def measure(engines, collective: str, algorithm: str, size_bytes: int, iters: int,
-            warmup_iters: int = 1, check: bool = True, timeout_s: float = 60.0) -> list[dict]:
+            warmup_iters: int = 1, check: bool = True, timeout_s: float = 60.0,
+            in_place: bool = False) -> list[dict]:
+    """One nccl-tests row's timed loop: warm-up, a barrier, ``iters``
+    iterations; one record per rank. ``in_place``: nccl-tests' in-place run
+    (``algorithms.in_place``): the result overwrites the input, so each
+    iteration starts from the input again, as a training step's fresh
+    gradients would (nccl-tests leaves it to accumulate; timing is the same)."""
     e0 = engines[0]
     n = e0.servers * e0.G
     sch = algorithms.build(collective, algorithm, e0.servers, e0.G, size_bytes, e0.slice_bytes)
+    if in_place:
+        sch = algorithms.in_place(sch, collective, n, size_bytes)
     bufs = {r: e.new_buffers(sch[r]) for e in engines for r in e.ranks}
-    for r, b in bufs.items():
-        b["in"][:] = input_elems(r, 0, input_bytes(collective, n, size_bytes) // 4)
+
+    def view(r, which):
+        if not in_place:
+            return bufs[r][which]
+        buf, first, count = algorithms.in_place_views(collective, n, r, size_bytes)[
+            0 if which == "in" else 1]
+        return bufs[r][buf][first:first + count]
+
+    inputs = {r: input_elems(r, 0, input_bytes(collective, n, size_bytes) // 4) for r in bufs}
+    for r in bufs:
+        view(r, "in")[:] = inputs[r]
+    refill = (lambda run, _it: view(run.rank, "in").__setitem__(slice(None), inputs[run.rank])) \
+        if in_place else None
     if warmup_iters:
-        drive(engines, _runs(engines, sch, range(warmup_iters), bufs=bufs), timeout_s)
+        drive(engines, _runs(engines, sch, range(warmup_iters), fill=refill, bufs=bufs), timeout_s)
     left = barrier(engines, algorithm, timeout_s)
-    runs = _runs(engines, sch, range(iters), bufs=bufs)
+    runs = _runs(engines, sch, range(iters), fill=refill, bufs=bufs)
     lost0 = _lost_ns(engines)
     drive(engines, runs, timeout_s)
     lost = _lost_by_rank(lost0, engines)
+    # in-place all_to_all clobbers its own input: nccl-tests checks nothing either
+    checked = check and not (in_place and collective == "all_to_all")
     out = []
     for run in runs:
         wrong = None
-        if check:
-            wrong = count_wrong(bufs[run.rank]["out"],
+        if checked:
+            wrong = count_wrong(view(run.rank, "out"),
                                 expected(collective, run.rank, n, 0, size_bytes))
         out.append({"rank": run.rank, "collective": collective, "algorithm": algorithm,
                     "size_bytes": size_bytes, "nranks": n, "iters": iters,
+                    "warmup_iters": warmup_iters, "in_place": in_place,
                     "start_ns": left[run.rank], "end_ns": run.records[-1][3],
                     "iter_end_ns": [rec[3] for rec in run.records], "wrong": wrong,
                     "lost_ns": lost[run.rank]})

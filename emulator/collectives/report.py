@@ -11,7 +11,17 @@ iters; ``time_us`` is the mean over ranks (nccl-tests' default ``-a 1``),
 ``time_max_us`` the slowest rank. #wrong: mismatching elements summed over
 ranks (None: not checked, printed N/A). ``lost_fraction``: the largest share
 of a rank's timed loop that a NIC of its process lost to the process being
-late (``RoceNic.lost_ns``); the run's fidelity judges it.
+late (``RoceNic.lost_ns``); the run's fidelity judges it. Each row also has
+the in-place run's numbers (``inplace_*``; ``algorithms.in_place``).
+
+``collectives.txt`` is nccl-tests' own table (``src/util.cu``: the header,
+13-field rows -- size, count, type, redop, root, then time, algbw, busbw,
+#wrong out-of-place and in-place, so column 8 is the out-of-place busbw --
+and the "Out of bounds values" / "Avg bus bandwidth" footer), one block per
+test; ``collectives.json`` is the shape nccl-tests' ``-J`` writes (config,
+results with ``out_of_place`` / ``in_place``, out_of_bounds,
+average_bus_bandwidth), every test's rows in one ``results`` list, each
+named by its ``experiment_name`` (``all_reduce_perf ring``).
 """
 from __future__ import annotations
 
@@ -21,9 +31,10 @@ import json
 import statistics
 from pathlib import Path
 
+_TIMED = ("time_us", "time_max_us", "algbw_GBps", "busbw_GBps", "wrong")
 CSV_COLUMNS = ("collective", "algorithm", "nranks", "size_bytes", "count", "type", "redop",
-               "iters", "time_us", "time_max_us", "algbw_GBps", "busbw_GBps", "wrong",
-               "lost_fraction")
+               "iters", "warmup_iters", *_TIMED, *(f"inplace_{k}" for k in _TIMED), "lost_fraction")
+NCCL_TESTS_JSON_VERSION = 1         # nccl-tests' JSON_FILE_VERSION this shape follows
 
 
 def busbw_factor(collective: str, n: int) -> float:
@@ -37,26 +48,40 @@ def busbw_factor(collective: str, n: int) -> float:
 
 
 def collective_rows(records: list[dict], dilation: float) -> list[dict]:
-    """Rows from ``bench.measure`` records of every rank (all servers)."""
+    """Rows from ``bench.measure`` records of every rank (all servers): one
+    per collective, algorithm and size, out-of-place and in-place."""
     groups: dict[tuple, list[dict]] = {}
     for r in records:
         groups.setdefault((r["collective"], r["algorithm"], r["size_bytes"]), []).append(r)
     rows = []
     for (coll, alg, size), rs in groups.items():
         n = rs[0]["nranks"]
-        if len(rs) != n:
-            raise ValueError(f"{coll} {size} B: records of {len(rs)} ranks, expected {n}")
-        per_rank_ns = [(r["end_ns"] - r["start_ns"]) / r["iters"] / dilation for r in rs]
-        t_ns = statistics.fmean(per_rank_ns)
-        algbw = size / t_ns if t_ns > 0 else 0.0          # bytes/ns == GB/s
-        wrong = None if any(r["wrong"] is None for r in rs) else sum(r["wrong"] for r in rs)
-        rows.append({"collective": coll, "algorithm": alg, "nranks": n, "size_bytes": size,
-                     "count": size // 4, "type": "float",
-                     "redop": "sum" if coll in ("all_reduce", "reduce_scatter") else "none", "iters": rs[0]["iters"],
-                     "time_us": t_ns / 1e3, "time_max_us": max(per_rank_ns) / 1e3,
-                     "algbw_GBps": algbw, "busbw_GBps": algbw * busbw_factor(coll, n),
-                     "wrong": wrong, "lost_fraction": _lost_fraction(rs)})
+        halves = {False: [r for r in rs if not r.get("in_place")],
+                  True: [r for r in rs if r.get("in_place")]}
+        for half in halves.values():
+            if half and len(half) != n:
+                raise ValueError(f"{coll} {size} B: records of {len(half)} ranks, expected {n}")
+        row = {"collective": coll, "algorithm": alg, "nranks": n, "size_bytes": size,
+               "count": size // 4, "type": "float",
+               "redop": "sum" if coll in ("all_reduce", "reduce_scatter") else "none",
+               "iters": rs[0]["iters"], "warmup_iters": rs[0].get("warmup_iters", 0)}
+        for prefix, half in (("", halves[False]), ("inplace_", halves[True])):
+            row.update({prefix + k: v for k, v in _timed(half, coll, size, n, dilation).items()})
+        row["lost_fraction"] = _lost_fraction(rs)
+        rows.append(row)
     return rows
+
+
+def _timed(rs: list[dict], coll: str, size: int, n: int, dilation: float) -> dict:
+    """time (mean over ranks), slowest rank, algbw, busbw, #wrong of one half of a row."""
+    if not rs:
+        return dict.fromkeys(_TIMED)
+    per_rank_ns = [(r["end_ns"] - r["start_ns"]) / r["iters"] / dilation for r in rs]
+    t_ns = statistics.fmean(per_rank_ns)
+    algbw = size / t_ns if t_ns > 0 else 0.0          # bytes/ns == GB/s
+    return {"time_us": t_ns / 1e3, "time_max_us": max(per_rank_ns) / 1e3, "algbw_GBps": algbw,
+            "busbw_GBps": algbw * busbw_factor(coll, n),
+            "wrong": None if any(r["wrong"] is None for r in rs) else sum(r["wrong"] for r in rs)}
 
 
 def _lost_fraction(records: list[dict]) -> float:
@@ -90,31 +115,117 @@ def training_summary(records: list[dict], dilation: float) -> dict:
             "wrong": wrong, "lost_fraction": _lost_fraction(records)}
 
 
-def format_table(rows: list[dict]) -> str:
-    """The rows as nccl-tests prints them (one block per collective/algorithm)."""
-    out = io.StringIO()
+def _float(value: float, width: int) -> str:
+    """nccl-tests' getFloatStr: 2 decimals, fewer, then exponent, to fit ``width``."""
+    for fmt in (f"{{:{width}.2f}}", f"{{:{width}.1f}}", f"{{:{width}.0f}}"):
+        text = fmt.format(value)
+        if len(text) <= width:
+            return text
+    return (f"{{:{width}.1e}}" if width >= 7 else f"{{:{width}.0e}}").format(value)
+
+
+def _nccl_redop(row: dict) -> str:
+    return row["redop"]
+
+
+def _half(row: dict, prefix: str) -> str:
+    """One half of a row, as nccl-tests' writeBenchmarkLineBody prints it."""
+    t, alg, bus, wrong = (row[prefix + k] for k in ("time_us", "algbw_GBps", "busbw_GBps", "wrong"))
+    if t is None:                                   # not measured: nccl-tests' null body
+        return " " * 32
+    head = f"  {_float(t, 7):>7}  {_float(alg, 6):>6}  {_float(bus, 6):>6}"
+    return head + ("    N/A" if wrong is None else f"  {wrong:6g}")
+
+
+def _tests(rows: list[dict]) -> dict[tuple, list[dict]]:
     blocks: dict[tuple, list[dict]] = {}
     for r in rows:
         blocks.setdefault((r["collective"], r["algorithm"], r["nranks"]), []).append(r)
-    for (coll, alg, n), rs in blocks.items():
-        out.write(f"# {coll} ({alg}), {n} ranks, fabric time\n")
-        out.write(f"#{'size':>11} {'count':>12} {'type':>6} {'redop':>6} {'time':>10} "
-                  f"{'algbw':>8} {'busbw':>8} {'#wrong':>7}\n")
-        out.write(f"#{'(B)':>11} {'(elements)':>12} {'':>6} {'':>6} {'(us)':>10} "
-                  f"{'(GB/s)':>8} {'(GB/s)':>8} {'':>7}\n")
-        for r in sorted(rs, key=lambda r: r["size_bytes"]):
-            wrong = "N/A" if r["wrong"] is None else str(r["wrong"])
-            out.write(f" {r['size_bytes']:>11} {r['count']:>12} {r['type']:>6} {r['redop']:>6} "
-                      f"{r['time_us']:>10.1f} {r['algbw_GBps']:>8.2f} {r['busbw_GBps']:>8.2f} "
-                      f"{wrong:>7}\n")
-        bus = [r["busbw_GBps"] for r in rs]
-        out.write(f"# Avg bus bandwidth    : {statistics.fmean(bus):.3f}\n")
+    return {k: sorted(v, key=lambda r: r["size_bytes"]) for k, v in blocks.items()}
+
+
+def _avg_busbw(rows: list[dict]) -> float:
+    """nccl-tests' "Avg bus bandwidth": the mean over every row's both halves."""
+    bus = [r[k] for r in rows for k in ("busbw_GBps", "inplace_busbw_GBps") if r[k] is not None]
+    return statistics.fmean(bus) if bus else 0.0
+
+
+def _wrong_total(rows: list[dict]) -> int:
+    return sum(r[k] or 0 for r in rows for k in ("wrong", "inplace_wrong"))
+
+
+def format_table(rows: list[dict]) -> str:
+    """The rows as nccl-tests prints them, one block per test (collective, algorithm)."""
+    out = io.StringIO()
+    for (coll, alg, n), rs in _tests(rows).items():
+        prog = f"{coll}_perf"
+        sizes = [r["size_bytes"] for r in rs]
+        out.write(f"# Collective test starting: {prog}\n")
+        out.write(f"# ai-fabric-emulator: {coll} ({alg}), {n} ranks, one process per server; "
+                  "times in fabric time\n")
+        out.write(f"# nThread 1 nGpus 1 minBytes {min(sizes)} maxBytes {max(sizes)} "
+                  f"step: {_step(sizes)} warmup iters: {rs[0]['warmup_iters']} iters: {rs[0]['iters']} agg iters: 1 "
+                  f"validation: {int(any(r['wrong'] is not None for r in rs))} graph: 0\n")
+        out.write("#\n#\n")
+        out.write(f"# {'':>10}  {'':>12}  {'':>8}  {'':>6}  {'':>6}           out-of-place"
+                  "                       in-place          \n")
+        out.write(f"# {'size':>10}  {'count':>12}  {'type':>8}  {'redop':>6}  {'root':>6}  "
+                  f"{'time':>7}  {'algbw':>6}  {'busbw':>6}  {'#wrong':>6}  {'time':>7}  "
+                  f"{'algbw':>6}  {'busbw':>6}  {'#wrong':>6} \n")
+        out.write(f"# {'(B)':>10}  {'(elements)':>12}  {'':>8}  {'':>6}  {'':>6}  {'(us)':>7}  "
+                  f"{'(GB/s)':>6}  {'(GB/s)':>6}  {'':>6}  {'(us)':>7}  {'(GB/s)':>6}  "
+                  f"{'(GB/s)':>6}  {'':>6} \n")
+        for r in rs:
+            out.write(f"{r['size_bytes']:12d}  {r['count']:12d}  {r['type']:>8}  "
+                      f"{_nccl_redop(r):>6}  {-1:6d}" + _half(r, "") + _half(r, "inplace_") + "\n")
+        wrong = _wrong_total(rs)
+        out.write(f"# {'Out of bounds values':<20} : {wrong} {'FAILED' if wrong else 'OK'}\n")
+        out.write(f"# {'Avg bus bandwidth':<20} : {_avg_busbw(rs):g} \n")
+        out.write("#\n")
+        out.write(f"# Collective test concluded: {prog}\n")
     return out.getvalue()
 
 
+def _step(sizes: list[int]) -> str:
+    """nccl-tests' "step:" -- a factor when the sizes grow geometrically."""
+    if len(sizes) > 1 and all(b % a == 0 and b // a == sizes[1] // sizes[0]
+                              for a, b in zip(sizes, sizes[1:])):
+        return f"{sizes[1] // sizes[0]}(factor)"
+    return f"{sizes[1] - sizes[0] if len(sizes) > 1 else 0}(bytes)"
+
+
+def nccl_tests_json(rows: list[dict]) -> dict:
+    """The rows in the shape of nccl-tests' JSON output (``-J``, ``src/util.cu``)."""
+    def half(r, prefix):
+        if r[prefix + "time_us"] is None:
+            return None
+        return {"time": r[prefix + "time_us"], "alg_bw": r[prefix + "algbw_GBps"],
+                "bus_bw": r[prefix + "busbw_GBps"], "nwrong": r[prefix + "wrong"]}
+
+    results = [{"size": r["size_bytes"], "count": r["count"], "type": r["type"],
+                "redop": _nccl_redop(r), "root": f"{-1:6d}",
+                "out_of_place": half(r, ""), "in_place": half(r, "inplace_"),
+                "actual_iterations": r["iters"],
+                "experiment_name": f"{r['collective']}_perf {r['algorithm']}"}
+               for rs in _tests(rows).values() for r in rs]
+    sizes = [r["size_bytes"] for r in rows] or [0]
+    wrong = _wrong_total(rows)
+    return {"version": NCCL_TESTS_JSON_VERSION,
+            "config": {"nthreads": 1, "ngpus": 1, "minimum_bytes": min(sizes),
+                       "maximum_bytes": max(sizes),
+                       "warmup_iters": rows[0]["warmup_iters"] if rows else 0,
+                       "iterations": rows[0]["iters"] if rows else 0,
+                       "aggregated_iterations": 1, "validation": 1, "graph": 0,
+                       "time_base": "fabric"},
+            "results": results,
+            "out_of_bounds": {"count": wrong, "okay": wrong == 0},
+            "average_bus_bandwidth": {"bandwidth": _avg_busbw(rows), "okay": "unchecked"}}
+
+
 def write(out_dir, rows: list[dict], training: dict | None = None) -> dict[str, Path]:
-    """``collectives.csv``, ``collectives.json`` (rows + training) and
-    ``collectives.txt`` (the table) in ``out_dir``."""
+    """``collectives.csv`` (the rows), ``collectives.json`` (nccl-tests' JSON
+    shape), ``collectives.txt`` (nccl-tests' table) and, with a training
+    loop, ``training.json`` in ``out_dir``."""
     d = Path(out_dir)
     d.mkdir(parents=True, exist_ok=True)
     paths = {"csv": d / "collectives.csv", "json": d / "collectives.json",
@@ -126,6 +237,9 @@ def write(out_dir, rows: list[dict], training: dict | None = None) -> dict[str, 
             w.writerow({k: ("N/A" if r[k] is None else
                             round(r[k], 4) if isinstance(r[k], float) else r[k])
                         for k in CSV_COLUMNS})
-    paths["json"].write_text(json.dumps({"collectives": rows, "training": training}, indent=1))
+    paths["json"].write_text(json.dumps(nccl_tests_json(rows), indent=1))
     paths["txt"].write_text(format_table(rows))
+    if training is not None:
+        paths["training"] = d / "training.json"
+        paths["training"].write_text(json.dumps(training, indent=1))
     return paths

@@ -17,12 +17,14 @@ from .schedule import COPY, ELEM_BYTES, RECV, SEND, RankSchedule
 
 
 def run(schedules: dict[int, RankSchedule], inputs: dict[int, np.ndarray], slots: int = 2,
-        seed: int = 0) -> dict[int, dict[str, np.ndarray]]:
+        seed: int = 0, input_at: dict[int, tuple[str, int]] | None = None
+        ) -> dict[int, dict[str, np.ndarray]]:
     rng = random.Random(seed)
     bufs = {r: {k: np.zeros(v // ELEM_BYTES, np.float32) for k, v in s.buffers.items()}
             for r, s in schedules.items()}
-    for r, x in inputs.items():
-        bufs[r]["in"][:] = x
+    for r, x in inputs.items():       # input_at: (buffer, first element) of an in-place rank
+        buf, first = (input_at or {}).get(r, ("in", 0))
+        bufs[r][buf][first:first + x.size] = x
     done = {r: [False] * len(s.ops) for r, s in schedules.items()}
     wire: dict[tuple[int, int], deque] = {}
     left = sum(len(s.ops) for s in schedules.values())

@@ -164,6 +164,15 @@ class EmbeddedSwitch:
             if wake > now + IDLE_WAKE_NS:
                 wake = now + IDLE_WAKE_NS
             readable = wait_readable(fds, wake)
+            if readable:
+                # What was due by now leaves before what arrived by now is
+                # enqueued: woken late, the ports catch up first, so a frame
+                # finds the queue (and the buffer, for ECN and PFC) as the
+                # fabric would have left it, and an XON a departure frees is
+                # not stamped before the XOFF an arrival triggers.
+                now = clock()
+                tm.poll(now)
+                tm.transmit(now)
             if len(readable) > 1:
                 # Ports are drained one after the other: rotate who goes first,
                 # or a port early in the list would always win the buffer space

@@ -9,16 +9,21 @@ None when there is nothing to draw (and then writes no file):
   egress queue (switch, port, priority) that was ever non-empty, as steps;
   only the ``top_n`` deepest when there are more.
 * ``plot_throughput``   -> ``throughput.png``: each flow's goodput (Gbps) over
-  time (``flow_rate.csv``).
+  time (``flow_rate.csv``), one colour each; beyond ``MAX_DISTINCT`` flows,
+  the goodput into each receiver.
 * ``plot_pause_timeline`` -> ``pause_timeline.png``: one row per paused link
   direction and priority (``node:port -> peer``, the transmitter that was
   paused), a bar over each interval it was paused: from a received pause
   frame to the resume, or to the end of its pause time (quanta x 512 bit
-  times at the link rate) if no refresh or resume came first. Rows come
+  times at the link rate) if no refresh or resume came first, and its total
+  paused time (and share of the run) beside it. Rows come
   from the receiving side's events (``pause_rx``/``resume_rx``), or, for a
   direction with none, from the sending side's (``pause_tx``/``resume_tx``).
 * ``plot_fct_cdf``      -> ``fct_cdf.png``: CDF of FCT slowdown (fct /
-  standalone fct) of the completed flows.
+  standalone fct) of the completed flows; the title quotes a percentile
+  only with enough flows for it (``PERCENTILE_MIN_FLOWS``), and the max.
+
+Legends sit beside the axes, never over the data.
 
 ``write_plots(results_dir, summary)`` draws all four.
 """
@@ -34,8 +39,10 @@ if TYPE_CHECKING:  # pragma: no cover
     from emulator.topo import Fabric
 
 PLOT_FILES = ("queue_depth.png", "throughput.png", "pause_timeline.png", "fct_cdf.png")
-MAX_LEGEND = 12
+MAX_DISTINCT = 40         # series drawn one colour each, beyond: grouped (throughput: by receiver)
 DPI = 110
+# percentiles a CDF's title quotes need this many flows to mean anything
+PERCENTILE_MIN_FLOWS = {50: 2, 90: 10, 99: 100}
 
 
 def _figure(width: float = 9.0, height: float = 4.8):
@@ -46,13 +53,23 @@ def _figure(width: float = 9.0, height: float = 4.8):
 
 def _save(fig, path: Path) -> Path:
     fig.tight_layout()
-    fig.savefig(path, format="png")
+    fig.savefig(path, format="png", bbox_inches="tight")    # the legend outside stays in
     return path
 
 
+def colours(n: int) -> list:
+    """``n`` distinct colours (n <= MAX_DISTINCT): tab10 first, then tab20b/tab20c's."""
+    from matplotlib import colormaps
+    base = list(colormaps["tab10"].colors)
+    extra = [c for name in ("tab20b", "tab20c") for c in colormaps[name].colors]
+    return (base + extra[::2] + extra[1::2])[:n]
+
+
 def _legend(ax, n: int) -> None:
-    if n <= MAX_LEGEND:
-        ax.legend(fontsize="small", loc="best", frameon=False)
+    """The legend beside the axes, never over the data; two columns beyond 20 entries."""
+    if n:
+        ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0),
+                  frameon=False, ncol=1 if n <= 20 else 2, borderaxespad=0.0)
 
 
 # -------------------------------------------------------------- queue depth
@@ -72,11 +89,11 @@ def plot_queue_depth(results_dir: str | Path, out_path: str | Path | None = None
     ranked = sorted(series, key=lambda k: (-max(d for _, d in series[k]), k))
     shown = ranked[:top_n]
     fig, ax = _figure()
-    for key in shown:
+    for key, colour in zip(shown, colours(len(shown))):
         pts = series[key]
         t = [0.0] + [p[0] for p in pts] + [end_us]
         d = [0.0] + [p[1] / 1000 for p in pts] + [pts[-1][1] / 1000]
-        ax.step(t, d, where="post", linewidth=1.2,
+        ax.step(t, d, where="post", linewidth=1.2, color=colour,
                 label=f"{key[0]} port {key[1]} prio {key[2]}")
     title = "Egress queue depth"
     if len(ranked) > len(shown):
@@ -101,26 +118,57 @@ def plot_throughput(results_dir: str | Path, out_path: str | Path | None = None)
         series.setdefault(r["flow_id"], []).append(r)
     if not series:
         return None
+    grouped = len(series) > MAX_DISTINCT
+    lines = _flow_lines(series) if not grouped else _receiver_lines(series)
     fig, ax = _figure()
-    for fid in sorted(series):
-        pts = sorted(series[fid], key=lambda r: r["time_ns"])
-        # A rate is stamped at the end of its sampling interval: draw it over
-        # the interval (the first one's start taken one sampling period back).
-        t = [p["time_ns"] / 1000 for p in pts]
-        r = [p["rate_gbps"] for p in pts]
-        if len(t) > 1:
-            t, r = [t[0] - (t[1] - t[0])] + t, [r[0]] + r
-        ax.plot(t, r, linewidth=1.0, drawstyle="steps-pre",
-                label=f"flow {fid} {pts[0]['src']}→{pts[0]['dst']}")
+    for (label, t, r), colour in zip(lines, colours(len(lines))):
+        ax.plot(t, r, linewidth=1.0, drawstyle="steps-pre", color=colour, label=label)
     ax.set_title(f"Per-flow goodput (acknowledged bytes), {len(series)} flows"
-                 + ("" if len(series) <= MAX_LEGEND else "; legend omitted"))
+                 + (f"; summed per receiver ({len(lines)})" if grouped else ""))
     ax.set_xlabel("fabric time (µs)")
     ax.set_ylabel("rate (Gbps)")
     ax.set_xlim(left=0)
     ax.set_ylim(bottom=0)
     ax.grid(True, alpha=0.3)
-    _legend(ax, len(series))
+    _legend(ax, len(lines))
     return _save(fig, Path(out_path or results_dir / "throughput.png"))
+
+
+def _steps(pts: list[dict]) -> tuple[list[float], list[float]]:
+    """A flow's rate samples as steps: a rate is stamped at the end of its
+    sampling interval, drawn over the interval (the first one's start taken
+    one sampling period back)."""
+    t = [p["time_ns"] / 1000 for p in pts]
+    r = [p["rate_gbps"] for p in pts]
+    if len(t) > 1:
+        t, r = [t[0] - (t[1] - t[0])] + t, [r[0]] + r
+    return t, r
+
+
+def _flow_lines(series: dict[int, list[dict]]) -> list[tuple[str, list, list]]:
+    out = []
+    for fid in sorted(series):
+        pts = sorted(series[fid], key=lambda r: r["time_ns"])
+        out.append((f"flow {fid} {pts[0]['src']}→{pts[0]['dst']}", *_steps(pts)))
+    return out
+
+
+def _receiver_lines(series: dict[int, list[dict]]) -> list[tuple[str, list, list]]:
+    """Too many flows for one colour each: the goodput into each receiver
+    (the samples share the sampling instants, so rates add per instant)."""
+    by_dst: dict[str, dict[float, float]] = {}
+    flows: dict[str, int] = {}
+    for pts in series.values():
+        dst = pts[0]["dst"]
+        flows[dst] = flows.get(dst, 0) + 1
+        acc = by_dst.setdefault(dst, {})
+        for p in pts:
+            acc[p["time_ns"]] = acc.get(p["time_ns"], 0.0) + p["rate_gbps"]
+    out = []
+    for dst in sorted(by_dst):
+        pts = [{"time_ns": t, "rate_gbps": r} for t, r in sorted(by_dst[dst].items())]
+        out.append((f"→{dst} ({flows[dst]} flows)", *_steps(pts)))
+    return out
 
 
 # ----------------------------------------------------------- pause timeline
@@ -207,6 +255,10 @@ def plot_pause_timeline(results_dir: str | Path, out_path: str | Path | None = N
     for row, key in enumerate(keys):
         spans = [(a / 1000, max((b - a) / 1000, end_ns / 1000 * 2e-3)) for a, b in iv[key]]
         ax.broken_barh(spans, (row - 0.35, 0.7), facecolors="tab:red", alpha=0.8)
+        paused = sum(b - a for a, b in iv[key])
+        ax.annotate(f"{paused / 1000:.1f} µs ({100 * paused / max(end_ns, 1):.0f} %)",
+                    (1.01, row), xycoords=("axes fraction", "data"), va="center",
+                    fontsize="small")                          # this row's total, beside it
     ax.set_yticks(range(len(keys)))
     ax.set_yticklabels([f"{k[0]}:{k[1]}→{k[2]} prio {k[3]}" if k[1] >= 0 else
                         f"{k[0]}→{k[2]} prio {k[3]}" for k in keys], fontsize="small")
@@ -240,6 +292,15 @@ def _slowdowns(summary: Mapping | None, results_dir: Path) -> list[float]:
     return sorted(out)
 
 
+def cdf_title(slow: list[float]) -> str:
+    """The CDF's title: the percentiles its flow count supports (nearest rank), and the max."""
+    n = len(slow)
+    quoted = [f"p{q} {slow[min(n - 1, max(0, -(-q * n // 100) - 1))]:.2f}"
+              for q, need in PERCENTILE_MIN_FLOWS.items() if n >= need]
+    return (f"FCT slowdown (FCT / standalone FCT), {n} flow{'s' if n > 1 else ''}: "
+            + ", ".join([*quoted, f"max {slow[-1]:.2f}"]))
+
+
 def plot_fct_cdf(results_dir: str | Path, summary: Mapping | None = None,
                  out_path: str | Path | None = None) -> Path | None:
     results_dir = Path(results_dir)
@@ -253,10 +314,7 @@ def plot_fct_cdf(results_dir: str | Path, summary: Mapping | None = None,
     ax.axvline(1.0, color="gray", linestyle="--", linewidth=1, label="ideal (alone on its path)")
     if slow[-1] / max(slow[0], 1e-9) > 20:
         ax.set_xscale("log")
-    p50 = slow[min(n - 1, max(0, -(-n // 2) - 1))]
-    p99 = slow[min(n - 1, max(0, -(-99 * n // 100) - 1))]
-    ax.set_title(f"FCT slowdown (FCT / standalone FCT), {n} flows: "
-                 f"median {p50:.2f}, p99 {p99:.2f}")
+    ax.set_title(cdf_title(slow))
     ax.set_xlabel("FCT slowdown (×)")
     ax.set_ylabel("fraction of flows (CDF)")
     ax.set_ylim(0, 1.02)

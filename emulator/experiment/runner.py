@@ -9,6 +9,7 @@ from pathlib import Path
 from rich.console import Console
 
 from emulator.experiment.agents import AgentGroup
+from emulator.experiment.capture import write_captures
 from emulator.experiment.endpoint_results import render_endpoints
 from emulator.experiment.endpoints import dropped_flows
 from emulator.experiment.model import Experiment
@@ -34,18 +35,19 @@ def resolve_target(target: str) -> str:
     return target
 
 
-def fabric_net(exp: Experiment, run_dir: Path, pcap: bool = False, target: str = "embedded") -> FabricNet:
+def fabric_net(exp: Experiment, run_dir: Path, pcap: bool | str = False,
+               target: str = "embedded") -> FabricNet:
     """The experiment's fabric, with its switch buffer, QoS and sampling."""
     spec = exp.spec
     return FabricNet(exp.fabric, run_dir, dilation=exp.dilation, target=target,
                      buffer_bytes=spec.switch.buffer_bytes, qos=spec.qos,
                      mtu_bytes=spec.nic.mtu_bytes,
                      sample_interval_ns=int(spec.switch.sample_interval_us * 1000 * exp.dilation),
-                     pcap=pcap)
+                     pcap=bool(pcap))
 
 
 def run_experiment(exp: Experiment, out_dir: str | Path, console: Console | None = None,
-                   pcap: bool = False) -> dict:
+                   pcap: bool | str = False) -> dict:
     """Run ``exp`` once at its dilation into ``out_dir``; its summary."""
     from emulator.net.runlock import RunLock
     check_environment()   # before anything is written or built
@@ -57,7 +59,7 @@ def run_experiment(exp: Experiment, out_dir: str | Path, console: Console | None
         return _run(exp, Path(out_dir), console or Console(stderr=True), pcap, target)
 
 
-def _run(exp: Experiment, out_dir: Path, console: Console, pcap: bool, target: str) -> dict:
+def _run(exp: Experiment, out_dir: Path, console: Console, pcap: bool | str, target: str) -> dict:
     run_dir = out_dir / "run"        # configs, logs and raw results of this run
     # An earlier run into the same directory left its agents' progress and
     # result files: they would read as this run's ("done" before it starts).
@@ -95,7 +97,11 @@ def _run(exp: Experiment, out_dir: Path, console: Console, pcap: bool, target: s
         return _keep_partial(exp, servers, summary, run_dir, out_dir, t0_ns, aborted)
     # The workload's block goes into the summary before summary.json is written.
     files = add_collectives(exp, servers, summary, out_dir)
-    files.update(write_run_results(exp, run_dir, out_dir, t0_ns, summary))
+    files.update(write_run_results(exp, run_dir, out_dir, t0_ns, summary,
+                                   dport=exp.spec.hpcc.dport))
+    if pcap:            # "wall": wall-time stamps; else (True, "fabric") fabric time
+        files.update(write_captures(run_dir, out_dir, start_at_unix_ns, exp.dilation,
+                                    "wall" if pcap == "wall" else "fabric"))
     console.print(render_summary(summary))
     if "collectives" in summary:
         console.print(render_collectives(summary["collectives"]))
@@ -117,7 +123,7 @@ def _keep_partial(exp: Experiment, servers: ServerGroup, summary: dict, run_dir:
     try:
         add_collectives(exp, servers, summary, out_dir)
         summary["complete"] = False
-        write_run_results(exp, run_dir, out_dir, t0_ns, summary)
+        write_run_results(exp, run_dir, out_dir, t0_ns, summary, dport=exp.spec.hpcc.dport)
     except Exception:   # a raw log cut short by a killed process: summary.json alone
         (out_dir / "summary.json").write_text(json.dumps(summary, indent=1))
     raise RunAborted(f"{aborted}; partial results in {out_dir / 'summary.json'}")

@@ -139,7 +139,7 @@ def collectives_block(exp: Experiment, results: dict[str, dict]) -> dict:
                             "throughput_GBps": s.get("bytes_in_window", 0) / win_ns if win_ns else 0.0})
         out["storage"] = {"server": wp.storage_server, "nic": wp.storage_nic, "readers": readers,
                           "throughput_GBps": sum(r["throughput_GBps"] for r in readers)}
-    wrong = [r["wrong"] for r in out["results"] if r["wrong"]]
+    wrong = [r[k] for r in out["results"] for k in ("wrong", "inplace_wrong") if r.get(k)]
     if out["training"] and out["training"]["wrong"]:
         wrong.append(out["training"]["wrong"])
     out["complete"] = (not errors and all(r.get("complete") for r in res) and not wrong
@@ -154,25 +154,28 @@ def write_collectives(out_dir: Path, block: dict) -> dict[str, Path]:
 def render_collectives(block: dict) -> Table:
     t = Table(title=f"collectives on {', '.join(block['servers'])} (fabric time)"
                     + ("" if block["complete"] else ", INCOMPLETE"))
-    for col in ("collective", "size (B)", "time (µs)", "algbw (GB/s)", "busbw (GB/s)", "#wrong"):
+    for col in ("collective", "size (B)", "time (µs)", "algbw (GB/s)", "busbw (GB/s)", "#wrong",
+                "in-place busbw"):
         t.add_column(col, justify="right")
     for r in sorted(block["results"], key=lambda r: (r["collective"], r["size_bytes"])):
+        inplace = r.get("inplace_busbw_GBps")
         t.add_row(f"{r['collective']} ({r['algorithm']})", f"{r['size_bytes']:,}",
                   f"{r['time_us']:.1f}", f"{r['algbw_GBps']:.2f}", f"{r['busbw_GBps']:.2f}",
-                  "N/A" if r["wrong"] is None else str(r["wrong"]))
+                  "N/A" if r["wrong"] is None else str(r["wrong"]),
+                  "" if inplace is None else f"{inplace:.2f}")
     tr = block["training"]
     if tr:
         st = tr["step_time_us"]
         t.add_row(f"training step ({tr['collective']})", f"{tr['size_bytes']:,}",
                   f"{st['mean']:.1f} (max {st['max']:.1f})", "", "",
-                  "N/A" if tr["wrong"] is None else str(tr["wrong"]))
+                  "N/A" if tr["wrong"] is None else str(tr["wrong"]), "")
     if block["storage"]:
         s = block["storage"]
         t.add_row(f"storage READs from {s['server']}", "", "",
                   f"{s['throughput_GBps']:.2f}", "",
-                  str(sum(r["wrong_blocks"] or 0 for r in s["readers"])))
+                  str(sum(r["wrong_blocks"] or 0 for r in s["readers"])), "")
     for e in block["errors"]:
-        t.add_row("error", e, "", "", "", "")
+        t.add_row("error", e, "", "", "", "", "")
     return t
 
 

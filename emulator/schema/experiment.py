@@ -32,6 +32,7 @@ traffic:                            # one or more entries (optional with a workl
   - {src: h1, dst: h4, op: write, size_bytes: 4000000, start_us: 10}   # ... or one flow
 limits:
   wall_s: 120                       # give up (and say so) after this much wall time (at D <= 10000; more at a higher D)
+hpcc: {dport: 4791}                 # the dport fct.txt/flow.txt show: HPCC's fct_analysis.py keeps 100 (-t 0)
 sweep:                              # optional: one run per value, plus sweep.csv/png
   parameter: qos.ecn.kmax_bytes
   values: [20000, 60000, 200000]
@@ -56,6 +57,7 @@ from emulator.schema.endpoints import EndpointsSpec, FlowExpect
 from emulator.schema.limits import FabricUs, MessageBytes, WallS
 from emulator.schema.load import FieldError, StrictSpec
 from emulator.schema.workload import StorageSpec, WorkloadSpec
+from emulator.wire import ROCEV2_UDP_DPORT
 
 NAME_RE = re.compile(r"[a-z0-9][a-z0-9-]*")
 
@@ -80,6 +82,13 @@ class NicSpec(StrictSpec):
 
 class LimitsSpec(StrictSpec):
     wall_s: WallS = 120.0
+
+
+class HpccSpec(StrictSpec):
+    # The UDP dport written in the HPCC-format fct.txt / flow.txt (the packets
+    # keep RoCEv2's 4791): HPCC's analysis/fct_analysis.py keeps only the
+    # flows of dport 100 (-t 0) or 200 (-t 1), so 100 lets it read our runs.
+    dport: int = Field(ROCEV2_UDP_DPORT, ge=1, le=65535)
 
 
 class TrafficSpec(StrictSpec):
@@ -121,6 +130,7 @@ class ExperimentSpec(StrictSpec):
     workload: Optional[WorkloadSpec] = None         # collectives on servers; traffic then optional
     storage: Optional[StorageSpec] = None           # checkpoint reads during the workload's training
     limits: LimitsSpec = LimitsSpec()
+    hpcc: HpccSpec = HpccSpec()
     sweep: Optional[SweepSpec] = None               # run once per value (emulator/experiment/sweep.py)
     endpoints: Optional[EndpointsSpec] = None       # NIC/DPU, tenants, host CPU (schema/endpoints.py)
 

@@ -86,9 +86,17 @@ def test_allreduce_idle_correct_and_near_line_rate(idle):
     assert sorted(bus) == sorted(IDLE_MIN_FRACTION)
     for size, frac in IDLE_MIN_FRACTION.items():
         assert frac * LINK_GBPS <= bus[size] <= LINK_GBPS * TIMING_SLACK, (size, bus)
-    # the files nccl-tests users read
+    # the files nccl-tests users read: its table, $8 the out-of-place busbw, 13 fields
     table = (out / "collectives.txt").read_text()
-    assert "# all_reduce (ring), 8 ranks" in table and "#wrong" in table
+    assert "all_reduce (ring), 8 ranks" in table and "# Out of bounds values : 0 OK" in table
+    fields = [line.split() for line in table.splitlines() if not line.startswith("#")]
+    assert all(len(f) == 13 for f in fields) and len(fields) == len(bus)
+    for f in fields:
+        assert float(f[7]) == pytest.approx(bus[int(f[0])], abs=0.006)      # $8
+        assert f[8] == "0" and f[12] == "0"                 # #wrong, out of place and in place
+    inplace = {r["size_bytes"]: r["inplace_busbw_GBps"] for r in summary["collectives"]["results"]}
+    for size, frac in IDLE_MIN_FRACTION.items():           # the same transfers, one buffer
+        assert frac * LINK_GBPS <= inplace[size] <= LINK_GBPS * TIMING_SLACK, (size, inplace)
     rows = (out / "collectives.csv").read_text().splitlines()
     assert rows[0].startswith("collective,algorithm,nranks,size_bytes") and len(rows) == 4
     assert (out / "collectives.png").read_bytes()[:4] == b"\x89PNG"

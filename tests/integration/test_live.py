@@ -48,7 +48,8 @@ def test_an_exception_inside_tears_the_fabric_down():
 
 
 def test_run_returns_a_typed_result(tmp_path):
-    res = fe.run(fe.load_experiment(INCAST, set={"traffic[0].size_bytes": 65536}),
+    res = fe.run(fe.load_experiment(INCAST, set={"traffic[0].size_bytes": 65536,
+                                                 "hpcc.dport": 100}),
                  tmp_path, dilation=4000, quiet=True)
     assert res.complete and res.summary["experiment"] == "incast-pfc"
     assert len(res.flows) == 5 and res.flows[0].bytes == 65536
@@ -59,3 +60,6 @@ def test_run_returns_a_typed_result(tmp_path):
         for q in p["priorities"])
     assert res.fct_us(100) == max(f.fct_us for f in res.flows)
     assert fe.Result.load(tmp_path).summary == res.summary
+    # HPCC's fct_analysis.py keeps dport 100: every completed flow is there
+    fct = [line.split() for line in (tmp_path / "fct.txt").read_text().splitlines()]
+    assert len(fct) == 5 and {f[3] for f in fct} == {"100"}

@@ -144,12 +144,13 @@ def test_pause_frames_dissect_with_the_port_rate(tmp_path, target):
     s = run_shipped(exp, tmp_path, pcap=True)
     assert s["complete"]
     # The embedded target writes one pcap per port; BMv2 one per direction.
-    pcap = {"embedded": "{}.pcap", "bmv2": "{}_out.pcap"}[target]
+    # DIR/pcap/ holds them in fabric time.
+    pcap = {"embedded": "pcap/{}.pcap", "bmv2": "pcap/{}_out.pcap"}[target]
     # Pauses last 0xFFFF quanta (embedded) or the controller's pause_us (fabric.p4 on BMv2).
     xoff = 0xFFFF if target == "embedded" else pfc_port_params(
         exp.fabric.links[exp.fabric.port("leaf1", 2).link_index].rate_bps, PfcSpec(), s["dilation"])["pause_quanta"]
     # leaf1 port 2 faces h2, a sender: leaf1 pauses it.
-    frames = rdpcap(str(tmp_path / "run" / pcap.format("leaf1-eth2")))
+    frames = rdpcap(str(tmp_path / pcap.format("leaf1-eth2")))
     pauses = [f for f in frames if f.haslayer(MACControlClassBasedFlowControl)]
     assert pauses
     for f in pauses:
@@ -158,11 +159,23 @@ def test_pause_frames_dissect_with_the_port_rate(tmp_path, target):
         assert pfc.c3_enabled == 1
         assert sum(getattr(pfc, f"c{i}_enabled") for i in range(8)) == 1
         assert pfc.c3_pause_time in (0, xoff)
+    if target == "embedded":
+        # In fabric time the incast's bottleneck (leaf1 -> h1) reads at its link rate, as
+        # Wireshark's I/O graph would show: wire bytes (+ preamble, FCS, IFG) per fabric second.
+        h1_mac = exp.fabric.addresses.host_mac("h1")
+        data = [f for f in rdpcap(str(tmp_path / pcap.format("leaf1-eth1")))
+                if f.dst == h1_mac and len(f) > 1000]
+        mid = data[len(data) // 10: len(data) * 9 // 10]
+        bits = sum((len(f) + 24) * 8 for f in mid[1:])
+        rate = bits / float(mid[-1].time - mid[0].time)
+        link = exp.fabric.links[exp.fabric.port("leaf1", 1).link_index].rate_bps
+        assert 0.9 * link <= rate <= 1.02 * link, (rate, link)
+        assert (tmp_path / "capture.pcapng").stat().st_size > 0
     if shutil.which("tshark"):
-        out = subprocess.run(["tshark", "-r", str(tmp_path / "run" / pcap.format("leaf1-eth2")), "-Y", "macc.opcode == 0x0101",
+        out = subprocess.run(["tshark", "-r", str(tmp_path / pcap.format("leaf1-eth2")), "-Y", "macc.opcode == 0x0101",
                               "-T", "fields", "-e", "frame.number"], capture_output=True, text=True)
         assert out.stdout.strip(), out.stderr
-        out = subprocess.run(["tshark", "-r", str(tmp_path / "run" / pcap.format("leaf1-eth1")), "-Y", "infiniband.bth",
+        out = subprocess.run(["tshark", "-r", str(tmp_path / pcap.format("leaf1-eth1")), "-Y", "infiniband.bth",
                               "-c", "1", "-T", "fields", "-e", "infiniband.bth.opcode"],
                              capture_output=True, text=True)
         assert out.stdout.strip(), out.stderr

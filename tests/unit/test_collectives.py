@@ -3,6 +3,7 @@ over real RoceNics joined by AF_UNIX socket pairs (no root needed)."""
 from __future__ import annotations
 
 import csv
+import json
 
 import numpy as np
 import pytest
@@ -34,6 +35,27 @@ def test_flat_schedules_compute_the_collective(coll, n):
     size = 4 * n * 37
     for seed in range(3):
         assert simulate_wrong(coll, "ring", 1, n, size, 24, slots=1 + seed, seed=seed) == 0
+
+
+@pytest.mark.parametrize("coll,alg,S,G", [
+    *((c, "ring", S, G) for c in ("all_reduce", "all_gather", "reduce_scatter")
+      for S, G in ((1, 3), (2, 4))),
+    ("all_reduce", "hierarchical", 2, 2), ("all_reduce", "hierarchical", 3, 2)])
+def test_in_place_schedules_compute_the_collective_in_one_buffer(coll, alg, S, G):
+    """nccl-tests' in-place run: the input where NCCL puts it, the result read
+    from the same buffer, every execution order the dependencies allow."""
+    n, size = S * G, 4 * S * G * 37
+    for seed in range(3):
+        sch = algorithms.in_place(algorithms.build(coll, alg, S, G, size, 24), coll, n, size)
+        assert all(len(s.buffers) == len(algorithms.build(coll, alg, S, G, size, 24)[0].buffers) - 1
+                   for s in sch.values())                  # one buffer fewer: they are one
+        views = {r: algorithms.in_place_views(coll, n, r, size) for r in range(n)}
+        ins = {r: data.input_elems(r, 3, data.input_bytes(coll, n, size) // 4) for r in range(n)}
+        out = simulate.run(sch, ins, slots=1 + seed, seed=seed,
+                           input_at={r: v[0][:2] for r, v in views.items()})
+        for r, (_, (buf, first, count)) in views.items():
+            got = out[r][buf][first:first + count]
+            assert data.count_wrong(got, data.expected(coll, r, n, 3, size)) == 0, (r, seed)
 
 
 @pytest.mark.parametrize("S,G", [(2, 2), (2, 4), (3, 2), (4, 1), (1, 4), (3, 3)])
@@ -81,32 +103,60 @@ def test_busbw_factors():
     assert report.busbw_factor("all_reduce", 1) == 0
 
 
-def _records(coll, size, n, time_ns, dilation, wrong=0):
+def _records(coll, size, n, time_ns, dilation, wrong=0, in_place=False):
     return [{"rank": r, "collective": coll, "algorithm": "ring", "size_bytes": size,
-             "nranks": n, "iters": 4, "start_ns": 1000, "end_ns": 1000 + 4 * time_ns * dilation,
-             "wrong": wrong} for r in range(n)]
+             "nranks": n, "iters": 4, "warmup_iters": 2, "in_place": in_place, "start_ns": 1000,
+             "end_ns": 1000 + 4 * time_ns * dilation, "wrong": wrong} for r in range(n)]
 
 
 def test_report_rows_table_and_files(tmp_path):
     D = 100
-    # 1 MiB all-reduce in 100 us (fabric) on 4 ranks: algbw 10.49 GB/s, busbw x 1.5
+    # 1 MiB all-reduce in 100 us (fabric) on 4 ranks: algbw 10.49 GB/s, busbw x 1.5;
+    # in place in 80 us
     rows = report.collective_rows(_records("all_reduce", 1 << 20, 4, 100_000, D)
+                                  + _records("all_reduce", 1 << 20, 4, 80_000, D, in_place=True)
                                   + _records("all_gather", 1 << 20, 4, 50_000, D, None), D)
     ar, ag = rows
     assert ar["time_us"] == pytest.approx(100.0) and ar["count"] == 262144
     assert ar["algbw_GBps"] == pytest.approx(10.48576)
     assert ar["busbw_GBps"] == pytest.approx(10.48576 * 1.5)
+    assert ar["inplace_time_us"] == pytest.approx(80.0) and ar["inplace_wrong"] == 0
     assert ag["busbw_GBps"] == pytest.approx(2 * 10.48576 * 0.75) and ag["wrong"] is None
-    assert ag["redop"] == "none"
+    assert ag["redop"] == "none" and ag["inplace_time_us"] is None
     text = report.format_table(rows)
-    line = [x for x in text.splitlines() if x.strip().startswith("1048576")][0].split()
-    assert line == ["1048576", "262144", "float", "sum", "100.0", "10.49", "15.73", "0"]
-    assert "N/A" in text
-    paths = report.write(tmp_path, rows)
+    rows_txt = [x for x in text.splitlines() if not x.startswith("#")]
+    # nccl-tests' layout: 13 fields, column 8 ($8) the out-of-place busbw, 12 the in-place
+    assert rows_txt[0].split() == ["1048576", "262144", "float", "sum", "-1",
+                                   "100.00", "10.49", "15.73", "0", "80.00", "13.11", "19.66", "0"]
+    assert rows_txt[0] == ("     1048576        262144     float     sum      -1"
+                           "   100.00   10.49   15.73       0    80.00   13.11   19.66       0")
+    assert rows_txt[1].split()[5:] == ["50.00", "20.97", "15.73", "N/A"]     # no in-place half
+    # src/util.cu's header format, applied as C's printf would
+    assert "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s \n" % (
+        "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong",
+        "time", "algbw", "busbw", "#wrong") in text
+    assert "# Out of bounds values : 0 OK" in text
+    assert f"# Avg bus bandwidth    : {(15.728640 + 19.660800) / 2:g} " in text
+    paths = report.write(tmp_path, rows, {"steps": 1})
     got = list(csv.DictReader(open(paths["csv"])))
     assert got[0]["busbw_GBps"] == "15.7286" and got[1]["wrong"] == "N/A"
+    assert got[0]["inplace_busbw_GBps"] == "19.6608"
+    j = json.loads(paths["json"].read_text())            # nccl-tests' -J shape
+    assert set(j) >= {"version", "config", "results", "out_of_bounds", "average_bus_bandwidth"}
+    r0 = j["results"][0]
+    assert (r0["size"], r0["count"], r0["type"], r0["redop"], r0["root"].strip()) == (
+        1 << 20, 262144, "float", "sum", "-1")
+    assert r0["out_of_place"]["bus_bw"] == pytest.approx(15.72864) and r0["in_place"]["nwrong"] == 0
+    assert j["results"][1]["in_place"] is None and j["results"][1]["out_of_place"]["nwrong"] is None
+    assert r0["experiment_name"] == "all_reduce_perf ring" and j["out_of_bounds"]["okay"]
+    assert json.loads(paths["training"].read_text()) == {"steps": 1}
     with pytest.raises(ValueError, match="records of 3 ranks"):
         report.collective_rows(_records("all_reduce", 64, 4, 10, 1)[:3], 1)
+
+
+def test_nccl_tests_float_format_fits_its_width():
+    assert report._float(100.0, 7) == " 100.00" and report._float(12345.678, 7) == "12345.7"
+    assert report._float(1234567.0, 7) == "1234567" and report._float(123456789.0, 7) == "1.2e+08"
 
 
 @pytest.mark.parametrize("data_,field,reason", [
@@ -205,9 +255,11 @@ def test_engine_over_roce_nics(two_servers):
         e.connect(bench.connections_for(2, 2, pairs))
     recs = []
     for coll, alg in pairs:
-        recs += bench.measure(engines, coll, alg, 64 << 10, iters=3, warmup_iters=1)
+        for in_place in (False, True):
+            recs += bench.measure(engines, coll, alg, 64 << 10, iters=3, warmup_iters=1,
+                                  in_place=in_place)
     rows = {(r["collective"], r["algorithm"]): r for r in report.collective_rows(recs, 1.0)}
-    assert all(r["wrong"] == 0 for r in rows.values())
+    assert all(r["wrong"] == 0 and r["inplace_wrong"] == 0 for r in rows.values())
     link_GBps = rate / 8e9
     assert rows[("all_reduce", "ring")]["busbw_GBps"] <= link_GBps
     tr = bench.train(engines, "all_reduce", "hierarchical", 32 << 10, steps=2, warmup_steps=0,

@@ -115,3 +115,29 @@ def test_busbw_plot_is_a_png_and_needs_rows(tmp_path):
     out = plot_busbw(rows, tmp_path / "collectives.png", 12.5)
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 5000
     assert plot_busbw([], tmp_path / "none.png") is None and not (tmp_path / "none.png").exists()
+
+
+def test_up_to_forty_series_get_forty_distinct_colours():
+    from emulator.experiment.plots import MAX_DISTINCT, colours
+    cs = colours(MAX_DISTINCT)
+    assert len(cs) == MAX_DISTINCT and len(set(cs)) == MAX_DISTINCT
+
+
+def test_beyond_forty_flows_the_goodput_is_summed_per_receiver():
+    from emulator.experiment.plots import _receiver_lines
+    series = {f: [{"time_ns": t, "rate_gbps": 1.0 + f % 2, "src": f"h{f}", "dst": f"d{f % 3}"}
+                  for t in (1000, 2000)] for f in range(45)}
+    lines = {label: r for label, _, r in _receiver_lines(series)}
+    assert set(lines) == {"→d0 (15 flows)", "→d1 (15 flows)", "→d2 (15 flows)"}
+    # d0 gets flows 0, 3, ..., 42: 8 even (1 Gbps) + 7 odd (2 Gbps) = 22 Gbps at each instant
+    assert lines["→d0 (15 flows)"][1:] == [22.0, 22.0]
+
+
+def test_cdf_title_quotes_only_the_percentiles_its_flows_support():
+    from emulator.experiment.plots import cdf_title
+    assert cdf_title([1.5]).endswith("1 flow: max 1.50")
+    assert cdf_title([1.0, 2.0, 3.0]).endswith("3 flows: p50 2.00, max 3.00")
+    ten = [float(i) for i in range(1, 11)]
+    assert cdf_title(ten).endswith("p50 5.00, p90 9.00, max 10.00")
+    hundred = [float(i) for i in range(1, 101)]
+    assert "p99 99.00" in cdf_title(hundred)

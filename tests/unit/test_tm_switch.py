@@ -132,3 +132,57 @@ def test_switch_loop_on_a_manual_clock(tmp_path, monkeypatch):
         "10000000,2,0,1000", "20000000,2,0,0"]
     (p2,) = [p for p in stats["ports"] if p["port"] == 2]
     assert p2["tx_packets"] == 3 and p2["released_frames"] == 3 and p2["max_lateness_ns"] == 0
+
+
+class LateWake(StopAt):
+    """The loop's first wait returns late, at ``late_ns``, with port 1 readable."""
+
+    def __init__(self, stop_ns: int, late_ns: int):
+        super().__init__(stop_ns)
+        self.late_ns = late_ns
+
+    def wait_readable(self, fds, deadline_ns):
+        if self.late_ns is not None:
+            self.set(self.late_ns)
+            self.late_ns = None
+            return ManualClock.wait_readable(self, fds, self.now_ns())
+        return super().wait_readable(fds, deadline_ns)
+
+
+def test_woken_late_the_ports_catch_up_before_arrivals_are_enqueued(tmp_path, monkeypatch):
+    """Three frames queued for port 2 at t = 0; the loop wakes at 2.5 frame
+    times with a frame read from port 1. By then all three have started, so
+    the arrival finds port 2's queue empty -- not two frames deep, a queue
+    the fabric never had (and that ECN and PFC would act on)."""
+    ends = {p["ifname"]: socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM) for p in PORTS}
+    for mine, _ in ends.values():
+        mine.setblocking(False)
+    monkeypatch.setattr(switch_mod, "open_port_socket", lambda ifname: ends[ifname][0])
+    ports = [{**p, "rate_bps": 1_000_000, "delay_ns": 0} for p in PORTS]
+    cfg = _load(tmp_path, ports=ports)
+    ser = (1000 + 24) * 8000
+    clock = LateWake(3 * ser, late_ns=ser * 5 // 2)
+    sw = clock.switch = EmbeddedSwitch(cfg, P4Info.load(), clock)
+    seen = []
+    enqueue = sw.tm.enqueue
+
+    def spy(now_ns, frame, v):
+        seen.append((now_ns, sw.tm.ports[2].depth[0]))
+        return enqueue(now_ns, frame, v)
+
+    def route(frame, port_no):
+        sw.pipeline.verdict = verdict(2, port_no)
+        return 2, frame
+    try:
+        for i in range(3):
+            assert sw.tm.enqueue(0, roce(1000, ident=i), verdict(2, 1))
+        sw.tm.enqueue = spy
+        sw.pipeline.ingress = route
+        ends["s1-eth1"][1].send(roce(1000, ident=9))
+        sw.run()
+    finally:
+        sw.close()
+        for pair in ends.values():
+            for s in pair:
+                s.close()
+    assert seen == [(ser * 5 // 2, 0)]

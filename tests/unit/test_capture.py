@@ -1,0 +1,57 @@
+"""Captures as users read them: a run's per-port pcaps in fabric time, and one
+pcapng of the whole run with interface names (Scapy's readers check both)."""
+from __future__ import annotations
+
+from scapy.layers.l2 import Ether
+from scapy.utils import PcapNgReader, rdpcap
+
+from emulator.clock import ManualClock
+from emulator.dataplane.pcap import PcapWriter
+from emulator.experiment.capture import read_pcap, write_captures
+
+MS = 1_000_000
+
+
+def _run_pcaps(run):
+    """Two ports' pcaps as the switch writes them, frames 10 and 20 ms (wall)
+    after t0 on eth1 and 5 ms on eth2; t0 is the clock's Unix time now."""
+    clock = ManualClock(1_000)
+    t0 = clock.unix_ns()
+    a, b = PcapWriter(run / "s1-eth1.pcap", clock), PcapWriter(run / "s1-eth2.pcap", clock)
+    frame = lambda i: bytes(Ether(dst="02:00:00:00:00:02") / (bytes([i]) * 100))  # noqa: E731
+    a.write(clock.now_ns() + 10 * MS, frame(1))
+    b.write(clock.now_ns() + 5 * MS, frame(2))
+    a.write(clock.now_ns() + 20 * MS, frame(3))
+    a.close()
+    b.close()
+    return t0
+
+
+def test_ports_in_fabric_time_and_one_capture_with_interface_names(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    t0 = _run_pcaps(run)
+    files = write_captures(run, tmp_path, t0, dilation=1000.0)
+    eth1 = rdpcap(str(files["pcap"] / "s1-eth1.pcap"))
+    assert [round(float(p.time) * 1e9) for p in eth1] == [10_000, 20_000]     # wall / D
+    merged = list(PcapNgReader(str(files["capture.pcapng"])))
+    assert [(round(float(p.time) * 1e9), p.sniffed_on, bytes(p)[14]) for p in merged] == [
+        (5_000, "s1-eth2", 2), (10_000, "s1-eth1", 1), (20_000, "s1-eth1", 3)]
+
+
+def test_wall_time_keeps_the_switch_stamps(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    t0 = _run_pcaps(run)
+    files = write_captures(run, tmp_path / "out", t0, dilation=1000.0, time="wall")
+    assert [t for t, _, _ in read_pcap(files["pcap"] / "s1-eth2.pcap")] == [t0 + 5 * MS]
+    assert write_captures(tmp_path / "out", tmp_path / "none", t0, 1000.0) == {}  # no pcaps
+
+
+def test_a_file_cut_short_yields_its_whole_records(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    _run_pcaps(run)
+    data = (run / "s1-eth1.pcap").read_bytes()
+    (run / "s1-eth1.pcap").write_bytes(data[:-10])          # the switch was killed mid-write
+    assert len(list(read_pcap(run / "s1-eth1.pcap"))) == 1
