@@ -11,7 +11,7 @@ importing a part of the package does not import the whole.
 """
 from __future__ import annotations
 
-import importlib
+from emulator.lazy import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -20,18 +20,4 @@ _EXPORTS = {
             "sweep"),
     "live": ("Fabric",),
 }
-_MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
-__all__ = sorted(_MODULE_OF)
-
-
-def __getattr__(name: str):
-    module = _MODULE_OF.get(name)
-    if module is None:
-        raise AttributeError(f"module 'emulator' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"emulator.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return sorted([*globals(), *__all__])
+__getattr__, __dir__, __all__ = lazy_exports(__name__, globals(), _EXPORTS)

@@ -192,10 +192,6 @@ class Bmv2Switch(Switch):
         return cmd
 
     def start(self, controllers) -> None:
-        for intf in self.intfList():
-            if intf.name != "lo":
-                subprocess.run(["sysctl", "-qw", f"net.ipv6.conf.{intf.name}.disable_ipv6=1"],
-                               check=False, capture_output=True)
         with open(self.log_path, "w") as log:
             log.write(" ".join(self.command()) + "\n")
             log.flush()

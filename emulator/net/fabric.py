@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import subprocess
 from pathlib import Path
 
 from emulator.errors import EnvironmentProblem, FabricEmuError, RunAborted
@@ -221,6 +222,7 @@ class FabricNet:
         self.net = Mininet(topo=topo, controller=None, autoSetMacs=False, build=False,
                            waitConnected=False)
         self.net.build()
+        self._quiet_ipv6()
         self.net.start()
         if self.program:
             self.controller = FabricController(
@@ -230,6 +232,17 @@ class FabricNet:
                 reaction_fabric_ns=int(REACTION_WALL_NS / self.dilation), dilation=self.dilation)
             self.controller.connect()
             self.controller.install()
+
+    def _quiet_ipv6(self) -> None:
+        """Keep the kernel's IPv6 chatter (DAD, MLD, router solicitations) off
+        the fabric: every switch interface, in one sysctl, before any switch
+        starts -- a switch started first would otherwise receive what its
+        neighbours' interfaces sent until theirs started (pipeline drops a
+        real fabric would not count). Hosts turn IPv6 off in their namespace."""
+        keys = [f"net.ipv6.conf.{intf.name}.disable_ipv6=1" for sw in self.fabric.switches()
+                for intf in self.net.get(sw.name).intfList() if intf.name != "lo"]
+        if keys:
+            subprocess.run(["sysctl", "-qw", *keys], check=False, capture_output=True)
 
     def stop(self) -> None:
         from emulator.net.clean import delete_interfaces, kill_processes, run_processes

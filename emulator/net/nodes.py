@@ -85,9 +85,6 @@ class EmbeddedP4Switch(Switch):
             rate_bps, delay_ns = self.port_links[port_no]
             ports.append(PortConfig(port_no=port_no, ifname=intf.name, rate_bps=rate_bps,
                                     delay_ns=delay_ns))
-            # Keep the kernel's IPv6 chatter off the fabric.
-            subprocess.run(["sysctl", "-qw", f"net.ipv6.conf.{intf.name}.disable_ipv6=1"],
-                           check=False, capture_output=True)
         cfg_path = self.run_dir / f"{self.name}.switch.json"
         SwitchConfig(name=self.name, device_id=self.device_id, grpc_port=self.grpc_port,
                      ports=ports, stats_path=str(self.stats_path), **self.options).write(cfg_path)

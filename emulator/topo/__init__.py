@@ -23,8 +23,7 @@ the builder above it.
 """
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from emulator.lazy import lazy_exports
 
 _EXPORTS = {
     "graph": ("COMPUTE_PLANE", "CPU_PORT", "DEFAULT_HOST_PREFIX", "HOST_PORT_NO",
@@ -36,18 +35,4 @@ _EXPORTS = {
                "nexthop_members"),
     "show": ("render_fabric",),
 }
-_MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
-__all__ = sorted(_MODULE_OF)
-
-
-def __getattr__(name: str) -> Any:
-    module = _MODULE_OF.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__, __all__ = lazy_exports(__name__, globals(), _EXPORTS)
