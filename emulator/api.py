@@ -30,37 +30,24 @@ from typing import Any, Iterable, Mapping
 
 from emulator.experiment.model import experiment_from_dict, read_experiment_data
 from emulator.experiment.resolved import Experiment
-from emulator.experiment.sweep import set_path, value_label
+from emulator.experiment.overrides import apply_sets
+from emulator.experiment.sweep import value_label
 
-def _with_sets(data: dict, sets: Mapping[str, Any] | Iterable[str] | None) -> dict:
-    """``sets``: {"a.b": value} (Python values) or ["a.b=yaml", ...] (as ``--set``)."""
-    if not sets:
-        return data
-    if isinstance(sets, Mapping):
-        for key, value in sets.items():
-            try:
-                data = set_path(data, key, value)
-            except (KeyError, ValueError) as e:
-                from emulator.errors import ConfigError
-                raise ConfigError("set", key, f"cannot set it: {e.args[0]}") from None
-        return data
-    from emulator.experiment.overrides import apply_sets
-    return apply_sets(data, sets)
+Sets = Mapping[str, Any] | Iterable[str] | None     # {"a.b": value} or ["a.b=yaml", ...]
 
 
-def load_experiment(path: str | Path, *, set: Mapping[str, Any] | Iterable[str] | None = None,
+def load_experiment(path: str | Path, *, set: Sets = None,
                     target: str | None = None) -> Experiment:
     """An experiment file, with fields changed (``set``) before it is checked."""
-    return experiment_from_dict(_with_sets(read_experiment_data(path), set), path, target)
+    return experiment_from_dict(apply_sets(read_experiment_data(path), set), path, target)
 
 
-def build_experiment(data: Mapping[str, Any], *, base_dir: str | Path = ".",
-               set: Mapping[str, Any] | Iterable[str] | None = None,
-               target: str | None = None) -> Experiment:
+def build_experiment(data: Mapping[str, Any], *, base_dir: str | Path = ".", set: Sets = None,
+                     target: str | None = None) -> Experiment:
     """An experiment from a dict shaped like the file (``topology:`` a path,
     relative to ``base_dir``, or the topology itself as a dict)."""
     source = Path(base_dir) / f"<{data.get('name', 'experiment')}>.yaml"
-    return experiment_from_dict(_with_sets(dict(data), set), source, target)
+    return experiment_from_dict(apply_sets(dict(data), set), source, target)
 
 
 def load_topology(path: str | Path):
@@ -228,7 +215,7 @@ def sweep(exp: Experiment | str | Path, grid: Mapping[str, Iterable[Any]],
     rows = []
     for values in itertools.product(*(list(grid[k]) for k in keys)):
         point = dict(zip(keys, values))
-        e = experiment_from_dict(_with_sets(base, point), source)
+        e = experiment_from_dict(apply_sets(base, point), source)
         name = ",".join(f"{k}={value_label(v)}" for k, v in point.items())
         res = run(e, out / name, dilation=dilation, quiet=quiet)
         rows.append({**point, **_row(res), "result": res})

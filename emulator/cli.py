@@ -159,11 +159,12 @@ def cli(experiment, target, out_dir, dilation, sets):
     dilation = parse_dilation(dilation)
     if dilation is not None:
         exp = with_dilation(exp, dilation)
+    exp = dilation_for_cli(exp, resolve_target(exp.spec.target))     # auto: the cached D
     run_dir = Path(out_dir or f"results/{exp.name}/cli")
     check_environment()
     with RunLock.acquire(experiment, run_dir), \
             fabric_net(exp, run_dir, target=resolve_target(exp.spec.target)) as fnet:
-        console.print(p4runtime_banner(exp, fnet))
+        click.echo(p4runtime_banner(exp, fnet), err=True)     # unwrapped: lines to paste
         setLogLevel("output")   # the CLI prints through Mininet's log
         CLI(fnet.net)
 

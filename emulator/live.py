@@ -18,6 +18,7 @@ lock): a second one, or a ``fabric-emu run``, is refused with one line.
 """
 from __future__ import annotations
 
+import dataclasses
 import tempfile
 from pathlib import Path
 from typing import Any, Mapping
@@ -115,7 +116,7 @@ class Fabric:
         """Whether ``src`` gets ICMP echo replies from ``dst``'s address."""
         ip = self.fabric.addresses.host_ip(dst)
         out = self.cmd(src, f"ping -c {count} -W {max(1, round(timeout_s))} {ip}")
-        return f" 0% packet loss" in out
+        return " 0% packet loss" in out
 
     # P4Runtime
     def port_counters(self) -> dict[tuple[str, int], dict]:
@@ -133,7 +134,6 @@ class Fabric:
         merged = _merge(self.experiment.spec.qos.model_dump(), dict(changes))
         qos = QosSpec.model_validate(merged)
         self.controller.set_qos(qos)
-        import dataclasses
         self.experiment = dataclasses.replace(
             self.experiment, spec=self.experiment.spec.model_copy(update={"qos": qos}))
 

@@ -49,7 +49,7 @@ def mininet_unavailable_reason() -> str | None:
     if os.geteuid() != 0:
         return "needs root: Mininet builds network namespaces and veths"
     try:
-        import mininet.net  # noqa: F401
+        import mininet.net  # noqa: F401  (importable: the test can build a fabric)
     except ImportError:
         return ("Mininet's Python module is not importable (apt-get install mininet; "
                 "a venv needs Debian's mininet on its path)")

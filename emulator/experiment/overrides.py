@@ -10,7 +10,7 @@ The path is the sweep's (``emulator.experiment.sweep.path_tokens``:
 """
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 import yaml
 
@@ -36,18 +36,19 @@ def parse_set(item: str) -> tuple[str, Any]:
     return key, value
 
 
-def apply_sets(data: Any, items: Iterable[str]) -> Any:
-    """``data`` with every ``--set`` applied in order (a new object; ``data`` is kept)."""
-    items = list(items)
+def apply_sets(data: Any, items: Mapping[str, Any] | Iterable[str] | None) -> Any:
+    """``data`` with every override applied in order (a new object; ``data`` is
+    kept). ``items``: ``--set`` strings (``"a.b=yaml"``), or a mapping of paths
+    to Python values (the library's ``set=``)."""
     if not items:
         return data
+    pairs = list(items.items()) if isinstance(items, Mapping) else [parse_set(i) for i in items]
     if not isinstance(data, dict):
         raise ConfigError("--set", "", "the file is not a mapping at its top level")
-    for item in items:
-        key, value = parse_set(item)
+    for key, value in pairs:
         try:
             data = set_path(data, key, value)
-        except KeyError as e:
+        except (KeyError, ValueError) as e:
             raise ConfigError("--set", key, f"cannot set it: {e.args[0]}") from None
     return data
 

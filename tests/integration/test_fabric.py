@@ -2,18 +2,18 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import time
 
 import pytest
-import yaml
 
 from emulator.experiment.model import experiment_from_dict, load_experiment
 from emulator.experiment.runner import run_experiment
 from emulator.net.fabric import FabricNet
 from emulator.topo import load_fabric
-from tests.conftest import FABRIC_EMU, REPO, run_shipped
+from tests.conftest import FABRIC_EMU, REPO, run_cli, run_shipped
 from tests.losses import assert_no_drops_no_retransmissions
 
 pytestmark = [pytest.mark.fabric, pytest.mark.usefixtures("no_leftovers")]
@@ -101,3 +101,17 @@ def test_interrupted_run_leaves_nothing(tmp_path, sig, target):
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode != 0
     assert "torn down" in out or "interrupted" in out, out
+
+
+@pytest.mark.parametrize("dilation", [[], ["--dilation", "12000"]])
+def test_cli_brings_the_fabric_up_and_prints_a_p4runtime_shell_line_per_switch(tmp_path, dilation):
+    """`fabric-emu cli` (Mininet's CLI; here its stdin says `exit`): up at the
+    cached D for `auto` (else the fallback) or the one asked for; one line
+    per switch with its device id and gRPC address; nothing left after."""
+    r = run_cli("cli", "experiments/demo.yaml", "--out", tmp_path, *dilation, input="exit\n",
+                env={**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")})
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert f"up at dilation {dilation[1] if dilation else 10000}" in r.stderr
+    lines = [x for x in r.stderr.splitlines() if "python3 -m p4runtime_sh" in x]
+    assert [x.split()[0] for x in lines] == ["leaf1", "leaf2", "spine1", "spine2"]
+    assert all("--grpc-addr 127.0.0.1:" in x and "--device-id" in x for x in lines)
