@@ -8,6 +8,7 @@
         fab.table_entries("leaf1", "ipv4_lpm")    # P4Runtime reads, decoded
         fab.port_counters()[("leaf1", 1)]["tx_packets"]
         fab.set_qos({"ecn": {"kmin_bytes": 20000}})   # P4Runtime writes, between runs
+        res = fab.run([{"src": "h2", "dst": "h1", "size_bytes": 1 << 20}])   # a Result
 
 The source is an experiment (``Experiment``, or its file) -- its QoS, buffer
 and MTU are installed -- or a topology (file or dict), which gets the
@@ -37,18 +38,20 @@ def _as_experiment(source, target: str | None) -> Experiment:
     if isinstance(source, Mapping):
         if is_experiment(source):
             return build_experiment(source, target=target)
-        return _no_traffic(fabric_from_dict(dict(source)), "<topology>", target)
+        return _no_traffic(fabric_from_dict(dict(source)), dict(source), "<topology>", target)
     path = Path(source)
     if is_experiment(read_yaml(path, "experiment or topology file")):
         return load_experiment(path, target=target)
-    return _no_traffic(load_fabric(path), str(path), target)
+    path = path.resolve()
+    return _no_traffic(load_fabric(path), str(path), str(path), target)
 
 
-def _no_traffic(fabric, source: str, target: str | None) -> Experiment:
-    """A topology as an experiment with the file defaults (switch buffer, NIC
-    MTU, QoS) and no traffic: what the fabric is brought up with."""
+def _no_traffic(fabric, topology: str | dict, source: str, target: str | None) -> Experiment:
+    """A topology (its file's absolute path, or its data) as an experiment
+    with the file defaults (switch buffer, NIC MTU, QoS) and no traffic:
+    what the fabric is brought up with (``Fabric.run`` adds traffic)."""
     from emulator.schema.experiment import ExperimentSpec
-    spec = ExperimentSpec.model_construct(name=fabric.name, topology=source,
+    spec = ExperimentSpec.model_construct(name=fabric.name, topology=topology,
                                           **({"target": target} if target else {}))
     return Experiment(spec=spec, fabric=fabric, flows=(), source=source)
 
@@ -71,6 +74,7 @@ class Fabric:
         self.run_dir = Path(out)
         self.pcap = pcap
         self.net = None            # emulator.net.fabric.FabricNet while up
+        self._runs = 0
 
     # lifecycle
     def __enter__(self) -> "Fabric":
@@ -126,6 +130,35 @@ class Fabric:
     def table_entries(self, switch: str, table: str | None = None) -> list:
         """A switch's table entries (P4Runtime ``TableEntry`` messages), all or one table's."""
         return self.controller.conns[switch].read_table_entries(table)
+
+    def run(self, traffic: list | None = None, *, out: str | Path | None = None,
+            set=None, quiet: bool = False):
+        """Run traffic on this fabric; an ``emulator.Result``. ``traffic``: the
+        experiment file's ``traffic:`` list (None: the experiment's own);
+        ``set``: other fields of the experiment (not its dilation or QoS: the
+        fabric has them -- ``set_qos`` changes the QoS). Runs one after the
+        other see the same switches: their counters are read as differences,
+        and, as on BMv2, the summary has fabric.p4's counters only
+        (``runner.run_on_fabric``)."""
+        import io
+
+        from rich.console import Console
+
+        from emulator.api import Result, _experiment_data
+        from emulator.experiment.model import experiment_from_dict
+        from emulator.experiment.overrides import apply_sets
+        from emulator.experiment.runner import run_on_fabric
+
+        data = apply_sets(_experiment_data(self.experiment), set)
+        if traffic is not None:
+            data["traffic"] = traffic
+        data["dilation"] = self.experiment.dilation
+        data["qos"] = self.experiment.spec.qos.model_dump()
+        exp = experiment_from_dict(data, self.experiment.source)
+        self._runs += 1
+        out = Path(out) if out is not None else self.run_dir / f"traffic-{self._runs}"
+        console = Console(file=io.StringIO()) if quiet else Console(stderr=True)
+        return Result(run_on_fabric(self._up(), exp, out, console), out)
 
     def set_qos(self, changes: Mapping[str, Any]) -> None:
         """Change ECN/PFC thresholds over P4Runtime: ``changes`` is merged into

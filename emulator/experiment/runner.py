@@ -59,38 +59,89 @@ def run_experiment(exp: Experiment, out_dir: str | Path, console: Console | None
         return _run(exp, Path(out_dir), console or Console(stderr=True), pcap, target)
 
 
-def _run(exp: Experiment, out_dir: Path, console: Console, pcap: bool | str, target: str) -> dict:
+def _fresh_run_dir(out_dir: Path) -> Path:
     run_dir = out_dir / "run"        # configs, logs and raw results of this run
     # An earlier run into the same directory left its agents' progress and
     # result files: they would read as this run's ("done" before it starts).
     shutil.rmtree(run_dir, ignore_errors=True)
     run_dir.mkdir(parents=True, exist_ok=True)
-    wall_t0 = time.monotonic()
+    return run_dir
 
+
+def _run(exp: Experiment, out_dir: Path, console: Console, pcap: bool | str, target: str) -> dict:
+    run_dir = _fresh_run_dir(out_dir)
+    wall_t0 = time.monotonic()
     console.print(f"[bold]{exp.name}[/]: {len(exp.fabric.switches())} switches, "
                   f"{len(exp.fabric.hosts())} hosts, {len(exp.flows)} flows, "
                   f"dilation {exp.dilation:g}, target {target}")
     with fabric_net(exp, run_dir, pcap, target) as fnet:
         console.print(f"fabric up and programmed in {time.monotonic() - wall_t0:.1f} s")
-        aborted: RunAborted | None = None
-        agents = AgentGroup(fnet, exp, run_dir, plain_hosts(exp))
-        servers = ServerGroup(fnet, exp, run_dir)      # workload: collective/storage agents
-        try:
-            start_at_unix_ns = agents.start(ServerGroup.start_delay_s(exp))
-            servers.start(start_at_unix_ns)
-            # Raw logs stamp the monotonic clock; results count fabric time from here.
-            t0_ns = monotonic_t0_from_unix(start_at_unix_ns)
-            _wait_with_progress(fnet, agents, exp, console, servers)
-            fnet.check_alive()      # a switch may die after the last agent ended
-        except RunAborted as e:     # a process died: stop the rest, keep what they wrote
-            aborted = e
-        finally:
-            servers.stop()
-            agents.stop()
-        # A dead switch has no counters to read; its stats.json may be missing.
-        counters = {} if aborted else fnet.controller.read_port_counters()
-        if target == "bmv2" and not aborted:
-            write_p4_counter_stats(fnet.controller, run_dir)
+        # BMv2 has only its P4 counters for the per-priority stats
+        done = _traffic(fnet, exp, run_dir, console, p4_stats=target == "bmv2")
+    return _results(exp, out_dir, run_dir, console, pcap, target, wall_t0, *done)
+
+
+def run_on_fabric(fnet: FabricNet, exp: Experiment, out_dir: str | Path,
+                  console: Console | None = None) -> dict:
+    """Run ``exp``'s traffic or workload on a fabric that is up (a live
+    ``emulator.Fabric``; ``exp`` has its topology, QoS and dilation) into
+    ``out_dir``; its summary. The switches keep running, so their counters
+    are read as differences from before this run; their own stats and raw
+    logs belong to the fabric's lifetime (written when it stops), so this
+    summary has what fabric.p4's counters say, as on BMv2: no switch
+    lateness, pause time or queue peaks."""
+    console = console or Console(stderr=True)
+    out_dir = Path(out_dir)
+    run_dir = _fresh_run_dir(out_dir)
+    wall_t0 = time.monotonic()
+    done = _traffic(fnet, exp, run_dir, console, p4_stats=True, baseline=True)
+    return _results(exp, out_dir, run_dir, console, False, fnet.target, wall_t0, *done)
+
+
+def _traffic(fnet: FabricNet, exp: Experiment, run_dir: Path, console: Console, *,
+             p4_stats: bool, baseline: bool = False) -> tuple:
+    """Start the agents, wait with progress, stop them, read the counters.
+    ``baseline``: subtract what the counters held before (a fabric that ran
+    traffic before). Returns (agents, servers, counters, start Unix ns, t0, aborted)."""
+    ctl = fnet.controller
+    before = (ctl.read_port_counters(), ctl.read_priority_counters()) if baseline else ({}, {})
+    aborted: RunAborted | None = None
+    agents = AgentGroup(fnet, exp, run_dir, plain_hosts(exp))
+    servers = ServerGroup(fnet, exp, run_dir)      # workload: collective/storage agents
+    start_at_unix_ns = t0_ns = None
+    try:
+        start_at_unix_ns = agents.start(ServerGroup.start_delay_s(exp))
+        servers.start(start_at_unix_ns)
+        # Raw logs stamp the monotonic clock; results count fabric time from here.
+        t0_ns = monotonic_t0_from_unix(start_at_unix_ns)
+        _wait_with_progress(fnet, agents, exp, console, servers)
+        fnet.check_alive()      # a switch may die after the last agent ended
+    except RunAborted as e:     # a process died: stop the rest, keep what they wrote
+        aborted = e
+    finally:
+        servers.stop()
+        agents.stop()
+    # A dead switch has no counters to read; its stats.json may be missing.
+    counters = {}
+    if not aborted:
+        counters = _minus(ctl.read_port_counters(), before[0])
+        if p4_stats:
+            write_p4_counter_stats(ctl, run_dir, before[1])
+    return agents, servers, counters, start_at_unix_ns, t0_ns, aborted
+
+
+def _minus(now: dict, before: dict) -> dict:
+    """Counter cells minus their values before (cells are dicts of counts)."""
+    if not before:
+        return now
+    return {k: {f: v - before.get(k, {}).get(f, 0) for f, v in cell.items()}
+            for k, cell in now.items()}
+
+
+def _results(exp: Experiment, out_dir: Path, run_dir: Path, console: Console,
+             pcap: bool | str, target: str, wall_t0: float, agents, servers, counters,
+             start_at_unix_ns, t0_ns, aborted) -> dict:
+    """The run's summary and results files from what ``_traffic`` collected."""
     summary = build_run_summary(exp, target, agents.results(), counters, run_dir,
                                 wall_s=time.monotonic() - wall_t0)
     if aborted:
@@ -169,8 +220,9 @@ def _wait_with_progress(fnet: FabricNet, agents: AgentGroup, exp: Experiment, co
         console.print()
 
 
-def write_p4_counter_stats(controller, run_dir: Path) -> None:
-    """``{sw}.stats.json`` from fabric.p4's per-(port, priority) counters.
+def write_p4_counter_stats(controller, run_dir: Path, before: dict | None = None) -> None:
+    """``{sw}.stats.json`` from fabric.p4's per-(port, priority) counters
+    (minus ``before``, ``read_priority_counters`` earlier: a live fabric's run).
 
     The embedded target writes this file itself, with what its traffic
     manager measures (drops, pause time, peak depth). BMv2 has only the P4
@@ -178,7 +230,7 @@ def write_p4_counter_stats(controller, run_dir: Path) -> None:
     time and queue peaks are not known (null in summary.json).
     """
     by_switch: dict[str, dict[int, list[dict]]] = {}
-    for (sw, port, prio), c in controller.read_priority_counters().items():
+    for (sw, port, prio), c in _minus(controller.read_priority_counters(), before or {}).items():
         by_switch.setdefault(sw, {}).setdefault(port, []).append({
             "priority": prio, "tx_packets": c.get("tx_packets", 0), "tx_bytes": c.get("tx_bytes", 0),
             "drops": max(0, c.get("enq_packets", 0) - c.get("tx_packets", 0)),

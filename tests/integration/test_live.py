@@ -63,3 +63,26 @@ def test_run_returns_a_typed_result(tmp_path):
     # HPCC's fct_analysis.py keeps dport 100: every completed flow is there
     fct = [line.split() for line in (tmp_path / "fct.txt").read_text().splitlines()]
     assert len(fct) == 5 and {f[3] for f in fct} == {"100"}
+
+
+def _incast(senders, size=131_072):
+    return [{"src": f"h{i}", "dst": "h1", "size_bytes": size} for i in senders]
+
+
+def test_traffic_runs_one_after_another_on_a_live_fabric(target, tmp_path):
+    """Two runs on one fabric, a QoS change between them over P4Runtime: each
+    run's summary counts its own traffic only (counter differences)."""
+    with fe.Fabric(INCAST, target=target, dilation=16000, out=tmp_path) as fab:
+        first = fab.run(_incast(range(2, 7)), quiet=True)          # 5-to-1 under PFC, no ECN
+        assert first.complete and not first.fell_behind, first
+        assert first.lossless_drops() == 0 and first.retransmissions() == 0
+        assert first.pauses(node="leaf1") > 0 and first.ecn_marks() == 0
+        fab.set_qos({"ecn": {"enabled": True, "kmin_bytes": 5000, "kmax_bytes": 20000,
+                             "pmax": 1.0}})
+        second = fab.run(_incast(range(2, 4)), quiet=True)          # 2-to-1, ECN on
+        assert second.complete and not second.fell_behind, second
+        assert second.ecn_marks(node="leaf1") > 0
+        (to_h1,) = [p for p in second.summary["ports"] if p["node"] == "leaf1" and p["peer"] == "h1"]
+        data_packets = 2 * 131_072 // 1024
+        assert data_packets <= to_h1["tx_packets"] < 1.2 * data_packets   # not the first run's
+        assert (tmp_path / "traffic-2" / "summary.json").exists()
