@@ -69,9 +69,11 @@ def run(cfg: CollectiveAgentConfig, path: str = "config", clock: Clock = MONOTON
         for t in spec.tests:
             alg = t.algorithm or spec.algorithm
             for size in t.size_list():
-                for in_place in (False, True):      # nccl-tests' two halves of a row
+                # nccl-tests' two halves of a row; as there, the warm-up runs once,
+                # before the out-of-place half
+                for in_place, warmup in ((False, t.warmup_iters), (True, 0)):
                     out["records"] += bench.measure([eng], t.collective, alg, size, t.iters,
-                                                    t.warmup_iters, spec.check, left(), in_place)
+                                                    warmup, spec.check, left(), in_place)
         if spec.training is not None:
             tr = spec.training
             if reader is not None:

@@ -64,7 +64,8 @@ def collective_rows(records: list[dict], dilation: float) -> list[dict]:
         row = {"collective": coll, "algorithm": alg, "nranks": n, "size_bytes": size,
                "count": size // 4, "type": "float",
                "redop": "sum" if coll in ("all_reduce", "reduce_scatter") else "none",
-               "iters": rs[0]["iters"], "warmup_iters": rs[0].get("warmup_iters", 0)}
+               "iters": rs[0]["iters"],
+               "warmup_iters": max(r.get("warmup_iters", 0) for r in rs)}
         for prefix, half in (("", halves[False]), ("inplace_", halves[True])):
             row.update({prefix + k: v for k, v in _timed(half, coll, size, n, dilation).items()})
         row["lost_fraction"] = _lost_fraction(rs)
