@@ -156,7 +156,7 @@ _DATA_OPS = frozenset(REQUEST_OPS) | READ_OPS    # what per-packet CPU work appl
 class NicStats:
     __slots__ = ("tx_packets", "tx_bytes", "tx_data_packets", "tx_data_payload_bytes",
                  "tx_acks", "tx_naks", "tx_rnr_naks", "tx_retransmits", "tx_enobufs",
-                 "tx_lag_max_ns", "tx_lag_sum_ns", "tx_given_up_ns",
+                 "tx_lag_frames", "tx_lag_max_ns", "tx_lag_sum_ns", "tx_given_up_ns",
                  "rx_late_samples", "rx_late_sum_ns", "rx_late_max_ns", "rx_late_hist",
                  "rx_stall_ns",
                  "rx_packets", "rx_bytes", "rx_data_packets", "rx_data_payload_bytes",
@@ -176,7 +176,7 @@ class NicStats:
     def as_dict(self) -> dict:
         d = {k: getattr(self, k) for k in self.__slots__}
         d["rx_late_hist"] = [[*bucket_bounds(b), n] for b, n in enumerate(self.rx_late_hist) if n]
-        d["tx_lag_mean_ns"] = d["tx_lag_sum_ns"] // d["tx_packets"] if d["tx_packets"] else 0
+        d["tx_lag_mean_ns"] = d["tx_lag_sum_ns"] // d["tx_lag_frames"] if d["tx_lag_frames"] else 0
         d["rx_late_mean_ns"] = (d["rx_late_sum_ns"] // d["rx_late_samples"]
                                 if d["rx_late_samples"] else 0)
         return d

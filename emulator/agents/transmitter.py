@@ -232,11 +232,14 @@ class Transmitter:
                     qp.last_tx_flen = flen
                     if on_data_tx is not None:
                         on_data_tx(qp, flen, slot)
+                    # the lag of data-bearing frames: what a late loop bursts
+                    # into a queue (ACKs and CNPs mostly leave an idle wire)
+                    lag = now - slot
+                    if lag > st.tx_lag_max_ns:
+                        st.tx_lag_max_ns = int(lag)
+                    st.tx_lag_sum_ns += int(lag)
+                    st.tx_lag_frames += 1
                 self.wire_idle = False
-                lag = now - slot
-                if lag > st.tx_lag_max_ns:
-                    st.tx_lag_max_ns = int(lag)
-                st.tx_lag_sum_ns += int(lag)
                 end = slot + (flen + WIRE_OVERHEAD_BYTES) * 8e9 / rate
                 self.slot_free_ns = end
                 put(end, frame)

@@ -18,8 +18,9 @@ percentile of lateness, in FABRIC time, with the fabric's own timescales:
   next hop queues: the frame count is what ECN sees. Spikes touch under
   1 % of the frames and leave p99 alone; a switch that cannot keep up is
   late on most frames, by growing amounts.
-* NIC: mean lag of its transmitter behind its schedule (``tx_lag_sum_ns /
-  tx_packets``, the stats the agents write) > ``NIC_MEAN_LIMIT_FRAMES`` x
+* NIC: mean lag of its transmitter behind its schedule, over its
+  data-bearing frames (``tx_lag_sum_ns / tx_lag_frames``, the stats the
+  agents write; ACKs and CNPs mostly leave an idle wire and burst nothing) > ``NIC_MEAN_LIMIT_FRAMES`` x
   its MTU frame's serialization time. The NIC catches up at most a few
   frames (``max_lag_ns``) and gives up lost time beyond that
   (``tx_given_up_ns``), so its lag is bounded by a few frame times; its
@@ -145,7 +146,9 @@ def nic_verdict(nic_stats: dict, d: float, frame_fabric_ns: int) -> dict:
     """One NIC's transmit lag (its ``NicStats``) in fabric ns, and its ratio.
     The NIC keeps only the sum and the maximum: no fraction, no percentile."""
     packets = int(nic_stats.get("tx_packets") or 0)
-    mean_wall = nic_stats.get("tx_lag_sum_ns", 0) / packets if packets else 0.0
+    # the lag is kept for data-bearing frames (result files before it: every frame)
+    lagged = int(nic_stats.get("tx_lag_frames", packets) or 0)
+    mean_wall = nic_stats.get("tx_lag_sum_ns", 0) / lagged if lagged else 0.0
     ratio = mean_wall / d / (NIC_MEAN_LIMIT_FRAMES * frame_fabric_ns)
     samples = int(nic_stats.get("rx_late_samples") or 0)
     rx_hist = nic_stats.get("rx_late_hist") or []

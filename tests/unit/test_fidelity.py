@@ -100,14 +100,19 @@ def test_percentile_is_the_top_of_its_bucket():
 
 def test_nic_mean_lag_against_mtu_frame_time():
     frame_fabric_ns, d = 90, 3000
-    quiet = {"tx_packets": 1000, "tx_lag_sum_ns": 1000 * 54_000, "tx_lag_max_ns": 1_077_000}
-    busy = {"tx_packets": 1000, "tx_lag_sum_ns": 1000 * 90_000, "tx_lag_max_ns": 1_077_000}
+    quiet = {"tx_packets": 1100, "tx_lag_frames": 1000, "tx_lag_sum_ns": 1000 * 54_000,
+             "tx_lag_max_ns": 1_077_000}
+    busy = {"tx_packets": 1100, "tx_lag_frames": 1000, "tx_lag_sum_ns": 1000 * 90_000,
+            "tx_lag_max_ns": 1_077_000}
     q, b = nic_verdict(quiet, d, frame_fabric_ns), nic_verdict(busy, d, frame_fabric_ns)
     assert q["mean_lateness_fabric_ns"] == 18 and not q["behind"]          # 0.2 frame
     assert b["mean_lateness_fabric_ns"] == 30 and b["behind"]              # 0.33 frame
     assert q["max_lateness_fabric_ns"] == 359                              # its catch-up cap
     assert b["ratio"] == round(30 / (NIC_MEAN_LIMIT_FRAMES * frame_fabric_ns), 4)
     assert nic_verdict({}, d, frame_fabric_ns)["behind"] is False          # sent nothing
+    # a receiver: 30 ACKs, one of them 20 ms late, and no data frame -- no mean to judge
+    acks = {"tx_packets": 30, "tx_lag_frames": 0, "tx_lag_sum_ns": 0}
+    assert nic_verdict(acks, d, frame_fabric_ns)["ratio"] == 0
 
 
 def test_run_verdict_names_who_was_behind():

@@ -259,6 +259,7 @@ def test_frames_leave_when_serialized_plus_delay_in_strict_priority():
     run(tx, sock, 2_000_000)
     ops = [roce.parse_roce(f).opcode for _, f in sock.sent]
     assert ops == [roce.CNP_OPCODE, roce.RC_ACK, roce.RC_WRITE_FIRST, roce.RC_WRITE_LAST]
+    assert tx.stats.tx_lag_frames == 2          # the lag run fidelity reads: data frames only
     ft = [(len(f) + WIRE_OVERHEAD_BYTES) * 8e9 / RATE for _, f in sock.sent]
     end = 0.0
     for (t, _), f in zip(sock.sent, ft):
