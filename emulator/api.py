@@ -50,6 +50,38 @@ def build_experiment(data: Mapping[str, Any], *, base_dir: str | Path = ".", set
     return experiment_from_dict(apply_sets(dict(data), set), source, target)
 
 
+def as_experiment(source, *, set: Sets = None, target: str | None = None) -> Experiment:
+    """What a live fabric or a test runs: an ``Experiment`` as it is; a dict or
+    file shaped like an experiment (``set`` applied); a topology (dict or
+    file) as an experiment with the file defaults and no traffic."""
+    from emulator.experiment.plan import is_experiment
+    from emulator.schema.load import read_yaml
+    from emulator.topo import fabric_from_dict, load_fabric
+
+    if isinstance(source, Experiment):
+        return source
+    if isinstance(source, Mapping):
+        if is_experiment(source):
+            return build_experiment(source, set=set, target=target)
+        return _no_traffic(fabric_from_dict(dict(source)), dict(source), "<topology>", target)
+    path = Path(source)
+    data = read_yaml(path, "experiment or topology file")
+    if is_experiment(data):
+        return experiment_from_dict(apply_sets(data, set), path, target)
+    path = path.resolve()
+    return _no_traffic(load_fabric(path), str(path), str(path), target)
+
+
+def _no_traffic(fabric, topology: str | dict, source: str, target: str | None) -> Experiment:
+    """A topology (its file's absolute path, or its data) as an experiment
+    with the file defaults (switch buffer, NIC MTU, QoS) and no traffic:
+    what a live fabric is brought up with (``Fabric.run`` adds traffic)."""
+    from emulator.schema.experiment import ExperimentSpec
+    spec = ExperimentSpec.model_construct(name=fabric.name, topology=topology,
+                                          **({"target": target} if target else {}))
+    return Experiment(spec=spec, fabric=fabric, flows=(), source=source)
+
+
 def load_topology(path: str | Path):
     """A topology file as the resolved ``Fabric`` (nodes, links, addresses, routes)."""
     from emulator.topo import load_fabric
@@ -209,7 +241,7 @@ def sweep(exp: Experiment | str | Path, grid: Mapping[str, Iterable[Any]],
     if isinstance(exp, (str, Path)):
         base, source = read_experiment_data(exp), Path(exp)
     else:
-        base, source = _experiment_data(exp), Path(exp.source)
+        base, source = experiment_data(exp), Path(exp.source)
     out = Path(out or f"results/{base.get('name', 'sweep')}-sweep")
     keys = list(grid)
     rows = []
@@ -223,7 +255,7 @@ def sweep(exp: Experiment | str | Path, grid: Mapping[str, Iterable[Any]],
     return rows
 
 
-def _experiment_data(exp: Experiment) -> dict:
+def experiment_data(exp: Experiment) -> dict:
     """The experiment's data as a file would hold it (its topology inline)."""
     data = exp.spec.model_dump(mode="json", exclude_none=True, exclude={"topology"})
     data["topology"] = exp.spec.topology if isinstance(exp.spec.topology, dict) else str(
@@ -247,5 +279,6 @@ def _write_csv(path: Path, keys: list[str], rows: list[dict]) -> None:
         w.writerows(rows)
 
 
-__all__ = ["FlowResult", "Result", "SWEEP_CSV_FIELDS", "build_experiment", "load_experiment",
+__all__ = ["FlowResult", "Result", "SWEEP_CSV_FIELDS", "as_experiment", "build_experiment",
+           "experiment_data", "load_experiment",
            "load_topology", "run", "sweep"]

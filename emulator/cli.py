@@ -37,11 +37,8 @@ _SET_HELP = "Override a field of the experiment file: key.path=VALUE (YAML), rep
 
 def _load(experiment, target=None, sets=()):
     """The experiment file with ``--set`` overrides applied, validated."""
-    from emulator.experiment.model import experiment_from_dict, read_experiment_data
-    from emulator.experiment.overrides import apply_sets
-
-    return experiment_from_dict(apply_sets(read_experiment_data(experiment), sets),
-                                experiment, target)
+    from emulator.api import load_experiment
+    return load_experiment(experiment, set=sets, target=target)
 
 
 @click.group(cls=_Group)

@@ -24,37 +24,6 @@ import tempfile
 from pathlib import Path
 from typing import Any, Mapping
 
-from emulator.experiment.resolved import Experiment
-
-
-def _as_experiment(source, target: str | None) -> Experiment:
-    from emulator.api import build_experiment, load_experiment
-    from emulator.experiment.plan import is_experiment
-    from emulator.schema.load import read_yaml
-    from emulator.topo import fabric_from_dict, load_fabric
-
-    if isinstance(source, Experiment):
-        return source
-    if isinstance(source, Mapping):
-        if is_experiment(source):
-            return build_experiment(source, target=target)
-        return _no_traffic(fabric_from_dict(dict(source)), dict(source), "<topology>", target)
-    path = Path(source)
-    if is_experiment(read_yaml(path, "experiment or topology file")):
-        return load_experiment(path, target=target)
-    path = path.resolve()
-    return _no_traffic(load_fabric(path), str(path), str(path), target)
-
-
-def _no_traffic(fabric, topology: str | dict, source: str, target: str | None) -> Experiment:
-    """A topology (its file's absolute path, or its data) as an experiment
-    with the file defaults (switch buffer, NIC MTU, QoS) and no traffic:
-    what the fabric is brought up with (``Fabric.run`` adds traffic)."""
-    from emulator.schema.experiment import ExperimentSpec
-    spec = ExperimentSpec.model_construct(name=fabric.name, topology=topology,
-                                          **({"target": target} if target else {}))
-    return Experiment(spec=spec, fabric=fabric, flows=(), source=source)
-
 
 class Fabric:
     """A fabric up and programmed while the ``with`` block runs."""
@@ -64,7 +33,8 @@ class Fabric:
         from emulator.experiment.dilation import dilation_for_cli, with_dilation
         from emulator.experiment.runner import resolve_target
 
-        exp = _as_experiment(source, target)
+        from emulator.api import as_experiment
+        exp = as_experiment(source, target=target)
         self.target = resolve_target(exp.spec.target)
         self.experiment = dilation_for_cli(with_dilation(exp, dilation), self.target)
         self._tmp = None
@@ -144,12 +114,12 @@ class Fabric:
 
         from rich.console import Console
 
-        from emulator.api import Result, _experiment_data
+        from emulator.api import Result, experiment_data
         from emulator.experiment.model import experiment_from_dict
         from emulator.experiment.overrides import apply_sets
         from emulator.experiment.runner import run_on_fabric
 
-        data = apply_sets(_experiment_data(self.experiment), set)
+        data = apply_sets(experiment_data(self.experiment), set)
         if traffic is not None:
             data["traffic"] = traffic
         data["dilation"] = self.experiment.dilation

@@ -23,9 +23,6 @@ marked ``fabric`` by itself.
 """
 from __future__ import annotations
 
-import os
-import shutil
-
 import pytest
 
 TARGET_CHOICES = ("embedded", "bmv2", "auto", "all")
@@ -45,17 +42,9 @@ def pytest_configure(config):
 
 
 def mininet_unavailable_reason() -> str | None:
-    """Why a fabric cannot be built here (None: it can)."""
-    if os.geteuid() != 0:
-        return "needs root: Mininet builds network namespaces and veths"
-    try:
-        import mininet.net  # noqa: F401  (importable: the test can build a fabric)
-    except ImportError:
-        return ("Mininet's Python module is not importable (apt-get install mininet; "
-                "a venv needs Debian's mininet on its path)")
-    if shutil.which("mnexec") is None:
-        return "mnexec not on PATH (apt-get install mininet)"
-    return None
+    """Why a fabric cannot be built here (None: it can): the runner's own check."""
+    from emulator.net.fabric import environment_problem
+    return environment_problem()
 
 
 def bmv2_unavailable_reason() -> str | None:
@@ -126,22 +115,14 @@ def run_experiment(tmp_path):
     ``Experiment``. A numeric D (the experiment's, or ``dilation``) is raised
     while the run falls behind (``run_raised_while_behind``, at most twice):
     the result is from a run that kept up unless the machine cannot."""
-    from pathlib import Path
-
     from rich.console import Console
 
-    from emulator.api import Result, build_experiment, load_experiment
+    from emulator.api import Result, as_experiment
     from emulator.experiment.dilation import run_raised_while_behind, run_with_dilation
-    from emulator.experiment.resolved import Experiment
     runs = []
 
     def run(source, set=None, dilation=None, target=None, pcap=False):
-        if isinstance(source, Experiment):
-            exp = source
-        elif isinstance(source, dict):
-            exp = build_experiment(source, set=set, target=target)
-        else:
-            exp = load_experiment(Path(source), set=set, target=target)
+        exp = as_experiment(source, set=set, target=target)
         d = exp.spec.dilation if dilation is None else dilation
         out = tmp_path / f"{exp.name}-{len(runs)}"
         console = Console(stderr=True)

@@ -125,10 +125,6 @@ def _float(value: float, width: int) -> str:
     return (f"{{:{width}.1e}}" if width >= 7 else f"{{:{width}.0e}}").format(value)
 
 
-def _nccl_redop(row: dict) -> str:
-    return row["redop"]
-
-
 def _half(row: dict, prefix: str) -> str:
     """One half of a row, as nccl-tests' writeBenchmarkLineBody prints it."""
     t, alg, bus, wrong = (row[prefix + k] for k in ("time_us", "algbw_GBps", "busbw_GBps", "wrong"))
@@ -178,7 +174,7 @@ def format_table(rows: list[dict]) -> str:
                   f"{'(GB/s)':>6}  {'':>6} \n")
         for r in rs:
             out.write(f"{r['size_bytes']:12d}  {r['count']:12d}  {r['type']:>8}  "
-                      f"{_nccl_redop(r):>6}  {-1:6d}" + _half(r, "") + _half(r, "inplace_") + "\n")
+                      f"{r['redop']:>6}  {-1:6d}" + _half(r, "") + _half(r, "inplace_") + "\n")
         wrong = _wrong_total(rs)
         out.write(f"# {'Out of bounds values':<20} : {wrong} {'FAILED' if wrong else 'OK'}\n")
         out.write(f"# {'Avg bus bandwidth':<20} : {_avg_busbw(rs):g} \n")
@@ -204,7 +200,7 @@ def nccl_tests_json(rows: list[dict]) -> dict:
                 "bus_bw": r[prefix + "busbw_GBps"], "nwrong": r[prefix + "wrong"]}
 
     results = [{"size": r["size_bytes"], "count": r["count"], "type": r["type"],
-                "redop": _nccl_redop(r), "root": f"{-1:6d}",
+                "redop": r["redop"], "root": f"{-1:6d}",
                 "out_of_place": half(r, ""), "in_place": half(r, "inplace_"),
                 "actual_iterations": r["iters"],
                 "experiment_name": f"{r['collective']}_perf {r['algorithm']}"}

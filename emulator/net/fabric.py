@@ -25,18 +25,25 @@ from emulator.topo import Fabric
 REACTION_WALL_NS = 2_000_000
 
 
-def check_environment() -> None:
-    """Fail early, in one line, when this machine cannot build a fabric."""
+def environment_problem() -> str | None:
+    """Why this machine cannot build a fabric, in one line (None: it can)."""
     if os.geteuid() != 0:
-        raise EnvironmentProblem("building a fabric needs root (network namespaces, veths): "
-                                 "run as root or with sudo")
+        return "building a fabric needs root (network namespaces, veths): run as root or with sudo"
     try:
         import mininet.net  # noqa: F401
     except ImportError:
-        raise EnvironmentProblem("Mininet's Python module is not importable: run 'make setup' "
-                                 "(apt-get install mininet; the venv sees Debian's python3 packages)") from None
+        return ("Mininet's Python module is not importable: run 'make setup' "
+                "(apt-get install mininet; the venv sees Debian's python3 packages)")
     if shutil.which("mnexec") is None:
-        raise EnvironmentProblem("mnexec is not on PATH: apt-get install mininet")
+        return "mnexec is not on PATH: apt-get install mininet"
+    return None
+
+
+def check_environment() -> None:
+    """Fail early, in one line, when this machine cannot build a fabric."""
+    problem = environment_problem()
+    if problem:
+        raise EnvironmentProblem(problem)
 
 
 def dilated_link(fabric: Fabric, node: str, port_no: int, dilation: float) -> tuple[int, int]:
