@@ -95,6 +95,11 @@ class Wire:
             sent += 1
         return sent
 
+    def clear_stats(self) -> None:
+        """Start a new lateness window (a live fabric's next run)."""
+        self.max_lateness_ns = 0
+        self.late_hist[:] = [0] * len(self.late_hist)
+
     def lateness_stats(self) -> dict:
         """Frames released, the largest lateness and the histogram's non-empty
         buckets as ``[lowest_ns, highest_ns, frames]`` (wall ns)."""

@@ -107,9 +107,8 @@ class Fabric:
         experiment file's ``traffic:`` list (None: the experiment's own);
         ``set``: other fields of the experiment (not its dilation or QoS: the
         fabric has them -- ``set_qos`` changes the QoS). Runs one after the
-        other see the same switches: their counters are read as differences,
-        and, as on BMv2, the summary has fabric.p4's counters only
-        (``runner.run_on_fabric``)."""
+        other see the same switches; each run's counters, switch stats and
+        raw logs are its own (``runner.run_on_fabric``)."""
         import io
 
         from rich.console import Console

@@ -82,6 +82,10 @@ class RawLogs:
         self.events_f.flush()
         self.qdepth_f.flush()
 
+    def sizes(self) -> dict[str, int]:
+        """Bytes written to each log so far (after ``flush``: where its next row starts)."""
+        return {"events": self.events_f.tell(), "qdepth": self.qdepth_f.tell()}
+
     def close(self) -> None:
         self.events_f.close()
         self.qdepth_f.close()
@@ -134,13 +138,19 @@ class EmbeddedSwitch:
         self._packet_outs: deque[tuple[bytes, int]] = deque()
         self.state.packet_out_handler = lambda payload, port: self._packet_outs.append((payload, port))
         self._stop = False
+        self._snapshot_due = False
         self.rx_frames = 0
+        self.since_ns = clock.now_ns()     # when the stats' window began
 
     def _pfc_received(self, port_no: int, class_enable: int, timers) -> None:
         self.tm.pfc_received(self.clock.now_ns(), port_no, class_enable, timers)
 
     def stop(self, *_):
         self._stop = True
+
+    def request_snapshot(self, *_):
+        """SIGUSR1: write the stats now and start a new window (``snapshot``)."""
+        self._snapshot_due = True
 
     # ------------------------------------------------------------------ loop
     def run(self) -> None:
@@ -216,6 +226,9 @@ class EmbeddedSwitch:
             if now >= next_flush:
                 self.flush()
                 next_flush = now + FLUSH_INTERVAL_NS
+            if self._snapshot_due:
+                self._snapshot_due = False
+                self.snapshot(now)
 
     def _packet_in(self, frame, ingress_port: int) -> None:
         handler = self.state.packet_in_handler
@@ -239,14 +252,38 @@ class EmbeddedSwitch:
 
     # ----------------------------------------------------------------- stats
     def stats(self) -> dict:
+        """Counters and peaks since ``since_ns`` (start, or the last snapshot)."""
         now = self.clock.now_ns()
         ports = []
         for p in self.ports.values():
             st = self.tm.port_stats(p.port_no, now)
             st.update({"ifname": p.cfg.ifname, "send_errors": p.send_errors})
             ports.append(st)
-        return {"name": self.cfg.name, "rx_frames": self.rx_frames, **self.tm.buffer_stats(),
-                "ports": ports}
+        out = {"name": self.cfg.name, "since_ns": self.since_ns, "until_ns": now,
+               "rx_frames": self.rx_frames, **self.tm.buffer_stats(), "ports": ports}
+        if self.logs is not None:
+            out["raw_log_bytes"] = self.logs.sizes()
+        return out
+
+    def snapshot(self, now_ns: int) -> None:
+        """The raw logs flushed, then ``stats_path`` written whole (a reader
+        never sees half of it), then counters and peaks cleared: a live
+        fabric's runs each get the stats of their own window, and their
+        rows of the raw logs lie between two snapshots' ``raw_log_bytes``."""
+        self.flush()
+        if self.cfg.stats_path:
+            write_atomic(Path(self.cfg.stats_path), json.dumps(self.stats(), indent=1))
+        self.tm.clear_stats(now_ns)
+        self.rx_frames = 0
+        for port in self.ports.values():
+            port.send_errors = 0
+        self.since_ns = now_ns
+
+
+def write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -267,6 +304,7 @@ def main(argv: list[str] | None = None) -> int:
     switch = EmbeddedSwitch(cfg, p4info, MONOTONIC)
     signal.signal(signal.SIGTERM, switch.stop)
     signal.signal(signal.SIGINT, switch.stop)
+    signal.signal(signal.SIGUSR1, switch.request_snapshot)
     server = P4RuntimeServer(switch.state, cfg.device_id, cfg.grpc_port, p4info)
     server.start()
     print(f"{cfg.name}: ready, P4Runtime on 127.0.0.1:{cfg.grpc_port}, "
@@ -281,5 +319,5 @@ def main(argv: list[str] | None = None) -> int:
         server.stop()
         switch.close()
         if cfg.stats_path:
-            Path(cfg.stats_path).write_text(json.dumps(switch.stats(), indent=1))
+            write_atomic(Path(cfg.stats_path), json.dumps(switch.stats(), indent=1))
     return 0

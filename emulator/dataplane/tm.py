@@ -111,6 +111,11 @@ class SharedBuffer:
         self.ingress_bytes[cell] = count + size
         return True
 
+    def clear_stats(self) -> None:
+        """Peaks restart from what the buffer holds now."""
+        self.max_shared_used = self.shared_used
+        self.max_headroom_used[:] = self.headroom_used
+
     def release(self, cell: int, size: int) -> int:
         """A packet of ``cell`` left: headroom drains first. Returns the cell's new count."""
         used = self.headroom_used[cell]
@@ -196,6 +201,20 @@ class PriorityPort:
         if self.paused >> priority & 1:
             total += max(0, min(now_ns, self.paused_until[priority]) - self.paused_since[priority])
         return total
+
+    def clear_stats(self, now_ns: int) -> None:
+        """Counters to zero, peaks from the depths held now, paused time from
+        ``now_ns`` (a pause in force counts on from here), as a switch's
+        "clear counters" does."""
+        for counters in (self.tx_packets, self.tx_bytes, self.drops, self.drop_bytes,
+                         self.headroom_drops, self.ecn_marks, self.pause_tx, self.resume_tx,
+                         self.pause_rx, self.resume_rx, self.paused_ns):
+            counters[:] = [0] * NUM_PRIORITIES
+        self.max_depth[:] = self.depth
+        for p in range(NUM_PRIORITIES):
+            if self.paused >> p & 1:     # a pause that ran out by now adds nothing more
+                self.paused_since[p] = min(now_ns, self.paused_until[p])
+        self.wire.clear_stats()
 
     # ------------------------------------------------------------ scheduling
     def next_event_ns(self) -> int | None:
@@ -521,6 +540,12 @@ class TrafficManager:
             **port.wire.lateness_stats(),
             "priorities": prios,
         }
+
+    def clear_stats(self, now_ns: int) -> None:
+        """Every port's counters and peaks, and the buffer's peaks, start anew at ``now_ns``."""
+        for port in self.port_list:
+            port.clear_stats(now_ns)
+        self.buffer.clear_stats()
 
     def buffer_stats(self) -> dict:
         buf = self.buffer

@@ -85,16 +85,17 @@ def run_on_fabric(fnet: FabricNet, exp: Experiment, out_dir: str | Path,
                   console: Console | None = None) -> dict:
     """Run ``exp``'s traffic or workload on a fabric that is up (a live
     ``emulator.Fabric``; ``exp`` has its topology, QoS and dilation) into
-    ``out_dir``; its summary. The switches keep running, so their counters
-    are read as differences from before this run; their own stats and raw
-    logs belong to the fabric's lifetime (written when it stops), so this
-    summary has what fabric.p4's counters say, as on BMv2: no switch
-    lateness, pause time or queue peaks."""
+    ``out_dir``; its summary. The switches keep running: fabric.p4's
+    counters are read as differences from before this run, and an embedded
+    switch's own stats (lateness, pause time, queue and buffer peaks) and
+    raw logs are those of this run's window (``write_stats_window``), so
+    the summary, time series and plots are a run's as in ``fabric-emu run``.
+    On BMv2, as in a run, fabric.p4's counters are all there is."""
     console = console or Console(stderr=True)
     out_dir = Path(out_dir)
     run_dir = _fresh_run_dir(out_dir)
     wall_t0 = time.monotonic()
-    done = _traffic(fnet, exp, run_dir, console, p4_stats=True, baseline=True)
+    done = _traffic(fnet, exp, run_dir, console, p4_stats=fnet.target == "bmv2", baseline=True)
     return _results(exp, out_dir, run_dir, console, False, fnet.target, wall_t0, *done)
 
 
@@ -105,6 +106,8 @@ def _traffic(fnet: FabricNet, exp: Experiment, run_dir: Path, console: Console, 
     traffic before). Returns (agents, servers, counters, start Unix ns, t0, aborted)."""
     ctl = fnet.controller
     before = (ctl.read_port_counters(), ctl.read_priority_counters()) if baseline else ({}, {})
+    # An embedded switch's own stats start a window here (BMv2 has none).
+    window_start = fnet.snapshot_switch_stats() if baseline else {}
     aborted: RunAborted | None = None
     agents = AgentGroup(fnet, exp, run_dir, plain_hosts(exp))
     servers = ServerGroup(fnet, exp, run_dir)      # workload: collective/storage agents
@@ -127,6 +130,8 @@ def _traffic(fnet: FabricNet, exp: Experiment, run_dir: Path, console: Console, 
         counters = _minus(ctl.read_port_counters(), before[0])
         if p4_stats:
             write_p4_counter_stats(ctl, run_dir, before[1])
+        elif window_start:
+            write_stats_window(fnet.run_dir, run_dir, window_start, fnet.snapshot_switch_stats())
     return agents, servers, counters, start_at_unix_ns, t0_ns, aborted
 
 
@@ -218,6 +223,23 @@ def _wait_with_progress(fnet: FabricNet, agents: AgentGroup, exp: Experiment, co
             print(line, file=console.file, flush=True)
     if interactive:
         console.print()
+
+
+def write_stats_window(fabric_dir: Path, run_dir: Path, start: dict[str, dict],
+                       end: dict[str, dict]) -> None:
+    """A live fabric's run, as its own run directory: each switch's
+    ``stats.json`` is its ``end`` snapshot (counters and peaks since
+    ``start``), and its raw logs are the rows appended between the two
+    snapshots, under the logs' header."""
+    for name, stats in end.items():
+        (run_dir / f"{name}.stats.json").write_text(json.dumps(stats, indent=1))
+        first = start.get(name, {}).get("raw_log_bytes", {})
+        for kind, last in stats.get("raw_log_bytes", {}).items():
+            src = fabric_dir / f"{name}.{kind}.csv"
+            with src.open("rb") as f, (run_dir / src.name).open("wb") as out:
+                out.write(f.readline())                   # the header
+                f.seek(max(first.get(kind, 0), f.tell()))
+                out.write(f.read(last - f.tell()))
 
 
 def write_p4_counter_stats(controller, run_dir: Path, before: dict | None = None) -> None:

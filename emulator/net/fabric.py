@@ -14,6 +14,7 @@ import os
 import shutil
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 from emulator.errors import EnvironmentProblem, FabricEmuError, RunAborted
@@ -352,6 +353,19 @@ class FabricNet:
 
     def switch(self, name: str):
         return self.net.get(name)
+
+    def snapshot_switch_stats(self, timeout_s: float = 10.0) -> dict[str, dict]:
+        """Each embedded switch's stats since its previous snapshot (or its
+        start), its counters and peaks then cleared: name -> stats.json
+        contents, with ``raw_log_bytes``, where its raw logs stood. BMv2
+        keeps no such stats: {}."""
+        if self.target != "embedded":
+            return {}
+        nodes = [self.net.get(sw.name) for sw in self.fabric.switches()]
+        for node in nodes:              # all at once: one window for the fabric
+            node.request_snapshot()
+        deadline = time.monotonic() + timeout_s
+        return {node.name: node.read_snapshot(deadline) for node in nodes}
 
     # ------------------------------------------------------------- signals
     def _trap_signals(self) -> None:

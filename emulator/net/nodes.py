@@ -10,6 +10,8 @@ chatter on the fabric (IPv6 router solicitations).
 from __future__ import annotations
 
 import ipaddress
+import json
+import signal
 import socket
 import subprocess
 import sys
@@ -94,6 +96,21 @@ class EmbeddedP4Switch(Switch):
                                      env=child_env())   # it dies with this runner
         log.close()
         wait_for_tcp(self.grpc_port, self.proc, READY_TIMEOUT_S, f"switch {self.name}", self.log_path)
+
+    def request_snapshot(self) -> None:
+        """Ask the switch process for its stats now (SIGUSR1; ``read_snapshot``
+        collects them): it flushes its raw logs, writes ``stats_path`` whole
+        and clears its counters and peaks."""
+        self.stats_path.unlink(missing_ok=True)
+        self.proc.send_signal(signal.SIGUSR1)
+
+    def read_snapshot(self, deadline: float) -> dict:
+        """The stats a ``request_snapshot`` asked for, once written."""
+        while not self.stats_path.exists():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise FabricEmuError(f"switch {self.name} wrote no stats snapshot; see {self.log_path}")
+            time.sleep(0.005)
+        return json.loads(self.stats_path.read_text())
 
     def stop(self, deleteIntfs=True) -> None:
         stop_process(self.proc)

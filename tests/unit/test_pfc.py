@@ -285,3 +285,24 @@ def test_pfc_tx_counter_counts_every_pause_frame(quanta):
     tm._send_pfc(0, 1 * 8 + 5, 0)
     c = state.counters[pipe.ids.pfc_tx_counter]
     assert (c.packets[13], c.bytes[13]) == (2, 120)
+
+
+def test_cleared_stats_count_a_pause_in_force_from_the_clear_only():
+    """``clear_stats`` (a live fabric's next run): a pause that spans the
+    clear counts its time after it; one that ran out before the clear but
+    was not yet expired by the loop adds nothing; counters restart at 0."""
+    q = (0, 0, 0, 10, 0, 0, 0, 0)                 # 10 quanta = 640 us
+    spans, _, _ = make_tm([(1, MBPS8, 0)])
+    spans.pfc_received(0, 1, 0x08, q)
+    spans.transmit(500_000)
+    spans.clear_stats(500_000)
+    assert spans.ports[1].pause_rx[ROCE_PRIO] == 0
+    assert spans.ports[1].paused_ns_at(ROCE_PRIO, 500_000) == 0
+    spans.transmit(5_000_000)
+    assert spans.ports[1].paused_ns[ROCE_PRIO] == 140_000        # 640 - 500 us
+    ran_out, _, _ = make_tm([(1, MBPS8, 0)])
+    ran_out.pfc_received(0, 1, 0x08, q)
+    ran_out.clear_stats(700_000)                  # 60 us after it ran out, not yet expired
+    assert ran_out.ports[1].paused_ns_at(ROCE_PRIO, 700_000) == 0
+    ran_out.transmit(5_000_000)
+    assert ran_out.ports[1].paused == 0 and ran_out.ports[1].paused_ns[ROCE_PRIO] == 0

@@ -186,3 +186,63 @@ def test_woken_late_the_ports_catch_up_before_arrivals_are_enqueued(tmp_path, mo
             for s in pair:
                 s.close()
     assert seen == [(ser * 5 // 2, 0)]
+
+
+class SnapshotAt(StopAt):
+    """A StopAt clock that asks the switch for a snapshot (as SIGUSR1 does)
+    at the first wait from ``snap_ns`` on."""
+
+    def __init__(self, stop_ns: int, snap_ns: int):
+        super().__init__(stop_ns)
+        self.snap_ns = snap_ns
+
+    def wait_readable(self, fds, deadline_ns):
+        ready = super().wait_readable(fds, deadline_ns)
+        if self.snap_ns is not None and self.now_ns() >= self.snap_ns:
+            self.snap_ns = None
+            self.switch.request_snapshot()
+        return ready
+
+
+def test_a_snapshot_writes_the_window_so_far_and_starts_a_new_one(tmp_path, monkeypatch):
+    """Three frames for port 2 at t = 0; a snapshot asked for as the first
+    leaves the wire: it has the two frames started by then and the 3000-byte peak;
+    the stats at the end have only the third frame, a peak from the 1000
+    bytes still queued at the snapshot, and no lateness counted twice.
+    The snapshot records where the raw logs stood: the next window's rows
+    begin there."""
+    ends = {p["ifname"]: socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM) for p in PORTS}
+    for mine, _ in ends.values():
+        mine.setblocking(False)
+    monkeypatch.setattr(switch_mod, "open_port_socket", lambda ifname: ends[ifname][0])
+    ports = [{**p, "rate_bps": 1_000_000, "delay_ns": 1_000_000} for p in PORTS]
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    stats_path = run_dir / "s1.stats.json"
+    cfg = _load(tmp_path, ports=ports, stats_path=str(stats_path), sample_interval_ns=10_000_000)
+    ser = (1000 + 24) * 8000
+    clock = SnapshotAt(40_000_000, snap_ns=ser + 1_000_000)
+    sw = clock.switch = EmbeddedSwitch(cfg, P4Info.load(), clock)
+    try:
+        for i in range(3):
+            assert sw.tm.enqueue(0, roce(1000, ident=i), verdict(2, 1))
+        sw.run()
+        snap = json.loads(stats_path.read_text())
+        end = sw.stats()
+    finally:
+        sw.close()
+        for pair in ends.values():
+            for s in pair:
+                s.close()
+    (s2,) = [p for p in snap["ports"] if p["port"] == 2]
+    (e2,) = [p for p in end["ports"] if p["port"] == 2]
+    assert (snap["since_ns"], snap["until_ns"]) == (0, ser + 1_000_000)
+    assert (s2["tx_packets"], s2["released_frames"], s2["max_depth_bytes"]) == (2, 1, 3000)
+    assert (end["since_ns"], end["until_ns"]) == (ser + 1_000_000, 40_000_000)
+    assert (e2["tx_packets"], e2["released_frames"], e2["max_depth_bytes"]) == (1, 2, 1000)
+    assert end["rx_frames"] == 0
+    qdepth = (run_dir / "s1.qdepth.csv").read_bytes()
+    header = len(b"t_ns,port,priority,depth_bytes\n")
+    assert snap["raw_log_bytes"]["qdepth"] == header                  # nothing sampled yet
+    assert qdepth[header:end["raw_log_bytes"]["qdepth"]].decode().splitlines() == [
+        "10000000,2,0,1000", "20000000,2,0,0"]
