@@ -261,7 +261,7 @@ class EmbeddedSwitch:
             ports.append(st)
         out = {"name": self.cfg.name, "since_ns": self.since_ns, "until_ns": now,
                "rx_frames": self.rx_frames, **self.tm.buffer_stats(), "ports": ports}
-        if self.logs is not None:
+        if self.logs is not None and not self.logs.events_f.closed:   # not at exit
             out["raw_log_bytes"] = self.logs.sizes()
         return out
 

@@ -254,6 +254,7 @@ class FabricNet:
 
     def stop(self) -> None:
         from emulator.net.clean import delete_interfaces, kill_processes, run_processes
+        from emulator.net.nodes import stop_processes
         try:
             if self.controller is not None:
                 controller, self.controller = self.controller, None
@@ -264,6 +265,10 @@ class FabricNet:
             if self.net is not None:
                 net, self.net = self.net, None
                 try:
+                    # Switches first, all at once: each writes its stats and
+                    # closes its logs while its ports still exist (Mininet
+                    # deletes the links before it stops the switches).
+                    stop_processes([getattr(sw, "proc", None) for sw in net.switches])
                     if self._shells_alive(net):
                         net.stop()
                     else:

@@ -120,10 +120,18 @@ class EmbeddedP4Switch(Switch):
 
 def stop_process(proc: subprocess.Popen | None, grace_s: float = 5.0) -> None:
     """SIGTERM a switch process, SIGKILL it if it has not exited within ``grace_s``."""
-    if proc is not None and proc.poll() is None:
+    stop_processes([proc], grace_s)
+
+
+def stop_processes(procs: list[subprocess.Popen | None], grace_s: float = 5.0) -> None:
+    """SIGTERM every one at once, then wait for each (SIGKILL after ``grace_s``)."""
+    running = [p for p in procs if p is not None and p.poll() is None]
+    for proc in running:
         proc.terminate()
+    deadline = time.monotonic() + grace_s
+    for proc in running:
         try:
-            proc.wait(timeout=grace_s)
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()

@@ -1,7 +1,7 @@
 """The schema of a topology file (validated here; resolved by ``emulator.topo.build``).
 
-A topology file describes one 2-tier leaf/spine (CLOS) fabric of P4 switches
-with hosts on the leaves. It is YAML, in one of two forms -- or, for GPU
+A topology file describes one leaf/spine (CLOS) fabric of P4 switches with
+hosts on the leaves: two tiers, or three (pods joined by super spines). It is YAML, in one of two forms -- or, for GPU
 servers with several NICs, rail-optimized fabrics and a separate storage
 plane, in the server form documented in ``emulator/topo/servers.py``.
 
@@ -29,11 +29,35 @@ Parametric form::
   (leaf by leaf, spine by spine): so on every leaf, ports 1..K face its hosts
   and ports K+1..K+S face spine1..spineS; on every spine, port k faces leafk.
 
+Three tiers: pods of leaves and spines joined by super spines::
+
+    name: pods-2x2x2
+    clos:
+      pods: 2                          # pod p: leaves and spines numbered on from pod p-1's
+      spines: 2                        # per pod
+      leaves: 2                        # per pod
+      hosts_per_leaf: 2
+      super_spines: 2                  # a multiple of spines: spine j of every pod
+                                       #   links to every super spine of plane j
+      host_link:   {rate_gbps: 100, delay_us: 1}
+      fabric_link: {rate_gbps: 100, delay_us: 1}
+      super_link:  {rate_gbps: 100, delay_us: 1}   # optional; default fabric_link
+
+  Super spines are ``super1..``; plane j holds super spines
+  (j-1)*Q+1..j*Q, Q = super_spines / spines. Links: host links, then
+  leaf-spine (pod by pod), then spine-super spine (spine by spine): on a
+  spine, ports 1..L face its pod's leaves and L+1..L+Q its plane's super
+  spines; on a super spine, port p faces pod p's spine. Every switch runs
+  the same ECMP hash (``fabric.p4``'s action selector), so with Q > 1 a
+  spine's choice of super spine repeats its leaf's choice of spine (hash
+  polarization, as in a real fabric without per-tier hash seeds): with
+  Q = 1 every path is used.
+
 Explicit form (exactly one of ``clos`` / ``nodes`` + ``links``)::
 
     name: explicit-3leaf
     nodes:                             # file order sets each role's index
-      - {name: spine1, role: spine}    # role: spine | leaf | host
+      - {name: spine1, role: spine}    # role: superspine | spine | leaf | host
       - {name: leaf1, role: leaf}
       - {name: h1, role: host}
     links:                             # file order sets port numbers
@@ -52,11 +76,12 @@ are ``[a-z][a-z0-9]*`` of at most 8 characters, so that every interface name
 A fabric is rejected (``ConfigError``: ``FILE: FIELD: REASON``, FIELD a dotted
 path such as ``clos.spines`` or ``links[3].b``) when: a node name is invalid
 or repeated; a role is unknown; a link names an unknown node, joins a node to
-itself, or joins two nodes that a 2-tier CLOS never joins (host-host,
-host-spine, leaf-leaf, spine-spine); a host does not have exactly one link,
-to a leaf; two links join the same pair of nodes other than a leaf and a
-spine (parallel leaf-spine links are allowed and used for ECMP); there is no
-spine, no leaf or no host; a leaf has no spine uplink or a spine no link; a
+itself, or joins two nodes that a CLOS never joins (only host-leaf,
+leaf-spine and spine-superspine links exist); a host does not have exactly
+one link, to a leaf; two links join the same pair of nodes other than
+switches of adjacent tiers (parallel leaf-spine and spine-superspine links
+are allowed and used for ECMP); there is no spine, no leaf or no host; a
+leaf has no spine uplink, a spine no link or a super spine no spine; a
 host cannot reach another host of its plane; a switch-switch link joins two
 planes; a leaf has more than 253 hosts; a plane has more leaves than /24
 subnets in its prefix; a switch needs more than 254
@@ -126,8 +151,13 @@ def delay_ns(us: float) -> int:
 
 
 class ClosSpec(StrictSpec):
-    spines: int = Field(ge=1)
-    leaves: int = Field(ge=1)
+    spines: int = Field(ge=1)          # per pod
+    leaves: int = Field(ge=1)          # per pod
+    pods: int = Field(default=1, ge=1)
+    # With pods > 1 (required then, refused with one pod): the third tier.
+    # Spine j of every pod links to the super spines of plane j.
+    super_spines: Optional[int] = Field(default=None, ge=1)
+    super_link: Optional[LinkParams] = None   # spine-super spine links; default fabric_link
     # hosts_per_leaf and host_link are required without servers, refused with
     # them (a server's NICs link at servers.nic_link); see FabricSpec._form.
     hosts_per_leaf: Optional[int] = Field(default=None, ge=1)
@@ -158,6 +188,7 @@ class ServersSpec(StrictSpec):
 
 class RailOptimizedSpec(StrictSpec):
     spines: int = Field(ge=1)
+    units: int = Field(default=1, ge=1)    # scalable units, each with its own rail leaves
     fabric_link: LinkParams
 
 
@@ -288,6 +319,8 @@ def _check_form(spec: FabricSpec) -> None:
     if explicit and spec.links is None:
         raise FieldError("links", "required with nodes")
     c = spec.clos
+    if c is not None:
+        _check_pods(c)
     if c is not None and spec.servers is None:
         for key in ("hosts_per_leaf", "host_link"):
             if getattr(c, key) is None:
@@ -300,3 +333,17 @@ def _check_form(spec: FabricSpec) -> None:
                                                     "(a server's NICs share its leaf)")
         if c.host_link is not None:
             raise FieldError("clos.host_link", "not with servers: NIC links are servers.nic_link")
+
+
+def _check_pods(c: ClosSpec) -> None:
+    if c.pods == 1:
+        for key in ("super_spines", "super_link"):
+            if getattr(c, key) is not None:
+                raise FieldError(f"clos.{key}", "only with pods > 1 (super spines join pods)")
+        return
+    if c.super_spines is None:
+        raise FieldError("clos.super_spines", f"required with {c.pods} pods: the tier that joins them")
+    if c.super_spines % c.spines:
+        raise FieldError("clos.super_spines",
+                         f"{c.super_spines} super spines do not split into {c.spines} planes "
+                         f"(spine j of every pod links to plane j): use a multiple of clos.spines")

@@ -20,7 +20,7 @@ from typing import Any
 from emulator.schema.load import read_yaml, show, validate
 from emulator.schema.topology import ClosSpec, FabricSpec, delay_ns, rate_bps
 from emulator.topo.addressing import AddressPlan
-from emulator.topo.draft import BuildContext, DraftLink, DraftNode
+from emulator.topo.draft import BuildContext, DraftLink, DraftNode, clos_switches
 from emulator.topo.graph import (
     COMPUTE_PLANE,
     CPU_PORT,
@@ -43,7 +43,9 @@ from emulator.topo.graph import (
 from emulator.topo.routes import compute_routes
 from emulator.topo.servers import expand_servers
 
-_TIER = {"host": 0, "leaf": 1, "spine": 2}
+_TIER = {"host": 0, "leaf": 1, "spine": 2, "superspine": 3}
+# Links join adjacent tiers only; between switches they may be parallel (ECMP).
+_LINK_ROLES = ({"host", "leaf"}, {"leaf", "spine"}, {"spine", "superspine"})
 
 
 def load_fabric(path: str | Path, *, field_prefix: str = "") -> Fabric:
@@ -96,38 +98,44 @@ def _expand_clos(c: ClosSpec, prefix: ipaddress.IPv4Network, ctx: BuildContext):
         raise ctx.err("clos.hosts_per_leaf",
                       f"{c.hosts_per_leaf} hosts do not fit a leaf's /24 "
                       f"(at most {MAX_HOSTS_PER_LEAF}: .1-.253, .254 is the gateway)")
+    check_clos_limits(c, c.hosts_per_leaf, "hosts_per_leaf", ctx)
+    n_leaves = c.pods * c.leaves
+    cap = leaf_capacity(prefix)
+    if n_leaves > cap:
+        raise ctx.err("addressing.host_prefix",
+                      f"{prefix} holds {cap} leaf /24 subnets; the fabric has {n_leaves} leaves")
+    nodes, uplinks = clos_switches(c.pods, c.leaves, c.spines, c.super_spines,
+                                   c.fabric_link, c.super_link)
+    nodes += [DraftNode(f"h{h}", "host", "clos.hosts_per_leaf")
+              for h in range(1, n_leaves * c.hosts_per_leaf + 1)]
+    hr, hd = c.host_link.rate_bps, c.host_link.delay_ns
+    links = [DraftLink(f"h{(k - 1) * c.hosts_per_leaf + j}", f"leaf{k}", hr, hd, "clos")
+             for k in range(1, n_leaves + 1) for j in range(1, c.hosts_per_leaf + 1)]
+    return nodes, links + uplinks
+
+
+def check_clos_limits(c: ClosSpec, down_ports: int, down_field: str, ctx: BuildContext) -> None:
+    """A CLOS's switches fit the pipeline: ECMP group sizes and port counts
+    (``down_ports``: what a leaf has below it, named by ``clos.<down_field>``)."""
+    per_plane = (c.super_spines or 0) // c.spines
     if c.spines > MAX_ECMP_GROUP_SIZE:
         raise ctx.err("clos.spines",
                       f"{c.spines} spines need {c.spines}-way ECMP; the P4 pipeline's "
                       f"max_group_size is {MAX_ECMP_GROUP_SIZE}")
-    if c.hosts_per_leaf + c.spines > MAX_SWITCH_PORTS:
-        raise ctx.err("clos.hosts_per_leaf",
-                      f"a leaf would need {c.hosts_per_leaf} host + {c.spines} spine ports = "
-                      f"{c.hosts_per_leaf + c.spines}; a switch has at most {MAX_SWITCH_PORTS} "
-                      f"(port {CPU_PORT} is the CPU port)")
-    if c.leaves > MAX_SWITCH_PORTS:
-        raise ctx.err("clos.leaves",
-                      f"a spine would need {c.leaves} ports; a switch has at most "
-                      f"{MAX_SWITCH_PORTS} (port {CPU_PORT} is the CPU port)")
-    cap = leaf_capacity(prefix)
-    if c.leaves > cap:
-        raise ctx.err("addressing.host_prefix",
-                      f"{prefix} holds {cap} leaf /24 subnets; the fabric has {c.leaves} leaves")
-    nodes = [DraftNode(f"spine{s}", "spine", "clos.spines") for s in range(1, c.spines + 1)]
-    nodes += [DraftNode(f"leaf{k}", "leaf", "clos.leaves") for k in range(1, c.leaves + 1)]
-    nodes += [DraftNode(f"h{h}", "host", "clos.hosts_per_leaf")
-              for h in range(1, c.leaves * c.hosts_per_leaf + 1)]
-    hr, hd = c.host_link.rate_bps, c.host_link.delay_ns
-    fr, fd = c.fabric_link.rate_bps, c.fabric_link.delay_ns
-    links = []
-    for k in range(1, c.leaves + 1):
-        for j in range(1, c.hosts_per_leaf + 1):
-            links.append(DraftLink(f"h{(k - 1) * c.hosts_per_leaf + j}", f"leaf{k}", hr, hd, "clos"))
-    for k in range(1, c.leaves + 1):
-        for s in range(1, c.spines + 1):
-            links.append(DraftLink(f"leaf{k}", f"spine{s}", fr, fd, "clos"))
-    return nodes, links
-
+    if per_plane > MAX_ECMP_GROUP_SIZE:
+        raise ctx.err("clos.super_spines",
+                      f"{per_plane} super spines per plane need {per_plane}-way ECMP on a spine; "
+                      f"the P4 pipeline's max_group_size is {MAX_ECMP_GROUP_SIZE}")
+    for what, fld, ports in (
+            (f"{down_ports} {down_field.replace('_per_leaf', '')} + {c.spines} spine ports",
+             down_field, down_ports + c.spines),
+            (f"{c.leaves} leaf + {per_plane} super spine ports", "leaves", c.leaves + per_plane),
+            (f"{c.pods} pod ports", "pods", c.pods if per_plane else 0)):
+        if ports > MAX_SWITCH_PORTS:
+            who = {"leaves": "spine", "pods": "super spine"}.get(fld, "leaf")
+            raise ctx.err(f"clos.{fld}",
+                          f"a {who} would need {what} = {ports}; a switch has at most "
+                          f"{MAX_SWITCH_PORTS} ports (port {CPU_PORT} is the CPU port)")
 
 
 def _validate_and_build(name: str, ctx: BuildContext, nodes: list[DraftNode], links: list[DraftLink],
@@ -150,7 +158,7 @@ def _validate_and_build(name: str, ctx: BuildContext, nodes: list[DraftNode], li
         by_name[n.name] = n
     for role in ("spine", "leaf", "host"):
         if not any(n.role == role for n in nodes):
-            raise ctx.err("nodes", f"no node has role {role}; a 2-tier CLOS needs at least one")
+            raise ctx.err("nodes", f"no node has role {role}; a CLOS needs at least one")
 
     # Links: endpoints and roles.
     pair_first: dict[frozenset, DraftLink] = {}
@@ -163,19 +171,19 @@ def _validate_and_build(name: str, ctx: BuildContext, nodes: list[DraftNode], li
             raise ctx.err(f"{l.where}.b", f"self-link: {l.a} to itself")
         ra, rb = by_name[l.a].role, by_name[l.b].role
         roles = {ra, rb}
-        if roles not in ({"host", "leaf"}, {"leaf", "spine"}):
+        if roles not in _LINK_ROLES:
             raise ctx.err(l.where,
-                          f"{ra}-{rb} link {l.a}-{l.b} is not valid in a 2-tier CLOS "
-                          f"(hosts connect to leaves, leaves to spines)")
+                          f"{ra}-{rb} link {l.a}-{l.b} is not valid in a CLOS "
+                          f"(hosts connect to leaves, leaves to spines, spines to super spines)")
         pa, pb = by_name[l.a].plane, by_name[l.b].plane
         if "host" not in roles and pa != pb:
             raise ctx.err(l.where, f"link {l.a}-{l.b} joins the {pa} plane to the {pb} plane; "
                                    f"planes are separate networks")
         key = frozenset((l.a, l.b))
-        if key in pair_first and roles != {"leaf", "spine"}:
+        if key in pair_first and "host" in roles:
             raise ctx.err(l.where, f"parallel link {l.a}-{l.b} (first at "
-                                   f"{ctx.path(pair_first[key].where)}); only leaf-spine "
-                                   f"links may be parallel")
+                                   f"{ctx.path(pair_first[key].where)}); only links between "
+                                   f"switches may be parallel")
         pair_first.setdefault(key, l)
 
     # Per-node degree rules.
@@ -194,6 +202,9 @@ def _validate_and_build(name: str, ctx: BuildContext, nodes: list[DraftNode], li
         elif n.role == "leaf":
             if not any(by_name[_other(l, n.name)].role == "spine" for l in mine):
                 raise ctx.err(n.where, f"leaf {n.name} has no link to a spine")
+        elif n.role == "superspine":
+            if not mine:
+                raise ctx.err(n.where, f"super spine {n.name} has no link to a spine")
         elif not mine:
             raise ctx.err(n.where, f"spine {n.name} has no link")
 
@@ -277,7 +288,7 @@ def _check_reachability(ctx: BuildContext, nodes, links, by_name) -> None:
         for h in hosts[1:]:
             if host_leaf[h] not in seen:
                 raise ctx.err("links", f"host {hosts[0]} (on {start}) cannot reach host {h} "
-                                       f"(on {host_leaf[h]}): no path between the leaves through spines")
+                                       f"(on {host_leaf[h]}): no path between the leaves through the switches")
 
 
 def _check_pipeline_limits(fabric: Fabric, ctx: BuildContext, where: dict[str, str]) -> None:

@@ -26,7 +26,7 @@ from typing import Any, Callable, Literal, Optional, Union, get_args
 
 from emulator.wire import CPU_PORT, MAX_SWITCH_PORTS  # noqa: F401  (re-exported limits)
 
-Role = Literal["spine", "leaf", "host"]
+Role = Literal["superspine", "spine", "leaf", "host"]
 ROLES: tuple[str, ...] = get_args(Role)
 ServerRole = Literal["compute", "storage"]
 
@@ -174,9 +174,10 @@ class Fabric:
             ports[l.b].append(Port(l.b, l.b_port, ifname(l.b, l.b_port), l.a, l.a_port, i))
         by_role = {r: tuple(n for n in self.nodes if n.role == r) for r in ROLES}
         planes = self.plane_table or (Plane(COMPUTE_PLANE, self.host_prefix),)
-        # Plane by plane, leaves then spines: a plane added to a fabric does
-        # not renumber the devices (nor router MACs) of the planes before it.
-        switches = tuple(n for p in planes for r in ("leaf", "spine")
+        # Plane by plane, leaves, spines, then super spines: a plane or a
+        # tier added to a fabric does not renumber the devices (nor router
+        # MACs) before it.
+        switches = tuple(n for p in planes for r in ("leaf", "spine", "superspine")
                          for n in by_role[r] if n.plane == p.name)
         servers = self.server_table or tuple(
             Server(h.name, "compute", 1, (h.name,), 0, 0) for h in by_role["host"])
@@ -200,9 +201,45 @@ class Fabric:
     def spines(self) -> tuple[Node, ...]:
         return self._by_role["spine"]
 
+    def superspines(self) -> tuple[Node, ...]:
+        """The third tier, joining pods (none in a 2-tier fabric)."""
+        return self._by_role["superspine"]
+
     def switches(self) -> tuple[Node, ...]:
-        """Plane by plane, leaves then spines; device ids follow this order."""
+        """Plane by plane, leaves, spines, super spines; device ids follow this order."""
         return self._switches
+
+    @cached_property
+    def pods(self) -> tuple[tuple[Node, ...], ...]:
+        """The pods: leaves and spines joined without a super spine (the
+        connected parts of the leaf-spine graph), each as its leaves then
+        its spines, in the order of their first leaf. A 2-tier fabric is one
+        pod per plane."""
+        tier2 = {n.name for n in self.nodes if n.role in ("leaf", "spine")}
+        pod_of: dict[str, int] = {}
+        pods: list[list[str]] = []
+        for leaf in self.leaves():
+            if leaf.name in pod_of:
+                continue
+            pod_of[leaf.name] = len(pods)
+            members, todo = [leaf.name], [leaf.name]
+            while todo:
+                for p in self.ports(todo.pop()):
+                    if p.peer in tier2 and p.peer not in pod_of:
+                        pod_of[p.peer] = len(pods)
+                        members.append(p.peer)
+                        todo.append(p.peer)
+            pods.append(members)
+        order = {n.name: i for i, n in enumerate(self._switches)}
+        return tuple(tuple(self.node(m) for m in sorted(ms, key=order.__getitem__)) for ms in pods)
+
+    def pod_of(self, switch: NodeRef) -> int | None:
+        """1-based pod of a leaf or spine; None for a super spine."""
+        name = node_name(switch)
+        for i, pod in enumerate(self.pods, start=1):
+            if any(n.name == name for n in pod):
+                return i
+        return None
 
     def node(self, name: NodeRef) -> Node:
         try:

@@ -20,6 +20,7 @@ Rail-optimized compute fabric, with a storage server on its own plane::
         - {name: red, count: 1}
     rail_optimized:                      # or clos: (below)
       spines: 2
+      units: 1                           # optional: scalable units of rail leaves
       fabric_link: {rate_gbps: 100, delay_us: 1}
     storage_servers:                     # optional: storage1, storage2, ...
       count: 1
@@ -37,9 +38,14 @@ Rail-optimized compute fabric, with a storage server on its own plane::
 
 Compute fabric. ``rail_optimized``: one leaf per rail, ``leaf1..leafG``; rail
 i (leaf i+1) joins NIC i of every server, and every leaf links to every
-spine ``spine1..``. ``clos`` with servers (``spines``, ``leaves``,
+spine ``spine1..``. With ``units: U`` (default 1) the servers form U
+scalable units of count/U consecutive servers, each with its own G rail
+leaves (unit u: ``leaf{(u-1)G+1..uG}``), every rail leaf linked to every
+spine: same-rank traffic inside a unit crosses one leaf, between units
+leaf -> spine -> leaf. ``clos`` with servers (``spines``, ``leaves``,
 ``fabric_link``, optional ``servers_per_leaf``, default
-ceil(count / leaves)): a server's NICs all sit on one leaf, servers filling
+ceil(count / leaves); ``pods``, ``super_spines``, ``super_link`` as in
+the plain form): a server's NICs all sit on one leaf, servers filling
 leaves in order. On every compute leaf the ports face its servers' NICs
 (server by server, NIC by NIC), then spine1..spineS.
 
@@ -67,7 +73,7 @@ import re
 from typing import Optional
 
 from emulator.schema.topology import FabricSpec
-from emulator.topo.draft import BuildContext, DraftLink, DraftNode
+from emulator.topo.draft import BuildContext, DraftLink, DraftNode, clos_switches
 from emulator.topo.graph import (
     MAX_ECMP_GROUP_SIZE,
     MAX_NODE_NAME,
@@ -106,32 +112,39 @@ def expand_servers(spec: FabricSpec, ctx: BuildContext):
     # Compute switches and the leaf of each server's NIC i.
     if spec.rail_optimized is not None:
         ro = spec.rail_optimized
-        n_leaves, n_spines, fabric_link = s.gpus_per_server, ro.spines, ro.fabric_link
-        spines_field = "rail_optimized.spines"
+        if s.count % ro.units:
+            raise ctx.err("rail_optimized.units", f"{s.count} servers do not split into {ro.units} "
+                                                  f"scalable units of equal size")
+        per_unit = s.count // ro.units
+        n_leaves = s.gpus_per_server * ro.units
+        _check_spines(ctx, "rail_optimized.spines", ro.spines)
         if n_leaves > MAX_SWITCH_PORTS:
             raise ctx.err("servers.gpus_per_server",
-                          f"{n_leaves} rails need {n_leaves} leaves; a spine has at most "
-                          f"{MAX_SWITCH_PORTS} ports")
+                          f"{ro.units} units x {s.gpus_per_server} rails need {n_leaves} leaves; "
+                          f"a spine has at most {MAX_SWITCH_PORTS} ports")
+        nodes, uplinks = clos_switches(1, n_leaves, ro.spines, None, ro.fabric_link, None,
+                                       "rail_optimized")
+        for n in nodes:
+            if n.role == "leaf":                  # rails come from the servers' GPUs
+                n.where = "servers.count"
 
-        def leaf_of(k: int, i: int) -> int:
-            return i + 1
+        def leaf_of(k: int, i: int) -> int:      # rail i of server k's unit
+            return (k - 1) // per_unit * s.gpus_per_server + i + 1
     else:
         c = spec.clos
         assert c is not None
-        n_leaves, n_spines, fabric_link = c.leaves, c.spines, c.fabric_link
-        spines_field = "clos.spines"
-        per_leaf = c.servers_per_leaf or math.ceil(s.count / c.leaves)
-        if s.count > per_leaf * c.leaves:
+        _check_spines(ctx, "clos.spines", c.spines)
+        n_leaves = c.pods * c.leaves
+        per_leaf = c.servers_per_leaf or math.ceil(s.count / n_leaves)
+        if s.count > per_leaf * n_leaves:
             raise ctx.err("clos.servers_per_leaf",
-                          f"{c.leaves} leaves x {per_leaf} servers hold {per_leaf * c.leaves} "
+                          f"{n_leaves} leaves x {per_leaf} servers hold {per_leaf * n_leaves} "
                           f"servers; servers.count is {s.count}")
+        nodes, uplinks = clos_switches(c.pods, c.leaves, c.spines, c.super_spines,
+                                       c.fabric_link, c.super_link)
 
         def leaf_of(k: int, i: int) -> int:
             return (k - 1) // per_leaf + 1
-    _check_spines(ctx, spines_field, n_spines)
-
-    nodes = [DraftNode(f"spine{j}", "spine", spines_field) for j in range(1, n_spines + 1)]
-    nodes += [DraftNode(f"leaf{j}", "leaf", "servers.count") for j in range(1, n_leaves + 1)]
     host_links: list[tuple[int, DraftLink]] = []     # (leaf number, link)
     for k in range(1, s.count + 1):
         for i in range(s.gpus_per_server):
@@ -139,9 +152,7 @@ def expand_servers(spec: FabricSpec, ctx: BuildContext):
             host_links.append((leaf_of(k, i), DraftLink.of(nic_name(k, i), f"leaf{leaf_of(k, i)}",
                                                     s.nic_link, "servers.nic_link")))
     # Leaf by leaf (stable: server by server, NIC by NIC), then the uplinks.
-    links = [l for _, l in sorted(host_links, key=lambda t: t[0])]
-    links += [DraftLink.of(f"leaf{j}", f"spine{m}", fabric_link, "servers")
-              for j in range(1, n_leaves + 1) for m in range(1, n_spines + 1)]
+    links = [l for _, l in sorted(host_links, key=lambda t: t[0])] + uplinks
 
     separate = spec.storage_plane is not None
     servers = [Server(f"server{k}", "compute", s.gpus_per_server,

@@ -39,8 +39,10 @@ def render_fabric(fabric: "Fabric", *, width: int = 120, color: bool = False) ->
 
     planes = fabric.planes()
     multi_plane = len(planes) > 1
+    supers = fabric.superspines()
+    tiers = (f"{len(fabric.pods)} pods, {_count(len(supers), 'super spine')}, " if supers else "")
     console.print(
-        f"[bold]Fabric {fabric.name}[/bold]  ({fabric.source})\n"
+        f"[bold]Fabric {fabric.name}[/bold]  ({fabric.source})\n{tiers}"
         f"{len(fabric.spines())} spines, {len(fabric.leaves())} leaves, "
         f"{len(fabric.hosts())} hosts, {len(fabric.links)} links; "
         f"host prefix {fabric.host_prefix}"
@@ -53,6 +55,8 @@ def render_fabric(fabric: "Fabric", *, width: int = 120, color: bool = False) ->
         _print_rails(console, fabric)
     if multi_plane:
         _print_planes(console, fabric)
+    if supers:
+        _print_tiers(console, fabric)
 
     nodes = Table(title="Nodes", box=box.SIMPLE_HEAD, title_justify="left")
     for col in ("Node", "Role", "#", "Device", "IP / subnet", "Gateway",
@@ -62,8 +66,7 @@ def render_fabric(fabric: "Fabric", *, width: int = 120, color: bool = False) ->
     for sw in fabric.switches():
         is_leaf = sw.role == "leaf"
         ports = fabric.ports(sw)
-        attached = (_count(len(fabric.leaf_hosts(sw)), "host") if is_leaf
-                    else _count(len({p.peer for p in ports}), "leaf", "leaves"))
+        attached = _attached(fabric, sw)
         nodes.add_row(sw.name, sw.role, str(sw.index), str(fabric.device_id(sw)),
                       plan.leaf_subnet(sw) if is_leaf else "-",
                       plan.leaf_gateway(sw) if is_leaf else "-",
@@ -105,6 +108,41 @@ def render_fabric(fabric: "Fabric", *, width: int = 120, color: bool = False) ->
     if not color:  # rich pads every line to the table width
         text = "\n".join(line.rstrip() for line in text.splitlines()) + "\n"
     return text
+
+
+_ROLE_NAMES = {"host": ("host", "hosts"), "leaf": ("leaf", "leaves"),
+               "spine": ("spine", "spines"), "superspine": ("super spine", "super spines")}
+
+
+def _attached(fabric: "Fabric", sw) -> str:
+    """What a switch's ports face, tier below first: a leaf's hosts, a
+    spine's leaves (and super spines), a super spine's spines."""
+    peers = Counter(fabric.node(p).role for p in {p.peer for p in fabric.ports(sw)})
+    shown = {"leaf": ("host",), "spine": ("leaf", "superspine"), "superspine": ("spine",)}[sw.role]
+    return ", ".join(_count(peers[r], *_ROLE_NAMES[r]) for r in shown if peers[r])
+
+
+def _print_tiers(console: Console, fabric: "Fabric") -> None:
+    """Three tiers: each pod's leaves, spines and hosts, and the super spines
+    its spines reach; then each super spine's plane (the spine of each pod it joins)."""
+    t = Table(title="Tiers: pods (leaves + spines) joined by super spines", box=box.SIMPLE_HEAD,
+              title_justify="left")
+    for col in ("Pod", "Leaves", "Spines", "Hosts", "Super spines reached"):
+        t.add_column(col, no_wrap=True)
+    for i, pod in enumerate(fabric.pods, start=1):
+        leaves = [n for n in pod if n.role == "leaf"]
+        spines = [n for n in pod if n.role == "spine"]
+        reached = dict.fromkeys(p.peer for sp in spines for p in fabric.ports(sp)
+                                if fabric.node(p.peer).role == "superspine")
+        t.add_row(str(i), " ".join(n.name for n in leaves), " ".join(n.name for n in spines),
+                  str(sum(len(fabric.leaf_hosts(n)) for n in leaves)), " ".join(reached) or "-")
+    console.print(t)
+    t = Table(title="Super spines", box=box.SIMPLE_HEAD, title_justify="left")
+    for col in ("Super spine", "Spines (pod)"):
+        t.add_column(col, no_wrap=True)
+    for sup in fabric.superspines():
+        t.add_row(sup.name, " ".join(f"{p.peer} ({fabric.pod_of(p.peer)})" for p in fabric.ports(sup)))
+    console.print(t)
 
 
 def _servers_line(fabric: "Fabric") -> str:

@@ -282,7 +282,7 @@ def _links(extra=(), drop=()):
     (_nodes([("3leaf", "leaf")]), _links(), "nodes[7].name", ["not a valid node name"]),
     (_nodes([("leaf-3", "leaf")]), _links(), "nodes[7].name", ["not a valid node name"]),
     (_nodes([("leaf12345", "leaf")]), _links(), "nodes[7].name", ["8 characters"]),
-    (_nodes([("tor1", "tor")]), _links(), "nodes[7].role", ["spine, leaf or host", "'tor'"]),
+    (_nodes([("tor1", "tor")]), _links(), "nodes[7].role", ["superspine, spine, leaf or host", "'tor'"]),
     # links
     (_nodes(), _links([("leaf2", "spine9")]), "links[7].b", ["unknown node", "spine9"]),
     (_nodes(), _links([("leaf9", "spine1")]), "links[7].a", ["unknown node"]),
