@@ -157,7 +157,8 @@ def _servers_line(fabric: "Fabric") -> str:
     if tenants:
         text += f"; tenants {', '.join(tenants)}"
     if fabric.is_rail_optimized():
-        text += f"; {_count(len(fabric.rails), 'rail')}"
+        g, units = _rails_per_unit(fabric)
+        text += f"; {_count(g, 'rail')}" + (f" x {units} scalable units" if units > 1 else "")
     if storage:
         separate = len(fabric.planes()) > 1
         text += "; storage plane separate" if separate else "; storage plane shared"
@@ -186,13 +187,21 @@ def _print_rails(console: Console, fabric: "Fabric") -> None:
     plan = fabric.addresses
     t = Table(title="Rails (rail i = NIC i of every server)", box=box.SIMPLE_HEAD,
               title_justify="left")
-    for col in ("Rail", "Leaf", "Subnet"):
+    g, units = _rails_per_unit(fabric)
+    for col in ("Unit", "Rail", "Leaf", "Subnet")[units == 1:]:
         t.add_column(col, no_wrap=True)
     t.add_column("NICs")
     for i, leaf in enumerate(fabric.rails):
-        t.add_row(str(i), leaf, plan.leaf_subnet(leaf),
+        unit = (str(i // g + 1),) if units > 1 else ()
+        t.add_row(*unit, str(i % g), leaf, plan.leaf_subnet(leaf),
                   " ".join(h.name for h in fabric.leaf_hosts(leaf)))
     console.print(t)
+
+
+def _rails_per_unit(fabric: "Fabric") -> tuple[int, int]:
+    """(rails G = a server's GPUs, scalable units): unit u has rail leaves (u-1)G+1..uG."""
+    g = fabric.servers("compute")[0].gpus
+    return g, len(fabric.rails) // g
 
 
 def _print_planes(console: Console, fabric: "Fabric") -> None:

@@ -126,3 +126,14 @@ def test_servers_on_pods():
     f = fabric_from_dict(data)
     assert [f.host_leaf(s.nics[0]).name for s in f.servers()] == ["leaf1", "leaf2", "leaf3", "leaf4"]
     assert all_walks(f, compute_routes(f), "s1n0", "s4n0", max_hops=5) == (2, 5)
+
+
+def test_topo_show_numbers_rails_within_their_unit():
+    f = load_fabric(TOPOS / "rail-8x8-2su.yaml")
+    text = render_fabric(f)
+    assert "8 rails x 2 scalable units" in text
+    rows = [line.split() for line in text.splitlines() if " leaf" in line and "10.0." in line]
+    assert rows[0][:3] == ["1", "0", "leaf1"] and rows[8][:3] == ["2", "0", "leaf9"]
+    assert rows[15][:3] == ["2", "7", "leaf16"] and "s8n7" in rows[15]
+    one_unit = render_fabric(fabric_from_dict(rail()))
+    assert "scalable units" not in one_unit and "Unit" not in one_unit
