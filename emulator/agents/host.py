@@ -137,6 +137,7 @@ from .dcqcn import DcqcnParams
 from .dpu import Endpoint
 from .gpudirect import GpuNic
 from .nic import RNR_TIMER_US, QpState, RoceNic, WcOpcode, WcStatus
+from .start_gate import ready_then_start
 
 PATTERN_BLOCK = 65536
 PATTERN_STRIDE = 4099          # odd: blocks up to 4 GiB are all different rotations
@@ -487,14 +488,14 @@ class HostAgent:
     def run(self, stop_flag: list | None = None) -> bool:
         cfg, nic = self.cfg, self.nic
         stop_flag = stop_flag if stop_flag is not None else [False]
+        self.ready_unix_ns = time.time_ns()
+        start_at = ready_then_start(self.host, cfg.ready_path, cfg.start_at_unix_ns)
         now_unix = time.time_ns()
-        self.ready_unix_ns = now_unix
-        self.start_at_unix_ns = cfg.start_at_unix_ns or now_unix
+        self.start_at_unix_ns = start_at or now_unix
         if self.start_at_unix_ns < now_unix:
             print(f"[{self.host}] warning: ready {(now_unix - self.start_at_unix_ns) / 1e6:.1f} ms "
                   f"after start_at_unix_ns: its peers may have sent into the void",
                   file=sys.stderr, flush=True)
-        print(f"READY {self.host}", flush=True)
         t0 = time.monotonic_ns() + (self.start_at_unix_ns - now_unix)
         if self.endpoint is not None:
             self.endpoint.reset(t0)

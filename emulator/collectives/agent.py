@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import sys
 
+from emulator.agents.start_gate import ready_then_start
 from emulator.clock import MONOTONIC, Clock
 from emulator.schema.agent import CollectiveAgentConfig
 
@@ -59,9 +60,9 @@ def run(cfg: CollectiveAgentConfig, path: str = "config", clock: Clock = MONOTON
             reader = StorageReader(snic, st.qpn, st.target_ip, st.block_bytes, st.blocks,
                                    st.queue_depth)
             eng.attach(snic, reader.qpn, reader)
-        print(f"READY server{cfg.server}", flush=True)
         # the common start: a Unix time, the one clock all servers' processes share
-        wait_ns = (cfg.start_at_unix_ns or 0) - clock.unix_ns()
+        start_at = ready_then_start(f"server{cfg.server}", cfg.ready_path, cfg.start_at_unix_ns)
+        wait_ns = (start_at or 0) - clock.unix_ns()
         if wait_ns > 0:
             clock.sleep_until_ns(clock.now_ns() + wait_ns)
         deadline_ns = clock.now_ns() + int(cfg.deadline_s * 1e9)

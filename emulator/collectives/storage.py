@@ -23,6 +23,7 @@ import numpy as np
 
 from emulator.agents.dpu import StorageClient, StorageTarget
 from emulator.agents.qp import WcOpcode, WcStatus
+from emulator.agents.start_gate import ready_then_start
 from emulator.clock import MONOTONIC, Clock
 from emulator.schema.agent import NicConfig, StorageAgentConfig
 from emulator.wire import roce_sport
@@ -123,7 +124,7 @@ def serve(cfg: StorageAgentConfig, clock: Clock = MONOTONIC) -> dict:
             target.block(k)[:] = block_pattern(k, target.block_bytes).tobytes()
         for c in cfg.clients:
             target.serve(nic.create_qp(c.qpn, c.remote_ip, c.remote_qpn, roce_sport(c.qpn)))
-        print("READY storage", flush=True)
+        ready_then_start("storage", cfg.ready_path, None)    # serves from now on
         deadline_ns = clock.now_ns() + int(cfg.deadline_s * 1e9)
         while not stop and clock.now_ns() < deadline_ns:
             nic.run_once(0.05)

@@ -11,6 +11,9 @@ Per switch it writes
 """
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable, TypeVar
+
 from p4.v1 import p4runtime_pb2
 
 from emulator.control.p4rt_client import SwitchConnection
@@ -18,6 +21,9 @@ from emulator.control.qos import QosSpec, qos_entities
 from emulator.dataplane.malformed import MALFORMED_SLOTS, Malformed
 from emulator.p4.p4info import P4Info
 from emulator.topo import Fabric, compute_routes, ecmp_groups, nexthop_members
+from emulator.wire import CPU_PORT
+
+T = TypeVar("T")
 
 PORT_COUNTERS = {          # summary name prefix -> fabric.p4 counter, index port
     "rx": "rx_port_counter",
@@ -78,21 +84,35 @@ class FabricController:
         self.conns: dict[str, SwitchConnection] = {}
 
     def connect(self) -> None:
-        for name, (address, device_id) in self.switches.items():
-            self.conns[name] = SwitchConnection(address, device_id)
+        """A primary connection to every switch (all at once); on a failure
+        the ones made are closed and the first error raised."""
+        with ThreadPoolExecutor(max_workers=min(16, max(1, len(self.switches)))) as pool:
+            futures = {name: pool.submit(SwitchConnection, address, device_id)
+                       for name, (address, device_id) in self.switches.items()}
+        for name, f in futures.items():
+            if f.exception() is None:
+                self.conns[name] = f.result()
+        for f in futures.values():
+            if f.exception() is not None:
+                self.close()
+                raise f.exception()
 
     def install(self) -> None:
+        """Pipeline and every switch's entries, switches in parallel."""
         routes = compute_routes(self.fabric)
-        for name, conn in self.conns.items():
+        ents = {name: switch_entities(self.fabric, self.p4info, name, routes) for name in self.conns}
+        if self.qos is not None:
+            for name, e in ents.items():
+                e["qos"] = qos_entities(self.fabric, self.p4info, name, self.qos,
+                                        self.mtu_bytes, self.reaction_fabric_ns, self.dilation)
+
+        def program(name: str, conn: SwitchConnection) -> None:
             conn.set_pipeline(self.p4info.proto, self.device_config)
-            ents = switch_entities(self.fabric, self.p4info, name, routes)
-            if self.qos is not None:
-                ents["qos"] = qos_entities(self.fabric, self.p4info, name, self.qos,
-                                           self.mtu_bytes, self.reaction_fabric_ns, self.dilation)
             # Members before the groups that hold them, both before the routes.
             for kind in ("tables", "members", "groups", "routes", "qos"):
-                if ents.get(kind):
-                    conn.insert(ents[kind])
+                if ents[name].get(kind):
+                    conn.insert(ents[name][kind])
+        self._each_switch(program)
 
     def set_qos(self, qos: QosSpec) -> None:
         """Change the installed ECN and PFC thresholds (and ECN on/off) in place,
@@ -131,37 +151,66 @@ class FabricController:
                 out[key.SerializeToString(deterministic=True)] = e
         return out
 
+    def _ports(self, switch: str) -> list[int]:
+        """The counter indices worth reading on ``switch``: its ports and the CPU port."""
+        return [p.port_no for p in self.fabric.ports(switch)] + [CPU_PORT]
+
+    def _each_switch(self, fn: Callable[[str, SwitchConnection], T]) -> dict[str, T]:
+        """``fn(name, conn)`` for every switch at once: each switch's P4Runtime
+        server answers in its own process, so the round trips overlap."""
+        if len(self.conns) <= 1:
+            return {name: fn(name, conn) for name, conn in self.conns.items()}
+        with ThreadPoolExecutor(max_workers=min(16, len(self.conns))) as pool:
+            futures = {name: pool.submit(fn, name, conn) for name, conn in self.conns.items()}
+            return {name: f.result() for name, f in futures.items()}
+
+    def _read_cells(self, conn: SwitchConnection, counters: list[str],
+                    indices: list[int]) -> dict[tuple[str, int], tuple[int, int]]:
+        """{(counter, index): (packets, bytes)}, all in one Read: a wildcard
+        read would return every cell of MAX_PORTS (thousands, mostly zero)."""
+        ids = {self.p4info.counter_id(c): c for c in counters}
+        ents = [conn.codec.counter_entry(c, i) for c in counters for i in indices]
+        return {(ids[e.counter_entry.counter_id], e.counter_entry.index.index):
+                (e.counter_entry.data.packet_count, e.counter_entry.data.byte_count)
+                for e in conn.read(ents)}
+
     def read_port_counters(self) -> dict[tuple[str, int], dict]:
         """(switch, port) -> {rx_packets, rx_bytes, enq_..., tx_..., pipeline_drop_...,
-        and malformed_<reason>_packets/_bytes for the reasons that counted something}."""
-        out: dict[tuple[str, int], dict] = {}
-        for name, conn in self.conns.items():
-            for prefix, counter in PORT_COUNTERS.items():
-                for index, (packets, nbytes) in conn.read_counter(counter).items():
-                    cell = out.setdefault((name, index), {})
-                    cell[f"{prefix}_packets"] = packets
-                    cell[f"{prefix}_bytes"] = nbytes
-            for index, (packets, nbytes) in conn.read_counter("malformed_drop_counter").items():
-                port, reason = divmod(index, MALFORMED_SLOTS)
-                if packets and reason in MALFORMED_PREFIX:
-                    cell = out.setdefault((name, port), {})
-                    prefix = MALFORMED_PREFIX[reason]
-                    cell[f"{prefix}_packets"] = packets
-                    cell[f"{prefix}_bytes"] = nbytes
-        return out
+        and malformed_<reason>_packets/_bytes for the reasons that counted something}
+        for every port of the fabric's switches (and their CPU port)."""
+        def one(name: str, conn: SwitchConnection) -> dict[tuple[str, int], dict]:
+            ports = self._ports(name)
+            cells = self._read_cells(conn, list(PORT_COUNTERS.values()), ports)
+            bad = self._read_cells(conn, ["malformed_drop_counter"],
+                                   [p * MALFORMED_SLOTS + r for p in ports for r in MALFORMED_PREFIX])
+            out: dict[tuple[str, int], dict] = {}
+            for port in ports:
+                cell = out.setdefault((name, port), {})
+                for prefix, counter in PORT_COUNTERS.items():
+                    cell[f"{prefix}_packets"], cell[f"{prefix}_bytes"] = cells[(counter, port)]
+                for reason, prefix in MALFORMED_PREFIX.items():
+                    packets, nbytes = bad[("malformed_drop_counter", port * MALFORMED_SLOTS + reason)]
+                    if packets:
+                        cell[f"{prefix}_packets"], cell[f"{prefix}_bytes"] = packets, nbytes
+            return out
+        return {k: v for part in self._each_switch(one).values() for k, v in part.items()}
 
     def read_priority_counters(self) -> dict[tuple[str, int, int], dict]:
         """(switch, port, priority) -> {enq_packets, tx_packets, ecn_mark_packets, pause_tx_packets, ...},
         only for cells that counted something."""
-        out: dict[tuple[str, int, int], dict] = {}
-        for name, conn in self.conns.items():
+        def one(name: str, conn: SwitchConnection) -> dict[tuple[str, int, int], dict]:
+            indices = [p * NUM_PRIORITIES + q for p in self._ports(name) for q in range(NUM_PRIORITIES)]
+            cells = self._read_cells(conn, list(PORT_PRIORITY_COUNTERS.values()), indices)
+            out: dict[tuple[str, int, int], dict] = {}
             for prefix, counter in PORT_PRIORITY_COUNTERS.items():
-                for index, (packets, nbytes) in conn.read_counter(counter).items():
+                for index in indices:
+                    packets, nbytes = cells[(counter, index)]
                     if packets or nbytes:
                         cell = out.setdefault((name, index // NUM_PRIORITIES, index % NUM_PRIORITIES), {})
                         cell[f"{prefix}_packets"] = packets
                         cell[f"{prefix}_bytes"] = nbytes
-        return out
+            return out
+        return {k: v for part in self._each_switch(one).values() for k, v in part.items()}
 
     def bytes_sent_on(self, ports: list[tuple[str, int]]) -> int:
         """Bytes the switches sent out of the given (switch, port)s so far."""

@@ -26,8 +26,9 @@ from emulator.wire import roce_sport
 # Exit statuses of an agent that ended by itself: done (0), or done with
 # flows incomplete (3); anything else (a traceback, a signal) is a death.
 AGENT_ENDED = (0, 3)
-AGENT_START_S = 2.0           # time for every agent to start and import Scapy
-AGENT_START_PER_HOST_S = 0.25
+READY_TIMEOUT_S = 120.0        # every agent imported and its NIC up (64 on two cores: ~15 s)
+START_AHEAD_S = 0.02           # the start time the runner hands out: this far ahead, plus
+START_AHEAD_PER_AGENT_S = 0.001    # a ms per agent to write to it and wake it
 
 
 def rto_fabric_ns(exp: Experiment) -> int:
@@ -60,10 +61,13 @@ def nic_config(exp: Experiment, nic: str) -> NicConfig:
     return NicConfig(**nic_fields(exp, nic))
 
 
-def agent_configs(exp: Experiment, run_dir: Path, start_at_unix_ns: int,
-                  hosts: set[str] | None = None) -> dict[str, HostAgentConfig]:
+def agent_configs(exp: Experiment, run_dir: Path, start_at_unix_ns: int | None,
+                  hosts: set[str] | None = None,
+                  ready_paths: dict[str, str] | None = None) -> dict[str, HostAgentConfig]:
     """One config per host (or per host in ``hosts``): its NIC, its QPs,
-    what it sends and expects, and its endpoint (``endpoints:``)."""
+    what it sends and expects, and its endpoint (``endpoints:``); it starts
+    at ``start_at_unix_ns``, or, given its ``ready_paths`` entry, when
+    released (``agents/start_gate.py``)."""
     d = exp.dilation
     names = [h.name for h in exp.fabric.hosts() if hosts is None or h.name in hosts]
     ip = {h: exp.fabric.addresses.host_ip(h) for h in names}
@@ -95,7 +99,7 @@ def agent_configs(exp: Experiment, run_dir: Path, start_at_unix_ns: int,
         host=h, **nic_fields(exp, h), **agent_keys(exp, h),
         sample_interval_ns=sample_interval_ns,
         start_at_unix_ns=start_at_unix_ns, deadline_s=exp.wall_limit_s,
-        qps=qps[h], send=send[h], expect=expect[h], mr_rkey=DEFAULT_MR_RKEY,
+        ready_path=(ready_paths or {}).get(h), qps=qps[h], send=send[h], expect=expect[h], mr_rkey=DEFAULT_MR_RKEY,
         result_path=str(run_dir / f"{h}.result.json"),
         progress_path=str(progress_path(run_dir, h))) for h in names}
 
@@ -130,15 +134,44 @@ class AgentProcesses:
         self.procs: dict[str, subprocess.Popen] = {}
         self.stopped = False     # by stop(): their exits are no deaths
 
+    def ready_path(self, name: str) -> str:
+        """The file agent ``name`` creates when it can start (``start_gate``)."""
+        return str(self.run_dir / f"{name}.ready")
+
     def launch(self, name: str, cfg: ProcessConfig, module: str) -> None:
-        """Write ``cfg`` and start ``python -m module`` on it in ``name``'s host."""
+        """Write ``cfg`` and start ``python -m module`` on it in ``name``'s host;
+        with a ``ready_path`` the agent waits for ``release`` on its stdin."""
         path = self.run_dir / f"{name}.agent.json"
         cfg.write(path)
+        gated = getattr(cfg, "ready_path", None) is not None
         with open(self.run_dir / f"{name}.agent.log", "w") as log:
             self.procs[name] = self.fnet.host(name).popen(
                 [sys.executable, "-m", module, str(path)],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                stdout=log, stderr=subprocess.STDOUT,
+                stdin=subprocess.PIPE if gated else subprocess.DEVNULL,
                 env=child_env())        # it dies with this runner
+
+    def not_ready(self) -> list[str]:
+        """Gated agents that have not said they are ready; raises
+        ``RunAborted`` (``check``) when one died instead."""
+        self.check()
+        waiting = [n for n, p in self.procs.items()
+                   if p.stdin is not None and not Path(self.ready_path(n)).exists()]
+        for n in waiting:       # even a clean exit before the gate: it will never be ready
+            if self.procs[n].poll() is not None:
+                raise RunAborted(f"agent {n} {exit_phrase(self.procs[n].returncode)} before it was "
+                                 f"ready (its log: {self.run_dir / f'{n}.agent.log'})")
+        return waiting
+
+    def release(self, start_at_unix_ns: int) -> None:
+        """Hand every gated agent the common start time (and close its stdin)."""
+        for p in self.procs.values():
+            if p.stdin is not None and not p.stdin.closed:
+                try:
+                    p.stdin.write(f"{start_at_unix_ns}\n".encode())
+                    p.stdin.close()
+                except OSError:        # it died: check() names it
+                    pass
 
     def running(self) -> int:
         """How many agents are still running; raises ``RunAborted`` when one
@@ -157,6 +190,12 @@ class AgentProcesses:
 
     def stop(self, grace_s: float = 5.0) -> None:
         self.stopped = True
+        for p in self.procs.values():        # one still at the gate ends on EOF
+            if p.stdin is not None and not p.stdin.closed:
+                try:
+                    p.stdin.close()
+                except OSError:
+                    pass
         stop_processes(self.procs.values(), grace_s)
 
     def results(self) -> dict[str, dict]:
@@ -177,15 +216,13 @@ class AgentGroup(AgentProcesses):
         super().__init__(fnet, exp, run_dir)
         self.hosts = hosts
 
-    def start(self, extra_delay_s: float = 0.0) -> int:
-        """Start every agent; returns the wall-clock start time (unix ns),
-        ``extra_delay_s`` later for other processes started alongside."""
-        n = len(self.exp.fabric.hosts()) if self.hosts is None else len(self.hosts)
-        start_at = time.time_ns() + int((AGENT_START_S + AGENT_START_PER_HOST_S * n
-                                         + extra_delay_s) * 1e9)
-        for name, cfg in agent_configs(self.exp, self.run_dir, start_at, self.hosts).items():
+    def launch_all(self) -> None:
+        """Start every agent, each waiting at the gate for ``release``."""
+        names = [h.name for h in self.exp.fabric.hosts()] if self.hosts is None else self.hosts
+        cfgs = agent_configs(self.exp, self.run_dir, None, self.hosts,
+                             ready_paths={n: self.ready_path(n) for n in names})
+        for name, cfg in cfgs.items():
             self.launch(name, cfg, "emulator.agents.host")
-        return start_at
 
     def progress(self) -> tuple[int, int]:
         """(payload bytes the agents' NICs have delivered -- placed in
@@ -200,3 +237,22 @@ class AgentGroup(AgentProcesses):
             delivered += int(p.get("delivered_bytes", 0))
             done += bool(p.get("done"))
         return delivered, done
+
+
+def start_together(*groups: AgentProcesses, timeout_s: float = READY_TIMEOUT_S,
+                   poll_s: float = 0.005) -> int:
+    """Once every gated agent of ``groups`` is ready, release them all at one
+    start time a few ms ahead; returns it (Unix ns). ``RunAborted`` if one
+    dies first or is not ready within ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while waiting := [(g, n) for g in groups for n in g.not_ready()]:
+        if time.monotonic() > deadline:
+            g, name = waiting[0]
+            raise RunAborted(f"agent {name} not ready {timeout_s:.0f} s after its launch "
+                             f"({len(waiting)} waiting; its log: {g.run_dir / f'{name}.agent.log'})")
+        time.sleep(poll_s)
+    n = sum(len(g.procs) for g in groups)
+    start_at = time.time_ns() + int((START_AHEAD_S + START_AHEAD_PER_AGENT_S * n) * 1e9)
+    for g in groups:
+        g.release(start_at)
+    return start_at

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from emulator.experiment.agents import AgentGroup
+from emulator.experiment.agents import AgentGroup, start_together
 from emulator.experiment.capture import write_captures
 from emulator.experiment.endpoint_results import render_endpoints
 from emulator.experiment.endpoints import dropped_flows
@@ -20,7 +20,27 @@ from emulator.experiment.timeseries import monotonic_t0_from_unix
 from emulator.errors import EnvironmentProblem, RunAborted
 from emulator.net.fabric import FabricNet, check_environment
 
-PROGRESS_INTERVAL_S = 1.0
+PROGRESS_INTERVAL_S = 1.0     # a progress line
+DONE_POLL_S = 0.05            # how soon the end of the traffic is seen
+
+
+class WallPhases:
+    """Where a run's wall time went: seconds per phase, in the order marked
+    (``summary.json``'s ``wall_phases_s``: bring_up, agents_ready, traffic,
+    agents_stop, teardown)."""
+
+    def __init__(self) -> None:
+        self.t0 = self._last = time.monotonic()
+        self.seconds: dict[str, float] = {}
+
+    def mark(self, phase: str) -> float:
+        now = time.monotonic()
+        self.seconds[phase] = round(now - self._last, 3)
+        self._last = now
+        return self.seconds[phase]
+
+    def total_s(self) -> float:
+        return time.monotonic() - self.t0
 
 
 def resolve_target(target: str) -> str:
@@ -70,15 +90,16 @@ def _fresh_run_dir(out_dir: Path) -> Path:
 
 def _run(exp: Experiment, out_dir: Path, console: Console, pcap: bool | str, target: str) -> dict:
     run_dir = _fresh_run_dir(out_dir)
-    wall_t0 = time.monotonic()
+    phases = WallPhases()
     console.print(f"[bold]{exp.name}[/]: {len(exp.fabric.switches())} switches, "
                   f"{len(exp.fabric.hosts())} hosts, {len(exp.flows)} flows, "
                   f"dilation {exp.dilation:g}, target {target}")
     with fabric_net(exp, run_dir, pcap, target) as fnet:
-        console.print(f"fabric up and programmed in {time.monotonic() - wall_t0:.1f} s")
+        console.print(f"fabric up and programmed in {phases.mark('bring_up'):.1f} s")
         # BMv2 has only its P4 counters for the per-priority stats
-        done = _traffic(fnet, exp, run_dir, console, p4_stats=target == "bmv2")
-    return _results(exp, out_dir, run_dir, console, pcap, target, wall_t0, *done)
+        done = _traffic(fnet, exp, run_dir, console, phases, p4_stats=target == "bmv2")
+    phases.mark("teardown")
+    return _results(exp, out_dir, run_dir, console, pcap, target, phases, *done)
 
 
 def run_on_fabric(fnet: FabricNet, exp: Experiment, out_dir: str | Path,
@@ -94,14 +115,16 @@ def run_on_fabric(fnet: FabricNet, exp: Experiment, out_dir: str | Path,
     console = console or Console(stderr=True)
     out_dir = Path(out_dir)
     run_dir = _fresh_run_dir(out_dir)
-    wall_t0 = time.monotonic()
-    done = _traffic(fnet, exp, run_dir, console, p4_stats=fnet.target == "bmv2", baseline=True)
-    return _results(exp, out_dir, run_dir, console, False, fnet.target, wall_t0, *done)
+    phases = WallPhases()
+    done = _traffic(fnet, exp, run_dir, console, phases, p4_stats=fnet.target == "bmv2",
+                    baseline=True)
+    return _results(exp, out_dir, run_dir, console, False, fnet.target, phases, *done)
 
 
-def _traffic(fnet: FabricNet, exp: Experiment, run_dir: Path, console: Console, *,
-             p4_stats: bool, baseline: bool = False) -> tuple:
-    """Start the agents, wait with progress, stop them, read the counters.
+def _traffic(fnet: FabricNet, exp: Experiment, run_dir: Path, console: Console,
+             phases: WallPhases, *, p4_stats: bool, baseline: bool = False) -> tuple:
+    """Start the agents together once all are ready (``start_together``),
+    wait with progress, stop them, read the counters.
     ``baseline``: subtract what the counters held before (a fabric that ran
     traffic before). Returns (agents, servers, counters, start Unix ns, t0, aborted)."""
     ctl = fnet.controller
@@ -113,11 +136,14 @@ def _traffic(fnet: FabricNet, exp: Experiment, run_dir: Path, console: Console, 
     servers = ServerGroup(fnet, exp, run_dir)      # workload: collective/storage agents
     start_at_unix_ns = t0_ns = None
     try:
-        start_at_unix_ns = agents.start(ServerGroup.start_delay_s(exp))
-        servers.start(start_at_unix_ns)
+        agents.launch_all()
+        servers.launch_all()
+        start_at_unix_ns = start_together(agents, servers)
         # Raw logs stamp the monotonic clock; results count fabric time from here.
         t0_ns = monotonic_t0_from_unix(start_at_unix_ns)
+        phases.mark("agents_ready")
         _wait_with_progress(fnet, agents, exp, console, servers)
+        phases.mark("traffic")
         fnet.check_alive()      # a switch may die after the last agent ended
     except RunAborted as e:     # a process died: stop the rest, keep what they wrote
         aborted = e
@@ -132,6 +158,7 @@ def _traffic(fnet: FabricNet, exp: Experiment, run_dir: Path, console: Console, 
             write_p4_counter_stats(ctl, run_dir, before[1])
         elif window_start:
             write_stats_window(fnet.run_dir, run_dir, window_start, fnet.snapshot_switch_stats())
+    phases.mark("agents_stop")
     return agents, servers, counters, start_at_unix_ns, t0_ns, aborted
 
 
@@ -144,11 +171,12 @@ def _minus(now: dict, before: dict) -> dict:
 
 
 def _results(exp: Experiment, out_dir: Path, run_dir: Path, console: Console,
-             pcap: bool | str, target: str, wall_t0: float, agents, servers, counters,
+             pcap: bool | str, target: str, phases: WallPhases, agents, servers, counters,
              start_at_unix_ns, t0_ns, aborted) -> dict:
     """The run's summary and results files from what ``_traffic`` collected."""
     summary = build_run_summary(exp, target, agents.results(), counters, run_dir,
-                                wall_s=time.monotonic() - wall_t0)
+                                wall_s=phases.total_s())
+    summary["wall_phases_s"] = dict(phases.seconds)
     if aborted:
         return _keep_partial(exp, servers, summary, run_dir, out_dir, t0_ns, aborted)
     # The workload's block goes into the summary before summary.json is written.
@@ -202,11 +230,15 @@ def _wait_with_progress(fnet: FabricNet, agents: AgentGroup, exp: Experiment, co
     def running() -> int:
         return agents.running() + (servers.running() if servers is not None else 0)
     n_procs = len(agents.procs) + (len(servers.procs) if servers is not None else 0)
+    next_line = t0 + PROGRESS_INTERVAL_S
     while running() and time.monotonic() < deadline:
-        time.sleep(PROGRESS_INTERVAL_S)
+        time.sleep(DONE_POLL_S)
         delivered, done = agents.progress()
         if agents.procs and done == len(agents.procs) and agents.running():
             agents.stop()
+        if time.monotonic() < next_line:
+            continue
+        next_line += PROGRESS_INTERVAL_S
         if total:
             what = f"flows delivered {delivered / 1e6:7.2f} MB of {total / 1e6:.2f} MB payload"
         else:

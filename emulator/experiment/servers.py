@@ -13,6 +13,7 @@ fabric time by ``collectives.report``.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 from rich.table import Table
 
@@ -30,9 +31,6 @@ from emulator.schema.agent import (
 )
 from emulator.schema.load import ProcessConfig
 
-AGENT_START_PER_SERVER_S = 0.75     # numpy + the NIC stack import, per process, on 2 cores
-
-
 GPU_NIC_KEYS = ("gpudirect", "staging_rate_bps", "staging_latency_ns")
 
 
@@ -43,8 +41,12 @@ def gpu_nic_config(exp: Experiment, nic: str) -> GpuNicConfig:
     return GpuNicConfig(**nic_fields(exp, nic), **{k: keys[k] for k in GPU_NIC_KEYS if k in keys})
 
 
-def server_configs(exp: Experiment, run_dir: Path, start_at_unix_ns: int) -> dict[str, ProcessConfig]:
-    """{process name: config} of the collective agents and the storage agent."""
+def server_configs(exp: Experiment, run_dir: Path, start_at_unix_ns: int | None,
+                   ready_path: Callable[[str], str] | None = None) -> dict[str, ProcessConfig]:
+    """{process name: config} of the collective agents and the storage agent;
+    they start at ``start_at_unix_ns``, or when released if ``ready_path``
+    names each one's gate file (``agents/start_gate.py``)."""
+    gate = ready_path or (lambda name: None)
     wp, fabric, d, spec = exp.workload, exp.fabric, exp.dilation, exp.spec
     assert wp is not None and spec.workload is not None
     servers = [fabric.server(s) for s in wp.servers]
@@ -73,12 +75,12 @@ def server_configs(exp: Experiment, run_dir: Path, start_at_unix_ns: int) -> dic
             nics=[gpu_nic_config(exp, n) for n in srv.nics], rank_ips=rank_ips,
             nvlink=NvlinkConfig(rate_bps=srv.nvlink_rate_bps / d, delay_ns=srv.nvlink_delay_ns * d),
             workload=workload, start_at_unix_ns=start_at_unix_ns, deadline_s=exp.wall_limit_s,
-            result_path=str(run_dir / f"{srv.name}.result.json"), storage=readers.get(srv.name))
+            ready_path=gate(srv.name), result_path=str(run_dir / f"{srv.name}.result.json"), storage=readers.get(srv.name))
     if storage:
         out[wp.storage_server] = StorageAgentConfig(
             nic=nic_config(exp, wp.storage_nic), block_bytes=st.block_bytes, blocks=st.blocks,
             storage_latency_ns=int(st.storage_latency_us * 1000 * d), clients=clients,
-            deadline_s=exp.wall_limit_s + 30,
+            deadline_s=exp.wall_limit_s + 30, ready_path=gate(wp.storage_server),
             result_path=str(run_dir / f"{wp.storage_server}.result.json"))
     return out
 
@@ -91,16 +93,11 @@ class ServerGroup(AgentProcesses):
         wp = exp.workload
         self.storage = wp.storage_server if wp is not None else None
 
-    @staticmethod
-    def start_delay_s(exp: Experiment) -> float:
-        wp = exp.workload
-        n = 0 if wp is None else len(wp.servers) + (wp.storage_server is not None)
-        return AGENT_START_PER_SERVER_S * n
-
-    def start(self, start_at_unix_ns: int) -> None:
+    def launch_all(self) -> None:
+        """Start every server agent, each waiting at the gate for ``release``."""
         if self.exp.workload is None:      # plain flows only: no server agents
             return
-        for name, cfg in server_configs(self.exp, self.run_dir, start_at_unix_ns).items():
+        for name, cfg in server_configs(self.exp, self.run_dir, None, self.ready_path).items():
             self.launch(name, cfg, "emulator.collectives.storage" if name == self.storage
                         else "emulator.collectives.agent")
 

@@ -31,7 +31,7 @@ from mininet.node import Switch
 from emulator.errors import EnvironmentProblem, FabricEmuError
 from emulator.wire import WIRE_OVERHEAD_BYTES
 from emulator.net.lifeline import set_pdeathsig
-from emulator.net.nodes import READY_TIMEOUT_S, stop_process, wait_for_tcp
+from emulator.net.nodes import READY_TIMEOUT_S, StartedSideBySide, stop_process, wait_for_tcp
 
 SWITCH_BINARY = "simple_switch_grpc"
 CLI_BINARY = "simple_switch_CLI"
@@ -155,7 +155,7 @@ def run_cli(thrift_port: int, commands: list[str], log: Path) -> str:
     return res.stdout
 
 
-class Bmv2Switch(Switch):
+class Bmv2Switch(StartedSideBySide, Switch):
     """A fabric switch running fabric.p4 on BMv2's simple_switch_grpc."""
 
     def __init__(self, name, device_id: int, grpc_port: int, thrift_port: int, run_dir: str,
@@ -198,6 +198,8 @@ class Bmv2Switch(Switch):
             # Not our program: it gets PR_SET_PDEATHSIG before exec, to die with the runner.
             self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL, preexec_fn=set_pdeathsig)
+
+    def wait_started(self) -> None:
         what = f"switch {self.name} ({SWITCH_BINARY})"
         wait_for_tcp(self.grpc_port, self.proc, READY_TIMEOUT_S, what, self.log_path)
         try:

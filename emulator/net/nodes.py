@@ -57,7 +57,20 @@ def wait_for_tcp(port: int, proc: subprocess.Popen, timeout_s: float, what: str,
     raise FabricEmuError(f"{what} did not open 127.0.0.1:{port} within {timeout_s:.0f} s; see {log}")
 
 
-class EmbeddedP4Switch(Switch):
+class StartedSideBySide:
+    """A switch whose ``start`` only launches its process: Mininet calls
+    ``start`` on every switch, then ``batchStartup`` once per switch class,
+    which waits for each (``wait_started``). All processes start at once
+    instead of one after the other's gRPC port opened."""
+
+    @classmethod
+    def batchStartup(cls, switches, **_):
+        for sw in switches:
+            sw.wait_started()
+        return switches
+
+
+class EmbeddedP4Switch(StartedSideBySide, Switch):
     """A fabric switch running the embedded Python target of fabric.p4."""
 
     def __init__(self, name, device_id: int, grpc_port: int, run_dir: str,
@@ -95,7 +108,10 @@ class EmbeddedP4Switch(Switch):
                                      stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                      env=child_env())   # it dies with this runner
         log.close()
+
+    def wait_started(self) -> None:
         wait_for_tcp(self.grpc_port, self.proc, READY_TIMEOUT_S, f"switch {self.name}", self.log_path)
+
 
     def request_snapshot(self) -> None:
         """Ask the switch process for its stats now (SIGUSR1; ``read_snapshot``

@@ -133,6 +133,7 @@ class HostAgentConfig(ProcessConfig, GpuNicConfig):
     mr_rkey: int = DEFAULT_MR_RKEY
     mr_addr: int = 0
     start_at_unix_ns: Optional[int] = None           # None: now
+    ready_path: Optional[str] = None                 # set: start when the runner says (agents/start_gate.py)
     deadline_s: float = Field(60.0, gt=0)            # give up at start_at + deadline_s
     linger_s: Optional[float] = Field(None, ge=0)    # None: max(0.5 s, 3 RTOs)
     qps: list[QpConfig] = []
@@ -200,6 +201,7 @@ class CollectiveAgentConfig(ProcessConfig):
     nvlink: NvlinkConfig
     workload: WorkloadSpec
     start_at_unix_ns: Optional[int] = None
+    ready_path: Optional[str] = None                 # set: start when the runner says (agents/start_gate.py)
     deadline_s: float = Field(60.0, gt=0)
     result_path: str
     storage: Optional[StorageReaderConfig] = None
@@ -230,5 +232,6 @@ class StorageAgentConfig(ProcessConfig):
     blocks: int = Field(ge=1)
     storage_latency_ns: int = Field(0, ge=0)   # device service time per READ
     clients: list[ReadClientConfig]
+    ready_path: Optional[str] = None                 # set: start when the runner says (agents/start_gate.py)
     deadline_s: float = Field(60.0, gt=0)
     result_path: str
