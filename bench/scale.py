@@ -16,8 +16,11 @@ this machine as loaded now. Columns:
 * ``D``, ``by``: the dilation of the run kept and who chose it;
 * ``run s``: that run's wall time, launch to results; ``cmd s``: the
   whole command, calibration runs included;
-* ``peak MB``: the largest summed resident memory of the command and every
-  process it started (switches, agents, Mininet shells), sampled every 100 ms;
+* ``RSS MB``, ``PSS MB``: the largest summed memory of the command and
+  every process it started (switches, agents, Mininet shells), sampled
+  every 200 ms: resident (shared pages counted in every process that maps
+  them) and proportional (shared pages split among them: what the run
+  holds in all);
 * ``behind``, ``complete``: the kept run's verdict.
 
 ``--repo`` runs another checkout (e.g. a ``git worktree`` of an older
@@ -81,10 +84,12 @@ def run_one(repo: Path, hosts: int, size_kib: int, dilation: str) -> dict:
         log = open(tmp / "log", "w+")
         proc = subprocess.Popen([sys.executable, "-m", "emulator.cli", "run", str(exp), "--out", str(out)],
                                 cwd=repo, env=env, stdout=log, stderr=subprocess.STDOUT)
-        peak = 0
+        peak = peak_pss = 0
         while proc.poll() is None:
-            peak = max(peak, sum(rss_bytes(p) for p in descendants(proc.pid)))
-            time.sleep(0.1)
+            pids = descendants(proc.pid)
+            peak = max(peak, sum(rss_bytes(p) for p in pids))
+            peak_pss = max(peak_pss, sum(pss_bytes(p) for p in pids))
+            time.sleep(0.2)
         cmd_s = time.monotonic() - t0
         log.seek(0)
         text = log.read()
@@ -99,8 +104,22 @@ def run_one(repo: Path, hosts: int, size_kib: int, dilation: str) -> dict:
                 "bring_up_s": phases.get("bring_up", float(ups[-1]) if ups else None),
                 "ready_s": phases.get("agents_ready"),
                 "dilation": s["dilation"], "chosen_by": s.get("dilation_chosen_by", "?"),
-                "peak_mb": peak / 2**20, "fell_behind": s["fell_behind"], "complete": s["complete"],
+                "peak_mb": peak / 2**20, "peak_pss_mb": peak_pss / 2**20,
+                "fell_behind": s["fell_behind"], "complete": s["complete"],
                 "fabric_us": s["fabric_ns"] / 1000}
+
+
+def pss_bytes(pid: int) -> int:
+    """Proportional set size: pages shared by n processes count 1/n in each,
+    so the sum over a run's processes is the memory they hold together."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
 
 
 def fmt(v, spec: str) -> str:
@@ -120,7 +139,7 @@ def main() -> None:
         ap.error(f"--hosts: {bad} not among {sorted(SHAPES)}")
     print(f"all-to-all, {a.size_kib} KiB per pair, dilation {a.dilation}, code {a.repo}")
     print(f"{'hosts':>5} {'sw':>3} {'flows':>6} {'bring-up s':>10} {'ready s':>8} {'D':>7} {'by':>12} "
-          f"{'run s':>7} {'cmd s':>7} {'peak MB':>8} {'behind':>7} {'complete':>9} {'fabric us':>10}",
+          f"{'run s':>7} {'cmd s':>7} {'RSS MB':>7} {'PSS MB':>7} {'behind':>7} {'complete':>9} {'fabric us':>10}",
           flush=True)
     for n in sizes:
         r = run_one(a.repo, n, a.size_kib, a.dilation)
@@ -129,7 +148,7 @@ def main() -> None:
             continue
         print(f"{n:>5} {r['switches']:>3} {r['flows']:>6} {fmt(r['bring_up_s'], '10.2f')} "
               f"{fmt(r['ready_s'], '8.2f')} {r['dilation']:7g} {r['chosen_by']:>12} "
-              f"{r['run_s']:7.1f} {r['cmd_s']:7.1f} {r['peak_mb']:8.0f} {str(r['fell_behind']):>7} "
+              f"{r['run_s']:7.1f} {r['cmd_s']:7.1f} {r['peak_mb']:7.0f} {r['peak_pss_mb']:7.0f} {str(r['fell_behind']):>7} "
               f"{str(r['complete']):>9} {r['fabric_us']:10.1f}", flush=True)
 
 

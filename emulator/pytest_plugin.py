@@ -148,7 +148,18 @@ def no_leftovers():
     (and does not start it where an earlier one did)."""
     before = leftovers()
     if before != {"interfaces": [], "processes": []}:
-        pytest.fail(f"an earlier test or run left these behind: {before}")
+        pytest.fail(f"an earlier test or run left these behind: {_named(before)}")
     yield
     left = leftovers()
-    assert left == {"interfaces": [], "processes": []}, f"left behind: {left}"
+    assert left == {"interfaces": [], "processes": []}, f"left behind: {_named(left)}"
+
+
+def _named(left: dict[str, list]) -> dict[str, list]:
+    """``leftovers()`` with each process's command line beside its pid."""
+    def cmdline(pid: int) -> str:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                return f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:
+            return "(gone)"
+    return {**left, "processes": [f"{pid}: {cmdline(pid)}" for pid in left["processes"]]}

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -16,7 +15,6 @@ from emulator.experiment.endpoints import agent_keys, dropped_flows
 from emulator.experiment.resolved import Experiment
 from emulator.errors import RunAborted
 from emulator.net.fabric import FabricNet, dilated_link, exit_phrase
-from emulator.net.lifeline import child_env
 from emulator.schema.agent import (
     DEFAULT_MR_RKEY, ExpectConfig, HostAgentConfig, NicConfig, QpConfig, SendConfig,
 )
@@ -144,12 +142,8 @@ class AgentProcesses:
         path = self.run_dir / f"{name}.agent.json"
         cfg.write(path)
         gated = getattr(cfg, "ready_path", None) is not None
-        with open(self.run_dir / f"{name}.agent.log", "w") as log:
-            self.procs[name] = self.fnet.host(name).popen(
-                [sys.executable, "-m", module, str(path)],
-                stdout=log, stderr=subprocess.STDOUT,
-                stdin=subprocess.PIPE if gated else subprocess.DEVNULL,
-                env=child_env())        # it dies with this runner
+        self.procs[name] = self.fnet.spawn(name, module, [str(path)],
+                                           self.run_dir / f"{name}.agent.log", stdin_pipe=gated)
 
     def not_ready(self) -> list[str]:
         """Gated agents that have not said they are ready; raises

@@ -13,9 +13,11 @@ is measured:
   storage target to its readers) runs at a few D from ``START_DILATION``
   on ``LADDER``. Each run gives the verdict's ``worst_ratio`` (worst
   lateness / its limit; behind above 1). The smallest D whose ratio is at
-  most 1 / ``MARGIN`` is chosen. Lateness from noise scales as 1 / D, so a
-  ratio r at D predicts r x D / D' at D': the search jumps by that
-  prediction (at most ``MAX_CALIBRATION_RUNS`` runs).
+  most 1 / ``MARGIN`` is chosen. Lateness from noise scales as 1 / D while
+  a run keeps up, so a good ratio r at D predicts r x D / D' at D': the
+  search jumps down to that guess, up at most x ``UP_JUMP_MAX`` from a
+  behind run, and bisects between the highest bad and lowest good D
+  when a guess fails (at most ``MAX_CALIBRATION_RUNS`` runs).
 * cache: the choice is kept in ``$XDG_CACHE_HOME/fabric-emu/dilation.json``
   (default ``~/.cache``), keyed by the machine (hostname, CPU count and
   model) and the fabric's size (switches, servers, NICs, flows, target): a
@@ -54,6 +56,7 @@ LADDER = (500, 750, 1000, 1500, 2000, 3000, 4000, 6000, 8000, 12000, 16000, 2400
 START_DILATION = 3000          # the first D calibrated (a 2-core VM's demo needs ~2000-4000)
 MARGIN = 2.0                   # choose D whose worst lateness is at most half its limit
 MAX_CALIBRATION_RUNS = 4
+UP_JUMP_MAX = 4.0              # a behind calibration run raises D at most this much
 FALLBACK_DILATION = 10000.0    # `fabric-emu cli` with auto and nothing cached: no traffic to measure
 CAL_FLOW_BYTES = 512 * 1024    # calibration flows: long enough for lateness to build up
 CACHE_VERSION = 1
@@ -73,29 +76,45 @@ def predicted_ratio(ratio: float, d_from: float, d_to: float) -> float:
     return ratio * d_from / d_to
 
 
+def _next_step(measured: dict[float, float], target: float) -> float | None:
+    """The next D to measure, or None when the bracket is closed. Below the
+    lowest good D the 1 / D prediction is optimistic (lateness grows faster
+    once a run stops keeping up); above the highest bad D a behind run's
+    ratio is pessimistic (work piled up), so: up at most ``UP_JUMP_MAX``
+    times, down to the optimistic guess, and when that proved bad, halfway
+    (in log) between the highest bad and the lowest good D."""
+    bad = [s for s, r in measured.items() if r > target]
+    good = [s for s, r in measured.items() if r <= target]
+    lo, hi = (max(bad) if bad else None), (min(good) if good else None)
+    if hi is None:
+        up = ladder_at_least(max(lo * 1.01, min(lo * measured[lo] / target, lo * UP_JUMP_MAX)))
+        return None if up in measured else up
+    steps = [float(s) for s in LADDER if s < hi and (lo is None or s > lo)]
+    if not steps:
+        return None
+    guess = ladder_at_least(hi * measured[hi] / target)
+    if guess >= hi:
+        return None                    # not even the optimistic guess is good lower
+    if guess in steps:
+        return guess
+    mid = math.sqrt(lo * hi)           # the guess was at or below a bad D: bisect
+    return min(steps, key=lambda s: (round(abs(math.log(s / mid)), 9), -s))   # a tie: the higher
+
+
 def calibrate(measure: Measure, start: float = START_DILATION, margin: float = MARGIN,
               max_runs: int = MAX_CALIBRATION_RUNS) -> tuple[float, list[list[float]]]:
-    """(chosen D, [[D, worst_ratio], ...] measured). Goes up from ``start``
-    until a D is good (ratio <= 1 / margin), down while the next step down is
-    predicted good; never more than ``max_runs`` measurements. If no D
+    """(chosen D, [[D, worst_ratio], ...] measured): the lowest good D
+    (ratio <= 1 / margin) of a bracketing search from ``start``
+    (``_next_step``), never more than ``max_runs`` measurements. If no D
     measured was good, the highest D measured scaled by its prediction."""
     target = 1.0 / margin
     measured: dict[float, float] = {}
-    d = ladder_at_least(start)
+    d: float | None = ladder_at_least(start)
     for _ in range(max_runs):
-        r = measured[d] = measure(d)
-        if r <= target:
-            lower = [s for s in LADDER if s < d]
-            if not lower or lower[-1] in measured:
-                break
-            if predicted_ratio(r, d, lower[-1]) > target:
-                break
-            d = float(lower[-1])
-        else:
-            up = ladder_at_least(max(d * 1.01, d * r / target))
-            if up <= d or up in measured:
-                break
-            d = up
+        measured[d] = measure(d)
+        d = _next_step(measured, target)
+        if d is None:
+            break
     good = [s for s, r in measured.items() if r <= target]
     if good:
         chosen = min(good)

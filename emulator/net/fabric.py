@@ -57,7 +57,7 @@ TARGETS = ("embedded", "bmv2")
 
 
 def _switch_params(fabric: Fabric, name: str, target: str, switch_options: dict,
-                   ports: dict[str, tuple[int, int]]) -> dict:
+                   ports: dict[str, tuple[int, int]], forkserver=None) -> dict:
     """Mininet addSwitch parameters of one switch on a target; ports: name ->
     (gRPC port, Thrift port)."""
     from emulator.net.bmv2 import Bmv2Switch
@@ -71,13 +71,13 @@ def _switch_params(fabric: Fabric, name: str, target: str, switch_options: dict,
                                                             "lossless_priorities")}}
     options = {k: v for k, v in switch_options.items()
                if k not in ("dilation", "mtu_frame_bytes", "lossless_priorities")}
-    return {**common, "cls": EmbeddedP4Switch,
+    return {**common, "cls": EmbeddedP4Switch, "forkserver": forkserver,
             "options": {**options, "router_mac": fabric.addresses.router_mac(name),
                         "seed": fabric.device_id(name)}}
 
 
 def _mininet_topo(fabric: Fabric, dilation: float, run_dir: Path, switch_options: dict,
-                  ports: dict[str, tuple[int, int]], target: str = "embedded"):
+                  ports: dict[str, tuple[int, int]], target: str = "embedded", forkserver=None):
     from mininet.topo import Topo
 
     from emulator.net.nodes import RoceHost
@@ -86,7 +86,7 @@ def _mininet_topo(fabric: Fabric, dilation: float, run_dir: Path, switch_options
         def build(self):
             for sw in fabric.switches():
                 self.addSwitch(sw.name, run_dir=str(run_dir), **_switch_params(
-                    fabric, sw.name, target, {**switch_options, "dilation": dilation}, ports))
+                    fabric, sw.name, target, {**switch_options, "dilation": dilation}, ports, forkserver))
             _add_servers(self, fabric, RoceHost)
             _add_links(self, fabric)
 
@@ -158,6 +158,7 @@ class FabricNet:
         self._old_handlers: dict = {}
         self._lock = None          # the run lock, when this FabricNet took it
         self._watchdog = None
+        self.forkserver = None     # forks switches and agents warm (emulator/net/forkserver.py)
 
     # -------------------------------------------------------------- lifecycle
     def start(self) -> "FabricNet":
@@ -215,6 +216,10 @@ class FabricNet:
                 raise EnvironmentProblem(f"target bmv2: {reason}")
             device_config = bmv2_json().read_bytes()
         self._trap_signals()
+        from emulator.net.forkserver import ForkServer
+        from emulator.net.lifeline import child_env
+        # Its imports run while Mininet builds the namespaces and links.
+        self.forkserver = ForkServer(self.run_dir, child_env())
         from emulator.control.qos import mtu_frame_bytes
         # gRPC and Thrift port of every switch, all distinct.
         free = iter(free_tcp_ports(2 * len(self.fabric.switches())))
@@ -226,7 +231,7 @@ class FabricNet:
                                                   if self.qos is not None and self.qos.pfc.enabled
                                                   else ())}
         topo = _mininet_topo(self.fabric, self.dilation, self.run_dir, switch_options, ports,
-                             self.target)
+                             self.target, self.forkserver)
         self.net = Mininet(topo=topo, controller=None, autoSetMacs=False, build=False,
                            waitConnected=False)
         self.net.build()
@@ -280,6 +285,9 @@ class FabricNet:
                         str(self.run_dir), [n.name for n in net.hosts + net.switches]))
                     delete_interfaces(self.switch_interfaces())
         finally:
+            if self.forkserver is not None:
+                forkserver, self.forkserver = self.forkserver, None
+                forkserver.close()
             if self._watchdog is not None:
                 self._watchdog.disarm()
                 self._watchdog = None
@@ -358,6 +366,14 @@ class FabricNet:
 
     def switch(self, name: str):
         return self.net.get(name)
+
+    def spawn(self, node: str, module: str, args: list[str], log_path: Path, *,
+              stdin_pipe: bool = False):
+        """``python -m module args`` in ``node``'s namespace (a host, or the
+        server holding a NIC), forked warm by the fork server; a
+        ``subprocess.Popen``-like handle (``ForkedProcess``)."""
+        return self.forkserver.spawn(module, args, log_path, netns_pid=self.host(node).pid,
+                                     stdin_pipe=stdin_pipe)
 
     def snapshot_switch_stats(self, timeout_s: float = 10.0) -> dict[str, dict]:
         """Each embedded switch's stats since its previous snapshot (or its

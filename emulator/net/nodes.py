@@ -74,11 +74,12 @@ class EmbeddedP4Switch(StartedSideBySide, Switch):
     """A fabric switch running the embedded Python target of fabric.p4."""
 
     def __init__(self, name, device_id: int, grpc_port: int, run_dir: str,
-                 port_links: dict, options: dict, **params):
+                 port_links: dict, options: dict, forkserver=None, **params):
         """port_links: port_no -> (rate_bps, delay_ns) of the link behind it, dilated;
         options: the rest of the switch process's config (buffer_bytes,
         sample_interval_ns, pcap, router_mac, seed; see emulator/dataplane/switch.py)."""
         super().__init__(name, dpid=f"{device_id:x}", **params)
+        self.forkserver = forkserver     # None: started cold (python -m)
         self.device_id = device_id
         self.grpc_port = grpc_port
         self.run_dir = Path(run_dir)
@@ -103,11 +104,13 @@ class EmbeddedP4Switch(StartedSideBySide, Switch):
         cfg_path = self.run_dir / f"{self.name}.switch.json"
         SwitchConfig(name=self.name, device_id=self.device_id, grpc_port=self.grpc_port,
                      ports=ports, stats_path=str(self.stats_path), **self.options).write(cfg_path)
-        log = open(self.log_path, "w")
-        self.proc = subprocess.Popen([sys.executable, "-m", "emulator.dataplane", str(cfg_path)],
-                                     stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     env=child_env())   # it dies with this runner
-        log.close()
+        if self.forkserver is not None:      # in the root namespace, like its ports
+            self.proc = self.forkserver.spawn("emulator.dataplane", [str(cfg_path)], self.log_path)
+            return
+        with open(self.log_path, "w") as log:
+            self.proc = subprocess.Popen([sys.executable, "-m", "emulator.dataplane", str(cfg_path)],
+                                         stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                         env=child_env())   # it dies with this runner
 
     def wait_started(self) -> None:
         wait_for_tcp(self.grpc_port, self.proc, READY_TIMEOUT_S, f"switch {self.name}", self.log_path)

@@ -38,7 +38,10 @@ def test_calibration_picks_the_smallest_good_step_and_stops_when_predicted_bad()
     assert measured == [[2000, 0.5], [3000, 0.3333]]
 
 
-def test_calibration_jumps_up_by_the_prediction_when_behind():
+def test_calibration_brackets_a_threshold_that_the_prediction_misses():
+    # Behind below 8000 (work piles up: ratio 6 whatever D), noise only
+    # above: the good side predicts 4000, which is behind; the search then
+    # bisects and lands on the true threshold within 4 runs.
     overloaded = {d: (6.0 if d < 8000 else 2000 / d) for d in dil.LADDER}
     calls = []
 
@@ -46,9 +49,22 @@ def test_calibration_jumps_up_by_the_prediction_when_behind():
         calls.append(d)
         return overloaded[d]
     d, measured = calibrate(measure, start=3000, max_runs=4)
-    assert calls[0] == 3000 and calls[1] == ladder_at_least(3000 * 6 * 2)   # one jump: 48000
-    assert overloaded[d] <= 0.5 and len(calls) <= 4
-    assert d < calls[1]                      # then down while predicted good
+    assert calls == [3000, 12000, 4000, 8000]    # up x4 at most, the guess, the middle
+    assert d == 8000
+
+
+def test_calibration_jumps_down_to_the_guess_from_a_high_good_run():
+    m = noise_only(1000)                     # good from 2000
+    d, _ = calibrate(m, start=48000)
+    assert m.calls == [48000, 2000]          # not one ladder step at a time
+    assert d == 2000
+
+
+def test_calibration_behind_by_little_goes_up_by_its_prediction():
+    m = noise_only(6000)                     # good from 12000
+    d, _ = calibrate(m, start=8000)          # 0.75 at 8000 -> x1.5: 12000, not x4
+    assert m.calls[:2] == [8000, 12000]
+    assert d == 12000
 
 
 def test_calibration_that_finds_nothing_good_goes_beyond_what_it_measured():

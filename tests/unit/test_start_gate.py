@@ -41,14 +41,14 @@ class GateConfig(ProcessConfig):
     out: str
 
 
-class Host:
-    def popen(self, cmd, **kw):      # the agent's module replaced by AGENT, same config file
-        return subprocess.Popen([sys.executable, "-c", AGENT, cmd[-1]], **kw)
-
-
 class Net:
-    def host(self, name):
-        return Host()
+    """FabricNet's ``spawn`` without namespaces: the agent's module replaced by AGENT."""
+
+    def spawn(self, node, module, args, log_path, *, stdin_pipe=False):
+        with open(log_path, "w") as log:
+            return subprocess.Popen([sys.executable, "-c", AGENT, args[-1]], stdout=log,
+                                    stderr=subprocess.STDOUT,
+                                    stdin=subprocess.PIPE if stdin_pipe else subprocess.DEVNULL)
 
     def check_alive(self):
         pass

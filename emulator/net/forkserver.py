@@ -1,0 +1,332 @@
+"""A run's switches and agents forked from one warm process, not started cold.
+
+A cold ``python -m emulator.agents.host`` spends ~0.3 s of CPU importing
+Scapy, pydantic and NumPy and holds ~60 MB of its own: 64 agents and 20
+switches on two cores are half a minute of imports and gigabytes. Like
+Android's zygote or a pre-loading server, ``python -m emulator.net.forkserver
+RUN_DIR`` imports every entry point once (``ENTRY_POINTS``), freezes the
+heap out of the garbage collector's reach (so collections do not touch, and
+copy, the shared pages) and forks one child per process the run asks for:
+~2 ms each, sharing the imported code and data copy-on-write.
+
+A child is what ``mnexec -da PID python -m MODULE ARGS`` would have run: in
+its own session, in the network (and mount) namespace of Mininet node PID,
+with the stdin and log the runner passed (``SCM_RIGHTS``), the runner's
+environment, and ``python -m MODULE ARGS`` as its command line
+(``setproctitle``), so ``ps``, ``fabric-emu clean`` and the watchdog see it
+as before. It dies with the fork server (``PR_SET_PDEATHSIG``), which dies
+with the runner. The runner holds a ``ForkedProcess`` per child: a
+``subprocess.Popen`` look-alike whose exit status the server reports on a
+socket of its own, since only the server, its parent, can wait for it.
+
+The server must stay single-threaded: a fork copies only the forking
+thread, and a lock another thread held would stay held in the child.
+"""
+from __future__ import annotations
+
+import ctypes
+import gc
+import importlib
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import BinaryIO
+
+# module run as ``python -m`` -> the module whose ``main(argv) -> int`` it calls
+ENTRY_POINTS = {
+    "emulator.dataplane": "emulator.dataplane.switch",
+    "emulator.agents.host": "emulator.agents.host",
+    "emulator.collectives.agent": "emulator.collectives.agent",
+    "emulator.collectives.storage": "emulator.collectives.storage",
+}
+READY_TIMEOUT_S = 60.0
+_CLONE_NEWNS = 0x00020000
+_CLONE_NEWNET = 0x40000000
+_MAX_REQUEST = 1 << 20
+
+
+# ------------------------------------------------------------------ the runner's side
+
+class ForkedProcess:
+    """A child of the fork server, as the runner sees it: the parts of
+    ``subprocess.Popen`` a run uses (``pid``, ``args``, ``stdin``, ``returncode``,
+    ``poll``, ``wait``, ``send_signal``, ``terminate``, ``kill``)."""
+
+    def __init__(self, pid: int, args: list[str], report: socket.socket, stdin: BinaryIO | None):
+        self.pid, self.args, self.stdin = pid, args, stdin
+        self.returncode: int | None = None
+        self._report = report        # the server writes the exit status here, then closes it
+
+    def _collect(self, timeout_s: float | None) -> None:
+        if self.returncode is not None:
+            return
+        r, _, _ = select.select([self._report], [], [], timeout_s)
+        if not r:
+            return
+        data = self._report.recv(64)
+        # No status: the server died, and its children with it (PDEATHSIG).
+        self.returncode = int(data) if data else -signal.SIGKILL
+        self._report.close()
+
+    def poll(self) -> int | None:
+        self._collect(0)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        self._collect(timeout)
+        if self.returncode is None:
+            raise subprocess.TimeoutExpired(self.args, timeout)
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:      # not reaped, so the pid is still this child's
+            try:
+                os.kill(self.pid, sig)
+            except ProcessLookupError:
+                pass
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
+class ForkServer:
+    """The runner's handle on its fork server. Started early (its imports
+    overlap the fabric's build); ``spawn`` waits for it the first time.
+
+        fs = ForkServer(run_dir, env)       # env: what every child gets
+        p = fs.spawn("emulator.agents.host", [cfg], log_path, netns_pid=node.pid, stdin_pipe=True)
+        ...
+        fs.close()                          # the server ends; a child still running dies with it
+    """
+
+    def __init__(self, run_dir: Path, env: dict[str, str], more_entry_points: tuple[str, ...] = ()):
+        """``more_entry_points``: modules with ``main(argv) -> int`` the server
+        imports and runs besides ``ENTRY_POINTS`` (tests' probes)."""
+        self.env = dict(env)
+        self.entry_points = {**ENTRY_POINTS, **{m: m for m in more_entry_points}}
+        self._ctl, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.log_path = Path(run_dir) / "forkserver.log"
+        with open(self.log_path, "w") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "emulator.net.forkserver", str(run_dir), str(theirs.fileno()),
+                 *more_entry_points],
+                pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, stdout=log,
+                stderr=subprocess.STDOUT, env={**self.env, **ONE_BLAS_THREAD})
+        theirs.close()
+        self._ready = False
+        self._lock = threading.Lock()     # one request and its answer at a time
+
+    def _wait_ready(self) -> None:
+        r, _, _ = select.select([self._ctl], [], [], READY_TIMEOUT_S)
+        msg = self._ctl.recv(64) if r else b""
+        if msg != b"ready":
+            tail = self.log_path.read_text()[-2000:] if self.log_path.exists() else ""
+            raise OSError(f"the fork server did not start (log {self.log_path}):\n{tail}")
+        self._ready = True
+
+    def spawn(self, module: str, args: list[str], log_path: Path, *,
+              netns_pid: int | None = None, stdin_pipe: bool = False) -> ForkedProcess:
+        """``python -m module args`` forked warm; stdout and stderr to
+        ``log_path``; in Mininet node ``netns_pid``'s namespaces if given;
+        with ``stdin_pipe`` its stdin is the returned process's ``stdin``."""
+        if module not in self.entry_points:
+            raise ValueError(f"the fork server runs {sorted(self.entry_points)}, not {module}")
+        title = [sys.executable, "-m", module, *map(str, args)]
+        mine, report = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        r_in, w_in = os.pipe() if stdin_pipe else (os.open(os.devnull, os.O_RDONLY), None)
+        log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        req = {"module": module, "args": [str(a) for a in args], "netns_pid": netns_pid,
+               "cwd": os.getcwd(), "env": self.env, "title": " ".join(title)}
+        try:
+            with self._lock:
+                if not self._ready:
+                    self._wait_ready()
+                socket.send_fds(self._ctl, [json.dumps(req).encode()], [r_in, log, report.fileno()])
+                r, _, _ = select.select([self._ctl], [], [], READY_TIMEOUT_S)
+                answer = json.loads(self._ctl.recv(_MAX_REQUEST) or b"{}") if r else {}
+        except BaseException:
+            mine.close()
+            if w_in is not None:
+                os.close(w_in)
+            raise
+        finally:
+            for fd in (r_in, log):
+                os.close(fd)
+            report.close()
+        if "pid" not in answer:
+            mine.close()
+            if w_in is not None:
+                os.close(w_in)
+            raise OSError(f"the fork server could not start {module}: "
+                          f"{answer.get('error', 'no answer')} (log {self.log_path})")
+        stdin = os.fdopen(w_in, "wb") if w_in is not None else None
+        return ForkedProcess(answer["pid"], title, mine, stdin)
+
+    def close(self, grace_s: float = 5.0) -> None:
+        """End the server (its children, if any still run, die with it)."""
+        self._ctl.close()
+        try:
+            self.proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+# NumPy's OpenBLAS starts a thread per core on import: the server must not have any.
+ONE_BLAS_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+
+
+# ------------------------------------------------------------------ the server
+
+_libc = ctypes.CDLL("libc.so.6", use_errno=True)
+
+
+def _enter_namespaces(pid: int) -> None:
+    """Join node ``pid``'s network namespace, and its mount namespace when
+    it has one of its own (what ``mnexec -a`` does)."""
+    for kind, flag in (("net", _CLONE_NEWNET), ("mnt", _CLONE_NEWNS)):
+        theirs = f"/proc/{pid}/ns/{kind}"
+        if os.stat(theirs).st_ino == os.stat(f"/proc/self/ns/{kind}").st_ino:
+            continue
+        fd = os.open(theirs, os.O_RDONLY)
+        try:
+            if _libc.setns(fd, flag) != 0:
+                err = ctypes.get_errno()
+                raise OSError(err, f"setns {theirs}: {os.strerror(err)}")
+        finally:
+            os.close(fd)
+
+
+def _child(req: dict, fds: list[int], server_fds: list[int], server_pid: int,
+           entry_points: dict[str, str]) -> None:
+    """In the forked child: become the requested process, run it, exit."""
+    code = 1
+    try:
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        for fd in server_fds:
+            os.close(fd)
+        stdin_fd, log_fd, report_fd = fds
+        os.close(report_fd)
+        os.setsid()
+        from emulator.net.lifeline import set_pdeathsig
+        set_pdeathsig(signal.SIGKILL)
+        if os.getppid() != server_pid:       # the server died before prctl took effect
+            os._exit(1)
+        os.dup2(stdin_fd, 0)
+        os.dup2(log_fd, 1)
+        os.dup2(log_fd, 2)
+        os.close(stdin_fd)
+        os.close(log_fd)
+        if req["netns_pid"]:
+            _enter_namespaces(int(req["netns_pid"]))
+        import setproctitle
+        setproctitle.setproctitle(req["title"])
+        os.chdir(req["cwd"])
+        os.environ.clear()
+        os.environ.update(req["env"])
+        sys.argv = [req["module"], *req["args"]]
+        code = importlib.import_module(entry_points[req["module"]]).main(req["args"])
+    except SystemExit as e:
+        if e.code is None or isinstance(e.code, int):
+            code = e.code or 0
+        else:
+            print(e.code, file=sys.stderr)
+            code = 1
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    finally:
+        for f in (sys.stdout, sys.stderr):
+            try:
+                f.flush()
+            except Exception:
+                pass
+        os._exit(code if isinstance(code, int) else 1)
+
+
+def serve(ctl: socket.socket, entry_points: dict[str, str]) -> None:
+    from emulator.net.lifeline import die_with_runner
+    die_with_runner()
+    for module in sorted(set(entry_points.values())):
+        importlib.import_module(module)
+    import setproctitle
+    # Set up here, while argv and environ lie as the kernel laid them out:
+    # a child that changed its environment first could not move them.
+    setproctitle.setproctitle(setproctitle.getproctitle())
+    gc.collect()
+    gc.freeze()          # imported objects leave the collector's reach: their pages stay shared
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    children: dict[int, socket.socket] = {}
+    ctl.send(b"ready")
+    me = os.getpid()
+    while True:
+        ready, _, _ = select.select([ctl, wake_r], [], [])
+        if wake_r in ready:
+            os.read(wake_r, 4096)
+        while children:                      # reap, and tell each child's runner handle
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+            report = children.pop(pid, None)
+            if report is not None:
+                try:
+                    report.send(str(os.waitstatus_to_exitcode(status)).encode())
+                except OSError:               # the runner closed its end
+                    pass
+                report.close()
+        if ctl not in ready:
+            continue
+        msg, fds, _, _ = socket.recv_fds(ctl, _MAX_REQUEST, 3)
+        if not msg:                          # the runner closed its end: done
+            return
+        try:
+            req = json.loads(msg)
+            pid = os.fork()
+        except Exception as e:               # a bad request, or no fork: say so, keep serving
+            for fd in fds:
+                os.close(fd)
+            ctl.send(json.dumps({"error": f"{type(e).__name__}: {e}"}).encode())
+            continue
+        if pid == 0:
+            _child(req, fds, [ctl.fileno(), wake_r, wake_w, *(s.fileno() for s in children.values())],
+                   me, entry_points)
+        os.close(fds[0])
+        os.close(fds[1])
+        children[pid] = socket.socket(fileno=fds[2])
+        ctl.send(json.dumps({"pid": pid}).encode())
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) < 2:
+        print("usage: python -m emulator.net.forkserver RUN_DIR CONTROL_FD [MODULE...] "
+              "(started by the runner: emulator.net.forkserver.ForkServer)", file=sys.stderr)
+        return 2
+    t0 = time.monotonic()
+    ctl = socket.socket(fileno=int(argv[1]))
+    print(f"fork server for {argv[0]}: importing", flush=True)
+    serve(ctl, {**ENTRY_POINTS, **{m: m for m in argv[2:]}})
+    print(f"fork server done after {time.monotonic() - t0:.1f} s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,111 @@
+"""The fork server (``emulator/net/forkserver.py``): a child forked warm is
+what ``mnexec -da PID python -m MODULE ARGS`` would have started -- command
+line, namespace, session, stdin, log, environment, exit status -- and
+nothing outlives the server. Real processes, a real network namespace."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from emulator.net.forkserver import ForkServer
+
+PROBE = "tests.forkserver_probe"
+
+
+@pytest.fixture
+def fs(tmp_path):
+    server = ForkServer(tmp_path, {**os.environ, "PROBE": "from-the-runner"},
+                        more_entry_points=(PROBE,))
+    yield server
+    server.close()
+
+
+def report(log):
+    for _ in range(200):
+        text = log.read_text() if log.exists() else ""
+        if text.strip():
+            return json.loads(text.splitlines()[0])
+        time.sleep(0.02)
+    raise AssertionError(f"the probe wrote nothing to {log}")
+
+
+def test_child_looks_like_python_dash_m_and_returns_its_status(fs, tmp_path):
+    log = tmp_path / "p.log"
+    p = fs.spawn(PROBE, ["cfg.json"], log, stdin_pipe=True)
+    me = report(log)
+    # ps and `clean` see this (setproctitle writes it as one string)
+    assert " ".join(c for c in me["cmdline"] if c) == f"{sys.executable} -m {PROBE} cfg.json"
+    assert me["argv"] == ["cfg.json"] and me["env"] == "from-the-runner" and me["sid"]
+    assert p.poll() is None
+    with pytest.raises(subprocess.TimeoutExpired):
+        p.wait(timeout=0.1)
+    p.stdin.write(b"7\n")
+    p.stdin.close()
+    assert p.wait(timeout=10) == 7 and p.returncode == 7
+
+
+@pytest.mark.parametrize("line, status, in_log", [
+    ("boom", 1, "RuntimeError: the probe was told to fail"),
+    ("exit no config here", 1, "no config here"),
+    ("", 0, ""),
+])
+def test_failures_reach_the_log_and_the_status(fs, tmp_path, line, status, in_log):
+    log = tmp_path / "p.log"
+    p = fs.spawn(PROBE, [], log, stdin_pipe=True)
+    p.stdin.write(f"{line}\n".encode())
+    p.stdin.close()
+    assert p.wait(timeout=10) == status
+    assert in_log in log.read_text()
+
+
+def test_signals_reach_the_child_and_its_status_says_so(fs, tmp_path):
+    p = fs.spawn(PROBE, [], tmp_path / "p.log", stdin_pipe=True)
+    report(tmp_path / "p.log")
+    p.stdin.write(b"sleep\n")
+    p.stdin.flush()
+    p.terminate()
+    assert p.wait(timeout=10) == -signal.SIGTERM
+
+
+def test_child_runs_in_the_namespace_of_the_node_it_is_given(fs, tmp_path):
+    node = subprocess.Popen(["unshare", "--net", "sleep", "60"])   # a Mininet host's shell, in small
+    try:
+        for _ in range(100):
+            ns = os.stat(f"/proc/{node.pid}/ns/net").st_ino
+            if ns != os.stat("/proc/self/ns/net").st_ino:
+                break
+            time.sleep(0.02)
+        p = fs.spawn(PROBE, [], tmp_path / "p.log", netns_pid=node.pid)   # stdin: /dev/null
+        assert report(tmp_path / "p.log")["netns"] == ns
+        assert p.wait(timeout=10) == 0
+    finally:
+        node.kill()
+        node.wait()
+
+
+def test_children_die_with_the_server(tmp_path):
+    server = ForkServer(tmp_path, dict(os.environ), more_entry_points=(PROBE,))
+    p = server.spawn(PROBE, [], tmp_path / "p.log", stdin_pipe=True)
+    pid = report(tmp_path / "p.log")["ppid"]          # the server: its parent
+    p.stdin.write(b"sleep\n")
+    p.stdin.flush()
+    os.kill(pid, signal.SIGKILL)                      # a crash, not close()
+    assert p.wait(timeout=10) == -signal.SIGKILL
+    for _ in range(100):                              # and the child is really gone
+        if not os.path.exists(f"/proc/{p.pid}") or "Z" in open(f"/proc/{p.pid}/stat").read().split()[2]:
+            break
+        time.sleep(0.05)
+    else:
+        raise AssertionError("the child outlived its fork server")
+    server.close()
+
+
+def test_an_unknown_module_is_refused_before_anything_starts(fs, tmp_path):
+    with pytest.raises(ValueError, match="not emulator.nope"):
+        fs.spawn("emulator.nope", [], tmp_path / "p.log")
