@@ -102,9 +102,20 @@ def mine() -> dict[str, list]:
     left = leftovers()
     ours = {pid for pid, cmd in _cmdlines()
             if any(f"mininet:{n}" == (cmd.split() or [""])[-1] for n in NODES)
-            or any(f"/{n}." in cmd for n in NODES)}
+            or any(f"/{n}." in cmd for n in NODES) or _our_forkserver(cmd)}
     return {"interfaces": [i for i in left["interfaces"] if i.split("-")[0] in NODES],
             "processes": [p for p in left["processes"] if p in ours]}
+
+
+def _our_forkserver(cmdline: str) -> bool:
+    """The fork server of a run of this test's fabric: its run directory
+    (its first argument) holds our nodes' configs."""
+    words = cmdline.split()
+    if "emulator.net.forkserver" not in words:
+        return False
+    rest = words[words.index("emulator.net.forkserver") + 1:]
+    return bool(rest) and any(Path(rest[0], f"{n}.{kind}.json").exists()
+                              for n in NODES for kind in ("switch", "agent"))
 
 
 class Run:
