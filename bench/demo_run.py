@@ -5,7 +5,7 @@
 Runs ``fabric-emu run`` as a subprocess and samples /proc every 100 ms: the
 peak of the summed resident memory of the run and every process it started
 (switches, host agents, Mininet shells). Prints wall time, the run's own
-wall_s/fabric_ns from summary.json, and the peak RSS.
+wall_s/fabric_ns from summary.json, and the peak RSS and PSS.
 """
 from __future__ import annotations
 
@@ -48,20 +48,42 @@ def rss_bytes(pid: int) -> int:
         return 0
 
 
+def pss_bytes(pid: int) -> int:
+    """Proportional set size: pages shared by n processes count 1/n in each,
+    so the sum over a run's processes is the memory they hold together."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def peak_memory(proc: subprocess.Popen, interval_s: float = 0.1) -> tuple[int, int]:
+    """Until ``proc`` exits: the peaks of the summed RSS and summed PSS of it
+    and every process it started. Switches and agents are its children (the
+    fork server's); Mininet shells too (via mnexec). RSS counts a shared page
+    in every process; PSS splits it."""
+    peak_rss = peak_pss = 0
+    while proc.poll() is None:
+        pids = descendants(proc.pid)
+        peak_rss = max(peak_rss, sum(rss_bytes(p) for p in pids))
+        peak_pss = max(peak_pss, sum(pss_bytes(p) for p in pids))
+        time.sleep(interval_s)
+    return peak_rss, peak_pss
+
+
 def run_once(experiment: str) -> dict:
     with tempfile.TemporaryDirectory(prefix="fabric-emu-bench-") as out:
         t0 = time.monotonic()
         proc = subprocess.Popen([sys.executable, "-m", "emulator.cli", "run", experiment, "--out", out],
                                 cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        peak = 0
-        while proc.poll() is None:
-            # Switches run in the root namespace as children of the run;
-            # Mininet shells and agents are children too (via mnexec).
-            peak = max(peak, sum(rss_bytes(p) for p in descendants(proc.pid)))
-            time.sleep(0.1)
+        peak, peak_pss = peak_memory(proc)
         wall = time.monotonic() - t0
         summary = json.loads((Path(out) / "summary.json").read_text())
-    return {"wall_s": wall, "peak_rss_mb": peak / 2**20, "complete": summary["complete"],
+    return {"wall_s": wall, "peak_rss_mb": peak / 2**20, "peak_pss_mb": peak_pss / 2**20, "complete": summary["complete"],
             "run_wall_s": summary["wall_s"], "fabric_ns": summary["fabric_ns"],
             "fell_behind": summary["fell_behind"],
             "packets": sum(p["tx_packets"] for p in summary["ports"])}
@@ -73,10 +95,10 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     a = ap.parse_args()
     print(f"{a.experiment}: {a.repeat} runs")
-    print(f"{'wall s':>8} {'peak RSS MB':>12} {'fabric us':>10} {'switch pkts':>12} {'complete':>9} {'fell behind':>12}")
+    print(f"{'wall s':>8} {'peak RSS MB':>12} {'peak PSS MB':>12} {'fabric us':>10} {'switch pkts':>12} {'complete':>9} {'fell behind':>12}")
     for _ in range(a.repeat):
         r = run_once(a.experiment)
-        print(f"{r['wall_s']:8.1f} {r['peak_rss_mb']:12.0f} {r['fabric_ns'] / 1000:10.1f} "
+        print(f"{r['wall_s']:8.1f} {r['peak_rss_mb']:12.0f} {r['peak_pss_mb']:12.0f} {r['fabric_ns'] / 1000:10.1f} "
               f"{r['packets']:12,} {str(r['complete']):>9} {str(r['fell_behind']):>12}")
 
 

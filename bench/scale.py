@@ -39,7 +39,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from demo_run import descendants, rss_bytes  # noqa: E402
+from demo_run import peak_memory  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -84,12 +84,7 @@ def run_one(repo: Path, hosts: int, size_kib: int, dilation: str) -> dict:
         log = open(tmp / "log", "w+")
         proc = subprocess.Popen([sys.executable, "-m", "emulator.cli", "run", str(exp), "--out", str(out)],
                                 cwd=repo, env=env, stdout=log, stderr=subprocess.STDOUT)
-        peak = peak_pss = 0
-        while proc.poll() is None:
-            pids = descendants(proc.pid)
-            peak = max(peak, sum(rss_bytes(p) for p in pids))
-            peak_pss = max(peak_pss, sum(pss_bytes(p) for p in pids))
-            time.sleep(0.2)
+        peak, peak_pss = peak_memory(proc, interval_s=0.2)
         cmd_s = time.monotonic() - t0
         log.seek(0)
         text = log.read()
@@ -107,19 +102,6 @@ def run_one(repo: Path, hosts: int, size_kib: int, dilation: str) -> dict:
                 "peak_mb": peak / 2**20, "peak_pss_mb": peak_pss / 2**20,
                 "fell_behind": s["fell_behind"], "complete": s["complete"],
                 "fabric_us": s["fabric_ns"] / 1000}
-
-
-def pss_bytes(pid: int) -> int:
-    """Proportional set size: pages shared by n processes count 1/n in each,
-    so the sum over a run's processes is the memory they hold together."""
-    try:
-        with open(f"/proc/{pid}/smaps_rollup") as f:
-            for line in f:
-                if line.startswith("Pss:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0
 
 
 def fmt(v, spec: str) -> str:

@@ -15,6 +15,7 @@ from emulator.experiment.endpoints import agent_keys, dropped_flows
 from emulator.experiment.resolved import Experiment
 from emulator.errors import RunAborted
 from emulator.net.fabric import FabricNet, dilated_link, exit_phrase
+from emulator.net.nodes import stop_processes
 from emulator.schema.agent import (
     DEFAULT_MR_RKEY, ExpectConfig, HostAgentConfig, NicConfig, QpConfig, SendConfig,
 )
@@ -24,7 +25,7 @@ from emulator.wire import roce_sport
 # Exit statuses of an agent that ended by itself: done (0), or done with
 # flows incomplete (3); anything else (a traceback, a signal) is a death.
 AGENT_ENDED = (0, 3)
-READY_TIMEOUT_S = 120.0        # every agent imported and its NIC up (64 on two cores: ~15 s)
+AGENTS_READY_TIMEOUT_S = 120.0     # every agent imported and its NIC up (64 on two cores: ~15 s)
 START_AHEAD_S = 0.02           # the start time the runner hands out: this far ahead, plus
 START_AHEAD_PER_AGENT_S = 0.001    # a ms per agent to write to it and wake it
 
@@ -97,7 +98,8 @@ def agent_configs(exp: Experiment, run_dir: Path, start_at_unix_ns: int | None,
         host=h, **nic_fields(exp, h), **agent_keys(exp, h),
         sample_interval_ns=sample_interval_ns,
         start_at_unix_ns=start_at_unix_ns, deadline_s=exp.wall_limit_s,
-        ready_path=(ready_paths or {}).get(h), qps=qps[h], send=send[h], expect=expect[h], mr_rkey=DEFAULT_MR_RKEY,
+        ready_path=(ready_paths or {}).get(h),
+        qps=qps[h], send=send[h], expect=expect[h], mr_rkey=DEFAULT_MR_RKEY,
         result_path=str(run_dir / f"{h}.result.json"),
         progress_path=str(progress_path(run_dir, h))) for h in names}
 
@@ -105,21 +107,6 @@ def agent_configs(exp: Experiment, run_dir: Path, start_at_unix_ns: int | None,
 def progress_path(run_dir: Path, host: str) -> Path:
     """Where host ``host``'s agent keeps ``{"delivered_bytes", "done"}``."""
     return Path(run_dir) / f"{host}.progress.json"
-
-
-def stop_processes(procs, grace_s: float = 5.0) -> None:
-    """SIGTERM every agent still running; SIGKILL those not gone after ``grace_s`` in all."""
-    procs = list(procs)
-    for p in procs:
-        if p.poll() is None:
-            p.terminate()
-    deadline = time.monotonic() + grace_s
-    for p in procs:
-        try:
-            p.wait(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
 
 
 class AgentProcesses:
@@ -209,6 +196,7 @@ class AgentGroup(AgentProcesses):
         with a workload, the server agents drive the other NICs)."""
         super().__init__(fnet, exp, run_dir)
         self.hosts = hosts
+        self._final: dict[str, int] = {}   # done agents' delivered bytes: read no more
 
     def launch_all(self) -> None:
         """Start every agent, each waiting at the gate for ``release``."""
@@ -222,18 +210,19 @@ class AgentGroup(AgentProcesses):
         """(payload bytes the agents' NICs have delivered -- placed in
         order, each byte once --, agents done) as their progress files say
         (``emulator/agents/host.py``); a file not written yet counts nothing."""
-        delivered = done = 0
-        for name in self.procs:
+        delivered = sum(self._final.values())
+        for name in self.procs.keys() - self._final.keys():
             try:
                 p = json.loads(progress_path(self.run_dir, name).read_text())
             except (OSError, ValueError):
                 continue
             delivered += int(p.get("delivered_bytes", 0))
-            done += bool(p.get("done"))
-        return delivered, done
+            if p.get("done"):     # its last write: the runner polls 64 agents every 50 ms
+                self._final[name] = int(p.get("delivered_bytes", 0))
+        return delivered, len(self._final)
 
 
-def start_together(*groups: AgentProcesses, timeout_s: float = READY_TIMEOUT_S,
+def start_together(*groups: AgentProcesses, timeout_s: float = AGENTS_READY_TIMEOUT_S,
                    poll_s: float = 0.005) -> int:
     """Once every gated agent of ``groups`` is ready, release them all at one
     start time a few ms ahead; returns it (Unix ns). ``RunAborted`` if one

@@ -47,7 +47,7 @@ ENTRY_POINTS = {
     "emulator.collectives.agent": "emulator.collectives.agent",
     "emulator.collectives.storage": "emulator.collectives.storage",
 }
-READY_TIMEOUT_S = 60.0
+SERVER_TIMEOUT_S = 60.0     # to import everything and be ready; to answer a fork request
 _CLONE_NEWNS = 0x00020000
 _CLONE_NEWNET = 0x40000000
 _MAX_REQUEST = 1 << 20
@@ -128,7 +128,7 @@ class ForkServer:
         self._lock = threading.Lock()     # one request and its answer at a time
 
     def _wait_ready(self) -> None:
-        r, _, _ = select.select([self._ctl], [], [], READY_TIMEOUT_S)
+        r, _, _ = select.select([self._ctl], [], [], SERVER_TIMEOUT_S)
         msg = self._ctl.recv(64) if r else b""
         if msg != b"ready":
             tail = self.log_path.read_text()[-2000:] if self.log_path.exists() else ""
@@ -153,9 +153,12 @@ class ForkServer:
                 if not self._ready:
                     self._wait_ready()
                 socket.send_fds(self._ctl, [json.dumps(req).encode()], [r_in, log, report.fileno()])
-                r, _, _ = select.select([self._ctl], [], [], READY_TIMEOUT_S)
+                r, _, _ = select.select([self._ctl], [], [], SERVER_TIMEOUT_S)
                 answer = json.loads(self._ctl.recv(_MAX_REQUEST) or b"{}") if r else {}
-        except BaseException:
+            if "pid" not in answer:
+                raise OSError(f"the fork server could not start {module}: "
+                              f"{answer.get('error', 'no answer')} (log {self.log_path})")
+        except BaseException:    # the child's ends are ours to close: no child holds them
             mine.close()
             if w_in is not None:
                 os.close(w_in)
@@ -164,12 +167,6 @@ class ForkServer:
             for fd in (r_in, log):
                 os.close(fd)
             report.close()
-        if "pid" not in answer:
-            mine.close()
-            if w_in is not None:
-                os.close(w_in)
-            raise OSError(f"the fork server could not start {module}: "
-                          f"{answer.get('error', 'no answer')} (log {self.log_path})")
         stdin = os.fdopen(w_in, "wb") if w_in is not None else None
         return ForkedProcess(answer["pid"], title, mine, stdin)
 

@@ -14,14 +14,12 @@ import json
 import signal
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 from mininet.node import Host, Switch
 
 from emulator.errors import FabricEmuError
-from emulator.net.lifeline import child_env
 from emulator.schema.switch import PortConfig, SwitchConfig
 
 READY_TIMEOUT_S = 20.0
@@ -74,12 +72,14 @@ class EmbeddedP4Switch(StartedSideBySide, Switch):
     """A fabric switch running the embedded Python target of fabric.p4."""
 
     def __init__(self, name, device_id: int, grpc_port: int, run_dir: str,
-                 port_links: dict, options: dict, forkserver=None, **params):
+                 port_links: dict, options: dict, forkserver, **params):
         """port_links: port_no -> (rate_bps, delay_ns) of the link behind it, dilated;
         options: the rest of the switch process's config (buffer_bytes,
-        sample_interval_ns, pcap, router_mac, seed; see emulator/dataplane/switch.py)."""
+        sample_interval_ns, pcap, router_mac, seed; see emulator/dataplane/switch.py);
+        forkserver: the run's ``emulator.net.forkserver.ForkServer``, which
+        forks the switch process warm."""
         super().__init__(name, dpid=f"{device_id:x}", **params)
-        self.forkserver = forkserver     # None: started cold (python -m)
+        self.forkserver = forkserver
         self.device_id = device_id
         self.grpc_port = grpc_port
         self.run_dir = Path(run_dir)
@@ -104,13 +104,8 @@ class EmbeddedP4Switch(StartedSideBySide, Switch):
         cfg_path = self.run_dir / f"{self.name}.switch.json"
         SwitchConfig(name=self.name, device_id=self.device_id, grpc_port=self.grpc_port,
                      ports=ports, stats_path=str(self.stats_path), **self.options).write(cfg_path)
-        if self.forkserver is not None:      # in the root namespace, like its ports
-            self.proc = self.forkserver.spawn("emulator.dataplane", [str(cfg_path)], self.log_path)
-            return
-        with open(self.log_path, "w") as log:
-            self.proc = subprocess.Popen([sys.executable, "-m", "emulator.dataplane", str(cfg_path)],
-                                         stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         env=child_env())   # it dies with this runner
+        # In the root namespace, like its ports.
+        self.proc = self.forkserver.spawn("emulator.dataplane", [str(cfg_path)], self.log_path)
 
     def wait_started(self) -> None:
         wait_for_tcp(self.grpc_port, self.proc, READY_TIMEOUT_S, f"switch {self.name}", self.log_path)
