@@ -12,7 +12,7 @@ SYSTEM_PYTHON := /usr/bin/python3
 VENV := .venv
 PY := $(VENV)/bin/python
 APT_PACKAGES := mininet iproute2 iputils-ping iptables ethtool procps util-linux python3-venv python3-pip \
-                python3-thrift ruby shellcheck
+                python3-thrift ruby shellcheck openssh-client openssh-server sudo
 APT_STAMP := $(VENV)/.apt-done
 PIP_STAMP := $(VENV)/.pip-done
 OUT ?= results

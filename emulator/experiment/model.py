@@ -58,7 +58,22 @@ def experiment_from_dict(data, path: str | Path, target: str | None = None) -> E
     plan = plan_workload(spec.workload, spec.storage, fabric, path)
     check_no_shared_nics(plan, fabric, flows, path)
     check_workload_endpoints(plan, spec, fabric, path)
+    if spec.cluster is not None:
+        _check_cluster(spec, fabric, path)
     return Experiment(spec=spec, fabric=fabric, flows=flows, source=str(path), workload=plan)
+
+
+def _check_cluster(spec: ExperimentSpec, fabric: Fabric, path: Path) -> None:
+    """Every node placed on a server (``emulator.net.cluster.place``); the
+    embedded target only (a BMv2 switch is not started over ssh)."""
+    from emulator.net.cluster import place
+    from emulator.schema.load import FieldError
+    if spec.target == "bmv2":
+        raise ConfigError(path, "cluster", "a fabric spread over servers runs the embedded target")
+    try:
+        place(spec.cluster, fabric)
+    except FieldError as e:
+        raise ConfigError(path, f"cluster.{e.field}", e.reason) from None
 
 
 def _expand_flows(spec: ExperimentSpec, fabric: Fabric, path: Path) -> tuple[Flow, ...]:

@@ -76,6 +76,12 @@ def describe_experiment(exp: Experiment) -> list[str]:
         lines.append(f"  workload: {w.algorithm if w else 'storage'} on {len(wp.servers)} servers"
                      + (f" ({', '.join(parts)})" if parts else "")
                      + (f"; storage {wp.storage_server}" if wp.storage_server else ""))
+    if spec.cluster is not None:
+        from emulator.net.cluster import place
+        placed = place(spec.cluster, exp.fabric)
+        for srv in spec.cluster.servers:
+            nodes = [n for n, s in placed.items() if s == srv.name]
+            lines.append(f"  server {srv.name} ({srv.address}): {len(nodes)} nodes: " + " ".join(nodes))
     lines.append(f"  wall-time limit: {planned.wall_limit_s:g} s" if planned is not None else
                  f"  wall-time limit: {spec.limits.wall_s:g} s up to D = {WALL_S_AT_DILATION:g}, "
                  "proportionally more above")

@@ -63,7 +63,7 @@ def fabric_net(exp: Experiment, run_dir: Path, pcap: bool | str = False,
                      buffer_bytes=spec.switch.buffer_bytes, qos=spec.qos,
                      mtu_bytes=spec.nic.mtu_bytes,
                      sample_interval_ns=int(spec.switch.sample_interval_us * 1000 * exp.dilation),
-                     pcap=bool(pcap))
+                     pcap=bool(pcap), cluster=spec.cluster)
 
 
 def run_experiment(exp: Experiment, out_dir: str | Path, console: Console | None = None,

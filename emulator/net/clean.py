@@ -22,6 +22,7 @@ OWN_PROCESS_PATTERNS = (
     re.compile(r"-m emulator\.agents\.host\b"),
     re.compile(r"-m emulator\.collectives\.(agent|storage)\b"),   # server agents
     re.compile(r"-m emulator\.net\.forkserver\b"),   # what forks the above (emulator/net/forkserver.py)
+    re.compile(r"-m emulator\.net\.remote_exec\b"),  # what runs them on another server (cluster)
     re.compile(r"\bmininet:"),           # Mininet's node shells: "bash ... mininet:h1"
     re.compile(r"\bsimple_switch_grpc\b.*--device-id"),   # the BMv2 target's switches
 )
@@ -108,3 +109,18 @@ def clean() -> dict[str, int]:
     """Remove leftover processes and interfaces; returns what was removed."""
     killed = kill_fabric_processes()
     return {"processes": killed, "interfaces": delete_interfaces(fabric_interfaces())}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m emulator.net.clean RUN_DIR NODES IFNAMES`` (comma-separated):
+    one run's part on one server of a cluster, removed by the runner over
+    ssh (``emulator.net.cluster``) -- only that run's, never another's."""
+    import sys
+    run_dir, nodes, ifnames = (sys.argv[1:] if argv is None else argv)
+    kill_processes(lambda: run_processes(run_dir, [n for n in nodes.split(",") if n]))
+    delete_interfaces([n for n in ifnames.split(",") if n])
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

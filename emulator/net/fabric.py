@@ -57,7 +57,7 @@ TARGETS = ("embedded", "bmv2")
 
 
 def _switch_params(fabric: Fabric, name: str, target: str, switch_options: dict,
-                   ports: dict[str, tuple[int, int]], forkserver=None) -> dict:
+                   ports: dict[str, tuple[int, int]], forkserver=None, switch_cls=None) -> dict:
     """Mininet addSwitch parameters of one switch on a target; ports: name ->
     (gRPC port, Thrift port)."""
     from emulator.net.bmv2 import Bmv2Switch
@@ -71,29 +71,39 @@ def _switch_params(fabric: Fabric, name: str, target: str, switch_options: dict,
                                                             "lossless_priorities")}}
     options = {k: v for k, v in switch_options.items()
                if k not in ("dilation", "mtu_frame_bytes", "lossless_priorities")}
-    return {**common, "cls": EmbeddedP4Switch, "forkserver": forkserver,
+    return {**common, "cls": switch_cls or EmbeddedP4Switch, "forkserver": forkserver,
             "options": {**options, "router_mac": fabric.addresses.router_mac(name),
                         "seed": fabric.device_id(name)}}
 
 
 def _mininet_topo(fabric: Fabric, dilation: float, run_dir: Path, switch_options: dict,
-                  ports: dict[str, tuple[int, int]], target: str = "embedded", forkserver=None):
+                  ports: dict[str, tuple[int, int]], target: str = "embedded", forkserver=None,
+                  cluster=None):
+    """cluster: an ``emulator.net.cluster.Cluster``: its node classes, and
+    each node's server as Mininet's cluster edition takes it."""
     from mininet.topo import Topo
 
     from emulator.net.nodes import RoceHost
+    switch_cls, host_cls = None, RoceHost
+    if cluster is not None:
+        switch_cls, host_cls, _ = cluster.classes
+
+    def where(node: str) -> dict:
+        return cluster.node_params(node) if cluster is not None else {}
 
     class FabricTopo(Topo):
         def build(self):
             for sw in fabric.switches():
-                self.addSwitch(sw.name, run_dir=str(run_dir), **_switch_params(
-                    fabric, sw.name, target, {**switch_options, "dilation": dilation}, ports, forkserver))
-            _add_servers(self, fabric, RoceHost)
+                self.addSwitch(sw.name, run_dir=str(run_dir), **where(sw.name), **_switch_params(
+                    fabric, sw.name, target, {**switch_options, "dilation": dilation}, ports,
+                    forkserver, switch_cls))
+            _add_servers(self, fabric, host_cls, where)
             _add_links(self, fabric)
 
     return FabricTopo()
 
 
-def _add_servers(topo, fabric: Fabric, host_cls) -> None:
+def _add_servers(topo, fabric: Fabric, host_cls, where=lambda node: {}) -> None:
     """One Mininet host (namespace) per server, holding all its NICs'
     interfaces; NIC 0's address and gateway are its defaults."""
     plan = fabric.addresses
@@ -102,7 +112,7 @@ def _add_servers(topo, fabric: Fabric, host_cls) -> None:
                  "mac": plan.host_mac(n), "gateway_ip": plan.host_gateway(n),
                  "gateway_mac": plan.gateway_mac(n)} for n in server.all_nics]
         topo.addHost(server.name, cls=host_cls, ip=nics[0]["cidr"], mac=nics[0]["mac"],
-                     defaultRoute=f"via {nics[0]['gateway_ip']}", nics=nics)
+                     defaultRoute=f"via {nics[0]['gateway_ip']}", nics=nics, **where(server.name))
 
 
 def _add_links(topo, fabric: Fabric) -> None:
@@ -135,12 +145,14 @@ class FabricNet:
     def __init__(self, fabric: Fabric, run_dir: str | Path, dilation: float = 1.0,
                  buffer_bytes: int = 4_000_000, program: bool = True, qos=None,
                  mtu_bytes: int = 1024, sample_interval_ns: int = 0, pcap: bool = False,
-                 target: str = "embedded"):
+                 target: str = "embedded", cluster=None):
         """qos: an ``emulator.control.qos.QosSpec`` to install (None: no traffic
         classes: everything lossy in priority 0). sample_interval_ns: wall
         period of the switches' queue-depth samples (0: none; embedded
         target). target: "embedded" (emulator/dataplane) or "bmv2"
-        (simple_switch_grpc, see emulator/net/bmv2.py)."""
+        (simple_switch_grpc, see emulator/net/bmv2.py). cluster: an
+        ``emulator.schema.cluster.ClusterSpec``: the fabric spread over its
+        servers (``emulator/net/cluster.py``; embedded target)."""
         if target not in TARGETS:
             raise ValueError(f"target must be one of {TARGETS}, not {target!r}")
         self.target = target
@@ -159,6 +171,10 @@ class FabricNet:
         self._lock = None          # the run lock, when this FabricNet took it
         self._watchdog = None
         self.forkserver = None     # forks switches and agents warm (emulator/net/forkserver.py)
+        if cluster is not None and target != "embedded":
+            raise ValueError("a cluster runs the embedded target")
+        self.cluster_spec = cluster
+        self.cluster = None        # emulator.net.cluster.Cluster, while up
 
     # -------------------------------------------------------------- lifecycle
     def start(self) -> "FabricNet":
@@ -230,10 +246,15 @@ class FabricNet:
                           "lossless_priorities": ((self.qos.roce_priority,)
                                                   if self.qos is not None and self.qos.pfc.enabled
                                                   else ())}
+        net_cls, net_params = Mininet, {}
+        if self.cluster_spec is not None:
+            from emulator.net.cluster import Cluster
+            self.cluster = Cluster(self.cluster_spec, self.fabric, self.run_dir).open()
+            net_cls, net_params = self.cluster.mininet_params()
         topo = _mininet_topo(self.fabric, self.dilation, self.run_dir, switch_options, ports,
-                             self.target, self.forkserver)
-        self.net = Mininet(topo=topo, controller=None, autoSetMacs=False, build=False,
-                           waitConnected=False)
+                             self.target, self.forkserver, self.cluster)
+        self.net = net_cls(topo=topo, controller=None, autoSetMacs=False, build=False,
+                           waitConnected=False, **net_params)
         self.net.build()
         self._quiet_ipv6()
         self.net.start()
@@ -252,10 +273,15 @@ class FabricNet:
         starts -- a switch started first would otherwise receive what its
         neighbours' interfaces sent until theirs started (pipeline drops a
         real fabric would not count). Hosts turn IPv6 off in their namespace."""
-        keys = [f"net.ipv6.conf.{intf.name}.disable_ipv6=1" for sw in self.fabric.switches()
-                for intf in self.net.get(sw.name).intfList() if intf.name != "lo"]
+        keys = [f"net.ipv6.conf.{intf.name}.disable_ipv6=1" for sw in self._local_switches()
+                for intf in self.net.get(sw).intfList() if intf.name != "lo"]
         if keys:
             subprocess.run(["sysctl", "-qw", *keys], check=False, capture_output=True)
+        for sw in self.fabric.switches():     # on other servers of a cluster: there
+            node = self.net.get(sw.name)
+            if getattr(node, "isRemote", False):
+                node.cmd("sysctl -qw " + " ".join(f"net.ipv6.conf.{i.name}.disable_ipv6=1"
+                                                   for i in node.intfList() if i.name != "lo"))
 
     def stop(self) -> None:
         from emulator.net.clean import delete_interfaces, kill_processes, run_processes
@@ -274,6 +300,8 @@ class FabricNet:
                     # closes its logs while its ports still exist (Mininet
                     # deletes the links before it stops the switches).
                     stop_processes([getattr(sw, "proc", None) for sw in net.switches])
+                    if self.cluster is not None:     # their stats, logs, results: here
+                        self.cluster.gather()
                     if self._shells_alive(net):
                         net.stop()
                     else:
@@ -285,6 +313,12 @@ class FabricNet:
                         str(self.run_dir), [n.name for n in net.hosts + net.switches]))
                     delete_interfaces(self.switch_interfaces())
         finally:
+            if self.cluster is not None:
+                cluster, self.cluster = self.cluster, None
+                try:
+                    cluster.clean_remote()
+                finally:
+                    cluster.close()
             if self.forkserver is not None:
                 forkserver, self.forkserver = self.forkserver, None
                 forkserver.close()
@@ -314,10 +348,15 @@ class FabricNet:
             self._lock.release()
             self._lock = None
 
+    def _local_switches(self) -> list[str]:
+        """The switches on this machine (all but a cluster's remote ones)."""
+        return [sw.name for sw in self.fabric.switches()
+                if self.cluster is None or not self.cluster.is_remote(sw.name)]
+
     def switch_interfaces(self) -> list[str]:
         """The switches' ports: the fabric's interfaces in the root namespace
-        (every link has a switch end)."""
-        return [p.ifname for sw in self.fabric.switches() for p in self.fabric.ports(sw.name)]
+        (every link has a switch end) of this machine."""
+        return [p.ifname for sw in self._local_switches() for p in self.fabric.ports(sw)]
 
     def check_alive(self) -> None:
         """Raise ``RunAborted`` (one line: what, and its log) if a switch
@@ -337,8 +376,11 @@ class FabricNet:
             if proc is not None and proc.poll() is not None:
                 return (f"switch {sw.name} {exit_phrase(proc.returncode)} {when} "
                         f"(its log: {node.log_path})")
-        if not self._shells_alive(self.net):
-            return f"a Mininet node shell was killed {when}: the fabric was taken down under the run"
+        dead = next((n for n in self.net.hosts + self.net.switches
+                     if n.shell is None or n.shell.poll() is not None), None)
+        if dead is not None:
+            return (f"node {dead.name}'s Mininet shell {exit_phrase(dead.shell.returncode) if dead.shell else 'is gone'} "
+                    f"{when}: the fabric was taken down under the run")
         gone = [n for n in self.switch_interfaces() if not os.path.exists(f"/sys/class/net/{n}")]
         if gone:
             return (f"interface {gone[0]} vanished {when} ({len(gone)} of the fabric's): "
@@ -372,7 +414,14 @@ class FabricNet:
         """``python -m module args`` in ``node``'s namespace (a host, or the
         server holding a NIC), forked warm by the fork server; a
         ``subprocess.Popen``-like handle (``ForkedProcess``)."""
-        return self.forkserver.spawn(module, args, log_path, netns_pid=self.host(node).pid,
+        host = self.host(node)
+        if self.cluster is not None and self.cluster.is_remote(host.name):
+            srv = self.cluster.server_of(host.name)
+            for a in args:          # its config: written here, read there
+                if Path(a).is_file():
+                    srv.put(Path(a))
+            return srv.spawn(module, args, log_path, netns_pid=host.pid, stdin_pipe=stdin_pipe)
+        return self.forkserver.spawn(module, args, log_path, netns_pid=host.pid,
                                      stdin_pipe=stdin_pipe)
 
     def snapshot_switch_stats(self, timeout_s: float = 10.0) -> dict[str, dict]:

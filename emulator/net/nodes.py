@@ -93,7 +93,8 @@ class EmbeddedP4Switch(StartedSideBySide, Switch):
     def grpc_address(self) -> str:
         return f"127.0.0.1:{self.grpc_port}"
 
-    def start(self, controllers) -> None:
+    def write_config(self) -> Path:
+        """The switch process's config, ``RUN/<name>.switch.json``."""
         ports = []
         for port_no, intf in sorted(self.intfs.items()):
             if intf.name == "lo":
@@ -104,8 +105,12 @@ class EmbeddedP4Switch(StartedSideBySide, Switch):
         cfg_path = self.run_dir / f"{self.name}.switch.json"
         SwitchConfig(name=self.name, device_id=self.device_id, grpc_port=self.grpc_port,
                      ports=ports, stats_path=str(self.stats_path), **self.options).write(cfg_path)
+        return cfg_path
+
+    def start(self, controllers) -> None:
         # In the root namespace, like its ports.
-        self.proc = self.forkserver.spawn("emulator.dataplane", [str(cfg_path)], self.log_path)
+        self.proc = self.forkserver.spawn("emulator.dataplane", [str(self.write_config())],
+                                          self.log_path)
 
     def wait_started(self) -> None:
         wait_for_tcp(self.grpc_port, self.proc, READY_TIMEOUT_S, f"switch {self.name}", self.log_path)

@@ -25,6 +25,7 @@ dcqcn: {enabled: true}              # every DCQCN parameter (emulator/schema/dcq
 workload: {...}                     # collectives on GPU servers (emulator/schema/workload.py)
 storage: {...}                      # checkpoint reads during training (same module)
 endpoints: {...}                    # NICs vs DPUs, tenants, host CPU cost (emulator/schema/endpoints.py)
+cluster: {...}                      # servers and placement, Mininet cluster edition (emulator/schema/cluster.py)
 traffic:                            # one or more entries (optional with a workload)
   - pattern: all-to-all             # every host to every other host of its plane, one QP each ...
     op: write                       # write | send
@@ -51,6 +52,7 @@ from typing import Literal, Optional, Union
 
 from pydantic import Field, PositiveInt, field_validator, model_validator
 
+from emulator.schema.cluster import ClusterSpec
 from emulator.schema.dcqcn import DcqcnSpec
 from emulator.schema.qos import QosSpec
 from emulator.schema.endpoints import EndpointsSpec, FlowExpect
@@ -133,6 +135,7 @@ class ExperimentSpec(StrictSpec):
     hpcc: HpccSpec = HpccSpec()
     sweep: Optional[SweepSpec] = None               # run once per value (emulator/experiment/sweep.py)
     endpoints: Optional[EndpointsSpec] = None       # NIC/DPU, tenants, host CPU (schema/endpoints.py)
+    cluster: Optional[ClusterSpec] = None           # spread over several machines (schema/cluster.py)
 
     @field_validator("dilation", mode="before")
     @classmethod

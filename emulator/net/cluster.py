@@ -1,0 +1,484 @@
+"""A fabric spread over several machines with Mininet's cluster edition.
+
+``mininet.examples.cluster`` places nodes on servers, runs a remote node's
+shell over ssh (``RemoteMixin``), builds a link between two servers as a
+tunnel (``RemoteSSHLink``: an Ethernet tap carried by ssh; ``RemoteGRELink``:
+gretap) and all else as on one machine. This module adds what a fabric
+of P4 switches and RoCE agents needs on top, nothing of its own for the
+network itself:
+
+- ``ClusterServer``: one machine, reached over one shared ssh connection
+  (ControlMaster) that Mininet's node shells reuse; files put and pulled,
+  a local port forwarded to a switch's P4Runtime server, which keeps
+  listening on the remote 127.0.0.1 only.
+- ``RemoteProcess``: a switch or agent started on a remote server
+  (``emulator.net.remote_exec``), a ``subprocess.Popen`` look-alike whose
+  signals travel as ``kill`` over ssh.
+- ``Cluster``: the servers of a run, the placement of its nodes, and a
+  mirror that pulls what the runner reads while the run goes (agents'
+  ready and progress files, switch stats) unless the run directory is one
+  filesystem all servers share; everything else is gathered at the end.
+- Node and link classes (``cluster_classes``): the fabric's own switch and
+  host with ``RemoteMixin``, and the tunnel links with this run's ssh options.
+
+Every server runs the same checkout at the same path (``cd`` there, its
+``.venv``); the run directory has the same path on each.
+"""
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from functools import cached_property
+from pathlib import Path
+
+from emulator.errors import EnvironmentProblem, FabricEmuError
+from emulator.net.lifeline import set_pdeathsig
+from emulator.schema.cluster import LOCAL, ClusterServerSpec, ClusterSpec
+from emulator.schema.load import FieldError
+
+CONNECT_TIMEOUT_S = 15.0
+MIRROR_INTERVAL_S = 0.25
+# What the runner reads while a run goes; the rest is gathered at the end.
+LIVE_FILES = ("*.ready", "*.progress.json", "*.stats.json", "*.result.json")
+# Passed to remote processes: the runner's settings, never its identity.
+_ENV_PREFIX = "FABRIC_EMU_"
+
+
+class ClusterServer:
+    """One machine of the cluster, over one shared ssh connection.
+
+        srv = ClusterServer(spec, ssh_options, control_dir).open()
+        srv.run("uname -r").stdout
+        srv.put(path)                   # the runner's file, same path there
+        port = srv.forward(50051)       # 127.0.0.1:port here -> 127.0.0.1:50051 there
+        srv.close()
+    """
+
+    def __init__(self, spec: ClusterServerSpec, ssh_options: list[str], control_dir: Path):
+        self.name, self.address, self.user = spec.name, spec.address, spec.user
+        self.is_local = spec.address == LOCAL
+        self.dest = f"{self.user}@{self.address}"
+        self.control_path = str(Path(control_dir) / f"{self.name}.ssh")
+        self.options = ["-o", "BatchMode=yes", *ssh_options]
+        self.ssh = ["ssh", *self.options, "-o", f"ControlPath={self.control_path}"]
+        self._master: subprocess.Popen | None = None
+        self.shared_run_dir = False     # set by Cluster.open: the runner's dir is this one's
+
+    def open(self) -> "ClusterServer":
+        if self.is_local:
+            return self
+        self._master = subprocess.Popen(
+            ["ssh", *self.options, "-o", "ControlMaster=yes", "-o",
+             f"ControlPath={self.control_path}", "-N", self.dest],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            preexec_fn=set_pdeathsig)      # the connection, and all on it, dies with the runner
+        deadline = time.monotonic() + CONNECT_TIMEOUT_S
+        while subprocess.run([*self.ssh, "-O", "check", self.dest],
+                             capture_output=True).returncode != 0:
+            if self._master.poll() is not None or time.monotonic() > deadline:
+                err = self._master.stderr.read().decode(errors="replace").strip() \
+                    if self._master.poll() is not None else "no answer"
+                self.close()
+                raise EnvironmentProblem(f"cluster server {self.name}: ssh {self.dest} failed: "
+                                         f"{err or 'exit ' + str(self._master.returncode)}")
+            time.sleep(0.05)
+        return self
+
+    def close(self) -> None:
+        if self._master is not None:
+            master, self._master = self._master, None
+            subprocess.run([*self.ssh, "-O", "exit", self.dest], capture_output=True)
+            try:
+                master.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                master.kill()
+                master.wait()
+
+    # -------------------------------------------------------------- commands
+    def command(self, argv: list[str]) -> list[str]:
+        """``argv`` run on this server in the runner's directory, with the
+        runner's FABRIC_EMU_* settings (a local server: as it is)."""
+        if self.is_local:
+            return list(argv)
+        env = [f"{k}={v}" for k, v in os.environ.items()
+               if k.startswith(_ENV_PREFIX) and k != "FABRIC_EMU_RUNNER_PID"]
+        remote = f"cd {shlex.quote(os.getcwd())} && exec env {shlex.join(env + list(argv))}"
+        return [*self.ssh, self.dest, remote]
+
+    def run(self, argv: list[str], input: bytes | None = None, timeout_s: float = 60.0,
+            check: bool = True) -> subprocess.CompletedProcess:
+        out = subprocess.run(self.command(argv), input=input, capture_output=True,
+                             timeout=timeout_s)
+        if check and out.returncode != 0:
+            raise FabricEmuError(f"cluster server {self.name}: {shlex.join(argv)} "
+                                 f"exited {out.returncode}: {out.stderr.decode(errors='replace').strip()}")
+        return out
+
+    def put(self, path: Path) -> None:
+        """The runner's file ``path``, to the same path on this server."""
+        if self.is_local or self.shared_run_dir:
+            return
+        self.run(["sh", "-c", f"mkdir -p {shlex.quote(str(Path(path).parent))} && "
+                              f"cat > {shlex.quote(str(path))}"], input=Path(path).read_bytes())
+
+    def pull(self, run_dir: Path, patterns: tuple[str, ...] | None = None) -> None:
+        """This server's files of ``run_dir`` (those matching ``patterns``;
+        all without) into the runner's ``run_dir``."""
+        if self.is_local or self.shared_run_dir:
+            return
+        names = " ".join(patterns) if patterns else "*"
+        script = (f"cd {shlex.quote(str(run_dir))} 2>/dev/null || exit 0; "
+                  f"set -- $(ls -d {names} 2>/dev/null); [ $# -eq 0 ] || tar cf - \"$@\"")
+        out = self.run(["sh", "-c", script], check=False, timeout_s=120)
+        if out.returncode == 0 and out.stdout:
+            subprocess.run(["tar", "xf", "-", "-C", str(run_dir)], input=out.stdout,
+                           capture_output=True, check=False)
+
+    def forward(self, remote_port: int) -> int:
+        """A local port forwarded over the shared connection to this
+        server's 127.0.0.1:``remote_port``."""
+        from emulator.net.nodes import free_tcp_ports
+        if self.is_local:
+            return remote_port
+        local_port = free_tcp_ports(1)[0]
+        out = subprocess.run([*self.ssh, "-O", "forward", "-L",
+                              f"127.0.0.1:{local_port}:127.0.0.1:{remote_port}", self.dest],
+                             capture_output=True)
+        if out.returncode != 0:
+            raise FabricEmuError(f"cluster server {self.name}: forwarding port {remote_port} "
+                                 f"failed: {out.stderr.decode(errors='replace').strip()}")
+        return local_port
+
+    def wait_port(self, port: int, proc, timeout_s: float, what: str, log: Path) -> None:
+        """Until something listens on this server's 127.0.0.1:``port``."""
+        probe = ("import socket,sys,time\n"
+                 "end=time.monotonic()+float(sys.argv[2])\n"
+                 "while time.monotonic()<end:\n"
+                 "    try: socket.create_connection(('127.0.0.1',int(sys.argv[1])),0.2).close(); sys.exit(0)\n"
+                 "    except OSError: time.sleep(0.05)\n"
+                 "sys.exit(1)\n")
+        out = self.run([sys.executable, "-c", probe, str(port), str(timeout_s)], check=False,
+                       timeout_s=timeout_s + 30)
+        if out.returncode != 0:
+            state = ("exited" if proc.poll() is not None else "did not open its port")
+            raise FabricEmuError(f"{what} on cluster server {self.name} {state} while starting; "
+                                 f"see {log} there")
+
+    def spawn(self, module: str, args: list[str], log_path: Path, *,
+              netns_pid: int | None = None, stdin_pipe: bool = False) -> "RemoteProcess":
+        """``python -m module args`` on this server (in Mininet node
+        ``netns_pid``'s namespaces if given), logging to ``log_path`` there."""
+        inner = [sys.executable, "-m", "emulator.net.remote_exec", str(log_path), "--",
+                 module, *map(str, args)]
+        if netns_pid is not None:
+            inner = ["mnexec", "-a", str(netns_pid), *inner]
+        return RemoteProcess(self, inner, stdin_pipe)
+
+
+class RemoteProcess:
+    """A process on another server, as the runner sees it: the parts of
+    ``subprocess.Popen`` a run uses. Its ssh session carries its stdin (the
+    start gate's line) and, from ``emulator.net.remote_exec``, its pid and
+    exit status; signals go as ``kill`` over the shared connection."""
+
+    def __init__(self, server: ClusterServer, argv: list[str], stdin_pipe: bool):
+        self.server, self.args = server, argv
+        # No preexec_fn (gRPC's threads run by now): a session on the shared
+        # connection ends with its master, which dies with the runner.
+        self._ssh = subprocess.Popen(server.command(argv),
+                                     stdin=subprocess.PIPE if stdin_pipe else subprocess.DEVNULL,
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        self.stdin = self._ssh.stdin
+        self.pid: int | None = None      # on the server, once read
+        self.returncode: int | None = None
+
+    def _remote_pid(self) -> int | None:
+        if self.pid is None:
+            line = self._ssh.stdout.readline()
+            self.pid = int(line) if line.strip().isdigit() else None
+        return self.pid
+
+    def poll(self) -> int | None:
+        if self.returncode is None and self._ssh.poll() is not None:
+            self._remote_pid()
+            rest = self._ssh.stdout.read().decode(errors="replace").split()
+            # "exit N" from remote_exec; without it the connection was lost.
+            self.returncode = (int(rest[rest.index("exit") + 1]) if "exit" in rest
+                               else -signal.SIGKILL)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        try:
+            self._ssh.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise subprocess.TimeoutExpired(self.args, timeout) from None
+        return self.poll()
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None and self._remote_pid() is not None:
+            self.server.run(["kill", f"-{int(sig)}", str(self.pid)], check=False, timeout_s=10)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+        if self.poll() is None:
+            self._ssh.kill()
+
+
+class Cluster:
+    """The servers of one run and where its nodes are placed.
+
+        cluster = Cluster(spec, fabric, run_dir).open()   # ssh connections up
+        cluster.server_of("s1")                           # a ClusterServer
+        ...
+        cluster.gather(); cluster.close()
+    """
+
+    def __init__(self, spec: ClusterSpec, fabric, run_dir: Path):
+        self.spec, self.fabric, self.run_dir = spec, fabric, Path(run_dir)
+        self._control_dir = tempfile.mkdtemp(prefix="fabric-emu-ssh-")
+        self.servers = {s.name: ClusterServer(s, spec.ssh_options, self._control_dir)
+                        for s in spec.servers}
+        self.placement = place(spec, fabric)
+        self._mirror: threading.Thread | None = None
+        self._stop = threading.Event()
+
+    def open(self) -> "Cluster":
+        try:
+            for srv in self.servers.values():
+                srv.open()
+            marker = self.run_dir / ".runner"
+            marker.write_text(f"{os.getpid()}-{time.time_ns()}")
+            for srv in self.remote_servers():
+                out = srv.run(["cat", str(marker)], check=False)
+                srv.shared_run_dir = out.returncode == 0 and out.stdout.decode() == marker.read_text()
+                srv.run(["mkdir", "-p", str(self.run_dir)])
+        except BaseException:
+            self.close()
+            raise
+        self._mirror = threading.Thread(target=self._mirror_loop, name="cluster-mirror", daemon=True)
+        self._mirror.start()
+        return self
+
+    def remote_servers(self) -> list[ClusterServer]:
+        return [s for s in self.servers.values() if not s.is_local]
+
+    def server_of(self, node: str) -> ClusterServer:
+        return self.servers[self.placement[node]]
+
+    def is_remote(self, node: str) -> bool:
+        return not self.server_of(node).is_local
+
+    def _mirror_loop(self) -> None:
+        while not self._stop.wait(MIRROR_INTERVAL_S):
+            for srv in self.remote_servers():
+                try:
+                    srv.pull(self.run_dir, LIVE_FILES)
+                except (FabricEmuError, subprocess.TimeoutExpired, OSError):
+                    pass           # the next round; a dead server shows in its processes
+
+    def gather(self) -> None:
+        """Every remote server's files of the run into the runner's run directory."""
+        for srv in self.remote_servers():
+            try:
+                srv.pull(self.run_dir)
+            except (FabricEmuError, subprocess.TimeoutExpired, OSError):
+                pass
+
+    def clean_remote(self) -> None:
+        """Each remote server's part of this run, whatever is left of it:
+        its processes, its switches' interfaces, and its copy of the run
+        directory once gathered (not when it is the runner's own)."""
+        for srv in self.remote_servers():
+            nodes = [n for n, s in self.placement.items() if s == srv.name]
+            ifnames = [p.ifname for sw in self.fabric.switches() if sw.name in nodes
+                       for p in self.fabric.ports(sw.name)]
+            try:
+                srv.run([sys.executable, "-m", "emulator.net.clean", str(self.run_dir),
+                         ",".join(nodes), ",".join(ifnames)], check=False, timeout_s=60)
+                if not srv.shared_run_dir:
+                    srv.run(["rm", "-rf", str(self.run_dir)], check=False)
+            except (subprocess.TimeoutExpired, OSError):
+                pass
+
+    # ---------------------------------------------------------- for Mininet
+    @staticmethod
+    def _mn_server(srv: ClusterServer) -> str:
+        return LOCAL if srv.is_local else srv.name    # RemoteMixin: "localhost" is local
+
+    def node_params(self, node: str) -> dict:
+        """A node's server as ``RemoteMixin`` takes it; its ssh shares the
+        server's connection."""
+        srv = self.server_of(node)
+        return {"server": self._mn_server(srv), "user": srv.user,
+                "serverIP": "127.0.0.1" if srv.is_local else srv.address,
+                "controlPath": False if srv.is_local else srv.control_path}
+
+    def mininet_params(self) -> tuple[type, dict]:
+        """``MininetCluster`` and its parameters: the servers, and a placer
+        that is this run's placement (``place``)."""
+        from mininet.examples.cluster import MininetCluster, Placer
+        placement = {n: self._mn_server(self.servers[s]) for n, s in self.placement.items()}
+
+        class RunPlacer(Placer):
+            def place(self, node):
+                return placement[node]
+
+        switch_cls, host_cls, link_cls = self.classes
+        servers = [self._mn_server(s) for s in self.servers.values()]
+        return MininetCluster, {
+            "servers": servers, "placement": RunPlacer, "precheck": False,
+            "serverIP": {self._mn_server(s): "127.0.0.1" if s.is_local else s.address
+                         for s in self.servers.values()},
+            "switch": switch_cls, "host": host_cls, "link": link_cls}
+
+    @cached_property
+    def classes(self):
+        """(switch, host, link) classes of this run (``cluster_classes``)."""
+        return cluster_classes(self)
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._mirror is not None:
+            self._mirror.join(timeout=10)
+            self._mirror = None
+        for srv in self.servers.values():
+            srv.close()
+        try:
+            os.rmdir(self._control_dir)
+        except OSError:
+            pass
+
+
+def place(spec: ClusterSpec, fabric) -> dict[str, str]:
+    """node name -> server name for every switch and every server (Mininet
+    host) of ``fabric``; a bad mapping raises ``FieldError`` naming the node."""
+    names = [s.name for s in spec.servers]
+    switches = [sw.name for sw in fabric.switches()]
+    hosts = [srv.name for srv in fabric.servers()]
+    leaf_of = {srv.name: fabric.host_leaf(srv.all_nics[0]).name for srv in fabric.servers()}
+    out: dict[str, str] = {}
+    if spec.placement == "pods":
+        pods = fabric.pods
+        if len(pods) < 2:
+            raise FieldError("placement", "'pods' needs a fabric of 2 or more pods (3 tiers); "
+                             "this one has 1: use switch-bin or name each switch's server")
+        for k, pod in enumerate(pods):
+            for sw in pod:
+                out[sw.name] = names[k % len(names)]
+        for i, sw in enumerate(fabric.superspines()):
+            out[sw.name] = names[i % len(names)]
+    elif spec.placement == "switch-bin":
+        from mininet.examples.cluster import SwitchBinPlacer
+        links = [(h, leaf_of[h]) for h in hosts]
+        placer = SwitchBinPlacer(servers=names, nodes=switches + hosts, hosts=hosts,
+                                 switches=switches, links=links)
+        out = {n: placer.place(n) for n in switches + hosts}
+    else:
+        known = set(switches) | set(hosts) | {n.name for n in fabric.hosts()}
+        for node, server in spec.placement.items():
+            if node not in known:
+                raise FieldError(f"placement.{node}", "no such switch or server in the topology")
+            # a NIC's name places its server
+            out[fabric.server_of(node).name if node not in switches and node not in hosts
+                else node] = server
+        missing = [sw for sw in switches if sw not in out]
+        if missing:
+            raise FieldError("placement", f"switch {missing[0]} has no server "
+                             f"({len(missing)} unplaced): name every switch's")
+    for h in hosts:
+        out.setdefault(h, out[leaf_of[h]])
+    return out
+
+
+def cluster_classes(cluster: Cluster):
+    """(switch class, host class, link class) for Mininet: the fabric's own
+    with ``RemoteMixin``, ssh carrying this run's options."""
+    from mininet.examples.cluster import RemoteGRELink, RemoteMixin, RemoteSSHLink
+
+    from emulator.net.nodes import EmbeddedP4Switch, RoceHost
+
+    class OnServer(RemoteMixin):
+        """``RemoteMixin``, but a node on the runner's machine starts its
+        shell as Mininet's ``Node`` does: ``RemoteMixin`` puts every command
+        in a process group of its own, which makes ``mnexec -d`` fork and
+        the shell's ``Popen`` end at once, so its liveness would be unknown."""
+        sshbase = [*RemoteMixin.sshbase, *cluster.spec.ssh_options]
+
+        def _popen(self, cmd, sudo=True, tt=True, **params):
+            if self.isRemote:
+                return super()._popen(cmd, sudo=sudo, tt=tt, **params)
+            cmd = cmd.split() if isinstance(cmd, str) else list(cmd)
+            if self.user and not sudo:       # as RemoteMixin: drop to the user
+                cmd = ["sudo", "-E", "-u", self.user, *cmd]
+            return subprocess.Popen(cmd, **params)
+
+    class ClusterP4Switch(OnServer, EmbeddedP4Switch):
+        """An embedded switch on a cluster server: on a remote one its
+        process runs there (``RemoteProcess``) and its P4Runtime port is
+        forwarded here."""
+
+        def start(self, controllers) -> None:
+            if not self.isRemote:
+                return super().start(controllers)
+            cfg_path = self.write_config()
+            srv = cluster.server_of(self.name)
+            srv.put(cfg_path)
+            self.proc = srv.spawn("emulator.dataplane", [str(cfg_path)], self.log_path)
+
+        def wait_started(self) -> None:
+            if not self.isRemote:
+                return super().wait_started()
+            from emulator.net.nodes import READY_TIMEOUT_S
+            srv = cluster.server_of(self.name)
+            srv.wait_port(self.grpc_port, self.proc, READY_TIMEOUT_S, f"switch {self.name}",
+                          self.log_path)
+            self.local_grpc_port = srv.forward(self.grpc_port)
+
+        def request_snapshot(self) -> None:
+            if self.isRemote:     # its last snapshot there would be pulled as this one
+                cluster.server_of(self.name).run(["rm", "-f", str(self.stats_path)], check=False)
+            super().request_snapshot()
+
+        @property
+        def grpc_address(self) -> str:
+            return f"127.0.0.1:{getattr(self, 'local_grpc_port', self.grpc_port)}"
+
+    class ClusterRoceHost(OnServer, RoceHost):
+        pass
+
+    class ClusterSSHLink(RemoteSSHLink):
+        """Mininet's ssh-carried link, its ssh with this run's options."""
+
+        def makeTunnel(self, node1, node2, intfname1, intfname2, addr1=None, addr2=None):
+            if node2.server == LOCAL:
+                return self.makeTunnel(node2, node1, intfname2, intfname1, addr2, addr1)
+            dest = f"{node2.user}@{node2.serverIP}"
+            for node in (node1, node2):
+                out = node.rcmd(f"ip tuntap add dev tap9 mode tap user {node.user}")
+                if out:
+                    raise FabricEmuError(f"cluster link {intfname1}-{intfname2}: tap on {node.server}: {out}")
+            tunnel = node1.rpopen(["ssh", "-n", *cluster.spec.ssh_options, "-o", "BatchMode=yes",
+                                   "-o", "Tunnel=Ethernet", "-w", "9:9", dest, "echo @"], sudo=False)
+            ch = tunnel.stdout.read(1).decode(errors="replace")
+            if ch != "@":
+                raise FabricEmuError(f"cluster link {intfname1}-{intfname2}: ssh tunnel to {dest} "
+                                     f"failed: {(ch + tunnel.stdout.read().decode(errors='replace')).strip()} "
+                                     f"(the server's sshd needs PermitTunnel yes)")
+            for node, intf, addr in ((node1, intfname1, addr1), (node2, intfname2, addr2)):
+                self.moveIntf("tap9", node)
+                out = node.cmd("ip link set tap9 name", intf, *(("address", addr) if addr else ()))
+                if out:
+                    raise FabricEmuError(f"cluster link: renaming tap9 to {intf} on {node.server}: {out}")
+            return tunnel
+
+    link = ClusterSSHLink if cluster.spec.link == "ssh" else RemoteGRELink
+    return ClusterP4Switch, ClusterRoceHost, link

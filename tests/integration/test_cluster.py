@@ -1,0 +1,119 @@
+"""A fabric split across two servers with Mininet's cluster edition
+(``emulator/net/cluster.py``): two emulated servers on this machine
+(``tests/cluster_rig.py``: network namespaces joined by a veth pair, b with
+its own sshd and its own view of the run directory) run the shipped
+``experiments/cluster-pods.yaml``, one pod each."""
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+import yaml
+
+from tests.cluster_rig import TwoServers, unavailable_reason
+from tests.conftest import FABRIC_EMU, REPO
+from tests.losses import assert_no_drops_no_retransmissions
+
+pytestmark = [pytest.mark.fabric, pytest.mark.usefixtures("no_leftovers"),
+              pytest.mark.skipif(unavailable_reason() is not None,
+                                 reason=str(unavailable_reason()))]
+
+
+def _experiment(rig: TwoServers, tmp_path):
+    data = yaml.safe_load((REPO / "experiments" / "cluster-pods.yaml").read_text())
+    data["topology"] = str(REPO / "topologies" / "pods-2x2x2.yaml")
+    data["cluster"] = rig.cluster_spec(data["cluster"]["placement"])
+    path = tmp_path / "cluster-pods.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def _ours(run_dir) -> list[str]:
+    """Processes on this machine (both servers share its pid space) whose
+    command line names the run directory."""
+    from emulator.net.clean import _cmdlines
+    return [cmdline for _, cmdline in _cmdlines() if str(run_dir) in cmdline]
+
+
+def test_a_fabric_split_over_two_servers_carries_rdma_writes_and_leaves_nothing(tmp_path):
+    out = tmp_path / "out"
+    with TwoServers(tmp_path / "rig", private_dir=out) as rig:
+        exp = _experiment(rig, tmp_path)
+        r = rig.run_in_a([*FABRIC_EMU, "run", exp, "--out", out], cwd=REPO, timeout_s=600)
+        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+        s = json.loads((out / "summary.json").read_text())
+        if s["fell_behind"]:
+            pytest.skip("the run fell behind on this machine (a loaded CI host); "
+                        "its verdict, not the cluster, is in question")
+        # Every WRITE crossed the servers and arrived intact, nothing resent.
+        assert s["complete"] and len(s["flows"]) == 4
+        assert all(f["intact"] for f in s["flows"]), s["flows"]
+        assert_no_drops_no_retransmissions(s, out)
+        ports = {(p["node"], p["peer"]): p for p in s["ports"]}
+        # The links between the pods' spines and the super spines are the
+        # ones that join the servers (super1 on a, super2 on b): each carried.
+        cross = [("spine1", "super1"), ("spine2", "super2"), ("spine3", "super1"),
+                 ("spine4", "super2")]
+        assert sum(ports[c]["tx_packets"] + ports[c]["rx_packets"] for c in cross) >= 4 * 256
+        # b's switches' own stats and every agent's result came back.
+        switches = {sw["node"]: sw for sw in s["switches"]}
+        assert switches["leaf3"]["tx_packets"] > 0 and switches["leaf4"]["tx_packets"] > 0
+        for name in ("leaf3", "spine3", "super2"):
+            assert (out / "run" / f"{name}.log").exists()
+        for h in ("h5", "h6", "h7", "h8"):
+            assert json.loads((out / "run" / f"{h}.result.json").read_text())["complete"]
+        # Nothing left: no process of the run, no interface but the servers'
+        # own on either, and b's copy of the run directory gone.
+        assert _ours(out / "run") == []
+        assert sorted(rig.interfaces(rig.ns_a)) == ["fecla", "lo"]
+        assert sorted(rig.interfaces(rig.ns_b)) == ["feclb", "lo"]
+        assert rig.ssh(f"test -e {out / 'run'}").returncode == 1
+
+
+def test_a_placement_naming_an_unknown_node_is_one_line_and_builds_nothing(tmp_path):
+    data = yaml.safe_load((REPO / "experiments" / "cluster-pods.yaml").read_text())
+    data["topology"] = str(REPO / "topologies" / "pods-2x2x2.yaml")
+    data["cluster"]["placement"] = {"leaf9": "a"}
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(data))
+    r = subprocess.run([*FABRIC_EMU, "run", path, "--out", tmp_path / "out"], cwd=REPO,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2
+    assert r.stderr.strip() == (f"fabric-emu: {path}: cluster.placement.leaf9: "
+                                "no such switch or server in the topology")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_killed_runner_takes_its_processes_on_both_servers_and_clean_there_removes_the_rest(tmp_path):
+    import time
+    out = tmp_path / "out"
+    with TwoServers(tmp_path / "rig", private_dir=out) as rig:
+        exp = _experiment(rig, tmp_path)
+        data = yaml.safe_load(exp.read_text())
+        for t in data["traffic"]:        # long enough to be killed mid-run
+            t["size_bytes"] = 32 << 20
+        exp.write_text(yaml.safe_dump(data))
+        runner = subprocess.Popen(["ip", "netns", "exec", rig.ns_a, *FABRIC_EMU, "run", exp,
+                                   "--out", out], cwd=REPO, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 120
+            # b's agents' progress, mirrored here: traffic runs on both servers
+            while not all((out / "run" / f"{h}.progress.json").exists() for h in ("h1", "h5")):
+                assert runner.poll() is None and time.monotonic() < deadline, "the run never started"
+                time.sleep(0.1)
+            assert [p for p in _ours(out / "run") if "emulator.net.remote_exec" in p]
+        finally:
+            runner.kill()           # `ip netns exec` execs: this is the runner itself
+            runner.wait()
+        deadline = time.monotonic() + 30
+        while _ours(out / "run") and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert _ours(out / "run") == []          # b's switches and agents too (remote_exec)
+        # b's interfaces outlive the runner, as a crashed local run's would: clean there.
+        assert len(rig.interfaces(rig.ns_b)) > 2
+        r = rig.ssh(f"cd {REPO} && {' '.join(FABRIC_EMU)} clean")
+        assert r.returncode == 0, r.stderr
+        assert sorted(rig.interfaces(rig.ns_b)) == ["feclb", "lo"]
+        assert sorted(rig.interfaces(rig.ns_a)) == ["fecla", "lo"]
