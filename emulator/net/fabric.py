@@ -302,7 +302,7 @@ class FabricNet:
                     stop_processes([getattr(sw, "proc", None) for sw in net.switches])
                     if self.cluster is not None:     # their stats, logs, results: here
                         self.cluster.gather()
-                    if self._shells_alive(net):
+                    if self._dead_shell(net) is None:
                         net.stop()
                     else:
                         # Taken down under us (clean --force): Mininet would wait
@@ -329,9 +329,10 @@ class FabricNet:
             self._restore_signals()
 
     @staticmethod
-    def _shells_alive(net) -> bool:
-        """Every node's Mininet shell runs (``clean`` kills them)."""
-        return all(n.shell is not None and n.shell.poll() is None for n in net.hosts + net.switches)
+    def _dead_shell(net):
+        """A node whose Mininet shell has ended (``clean`` kills them), or None."""
+        return next((n for n in net.hosts + net.switches
+                     if n.shell is None or n.shell.poll() is not None), None)
 
     @staticmethod
     def _stop_broken(net) -> None:
@@ -376,8 +377,7 @@ class FabricNet:
             if proc is not None and proc.poll() is not None:
                 return (f"switch {sw.name} {exit_phrase(proc.returncode)} {when} "
                         f"(its log: {node.log_path})")
-        dead = next((n for n in self.net.hosts + self.net.switches
-                     if n.shell is None or n.shell.poll() is not None), None)
+        dead = self._dead_shell(self.net)
         if dead is not None:
             return (f"node {dead.name}'s Mininet shell {exit_phrase(dead.shell.returncode) if dead.shell else 'is gone'} "
                     f"{when}: the fabric was taken down under the run")
