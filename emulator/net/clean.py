@@ -23,6 +23,7 @@ OWN_PROCESS_PATTERNS = (
     re.compile(r"-m emulator\.collectives\.(agent|storage)\b"),   # server agents
     re.compile(r"-m emulator\.net\.forkserver\b"),   # what forks the above (emulator/net/forkserver.py)
     re.compile(r"-m emulator\.net\.remote_exec\b"),  # what runs them on another server (cluster)
+    re.compile(r"^ssh .*-o Tunnel=Ethernet -w 9:9 "),    # a link between servers (cluster)
     re.compile(r"\bmininet:"),           # Mininet's node shells: "bash ... mininet:h1"
     re.compile(r"\bsimple_switch_grpc\b.*--device-id"),   # the BMv2 target's switches
 )

@@ -417,7 +417,7 @@ def cluster_classes(cluster: Cluster):
             if self.isRemote:
                 return super()._popen(cmd, sudo=sudo, tt=tt, **params)
             cmd = cmd.split() if isinstance(cmd, str) else list(cmd)
-            if self.user and not sudo:       # as RemoteMixin: drop to the user
+            if self.user and not sudo and self.user != "root":   # as RemoteMixin: drop to the user
                 cmd = ["sudo", "-E", "-u", self.user, *cmd]
             return subprocess.Popen(cmd, **params)
 
@@ -466,8 +466,11 @@ def cluster_classes(cluster: Cluster):
                 out = node.rcmd(f"ip tuntap add dev tap9 mode tap user {node.user}")
                 if out:
                     raise FabricEmuError(f"cluster link {intfname1}-{intfname2}: tap on {node.server}: {out}")
+            # It dies with the runner (PDEATHSIG), or with a peer gone (keepalives).
             tunnel = node1.rpopen(["ssh", "-n", *cluster.spec.ssh_options, "-o", "BatchMode=yes",
-                                   "-o", "Tunnel=Ethernet", "-w", "9:9", dest, "echo @"], sudo=False)
+                                   "-o", "ServerAliveInterval=2", "-o", "ServerAliveCountMax=3",
+                                   "-o", "Tunnel=Ethernet", "-w", "9:9", dest, "echo @"],
+                                  sudo=False, preexec_fn=set_pdeathsig)
             ch = tunnel.stdout.read(1).decode(errors="replace")
             if ch != "@":
                 raise FabricEmuError(f"cluster link {intfname1}-{intfname2}: ssh tunnel to {dest} "
