@@ -38,7 +38,7 @@ from functools import cached_property
 from pathlib import Path
 
 from emulator.errors import EnvironmentProblem, FabricEmuError
-from emulator.net.lifeline import set_pdeathsig
+from emulator.net.lifeline import RUNNER_PID_ENV, set_pdeathsig
 from emulator.schema.cluster import LOCAL, ClusterServerSpec, ClusterSpec
 from emulator.schema.load import FieldError
 
@@ -107,7 +107,7 @@ class ClusterServer:
         if self.is_local:
             return list(argv)
         env = [f"{k}={v}" for k, v in os.environ.items()
-               if k.startswith(_ENV_PREFIX) and k != "FABRIC_EMU_RUNNER_PID"]
+               if k.startswith(_ENV_PREFIX) and k != RUNNER_PID_ENV]
         remote = f"cd {shlex.quote(os.getcwd())} && exec env {shlex.join(env + list(argv))}"
         return [*self.ssh, self.dest, remote]
 
@@ -332,13 +332,13 @@ class Cluster:
             def place(self, node):
                 return placement[node]
 
-        switch_cls, host_cls, link_cls = self.classes
         servers = [self._mn_server(s) for s in self.servers.values()]
         return MininetCluster, {
             "servers": servers, "placement": RunPlacer, "precheck": False,
             "serverIP": {self._mn_server(s): "127.0.0.1" if s.is_local else s.address
                          for s in self.servers.values()},
-            "switch": switch_cls, "host": host_cls, "link": link_cls}
+            # the nodes' classes are the topology's (fabric._mininet_topo)
+            "link": self.classes[2]}
 
     @cached_property
     def classes(self):

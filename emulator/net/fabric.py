@@ -273,15 +273,14 @@ class FabricNet:
         starts -- a switch started first would otherwise receive what its
         neighbours' interfaces sent until theirs started (pipeline drops a
         real fabric would not count). Hosts turn IPv6 off in their namespace."""
-        keys = [f"net.ipv6.conf.{intf.name}.disable_ipv6=1" for sw in self._local_switches()
-                for intf in self.net.get(sw).intfList() if intf.name != "lo"]
-        if keys:
-            subprocess.run(["sysctl", "-qw", *keys], check=False, capture_output=True)
-        for sw in self.fabric.switches():     # on other servers of a cluster: there
-            node = self.net.get(sw.name)
-            if getattr(node, "isRemote", False):
-                node.cmd("sysctl -qw " + " ".join(f"net.ipv6.conf.{i.name}.disable_ipv6=1"
-                                                   for i in node.intfList() if i.name != "lo"))
+        def keys(node) -> list[str]:
+            return [f"net.ipv6.conf.{i.name}.disable_ipv6=1" for i in node.intfList() if i.name != "lo"]
+        local = [k for sw in self._local_switches() for k in keys(self.net.get(sw))]
+        if local:
+            subprocess.run(["sysctl", "-qw", *local], check=False, capture_output=True)
+        for sw in {s.name for s in self.fabric.switches()} - set(self._local_switches()):
+            node = self.net.get(sw)          # on another server of a cluster: there
+            node.cmd("sysctl -qw " + " ".join(keys(node)))
 
     def stop(self) -> None:
         from emulator.net.clean import delete_interfaces, kill_processes, run_processes
