@@ -9,15 +9,19 @@ SHELL := /bin/bash
 # 2.5 or python3-grpcio must not stand in for what pyproject.toml asks for);
 # only Mininet's package directory is linked into the venv.
 SYSTEM_PYTHON := /usr/bin/python3
-VENV := .venv
+# Machine-local settings: the Vagrant lab's provisioning writes VENV there, so
+# the VM's venv and install stamps stay outside the folder it shares with the host.
+MAKE_CONF ?= /etc/fabric-emu.mk
+-include $(MAKE_CONF)
+VENV ?= .venv
 PY := $(VENV)/bin/python
 APT_PACKAGES := mininet iproute2 iputils-ping iptables ethtool procps util-linux python3-venv python3-pip \
-                python3-thrift ruby shellcheck openssh-client openssh-server sudo
+                python3-thrift ruby shellcheck openssh-client openssh-server sudo tshark
 APT_STAMP := $(VENV)/.apt-done
 PIP_STAMP := $(VENV)/.pip-done
 OUT ?= results
 
-.PHONY: all setup demo test test-unit test-fast bench clean-fabric lint p4 distclean
+.PHONY: all setup demo test test-unit test-fast bench clean-fabric lint p4 doctor distclean
 
 all: demo
 
@@ -65,6 +69,11 @@ bench: setup
 	$(PY) bench/forwarding.py
 	$(PY) bench/demo_run.py
 	$(PY) bench/experiments.py
+
+# What this machine has: the venv's packages, Mininet, tshark, p4c, BMv2 (one
+# line each; exit 1 on a problem). The lab runs it with DOCTOR_ARGS="--require bmv2".
+doctor: setup
+	$(VENV)/bin/fabric-emu doctor $(DOCTOR_ARGS)
 
 clean-fabric: setup
 	$(VENV)/bin/fabric-emu clean

@@ -233,6 +233,19 @@ def show(results_dir):
 
 
 @main.command()
+@click.option("--require", "require", multiple=True, type=click.Choice(["bmv2"]),
+              help="Treat a missing BMv2 toolchain as a problem (the Vagrant lab's provisioning does).")
+def doctor(require):
+    """Check this machine: the venv's packages, Mininet, tshark, p4c, BMv2 and
+    whether BMv2 takes fabric.p4's pipeline. One line per part; exit 1 on a problem."""
+    from emulator.doctor import check, exit_status
+    findings = check(tuple(require))
+    for f in findings:
+        click.echo(f.line())
+    sys.exit(exit_status(findings))
+
+
+@main.command()
 @click.option("--force", is_flag=True,
               help="Clean even while a run is active: its fabric goes, and the run ends.")
 def clean(force):

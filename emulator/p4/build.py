@@ -2,12 +2,16 @@
 
 The BMv2 target needs p4c's JSON of ``p4src/fabric.p4``. It is built into
 ``build/`` by ``p4c-bm2-ss`` (``make p4`` does the same) and rebuilt when the
-source is newer. The P4Info p4c writes next to it must equal the committed
+source is newer. The P4Info p4c writes next to it must realize the committed
 contract (``p4src/fabric.p4info.txtpb``): the controller and the embedded
-target load that file, so a program that drifted from it is refused here.
+target load that file, so a program that drifted from it is refused here,
+naming what differs (``contract_differences``). What p4c versions write
+differently and nothing uses (``initial_default_action``, ``has_initial_entries``,
+annotations, fields newer than our p4runtime protos) is not compared.
 """
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -16,7 +20,7 @@ from google.protobuf import text_format
 from p4.config.v1 import p4info_pb2
 
 from emulator.errors import EnvironmentProblem
-from emulator.p4.p4info import DEFAULT_P4INFO, REPO_ROOT
+from emulator.p4.p4info import DEFAULT_P4INFO, REPO_ROOT, P4Info
 
 P4_SOURCE = REPO_ROOT / "p4src" / "fabric.p4"
 BUILD_DIR = REPO_ROOT / "build"
@@ -27,15 +31,35 @@ def p4c_path() -> str | None:
     return shutil.which("p4c-bm2-ss")
 
 
-def _p4info(path: Path) -> p4info_pb2.P4Info:
-    return text_format.Parse(path.read_text(), p4info_pb2.P4Info())
+def read_p4info(path: Path) -> p4info_pb2.P4Info:
+    """A P4Info p4c wrote, in text format. Fields our p4runtime protos do not know
+    (a newer p4c's) are skipped: the contract check compares what targets use."""
+    return text_format.Parse(path.read_text(), p4info_pb2.P4Info(), allow_unknown_field=True)
 
 
-def bmv2_json(build_dir: Path = BUILD_DIR) -> Path:
-    """Path of fabric.p4's BMv2 JSON, compiled now if missing or stale."""
+def contract_differences(generated: p4info_pb2.P4Info, source: Path = P4_SOURCE,
+                         contract: Path = DEFAULT_P4INFO) -> list[str]:
+    """What p4c's P4Info of ``source`` differs in from the committed contract,
+    one line each (empty: it is the contract): ids, names, match fields (widths,
+    kinds), actions and params, table sizes, action profiles, counters and
+    packet-I/O metadata (``P4Info.differences``), plus the clone sessions the
+    controller installs for PFC, which P4Info does not describe: the program's
+    ``PFC_SESSION_BASE`` must be ``control.qos``'s."""
+    from emulator.control.qos import PFC_SESSION_BASE
+    diffs = P4Info.load(contract).differences(generated)
+    m = re.search(r"^#define PFC_SESSION_BASE (\d+)", source.read_text(), re.M)
+    if m is None or int(m[1]) != PFC_SESSION_BASE:
+        diffs.append(f"clone sessions: {source.name}'s PFC_SESSION_BASE is "
+                     f"{m[1] if m else 'not defined'}, the controller installs {PFC_SESSION_BASE}")
+    return diffs
+
+
+def bmv2_json(build_dir: Path = BUILD_DIR, contract: Path = DEFAULT_P4INFO) -> Path:
+    """Path of fabric.p4's BMv2 JSON, compiled now if missing or stale, after
+    checking p4c's P4Info against ``contract`` (EnvironmentProblem if it differs)."""
     out_json = build_dir / "fabric.json"
     out_p4info = build_dir / "fabric.p4info.txtpb"
-    sources = [P4_SOURCE, DEFAULT_P4INFO]
+    sources = [P4_SOURCE, contract]
     fresh = (out_json.exists() and out_p4info.exists()
              and all(out_json.stat().st_mtime >= s.stat().st_mtime for s in sources))
     if not fresh:
@@ -52,8 +76,11 @@ def bmv2_json(build_dir: Path = BUILD_DIR) -> Path:
             first = next((ln for ln in res.stderr.splitlines() if "error" in ln.lower()),
                          res.stderr.strip().splitlines()[-1] if res.stderr.strip() else "no output")
             raise EnvironmentProblem(f"{P4_SOURCE}: p4c-bm2-ss failed: {first}")
-    if _p4info(out_p4info) != _p4info(DEFAULT_P4INFO):
+    diffs = contract_differences(read_p4info(out_p4info), contract=contract)
+    if diffs:
+        more = f" (and {len(diffs) - 1} more)" if len(diffs) > 1 else ""
         raise EnvironmentProblem(
-            f"{out_p4info}: p4c's P4Info differs from the committed contract {DEFAULT_P4INFO} "
-            f"(the program changed: copy p4c's P4Info over it after checking the pinned @ids)")
+            f"{out_p4info}: p4c's P4Info is not the committed contract {contract.name}: "
+            f"{diffs[0]}{more} (if the program changed on purpose, check the pinned @ids and "
+            f"copy p4c's P4Info over the contract)")
     return out_json
