@@ -123,6 +123,12 @@ class Transmitter:
                 t = max(base, qp.next_ok_ns, qp.paused_until_ns)
                 if t < wake:
                     wake = t
+        if not self.wire_idle and wake > slot + self.max_lag_ns:
+            # Nothing to do until after the catch-up window: run at the end of
+            # the frame on the wire anyway, to find the wire idle then. Else
+            # a long idle (a link delay, an ACK, a paced QP) beyond max_lag_ns
+            # would read as time given up when the next frame goes out.
+            wake = min(wake, max(slot, blocked))
         return wake
 
     # -- pacer -------------------------------------------------------------------------
@@ -178,13 +184,15 @@ class Transmitter:
                     wire.release(now, send)
                 # serialize the next frame if its slot has come
                 slot = self.slot_free_ns
+                given_up = 0.0
                 if self.wire_idle:
                     if slot < now:
                         slot = float(now)
                 elif slot < now - self.max_lag_ns:
-                    # served too late to catch up: the time beyond the
-                    # window is lost to the schedule (run fidelity counts it)
-                    st.tx_given_up_ns += int(now - self.max_lag_ns - slot)
+                    # served too late to catch up: the time beyond the window
+                    # is lost to the schedule (run fidelity counts it) -- if a
+                    # frame was waiting for it; a wire with nothing to send was idle
+                    given_up = now - self.max_lag_ns - slot
                     slot = float(now - self.max_lag_ns)
                 if slot > now:
                     break
@@ -217,6 +225,9 @@ class Transmitter:
                         if qp is None:
                             self.wire_idle = True
                             break
+                        if given_up and qp.next_ok_ns > self.slot_free_ns:
+                            # a paced QP could not have sent before next_ok_ns
+                            given_up = max(0.0, now - self.max_lag_ns - qp.next_ok_ns)
                         if gate is not None:     # the CPU must have done this packet's work
                             w, k, plen = self.requester.peek(qp)
                             slot = gate(qp, slot, now, w.post_ns, 0 if w.is_read else plen)
@@ -239,6 +250,8 @@ class Transmitter:
                         st.tx_lag_max_ns = int(lag)
                     st.tx_lag_sum_ns += int(lag)
                     st.tx_lag_frames += 1
+                if given_up:
+                    st.tx_given_up_ns += int(given_up)
                 self.wire_idle = False
                 end = slot + (flen + WIRE_OVERHEAD_BYTES) * 8e9 / rate
                 self.slot_free_ns = end
