@@ -35,6 +35,7 @@ from emulator.net.nodes import READY_TIMEOUT_S, StartedSideBySide, stop_process,
 
 SWITCH_BINARY = "simple_switch_grpc"
 CLI_BINARY = "simple_switch_CLI"
+SYSTEM_PYTHON = "/usr/bin/python3"   # Debian's: python3-thrift is its package
 CPU_PORT = 255                 # fabric.p4's CPU_PORT
 NUM_PRIORITIES = 8
 CLI_TIMEOUT_S = 60.0
@@ -60,30 +61,35 @@ def _cli_env_cached() -> tuple:
 
 
 def _cli_env() -> dict:
+    """Environment of ``simple_switch_CLI``; its Python is ``_python``."""
     return dict(_cli_env_cached())
 
 
-def _cli_interpreter() -> str:
-    """The Python that runs ``simple_switch_CLI``: its ``#!`` line (the system's
-    python3, which sees python3-thrift; not this venv, which sees only its own
-    packages and Mininet)."""
+def _cli_interpreters() -> list[str]:
+    """Pythons that may run ``simple_switch_CLI``, in order: its ``#!`` line's
+    (an ``env python3`` line means the first python3 on PATH, which may be a
+    pyenv or conda one without Thrift), then the system's python3, which sees
+    Debian's python3-thrift. Never this venv's: it sees only its own packages."""
+    found = []
     path = shutil.which(CLI_BINARY)
     try:
         with open(path or "", "rb") as f:
             first = f.readline(256).decode("utf-8", "replace")
     except OSError:
-        return sys.executable
+        first = ""
     if first.startswith("#!"):
         words = first[2:].split()
         if words and words[0].endswith("/env") and len(words) > 1:
-            return shutil.which(words[1]) or sys.executable
-        if words:
-            return words[0]
-    return sys.executable
+            found.append(shutil.which(words[1]))
+        elif words:
+            found.append(words[0])
+    found.append(SYSTEM_PYTHON)
+    return [p for i, p in enumerate(found) if p and p not in found[:i]]
 
 
 def _probe_cli_env() -> dict:
-    """Environment in which ``simple_switch_CLI`` finds its Python modules.
+    """Environment in which ``simple_switch_CLI`` finds its Python modules,
+    and the Python (``_python``) that imports them.
 
     The CLI needs Apache Thrift's Python package and BMv2's generated
     ``bm_runtime``/``sswitch_runtime``; a packaged BMv2 installs them into the
@@ -94,12 +100,17 @@ def _probe_cli_env() -> dict:
     extra = sorted(glob.glob(str(prefix / "lib" / "python3*" / "site-packages")))
     if extra:
         env["PYTHONPATH"] = os.pathsep.join([*extra, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    probe = subprocess.run([_cli_interpreter(), "-c", "import thrift, sswitch_runtime"], env=env,
-                           capture_output=True, text=True)
-    if probe.returncode != 0:
-        env["_missing"] = ("BMv2's Thrift CLI cannot import its modules "
-                           f"({probe.stderr.strip().splitlines()[-1] if probe.stderr.strip() else 'thrift'}): "
-                           "apt-get install python3-thrift")
+    errors = []
+    for python in _cli_interpreters():
+        probe = subprocess.run([python, "-c", "import thrift, sswitch_runtime"], env=env,
+                               capture_output=True, text=True)
+        if probe.returncode == 0:
+            env["_python"] = python
+            return env
+        last = probe.stderr.strip().splitlines()[-1] if probe.stderr.strip() else "thrift"
+        errors.append(f"{python}: {last}")
+    env["_missing"] = (f"BMv2's Thrift CLI cannot import its modules ({'; '.join(errors)}): "
+                       "apt-get install python3-thrift")
     return env
 
 
@@ -141,7 +152,7 @@ def run_cli(thrift_port: int, commands: list[str], log: Path) -> str:
     if env.get("_missing"):
         raise EnvironmentProblem(env["_missing"])
     env.pop("_missing", None)
-    res = subprocess.run([_cli_interpreter(), shutil.which(CLI_BINARY), "--thrift-port", str(thrift_port)],
+    res = subprocess.run([env.pop("_python"), shutil.which(CLI_BINARY), "--thrift-port", str(thrift_port)],
                          input="\n".join(commands) + "\n", capture_output=True, text=True,
                          env=env, timeout=CLI_TIMEOUT_S)
     with open(log, "a") as f:
