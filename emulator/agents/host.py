@@ -143,15 +143,11 @@ PATTERN_BLOCK = 65536
 PATTERN_STRIDE = 4099          # odd: blocks up to 4 GiB are all different rotations
 LAYOUT_ALIGN = 4096
 
-_pattern_base: dict[int, bytes] = {}
-
-
 def _base(flow_id: int) -> bytes:
-    b = _pattern_base.get(flow_id)
-    if b is None:
-        b = random.Random(0x5EED0000 + flow_id).randbytes(PATTERN_BLOCK)
-        _pattern_base[flow_id] = b = b + b
-    return b
+    # Not cached: each flow's pattern is built once to send and once to check,
+    # and 128 KiB per flow kept for nothing was a third of a 32-host agent's memory.
+    b = random.Random(0x5EED0000 + flow_id).randbytes(PATTERN_BLOCK)
+    return b + b
 
 
 def pattern_bytes(flow_id: int, offset: int, length: int) -> bytearray:
