@@ -53,12 +53,14 @@ PLAN=0
 
 die() { echo "provision.sh: $*" >&2; exit 1; }
 
-# One step: printed in plan mode, run (and echoed) otherwise.
+# One step: printed in plan mode (quoted as a shell would need it), run (and echoed) otherwise.
 run() {
+  local shown
+  shown=$(printf '%q ' "$@")
   if [ "${PLAN}" = 1 ]; then
-    echo "    $*"
+    echo "    ${shown% }"
   else
-    echo "+ $*"
+    echo "+ ${shown% }"
     "$@"
   fi
 }
@@ -122,6 +124,10 @@ build_from_source() {           # (release-independent: the packages' names matc
   run_sh "cd '${SRC_DIR}/behavioral-model-${BMV2_TAG}' && [ -e .built ] || { ./autogen.sh && ./configure --with-pi --with-thrift && make -j${jobs} && make install && ldconfig && touch .built; }"
 
   fetch_tag p4c https://github.com/p4lang/p4c.git "${P4C_TAG}"
+  # GCC 12 (Debian 12) refuses two lambdas of p4c's ir/visitor.cpp that take a map entry by
+  # non-const reference (erase_if hands them a const one); const is what they need. No-op on GCC 13.
+  run sed -i 's/\[this\](flow_join_points_t::value_type &el)/[this](const flow_join_points_t::value_type \&el)/' \
+    "${SRC_DIR}/p4c-${P4C_TAG}/ir/visitor.cpp"
   run_sh "cd '${SRC_DIR}/p4c-${P4C_TAG}' && [ -e .built ] || { mkdir -p build && cd build && cmake .. ${P4C_CMAKE_OPTIONS[*]} ${P4C_CMAKE_EXTRA} && make -j${jobs} && make install && ldconfig && touch ../.built; }"
 }
 
