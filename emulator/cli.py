@@ -238,10 +238,11 @@ def show(results_dir):
 def doctor(require):
     """Check this machine: the venv's packages, Mininet, tshark, p4c, BMv2 and
     whether BMv2 takes fabric.p4's pipeline. One line per part; exit 1 on a problem."""
-    from emulator.doctor import check, exit_status
-    findings = check(tuple(require))
-    for f in findings:
+    from emulator.doctor import exit_status, iter_check
+    findings = []
+    for f in iter_check(tuple(require)):
         click.echo(f.line())
+        findings.append(f)
     sys.exit(exit_status(findings))
 
 

@@ -12,6 +12,7 @@ unless ``require=("bmv2",)`` (the lab's provisioning asks for it).
 
     findings = check()                    # list[Finding]
     print("\\n".join(f.line() for f in findings))
+    for f in iter_check(): ...            # the same, each as its check ends
 """
 from __future__ import annotations
 
@@ -40,12 +41,15 @@ class Finding:
 
 
 def _version_line(cmd: list[str]) -> str:
+    """The line of ``cmd``'s output that names its version (p4c-bm2-ss prints
+    its own name first), else its first line."""
     try:
         res = subprocess.run(cmd, capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.TimeoutExpired) as e:
         return f"({type(e).__name__})"
-    out = (res.stdout or res.stderr).strip().splitlines()
-    return out[0].strip() if out else "(no version printed)"
+    out = [line.strip() for line in (res.stdout or res.stderr).strip().splitlines()]
+    named = [line for line in out if "version" in line.lower()]
+    return (named or out or ["(no version printed)"])[0]
 
 
 # ---------------------------------------------------------------- Python side
@@ -163,11 +167,14 @@ def check_pipeline() -> Finding:
             contract = P4Info.load()
             with SwitchConnection(f"127.0.0.1:{grpc_port}", device_id=1) as conn:
                 conn.set_pipeline(contract, device_config=bmv2_json().read_bytes())
-                got = conn.get_pipeline()
+                got = conn.get_pipeline()       # ForwardingPipelineConfig, or None if unset
                 # One entry written and read back: the program's tables are there.
                 conn.insert([conn.codec.table_entry("my_station", {"eth_dst": PROBE_MAC}, "NoAction")])
                 entries = conn.read_table_entries("my_station")
-            diffs = contract.differences(got.config.p4info)
+            if got is None:
+                return Finding("pipeline", PROBLEM, f"{SWITCH_BINARY} accepted fabric.p4's pipeline "
+                                                    f"but reports none set")
+            diffs = contract.differences(got.p4info)
             if diffs:
                 return Finding("pipeline", PROBLEM, f"{SWITCH_BINARY} took fabric.p4 but reads back a "
                                                     f"different P4Info: {diffs[0]}")
@@ -193,18 +200,40 @@ def _tail(path: Path) -> str:
     return lines[-1] if lines else "empty"
 
 
-def check(require: tuple[str, ...] = ()) -> list[Finding]:
-    """Every finding, in order. With ``"bmv2"`` in ``require`` a missing BMv2
+def _guarded(part: str, check_fn, *args) -> list[Finding]:
+    """A check that fails in a way it did not foresee is a problem of its part,
+    named with the exception, never a traceback that hides the other parts."""
+    try:
+        out = check_fn(*args)
+    except Exception as e:                       # noqa: BLE001 -- reported, not swallowed
+        return [Finding(part, PROBLEM, f"the check itself failed: {type(e).__name__}: {e}")]
+    return out if isinstance(out, list) else [out]
+
+
+def iter_check(require: tuple[str, ...] = ()):
+    """Every finding, in order, each as soon as its check ends (the pipeline
+    check takes seconds). With ``"bmv2"`` in ``require`` a missing BMv2
     toolchain is a problem, not an absence."""
-    findings = [*check_packages(), check_mininet(), check_tshark()]
-    bmv2 = [check_p4c(), check_bmv2()]
+    def required(f: Finding) -> Finding:
+        if "bmv2" in require and f.status == ABSENT:
+            return Finding(f.part, PROBLEM, f.detail)
+        return f
+
+    yield from _guarded("venv", check_packages)
+    yield from _guarded("mininet", check_mininet)
+    yield from _guarded("tshark", check_tshark)
+    bmv2 = [required(f) for part, fn in (("p4c", check_p4c), ("bmv2", check_bmv2))
+            for f in _guarded(part, fn)]
+    yield from bmv2
     if all(f.status == OK for f in bmv2):
-        bmv2.append(check_contract())
-        if bmv2[-1].status == OK:
-            bmv2.append(check_pipeline())
-    if "bmv2" in require:
-        bmv2 = [Finding(f.part, PROBLEM, f.detail) if f.status == ABSENT else f for f in bmv2]
-    return findings + bmv2
+        (contract,) = _guarded("contract", check_contract)
+        yield contract
+        if contract.status == OK:
+            yield from _guarded("pipeline", check_pipeline)
+
+
+def check(require: tuple[str, ...] = ()) -> list[Finding]:
+    return list(iter_check(require))
 
 
 def exit_status(findings: list[Finding]) -> int:

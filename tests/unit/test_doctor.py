@@ -64,6 +64,22 @@ def test_absent_bmv2_parts_become_problems_when_required(monkeypatch):
     assert doctor.exit_status([doctor.Finding("bmv2", doctor.PROBLEM, "")]) == 1
 
 
+def test_a_check_that_breaks_is_a_problem_of_its_part_and_the_others_still_report(monkeypatch):
+    def broken():
+        raise AttributeError("'ForwardingPipelineConfig' object has no attribute 'config'")
+    monkeypatch.setattr(doctor, "check_tshark", broken)
+    findings = {f.part: f for f in doctor.check()}
+    assert findings["tshark"].status == doctor.PROBLEM
+    assert "AttributeError" in findings["tshark"].detail and "'config'" in findings["tshark"].detail
+    assert {"venv", "mininet", "p4c", "bmv2"} <= set(findings)
+
+
+def test_the_version_line_is_the_one_naming_a_version():
+    sh = [sys.executable, "-c", "print('p4c-bm2-ss'); print('Version 1.2.5.16 (SHA: x)')"]
+    assert doctor._version_line(sh) == "Version 1.2.5.16 (SHA: x)"
+    assert doctor._version_line([sys.executable, "-c", "print('1.15.5-693e69e6')"]) == "1.15.5-693e69e6"
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="Mininet's check needs root (make test runs as root)")
 def test_doctor_on_this_machine():
     res = subprocess.run([*FABRIC_EMU, "doctor"], capture_output=True, text=True, cwd=REPO, timeout=120)
@@ -78,6 +94,7 @@ def test_doctor_on_this_machine():
     assert res.returncode == 0, res.stdout
     if have_bmv2 and have_p4c:                           # the lab: BMv2 must really work
         assert status["contract"] == status["pipeline"] == "ok", res.stdout
+        assert "Version " in next(line for line in lines if line.split()[1] == "p4c:")
     else:                                                # CI: absent is a problem only when required
         required = subprocess.run([*FABRIC_EMU, "doctor", "--require", "bmv2"], capture_output=True,
                                   text=True, cwd=REPO, timeout=120)
