@@ -17,6 +17,7 @@ unless ``require=("bmv2",)`` (the lab's provisioning asks for it).
 from __future__ import annotations
 
 import importlib.metadata as md
+import re
 import shutil
 import subprocess
 import sys
@@ -41,14 +42,14 @@ class Finding:
 
 
 def _version_line(cmd: list[str]) -> str:
-    """The line of ``cmd``'s output that names its version (p4c-bm2-ss prints
-    its own name first), else its first line."""
+    """The first line of ``cmd``'s output with a dotted version number in it
+    (p4c-bm2-ss prints its own name first), else its first line."""
     try:
         res = subprocess.run(cmd, capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.TimeoutExpired) as e:
         return f"({type(e).__name__})"
     out = [line.strip() for line in (res.stdout or res.stderr).strip().splitlines()]
-    named = [line for line in out if "version" in line.lower()]
+    named = [line for line in out if re.search(r"\d+\.\d+", line)]
     return (named or out or ["(no version printed)"])[0]
 
 

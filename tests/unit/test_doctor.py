@@ -78,6 +78,8 @@ def test_the_version_line_is_the_one_naming_a_version():
     sh = [sys.executable, "-c", "print('p4c-bm2-ss'); print('Version 1.2.5.16 (SHA: x)')"]
     assert doctor._version_line(sh) == "Version 1.2.5.16 (SHA: x)"
     assert doctor._version_line([sys.executable, "-c", "print('1.15.5-693e69e6')"]) == "1.15.5-693e69e6"
+    tshark = "print('TShark (Wireshark) 4.0.17.'); print('Licensed under GPL (version 2 or later).')"
+    assert doctor._version_line([sys.executable, "-c", tshark]) == "TShark (Wireshark) 4.0.17."
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="Mininet's check needs root (make test runs as root)")
