@@ -4,8 +4,10 @@
 
 Runs ``fabric-emu run`` as a subprocess and samples /proc every 100 ms: the
 peak of the summed resident memory of the run and every process it started
-(switches, host agents, Mininet shells). Prints wall time, the run's own
-wall_s/fabric_ns from summary.json, and the peak RSS and PSS.
+(switches, host agents, Mininet shells). Prints wall time, launch to the
+agents' common start (their first data), the last flow's end to the
+command's exit (results written, all torn down), the run's fabric span, and
+the peak RSS and PSS.
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -76,14 +79,28 @@ def peak_memory(proc: subprocess.Popen, interval_s: float = 0.1) -> tuple[int, i
 
 
 def run_once(experiment: str) -> dict:
+    """One run: wall and memory, and the two ends users wait at: launch to the
+    agents' common start (their first data frame), and the last flow's end
+    (start + fabric span x dilation) to the command's exit (results written,
+    fabric torn down)."""
     with tempfile.TemporaryDirectory(prefix="fabric-emu-bench-") as out:
         t0 = time.monotonic()
+        launch_unix_ns = time.time_ns()
         proc = subprocess.Popen([sys.executable, "-m", "emulator.cli", "run", experiment, "--out", out],
                                 cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        exited = []           # the exit's time to the ms, whatever the sampling interval
+        waiter = threading.Thread(target=lambda: (proc.wait(), exited.append(time.time_ns())))
+        waiter.start()
         peak, peak_pss = peak_memory(proc)
+        waiter.join()
+        exit_unix_ns = exited[0]
         wall = time.monotonic() - t0
         summary = json.loads((Path(out) / "summary.json").read_text())
-    return {"wall_s": wall, "peak_rss_mb": peak / 2**20, "peak_pss_mb": peak_pss / 2**20, "complete": summary["complete"],
+    start = summary["start_unix_ns"]
+    last_end = start + summary["fabric_ns"] * summary["dilation"]
+    return {"wall_s": wall, "launch_to_start_s": (start - launch_unix_ns) / 1e9,
+            "end_to_exit_s": (exit_unix_ns - last_end) / 1e9,
+            "peak_rss_mb": peak / 2**20, "peak_pss_mb": peak_pss / 2**20, "complete": summary["complete"],
             "run_wall_s": summary["wall_s"], "fabric_ns": summary["fabric_ns"],
             "fell_behind": summary["fell_behind"],
             "packets": sum(p["tx_packets"] for p in summary["ports"])}
@@ -95,10 +112,10 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     a = ap.parse_args()
     print(f"{a.experiment}: {a.repeat} runs")
-    print(f"{'wall s':>8} {'peak RSS MB':>12} {'peak PSS MB':>12} {'fabric us':>10} {'switch pkts':>12} {'complete':>9} {'fell behind':>12}")
+    print(f"{'wall s':>8} {'launch->start s':>16} {'end->exit s':>12} {'peak RSS MB':>12} {'peak PSS MB':>12} {'fabric us':>10} {'switch pkts':>12} {'complete':>9} {'fell behind':>12}")
     for _ in range(a.repeat):
         r = run_once(a.experiment)
-        print(f"{r['wall_s']:8.1f} {r['peak_rss_mb']:12.0f} {r['peak_pss_mb']:12.0f} {r['fabric_ns'] / 1000:10.1f} "
+        print(f"{r['wall_s']:8.1f} {r['launch_to_start_s']:16.2f} {r['end_to_exit_s']:12.2f} {r['peak_rss_mb']:12.0f} {r['peak_pss_mb']:12.0f} {r['fabric_ns'] / 1000:10.1f} "
               f"{r['packets']:12,} {str(r['complete']):>9} {str(r['fell_behind']):>12}")
 
 

@@ -27,7 +27,8 @@ DONE_POLL_S = 0.05            # how soon the end of the traffic is seen
 class WallPhases:
     """Where a run's wall time went: seconds per phase, in the order marked
     (``summary.json``'s ``wall_phases_s``: bring_up, agents_ready, traffic,
-    agents_stop, teardown)."""
+    agents_stop, teardown -- the switches' stop; the rest of the teardown
+    overlaps the writing of the results)."""
 
     def __init__(self) -> None:
         self.t0 = self._last = time.monotonic()
@@ -94,12 +95,19 @@ def _run(exp: Experiment, out_dir: Path, console: Console, pcap: bool | str, tar
     console.print(f"[bold]{exp.name}[/]: {len(exp.fabric.switches())} switches, "
                   f"{len(exp.fabric.hosts())} hosts, {len(exp.flows)} flows, "
                   f"dilation {exp.dilation:g}, target {target}")
+    # matplotlib's import and first figure while the switches start, not after the last flow
+    from emulator.experiment.plots import start_prewarm
+    prewarm = start_prewarm()
     with fabric_net(exp, run_dir, pcap, target) as fnet:
         console.print(f"fabric up and programmed in {phases.mark('bring_up'):.1f} s")
         # BMv2 has only its P4 counters for the per-priority stats
         done = _traffic(fnet, exp, run_dir, console, phases, p4_stats=target == "bmv2")
-    phases.mark("teardown")
-    return _results(exp, out_dir, run_dir, console, pcap, target, phases, *done)
+        # The switches stop (their stats and logs complete); links, shells and the
+        # fork server go while the results are written; the context's exit joins.
+        fnet.teardown_in_background()
+        phases.mark("teardown")
+        prewarm.join()
+        return _results(exp, out_dir, run_dir, console, pcap, target, phases, *done)
 
 
 def run_on_fabric(fnet: FabricNet, exp: Experiment, out_dir: str | Path,
@@ -177,6 +185,9 @@ def _results(exp: Experiment, out_dir: Path, run_dir: Path, console: Console,
     summary = build_run_summary(exp, target, agents.results(), counters, run_dir,
                                 wall_s=phases.total_s())
     summary["wall_phases_s"] = dict(phases.seconds)
+    # The agents' common start as a Unix time: fabric time 0 of the results
+    # (a wall stamp is start_unix_ns + fabric_ns * dilation).
+    summary["start_unix_ns"] = start_at_unix_ns
     if aborted:
         return _keep_partial(exp, servers, summary, run_dir, out_dir, t0_ns, aborted)
     # The workload's block goes into the summary before summary.json is written.

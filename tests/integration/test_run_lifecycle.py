@@ -173,6 +173,7 @@ def test_sigkill_of_the_runner_leaves_nothing_within_2s(tmp_path):
 
 
 def test_second_run_is_refused_and_first_completes(tmp_path):
+    launched_ns = time.time_ns()
     first = start_run(_experiment(tmp_path, SHORT_BYTES), tmp_path / "first",
                       lambda run: _lock_holder_pid() == run.proc.pid)
     second = run_cli("run", _experiment(tmp_path, SHORT_BYTES, "second"), "--out", tmp_path / "second",
@@ -185,7 +186,11 @@ def test_second_run_is_refused_and_first_completes(tmp_path):
     assert not (tmp_path / "second").exists()
     rc, err = first.wait()
     assert rc == 0, err
-    assert json.loads((tmp_path / "first" / "summary.json").read_text())["complete"]
+    summary = json.loads((tmp_path / "first" / "summary.json").read_text())
+    assert summary["complete"]
+    # fabric time 0 as a Unix time: after the launch, before the last flow's end
+    assert launched_ns < summary["start_unix_ns"] < time.time_ns() - summary["fabric_ns"] * summary["dilation"]
+    # the teardown that overlapped the results is over when the command is
     assert mine() == {"interfaces": [], "processes": []}
 
 

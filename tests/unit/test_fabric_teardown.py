@@ -1,0 +1,73 @@
+"""The teardown that overlaps a run's results (``FabricNet.teardown_in_background``).
+
+The switches stop first, in the caller's thread (the results read their
+stats); the rest runs in a thread that ``stop`` joins; what it raises comes
+out of ``stop`` in the main thread, and the signal handlers are restored
+there (Python allows it nowhere else). The real teardown runs in every
+integration test; here its thread plumbing, with the steps observed.
+"""
+from __future__ import annotations
+
+import signal
+import threading
+from types import SimpleNamespace
+
+import pytest
+
+from emulator.net.fabric import FabricNet
+from emulator.topo.build import load_fabric
+from tests.conftest import REPO
+
+
+class Proc:
+    """A switch process that records being stopped."""
+
+    def __init__(self, log):
+        self.log, self.returncode = log, None
+
+    def poll(self):
+        return self.returncode
+
+    def terminate(self):
+        self.log.append("switch stopped")
+        self.returncode = 0
+
+    def wait(self, timeout=None):
+        return self.returncode
+
+
+def fabric_net(log, teardown):
+    fnet = FabricNet(load_fabric(REPO / "topologies" / "clos-2x2.yaml"), "/nonexistent")
+    fnet.net = SimpleNamespace(switches=[SimpleNamespace(proc=Proc(log))])
+    fnet._teardown = teardown
+    return fnet
+
+
+def test_switches_stop_before_it_returns_and_the_rest_runs_in_a_thread_stop_joins():
+    log, release = [], threading.Event()
+
+    def teardown():
+        release.wait(5)
+        log.append(f"teardown in {threading.current_thread().name}")
+    fnet = fabric_net(log, teardown)
+    fnet.teardown_in_background()
+    assert log == ["switch stopped"]          # stats complete before the results are read
+    release.set()
+    fnet.stop()
+    assert log[:2] == ["switch stopped", "teardown in fabric-teardown"]
+    assert fnet._teardown_thread is None
+
+
+def test_what_the_thread_raises_comes_out_of_stop_and_signals_are_restored():
+    def teardown():
+        if threading.current_thread() is not threading.main_thread():
+            raise OSError("ip link del failed")
+    fnet = fabric_net([], teardown)
+    before = signal.getsignal(signal.SIGTERM)
+    fnet._trap_signals()
+    assert signal.getsignal(signal.SIGTERM) is not before
+    fnet.teardown_in_background()
+    with pytest.raises(OSError, match="ip link del failed"):
+        fnet.stop()
+    assert signal.getsignal(signal.SIGTERM) is before
+    fnet.stop()                                # idempotent: nothing raised twice
