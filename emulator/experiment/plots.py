@@ -97,9 +97,10 @@ def _legend(ax, n: int) -> None:
 # -------------------------------------------------------------- queue depth
 
 def plot_queue_depth(results_dir: str | Path, out_path: str | Path | None = None,
+                     *, read=read_result_csv,
                      top_n: int = 10) -> Path | None:
     results_dir = Path(results_dir)
-    rows = read_result_csv(results_dir / "queue_depth.csv")
+    rows = read(results_dir / "queue_depth.csv")
     series: dict[tuple, list[tuple[float, int]]] = {}
     for r in rows:
         series.setdefault((r["node"], r["port"], r["priority"]), []).append(
@@ -132,9 +133,10 @@ def plot_queue_depth(results_dir: str | Path, out_path: str | Path | None = None
 
 # --------------------------------------------------------------- throughput
 
-def plot_throughput(results_dir: str | Path, out_path: str | Path | None = None) -> Path | None:
+def plot_throughput(results_dir: str | Path, out_path: str | Path | None = None,
+                    *, read=read_result_csv) -> Path | None:
     results_dir = Path(results_dir)
-    rows = read_result_csv(results_dir / "flow_rate.csv")
+    rows = read(results_dir / "flow_rate.csv")
     series: dict[int, list[dict]] = {}
     for r in rows:
         series.setdefault(r["flow_id"], []).append(r)
@@ -259,13 +261,13 @@ def pause_intervals(events: list[dict], fabric: "Fabric | None" = None,
 
 def plot_pause_timeline(results_dir: str | Path, out_path: str | Path | None = None,
                         fabric: "Fabric | None" = None, end_ns: float | None = None,
-                        max_rows: int = 40) -> Path | None:
+                        max_rows: int = 40, *, read=read_result_csv) -> Path | None:
     results_dir = Path(results_dir)
-    events = read_result_csv(results_dir / "pfc_events.csv")
+    events = read(results_dir / "pfc_events.csv")
     if not events:
         return None
     if end_ns is None:
-        ends = [max((r["time_ns"] for r in read_result_csv(results_dir / n)), default=0)
+        ends = [max((r["time_ns"] for r in read(results_dir / n)), default=0)
                 for n in ("queue_depth.csv", "flow_rate.csv")]
         end_ns = max([*ends, max(e["time_ns"] for e in events)])
     iv = pause_intervals(events, fabric, end_ns)
@@ -378,10 +380,16 @@ def write_plots(results_dir: str | Path, summary: Mapping | None = None,
                 fabric: "Fabric | None" = None) -> dict[str, Path]:
     """Draw every figure that has data; returns {file name: path} of those written."""
     results_dir = Path(results_dir)
+    parsed: dict[Path, list[dict]] = {}
+
+    def read(path: Path) -> list[dict]:        # each CSV parsed once for all the figures
+        if path not in parsed:
+            parsed[path] = read_result_csv(path)
+        return parsed[path]
     out = {
-        "queue_depth.png": plot_queue_depth(results_dir),
-        "throughput.png": plot_throughput(results_dir),
-        "pause_timeline.png": plot_pause_timeline(results_dir, fabric=fabric),
+        "queue_depth.png": plot_queue_depth(results_dir, read=read),
+        "throughput.png": plot_throughput(results_dir, read=read),
+        "pause_timeline.png": plot_pause_timeline(results_dir, fabric=fabric, read=read),
         "fct_cdf.png": plot_fct_cdf(results_dir, summary),
     }
     return {k: v for k, v in out.items() if v is not None}

@@ -266,3 +266,15 @@ def test_write_run_results_writes_csvs_hpcc_plots_and_summary(run):
                  "throughput.png", "pause_timeline.png"):
         assert name in files and files[name].exists(), name
     assert "fct_cdf.png" not in files       # no flow completed in this summary
+
+
+def test_a_result_csv_reads_back_the_numbers_it_was_written_with(tmp_path):
+    """write_csv then read_result_csv: ints stay ints, floats floats, text text."""
+    from emulator.experiment.results_io import write_csv
+    rows = [{"time_ns": 12.5, "flow_id": 3, "rate_gbps": 31.25, "port": "leaf1-eth2", "delta": -7},
+            {"time_ns": 100, "flow_id": -1, "rate_gbps": 1e-9, "port": "s1", "delta": 2.5e12}]
+    path = write_csv(tmp_path / "x.csv", rows[0].keys(), rows)
+    got = read_result_csv(path)
+    assert got == rows
+    assert [type(v) for v in got[0].values()] == [float, int, float, str, int]
+    assert type(got[1]["time_ns"]) is int and type(got[1]["delta"]) is float
