@@ -97,8 +97,7 @@ def _legend(ax, n: int) -> None:
 # -------------------------------------------------------------- queue depth
 
 def plot_queue_depth(results_dir: str | Path, out_path: str | Path | None = None,
-                     *, read=read_result_csv,
-                     top_n: int = 10) -> Path | None:
+                     top_n: int = 10, *, read=read_result_csv) -> Path | None:
     results_dir = Path(results_dir)
     rows = read(results_dir / "queue_depth.csv")
     series: dict[tuple, list[tuple[float, int]]] = {}
