@@ -255,9 +255,10 @@ def calibration_experiment(exp: Experiment) -> Experiment:
 RunOne = Callable[[Experiment, Path, Console], dict]
 
 
-def _runner(pcap: bool) -> RunOne:
+def _runner(pcap: bool, summary_only: bool = False) -> RunOne:
     from emulator.experiment.runner import run_experiment   # needs Mininet: import late
-    return lambda e, out, console: run_experiment(e, out, console, pcap=pcap)
+    return lambda e, out, console: run_experiment(e, out, console, pcap=pcap,
+                                                  summary_only=summary_only)
 
 
 def measure_by_running(exp: Experiment, out_dir: Path, run_one: RunOne,
@@ -288,6 +289,7 @@ def run_with_dilation(exp: Experiment, out_dir: str | Path, console: Console | N
     provenance added (and rewritten into ``summary.json``)."""
     console = console or Console(stderr=True)
     out_dir = Path(out_dir)
+    run_one_given = run_one is not None
     run_one = run_one or _runner(pcap)
     requested = exp.spec.dilation if dilation is None else dilation
     if requested != "auto":
@@ -305,7 +307,10 @@ def run_with_dilation(exp: Experiment, out_dir: str | Path, console: Console | N
         console.print(f"dilation auto: {d:g} (cached for this machine and fabric size, {cache.path})")
     else:
         console.print("dilation auto: calibrating this machine for this fabric and traffic")
-        measure = measure or measure_by_running(exp, out_dir, run_one, console)
+        # Calibration runs need only their verdict: summary.json, no captures
+        # (a run at a D far too low leaves raw logs of gigabytes: 64 hosts at 3000).
+        cal_run = run_one if run_one_given else _runner(False, summary_only=True)
+        measure = measure or measure_by_running(exp, out_dir, cal_run, console)
         d, measurements = calibrate(measure)
         how = "calibration"
         cache.put(key, d, how, measurements)

@@ -68,16 +68,19 @@ def fabric_net(exp: Experiment, run_dir: Path, pcap: bool | str = False,
 
 
 def run_experiment(exp: Experiment, out_dir: str | Path, console: Console | None = None,
-                   pcap: bool | str = False) -> dict:
-    """Run ``exp`` once at its dilation into ``out_dir``; its summary."""
+                   pcap: bool | str = False, *, summary_only: bool = False) -> dict:
+    """Run ``exp`` once at its dilation into ``out_dir``; its summary.
+    ``summary_only``: write summary.json and no time series, HPCC files or
+    plots (a calibration run: only its verdict is used, and a run far behind
+    leaves raw logs of gigabytes that would take minutes to convert)."""
     from emulator.net.runlock import RunLock
     check_environment()   # before anything is written or built
     target = resolve_target(exp.spec.target)
     if RunLock.held() is not None:     # the CLI holds it for a whole run or sweep
-        return _run(exp, Path(out_dir), console or Console(stderr=True), pcap, target)
+        return _run(exp, Path(out_dir), console or Console(stderr=True), pcap, target, summary_only)
     # Python callers: the lock before anything of out_dir is touched
     with RunLock.acquire(exp.name, out_dir):
-        return _run(exp, Path(out_dir), console or Console(stderr=True), pcap, target)
+        return _run(exp, Path(out_dir), console or Console(stderr=True), pcap, target, summary_only)
 
 
 def _fresh_run_dir(out_dir: Path) -> Path:
@@ -89,7 +92,8 @@ def _fresh_run_dir(out_dir: Path) -> Path:
     return run_dir
 
 
-def _run(exp: Experiment, out_dir: Path, console: Console, pcap: bool | str, target: str) -> dict:
+def _run(exp: Experiment, out_dir: Path, console: Console, pcap: bool | str, target: str,
+         summary_only: bool = False) -> dict:
     run_dir = _fresh_run_dir(out_dir)
     phases = WallPhases()
     console.print(f"[bold]{exp.name}[/]: {len(exp.fabric.switches())} switches, "
@@ -97,7 +101,7 @@ def _run(exp: Experiment, out_dir: Path, console: Console, pcap: bool | str, tar
                   f"dilation {exp.dilation:g}, target {target}")
     # matplotlib's import and first figure while the switches start, not after the last flow
     from emulator.experiment.plots import start_prewarm
-    prewarm = start_prewarm()
+    prewarm = None if summary_only else start_prewarm()
     with fabric_net(exp, run_dir, pcap, target) as fnet:
         console.print(f"fabric up and programmed in {phases.mark('bring_up'):.1f} s")
         # BMv2 has only its P4 counters for the per-priority stats
@@ -106,6 +110,8 @@ def _run(exp: Experiment, out_dir: Path, console: Console, pcap: bool | str, tar
         # fork server go while the results are written; the context's exit joins.
         fnet.teardown_in_background()
         phases.mark("teardown")
+        if summary_only:
+            return _summary_only(exp, out_dir, run_dir, target, phases, *done)
         prewarm.join()
         return _results(exp, out_dir, run_dir, console, pcap, target, phases, *done)
 
@@ -204,6 +210,22 @@ def _results(exp: Experiment, out_dir: Path, run_dir: Path, console: Console,
         console.print(endpoint_table)
     console.print(f"results in {out_dir}: summary.json, "
                   + ", ".join(sorted(p.name for p in files.values() if p.name != "summary.json")))
+    return summary
+
+
+def _summary_only(exp: Experiment, out_dir: Path, run_dir: Path, target: str, phases: WallPhases,
+                  agents, servers, counters, start_at_unix_ns, t0_ns, aborted) -> dict:
+    """summary.json alone (``run_experiment(summary_only=True)``)."""
+    summary = build_run_summary(exp, target, agents.results(), counters, run_dir,
+                                wall_s=phases.total_s())
+    summary["wall_phases_s"] = dict(phases.seconds)
+    summary["start_unix_ns"] = start_at_unix_ns
+    if aborted:
+        summary["complete"] = False
+        summary["aborted"] = str(aborted)
+    (out_dir / "summary.json").write_text(json.dumps(summary, indent=1))
+    if aborted:
+        raise RunAborted(f"{aborted}; partial results in {out_dir / 'summary.json'}")
     return summary
 
 

@@ -227,3 +227,16 @@ def test_switch_killed_mid_run_ends_it_naming_the_switch(tmp_path):
     assert summary["complete"] is False and "switch kl2" in summary["aborted"]
     assert [f["src"] for f in summary["flows"]] == ["kh1"]    # what the agents wrote
     wait_for(lambda: mine() == {"interfaces": [], "processes": []}, 10, "the fabric gone")
+
+
+def test_a_summary_only_run_writes_its_verdict_and_nothing_else(tmp_path):
+    """What calibration runs do: summary.json (fidelity, flows), no time series
+    or plots, and a fabric as torn down as after a full run."""
+    from emulator.api import load_experiment
+    from emulator.experiment.runner import run_experiment
+    exp = load_experiment(_experiment(tmp_path, SHORT_BYTES))
+    summary = run_experiment(exp, tmp_path / "out", summary_only=True)
+    assert summary["complete"] and "worst_ratio" in summary["fidelity"]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["run", "summary.json"]
+    assert json.loads((tmp_path / "out" / "summary.json").read_text())["flows"] == summary["flows"]
+    assert mine() == {"interfaces": [], "processes": []}
