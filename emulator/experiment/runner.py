@@ -110,10 +110,10 @@ def _run(exp: Experiment, out_dir: Path, console: Console, pcap: bool | str, tar
         # fork server go while the results are written; the context's exit joins.
         fnet.teardown_in_background()
         phases.mark("teardown")
-        if summary_only:
-            return _summary_only(exp, out_dir, run_dir, target, phases, *done)
-        prewarm.join()
-        return _results(exp, out_dir, run_dir, console, pcap, target, phases, *done)
+        if prewarm is not None:
+            prewarm.join()
+        return _results(exp, out_dir, run_dir, console, pcap, target, phases, *done,
+                        summary_only=summary_only)
 
 
 def run_on_fabric(fnet: FabricNet, exp: Experiment, out_dir: str | Path,
@@ -186,8 +186,9 @@ def _minus(now: dict, before: dict) -> dict:
 
 def _results(exp: Experiment, out_dir: Path, run_dir: Path, console: Console,
              pcap: bool | str, target: str, phases: WallPhases, agents, servers, counters,
-             start_at_unix_ns, t0_ns, aborted) -> dict:
-    """The run's summary and results files from what ``_traffic`` collected."""
+             start_at_unix_ns, t0_ns, aborted, *, summary_only: bool = False) -> dict:
+    """The run's summary and results files from what ``_traffic`` collected
+    (``summary_only``: summary.json alone, see ``run_experiment``)."""
     summary = build_run_summary(exp, target, agents.results(), counters, run_dir,
                                 wall_s=phases.total_s())
     summary["wall_phases_s"] = dict(phases.seconds)
@@ -195,7 +196,10 @@ def _results(exp: Experiment, out_dir: Path, run_dir: Path, console: Console,
     # (a wall stamp is start_unix_ns + fabric_ns * dilation).
     summary["start_unix_ns"] = start_at_unix_ns
     if aborted:
-        return _keep_partial(exp, servers, summary, run_dir, out_dir, t0_ns, aborted)
+        return _keep_partial(exp, servers, summary, run_dir, out_dir, t0_ns, aborted, summary_only)
+    if summary_only:
+        (out_dir / "summary.json").write_text(json.dumps(summary, indent=1))
+        return summary
     # The workload's block goes into the summary before summary.json is written.
     files = add_collectives(exp, servers, summary, out_dir)
     files.update(write_run_results(exp, run_dir, out_dir, t0_ns, summary,
@@ -213,35 +217,25 @@ def _results(exp: Experiment, out_dir: Path, run_dir: Path, console: Console,
     return summary
 
 
-def _summary_only(exp: Experiment, out_dir: Path, run_dir: Path, target: str, phases: WallPhases,
-                  agents, servers, counters, start_at_unix_ns, t0_ns, aborted) -> dict:
-    """summary.json alone (``run_experiment(summary_only=True)``)."""
-    summary = build_run_summary(exp, target, agents.results(), counters, run_dir,
-                                wall_s=phases.total_s())
-    summary["wall_phases_s"] = dict(phases.seconds)
-    summary["start_unix_ns"] = start_at_unix_ns
-    if aborted:
-        summary["complete"] = False
-        summary["aborted"] = str(aborted)
-    (out_dir / "summary.json").write_text(json.dumps(summary, indent=1))
-    if aborted:
-        raise RunAborted(f"{aborted}; partial results in {out_dir / 'summary.json'}")
-    return summary
-
-
 def _keep_partial(exp: Experiment, servers: ServerGroup, summary: dict, run_dir: Path,
-                  out_dir: Path, t0_ns: int, aborted: RunAborted) -> dict:
+                  out_dir: Path, t0_ns: int, aborted: RunAborted, summary_only: bool = False) -> dict:
     """summary.json of a run that ended early: what its processes wrote,
     ``complete`` false and ``aborted`` saying why; then raise ``aborted``
     (one line, with where the partial results are). The other results
-    files are written as far as the partial raw logs allow."""
+    files are written as far as the partial raw logs allow (none with
+    ``summary_only``)."""
     summary["complete"] = False
     summary["aborted"] = str(aborted)
-    try:
-        add_collectives(exp, servers, summary, out_dir)
-        summary["complete"] = False
-        write_run_results(exp, run_dir, out_dir, t0_ns, summary, dport=exp.spec.hpcc.dport)
-    except Exception:   # a raw log cut short by a killed process: summary.json alone
+    written = False
+    if not summary_only:
+        try:
+            add_collectives(exp, servers, summary, out_dir)
+            summary["complete"] = False
+            write_run_results(exp, run_dir, out_dir, t0_ns, summary, dport=exp.spec.hpcc.dport)
+            written = True
+        except Exception:   # a raw log cut short by a killed process: summary.json alone
+            pass
+    if not written:
         (out_dir / "summary.json").write_text(json.dumps(summary, indent=1))
     raise RunAborted(f"{aborted}; partial results in {out_dir / 'summary.json'}")
 
