@@ -305,10 +305,9 @@ class FabricNet:
         shells and the fork server in a thread while the caller writes the
         results; ``stop`` (the context's exit) joins it. A cluster tears down
         in order (its files are gathered after its switches stop)."""
-        from emulator.net.nodes import stop_processes
         if self.net is None or self.cluster is not None or self._teardown_thread is not None:
             return
-        stop_processes([getattr(sw, "proc", None) for sw in self.net.switches])
+        self._stop_switches(self.net)
 
         def teardown():
             try:
@@ -318,9 +317,14 @@ class FabricNet:
         self._teardown_thread = threading.Thread(target=teardown, name="fabric-teardown")
         self._teardown_thread.start()
 
+    @staticmethod
+    def _stop_switches(net) -> None:
+        """All switch processes at once (a stopped one is left as it is)."""
+        from emulator.net.nodes import stop_processes
+        stop_processes([getattr(sw, "proc", None) for sw in net.switches])
+
     def _teardown(self) -> None:
         from emulator.net.clean import delete_interfaces, kill_processes, run_processes
-        from emulator.net.nodes import stop_processes
         try:
             if self.controller is not None:
                 controller, self.controller = self.controller, None
@@ -334,7 +338,7 @@ class FabricNet:
                     # Switches first, all at once: each writes its stats and
                     # closes its logs while its ports still exist (Mininet
                     # deletes the links before it stops the switches).
-                    stop_processes([getattr(sw, "proc", None) for sw in net.switches])
+                    self._stop_switches(net)
                     if self.cluster is not None:     # their stats, logs, results: here
                         self.cluster.gather()
                     if self._dead_shell(net) is None:
