@@ -67,6 +67,8 @@ def main():
                    "same as --set hpcc.dport=N.")
 def run(experiment, out_dir, target, pcap, pcap_time, dilation, sets, as_json, hpcc_dport):
     """Bring the fabric up, run EXPERIMENT's traffic, write DIR/summary.json, tear down."""
+    from emulator.net.forkserver import prestart
+    prestart()      # its imports on the other core while this process imports and builds
     pcap = "wall" if pcap and pcap_time == "wall" else pcap
     if hpcc_dport is not None:
         sets = (*sets, f"hpcc.dport={hpcc_dport}")

@@ -29,6 +29,7 @@ Legends sit beside the axes, never over the data.
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping
 
@@ -41,6 +42,7 @@ if TYPE_CHECKING:  # pragma: no cover
 PLOT_FILES = ("queue_depth.png", "throughput.png", "pause_timeline.png", "fct_cdf.png")
 MAX_DISTINCT = 40         # series drawn one colour each, beyond: grouped (throughput: by receiver)
 DPI = 110
+PREWARM_NICE = 19         # the lowest priority: matplotlib's import must not slow a run
 # percentiles a CDF's title quotes need this many flows to mean anything
 PERCENTILE_MIN_FLOWS = {50: 2, 90: 10, 99: 100}
 
@@ -58,11 +60,19 @@ def _save(fig, path: Path) -> Path:
     return path
 
 
-def prewarm() -> None:
+def prewarm(nice: int = 0) -> None:
     """Import matplotlib and draw a small figure once (fonts, the Agg canvas):
-    a third of a second that the runner spends while its switches start
-    (``start_prewarm``), not after the last flow ends."""
+    a third of a second that the runner spends while the traffic runs
+    (``start_prewarm``), not after the last flow ends. ``nice``: this thread's
+    niceness (Linux: per thread), so that it takes the CPU the agents and
+    switches leave idle and not theirs."""
     import io
+    import threading
+    if nice:
+        try:
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), nice)
+        except OSError:
+            pass
     fig, ax = _figure(2.0, 1.5)
     ax.plot([0, 1], [0, 1], label="x")
     ax.set_title("x")
@@ -70,11 +80,11 @@ def prewarm() -> None:
     fig.savefig(io.BytesIO(), format="png", bbox_inches="tight")
 
 
-def start_prewarm():
+def start_prewarm(nice: int = PREWARM_NICE):
     """``prewarm`` in a daemon thread; join it (or not: an import in progress
     makes the plots' own import wait for it)."""
     import threading
-    t = threading.Thread(target=prewarm, name="plots-prewarm", daemon=True)
+    t = threading.Thread(target=prewarm, args=(nice,), name="plots-prewarm", daemon=True)
     t.start()
     return t
 

@@ -5,6 +5,7 @@ import json
 import shutil
 import time
 from pathlib import Path
+from typing import Callable
 
 from rich.console import Console
 
@@ -13,6 +14,7 @@ from emulator.experiment.capture import write_captures
 from emulator.experiment.endpoint_results import render_endpoints
 from emulator.experiment.endpoints import dropped_flows
 from emulator.experiment.model import Experiment
+from emulator.experiment.plots import start_prewarm
 from emulator.experiment.results import build_run_summary, write_run_results
 from emulator.experiment.servers import ServerGroup, add_collectives, plain_hosts, render_collectives
 from emulator.experiment.summary import render_summary
@@ -47,6 +49,8 @@ class WallPhases:
 def resolve_target(target: str) -> str:
     """"auto" is BMv2 where it is installed, else the embedded target; "bmv2"
     where it is not is an error naming what is missing."""
+    if target == "embedded":
+        return target
     from emulator.net.bmv2 import bmv2_unavailable_reason
     reason = bmv2_unavailable_reason()
     if target == "auto":
@@ -99,19 +103,21 @@ def _run(exp: Experiment, out_dir: Path, console: Console, pcap: bool | str, tar
     console.print(f"[bold]{exp.name}[/]: {len(exp.fabric.switches())} switches, "
                   f"{len(exp.fabric.hosts())} hosts, {len(exp.flows)} flows, "
                   f"dilation {exp.dilation:g}, target {target}")
-    # matplotlib's import and first figure while the switches start, not after the last flow
-    from emulator.experiment.plots import start_prewarm
-    prewarm = None if summary_only else start_prewarm()
     with fabric_net(exp, run_dir, pcap, target) as fnet:
         console.print(f"fabric up and programmed in {phases.mark('bring_up'):.1f} s")
         # BMv2 has only its P4 counters for the per-priority stats
-        done = _traffic(fnet, exp, run_dir, console, phases, p4_stats=target == "bmv2")
+        # matplotlib's import while the traffic runs, at the lowest priority
+        # (during the bring-up it held the GIL the runner needs between
+        # Mininet's shell commands), not after the last flow
+        prewarm = []
+        done = _traffic(fnet, exp, run_dir, console, phases, p4_stats=target == "bmv2",
+                        on_start=None if summary_only else lambda: prewarm.append(start_prewarm()))
         # The switches stop (their stats and logs complete); links, shells and the
         # fork server go while the results are written; the context's exit joins.
         fnet.teardown_in_background()
         phases.mark("teardown")
-        if prewarm is not None:
-            prewarm.join()
+        for thread in prewarm:
+            thread.join()
         return _results(exp, out_dir, run_dir, console, pcap, target, phases, *done,
                         summary_only=summary_only)
 
@@ -136,11 +142,13 @@ def run_on_fabric(fnet: FabricNet, exp: Experiment, out_dir: str | Path,
 
 
 def _traffic(fnet: FabricNet, exp: Experiment, run_dir: Path, console: Console,
-             phases: WallPhases, *, p4_stats: bool, baseline: bool = False) -> tuple:
+             phases: WallPhases, *, p4_stats: bool, baseline: bool = False,
+             on_start: Callable[[], object] | None = None) -> tuple:
     """Start the agents together once all are ready (``start_together``),
     wait with progress, stop them, read the counters.
     ``baseline``: subtract what the counters held before (a fabric that ran
-    traffic before). Returns (agents, servers, counters, start Unix ns, t0, aborted)."""
+    traffic before). ``on_start``: called once the agents are released.
+    Returns (agents, servers, counters, start Unix ns, t0, aborted)."""
     ctl = fnet.controller
     before = (ctl.read_port_counters(), ctl.read_priority_counters()) if baseline else ({}, {})
     # An embedded switch's own stats start a window here (BMv2 has none).
@@ -156,6 +164,8 @@ def _traffic(fnet: FabricNet, exp: Experiment, run_dir: Path, console: Console,
         # Raw logs stamp the monotonic clock; results count fabric time from here.
         t0_ns = monotonic_t0_from_unix(start_at_unix_ns)
         phases.mark("agents_ready")
+        if on_start is not None:
+            on_start()
         _wait_with_progress(fnet, agents, exp, console, servers)
         phases.mark("traffic")
         fnet.check_alive()      # a switch may die after the last agent ended

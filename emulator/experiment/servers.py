@@ -18,7 +18,6 @@ from typing import Callable
 from rich.table import Table
 
 from emulator.collectives import report
-from emulator.collectives.storage import READ_QPN_BASE
 from emulator.experiment.agents import AgentProcesses, nic_config, nic_fields
 from emulator.experiment.endpoints import agent_keys
 from emulator.experiment.fidelity import add_collectives_fidelity
@@ -59,6 +58,8 @@ def server_configs(exp: Experiment, run_dir: Path, start_at_unix_ns: int | None,
     st = spec.storage
     storage = st is not None and wp.storage_server is not None
     if storage:
+        # here, not at the top: the storage agent's module brings NumPy, 30 ms of every run's start
+        from emulator.collectives.storage import READ_QPN_BASE
         target_ip = fabric.addresses.host_ip(wp.storage_nic)
         for j, (name, nic) in enumerate(wp.readers):
             qpn = READ_QPN_BASE + j

@@ -235,10 +235,11 @@ class FabricNet:
                 raise EnvironmentProblem(f"target bmv2: {reason}")
             device_config = bmv2_json().read_bytes()
         self._trap_signals()
-        from emulator.net.forkserver import ForkServer
+        from emulator.net.forkserver import for_run
         from emulator.net.lifeline import child_env
-        # Its imports run while Mininet builds the namespaces and links.
-        self.forkserver = ForkServer(self.run_dir, child_env())
+        # Its imports run while Mininet builds the namespaces and links (the
+        # CLI started it even earlier: forkserver.prestart).
+        self.forkserver = for_run(self.run_dir, child_env())
         from emulator.control.qos import mtu_frame_bytes
         # gRPC and Thrift port of every switch, all distinct.
         free = iter(free_tcp_ports(2 * len(self.fabric.switches())))

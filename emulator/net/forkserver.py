@@ -24,6 +24,7 @@ thread, and a lock another thread held would stay held in the child.
 """
 from __future__ import annotations
 
+import atexit
 import ctypes
 import gc
 import importlib
@@ -34,6 +35,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -110,29 +112,62 @@ class ForkServer:
         fs.close()                          # the server ends; a child still running dies with it
     """
 
-    def __init__(self, run_dir: Path, env: dict[str, str], more_entry_points: tuple[str, ...] = ()):
-        """``more_entry_points``: modules with ``main(argv) -> int`` the server
-        imports and runs besides ``ENTRY_POINTS`` (tests' probes)."""
+    def __init__(self, run_dir: Path | None, env: dict[str, str],
+                 more_entry_points: tuple[str, ...] = ()):
+        """``run_dir`` None: started before the run has one (``prestart``), its
+        log an anonymous file until ``adopt`` names the run. ``more_entry_points``:
+        modules with ``main(argv) -> int`` the server imports and runs besides
+        ``ENTRY_POINTS`` (tests' probes)."""
         self.env = dict(env)
         self.entry_points = {**ENTRY_POINTS, **{m: m for m in more_entry_points}}
         self._ctl, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        self.log_path = Path(run_dir) / "forkserver.log"
-        with open(self.log_path, "w") as log:
+        self.log_path = None if run_dir is None else Path(run_dir) / "forkserver.log"
+        # what the server writes before it is adopted (or all of it, never adopted)
+        self._early_log = tempfile.TemporaryFile() if run_dir is None else None
+        with (open(self.log_path, "w") if self.log_path else os.fdopen(
+                os.dup(self._early_log.fileno()), "w")) as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "emulator.net.forkserver", str(run_dir), str(theirs.fileno()),
-                 *more_entry_points],
+                [sys.executable, "-m", "emulator.net.forkserver", str(run_dir or UNADOPTED),
+                 str(theirs.fileno()), *more_entry_points],
                 pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, stdout=log,
                 stderr=subprocess.STDOUT, env={**self.env, **ONE_BLAS_THREAD})
         theirs.close()
         self._ready = False
         self._lock = threading.Lock()     # one request and its answer at a time
 
+    def adopt(self, run_dir: Path, env: dict[str, str]) -> None:
+        """Make a server started by ``prestart`` this run's: its log becomes
+        RUN_DIR/forkserver.log, its command line names RUN_DIR (as ps and the
+        run's leftovers checks expect) and children get ``env``. Sent at once,
+        handled when the server is ready; the server does not answer it."""
+        self.env = dict(env)
+        self.log_path = Path(run_dir) / "forkserver.log"
+        log = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            with self._lock:
+                socket.send_fds(self._ctl, [json.dumps({"adopt": str(run_dir)}).encode()], [log])
+        except OSError:     # it died (a failed import?): the first spawn says why, from its log
+            pass
+        finally:
+            os.close(log)
+
+    def _log_tail(self) -> str:
+        text = ""
+        if self._early_log is not None:
+            self._early_log.seek(0)
+            text = self._early_log.read().decode(errors="replace")
+        if self.log_path is not None and self.log_path.exists():
+            text += self.log_path.read_text(errors="replace")
+        return text[-2000:]
+
     def _wait_ready(self) -> None:
         r, _, _ = select.select([self._ctl], [], [], SERVER_TIMEOUT_S)
-        msg = self._ctl.recv(64) if r else b""
+        try:
+            msg = self._ctl.recv(64) if r else b""
+        except OSError:     # reset: it died with a request of ours unread
+            msg = b""
         if msg != b"ready":
-            tail = self.log_path.read_text()[-2000:] if self.log_path.exists() else ""
-            raise OSError(f"the fork server did not start (log {self.log_path}):\n{tail}")
+            raise OSError(f"the fork server did not start (log {self.log_path}):\n{self._log_tail()}")
         self._ready = True
 
     def spawn(self, module: str, args: list[str], log_path: Path, *,
@@ -178,6 +213,49 @@ class ForkServer:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+        if self._early_log is not None:
+            self._early_log.close()
+
+    def discard(self) -> None:
+        """End a server no run adopted, at once: it may still be importing."""
+        self.proc.kill()
+        self.close()
+
+
+UNADOPTED = "-"       # the RUN_DIR argument of a server no run has adopted yet
+_prestarted: ForkServer | None = None
+
+
+def prestart() -> None:
+    """Start the next run's fork server now: its ~0.4 s of imports then run on
+    the other core while the runner imports, loads the experiment and builds
+    the fabric (the CLI calls this first thing). ``for_run`` takes it; one
+    never taken is discarded at exit."""
+    global _prestarted
+    if _prestarted is None:
+        from emulator.net.lifeline import child_env
+        _prestarted = ForkServer(None, child_env())
+        atexit.register(_discard_prestarted)
+
+
+def _discard_prestarted() -> None:
+    global _prestarted
+    if _prestarted is not None:
+        server, _prestarted = _prestarted, None
+        server.discard()
+
+
+def for_run(run_dir: Path, env: dict[str, str]) -> ForkServer:
+    """The fork server of the run in ``run_dir``: the prestarted one if it is
+    alive, else a new one."""
+    global _prestarted
+    server, _prestarted = _prestarted, None
+    if server is not None and server.proc.poll() is None:
+        server.adopt(run_dir, env)
+        return server
+    if server is not None:       # it died (killed?): its log says why; a new one for this run
+        server.discard()
+    return ForkServer(run_dir, env)
 
 
 # NumPy's OpenBLAS starts a thread per core on import: the server must not have any.
@@ -253,6 +331,28 @@ def _child(req: dict, fds: list[int], server_fds: list[int], server_pid: int,
         os._exit(code if isinstance(code, int) else 1)
 
 
+def _adopt(msg: bytes, fds: list[int]) -> None:
+    """Log to the run's file from now on; name the run on the command line.
+    A failure is logged, not answered: the runner reads no answer to this."""
+    import setproctitle
+    try:
+        run_dir = json.loads(msg)["adopt"]
+        sys.stdout.flush()
+        for fd in fds[:1]:
+            os.dup2(fd, 1)
+            os.dup2(fd, 2)
+    except Exception:
+        traceback.print_exc()
+        return
+    finally:
+        for fd in fds:
+            os.close(fd)
+    # sys.argv: [this file, RUN_DIR (UNADOPTED), CONTROL_FD, MODULE...]
+    setproctitle.setproctitle(" ".join([sys.executable, "-m", "emulator.net.forkserver", run_dir,
+                                        *sys.argv[2:]]))
+    print(f"fork server for {run_dir}: adopted", flush=True)
+
+
 def serve(ctl: socket.socket, entry_points: dict[str, str]) -> None:
     from emulator.net.lifeline import die_with_runner
     die_with_runner()
@@ -294,6 +394,9 @@ def serve(ctl: socket.socket, entry_points: dict[str, str]) -> None:
         msg, fds, _, _ = socket.recv_fds(ctl, _MAX_REQUEST, 3)
         if not msg:                          # the runner closed its end: done
             return
+        if msg.startswith(b'{"adopt"'):      # ForkServer.adopt: never answered
+            _adopt(msg, fds)
+            continue
         try:
             req = json.loads(msg)
             pid = os.fork()

@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+from emulator.net import forkserver
 from emulator.net.forkserver import ForkServer
 
 PROBE = "tests.forkserver_probe"
@@ -109,3 +110,56 @@ def test_children_die_with_the_server(tmp_path):
 def test_an_unknown_module_is_refused_before_anything_starts(fs, tmp_path):
     with pytest.raises(ValueError, match="not emulator.nope"):
         fs.spawn("emulator.nope", [], tmp_path / "p.log")
+
+
+# ---------------------------------------------------------------- prestarted (the CLI's)
+
+def _cmdline(pid: int) -> str:
+    return open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ").decode()
+
+
+def test_a_server_started_before_its_run_is_adopted_by_it(tmp_path):
+    server = ForkServer(None, {**os.environ, "PROBE": "at-prestart"}, more_entry_points=(PROBE,))
+    try:
+        assert server.proc.args[3] == forkserver.UNADOPTED       # python -m MODULE RUN_DIR FD
+        server.adopt(tmp_path, {**os.environ, "PROBE": "the-run's"})
+        p = server.spawn(PROBE, [], tmp_path / "p.log")
+        assert report(tmp_path / "p.log")["env"] == "the-run's"
+        assert p.wait(timeout=10) == 0
+        # ps, `clean` and the run's leftover checks see which run it serves
+        assert f"emulator.net.forkserver {tmp_path} " in _cmdline(server.proc.pid)
+        assert f"fork server for {tmp_path}: adopted" in (tmp_path / "forkserver.log").read_text()
+    finally:
+        server.close()
+
+
+def test_a_prestarted_server_that_cannot_import_says_why(tmp_path):
+    server = ForkServer(None, dict(os.environ), more_entry_points=("tests.no_such_probe",))
+    try:
+        server.adopt(tmp_path, dict(os.environ))
+        with pytest.raises(OSError, match="did not start(.|\n)*No module named 'tests.no_such_probe'"):
+            server.spawn("tests.no_such_probe", [], tmp_path / "p.log")
+    finally:
+        server.close()
+
+
+def test_the_prestarted_server_serves_one_run_and_a_dead_one_none(tmp_path, monkeypatch):
+    env = dict(os.environ)
+    first = ForkServer(None, env, more_entry_points=(PROBE,))
+    monkeypatch.setattr(forkserver, "_prestarted", first)
+    for d in "abc":
+        (tmp_path / d).mkdir()
+    servers = [forkserver.for_run(tmp_path / "a", env)]
+    try:
+        assert servers[0] is first and forkserver._prestarted is None
+        servers.append(forkserver.for_run(tmp_path / "b", env))       # none left: a new one
+        assert servers[1] is not first and servers[1].log_path == tmp_path / "b" / "forkserver.log"
+        dead = ForkServer(None, env)
+        dead.proc.kill()
+        dead.proc.wait()
+        monkeypatch.setattr(forkserver, "_prestarted", dead)
+        servers.append(forkserver.for_run(tmp_path / "c", env))
+        assert servers[2] is not dead and servers[2].proc.poll() is None
+    finally:
+        for s in servers:
+            s.close()
