@@ -64,17 +64,27 @@ def pss_bytes(pid: int) -> int:
     return 0
 
 
+SAMPLER_CPU_SHARE = 0.05     # of one core, at most: the run measured shares two cores with it
+
+
 def peak_memory(proc: subprocess.Popen, interval_s: float = 0.1) -> tuple[int, int]:
     """Until ``proc`` exits: the peaks of the summed RSS and summed PSS of it
     and every process it started. Switches and agents are its children (the
     fork server's); Mininet shells too (via mnexec). RSS counts a shared page
-    in every process; PSS splits it."""
+    in every process; PSS splits it.
+
+    A sweep costs the kernel a walk of every process's page tables (PSS): at
+    64 hosts, 170 processes, a 200 ms interval took a third of a core from
+    the run being measured and pushed it behind. Sweeps are spaced so that
+    they take at most ``SAMPLER_CPU_SHARE`` of a core (``interval_s`` at least)."""
     peak_rss = peak_pss = 0
     while proc.poll() is None:
+        t0 = time.process_time()
         pids = descendants(proc.pid)
         peak_rss = max(peak_rss, sum(rss_bytes(p) for p in pids))
         peak_pss = max(peak_pss, sum(pss_bytes(p) for p in pids))
-        time.sleep(interval_s)
+        spent = time.process_time() - t0
+        time.sleep(max(interval_s, spent / SAMPLER_CPU_SHARE - spent))
     return peak_rss, peak_pss
 
 

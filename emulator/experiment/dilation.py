@@ -10,9 +10,10 @@ is measured:
 * calibration: a scaled-down copy of the experiment (same fabric, its
   traffic with flows capped at ``CAL_FLOW_BYTES``; a workload replaced by a
   burst of WRITEs along the ring between its servers' NICs and from the
-  storage target to its readers) runs at a few D from ``START_DILATION``
-  on ``LADDER``. Each run gives the verdict's ``worst_ratio`` (worst
-  lateness / its limit; behind above 1). The smallest D whose ratio is at
+  storage target to its readers) runs at a few D on ``LADDER``, from
+  ``START_DILATION`` for a fabric of the demo's size, proportionally
+  higher for larger ones (``start_dilation``). Each run gives the
+  verdict's ``worst_ratio`` (worst lateness / its limit; behind above 1). The smallest D whose ratio is at
   most 1 / ``MARGIN`` is chosen. Lateness from noise scales as 1 / D while
   a run keeps up, so a good ratio r at D predicts r x D / D' at D': the
   search jumps down to that guess, up at most x ``UP_JUMP_MAX`` from a
@@ -51,9 +52,11 @@ from rich.console import Console
 from emulator.errors import ConfigError, FabricEmuError
 from emulator.experiment.model import Experiment, experiment_from_dict
 
+# up to 256000: a 64-host fabric on two cores needs ~128000-256000 (bench/scale.py)
 LADDER = (500, 750, 1000, 1500, 2000, 3000, 4000, 6000, 8000, 12000, 16000, 24000, 32000,
-          48000, 64000)
-START_DILATION = 3000          # the first D calibrated (a 2-core VM's demo needs ~2000-4000)
+          48000, 64000, 96000, 128000, 192000, 256000)
+START_DILATION = 3000          # the first D calibrated for a fabric of START_PROCESSES ...
+START_PROCESSES = 8            # ... switches and NICs (the demo's); larger ones start higher
 MARGIN = 2.0                   # choose D whose worst lateness is at most half its limit
 MAX_CALIBRATION_RUNS = 4
 UP_JUMP_MAX = 4.0              # a behind calibration run raises D at most this much
@@ -99,6 +102,16 @@ def _next_step(measured: dict[float, float], target: float) -> float | None:
         return guess
     mid = math.sqrt(lo * hi)           # the guess was at or below a bad D: bisect
     return min(steps, key=lambda s: (round(abs(math.log(s / mid)), 9), -s))   # a tie: the higher
+
+
+def start_dilation(fabric: dict) -> float:
+    """The first D to calibrate a fabric (``fabric_key``) at: START_DILATION
+    for the demo's size, in proportion to its switches and NICs beyond it.
+    Every one is a process sharing the machine's cores: lateness grows with
+    their number, and a run far below its D (64 hosts at 3000) is minutes
+    far behind for a verdict known in advance."""
+    procs = fabric.get("switches", 0) + fabric.get("nics", 0)
+    return ladder_at_least(START_DILATION * max(1.0, procs / START_PROCESSES))
 
 
 def calibrate(measure: Measure, start: float = START_DILATION, margin: float = MARGIN,
@@ -311,7 +324,7 @@ def run_with_dilation(exp: Experiment, out_dir: str | Path, console: Console | N
         # (a run at a D far too low leaves raw logs of gigabytes: 64 hosts at 3000).
         cal_run = run_one if run_one_given else _runner(False, summary_only=True)
         measure = measure or measure_by_running(exp, out_dir, cal_run, console)
-        d, measurements = calibrate(measure)
+        d, measurements = calibrate(measure, start=start_dilation(fabric_key(exp, target)))
         how = "calibration"
         cache.put(key, d, how, measurements)
         console.print(f"dilation auto: {d:g} (worst lateness at most 1/{MARGIN:g} of its limit; "

@@ -283,6 +283,24 @@ def _enter_namespaces(pid: int) -> None:
             os.close(fd)
 
 
+PROFILE_ENV = "FABRIC_EMU_PROFILE"      # a directory: each child's cProfile stats go there
+
+
+def _profiled(entry, req: dict) -> int:
+    """``entry(args)`` under cProfile; its stats to $FABRIC_EMU_PROFILE/
+    MODULE.ARG.PID.prof (``python -m pstats`` reads them): where a run's
+    switches and agents spend their CPU, the process's own, in place."""
+    import cProfile
+    prof = cProfile.Profile()
+    try:
+        return prof.runcall(entry, req["args"])
+    finally:
+        tag = Path(req["args"][0]).name.split(".")[0] if req["args"] else "noargs"
+        out = Path(os.environ[PROFILE_ENV]) / f"{req['module']}.{tag}.{os.getpid()}.prof"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        prof.dump_stats(out)
+
+
 def _child(req: dict, fds: list[int], server_fds: list[int], server_pid: int,
            entry_points: dict[str, str]) -> None:
     """In the forked child: become the requested process, run it, exit."""
@@ -312,7 +330,8 @@ def _child(req: dict, fds: list[int], server_fds: list[int], server_pid: int,
         os.environ.clear()
         os.environ.update(req["env"])
         sys.argv = [req["module"], *req["args"]]
-        code = importlib.import_module(entry_points[req["module"]]).main(req["args"])
+        entry = importlib.import_module(entry_points[req["module"]]).main
+        code = _profiled(entry, req) if os.environ.get(PROFILE_ENV) else entry(req["args"])
     except SystemExit as e:
         if e.code is None or isinstance(e.code, int):
             code = e.code or 0

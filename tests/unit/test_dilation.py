@@ -12,6 +12,7 @@ from emulator.experiment import dilation as dil
 from emulator.experiment.dilation import (
     DilationCache, cache_key, cache_path, calibrate, calibration_experiment, fabric_key,
     ladder_at_least, parse_dilation, follow_cached, rerun_dilation, run_with_dilation,
+    start_dilation,
     with_dilation,
 )
 from tests.unit.test_results import make_experiment
@@ -29,6 +30,17 @@ def noise_only(c: float):
 
 
 # ---------------------------------------------------------------- choosing D
+
+@pytest.mark.parametrize("switches, nics, start", [
+    (4, 4, 3000),        # the demo: START_DILATION
+    (1, 2, 3000),        # smaller: never below it
+    (12, 32, 24000),     # 32 hosts: 3000 x 44 / 8 = 16500, the ladder's next step
+    (20, 64, 32000),     # 64 hosts: 31500
+])
+def test_calibration_starts_higher_for_a_fabric_of_more_processes(switches, nics, start):
+    assert start_dilation({"switches": switches, "nics": nics, "servers": nics, "flows": 1,
+                           "target": "embedded"}) == start
+
 
 def test_calibration_picks_the_smallest_good_step_and_stops_when_predicted_bad():
     m = noise_only(1000)                     # good (<= 0.5) from D = 2000

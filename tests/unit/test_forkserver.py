@@ -163,3 +163,20 @@ def test_the_prestarted_server_serves_one_run_and_a_dead_one_none(tmp_path, monk
     finally:
         for s in servers:
             s.close()
+
+
+def test_a_child_profiles_itself_where_FABRIC_EMU_PROFILE_says(tmp_path):
+    import pstats
+    out = tmp_path / "prof"
+    server = ForkServer(tmp_path, {**os.environ, forkserver.PROFILE_ENV: str(out)},
+                        more_entry_points=(PROBE,))
+    try:
+        p = server.spawn(PROBE, ["cfg.json"], tmp_path / "p.log", stdin_pipe=True)
+        report(tmp_path / "p.log")
+        p.stdin.write(b"3\n")
+        p.stdin.close()
+        assert p.wait(timeout=10) == 3                 # the status goes through the profiler
+        [prof] = out.glob(f"{PROBE}.cfg.{p.pid}.prof")
+        assert "main" in {fn for _, _, fn in pstats.Stats(str(prof)).stats}
+    finally:
+        server.close()
