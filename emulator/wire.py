@@ -70,6 +70,16 @@ def roce_sport(qpn: int) -> int:
     return ROCE_SPORT_BASE + (qpn & ROCE_SPORT_MASK)
 
 
+# --- InfiniBand (layouts: emulator/ib/headers.py) ---------------------------
+# A veth carries Ethernet frames: an InfiniBand packet rides behind a 14-byte
+# Ethernet header whose type stands for the start delimiter it would have had
+# on an IB link (IBA 6.3): IEEE 802's two Local Experimental Ethertypes.
+ETH_P_IB_DATA = 0x88B5                           # SDP: a data packet, from its LRH
+ETH_P_IB_LINK = 0x88B6                           # LDP: a link (flow-control) packet
+IB_CREDIT_BLOCK_BYTES = 64                       # flow control counts 64-byte blocks (IBA 7.9.4)
+IB_CREDIT_MOD = 4096                             # FCTBS, FCCL, ABR: 12-bit counters
+IB_VL15 = 15                                     # management VL: never flow controlled
+
 # --- The switch ports (p4src/fabric.p4) --------------------------------------
 CPU_PORT = 255                                   # fabric.p4 CPU_PORT: packet-in/out
 MAX_SWITCH_PORTS = CPU_PORT - 1                  # data ports 1..254

@@ -1,0 +1,162 @@
+"""InfiniBand link-level flow control, one data VL of one port (IBA Vol. 1,
+release 1.4, 7.9.4 "Flow control"): a pure state machine with explicit
+times, as ``emulator.agents.dcqcn`` is, driven by the port that owns it.
+
+Credits count 64-byte blocks (``IB_CREDIT_BLOCK_BYTES``); the counters are
+12 bits (``IB_CREDIT_MOD``), compared modulo 4096 with the spec's window
+of 2048. Each end of a link holds, per data VL:
+
+* the transmitter's side: ``fctbs``, the Flow Control Total Blocks Sent
+  since the link came up, and ``fccl``, the Flow Control Credit Limit its
+  peer last advertised. A packet of ``n`` blocks may go only while
+  ``(FCCL - (FCTBS + n)) mod 4096 <= 2048`` (7.9.4.3): the sender never
+  puts on the wire more than the receiver has buffer for. No credit, no
+  packet: the VL stalls, which is where a credit-based fabric's
+  backpressure comes from (PFC's counterpart, without a drop, ever).
+* the receiver's side: ``abr``, the Adjusted Blocks Received (every data
+  packet's blocks, and reset to the sender's FCTBS by each flow-control
+  packet: lost packets do not leak credit), and the blocks of buffer free.
+  It advertises ``FCCL = ABR + min(free, 2048)`` (mod 4096).
+
+A flow-control packet (``emulator.ib.headers.IBFlowControl``) carries both
+halves of its sender's state for one VL: its FCTBS (for the peer's ABR) and
+its FCCL (for the peer's transmitter). ``fc_due`` says when the port owes
+one: when its buffer freed ``update_blocks`` since the last, or
+``update_period_ns`` after it (the spec's upper bound on the interval is
+65,536 symbol times: ~16 us at 4x EDR; dilated by the caller). VL15 is not
+flow controlled and has no state here.
+
+The stall accounting (``stalled_ns``) is the time a VL held a packet it
+could not send for want of credit, the credit-based counterpart of a PFC
+pause's duration.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from emulator.wire import IB_CREDIT_BLOCK_BYTES, IB_CREDIT_MOD
+
+_HALF = IB_CREDIT_MOD // 2          # 2048: the most credit one advertisement grants
+
+
+def blocks(packet_bytes: int) -> int:
+    """Credit blocks a packet uses: its length (LRH through VCRC) in 64-byte
+    blocks, rounded up (7.9.4.1)."""
+    return -(-packet_bytes // IB_CREDIT_BLOCK_BYTES)
+
+
+@dataclass
+class CreditParams:
+    buffer_blocks: int = 512            # receive buffer of the VL: 32 KiB
+    update_blocks: int = 16             # freed blocks that prompt an update (1 KiB)
+    update_period_ns: int = 16_000      # an update at least this often (65,536 symbols at EDR)
+
+    def __post_init__(self):
+        if self.buffer_blocks < 1:
+            raise ValueError(f"buffer_blocks must be at least 1 (got {self.buffer_blocks})")
+        if self.update_blocks < 1:
+            raise ValueError(f"update_blocks must be at least 1 (got {self.update_blocks})")
+        if self.update_period_ns <= 0:
+            raise ValueError(f"update_period_ns must be positive (got {self.update_period_ns})")
+
+
+class VlCredits:
+    """Flow control of one data VL at one end of a link, both directions."""
+
+    __slots__ = ("params", "fctbs", "fccl", "abr", "free_blocks", "stalled_ns", "_stall_since",
+                 "_freed_since_fc", "_last_fc_ns", "stalls", "overruns")
+
+    def __init__(self, params: CreditParams | None = None, now_ns: int = 0):
+        self.params = params or CreditParams()
+        # transmitter: nothing sent, no credit until the peer's first packet
+        self.fctbs = 0
+        self.fccl = 0
+        # receiver
+        self.abr = 0
+        self.free_blocks = self.params.buffer_blocks
+        self.stalled_ns = 0                 # time a packet waited for credit
+        self.stalls = 0                     # times the VL ran out of credit with a packet ready
+        self.overruns = 0                   # packets received beyond the buffer: never, if the peer obeys
+        self._stall_since: int | None = None
+        self._freed_since_fc = 0
+        self._last_fc_ns = now_ns - self.params.update_period_ns   # the first update is due at once
+
+    # ------------------------------------------------------------ transmitter
+    def credit_blocks(self) -> int:
+        """Blocks the peer's last FCCL still allows (0 when exhausted)."""
+        c = (self.fccl - self.fctbs) % IB_CREDIT_MOD
+        return c if c <= _HALF else 0
+
+    def can_send(self, n_blocks: int) -> bool:
+        """May a packet of ``n_blocks`` go now (7.9.4.3)?"""
+        return (self.fccl - (self.fctbs + n_blocks)) % IB_CREDIT_MOD <= _HALF
+
+    def try_send(self, n_blocks: int, now_ns: int) -> bool:
+        """Send a packet if the credit allows: count its blocks and end a stall;
+        else start (or continue) a stall. Returns whether it may go."""
+        if not self.can_send(n_blocks):
+            if self._stall_since is None:
+                self._stall_since = now_ns
+                self.stalls += 1
+            return False
+        self.fctbs = (self.fctbs + n_blocks) % IB_CREDIT_MOD
+        self._end_stall(now_ns)
+        return True
+
+    def idle(self, now_ns: int) -> None:
+        """No packet waits on this VL any more (a stall, if any, ends)."""
+        self._end_stall(now_ns)
+
+    def _end_stall(self, now_ns: int) -> None:
+        if self._stall_since is not None:
+            self.stalled_ns += now_ns - self._stall_since
+            self._stall_since = None
+
+    def stalled_total_ns(self, now_ns: int) -> int:
+        """Stalled time so far, a stall in progress included."""
+        ongoing = now_ns - self._stall_since if self._stall_since is not None else 0
+        return self.stalled_ns + ongoing
+
+    # ------------------------------------------------------------ receiver
+    def on_data(self, n_blocks: int) -> bool:
+        """A data packet of ``n_blocks`` arrived on this VL: it takes buffer
+        space until ``release``. False: no room (an overrun, counted; the
+        packet is dropped -- a peer that obeys the credits never causes one)."""
+        self.abr = (self.abr + n_blocks) % IB_CREDIT_MOD
+        if n_blocks > self.free_blocks:
+            self.overruns += 1
+            return False
+        self.free_blocks -= n_blocks
+        return True
+
+    def release(self, n_blocks: int) -> None:
+        """A packet of ``n_blocks`` left the receive buffer (forwarded or consumed)."""
+        self.free_blocks = min(self.params.buffer_blocks, self.free_blocks + n_blocks)
+        self._freed_since_fc += n_blocks
+
+    def advertised_fccl(self) -> int:
+        """The FCCL this end advertises: ABR plus the free buffer, at most 2048 ahead."""
+        return (self.abr + min(self.free_blocks, _HALF)) % IB_CREDIT_MOD
+
+    # ------------------------------------------------------------ flow-control packets
+    def fc_due(self, now_ns: int) -> bool:
+        """Does this end owe its peer a flow-control packet for this VL?"""
+        return (self._freed_since_fc >= self.params.update_blocks
+                or now_ns - self._last_fc_ns >= self.params.update_period_ns)
+
+    def next_fc_ns(self) -> int:
+        """When the periodic update falls due (a freed buffer may bring it forward)."""
+        return self._last_fc_ns + self.params.update_period_ns
+
+    def make_fc(self, now_ns: int) -> tuple[int, int]:
+        """(FCTBS, FCCL) for the flow-control packet this end sends now."""
+        self._freed_since_fc = 0
+        self._last_fc_ns = now_ns
+        return self.fctbs, self.advertised_fccl()
+
+    def on_fc(self, fctbs: int, fccl: int, now_ns: int) -> None:
+        """The peer's flow-control packet for this VL: its FCTBS resets our
+        ABR (7.9.4.2: blocks lost on the link are not owed credit), its
+        FCCL is our new limit."""
+        self.abr = fctbs % IB_CREDIT_MOD
+        self.fccl = fccl % IB_CREDIT_MOD
