@@ -63,21 +63,22 @@ class CreditParams:
 class VlCredits:
     """Flow control of one data VL at one end of a link, both directions."""
 
-    __slots__ = ("params", "fctbs", "fccl", "abr", "free_blocks", "stalled_ns", "_stall_since",
-                 "_freed_since_fc", "_last_fc_ns", "stalls", "overruns")
+    __slots__ = ("params", "fctbs", "fccl", "abr", "free_blocks", "stalled_ns", "stalled_since",
+                 "_freed_since_fc", "_last_fc_ns", "stalls", "overruns", "credit_ns")
 
     def __init__(self, params: CreditParams | None = None, now_ns: int = 0):
         self.params = params or CreditParams()
         # transmitter: nothing sent, no credit until the peer's first packet
         self.fctbs = 0
         self.fccl = 0
+        self.credit_ns = now_ns             # when the last FCCL came
         # receiver
         self.abr = 0
         self.free_blocks = self.params.buffer_blocks
         self.stalled_ns = 0                 # time a packet waited for credit
         self.stalls = 0                     # times the VL ran out of credit with a packet ready
         self.overruns = 0                   # packets received beyond the buffer: never, if the peer obeys
-        self._stall_since: int | None = None
+        self.stalled_since: int | None = None
         self._freed_since_fc = 0
         self._last_fc_ns = now_ns - self.params.update_period_ns   # the first update is due at once
 
@@ -95,8 +96,8 @@ class VlCredits:
         """Send a packet if the credit allows: count its blocks and end a stall;
         else start (or continue) a stall. Returns whether it may go."""
         if not self.can_send(n_blocks):
-            if self._stall_since is None:
-                self._stall_since = now_ns
+            if self.stalled_since is None:
+                self.stalled_since = now_ns
                 self.stalls += 1
             return False
         self.fctbs = (self.fctbs + n_blocks) % IB_CREDIT_MOD
@@ -108,13 +109,13 @@ class VlCredits:
         self._end_stall(now_ns)
 
     def _end_stall(self, now_ns: int) -> None:
-        if self._stall_since is not None:
-            self.stalled_ns += now_ns - self._stall_since
-            self._stall_since = None
+        if self.stalled_since is not None:
+            self.stalled_ns += now_ns - self.stalled_since
+            self.stalled_since = None
 
     def stalled_total_ns(self, now_ns: int) -> int:
         """Stalled time so far, a stall in progress included."""
-        ongoing = now_ns - self._stall_since if self._stall_since is not None else 0
+        ongoing = now_ns - self.stalled_since if self.stalled_since is not None else 0
         return self.stalled_ns + ongoing
 
     # ------------------------------------------------------------ receiver
@@ -160,3 +161,4 @@ class VlCredits:
         FCCL is our new limit."""
         self.abr = fctbs % IB_CREDIT_MOD
         self.fccl = fccl % IB_CREDIT_MOD
+        self.credit_ns = now_ns
