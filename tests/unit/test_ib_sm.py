@@ -108,3 +108,20 @@ def test_no_route_descends_and_climbs_again():
     assert subnet.lid["spine2"] not in subnet.lft["spine1"]
     assert subnet.lid["spine1"] not in subnet.lft["spine2"]
     assert subnet.lid["spine2"] in subnet.lft["leaf1"]          # from below: a climb
+
+
+def test_the_lfts_are_entries_of_ib_p4s_contract():
+    from emulator.ib.sm import IB_P4INFO, lft_entries
+    from emulator.p4.p4info import P4Info
+    fabric = load_fabric(TOPOLOGIES / "pods-2x2x2.yaml")
+    subnet = sweep(fabric)
+    info = P4Info.load(IB_P4INFO)
+    lft = info.table("lft")
+    for sw in subnet.lft:
+        entries = lft_entries(subnet, sw, info)
+        assert len(entries) == len(subnet.lft[sw]) - 1            # not its own LID
+        for e in entries:
+            assert e.table_id == lft.preamble.id == 0x02000101    # pinned in p4src/ib.p4
+            dlid = int.from_bytes(e.match[0].exact.value, "big")
+            port = int.from_bytes(e.action.action.params[0].value, "big")
+            assert subnet.lft[sw][dlid] == port and port != 0
