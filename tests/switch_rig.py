@@ -136,13 +136,14 @@ class SwitchRig:
         self.log_path: Path | None = None
         self.device_config = b""      # what SetForwardingPipelineConfig carries (BMv2: its JSON)
 
-    def start(self, config: dict, workdir: Path) -> SwitchRig:
+    def start(self, config: dict, workdir: Path, module: str = "emulator.dataplane") -> SwitchRig:
         """Namespaces, veths, sockets; then the switch with ``config``, connected over P4Runtime.
 
         ``config`` is the switch's JSON config without ``grpc_port`` and
         without the ports' ``ifname``: both are filled in here. It is written
         to ``workdir/{name}.switch.json``, the switch's output to
-        ``workdir/{name}.log``.
+        ``workdir/{name}.log``. ``module``: the switch program
+        (``emulator.ib.switch`` for an InfiniBand switch).
         """
         for p in self.ports:
             self._add_port(p)
@@ -153,7 +154,7 @@ class SwitchRig:
         self.log_path = workdir / f"{config['name']}.log"
         with open(self.log_path, "w") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "emulator.dataplane", str(cfg_path)],
+                [sys.executable, "-m", module, str(cfg_path)],
                 cwd=REPO, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + START_TIMEOUT_S
         while "ready" not in self.log_path.read_text():

@@ -17,7 +17,8 @@ and the carrier frame (IBA Vol. 1, release 1.4, chapter 7).
   recomputes it (the VL changed). 2 bytes, little-endian like the ICRC.
 * ``IBFlowControl`` (7.9.4): the link packet a receiver sends per data VL:
   Op (normal 0, init 1), FCTBS (total blocks sent, mod 4096), VL, FCCL
-  (credit limit, mod 4096) and LPCRC (the VCRC's CRC over its 4 bytes).
+  (credit limit, mod 4096) and LPCRC (the VCRC's CRC over its 4 bytes,
+  stored low byte first as the VCRC and the ICRC are).
 * Carrier: a veth carries Ethernet frames, so each InfiniBand packet rides
   behind a 14-byte Ethernet header whose type stands for its start
   delimiter (``emulator.wire.ETH_P_IB_DATA`` / ``ETH_P_IB_LINK``). The
@@ -30,7 +31,7 @@ import struct
 import zlib
 
 from scapy.contrib.roce import BTH, GRH
-from scapy.fields import BitEnumField, BitField, FCSField, XShortField
+from scapy.fields import BitEnumField, BitField, FCSField, XLEShortField, XShortField
 from scapy.layers.l2 import Ether
 from scapy.packet import Packet, bind_layers
 
@@ -184,12 +185,12 @@ class IBFlowControl(Packet):
         BitField("fctbs", 0, 12),
         BitField("vl", 0, 4),
         BitField("fccl", 0, 12),
-        XShortField("lpcrc", None),
+        XLEShortField("lpcrc", None),      # stored as the VCRC and ICRC are: low byte first
     ]
 
     def post_build(self, p, pay):
         if self.lpcrc is None:
-            p = p[:4] + struct.pack("!H", vcrc(p[:4]))
+            p = p[:4] + struct.pack("<H", vcrc(p[:4]))
         return p + pay
 
 

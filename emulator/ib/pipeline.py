@@ -103,12 +103,15 @@ class IbPipeline:
             return DROP_PORT, frame
         return port, frame
 
+    def egress_vl(self, egress_port: int, sl: int) -> int:
+        """The VL ib.p4's sl2vl gives (port, SL): the queue a packet waits in."""
+        return self.tables.sl2vl.get((egress_port, sl), 0)
+
     def egress(self, frame, egress_port: int, qdepth_packets: int) -> bytearray:
         """The packet as it leaves ``egress_port``: its VL, FECN, VCRC."""
         t = self.tables
         out = bytearray(frame)
-        sl = out[_LRH + 1] >> 4
-        vl = t.sl2vl.get((egress_port, sl), 0)
+        vl = t.sl2vl.get((egress_port, out[_LRH + 1] >> 4), 0)
         out[_LRH] = (vl << 4) | (out[_LRH] & 0x0F)
         threshold = t.cc.get(egress_port, 0)
         if (threshold and qdepth_packets >= threshold and out[_LRH + 1] & 0x03 == LNH_IBA_LOCAL

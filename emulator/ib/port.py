@@ -19,7 +19,7 @@ explicit times (wall ns of the caller's clock; rates already dilated).
   (0: after every high-priority packet; 255: never). The low table is
   served the same way.
 * Serialization at ``rate_bps``: one packet at a time, back to back in
-  emulated time (``busy_until``), then ``send(now_ns, vl, packet)``.
+  emulated time (``busy_until``), then ``send(end_ns, vl, packet, meta)``.
 """
 from __future__ import annotations
 
@@ -77,7 +77,7 @@ class IbEgressPort:
     to call again (None: nothing to do until a packet or credit comes)."""
 
     def __init__(self, rate_bps: float, credits: dict[int, VlCredits],
-                 send: Callable[[int, int, bytes], None], *,
+                 send: Callable[[int, int, bytes, object], None], *,
                  sl2vl: Sequence[int] | None = None, high: Sequence[ArbEntry] = (),
                  low: Sequence[ArbEntry] | None = None, high_limit: int = 0):
         """``credits``: the data VLs of this port and their flow control
@@ -107,12 +107,17 @@ class IbEgressPort:
         self.tx_bytes = {vl: 0 for vl in self.queues}
 
     # ------------------------------------------------------------------ input
-    def enqueue(self, now_ns: int, packet: bytes, sl: int | None = None, vl: int | None = None) -> int:
+    def enqueue(self, now_ns: int, packet: bytes, sl: int | None = None, vl: int | None = None,
+                meta=None) -> int:
         """Queue ``packet`` (arrived at ``now_ns``) on the VL its SL maps to
-        (or ``vl``); returns the VL."""
+        (or ``vl``); ``meta`` goes with it to ``send``. Returns the VL."""
         vl = self.sl2vl[sl] if vl is None else vl
-        self.queues[vl].append((now_ns, packet))
+        self.queues[vl].append((now_ns, packet, meta))
         return vl
+
+    def depth(self, vl: int) -> int:
+        """Packets waiting on ``vl``."""
+        return len(self.queues[vl])
 
     # ------------------------------------------------------------------ output
     def _ready(self, vl: int) -> bool:
@@ -138,15 +143,15 @@ class IbEgressPort:
         Emulated times: a packet starts when the serializer is free, it has
         arrived and -- if its VL was out of credit -- the credit came
         (``VlCredits.credit_ns``); served late, packets still go back to
-        back. ``send(end_ns, vl, packet)`` gets the end of its serialization
-        (when a ``Wire`` takes it)."""
+        back. ``send(end_ns, vl, packet, meta)`` gets the end of its
+        serialization (when a ``Wire`` takes it) and what ``enqueue`` was given."""
         t = self.busy_until
         while t <= now_ns:
             picked = self._pick()
             if picked is None:
                 break
             vl, table = picked
-            arrived_ns, packet = self.queues[vl].popleft()
+            arrived_ns, packet, meta = self.queues[vl].popleft()
             start = max(t, arrived_ns)
             if vl != IB_VL15:
                 cr = self.credits[vl]
@@ -159,7 +164,7 @@ class IbEgressPort:
             t = start + (len(packet) * 8 * 10**9) // int(self.rate_bps)
             self.tx_packets[vl] += 1
             self.tx_bytes[vl] += len(packet)
-            self.send(t, vl, packet)
+            self.send(t, vl, packet, meta)
         self.busy_until = t
         for vl, cr in self.credits.items():
             # A head without credit is stalled since it became the head: its

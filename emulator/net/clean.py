@@ -19,6 +19,7 @@ import time
 # Command lines of the processes a run starts.
 OWN_PROCESS_PATTERNS = (
     re.compile(r"-m emulator\.dataplane\b"),
+    re.compile(r"-m emulator\.ib\.switch\b"),         # InfiniBand switches (emulator/ib/switch.py)
     re.compile(r"-m emulator\.agents\.host\b"),
     re.compile(r"-m emulator\.collectives\.(agent|storage)\b"),   # server agents
     re.compile(r"-m emulator\.net\.forkserver\b"),   # what forks the above (emulator/net/forkserver.py)

@@ -12,7 +12,8 @@ dilated (wall); bytes are not::
      "sample_interval_ns": 10000000,            # queue-depth sampling (wall ns); 0: off
      "router_mac": "02:00:00:00:01:01",         # source MAC of the PFC frames it sends
      "pcap": false,                             # RUN/{ifname}.pcap per port
-     "seed": 1}                                 # ECN marking's random numbers
+     "seed": 1,                                 # ECN marking's random numbers
+     "ib": null}                                # InfiniBand: emulator/ib/switch.py (IbLinkConfig)
 """
 from __future__ import annotations
 
@@ -37,6 +38,23 @@ class PortConfig(StrictSpec):
     buffer_bytes: Optional[int] = Field(None, gt=0)   # old per-port FIFO limit: summed into the shared buffer
 
 
+class IbLinkConfig(StrictSpec):
+    """An InfiniBand switch's link layer (``python -m emulator.ib.switch``):
+    data VLs per port and each VL's receive buffer and flow-control updates
+    (``emulator.ib.credits.CreditParams``; wall ns, already dilated)."""
+    vls: int = Field(1, description="data VLs per port: 1, 2, 4 or 8")
+    buffer_blocks: int = Field(512, ge=1, le=2048)     # per VL and port, 64-byte blocks
+    update_blocks: int = Field(16, ge=1)
+    update_period_ns: int = Field(16_000, gt=0)
+
+    @field_validator("vls")
+    @classmethod
+    def _vls(cls, v: int) -> int:
+        if v not in (1, 2, 4, 8):
+            raise ValueError("an IB port runs 1, 2, 4 or 8 data VLs")
+        return v
+
+
 class SwitchConfig(ProcessConfig):
     name: str
     device_id: int = Field(ge=1)
@@ -49,6 +67,7 @@ class SwitchConfig(ProcessConfig):
     router_mac: Optional[str] = None                   # None: 02:00:00:fe:<device id>
     pcap: bool = False
     seed: int = 0
+    ib: Optional[IbLinkConfig] = None                  # set: an InfiniBand switch (p4src/ib.p4)
 
     @field_validator("router_mac")
     @classmethod

@@ -77,9 +77,16 @@ def test_under_a_grh_the_hop_limit_and_traffic_class_are_variant_too():
 def test_a_flow_control_packet_carries_fctbs_vl_fccl_and_its_lpcrc():
     raw = bytes(IBFlowControl(fctbs=100, vl=2, fccl=4095))
     assert len(raw) == 6 and raw[:4] == bytes.fromhex("0064 2fff")
-    assert struct.unpack("!H", raw[4:])[0] == vcrc(raw[:4])
+    assert struct.unpack("<H", raw[4:])[0] == vcrc(raw[:4])
     back = IBFlowControl(raw)
     assert (back.op, back.fctbs, back.vl, back.fccl) == (0, 100, 2, 4095)
+
+
+def test_the_switch_builds_the_same_flow_control_packet_as_the_layer():
+    from emulator.ib.switch import fc_frame
+    frame = fc_frame(bytes(6), vl=3, fctbs=4000, fccl=17)
+    assert frame[12:14] == ETH_P_IB_LINK.to_bytes(2, "big")
+    assert frame[14:] == bytes(IBFlowControl(fctbs=4000, vl=3, fccl=17))
 
 
 def test_the_vcrc_of_a_packet_and_its_vcrc_is_a_constant_residue():

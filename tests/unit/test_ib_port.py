@@ -22,7 +22,7 @@ def port(vls=(0,), credit=2048, **kw):
     for cr in credits.values():
         if credit:
             cr.on_fc(fctbs=0, fccl=credit, now_ns=0)
-    p = IbEgressPort(GBPS_8, credits, lambda end, vl, pkt: sent.append((end, vl, len(pkt))), **kw)
+    p = IbEgressPort(GBPS_8, credits, lambda end, vl, pkt, meta: sent.append((end, vl, len(pkt))), **kw)
     return p, sent
 
 
@@ -146,7 +146,7 @@ def test_a_15_to_1_incast_through_a_credit_switch_drops_nothing_and_stalls_the_s
     host_rx = VlCredits(params)                          # the receiver NIC's
     delivered = []
 
-    def switch_sent(end, vl, packet):                    # leaves the switch's buffer as it goes
+    def switch_sent(end, vl, packet, meta):                    # leaves the switch's buffer as it goes
         i = packet[0]
         switch_in[i].release(blocks(len(packet)))
         if switch_in[i].fc_due(end):
@@ -154,7 +154,7 @@ def test_a_15_to_1_incast_through_a_credit_switch_drops_nothing_and_stalls_the_s
         at(end + delay, "at_host", packet)
 
     senders = [IbEgressPort(GBPS_8, {0: VlCredits(params)},
-                            lambda end, vl, p: at(end + delay, "at_switch", p))
+                            lambda end, vl, p, meta: at(end + delay, "at_switch", p))
                for _ in range(15)]
     out = IbEgressPort(GBPS_8, {0: VlCredits(params)}, switch_sent)
     for i, s in enumerate(senders):

@@ -1,0 +1,262 @@
+"""One embedded InfiniBand switch: raw sockets on its veth ports,
+``p4src/ib.p4``'s pipeline and a credit-based link layer on every port.
+
+    python -m emulator.ib.switch CONFIG.json    (``SwitchConfig`` with ``ib``)
+
+Per port, per data VL, one ``VlCredits``: the receive buffer this switch
+keeps for packets arriving on the port, and the credit its peer granted for
+what the switch sends out of it. Per port an ``IbEgressPort`` (VL queues,
+arbitration, credit gating, serialization at the port's rate) and a
+``Wire`` (propagation delay). A single thread moves packets::
+
+    frame in on port p
+      link packet          -> credits[p][vl].on_fc: FCTBS resets ABR, FCCL the new limit
+      data packet on VL v  -> credits[p][v].on_data (no room: the peer ignored
+                              its credit; dropped and counted as an overrun)
+                           -> IbPipeline.ingress (LFT) -> egress port e
+                           -> queued on e's VL (ib.p4's sl2vl of (e, SL))
+    e's turn (arbitration and credit) -> IbPipeline.egress (VL, FECN, VCRC)
+                           -> Wire -> the veth; the packet's blocks leave p's
+                              buffer (credits[p][v].release)
+    each port and VL       -> a flow-control packet when its buffer freed
+                              enough, and at least every update period (the
+                              first at start: the initial credit)
+
+A packet is never dropped for want of buffer: a VL without credit waits
+(``stalled_ns``). Stats (per port and VL: packets, bytes, stalls, stall
+time, overruns, flow-control packets; drops by reason) go to
+``stats_path`` at exit, like the Ethernet switch's.
+"""
+from __future__ import annotations
+
+import gc
+import json
+import signal
+import struct
+import sys
+from pathlib import Path
+
+from emulator.clock import MONOTONIC, Clock
+from emulator.dataplane.pcap import IbPcapWriter
+from emulator.dataplane.state import SwitchState
+from emulator.dataplane.switch import RX_BATCH, RX_MAX_BYTES, open_port_socket, write_atomic
+from emulator.errors import ConfigError
+from emulator.ib.credits import CreditParams, VlCredits, blocks
+from emulator.ib.headers import vcrc
+from emulator.ib.pipeline import DROP_PORT, IbPipeline
+from emulator.ib.port import IbEgressPort
+from emulator.link import Wire
+from emulator.net.lifeline import die_with_runner
+from emulator.p4.p4info import P4Info
+from emulator.schema.switch import PortConfig, SwitchConfig
+from emulator.wire import ETH_P_IB_DATA, ETH_P_IB_LINK
+
+IB_P4INFO = Path(__file__).resolve().parents[2] / "p4src" / "ib.p4info.txtpb"
+IDLE_WAKE_NS = 50_000_000
+_CARRIER_DST = b"\xff" * 6
+_FC = struct.Struct("!IH")
+
+
+def fc_frame(src_mac: bytes, vl: int, fctbs: int, fccl: int) -> bytes:
+    """A flow-control packet (IBA 7.9.4) in its carrier frame."""
+    word = (0 << 28) | (fctbs << 16) | (vl << 12) | fccl
+    body = word.to_bytes(4, "big")
+    return _CARRIER_DST + src_mac + ETH_P_IB_LINK.to_bytes(2, "big") + body + \
+        vcrc(body).to_bytes(2, "little")
+
+
+class IbSwitchPort:
+    def __init__(self, cfg: PortConfig, vls: list[int], params: CreditParams, clock: Clock,
+                 pcap: IbPcapWriter | None, send_data):
+        self.cfg = cfg
+        self.port_no = cfg.port_no
+        self.sock = open_port_socket(cfg.ifname)
+        now = clock.now_ns()
+        self.credits = {vl: VlCredits(params, now) for vl in vls}
+        self.egress = IbEgressPort(cfg.rate_bps, self.credits, send_data)
+        self.wire = Wire(cfg.delay_ns)
+        self.pcap = pcap
+        self.clock = clock
+        self.send_errors = 0
+        self.fc_tx = {vl: 0 for vl in vls}
+        self.fc_rx = {vl: 0 for vl in vls}
+        self.vl_errors = 0            # data packets on a VL this port does not run
+
+    def send(self, frame) -> None:
+        try:
+            self.sock.send(frame)
+        except OSError:               # ENOBUFS/EAGAIN: the veth peer's backlog is full
+            self.send_errors += 1
+        if self.pcap is not None:
+            self.pcap.write(self.clock.now_ns(), frame)
+
+
+class IbSwitch:
+    def __init__(self, cfg: SwitchConfig, p4info: P4Info, clock: Clock = MONOTONIC):
+        if cfg.ib is None:
+            raise ConfigError(f"switch {cfg.name}: no 'ib' section: not an InfiniBand switch")
+        self.cfg = cfg
+        self.clock = clock
+        self.state = SwitchState()
+        self.pipeline = IbPipeline(self.state, p4info)
+        ib = cfg.ib
+        self.params = CreditParams(buffer_blocks=ib.buffer_blocks, update_blocks=ib.update_blocks,
+                                   update_period_ns=ib.update_period_ns)
+        self.vls = list(range(ib.vls))
+        self.mac = cfg.router_mac_bytes()
+        run_dir = cfg.run_dir
+        self.ports: dict[int, IbSwitchPort] = {}
+        for p in cfg.ports:
+            pcap = IbPcapWriter(run_dir / f"{p.ifname}.pcap", clock) \
+                if cfg.pcap and run_dir is not None else None
+            self.ports[p.port_no] = IbSwitchPort(p, self.vls, self.params, clock, pcap,
+                                                 self._sender(p.port_no))
+        self._by_fd = {port.sock.fileno(): port for port in self.ports.values()}
+        self._stop = False
+        self.rx_frames = 0
+        self.since_ns = clock.now_ns()
+
+    def stop(self, *_):
+        self._stop = True
+
+    # ------------------------------------------------------------------ data path
+    def _sender(self, port_no: int):
+        def send(end_ns: int, vl: int, frame, meta) -> None:
+            in_port, in_vl, n_blocks, depth = meta
+            out = self.pipeline.egress(frame, port_no, depth)
+            self.ports[port_no].wire.put(end_ns, bytes(out))
+            # the packet left the buffer of the port it came in on
+            self.ports[in_port].credits[in_vl].release(n_blocks)
+        return send
+
+    def receive(self, port: IbSwitchPort, frame, now_ns: int) -> None:
+        self.rx_frames += 1
+        if port.pcap is not None:
+            port.pcap.write(now_ns, frame)
+        ethertype = (frame[12] << 8) | frame[13] if len(frame) >= 14 else -1
+        if ethertype == ETH_P_IB_LINK and len(frame) >= 14 + 6:
+            (word, _) = _FC.unpack_from(frame, 14)
+            vl, fctbs, fccl = (word >> 12) & 0xF, (word >> 16) & 0xFFF, word & 0xFFF
+            cr = port.credits.get(vl)
+            if cr is not None:
+                cr.on_fc(fctbs, fccl, now_ns)
+                port.fc_rx[vl] += 1
+        egress_port, frame = self.pipeline.ingress(frame, port.port_no)   # counts; link packets stop here
+        if ethertype != ETH_P_IB_DATA or len(frame) < 14 + 8:
+            return
+        vl = frame[14] >> 4
+        cr = port.credits.get(vl)
+        n = blocks(len(frame) - 14)
+        if cr is None:
+            port.vl_errors += 1
+            return
+        if not cr.on_data(n):
+            return                                    # an overrun: counted in cr.overruns
+        out = self.ports.get(egress_port)
+        if egress_port == DROP_PORT or out is None:
+            cr.release(n)        # dropped (counted by the pipeline): its blocks still count in ABR
+            return
+        out_vl = self.pipeline.egress_vl(egress_port, frame[15] >> 4)
+        if out_vl not in out.credits:
+            out_vl = self.vls[0]
+        out.egress.enqueue(now_ns, frame, vl=out_vl,
+                           meta=(port.port_no, vl, n, out.egress.depth(out_vl)))
+
+    def _flow_control(self, now_ns: int) -> int:
+        """Send the flow-control packets due; the next time one falls due."""
+        nxt = now_ns + IDLE_WAKE_NS
+        for port in self.ports.values():
+            for vl, cr in port.credits.items():
+                if cr.fc_due(now_ns):
+                    fctbs, fccl = cr.make_fc(now_ns)
+                    port.wire.put(now_ns, fc_frame(self.mac, vl, fctbs, fccl))   # on the link's delay too
+                    port.fc_tx[vl] += 1
+                nxt = min(nxt, cr.next_fc_ns())
+        return nxt
+
+    def transmit(self, now_ns: int) -> int:
+        """Serve every port and release its wire; the next time anything is due."""
+        nxt = self._flow_control(now_ns)
+        for port in self.ports.values():
+            t = port.egress.service(now_ns)
+            if t is not None:
+                nxt = min(nxt, t)
+            if port.wire.in_flight:
+                port.wire.release(now_ns, port.send)
+                if port.wire.in_flight:
+                    nxt = min(nxt, port.wire.in_flight[0][0])
+        return nxt
+
+    def run(self) -> None:
+        fds = list(self._by_fd)
+        clock = self.clock
+        while not self._stop:
+            wake = self.transmit(clock.now_ns())
+            readable = clock.wait_readable(fds, wake)
+            now = clock.now_ns()
+            for fd in readable:
+                port = self._by_fd[fd]
+                for _ in range(RX_BATCH):
+                    try:
+                        frame = port.sock.recv(RX_MAX_BYTES)
+                    except BlockingIOError:
+                        break
+                    self.receive(port, frame, now)
+
+    # ------------------------------------------------------------------ stats
+    def stats(self) -> dict:
+        now = self.clock.now_ns()
+        ports = []
+        for p in self.ports.values():
+            ports.append({
+                "port": p.port_no, "ifname": p.cfg.ifname, "send_errors": p.send_errors,
+                "vl_errors": p.vl_errors,
+                "vls": [{"vl": vl, "tx_packets": p.egress.tx_packets[vl],
+                         "tx_bytes": p.egress.tx_bytes[vl], "stalls": cr.stalls,
+                         "stalled_ns": cr.stalled_total_ns(now), "overruns": cr.overruns,
+                         "fc_tx": p.fc_tx[vl], "fc_rx": p.fc_rx[vl]}
+                        for vl, cr in p.credits.items()]})
+        return {"name": self.cfg.name, "link_layer": "infiniband", "since_ns": self.since_ns,
+                "until_ns": now, "rx_frames": self.rx_frames, "ports": ports}
+
+    def close(self) -> None:
+        for port in self.ports.values():
+            if port.pcap is not None:
+                port.pcap.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    from emulator.dataplane.p4rt_server import P4RuntimeServer
+
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1:
+        print("usage: python -m emulator.ib.switch SWITCH_CONFIG.json", file=sys.stderr)
+        return 2
+    die_with_runner(unsupervised_signal=signal.SIGTERM)
+    try:
+        cfg = SwitchConfig.load(argv[0])
+        p4info = P4Info.load(cfg.p4info_path or IB_P4INFO)
+        switch = IbSwitch(cfg, p4info, MONOTONIC)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    signal.signal(signal.SIGTERM, switch.stop)
+    signal.signal(signal.SIGINT, switch.stop)
+    server = P4RuntimeServer(switch.state, cfg.device_id, cfg.grpc_port, p4info)
+    server.start()
+    print(f"{cfg.name}: ready (InfiniBand, {len(switch.vls)} VL), P4Runtime on "
+          f"127.0.0.1:{cfg.grpc_port}, {len(cfg.ports)} ports", flush=True)
+    gc.collect()
+    gc.freeze()
+    try:
+        switch.run()
+    finally:
+        server.stop()
+        switch.close()
+        if cfg.stats_path:
+            write_atomic(Path(cfg.stats_path), json.dumps(switch.stats(), indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,127 @@
+"""The embedded InfiniBand switch process (``python -m emulator.ib.switch``)
+on real veths, programmed over P4Runtime with ib.p4's contract; the test
+plays the CAs behind its ports, flow-control packets included.
+
+Credit-based flow control as a peer sees it: the switch advertises its
+buffer at start, withholds a packet from a port whose peer granted no
+credit (and counts the stall), sends it once the credit comes, and returns
+the credit of its input buffer when the packet has left.
+
+Needs root; the rig (namespaces, veths, sockets inside the namespaces, the
+switch process) is ``tests/switch_rig.py``'s ``SwitchRig``.
+"""
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from scapy.contrib.roce import BTH
+from scapy.layers.l2 import Ether
+from scapy.packet import Raw
+
+from emulator.agents.roce import RC_WRITE_ONLY, RETH
+from emulator.ib.headers import LRH, IBFlowControl, check_crcs, vcrc
+from emulator.ib.pipeline import DROP_NO_LFT_ENTRY
+from emulator.ib.sm import IB_P4INFO
+from emulator.p4.p4info import P4Info
+from emulator.wire import ETH_P_IB_DATA, ETH_P_IB_LINK
+from tests.switch_rig import SwitchRig, recv_ready, requires_netns
+
+pytestmark = requires_netns
+
+HOST_MAC = {1: "02:00:00:00:0b:01", 2: "02:00:00:00:0b:02", 3: "02:00:00:00:0b:03"}
+BUFFER_BLOCKS = 64
+QUIET_S = 0.3
+WAIT_S = 5.0
+
+
+@pytest.fixture
+def ib_switch(tmp_path):
+    rig = SwitchRig("ib", HOST_MAC)
+    config = {"name": "ibleaf", "device_id": 1, "stats_path": str(tmp_path / "ibleaf.stats.json"),
+              "ports": [{"port_no": p, "rate_bps": 10_000_000_000, "delay_ns": 0} for p in HOST_MAC],
+              "ib": {"vls": 1, "buffer_blocks": BUFFER_BLOCKS, "update_blocks": 1,
+                     "update_period_ns": 10_000_000_000}}
+    try:
+        rig.start(config, tmp_path, module="emulator.ib.switch")
+        p4 = P4Info.load(IB_P4INFO)
+        rig.conn.set_pipeline(p4)
+        c = rig.conn.codec
+        rig.conn.insert([c.table_entry("lft", {"dlid": 0x10}, ("forward", {"port": 2})),
+                         c.table_entry("lft", {"dlid": 0x11}, ("forward", {"port": 3}))])
+        yield rig, tmp_path
+    finally:
+        rig.close()
+
+
+def data(dlid: int, payload: bytes = b"p" * 64, vl: int = 0) -> bytes:
+    return bytes(Ether(src=HOST_MAC[1], dst="ff:ff:ff:ff:ff:ff", type=ETH_P_IB_DATA)
+                 / LRH(vl=vl, sl=0, dlid=dlid, slid=0x01) / BTH(opcode=RC_WRITE_ONLY, dqpn=5, psn=7)
+                 / RETH(dma_length=len(payload)) / Raw(payload))
+
+
+def fc(fctbs: int, fccl: int, vl: int = 0) -> bytes:
+    return bytes(Ether(src=HOST_MAC[2], dst="ff:ff:ff:ff:ff:ff", type=ETH_P_IB_LINK)
+                 / IBFlowControl(fctbs=fctbs, vl=vl, fccl=fccl))
+
+
+def collect(rig, seconds: float, until=None) -> list[tuple[int, bytes]]:
+    got, end = [], time.monotonic() + seconds
+    while time.monotonic() < end:
+        got += recv_ready(rig.socks, 0.05)
+        if until is not None and until(got):
+            break
+    return got
+
+
+def flow_controls(got, port):
+    out = []
+    for p, f in got:
+        if p == port and f[12:14] == ETH_P_IB_LINK.to_bytes(2, "big"):
+            pkt = IBFlowControl(f[14:20])
+            assert pkt.lpcrc == vcrc(f[14:18])
+            out.append(pkt)
+    return out
+
+
+def datas(got, port):
+    return [f for p, f in got if p == port and f[12:14] == ETH_P_IB_DATA.to_bytes(2, "big")]
+
+
+def test_a_packet_waits_for_credit_then_goes_and_its_buffer_is_credited_back(ib_switch):
+    rig, tmp_path = ib_switch
+    # at start the switch advertises its whole buffer on every port
+    start = collect(rig, WAIT_S, until=lambda g: all(flow_controls(g, p) for p in (1, 2)))
+    assert flow_controls(start, 1)[0].fccl == BUFFER_BLOCKS
+    sent = data(0x10)
+    rig.socks[1].send(sent)
+    # h2 granted no credit: nothing leaves port 2
+    early = collect(rig, QUIET_S)
+    assert datas(early, 2) == []
+    rig.socks[2].send(fc(fctbs=0, fccl=100))             # h2's receive buffer: 100 blocks
+    later = collect(rig, WAIT_S, until=lambda g: datas(g, 2) and flow_controls(g, 1))
+    (out,) = datas(later, 2)
+    assert out[28:-6] == sent[28:-6]                     # BTH, RETH, payload: the sender's
+    assert check_crcs(out[14:]) == (True, True) and LRH(out[14:]).dlid == 0x10
+    # the packet left the switch: port 1's buffer is whole again, ABR counts its blocks
+    n_blocks = -(-(len(sent) - 14) // 64)
+    assert flow_controls(later, 1)[-1].fccl == n_blocks + BUFFER_BLOCKS
+    rig.proc.terminate()
+    rig.proc.wait(timeout=10)
+    stats = json.loads((tmp_path / "ibleaf.stats.json").read_text())
+    port2 = next(p for p in stats["ports"] if p["port"] == 2)["vls"][0]
+    assert port2["tx_packets"] == 1 and port2["stalls"] == 1 and port2["stalled_ns"] > 0
+    assert all(vl["overruns"] == 0 for p in stats["ports"] for vl in p["vls"])
+
+
+def test_an_unknown_dlid_is_dropped_counted_and_its_blocks_credited_back(ib_switch):
+    rig, _ = ib_switch
+    collect(rig, WAIT_S, until=lambda g: flow_controls(g, 1))
+    rig.socks[1].send(data(0x0BAD))
+    got = collect(rig, WAIT_S, until=lambda g: flow_controls(g, 1))
+    assert datas(got, 2) == [] and datas(got, 3) == []
+    n_blocks = -(-(len(data(0x0BAD)) - 14) // 64)
+    assert flow_controls(got, 1)[-1].fccl == n_blocks + BUFFER_BLOCKS
+    drops = rig.conn.read_counter("ib_drop_counter")
+    assert drops[DROP_NO_LFT_ENTRY][0] == 1
