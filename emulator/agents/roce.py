@@ -302,6 +302,35 @@ _S_AETH = struct.Struct("!I")
 _S_ICRC = struct.Struct("<I")
 
 
+def write_transport(buf: bytearray, mv: memoryview, h: int, payload, max_payload_bytes: int,
+                    reth: tuple[int, int, int] | None, aeth: tuple[int, int] | None,
+                    imm: int | None) -> tuple[int, int, int]:
+    """The transport part after a BTH at ``h``, shared by RoCE's frames and
+    InfiniBand's (``emulator.ib.frames``): extended headers (RETH, AETH,
+    ImmDt), payload and pad bytes. Returns (end of the extended headers,
+    end of the padded payload, pad count)."""
+    if reth is not None:
+        _S_RETH.pack_into(buf, h, reth[0], reth[1], reth[2])
+        h += RETH_LEN
+    if aeth is not None:
+        _S_AETH.pack_into(buf, h, (aeth[0] << 24) | (aeth[1] & PSN_MASK))
+        h += AETH_LEN
+    if imm is not None:
+        _S_AETH.pack_into(buf, h, imm)
+        h += IMMDT_LEN
+    plen = len(payload)
+    if plen > max_payload_bytes:
+        raise ValueError(f"payload of {plen} bytes > max_payload_bytes {max_payload_bytes}")
+    pad = -plen & 3
+    pend = h + plen
+    if plen:
+        mv[h:pend] = payload
+    if pad:
+        mv[pend:pend + pad] = _ZEROS[:pad]
+        pend += pad
+    return h, pend, pad
+
+
 class FrameTemplate:
     """Per-QP RoCEv2 frame, built once with scapy, patched per packet.
 
@@ -353,26 +382,8 @@ class FrameTemplate:
         """
         buf = self.buf
         mv = self.mv
-        h = _EXT_OFF
-        if reth is not None:
-            _S_RETH.pack_into(buf, h, reth[0], reth[1], reth[2])
-            h += RETH_LEN
-        if aeth is not None:
-            _S_AETH.pack_into(buf, h, (aeth[0] << 24) | (aeth[1] & PSN_MASK))
-            h += AETH_LEN
-        if imm is not None:
-            _S_AETH.pack_into(buf, h, imm)
-            h += IMMDT_LEN
-        plen = len(payload)
-        if plen > self.max_payload_bytes:
-            raise ValueError(f"payload of {plen} bytes > max_payload_bytes {self.max_payload_bytes}")
-        pad = -plen & 3
-        pend = h + plen
-        if plen:
-            mv[h:pend] = payload
-        if pad:
-            mv[pend:pend + pad] = _ZEROS[:pad]
-            pend += pad
+        h, pend, pad = write_transport(buf, mv, _EXT_OFF, payload, self.max_payload_bytes,
+                                       reth, aeth, imm)
         total = pend + ICRC_LEN
         # IPv4 total length, id, checksum; UDP length
         ip_len = total - 14
@@ -475,20 +486,30 @@ def parse_roce(frame, verify: bool = False) -> RocePacket | None:
         return None
     if verify and not verify_icrc(frame):
         return None
-    reth_va = reth_rkey = reth_len = aeth_syn = aeth_msn = imm = None
-    if op in _HAS_RETH:
-        reth_va, reth_rkey, reth_len = _unpack_reth(frame, h)
-    elif op in _HAS_AETH:
-        (a,) = _unpack_u32(frame, h)
-        aeth_syn = a >> 24
-        aeth_msn = a & PSN_MASK
-    if _HAS_IMM[op]:
-        (imm,) = _unpack_u32(frame, h + _IMM_OFFSET[op])
     if not isinstance(frame, memoryview):
         frame = memoryview(frame)
     return RocePacket(src, dst, sport, op, fbq & PSN_MASK, apsn & PSN_MASK, apsn >> 31 == 1,
                       tos & 3, tos >> 2, fbq >> 31 == 1, (fbq >> 30) & 1 == 1,
-                      reth_va, reth_rkey, reth_len, aeth_syn, aeth_msn, imm, frame[p:pend])
+                      *read_ext_headers(frame, h, op), frame[p:pend])
+
+
+_NO_EXT = (None, None, None, None, None, None)
+
+
+def read_ext_headers(frame, h: int, op: int) -> tuple:
+    """(RETH va, rkey, length, AETH syndrome, MSN, ImmDt) of the extended
+    headers at ``h`` after a BTH with ``op`` (None where absent); shared by
+    RoCE's parser and InfiniBand's (``emulator.ib.frames.parse_ib``)."""
+    if op in _HAS_RETH:
+        va, rkey, length = _unpack_reth(frame, h)
+        return va, rkey, length, None, None, \
+            (_unpack_u32(frame, h + _IMM_OFFSET[op])[0] if _HAS_IMM[op] else None)
+    if op in _HAS_AETH:
+        (a,) = _unpack_u32(frame, h)
+        return None, None, None, a >> 24, a & PSN_MASK, None
+    if _HAS_IMM[op]:
+        return None, None, None, None, None, _unpack_u32(frame, h + _IMM_OFFSET[op])[0]
+    return _NO_EXT
 
 
 def _unpack_opts(frame, ip_off: int, ihl: int):

@@ -23,8 +23,7 @@ from scapy.contrib.roce import BTH
 from scapy.layers.l2 import Ether
 
 from emulator.agents.roce import (
-    _EXT_LEN, _HAS_AETH, _HAS_IMM, _HAS_RETH, _IMM_OFFSET, AETH_LEN, IMMDT_LEN, PSN_MASK, RC_ACK,
-    RC_SEND_ONLY, RETH_LEN,
+    _EXT_LEN, PSN_MASK, RC_ACK, RC_SEND_ONLY, read_ext_headers, write_transport,
 )
 from emulator.ib.headers import ICRC_BYTES, LNH_IBA_LOCAL, LRH, LRH_BYTES, VCRC_BYTES, vcrc
 from emulator.wire import BTH_BYTES, ETH_HDR_BYTES, ETH_P_IB_DATA
@@ -32,11 +31,8 @@ from emulator.wire import BTH_BYTES, ETH_HDR_BYTES, ETH_P_IB_DATA
 _LRH_OFF = ETH_HDR_BYTES                 # 14: the carrier, then the packet
 _BTH_OFF = _LRH_OFF + LRH_BYTES          # 22
 _EXT_OFF = _BTH_OFF + BTH_BYTES          # 34
-_ZEROS = b"\x00\x00\x00\x00"
 _S_LRH_LEN = struct.Struct("!H")         # rsvd5 + PktLen
 _S_BTH = struct.Struct("!BBHII")
-_S_RETH = struct.Struct("!QII")
-_S_U32 = struct.Struct("!I")
 _S_ICRC = struct.Struct("<I")
 _S_VCRC = struct.Struct("<H")
 _crc32 = zlib.crc32
@@ -72,26 +68,8 @@ class IbFrameTemplate:
               fecn: bool = False, becn: bool = False) -> memoryview:
         """The packet, as ``roce.FrameTemplate.build`` builds RoCE's."""
         buf, mv = self.buf, self.mv
-        h = _EXT_OFF
-        if reth is not None:
-            _S_RETH.pack_into(buf, h, reth[0], reth[1], reth[2])
-            h += RETH_LEN
-        if aeth is not None:
-            _S_U32.pack_into(buf, h, (aeth[0] << 24) | (aeth[1] & PSN_MASK))
-            h += AETH_LEN
-        if imm is not None:
-            _S_U32.pack_into(buf, h, imm)
-            h += IMMDT_LEN
-        plen = len(payload)
-        if plen > self.max_payload_bytes:
-            raise ValueError(f"payload of {plen} bytes > max_payload_bytes {self.max_payload_bytes}")
-        pad = -plen & 3
-        pend = h + plen
-        if plen:
-            mv[h:pend] = payload
-        if pad:
-            mv[pend:pend + pad] = _ZEROS[:pad]
-            pend += pad
+        h, pend, pad = write_transport(buf, mv, _EXT_OFF, payload, self.max_payload_bytes,
+                                       reth, aeth, imm)
         icrc_end = pend + ICRC_BYTES
         _S_LRH_LEN.pack_into(buf, _LRH_OFF + 4, (icrc_end - _LRH_OFF) >> 2)
         _S_BTH.pack_into(buf, _BTH_OFF, opcode, (solicited << 7) | (pad << 4), self.pkey,
@@ -157,16 +135,8 @@ def parse_ib(frame) -> IbPacket | None:
     pend = icrc_end - ICRC_BYTES - ((fl >> 4) & 3)
     if pend < p:
         return None
-    reth_va = reth_rkey = reth_len = aeth_syn = aeth_msn = imm = None
-    if op in _HAS_RETH:
-        reth_va, reth_rkey, reth_len = _S_RETH.unpack_from(frame, h)
-    elif op in _HAS_AETH:
-        (a,) = _S_U32.unpack_from(frame, h)
-        aeth_syn, aeth_msn = a >> 24, a & PSN_MASK
-    if _HAS_IMM[op]:
-        (imm,) = _S_U32.unpack_from(frame, h + _IMM_OFFSET[op])
     if not isinstance(frame, memoryview):
         frame = memoryview(frame)
     return IbPacket(slid, dlid, sl_lnh >> 4, vl_lver >> 4, op, fbq & PSN_MASK, apsn & PSN_MASK,
                     apsn >> 31 == 1, fbq >> 31 == 1, (fbq >> 30) & 1 == 1,
-                    reth_va, reth_rkey, reth_len, aeth_syn, aeth_msn, imm, frame[p:pend])
+                    *read_ext_headers(frame, h, op), frame[p:pend])
