@@ -287,8 +287,6 @@ def write_atomic(path: Path, text: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from emulator.dataplane.p4rt_server import P4RuntimeServer
-
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
         print("usage: python -m emulator.dataplane SWITCH_CONFIG.json", file=sys.stderr)
@@ -302,13 +300,21 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     p4info = P4Info.load(cfg.p4info_path) if cfg.p4info_path else P4Info.load()
     switch = EmbeddedSwitch(cfg, p4info, MONOTONIC)
+    signal.signal(signal.SIGUSR1, switch.request_snapshot)
+    return serve(switch, cfg, p4info, f"{cfg.name}: ready")
+
+
+def serve(switch, cfg: SwitchConfig, p4info: P4Info, banner: str) -> int:
+    """Run a switch process's ``switch`` (``run``, ``stop``, ``close``,
+    ``stats``, ``state``) behind its P4Runtime server until SIGTERM/SIGINT;
+    its stats to ``cfg.stats_path`` at exit. ``banner`` starts the line that
+    says it is ready (what the Mininet node and the tests wait for)."""
+    from emulator.dataplane.p4rt_server import P4RuntimeServer
     signal.signal(signal.SIGTERM, switch.stop)
     signal.signal(signal.SIGINT, switch.stop)
-    signal.signal(signal.SIGUSR1, switch.request_snapshot)
     server = P4RuntimeServer(switch.state, cfg.device_id, cfg.grpc_port, p4info)
     server.start()
-    print(f"{cfg.name}: ready, P4Runtime on 127.0.0.1:{cfg.grpc_port}, "
-          f"{len(cfg.ports)} ports", flush=True)
+    print(f"{banner}, P4Runtime on 127.0.0.1:{cfg.grpc_port}, {len(cfg.ports)} ports", flush=True)
     # Startup garbage is long-lived; keep the collector off the packet path.
     gc.collect()
     gc.freeze()

@@ -29,8 +29,6 @@ time, overruns, flow-control packets; drops by reason) go to
 """
 from __future__ import annotations
 
-import gc
-import json
 import signal
 import struct
 import sys
@@ -39,7 +37,7 @@ from pathlib import Path
 from emulator.clock import MONOTONIC, Clock
 from emulator.dataplane.pcap import IbPcapWriter
 from emulator.dataplane.state import SwitchState
-from emulator.dataplane.switch import RX_BATCH, RX_MAX_BYTES, open_port_socket, write_atomic
+from emulator.dataplane.switch import RX_BATCH, RX_MAX_BYTES, open_port_socket, serve
 from emulator.errors import ConfigError
 from emulator.ib.credits import CreditParams, VlCredits, blocks
 from emulator.ib.headers import vcrc
@@ -226,8 +224,6 @@ class IbSwitch:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from emulator.dataplane.p4rt_server import P4RuntimeServer
-
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
         print("usage: python -m emulator.ib.switch SWITCH_CONFIG.json", file=sys.stderr)
@@ -240,22 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    signal.signal(signal.SIGTERM, switch.stop)
-    signal.signal(signal.SIGINT, switch.stop)
-    server = P4RuntimeServer(switch.state, cfg.device_id, cfg.grpc_port, p4info)
-    server.start()
-    print(f"{cfg.name}: ready (InfiniBand, {len(switch.vls)} VL), P4Runtime on "
-          f"127.0.0.1:{cfg.grpc_port}, {len(cfg.ports)} ports", flush=True)
-    gc.collect()
-    gc.freeze()
-    try:
-        switch.run()
-    finally:
-        server.stop()
-        switch.close()
-        if cfg.stats_path:
-            write_atomic(Path(cfg.stats_path), json.dumps(switch.stats(), indent=1))
-    return 0
+    return serve(switch, cfg, p4info, f"{cfg.name}: ready (InfiniBand, {len(switch.vls)} VL)")
 
 
 if __name__ == "__main__":
