@@ -305,8 +305,17 @@ class FabricNet:
         logs: what a run's results read), then delete the links, end the
         shells and the fork server in a thread while the caller writes the
         results; ``stop`` (the context's exit) joins it. A cluster tears down
-        in order (its files are gathered after its switches stop)."""
-        if self.net is None or self.cluster is not None or self._teardown_thread is not None:
+        in order, here, before the caller reads the results: the remote
+        agents' results, stats and logs come back with it (switches stop,
+        then every server's files are gathered; the mirror that copies
+        results while the run goes may be a quarter second behind)."""
+        if self.net is None or self._teardown_thread is not None:
+            return
+        if self.cluster is not None:
+            try:
+                self._teardown()
+            except Exception as e:            # raised by stop(), as the thread's would be
+                self._teardown_error = e
             return
         self._stop_switches(self.net)
 

@@ -71,3 +71,18 @@ def test_what_the_thread_raises_comes_out_of_stop_and_signals_are_restored():
         fnet.stop()
     assert signal.getsignal(signal.SIGTERM) is before
     fnet.stop()                                # idempotent: nothing raised twice
+
+
+def test_a_cluster_tears_down_in_order_before_the_results_are_read():
+    # its remote agents' results come back with its teardown (gather): a
+    # run that read them first found the other server's flows incomplete
+    log = []
+
+    def teardown():
+        log.append(f"teardown in {threading.current_thread().name}")
+    fnet = fabric_net(log, teardown)
+    fnet.cluster = object()
+    fnet.teardown_in_background()
+    assert log == [f"teardown in {threading.main_thread().name}"] and fnet._teardown_thread is None
+    fnet._teardown = lambda: None
+    fnet.stop()
