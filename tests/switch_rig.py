@@ -165,13 +165,15 @@ class SwitchRig:
                                      timeout=10.0)
         return self
 
-    def start_bmv2(self, name: str, device_id: int, workdir: Path) -> SwitchRig:
+    def start_bmv2(self, name: str, device_id: int, workdir: Path,
+                   program: str = "fabric") -> SwitchRig:
         """Namespaces, veths, sockets; then BMv2's simple_switch_grpc on the
         switch ends, as the BMv2 target runs it (emulator/net/bmv2.py), with
-        no program until the test sets fabric.p4's JSON (``device_config``)."""
+        no program until the test sets ``p4src/<program>.p4``'s JSON
+        (``device_config``)."""
         from emulator.net.bmv2 import CPU_PORT, NUM_PRIORITIES, SWITCH_BINARY
         from emulator.p4.build import bmv2_json
-        self.device_config = bmv2_json().read_bytes()
+        self.device_config = bmv2_json(program=program).read_bytes()
         for p in self.ports:
             self._add_port(p)
         grpc_port = free_tcp_port()

@@ -57,29 +57,35 @@ def contract_differences(generated: p4info_pb2.P4Info, source: Path = P4_SOURCE,
     return diffs
 
 
-def bmv2_json(build_dir: Path = BUILD_DIR, contract: Path = DEFAULT_P4INFO) -> Path:
-    """Path of fabric.p4's BMv2 JSON, compiled now if missing or stale, after
-    checking p4c's P4Info against ``contract`` (EnvironmentProblem if it differs)."""
-    out_json = build_dir / "fabric.json"
-    out_p4info = build_dir / "fabric.p4info.txtpb"
-    sources = [P4_SOURCE, contract]
+def bmv2_json(build_dir: Path = BUILD_DIR, contract: Path | None = None,
+              program: str = "fabric") -> Path:
+    """Path of ``p4src/<program>.p4``'s BMv2 JSON (fabric.p4; ib.p4 for the
+    InfiniBand switch), compiled now if missing or stale, after checking
+    p4c's P4Info against ``contract`` (default: the program's committed
+    P4Info; EnvironmentProblem if it differs)."""
+    source = P4_SOURCE.with_name(f"{program}.p4")
+    contract = contract or (DEFAULT_P4INFO if program == "fabric"
+                            else source.with_name(f"{program}.p4info.txtpb"))
+    out_json = build_dir / f"{program}.json"
+    out_p4info = build_dir / f"{program}.p4info.txtpb"
+    sources = [source, contract]
     fresh = (out_json.exists() and out_p4info.exists()
              and all(out_json.stat().st_mtime >= s.stat().st_mtime for s in sources))
     if not fresh:
         p4c = p4c_path()
         if p4c is None:
             raise EnvironmentProblem(
-                f"{out_json} is missing or older than {P4_SOURCE.name}, and p4c-bm2-ss is not "
+                f"{out_json} is missing or older than {source.name}, and p4c-bm2-ss is not "
                 f"installed to compile it (the Vagrant lab has p4c; or run 'make p4' where it is)")
         build_dir.mkdir(parents=True, exist_ok=True)
         res = subprocess.run([p4c, "--arch", "v1model", "-o", str(out_json),
-                              "--p4runtime-files", str(out_p4info), str(P4_SOURCE)],
+                              "--p4runtime-files", str(out_p4info), str(source)],
                              capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S)
         if res.returncode != 0:
             first = next((ln for ln in res.stderr.splitlines() if "error" in ln.lower()),
                          res.stderr.strip().splitlines()[-1] if res.stderr.strip() else "no output")
-            raise EnvironmentProblem(f"{P4_SOURCE}: p4c-bm2-ss failed: {first}")
-    diffs = contract_differences(read_p4info(out_p4info), contract=contract)
+            raise EnvironmentProblem(f"{source}: p4c-bm2-ss failed: {first}")
+    diffs = contract_differences(read_p4info(out_p4info), source=source, contract=contract)
     if diffs:
         more = f" (and {len(diffs) - 1} more)" if len(diffs) > 1 else ""
         raise EnvironmentProblem(

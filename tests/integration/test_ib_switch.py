@@ -1,11 +1,15 @@
-"""The embedded InfiniBand switch process (``python -m emulator.ib.switch``)
-on real veths, programmed over P4Runtime with ib.p4's contract; the test
-plays the CAs behind its ports, flow-control packets included.
+"""The InfiniBand switch on real veths, programmed over P4Runtime with
+ib.p4's contract; the test plays the CAs behind its ports, flow-control
+packets included.
 
-Credit-based flow control as a peer sees it: the switch advertises its
-buffer at start, withholds a packet from a port whose peer granted no
-credit (and counts the stall), sends it once the credit comes, and returns
-the credit of its input buffer when the packet has left.
+What ib.p4 defines is checked on both targets, the embedded InfiniBand
+switch (``python -m emulator.ib.switch``) and BMv2 running ib.p4 where it
+is installed: forwarding on DLID, the VL from sl2vl, the transport left
+as sent, drops counted by reason. Credit-based flow control, which BMv2
+cannot express, on the embedded switch as a peer sees it: the switch
+advertises its buffer at start, withholds a packet from a port whose peer
+granted no credit (and counts the stall), sends it once the credit comes,
+and returns the credit of its input buffer when the packet has left.
 
 Needs root; the rig (namespaces, veths, sockets inside the namespaces, the
 switch process) is ``tests/switch_rig.py``'s ``SwitchRig``.
@@ -22,7 +26,7 @@ from scapy.packet import Raw
 
 from emulator.agents.roce import RC_WRITE_ONLY, RETH
 from emulator.ib.headers import LRH, IBFlowControl, check_crcs, vcrc
-from emulator.ib.pipeline import DROP_NO_LFT_ENTRY
+from emulator.ib.pipeline import DROP_LINK_PACKET, DROP_NO_LFT_ENTRY, DROP_NOT_IB
 from emulator.ib.sm import IB_P4INFO
 from emulator.p4.p4info import P4Info
 from emulator.wire import ETH_P_IB_DATA, ETH_P_IB_LINK
@@ -36,28 +40,55 @@ QUIET_S = 0.3
 WAIT_S = 5.0
 
 
+def start(target: str, tmp_path, vls: int = 1):
+    rig = SwitchRig("ib", HOST_MAC)
+    if target == "bmv2":
+        from emulator.net.bmv2 import bmv2_unavailable_reason
+        if bmv2_unavailable_reason():
+            pytest.skip(f"BMv2 target: {bmv2_unavailable_reason()}")
+        rig.start_bmv2("ibleaf", 1, tmp_path, program="ib")
+    else:
+        config = {"name": "ibleaf", "device_id": 1,
+                  "stats_path": str(tmp_path / "ibleaf.stats.json"),
+                  "ports": [{"port_no": p, "rate_bps": 10_000_000_000, "delay_ns": 0}
+                            for p in HOST_MAC],
+                  "ib": {"vls": vls, "buffer_blocks": BUFFER_BLOCKS, "update_blocks": 1,
+                         "update_period_ns": 10_000_000_000}}
+        rig.start(config, tmp_path, module="emulator.ib.switch")
+    rig.conn.set_pipeline(P4Info.load(IB_P4INFO), device_config=rig.device_config)
+    c = rig.conn.codec
+    rig.conn.insert([c.table_entry("lft", {"dlid": 0x10}, ("forward", {"port": 2})),
+                     c.table_entry("lft", {"dlid": 0x11}, ("forward", {"port": 3}))])
+    return rig
+
+
 @pytest.fixture
 def ib_switch(tmp_path):
-    rig = SwitchRig("ib", HOST_MAC)
-    config = {"name": "ibleaf", "device_id": 1, "stats_path": str(tmp_path / "ibleaf.stats.json"),
-              "ports": [{"port_no": p, "rate_bps": 10_000_000_000, "delay_ns": 0} for p in HOST_MAC],
-              "ib": {"vls": 1, "buffer_blocks": BUFFER_BLOCKS, "update_blocks": 1,
-                     "update_period_ns": 10_000_000_000}}
+    rig = start("embedded", tmp_path)
     try:
-        rig.start(config, tmp_path, module="emulator.ib.switch")
-        p4 = P4Info.load(IB_P4INFO)
-        rig.conn.set_pipeline(p4)
-        c = rig.conn.codec
-        rig.conn.insert([c.table_entry("lft", {"dlid": 0x10}, ("forward", {"port": 2})),
-                         c.table_entry("lft", {"dlid": 0x11}, ("forward", {"port": 3}))])
         yield rig, tmp_path
     finally:
         rig.close()
 
 
-def data(dlid: int, payload: bytes = b"p" * 64, vl: int = 0) -> bytes:
+@pytest.fixture(params=["embedded", "bmv2"])
+def either(request, tmp_path):
+    """The switch on each target, every host having granted credit (BMv2
+    counts the grants as link packets and has no use for them)."""
+    rig = start(request.param, tmp_path, vls=2)
+    try:
+        for p in HOST_MAC:
+            for vl in (0, 1):
+                rig.socks[p].send(fc(fctbs=0, fccl=1000, vl=vl))
+        rig.target = request.param
+        yield rig
+    finally:
+        rig.close()
+
+
+def data(dlid: int, payload: bytes = b"p" * 64, vl: int = 0, sl: int = 0) -> bytes:
     return bytes(Ether(src=HOST_MAC[1], dst="ff:ff:ff:ff:ff:ff", type=ETH_P_IB_DATA)
-                 / LRH(vl=vl, sl=0, dlid=dlid, slid=0x01) / BTH(opcode=RC_WRITE_ONLY, dqpn=5, psn=7)
+                 / LRH(vl=vl, sl=sl, dlid=dlid, slid=0x01) / BTH(opcode=RC_WRITE_ONLY, dqpn=5, psn=7)
                  / RETH(dma_length=len(payload)) / Raw(payload))
 
 
@@ -125,3 +156,35 @@ def test_an_unknown_dlid_is_dropped_counted_and_its_blocks_credited_back(ib_swit
     assert flow_controls(got, 1)[-1].fccl == n_blocks + BUFFER_BLOCKS
     drops = rig.conn.read_counter("ib_drop_counter")
     assert drops[DROP_NO_LFT_ENTRY][0] == 1
+
+
+# ------------------------------------------------------------ ib.p4 on both targets
+
+def test_forwarding_on_dlid_with_the_vl_sl2vl_gives(either):
+    rig = either
+    c = rig.conn.codec
+    rig.conn.insert([c.table_entry("sl2vl", {"port": 3, "sl": 4}, ("set_vl", {"vl": 1}))])
+    sent = {0x10: data(0x10, sl=4), 0x11: data(0x11, sl=4)}
+    for frame in sent.values():
+        rig.socks[1].send(frame)
+    got = collect(rig, WAIT_S, until=lambda g: datas(g, 2) and datas(g, 3))
+    (to2,), (to3,) = datas(got, 2), datas(got, 3)
+    assert LRH(to2[14:]).vl == 0 and LRH(to3[14:]).vl == 1       # no entry for (2, SL 4): VL 0
+    for out, dlid in ((to2, 0x10), (to3, 0x11)):
+        assert LRH(out[14:]).dlid == dlid
+        assert out[22:-6] == sent[dlid][22:-6]                 # BTH, RETH, payload as sent
+        icrc_ok, vcrc_ok = check_crcs(out[14:])
+        assert icrc_ok                                          # the VL is not in the ICRC
+        assert vcrc_ok or rig.target == "bmv2"                  # BMv2 cannot reseal the VCRC
+    assert datas(got, 1) == []
+
+
+def test_drops_are_counted_by_reason(either):
+    rig = either
+    rig.socks[1].send(data(0x0BAD))                                        # no LFT entry
+    rig.socks[1].send(bytes(Ether(src=HOST_MAC[1], type=0x0800) / Raw(b"\x45" + bytes(40))))
+    time.sleep(QUIET_S)
+    assert datas(collect(rig, QUIET_S), 2) == []
+    drops = rig.conn.read_counter("ib_drop_counter")
+    assert drops[DROP_NO_LFT_ENTRY][0] == 1 and drops[DROP_NOT_IB][0] == 1
+    assert drops[DROP_LINK_PACKET][0] == 2 * len(HOST_MAC)                # the credit grants
