@@ -78,7 +78,7 @@ class IbSwitchPort:
         self.send_errors = 0
         self.fc_tx = {vl: 0 for vl in vls}
         self.fc_rx = {vl: 0 for vl in vls}
-        self.vl_errors = 0            # data packets on a VL this port does not run
+        self.vl_errors = 0            # data packets in or out on a VL this port does not run
 
     def send(self, frame) -> None:
         try:
@@ -156,7 +156,11 @@ class IbSwitch:
             return
         out_vl = self.pipeline.egress_vl(egress_port, frame[15] >> 4)
         if out_vl not in out.credits:
-            out_vl = self.vls[0]
+            # sl2vl names a VL the egress port does not run: the packet would
+            # reach its peer on a VL without credit there. Dropped, counted.
+            out.vl_errors += 1
+            cr.release(n)
+            return
         out.egress.enqueue(now_ns, frame, vl=out_vl,
                            meta=(port.port_no, vl, n, out.egress.depth(out_vl)))
 

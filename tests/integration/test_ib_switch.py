@@ -188,3 +188,19 @@ def test_drops_are_counted_by_reason(either):
     drops = rig.conn.read_counter("ib_drop_counter")
     assert drops[DROP_NO_LFT_ENTRY][0] == 1 and drops[DROP_NOT_IB][0] == 1
     assert drops[DROP_LINK_PACKET][0] == 2 * len(HOST_MAC)                # the credit grants
+
+
+def test_an_sl_mapped_to_a_vl_the_port_does_not_run_is_dropped_and_counted(ib_switch):
+    rig, tmp_path = ib_switch                        # one data VL per port
+    c = rig.conn.codec
+    rig.conn.insert([c.table_entry("sl2vl", {"port": 2, "sl": 6}, ("set_vl", {"vl": 3}))])
+    rig.socks[2].send(fc(fctbs=0, fccl=100))
+    collect(rig, WAIT_S, until=lambda g: flow_controls(g, 1))
+    rig.socks[1].send(data(0x10, sl=6))
+    got = collect(rig, WAIT_S, until=lambda g: flow_controls(g, 1))
+    assert datas(got, 2) == []
+    assert flow_controls(got, 1)[-1].fccl == -(-(len(data(0x10)) - 14) // 64) + BUFFER_BLOCKS
+    rig.proc.terminate()
+    rig.proc.wait(timeout=10)
+    stats = json.loads((tmp_path / "ibleaf.stats.json").read_text())
+    assert next(p for p in stats["ports"] if p["port"] == 2)["vl_errors"] == 1
