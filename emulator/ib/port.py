@@ -79,14 +79,19 @@ class IbEgressPort:
     def __init__(self, rate_bps: float, credits: dict[int, VlCredits],
                  send: Callable[[int, int, bytes, object], None], *,
                  sl2vl: Sequence[int] | None = None, high: Sequence[ArbEntry] = (),
-                 low: Sequence[ArbEntry] | None = None, high_limit: int = 0):
+                 low: Sequence[ArbEntry] | None = None, high_limit: int = 0,
+                 carrier_bytes: int = 0):
         """``credits``: the data VLs of this port and their flow control
         (the VLs operational: 1, 2, 4 or 8). Default tables: every data VL
-        in the low-priority table with weight 64 (4 KiB), none high."""
+        in the low-priority table with weight 64 (4 KiB), none high.
+        ``carrier_bytes``: what precedes the IB packet in what is queued
+        (the veth's Ethernet carrier): not InfiniBand, so it takes no
+        credit, no serialization time and no weight."""
         if not credits:
             raise ValueError("a port needs at least one data VL")
         vls = sorted(credits)
         self.rate_bps = rate_bps
+        self.carrier_bytes = carrier_bytes
         self.credits = credits
         self.send = send
         self.sl2vl = list(sl2vl) if sl2vl is not None else [vls[sl % len(vls)] for sl in range(16)]
@@ -112,7 +117,8 @@ class IbEgressPort:
         """Queue ``packet`` (arrived at ``now_ns``) on the VL its SL maps to
         (or ``vl``); ``meta`` goes with it to ``send``. Returns the VL."""
         vl = self.sl2vl[sl] if vl is None else vl
-        self.queues[vl].append((now_ns, packet, meta))
+        nbytes = len(packet) - self.carrier_bytes          # the IB packet, LRH to VCRC
+        self.queues[vl].append((now_ns, packet, meta, nbytes, blocks(nbytes)))
         return vl
 
     def depth(self, vl: int) -> int:
@@ -122,7 +128,7 @@ class IbEgressPort:
     # ------------------------------------------------------------------ output
     def _ready(self, vl: int) -> bool:
         q = self.queues[vl]
-        return bool(q) and (vl == IB_VL15 or self.credits[vl].can_send(blocks(len(q[0][1]))))
+        return bool(q) and (vl == IB_VL15 or self.credits[vl].can_send(q[0][4]))
 
     def _pick(self) -> tuple[int, _Table | None] | None:
         if self.queues[IB_VL15]:
@@ -151,27 +157,27 @@ class IbEgressPort:
             if picked is None:
                 break
             vl, table = picked
-            arrived_ns, packet, meta = self.queues[vl].popleft()
+            arrived_ns, packet, meta, nbytes, nblocks = self.queues[vl].popleft()
             start = max(t, arrived_ns)
             if vl != IB_VL15:
                 cr = self.credits[vl]
                 if cr.stalled_since is not None:
                     start = max(start, cr.credit_ns)
-                cr.try_send(blocks(len(packet)), start)
+                cr.try_send(nblocks, start)
                 self._head_since[vl] = start
-                table.charge(len(packet))
-                self._high_sent = self._high_sent + len(packet) if table is self.high else 0
-            t = start + (len(packet) * 8 * 10**9) // int(self.rate_bps)
+                table.charge(nbytes)
+                self._high_sent = self._high_sent + nbytes if table is self.high else 0
+            t = start + (nbytes * 8 * 10**9) // int(self.rate_bps)
             self.tx_packets[vl] += 1
-            self.tx_bytes[vl] += len(packet)
+            self.tx_bytes[vl] += nbytes
             self.send(t, vl, packet, meta)
         self.busy_until = t
         for vl, cr in self.credits.items():
             # A head without credit is stalled since it became the head: its
             # arrival, or the start of the packet before it on its VL.
             q = self.queues[vl]
-            if q and cr.stalled_since is None and not cr.can_send(blocks(len(q[0][1]))):
-                cr.try_send(blocks(len(q[0][1])), max(q[0][0], self._head_since[vl]))
+            if q and cr.stalled_since is None and not cr.can_send(q[0][4]):
+                cr.try_send(q[0][4], max(q[0][0], self._head_since[vl]))
         return t if t > now_ns else None
 
     def stalled_ns(self, now_ns: int) -> dict[int, int]:

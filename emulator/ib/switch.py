@@ -40,14 +40,14 @@ from emulator.dataplane.state import SwitchState
 from emulator.dataplane.switch import RX_BATCH, RX_MAX_BYTES, open_port_socket, serve
 from emulator.errors import ConfigError
 from emulator.ib.credits import CreditParams, VlCredits, blocks
-from emulator.ib.headers import vcrc
+from emulator.ib.headers import FC_PACKET_BYTES, LRH_BYTES, vcrc
 from emulator.ib.pipeline import DROP_PORT, IbPipeline
 from emulator.ib.port import IbEgressPort
 from emulator.link import Wire
 from emulator.net.lifeline import die_with_runner
 from emulator.p4.p4info import P4Info
 from emulator.schema.switch import PortConfig, SwitchConfig
-from emulator.wire import ETH_P_IB_DATA, ETH_P_IB_LINK
+from emulator.wire import ETH_HDR_BYTES, ETH_P_IB_DATA, ETH_P_IB_LINK
 
 IB_P4INFO = Path(__file__).resolve().parents[2] / "p4src" / "ib.p4info.txtpb"
 IDLE_WAKE_NS = 50_000_000
@@ -71,7 +71,8 @@ class IbSwitchPort:
         self.sock = open_port_socket(cfg.ifname)
         now = clock.now_ns()
         self.credits = {vl: VlCredits(params, now) for vl in vls}
-        self.egress = IbEgressPort(cfg.rate_bps, self.credits, send_data)
+        self.egress = IbEgressPort(cfg.rate_bps, self.credits, send_data,
+                                   carrier_bytes=ETH_HDR_BYTES)
         self.wire = Wire(cfg.delay_ns)
         self.pcap = pcap
         self.clock = clock
@@ -132,7 +133,7 @@ class IbSwitch:
         if port.pcap is not None:
             port.pcap.write(now_ns, frame)
         ethertype = (frame[12] << 8) | frame[13] if len(frame) >= 14 else -1
-        if ethertype == ETH_P_IB_LINK and len(frame) >= 14 + 6:
+        if ethertype == ETH_P_IB_LINK and len(frame) >= ETH_HDR_BYTES + FC_PACKET_BYTES:
             (word, _) = _FC.unpack_from(frame, 14)
             vl, fctbs, fccl = (word >> 12) & 0xF, (word >> 16) & 0xFFF, word & 0xFFF
             cr = port.credits.get(vl)
@@ -140,11 +141,11 @@ class IbSwitch:
                 cr.on_fc(fctbs, fccl, now_ns)
                 port.fc_rx[vl] += 1
         egress_port, frame = self.pipeline.ingress(frame, port.port_no)   # counts; link packets stop here
-        if ethertype != ETH_P_IB_DATA or len(frame) < 14 + 8:
+        if ethertype != ETH_P_IB_DATA or len(frame) < ETH_HDR_BYTES + LRH_BYTES:
             return
         vl = frame[14] >> 4
         cr = port.credits.get(vl)
-        n = blocks(len(frame) - 14)
+        n = blocks(len(frame) - ETH_HDR_BYTES)
         if cr is None:
             port.vl_errors += 1
             return

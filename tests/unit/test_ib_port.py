@@ -35,6 +35,17 @@ def test_packets_go_back_to_back_at_the_port_rate():
     assert sent[1] == (1500, 0, 500) and p.busy_until == 1500
 
 
+def test_a_carrier_before_the_packet_takes_no_credit_no_time_and_no_bytes():
+    sent = []
+    cr = VlCredits(CreditParams(buffer_blocks=4096))
+    cr.on_fc(fctbs=0, fccl=1, now_ns=0)                  # one block of credit
+    p = IbEgressPort(GBPS_8, {0: cr}, lambda end, vl, pkt, meta: sent.append((end, len(pkt))),
+                     carrier_bytes=14)
+    p.enqueue(0, b"c" * 14 + b"x" * 64, vl=0)            # a 64-byte packet behind its carrier
+    p.service(0)
+    assert sent == [(64, 78)] and cr.fctbs == 1 and p.tx_bytes[0] == 64
+
+
 def test_a_vl_without_credit_stalls_exactly_until_the_credit_comes():
     p, sent = port(credit=0)
     p.enqueue(100, b"x" * 640, vl=0)                     # 10 blocks
