@@ -16,16 +16,15 @@ Python, table by table, reading what P4Runtime wrote (``SwitchState``) as
 """
 from __future__ import annotations
 
+from emulator.dataplane.pipeline import DROP_PORT  # noqa: F401  (re-exported: the IB switch's)
 from emulator.dataplane.state import SwitchState
-from emulator.ib.headers import reseal_vcrc
+from emulator.ib.headers import LNH_IBA_LOCAL, LRH_BYTES, reseal_vcrc
 from emulator.p4.p4info import P4Info
-from emulator.wire import ETH_P_IB_DATA, ETH_P_IB_LINK
+from emulator.wire import ETH_HDR_BYTES, ETH_P_IB_DATA, ETH_P_IB_LINK
 
-DROP_PORT = 511                   # v1model mark_to_drop's egress_spec
 DROP_NOT_IB, DROP_LINK_PACKET, DROP_NO_LFT_ENTRY = 0, 1, 2   # p4src/ib.p4's DROP_* indexes
-_LRH = 14                         # carrier, then LRH
-_BTH = _LRH + 8
-LNH_IBA_LOCAL = 2
+_LRH = ETH_HDR_BYTES              # the carrier, then the LRH
+_BTH = _LRH + LRH_BYTES
 
 
 class _Ids:

@@ -26,12 +26,10 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from emulator.topo.graph import Fabric
 
 TIER = {"host": 0, "leaf": 1, "spine": 2, "superspine": 3}
-IB_P4INFO = Path(__file__).resolve().parents[2] / "p4src" / "ib.p4info.txtpb"   # p4src/ib.p4's contract
 MAX_UNICAST_LID = 0xBFFF          # 0x0001-0xBFFF unicast; 0xC000- multicast; 0xFFFF permissive
 
 
@@ -145,7 +143,7 @@ def lft_entries(subnet: Subnet, switch: str, p4info=None) -> list:
     (``p4src/ib.p4``): DLID -> forward(port), its own LID excepted (port 0
     is the switch's management port, not a P4 port: the controller, not the
     pipeline, answers what is sent to it)."""
-    from emulator.p4.p4info import P4Info
+    from emulator.p4.p4info import IB_P4INFO, P4Info
     info = P4Info.coerce(p4info if p4info is not None else IB_P4INFO)
     own = subnet.lid[switch]
     return [info.table_entry("lft", {"dlid": dlid}, ("forward", {"port": port}))

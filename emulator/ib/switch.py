@@ -32,7 +32,6 @@ from __future__ import annotations
 import signal
 import struct
 import sys
-from pathlib import Path
 
 from emulator.clock import MONOTONIC, Clock
 from emulator.dataplane.pcap import IbPcapWriter
@@ -45,11 +44,10 @@ from emulator.ib.pipeline import DROP_PORT, IbPipeline
 from emulator.ib.port import IbEgressPort
 from emulator.link import Wire
 from emulator.net.lifeline import die_with_runner
-from emulator.p4.p4info import P4Info
+from emulator.p4.p4info import IB_P4INFO, P4Info
 from emulator.schema.switch import PortConfig, SwitchConfig
 from emulator.wire import ETH_HDR_BYTES, ETH_P_IB_DATA, ETH_P_IB_LINK
 
-IB_P4INFO = Path(__file__).resolve().parents[2] / "p4src" / "ib.p4info.txtpb"
 IDLE_WAKE_NS = 50_000_000
 _CARRIER_DST = b"\xff" * 6
 _FC = struct.Struct("!IH")

@@ -64,8 +64,7 @@ def bmv2_json(build_dir: Path = BUILD_DIR, contract: Path | None = None,
     p4c's P4Info against ``contract`` (default: the program's committed
     P4Info; EnvironmentProblem if it differs)."""
     source = P4_SOURCE.with_name(f"{program}.p4")
-    contract = contract or (DEFAULT_P4INFO if program == "fabric"
-                            else source.with_name(f"{program}.p4info.txtpb"))
+    contract = contract or source.with_name(f"{program}.p4info.txtpb")   # beside its source
     out_json = build_dir / f"{program}.json"
     out_p4info = build_dir / f"{program}.p4info.txtpb"
     sources = [source, contract]

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
 REPO_ROOT = Path(__file__).parents[2]
 DEFAULT_P4INFO = REPO_ROOT / "p4src" / "fabric.p4info.txtpb"
+IB_P4INFO = REPO_ROOT / "p4src" / "ib.p4info.txtpb"        # p4src/ib.p4's (InfiniBand)
 
 
 class P4Info:

@@ -27,7 +27,7 @@ from scapy.packet import Raw
 from emulator.agents.roce import RC_WRITE_ONLY, RETH
 from emulator.ib.headers import LRH, IBFlowControl, check_crcs, vcrc
 from emulator.ib.pipeline import DROP_LINK_PACKET, DROP_NO_LFT_ENTRY, DROP_NOT_IB
-from emulator.ib.sm import IB_P4INFO
+from emulator.p4.p4info import IB_P4INFO
 from emulator.p4.p4info import P4Info
 from emulator.wire import ETH_P_IB_DATA, ETH_P_IB_LINK
 from tests.switch_rig import SwitchRig, recv_ready, requires_netns

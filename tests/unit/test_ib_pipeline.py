@@ -21,8 +21,8 @@ from emulator.ib.headers import LRH, IBFlowControl, check_crcs
 from emulator.ib.pipeline import (
     DROP_LINK_PACKET, DROP_NO_LFT_ENTRY, DROP_NOT_IB, DROP_PORT, IbPipeline,
 )
-from emulator.ib.sm import IB_P4INFO, lft_entries, sweep
-from emulator.p4.p4info import P4Info
+from emulator.ib.sm import lft_entries, sweep
+from emulator.p4.p4info import IB_P4INFO, P4Info
 from emulator.topo import load_fabric
 from emulator.wire import ETH_P_IB_DATA, ETH_P_IB_LINK
 

@@ -111,8 +111,8 @@ def test_no_route_descends_and_climbs_again():
 
 
 def test_the_lfts_are_entries_of_ib_p4s_contract():
-    from emulator.ib.sm import IB_P4INFO, lft_entries
-    from emulator.p4.p4info import P4Info
+    from emulator.ib.sm import lft_entries
+    from emulator.p4.p4info import IB_P4INFO, P4Info
     fabric = load_fabric(TOPOLOGIES / "pods-2x2x2.yaml")
     subnet = sweep(fabric)
     info = P4Info.load(IB_P4INFO)
