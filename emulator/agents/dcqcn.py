@@ -112,6 +112,12 @@ class DcqcnParams:
     def as_dict(self) -> dict:
         return asdict(self)
 
+    def machine(self, line_bps: float,
+                listener: Callable[[int, str], None] | None = None) -> "Dcqcn":
+        """The state machine of one QP (``ReactionPoint.attach``; the same
+        method as ``emulator.ib.cc.IbCcParams.machine``)."""
+        return Dcqcn(self, line_bps, listener)
+
 
 class Dcqcn:
     """Reaction point of one QP. ``rate_bps`` is the current rate Rc."""

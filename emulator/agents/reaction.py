@@ -1,21 +1,27 @@
-"""DCQCN reaction point of the NIC: one ``dcqcn.Dcqcn`` per QP (the pure
-state machine of Zhu et al., SIGCOMM 2015, figure 8), fed with the CNPs the
-QP receives and the data frames it serializes, advanced from the NIC's timer
-pass. Each change of a QP's current rate goes to ``on_rate(qp, rate_bps,
-t_ns, event)`` (the NIC hands it to the pacer and the requester) and to
-``logs.qp``. With ``params.enabled`` false no QP gets a state machine and
-every QP stays at its line rate; CNPs are still logged."""
+"""Reaction point of the NIC: one congestion-control state machine per QP,
+made by ``params.machine(line_bps, listener)`` -- a ``dcqcn.Dcqcn`` (Zhu et
+al., SIGCOMM 2015, figure 8) for ``DcqcnParams``, an ``emulator.ib.cc.IbCc``
+(IBA annex A10; the log's alpha column then carries the CCTI) for
+``IbCcParams`` -- fed with the CNPs (BECNs) the QP receives and the data
+frames it serializes, advanced from the NIC's timer pass. Each change of
+a QP's current rate goes to ``on_rate(qp, rate_bps, t_ns, event)`` (the NIC
+hands it to the pacer and the requester) and to ``logs.qp``. With
+``params.enabled`` false no QP gets a state machine and every QP stays at
+its line rate; CNPs are still logged."""
 from __future__ import annotations
 
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-from .dcqcn import Dcqcn, DcqcnParams
+from .dcqcn import DcqcnParams
+
+if TYPE_CHECKING:
+    from emulator.ib.cc import IbCcParams
 
 
 class ReactionPoint:
     __slots__ = ("params", "logs", "on_rate", "_qps")
 
-    def __init__(self, params: DcqcnParams, on_rate: Callable, logs=None):
+    def __init__(self, params: DcqcnParams | IbCcParams, on_rate: Callable, logs=None):
         self.params = params
         self.on_rate = on_rate
         self.logs = logs
@@ -28,13 +34,18 @@ class ReactionPoint:
     def attach(self, qp, line_bps: float, now: int) -> None:
         """Give ``qp`` (line rate ``line_bps``) its state machine; log its
         initial rate."""
+        rate = line_bps
         if self.params.enabled:
-            qp.cc = Dcqcn(self.params, line_bps,
-                          listener=lambda t, ev, qp=qp: self._changed(qp, t, ev))
+            qp.cc = cc = self.params.machine(
+                line_bps, lambda t, ev, qp=qp: self._changed(qp, t, ev))
             self._qps.append(qp)
+            if cc.rate_bps < line_bps:
+                # IB CC with ccti_min > 0: CCT[CCTI_Min] is a standing delay
+                rate = cc.rate_bps
+                self.on_rate(qp, rate, now, "init")
         if self.logs is not None:
             alpha = qp.cc.alpha_at(0) if qp.cc is not None else self.params.alpha_init
-            self.logs.qp(now, qp.qpn, line_bps, alpha, "init")
+            self.logs.qp(now, qp.qpn, rate, alpha, "init")
 
     def _changed(self, qp, t_ns: int, event: str) -> None:
         cc = qp.cc
