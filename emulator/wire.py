@@ -8,6 +8,8 @@ contract: change both together).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from scapy.contrib.roce import AETH, BTH
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Dot1Q, Ether
@@ -56,8 +58,41 @@ CNP_PAD_BYTES = 16                               # reserved bytes of a CNP (RoCE
 
 # Ethernet + IPv4 + UDP + BTH: every RoCEv2 frame starts with these
 ROCE_HDR_BYTES = ETH_HDR_BYTES + IPV4_HDR_BYTES + UDP_HDR_BYTES + BTH_BYTES   # 54
-ACK_FRAME_BYTES = ROCE_HDR_BYTES + AETH_BYTES + ICRC_BYTES                   # 62
-CNP_FRAME_BYTES = ROCE_HDR_BYTES + CNP_PAD_BYTES + ICRC_BYTES                # 74
+
+
+@dataclass(frozen=True)
+class Framing:
+    """What a link layer puts around the shared transport (BTH onwards), as
+    the NIC's pacer counts it: ``hdr_bytes`` of a frame as the socket takes
+    it precede the BTH's extended headers (BTH included), ``trailer_bytes``
+    follow the payload and its pad, and ``wire_overhead_bytes`` is what the
+    wire adds to such a frame -- Ethernet's preamble, SFD, FCS and gap; or,
+    negative, the carrier a veth needs and an InfiniBand link does not have.
+    ``ROCE_FRAMING`` here, ``emulator.ib.headers.IB_FRAMING`` for IB."""
+    hdr_bytes: int
+    trailer_bytes: int
+    wire_overhead_bytes: int
+
+    def frame_bytes(self, ext_bytes: int, payload_bytes: int) -> int:
+        """A packet's frame: headers, extended headers, payload padded to 4 bytes, trailer."""
+        return self.hdr_bytes + ext_bytes + payload_bytes + (-payload_bytes & 3) + self.trailer_bytes
+
+    @property
+    def ack_frame_bytes(self) -> int:
+        return self.hdr_bytes + AETH_BYTES + self.trailer_bytes
+
+    @property
+    def cnp_frame_bytes(self) -> int:
+        return self.hdr_bytes + CNP_PAD_BYTES + self.trailer_bytes
+
+    @property
+    def read_request_frame_bytes(self) -> int:
+        return self.hdr_bytes + RETH_BYTES + self.trailer_bytes   # a RETH, no payload
+
+
+ROCE_FRAMING = Framing(ROCE_HDR_BYTES, ICRC_BYTES, WIRE_OVERHEAD_BYTES)
+ACK_FRAME_BYTES = ROCE_FRAMING.ack_frame_bytes                               # 62
+CNP_FRAME_BYTES = ROCE_FRAMING.cnp_frame_bytes                               # 74
 
 # Byte offsets inside an untagged RoCEv2 frame
 IPV4_OFFSET = ETH_HDR_BYTES

@@ -48,3 +48,9 @@ class AckFrame(NamedTuple):
 class CnpFrame(NamedTuple):
     """A congestion notification to ``qp``'s peer QP."""
     qp: Any
+
+
+class LinkFrame(NamedTuple):
+    """A link packet (InfiniBand flow control), its bytes built: it takes no
+    credit and no serializer time, and goes out on the link's delay."""
+    data: bytes

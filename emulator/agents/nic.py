@@ -125,8 +125,7 @@ from typing import Callable
 
 from emulator.clock import MONOTONIC, MonotonicClock
 from emulator.link import LATE_BUCKETS, bucket_bounds, lateness_bucket
-from emulator.wire import ETH_P_IP, ETH_P_PAUSE, ICRC_BYTES, RETH_BYTES, ROCE_HDR_BYTES, \
-    WIRE_OVERHEAD_BYTES
+from emulator.wire import CNP_PAD_BYTES, ETH_P_IP, ETH_P_PAUSE, RETH_BYTES, ROCE_FRAMING
 
 from . import roce
 from .dcqcn import Dcqcn, DcqcnParams  # noqa: F401  (re-exported)
@@ -165,6 +164,7 @@ class NicStats:
                  "rx_out_of_order", "rx_duplicates", "rx_icrc_errors", "rx_ignored",
                  "rx_bad_requests", "timeouts", "nak_rewinds", "completions", "loops",
                  "rx_batches_max", "rx_socket_drops",
+                 "fc_tx", "fc_rx", "credit_stalls", "credit_stalled_ns",
                  "tx_read_requests", "tx_read_responses", "rx_read_requests",
                  "rx_read_responses", "read_rewinds", "tenant_drops", "cpu_rx_drops")
 
@@ -194,6 +194,7 @@ class RoceNic:
     and runs the event loop."""
 
     RX_BATCH = 256     # frames drained per wakeup at most
+    FRAMING = ROCE_FRAMING   # the link layer's frame sizes (ib.nic.IbNic: InfiniBand's)
 
     def __init__(self, ifname: str | None, mac: str, ip: str, gateway_mac: str,
                  rate_bps: int = 10_000_000, mtu_bytes: int = 1024, dscp: int = 26,
@@ -249,8 +250,9 @@ class RoceNic:
         self.dscp, self.ecn = dscp, ecn
         self.tx_delay_ns = int(tx_delay_ns)
         self.ack_every_n = ack_every_n
-        max_frame_ns = (ROCE_HDR_BYTES + RETH_BYTES + mtu_bytes + ICRC_BYTES
-                        + WIRE_OVERHEAD_BYTES) * 8e9 / rate_bps
+        framing = self.FRAMING
+        max_frame_ns = (framing.frame_bytes(RETH_BYTES, mtu_bytes)
+                        + framing.wire_overhead_bytes) * 8e9 / rate_bps
         self.rto_ns = int(rto_ns if rto_ns is not None else DEFAULT_RTO_FABRIC_NS * dilation)
         self.retry_cnt = retry_cnt
         self.max_lag_ns = int(max_lag_ns if max_lag_ns is not None
@@ -284,11 +286,11 @@ class RoceNic:
             link_rate_bps=rate_bps, mtu_bytes=mtu_bytes, ack_every_n=ack_every_n,
             rto_ns=self.rto_ns, retry_cnt=retry_cnt, rnr_retry=rnr_retry,
             max_outstanding_pkts=max_out, cq=self._cq, stats=st, unix_ns=unix_ns,
-            dilation=dilation, pfc=self.pfc, data_priority=priority)
+            dilation=dilation, pfc=self.pfc, data_priority=priority, framing=framing)
         self.responder = Responder(
             mrs=self._mrs, mtu_bytes=mtu_bytes, min_rnr_timer=min_rnr_timer,
             report_remote_writes=report_remote_writes, cq=self._cq, stats=st, unix_ns=unix_ns)
-        self.read_responder = ReadResponder(self.responder, self._mrs, mtu_bytes, st)
+        self.read_responder = ReadResponder(self.responder, self._mrs, mtu_bytes, st, framing)
         self.read_requester = ReadRequester(self.requester, mtu_bytes, st)
         self.notification = NotificationPoint(cnp_interval_ns)
         self.cnp_interval_ns = self.notification.interval_ns
@@ -304,15 +306,7 @@ class RoceNic:
         if sock is not None:
             self.sock = sock
         else:
-            self.sock = open_packet_socket(ifname, ip, rcvbuf_bytes, sndbuf_bytes, ETH_P_IP)
-            if honor_pfc:
-                try:
-                    self._pfc_sock = open_packet_socket(ifname, ip, 1 << 20, 1 << 16, ETH_P_PAUSE)
-                except BaseException:
-                    self.sock.close()
-                    raise
-            if absorb_udp:
-                self._udp_absorber = open_udp_absorber()
+            self._open_sockets(rcvbuf_bytes, sndbuf_bytes, absorb_udp)
         self.sock.setblocking(False)
         self._rx_socks = (self.sock,)
         self._rx_fds = (self.sock.fileno(),)
@@ -334,10 +328,28 @@ class RoceNic:
             cnp_priority=cnp_priority, max_outstanding_pkts=max_out,
             pause_until_ns=self.pfc.until_ns, requester=self.requester,
             read_responder=self.read_responder, cnp_queue=self.notification.out,
-            ack_queue=self.responder.out, stats=st, logs=logs)
-        self.transmitter.cnp_template_args = (mac, ip, cnp_dscp, self.pkey)
+            ack_queue=self.responder.out, stats=st, logs=logs, framing=framing,
+            credit=self._link_credit())
+        self.transmitter.cnp_template = self._cnp_template
         if dcqcn.enabled:
             self.transmitter.on_data_tx = self.reaction.on_tx
+
+    def _open_sockets(self, rcvbuf_bytes: int, sndbuf_bytes: int, absorb_udp: bool) -> None:
+        """RoCE on an ETH_P_IP socket, PFC on an ETH_P_PAUSE one (if honored)."""
+        ifname, ip = self.ifname, self.ip
+        self.sock = open_packet_socket(ifname, ip, rcvbuf_bytes, sndbuf_bytes, ETH_P_IP)
+        if self.honor_pfc:
+            try:
+                self._pfc_sock = open_packet_socket(ifname, ip, 1 << 20, 1 << 16, ETH_P_PAUSE)
+            except BaseException:
+                self.sock.close()
+                raise
+        if absorb_udp:
+            self._udp_absorber = open_udp_absorber()
+
+    def _link_credit(self):
+        """The transmitter's credit gate: none on Ethernet (PFC pauses instead)."""
+        return None
 
     # -- teardown ------------------------------------------------------------
     def close(self):
@@ -414,6 +426,12 @@ class RoceNic:
         self.requester.qps.append(qp)
         self.reaction.attach(qp, self.qp_line_rate_bps(qp), self.clock.now_ns())
         return qp
+
+    def _cnp_template(self, qp: QueuePair) -> FrameTemplate:
+        """The template of the CNPs ``qp`` sends its peer (made at the first)."""
+        return FrameTemplate(self.mac, qp.tpl_dst_mac, self.ip, qp.remote_ip, qp.udp_sport,
+                             qp.remote_qpn, dscp=self.cnp_dscp, ecn=ECN_NOT_ECT,
+                             max_payload_bytes=CNP_PAD_BYTES, pkey=self.pkey)
 
     def qp_line_rate_bps(self, qp: QueuePair) -> float:
         """The most a QP may send: the link rate, or its cap if lower."""
@@ -524,7 +542,6 @@ class RoceNic:
         self.pkey = 0xFFFF if pkey is None else pkey
         self.tenant_filter = None if pkey is None else \
             TenantFilter(pkey, filter_cpu, filter_ns, self.stats)
-        self.transmitter.cnp_template_args = (self.mac, self.ip, self.cnp_dscp, self.pkey)
         for qp in self.requester.qps:
             qp.tpl.pkey = self.pkey
             if qp.cnp_tpl is not None:

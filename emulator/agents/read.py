@@ -40,7 +40,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from emulator.wire import AETH_BYTES, ICRC_BYTES, RETH_BYTES, ROCE_HDR_BYTES
+from emulator.wire import AETH_BYTES, ROCE_FRAMING, Framing
 
 from .frames import ReadResponseFrame
 from .qp import QpState
@@ -50,7 +50,6 @@ from .roce import (
     RC_READ_RESPONSE_MIDDLE, RC_READ_RESPONSE_ONLY,
 )
 
-READ_REQ_FRAME_BYTES = ROCE_HDR_BYTES + RETH_BYTES + ICRC_BYTES   # no payload
 READ_OPS = frozenset({RC_READ_REQUEST, RC_READ_RESPONSE_FIRST, RC_READ_RESPONSE_MIDDLE,
                       RC_READ_RESPONSE_LAST, RC_READ_RESPONSE_ONLY})
 
@@ -107,10 +106,12 @@ class ReadResponder:
     next response with ``take``. PSN checks and NAKs go through the
     ``responder`` (one expected PSN per QP for every request)."""
 
-    def __init__(self, responder, mrs: dict, mtu_bytes: int, stats):
+    def __init__(self, responder, mrs: dict, mtu_bytes: int, stats,
+                 framing: Framing = ROCE_FRAMING):
         self.responder = responder
         self.mrs = mrs
         self.mtu_bytes = mtu_bytes
+        self.framing = framing
         self.stats = stats
         self.qps: deque = deque()
 
@@ -187,8 +188,7 @@ class ReadResponder:
                 if slot < 0:
                     return None
             n = j.npkts
-            flen = ROCE_HDR_BYTES + (0 if 0 < k < n - 1 else AETH_BYTES) + plen + (-plen & 3) \
-                + ICRC_BYTES
+            flen = self.framing.frame_bytes(0 if 0 < k < n - 1 else AETH_BYTES, plen)
             psn = j.psn + k
             if psn < qp.rd_max:          # sent before: a re-executed READ
                 self.stats.tx_retransmits += 1

@@ -37,12 +37,12 @@ from __future__ import annotations
 
 from typing import Callable
 
-from emulator.wire import ICRC_BYTES, RETH_BYTES, ROCE_HDR_BYTES, WIRE_OVERHEAD_BYTES
+from emulator.wire import RETH_BYTES, ROCE_FRAMING, Framing
 
 from .frames import DataFrame, ReadRequestFrame
 from .qp import _OPS_SEND, _OPS_WRITE, RNR_TIMER_US, Completion, QpState, WcOpcode, WcStatus, \
     _SendWqe
-from .read import READ_REQ_FRAME_BYTES, read_limit
+from .read import read_limit
 from .roce import (
     AETH_ACK, AETH_RNR_NAK, AETH_TYPE_MASK, NAK_INVALID_REQUEST, NAK_PSN_SEQ_ERR,
     NAK_REMOTE_ACCESS_ERR, NAK_REMOTE_OP_ERR, PSN_HALF, PSN_MASK,
@@ -91,7 +91,7 @@ class Requester:
     def __init__(self, *, link_rate_bps: int, mtu_bytes: int, ack_every_n: int, rto_ns: int,
                  retry_cnt: int, rnr_retry: int | None, max_outstanding_pkts: int,
                  cq, stats, unix_ns: Callable[[], int], dilation: float = 1.0,
-                 pfc=None, data_priority: int = 3):
+                 pfc=None, data_priority: int = 3, framing: Framing = ROCE_FRAMING):
         """``rto_ns``: the ACK timeout on the clock (fabric ns x ``dilation``).
         ``pfc``: the NIC's ``PfcReceiver`` (None: never paused) and
         ``data_priority`` the class our requests go in: time it holds
@@ -108,8 +108,9 @@ class Requester:
         self.max_outstanding_pkts = max_outstanding_pkts
         # the default-RTO rule for a QP paced below the link rate: 8 x
         # ack_every_n full frames at its current rate (see rto_for)
-        self._rto_frames_bits = 8 * ack_every_n * (ROCE_HDR_BYTES + RETH_BYTES + mtu_bytes
-                                                   + ICRC_BYTES + WIRE_OVERHEAD_BYTES) * 8
+        self.framing = framing
+        self._rto_frames_bits = 8 * ack_every_n * (framing.frame_bytes(RETH_BYTES, mtu_bytes)
+                                                   + framing.wire_overhead_bytes) * 8
         self.cq = cq
         self.stats = stats
         self.unix_ns = unix_ns
@@ -155,7 +156,7 @@ class Requester:
             qp.retransmits += 1
         if w.is_read:                    # one READ request asks for all its remaining PSNs
             frame = ReadRequestFrame(qp, w, k, psn)
-            flen = READ_REQ_FRAME_BYTES
+            flen = self.framing.read_request_frame_bytes
             qp.snd_nxt = psn = psn + w.npkts - k
             qp.cur_idx += 1
         else:
@@ -165,8 +166,7 @@ class Requester:
                 plen = mtu
             frame = DataFrame(qp, w, k, psn,
                               k + 1 >= w.npkts or (psn + 1) % self.ack_every_n == 0)
-            flen = ROCE_HDR_BYTES + (RETH_BYTES if (w.is_write and k == 0) else 0) \
-                + plen + (-plen & 3) + ICRC_BYTES
+            flen = self.framing.frame_bytes(RETH_BYTES if (w.is_write and k == 0) else 0, plen)
             qp.snd_nxt = psn = psn + 1
             if k + 1 >= w.npkts:
                 qp.cur_idx += 1

@@ -18,6 +18,15 @@ plus the link's delay (``tx_delay_ns``), as at a switch port; frames already
 serialized are on the wire and leave even if their class is paused since.
 Bytes are built only then (``frames``), from the current message buffers.
 
+Link layers (``framing``): frame sizes and the wire's overhead are
+RoCE's (``wire.ROCE_FRAMING``) or InfiniBand's. On InfiniBand a frame also
+needs credit (``credit``: the ``ib.credits.VlCredits`` of the NIC's one
+data VL; None on Ethernet): the next frame, once chosen, waits as the head
+of the VL (``held``) until a flow-control packet grants its blocks --
+everything behind it waits too, one VL being one FIFO; the wait is the VL's
+stall time. Link packets (``LinkFrame``: flow control) take no credit and
+no serializer time, as at a switch port.
+
 Per-QP pacing state lives on the QP: ``next_ok_ns`` (its rate limiter),
 ``last_tx_slot`` / ``last_tx_flen`` (re-timed when its rate changes).
 """
@@ -25,13 +34,14 @@ from __future__ import annotations
 
 import errno
 
+from emulator.ib.credits import blocks
 from emulator.link import Wire
-from emulator.wire import ACK_FRAME_BYTES, CNP_FRAME_BYTES, CNP_PAD_BYTES, WIRE_OVERHEAD_BYTES
+from emulator.wire import CNP_PAD_BYTES, ROCE_FRAMING, Framing
 
-from .frames import AckFrame, CnpFrame, DataFrame, ReadRequestFrame, ReadResponseFrame
+from .frames import AckFrame, CnpFrame, DataFrame, LinkFrame, ReadRequestFrame, ReadResponseFrame
 from .qp import QpState
 from .read import build_read_request, build_read_response
-from .roce import AETH_ACK_SYNDROME, CNP_OPCODE, ECN_NOT_ECT, RC_ACK, FrameTemplate
+from .roce import AETH_ACK_SYNDROME, CNP_OPCODE, RC_ACK
 
 _CNP_PAD = bytes(CNP_PAD_BYTES)
 _BLOCKED_RETRY_NS = 100_000              # socket full: try again this much later
@@ -51,7 +61,8 @@ class Transmitter:
     def __init__(self, *, sock, rate_bps: int, mtu_bytes: int, ack_every_n: int,
                  max_lag_ns: int, tx_delay_ns: int, priority: int, cnp_priority: int,
                  max_outstanding_pkts: int, pause_until_ns: list, requester, read_responder,
-                 cnp_queue, ack_queue, stats, logs=None):
+                 cnp_queue, ack_queue, stats, logs=None, framing: Framing = ROCE_FRAMING,
+                 credit=None):
         self.sock = sock
         self.rate_bps = rate_bps
         self.mtu_bytes = mtu_bytes
@@ -68,6 +79,10 @@ class Transmitter:
         self.stats = stats
         self.logs = logs
         self.wire = Wire(int(tx_delay_ns))
+        self.framing = framing
+        self.overhead_bytes = framing.wire_overhead_bytes
+        self.credit = credit                     # InfiniBand: VlCredits of our data VL
+        self.held = None                         # (frame, flen, blocks) waiting for credit
         self.slot_free_ns = 0.0                  # when the wire is free for the next frame
         self.wire_idle = True
         self.blocked_until_ns = 0                # the socket was full: wait until then
@@ -77,11 +92,11 @@ class Transmitter:
         # set by the NIC (None: off): the CPU gate's ``tx``, the reaction point's ``on_tx``
         self.cpu_gate = None
         self.on_data_tx = None
-        self.cnp_template_args = None            # (src_mac, src_ip, dscp, pkey) for CNPs
+        self.cnp_template = None                 # qp -> the template of its CNPs (set by the NIC)
 
     # -- rates -------------------------------------------------------------------------
     def frame_time_ns(self, frame_bytes: int, rate_bps: float | None = None) -> float:
-        return (frame_bytes + WIRE_OVERHEAD_BYTES) * 8e9 / (rate_bps or self.rate_bps)
+        return (frame_bytes + self.overhead_bytes) * 8e9 / (rate_bps or self.rate_bps)
 
     def set_qp_rate(self, qp, rate_bps: float) -> None:
         """``qp`` may now send at ``rate_bps`` (>= the link rate: unlimited);
@@ -89,13 +104,14 @@ class Transmitter:
         qp.rate_bps = None if rate_bps >= self.rate_bps else rate_bps
         if qp.last_tx_slot is not None:
             qp.next_ok_ns = qp.last_tx_slot + \
-                (qp.last_tx_flen + WIRE_OVERHEAD_BYTES) * 8e9 / (qp.rate_bps or self.rate_bps)
+                (qp.last_tx_flen + self.overhead_bytes) * 8e9 / (qp.rate_bps or self.rate_bps)
 
     # -- state -------------------------------------------------------------------------
     def idle(self) -> bool:
         """Nothing queued here or on the wire."""
         return not (self.ack_queue or self.cnp_queue or self.wire.in_flight
-                    or self.read_responder.qps or self._retry is not None)
+                    or self.read_responder.qps or self._retry is not None
+                    or self.held is not None)
 
     def next_wake_ns(self, now: int, limit: float, cpu_ready_ns: float = 0.0) -> float:
         """When ``service`` has something to do, at most ``limit`` (not
@@ -104,6 +120,16 @@ class Transmitter:
         pause = self.pause_until_ns
         data_resume = pause[self.priority]
         slot, blocked = self.slot_free_ns, self.blocked_until_ns
+        if self.held is not None:
+            # the head of our VL waits for credit, and all behind it: wake
+            # for the wire, or when the credit that came lets it go (else a
+            # flow-control packet's arrival wakes the loop)
+            if self.wire.in_flight:
+                wake = min(wake, max(self.wire.in_flight[0][0], blocked))
+            cr = self.credit
+            if cr.can_send(self.held[2]):
+                wake = min(wake, max(slot, blocked, cr.credit_ns))
+            return wake
         if self.cnp_queue:
             wake = min(wake, max(slot, blocked, pause[self.cnp_priority]))
         if self.ack_queue:
@@ -177,6 +203,9 @@ class Transmitter:
         gate = self.cpu_gate
         take = self.requester.take
         on_data_tx = self.on_data_tx
+        overhead = self.overhead_bytes
+        ack_flen, cnp_flen = self.framing.ack_frame_bytes, self.framing.cnp_frame_bytes
+        credit, held = self.credit, self.held
         try:
             for _ in range(self.TX_BURST):
                 # frames whose serialization and propagation are over leave now
@@ -196,64 +225,81 @@ class Transmitter:
                     slot = float(now - self.max_lag_ns)
                 if slot > now:
                     break
-                # strict priority (CNP, then ACK/NAK, then data), skipping paused
-                # classes; a frame of a class that was paused starts no earlier
-                # than the pause's end
-                data_ok = now >= pause_until[prio]
-                if cnpq and now >= pause_until[cnp_prio]:
-                    frame = cnpq.popleft()
-                    if slot < pause_until[cnp_prio]:
-                        slot = pause_until[cnp_prio]
-                    flen = CNP_FRAME_BYTES
-                elif ctrl and data_ok:
-                    frame = ctrl.popleft()
-                    if slot < pause_until[prio]:
-                        slot = pause_until[prio]
-                    flen = ACK_FRAME_BYTES
-                else:
-                    if not data_ok:
+                if held is not None:
+                    # InfiniBand: our VL's head waits until credit for it came
+                    frame, flen, nblocks = held
+                    if not credit.can_send(nblocks):
                         self.wire_idle = True
                         break
-                    if slot < pause_until[prio]:
-                        slot = pause_until[prio]
-                    got = rd.take(slot, now, gate) if rdq else None
-                    if got is not None:
-                        frame, flen, slot = got
-                        qp = frame.qp
+                    if slot < credit.credit_ns:
+                        slot = credit.credit_ns
+                    credit.try_send(nblocks, slot)
+                    self.held = held = None
+                else:
+                    # strict priority (CNP, then ACK/NAK, then data), skipping paused
+                    # classes; a frame of a class that was paused starts no earlier
+                    # than the pause's end
+                    data_ok = now >= pause_until[prio]
+                    if cnpq and now >= pause_until[cnp_prio]:
+                        frame = cnpq.popleft()
+                        if slot < pause_until[cnp_prio]:
+                            slot = pause_until[cnp_prio]
+                        flen = cnp_flen
+                    elif ctrl and data_ok:
+                        frame = ctrl.popleft()
+                        if slot < pause_until[prio]:
+                            slot = pause_until[prio]
+                        flen = ack_flen
                     else:
-                        qp = self._pick_data(slot)
-                        if qp is None:
+                        if not data_ok:
                             self.wire_idle = True
                             break
-                        if given_up and qp.next_ok_ns > self.slot_free_ns:
-                            # a paced QP could not have sent before next_ok_ns
-                            given_up = max(0.0, now - self.max_lag_ns - qp.next_ok_ns)
-                        if gate is not None:     # the CPU must have done this packet's work
-                            w, k, plen = self.requester.peek(qp)
-                            slot = gate(qp, slot, now, w.post_ns, 0 if w.is_read else plen)
-                            if slot < 0:
+                        if slot < pause_until[prio]:
+                            slot = pause_until[prio]
+                        got = rd.take(slot, now, gate) if rdq else None
+                        if got is not None:
+                            frame, flen, slot = got
+                            qp = frame.qp
+                        else:
+                            qp = self._pick_data(slot)
+                            if qp is None:
                                 self.wire_idle = True
                                 break
-                        frame, flen = take(qp)
-                    # per-QP pacing and DCQCN's byte counter
-                    if qp.rate_bps:
-                        qp.next_ok_ns = max(qp.next_ok_ns, slot) + \
-                            (flen + WIRE_OVERHEAD_BYTES) * 8e9 / qp.rate_bps
-                    qp.last_tx_slot = slot
-                    qp.last_tx_flen = flen
-                    if on_data_tx is not None:
-                        on_data_tx(qp, flen, slot)
-                    # the lag of data-bearing frames: what a late loop bursts
-                    # into a queue (ACKs and CNPs mostly leave an idle wire)
-                    lag = now - slot
-                    if lag > st.tx_lag_max_ns:
-                        st.tx_lag_max_ns = int(lag)
-                    st.tx_lag_sum_ns += int(lag)
-                    st.tx_lag_frames += 1
+                            if given_up and qp.next_ok_ns > self.slot_free_ns:
+                                # a paced QP could not have sent before next_ok_ns
+                                given_up = max(0.0, now - self.max_lag_ns - qp.next_ok_ns)
+                            if gate is not None:     # the CPU must have done this packet's work
+                                w, k, plen = self.requester.peek(qp)
+                                slot = gate(qp, slot, now, w.post_ns, 0 if w.is_read else plen)
+                                if slot < 0:
+                                    self.wire_idle = True
+                                    break
+                            frame, flen = take(qp)
+                        # per-QP pacing and DCQCN's byte counter
+                        if qp.rate_bps:
+                            qp.next_ok_ns = max(qp.next_ok_ns, slot) + \
+                                (flen + overhead) * 8e9 / qp.rate_bps
+                        qp.last_tx_slot = slot
+                        qp.last_tx_flen = flen
+                        if on_data_tx is not None:
+                            on_data_tx(qp, flen, slot)
+                        # the lag of data-bearing frames: what a late loop bursts
+                        # into a queue (ACKs and CNPs mostly leave an idle wire)
+                        lag = now - slot
+                        if lag > st.tx_lag_max_ns:
+                            st.tx_lag_max_ns = int(lag)
+                        st.tx_lag_sum_ns += int(lag)
+                        st.tx_lag_frames += 1
+                    if credit is not None:
+                        nblocks = blocks(flen + overhead)
+                        if not credit.try_send(nblocks, slot):   # a stall starts at slot
+                            self.held = held = (frame, flen, nblocks)
+                            self.wire_idle = True
+                            break
                 if given_up:
                     st.tx_given_up_ns += int(given_up)
                 self.wire_idle = False
-                end = slot + (flen + WIRE_OVERHEAD_BYTES) * 8e9 / rate
+                end = slot + (flen + overhead) * 8e9 / rate
                 self.slot_free_ns = end
                 put(end, frame)
             if in_flight and in_flight[0][0] <= now:
@@ -264,6 +310,8 @@ class Transmitter:
     # -- the socket --------------------------------------------------------------------
     def _build(self, f):
         t = type(f)
+        if t is LinkFrame:
+            return f.data
         qp = f.qp
         if t is DataFrame:
             w, k, psn = f.wqe, f.k, f.psn
@@ -291,10 +339,7 @@ class Transmitter:
             return build_read_request(f, self.mtu_bytes)
         tpl = qp.cnp_tpl
         if tpl is None:
-            src_mac, src_ip, dscp, pkey = self.cnp_template_args
-            tpl = qp.cnp_tpl = FrameTemplate(
-                src_mac, qp.tpl_dst_mac, src_ip, qp.remote_ip, qp.udp_sport, qp.remote_qpn,
-                dscp=dscp, ecn=ECN_NOT_ECT, max_payload_bytes=CNP_PAD_BYTES, pkey=pkey)
+            tpl = qp.cnp_tpl = self.cnp_template(qp)
         return tpl.build(CNP_OPCODE, 0, _CNP_PAD, becn=True)
 
     def _send(self, f) -> None:
@@ -311,9 +356,12 @@ class Transmitter:
             if e.errno in (errno.ENOBUFS, errno.EAGAIN):
                 self._blocked(f, now)
             raise
+        t = type(f)
+        if t is LinkFrame:
+            st.fc_tx += 1
+            return
         st.tx_packets += 1
         st.tx_bytes += len(frame)
-        t = type(f)
         if t is DataFrame:
             qp = f.qp
             st.tx_data_packets += 1

@@ -236,7 +236,9 @@ def transmitter(delay_ns=0, **kw):
                      max_outstanding_pkts=1 << 20, pause_until_ns=pfc.until_ns, requester=rq,
                      read_responder=ReadResponder(rs, {}, 1024, st), cnp_queue=np_.out,
                      ack_queue=rs.out, stats=st)
-    tx.cnp_template_args = (MAC_A, IP_A, 48, 0xFFFF)
+    tx.cnp_template = lambda qp: roce.FrameTemplate(
+        MAC_A, qp.tpl_dst_mac, IP_A, qp.remote_ip, qp.udp_sport, qp.remote_qpn, dscp=48,
+        ecn=roce.ECN_NOT_ECT, max_payload_bytes=16)
     return tx, rq, sock, pfc, rs, np_
 
 
