@@ -260,10 +260,11 @@ class RoceNic:
         self.verify_icrc = verify_icrc
         self.priority, self.cnp_priority, self.cnp_dscp = priority, cnp_priority, cnp_dscp
         self.honor_pfc = honor_pfc
-        if not isinstance(dcqcn, DcqcnParams):
-            dcqcn = DcqcnParams.from_config(dcqcn) if dcqcn is not None \
-                else DcqcnParams(enabled=False)
-        self.dcqcn = dcqcn
+        if dcqcn is None:
+            dcqcn = DcqcnParams(enabled=False)
+        elif isinstance(dcqcn, dict):
+            dcqcn = DcqcnParams.from_config(dcqcn)
+        self.dcqcn = dcqcn          # the reaction point's params: DCQCN's (or IB CC's, ib.nic)
         self.logs = logs
         self.stats = st = NicStats()
         self.on_ecn_ce: Callable[[QueuePair, roce.RocePacket], None] | None = None
@@ -417,15 +418,19 @@ class RoceNic:
         if rate_bps is not None and rate_bps <= 0:
             raise ValueError("a QP's rate_bps must be > 0 (or None: line rate)")
         dst_mac = remote_mac or self.gateway_mac
-        tpl = FrameTemplate(self.mac, dst_mac, self.ip, remote_ip, udp_sport, remote_qpn,
-                            dscp=self.dscp, ecn=self.ecn, max_payload_bytes=self.mtu_bytes,
-                            pkey=self.pkey)
+        tpl = self._qp_template(dst_mac, remote_ip, udp_sport, remote_qpn)
         qp = QueuePair(qpn, remote_ip, remote_qpn, udp_sport, sq_psn, rq_psn, rate_bps,
                        dst_mac, tpl, self.mtu_bytes)
         self._qps[qpn] = qp
         self.requester.qps.append(qp)
         self.reaction.attach(qp, self.qp_line_rate_bps(qp), self.clock.now_ns())
         return qp
+
+    def _qp_template(self, dst_mac: str, remote_ip: str, udp_sport: int, remote_qpn: int):
+        """The frame template of a new QP's packets."""
+        return FrameTemplate(self.mac, dst_mac, self.ip, remote_ip, udp_sport, remote_qpn,
+                             dscp=self.dscp, ecn=self.ecn, max_payload_bytes=self.mtu_bytes,
+                             pkey=self.pkey)
 
     def _cnp_template(self, qp: QueuePair) -> FrameTemplate:
         """The template of the CNPs ``qp`` sends its peer (made at the first)."""

@@ -93,18 +93,20 @@ def rocev2_bpf(ip: str, pfc: bool = True) -> bytes:
     return _bpf_assemble(prog)
 
 
-def open_packet_socket(ifname: str, ip: str, rcvbuf: int, sndbuf: int, proto: int):
+def open_packet_socket(ifname: str, ip: str | None, rcvbuf: int, sndbuf: int, proto: int):
     """An AF_PACKET socket on ``ifname`` bound to ethertype ``proto``, with
-    the RoCEv2/PFC filter for ``ip``. RoCE goes through an ETH_P_IP socket
+    the RoCEv2/PFC filter for ``ip`` (None: no filter beyond the ethertype,
+    for InfiniBand's carriers). RoCE goes through an ETH_P_IP socket
     and PFC through a separate ETH_P_PAUSE one (not one ETH_P_ALL socket:
     ETH_P_ALL taps see frames before tc ingress, and would see our own
     frames where PACKET_IGNORE_OUTGOING is missing)."""
     s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
     try:
-        prog = rocev2_bpf(ip)
-        cbuf = ctypes.create_string_buffer(prog)
-        fprog = struct.pack("HL", len(prog) // 8, ctypes.addressof(cbuf))
-        s.setsockopt(socket.SOL_SOCKET, SO_ATTACH_FILTER, fprog)
+        if ip is not None:
+            prog = rocev2_bpf(ip)
+            cbuf = ctypes.create_string_buffer(prog)
+            fprog = struct.pack("HL", len(prog) // 8, ctypes.addressof(cbuf))
+            s.setsockopt(socket.SOL_SOCKET, SO_ATTACH_FILTER, fprog)
         for opt, fallback, size in ((SO_RCVBUFFORCE, socket.SO_RCVBUF, rcvbuf),
                                     (SO_SNDBUFFORCE, socket.SO_SNDBUF, sndbuf)):
             try:

@@ -23,10 +23,12 @@ from scapy.contrib.roce import BTH
 from scapy.layers.l2 import Ether
 
 from emulator.agents.roce import (
-    _EXT_LEN, PSN_MASK, RC_ACK, RC_SEND_ONLY, read_ext_headers, write_transport,
+    _EXT_LEN, ECN_CE, ECN_ECT0, PSN_MASK, RC_ACK, RC_SEND_ONLY, read_ext_headers, write_transport,
 )
-from emulator.ib.headers import ICRC_BYTES, LNH_IBA_LOCAL, LRH, LRH_BYTES, VCRC_BYTES, vcrc
-from emulator.wire import BTH_BYTES, ETH_HDR_BYTES, ETH_P_IB_DATA
+from emulator.ib.headers import (
+    FC_PACKET_BYTES, ICRC_BYTES, LNH_IBA_LOCAL, LRH, LRH_BYTES, VCRC_BYTES, vcrc,
+)
+from emulator.wire import BTH_BYTES, ETH_HDR_BYTES, ETH_P_IB_DATA, ETH_P_IB_LINK
 
 _LRH_OFF = ETH_HDR_BYTES                 # 14: the carrier, then the packet
 _BTH_OFF = _LRH_OFF + LRH_BYTES          # 22
@@ -35,7 +37,9 @@ _S_LRH_LEN = struct.Struct("!H")         # rsvd5 + PktLen
 _S_BTH = struct.Struct("!BBHII")
 _S_ICRC = struct.Struct("<I")
 _S_VCRC = struct.Struct("<H")
+_S_FC = struct.Struct("!I")             # Op, FCTBS, VL, FCCL (IBA 7.9.4.1)
 _crc32 = zlib.crc32
+_CARRIER_BROADCAST = b"\xff" * 6
 
 
 class IbFrameTemplate:
@@ -112,6 +116,12 @@ class IbPacket(NamedTuple):
     imm: int | None
     payload: memoryview          # without pad bytes, ICRC and VCRC; a view into the input
 
+    @property
+    def ecn(self) -> int:
+        """FECN is InfiniBand's "congestion experienced": the NIC's
+        notification point reads it as RoCE's ECN field."""
+        return ECN_CE if self.fecn else ECN_ECT0
+
 
 #              ethertype vl/lver sl/lnh dlid len slid op fl pkey fbdqp apsn
 _S_HDR = struct.Struct("!12xHBBHHHBBHII")
@@ -140,3 +150,43 @@ def parse_ib(frame) -> IbPacket | None:
     return IbPacket(slid, dlid, sl_lnh >> 4, vl_lver >> 4, op, fbq & PSN_MASK, apsn & PSN_MASK,
                     apsn >> 31 == 1, fbq >> 31 == 1, (fbq >> 30) & 1 == 1,
                     *read_ext_headers(frame, h, op), frame[p:pend])
+
+
+def verify_icrc(frame) -> bool:
+    """Is the ICRC of the IB data packet in carrier ``frame`` right? (LRH
+    VL and BTH Resv8a masked, as the sender computed it; the length from
+    the LRH's PktLen.)"""
+    if len(frame) < _EXT_OFF + ICRC_BYTES + VCRC_BYTES:
+        return False
+    icrc_end = _LRH_OFF + (((frame[_LRH_OFF + 4] & 0x07) << 8 | frame[_LRH_OFF + 5]) << 2)
+    pend = icrc_end - ICRC_BYTES
+    if pend < _EXT_OFF or icrc_end + VCRC_BYTES > len(frame):
+        return False
+    m = bytearray(frame[_LRH_OFF:_EXT_OFF])
+    m[0] |= 0xF0
+    m[LRH_BYTES + 4] = 0xFF
+    crc = _crc32(memoryview(frame)[_EXT_OFF:pend], _crc32(m))
+    return crc == _S_ICRC.unpack_from(frame, pend)[0]
+
+
+def fc_frame(src_mac: bytes, vl: int, fctbs: int, fccl: int) -> bytes:
+    """A flow-control packet (IBA 7.9.4: Op 0, FCTBS, VL, FCCL, LPCRC) in
+    its carrier frame, as switches and NICs send them."""
+    body = _S_FC.pack((fctbs << 16) | (vl << 12) | fccl)
+    return _CARRIER_BROADCAST + src_mac + ETH_P_IB_LINK.to_bytes(2, "big") + body + \
+        vcrc(body).to_bytes(2, "little")
+
+
+def parse_fc(frame) -> tuple[int, int, int] | None:
+    """(VL, FCTBS, FCCL) of a carrier frame holding a flow-control packet
+    whose LPCRC is right; None otherwise."""
+    if len(frame) < ETH_HDR_BYTES + FC_PACKET_BYTES or \
+            (frame[12] << 8 | frame[13]) != ETH_P_IB_LINK:
+        return None
+    body = frame[ETH_HDR_BYTES:ETH_HDR_BYTES + 4]
+    if vcrc(body) != _S_VCRC.unpack_from(frame, ETH_HDR_BYTES + 4)[0]:
+        return None
+    (word,) = _S_FC.unpack_from(frame, ETH_HDR_BYTES)
+    if word >> 28:                      # Op: 0 is a normal flow-control packet
+        return None
+    return (word >> 12) & 0xF, (word >> 16) & 0xFFF, word & 0xFFF

@@ -36,7 +36,9 @@ from scapy.fields import BitEnumField, BitField, FCSField, XLEShortField, XShort
 from scapy.layers.l2 import Ether
 from scapy.packet import Packet, bind_layers
 
-from emulator.wire import ETH_P_IB_DATA, ETH_P_IB_LINK, layer_len_bytes
+from emulator.wire import (
+    BTH_BYTES, ETH_HDR_BYTES, ETH_P_IB_DATA, ETH_P_IB_LINK, Framing, layer_len_bytes,
+)
 
 LNH_RAW = 0
 LNH_IP = 1
@@ -192,3 +194,7 @@ bind_layers(Ether, IBFlowControl, type=ETH_P_IB_LINK)
 
 LRH_BYTES = layer_len_bytes(LRH, exclude=("vcrc",))        # 8
 FC_PACKET_BYTES = layer_len_bytes(IBFlowControl)            # 6
+# the NIC's frames: carrier + LRH + BTH, ICRC + VCRC after; on an IB wire
+# only the packet (the carrier's 14 bytes are the veth's)
+IB_FRAMING = Framing(ETH_HDR_BYTES + LRH_BYTES + BTH_BYTES, ICRC_BYTES + VCRC_BYTES,
+                     -ETH_HDR_BYTES)

@@ -30,7 +30,6 @@ time, overruns, flow-control packets; drops by reason) go to
 from __future__ import annotations
 
 import signal
-import struct
 import sys
 
 from emulator.clock import MONOTONIC, Clock
@@ -39,7 +38,8 @@ from emulator.dataplane.state import SwitchState
 from emulator.dataplane.switch import RX_BATCH, RX_MAX_BYTES, open_port_socket, serve
 from emulator.errors import ConfigError
 from emulator.ib.credits import CreditParams, VlCredits, blocks
-from emulator.ib.headers import FC_PACKET_BYTES, LRH_BYTES, vcrc
+from emulator.ib.frames import fc_frame, parse_fc
+from emulator.ib.headers import LRH_BYTES
 from emulator.ib.pipeline import DROP_PORT, IbPipeline
 from emulator.ib.port import IbEgressPort
 from emulator.link import Wire
@@ -49,16 +49,6 @@ from emulator.schema.switch import PortConfig, SwitchConfig
 from emulator.wire import ETH_HDR_BYTES, ETH_P_IB_DATA, ETH_P_IB_LINK
 
 IDLE_WAKE_NS = 50_000_000
-_CARRIER_DST = b"\xff" * 6
-_FC = struct.Struct("!IH")
-
-
-def fc_frame(src_mac: bytes, vl: int, fctbs: int, fccl: int) -> bytes:
-    """A flow-control packet (IBA 7.9.4) in its carrier frame."""
-    word = (0 << 28) | (fctbs << 16) | (vl << 12) | fccl
-    body = word.to_bytes(4, "big")
-    return _CARRIER_DST + src_mac + ETH_P_IB_LINK.to_bytes(2, "big") + body + \
-        vcrc(body).to_bytes(2, "little")
 
 
 class IbSwitchPort:
@@ -78,6 +68,7 @@ class IbSwitchPort:
         self.fc_tx = {vl: 0 for vl in vls}
         self.fc_rx = {vl: 0 for vl in vls}
         self.vl_errors = 0            # data packets in or out on a VL this port does not run
+        self.fc_errors = 0            # flow-control packets dropped: bad LPCRC or Op, unknown VL
 
     def send(self, frame) -> None:
         try:
@@ -131,13 +122,14 @@ class IbSwitch:
         if port.pcap is not None:
             port.pcap.write(now_ns, frame)
         ethertype = (frame[12] << 8) | frame[13] if len(frame) >= 14 else -1
-        if ethertype == ETH_P_IB_LINK and len(frame) >= ETH_HDR_BYTES + FC_PACKET_BYTES:
-            (word, _) = _FC.unpack_from(frame, 14)
-            vl, fctbs, fccl = (word >> 12) & 0xF, (word >> 16) & 0xFFF, word & 0xFFF
-            cr = port.credits.get(vl)
+        if ethertype == ETH_P_IB_LINK:
+            fc = parse_fc(frame)
+            cr = port.credits.get(fc[0]) if fc is not None else None
             if cr is not None:
-                cr.on_fc(fctbs, fccl, now_ns)
-                port.fc_rx[vl] += 1
+                cr.on_fc(fc[1], fc[2], now_ns)
+                port.fc_rx[fc[0]] += 1
+            else:
+                port.fc_errors += 1     # a bad LPCRC or Op, or a VL this port does not run
         egress_port, frame = self.pipeline.ingress(frame, port.port_no)   # counts; link packets stop here
         if ethertype != ETH_P_IB_DATA or len(frame) < ETH_HDR_BYTES + LRH_BYTES:
             return
@@ -211,7 +203,7 @@ class IbSwitch:
         for p in self.ports.values():
             ports.append({
                 "port": p.port_no, "ifname": p.cfg.ifname, "send_errors": p.send_errors,
-                "vl_errors": p.vl_errors,
+                "vl_errors": p.vl_errors, "fc_errors": p.fc_errors,
                 "vls": [{"vl": vl, "tx_packets": p.egress.tx_packets[vl],
                          "tx_bytes": p.egress.tx_bytes[vl], "stalls": cr.stalls,
                          "stalled_ns": cr.stalled_total_ns(now), "overruns": cr.overruns,

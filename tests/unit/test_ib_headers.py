@@ -101,11 +101,16 @@ def test_a_flow_control_packet_carries_fctbs_vl_fccl_and_its_lpcrc():
     assert (back.op, back.fctbs, back.vl, back.fccl) == (0, 100, 2, 4095)
 
 
-def test_the_switch_builds_the_same_flow_control_packet_as_the_layer():
-    from emulator.ib.switch import fc_frame
+def test_switches_and_nics_build_the_same_flow_control_packet_as_the_layer():
+    from emulator.ib.frames import fc_frame, parse_fc
     frame = fc_frame(bytes(6), vl=3, fctbs=4000, fccl=17)
     assert frame[12:14] == ETH_P_IB_LINK.to_bytes(2, "big")
     assert frame[14:] == bytes(IBFlowControl(fctbs=4000, vl=3, fccl=17))
+    assert parse_fc(frame) == (3, 4000, 17)
+    bad = bytearray(frame)
+    bad[15] ^= 0x01                                  # one bit of FCTBS: the LPCRC no longer matches
+    assert parse_fc(bytes(bad)) is None
+    assert parse_fc(frame[:-1]) is None
 
 
 def test_the_vcrc_of_a_packet_and_its_vcrc_is_a_constant_residue():

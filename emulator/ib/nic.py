@@ -1,0 +1,217 @@
+"""A software InfiniBand HCA port: ``RoceNic``'s verbs, queue pairs,
+requester, responder, READs and pacer over InfiniBand's link layer. Only
+what is around the transport differs (the transport code is shared):
+
+* frames: ``ib.frames.IbFrameTemplate`` (carrier, LRH with our SL and data
+  VL, DLID and SLID, BTH onwards as RoCE's, ICRC over the LRH with the VL
+  masked, VCRC) and ``parse_ib``; sizes and wire time from ``IB_FRAMING``
+  (the 14-byte carrier is not on an IB wire).
+* addresses: a LID, ours and the peers'. A QP is still created with the
+  peer's IP (the workloads speak IPs): ``lids`` maps it to the peer's LID,
+  as a path record from the subnet manager's SA would (the runner fills it
+  from ``ib.sm.sweep``, the same sweep that programs the switches).
+* flow control (IBA 7.9.4), one data VL: the transmitter sends a frame
+  only when the switch's credit covers its blocks (``Transmitter.credit``;
+  the head waits, and its wait is a credit stall); flow-control packets from
+  the switch bring credit (FCCL) and reset our ABR (FCTBS). Our receive
+  buffer frees as soon as a packet is read (the host consumes at line
+  rate), and we advertise it like a switch port does: at start, when
+  ``update_blocks`` freed, and every ``update_period_ns``.
+* congestion: a request that arrives with FECN set is "congestion
+  experienced" (``IbPacket.ecn``): the notification point returns a CNP
+  (BTH opcode 0x81 with BECN, annex A10) and the sender's reaction point
+  runs ``ib.cc.IbCc`` when it is given ``IbCcParams``.
+* no PFC: nothing pauses the data class; the ACK timeout is stretched by
+  the VL's credit stall time instead, as RoCE's is by PFC pauses.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from emulator.clock import MONOTONIC
+from emulator.agents.frames import LinkFrame
+from emulator.agents.nic import RoceNic
+from emulator.agents.packet_socket import open_packet_socket
+from emulator.agents.qp import QueuePair
+from emulator.ib.credits import CreditParams, VlCredits, blocks
+from emulator.ib.frames import IbFrameTemplate, fc_frame, parse_fc, parse_ib, verify_icrc
+from emulator.ib.headers import IB_FRAMING
+from emulator.wire import CNP_PAD_BYTES, ETH_HDR_BYTES, ETH_P_IB_DATA, ETH_P_IB_LINK
+
+
+class _CreditHold:
+    """The requester's clock of time its data class was held (what
+    ``PfcReceiver.held_ns`` is on Ethernet): here, our VL's credit stalls."""
+
+    __slots__ = ("credits",)
+
+    def __init__(self, credits: VlCredits):
+        self.credits = credits
+
+    def held_ns(self, priority: int, now: int) -> int:
+        return self.credits.stalled_total_ns(now)
+
+
+class IbNic(RoceNic):
+    """An InfiniBand port with ``RoceNic``'s API. ``lid``: ours; ``lids``:
+    IP -> LID of every peer (path records); ``sl``/``vl``: our packets' SL
+    and the data VL this port runs; ``credit``: our receive buffer and how
+    we advertise it (wall ns, dilated by the caller); ``cc``: ``IbCcParams``
+    for the reaction point (None: no congestion control). Other keywords
+    are ``RoceNic``'s (its ``dscp``/``ecn``/``priority`` and PFC ones have
+    no meaning here)."""
+
+    FRAMING = IB_FRAMING
+
+    def __init__(self, ifname: str | None, mac: str, ip: str, gateway_mac: str, *,
+                 lid: int, lids: Mapping[str, int], sl: int = 0, vl: int = 0,
+                 credit: CreditParams | None = None, cc=None, **kw):
+        if not 0 < lid < 0xC000:
+            raise ValueError(f"LID {lid} is not a unicast LID (1..0xBFFF)")
+        if not 0 <= sl < 16 or not 0 <= vl < 15:
+            raise ValueError("sl must be 0..15 and vl a data VL, 0..14")
+        self.lid, self.sl, self.vl = lid, sl, vl
+        self.lids = dict(lids)
+        self.credit_params = credit or CreditParams()
+        kw["honor_pfc"] = False
+        kw.setdefault("cnp_interval_ns", 0)         # every FECN is answered (hfi1 does)
+        if cc is not None:
+            kw["dcqcn"] = cc
+        # the transmitter's credit gate (RoceNic's __init__ asks _link_credit)
+        self.vl_credits = VlCredits(self.credit_params, kw.get("clock", MONOTONIC).now_ns())
+        super().__init__(ifname, mac, ip, gateway_mac, **kw)
+        self.requester.pfc = _CreditHold(self.vl_credits)
+        self._mac_bytes = bytes.fromhex(mac.replace(":", ""))
+        self.vl_errors = 0
+
+    # -- the parts RoceNic asks its link layer for ----------------------------
+    def _open_sockets(self, rcvbuf_bytes: int, sndbuf_bytes: int, absorb_udp: bool) -> None:
+        """Data packets on one socket, link packets on another (each its ethertype)."""
+        self.sock = open_packet_socket(self.ifname, None, rcvbuf_bytes, sndbuf_bytes,
+                                       ETH_P_IB_DATA)
+        try:
+            self._pfc_sock = open_packet_socket(self.ifname, None, 1 << 20, 1 << 16,
+                                                ETH_P_IB_LINK)
+        except BaseException:
+            self.sock.close()
+            raise
+
+    def _link_credit(self):
+        return self.vl_credits
+
+    def _dlid(self, remote_ip: str) -> int:
+        try:
+            return self.lids[remote_ip]
+        except KeyError:
+            raise ValueError(f"no path to {remote_ip}: the subnet manager gave it no LID") from None
+
+    def _qp_template(self, dst_mac: str, remote_ip: str, udp_sport: int, remote_qpn: int):
+        return IbFrameTemplate(self.mac, dst_mac, self.lid, self._dlid(remote_ip), remote_qpn,
+                               sl=self.sl, vl=self.vl, pkey=self.pkey,
+                               max_payload_bytes=self.mtu_bytes)
+
+    def _cnp_template(self, qp: QueuePair) -> IbFrameTemplate:
+        return IbFrameTemplate(self.mac, qp.tpl_dst_mac, self.lid, qp.remote_lid, qp.remote_qpn,
+                               sl=self.sl, vl=self.vl, pkey=self.pkey,
+                               max_payload_bytes=CNP_PAD_BYTES)
+
+    def create_qp(self, qpn: int, remote_ip: str, remote_qpn: int, udp_sport: int | None = None,
+                  **kw) -> QueuePair:
+        qp = super().create_qp(qpn, remote_ip, remote_qpn, udp_sport, **kw)
+        qp.remote_lid = qp.tpl.dlid
+        return qp
+
+    # -- receive ---------------------------------------------------------------
+    def _rx_drain_sock(self, sock, now: int) -> int:
+        buf, mv, st = self._rxbuf, self._rxmv, self.stats
+        my_lid, my_vl, qps, check = self.lid, self.vl, self._qps, self.verify_icrc
+        cr = self.vl_credits
+        hook = self._rx_hook
+        dispatch = self._dispatch
+        recv_into = sock.recv_into
+        n_batch = 0
+        for _ in range(self.RX_BATCH):
+            try:
+                n = recv_into(buf)
+            except (BlockingIOError, InterruptedError):
+                break
+            if not n_batch and self._rx_stamp:
+                self._sample_rx_lateness(sock)
+            n_batch += 1
+            frame = mv[:n]
+            if buf[12] == 0x88 and buf[13] == 0xB6:       # ETH_P_IB_LINK: flow control
+                fc = parse_fc(frame)
+                if fc is not None and fc[0] == my_vl:
+                    cr.on_fc(fc[1], fc[2], now)
+                    st.fc_rx += 1
+                else:
+                    st.rx_ignored += 1
+                continue
+            pkt = parse_ib(frame)
+            if pkt is None:
+                st.rx_ignored += 1
+                continue
+            if pkt.vl != my_vl:
+                self.vl_errors += 1
+                st.rx_ignored += 1
+                continue
+            # the packet took our buffer's blocks; we read it, so they are free again
+            nb = blocks(n - ETH_HDR_BYTES)
+            if cr.on_data(nb):
+                cr.release(nb)
+            else:                            # the switch sent past our credit: never, if it obeys
+                continue
+            if pkt.dlid != my_lid:
+                st.rx_ignored += 1
+                continue
+            if check and not verify_icrc(frame):
+                st.rx_icrc_errors += 1
+                continue
+            if hook is not None and hook(frame, pkt, now):
+                continue
+            qp = qps.get(pkt.dst_qp)
+            if qp is None or pkt.slid != qp.remote_lid:
+                st.rx_ignored += 1
+                continue
+            st.rx_packets += 1
+            st.rx_bytes += n
+            dispatch(qp, pkt, now)
+        return n_batch
+
+    # -- flow control ----------------------------------------------------------
+    def _flow_control(self, now: int) -> None:
+        cr = self.vl_credits
+        if cr.fc_due(now):
+            fctbs, fccl = cr.make_fc(now)
+            self.transmitter.wire.put(now, LinkFrame(fc_frame(self._mac_bytes, self.vl,
+                                                              fctbs, fccl)))
+
+    def _timers(self, now: int) -> None:
+        self._flow_control(now)
+        super()._timers(now)
+
+    def next_wake_ns(self, now: int, limit: int) -> int:
+        fc = self.vl_credits.next_fc_ns()
+        return super().next_wake_ns(now, fc if fc < limit else limit)
+
+    # -- stats -----------------------------------------------------------------
+    def update_pause_stats(self, now: int | None = None) -> int:
+        """No PFC here: bring the credit stall stats up to date (stalls,
+        time our VL held a packet for want of credit); returns 0 paused."""
+        now = self.clock.now_ns() if now is None else now
+        cr = self.vl_credits
+        st = self.stats
+        st.credit_stalls = cr.stalls
+        st.credit_stalled_ns = cr.stalled_total_ns(now)
+        st.paused_ns = 0
+        return 0
+
+    # -- what runs on Ethernet only ----------------------------------------------
+    def set_packet_cpu(self, cpu, rx_backlog_pkts: int = 1024) -> None:
+        if cpu is not None:
+            raise ValueError("the host-CPU and DPU models run on RoCE NICs only, "
+                             "not on InfiniBand")
+
+    def set_partition(self, pkey, filter_cpu=None, filter_ns: float = 0.0) -> None:
+        if pkey is not None:
+            raise ValueError("tenant partitions run on RoCE NICs only, not on InfiniBand")
