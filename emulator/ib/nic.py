@@ -40,16 +40,23 @@ from emulator.wire import CNP_PAD_BYTES, ETH_HDR_BYTES, ETH_P_IB_DATA, ETH_P_IB_
 
 
 class _CreditHold:
-    """The requester's clock of time its data class was held (what
-    ``PfcReceiver.held_ns`` is on Ethernet): here, our VL's credit stalls."""
+    """The requester's view of how its data class is held (what a
+    ``PfcReceiver`` is on Ethernet): here by our VL's credit stalls.
+    ``held_ns``: stalled time so far; ``until_ns[priority]``: when the hold
+    ends -- unknown while a stall runs (no credit has come), so far off."""
 
-    __slots__ = ("credits",)
+    __slots__ = ("credits", "until_ns")
+    _UNKNOWN_END_NS = 1 << 62
 
     def __init__(self, credits: VlCredits):
         self.credits = credits
+        self.until_ns = self
 
     def held_ns(self, priority: int, now: int) -> int:
         return self.credits.stalled_total_ns(now)
+
+    def __getitem__(self, priority: int) -> int:
+        return self._UNKNOWN_END_NS if self.credits.stalled_since is not None else 0
 
 
 class IbNic(RoceNic):

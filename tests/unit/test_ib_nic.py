@@ -132,6 +132,24 @@ def test_a_sender_stalls_exactly_while_it_has_no_credit():
     assert a.stats.tx_retransmits == 0
 
 
+def test_time_without_credit_does_not_count_against_the_ack_timeout():
+    clock = manual_clock()
+    sn, sp = socket_pair()
+    sp.setblocking(False)
+    a = nic(sn, MAC_A, IP_A, LID_A, MAC_B, clock, rto_ns=1_000_000, ack_every_n=1)
+    port = SwitchPort(sp, clock)
+    loop = NicLoop([a], clock, peers=[sp], on_peer_frame=port.on_frame)
+    qa = a.create_qp(0x11, IP_B, 0x22)
+    mr = a.register_mr(4 * MTU, buf=bytearray(4 * MTU))
+    a.post_write(qa, 1, (mr, 0, 4 * MTU), 0x1000, 0x77)
+    port.grant(blocks(IB_FRAMING.frame_bytes(16, MTU) - ETH_HDR_BYTES))   # the first packet only
+    loop.run_for(0.010)                                # 10 ACK timeouts, no ACK: but stalled
+    assert len(port.data) == 1 and a.stats.timeouts == 0
+    port.grant(2000)                                   # credit for the rest
+    loop.run_for(0.005)                                # still no ACK, and no stall now
+    assert len(port.data) >= 4 and a.stats.timeouts >= 1
+
+
 def test_a_fecn_marked_request_is_answered_with_a_becn_cnp_and_ib_cc_slows_the_sender():
     clock = manual_clock()
     sa, sb = socket_pair()
