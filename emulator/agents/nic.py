@@ -588,10 +588,10 @@ class RoceNic:
         self.responder.flush_acks()
 
     def _rx_drain_sock(self, sock, now: int) -> int:
-        buf, mv, st = self._rxbuf, self._rxmv, self.stats
-        my_ip, qps, check = self.ip_int, self._qps, self.verify_icrc
-        hook = self._rx_hook                 # tenant filter / CPU work (host_cpu); None: off
-        dispatch = self._dispatch
+        """Read what ``sock`` holds (at most ``RX_BATCH`` frames) into
+        ``_rx_frame``; returns how many frames."""
+        buf, mv = self._rxbuf, self._rxmv
+        on_frame = self._rx_frame
         recv_into = sock.recv_into
         n_batch = 0
         for _ in range(self.RX_BATCH):
@@ -602,30 +602,36 @@ class RoceNic:
             if not n_batch and self._rx_stamp:
                 self._sample_rx_lateness(sock)
             n_batch += 1
-            frame = mv[:n]
-            if buf[12] == 0x88 and buf[13] == 0x08 and n >= 34:
-                if self.pfc.on_frame(frame, now):
-                    st.pfc_rx += 1
-                else:
-                    st.rx_ignored += 1
-                continue
-            pkt = parse_roce(frame)
-            if pkt is None or pkt.dst_ip != my_ip:
-                st.rx_ignored += 1
-                continue
-            if check and not verify_icrc(frame):
-                st.rx_icrc_errors += 1
-                continue
-            if hook is not None and hook(frame, pkt, now):
-                continue                     # dropped, or held until the CPU delivers it
-            qp = qps.get(pkt.dst_qp)
-            if qp is None or pkt.src_ip != qp.remote_ip_int:
-                st.rx_ignored += 1
-                continue
-            st.rx_packets += 1
-            st.rx_bytes += n
-            dispatch(qp, pkt, now)
+            on_frame(mv[:n], n, now)
         return n_batch
+
+    def _rx_frame(self, frame, n: int, now: int) -> None:
+        """One received frame (a view of ``n`` bytes, valid until the next
+        read): a PFC frame, or a RoCE packet for one of our QPs."""
+        st = self.stats
+        if frame[12] == 0x88 and frame[13] == 0x08 and n >= 34:
+            if self.pfc.on_frame(frame, now):
+                st.pfc_rx += 1
+            else:
+                st.rx_ignored += 1
+            return
+        pkt = parse_roce(frame)
+        if pkt is None or pkt.dst_ip != self.ip_int:
+            st.rx_ignored += 1
+            return
+        if self.verify_icrc and not verify_icrc(frame):
+            st.rx_icrc_errors += 1
+            return
+        hook = self._rx_hook                 # tenant filter / CPU work (host_cpu); None: off
+        if hook is not None and hook(frame, pkt, now):
+            return                           # dropped, or held until the CPU delivers it
+        qp = self._qps.get(pkt.dst_qp)
+        if qp is None or pkt.src_ip != qp.remote_ip_int:
+            st.rx_ignored += 1
+            return
+        st.rx_packets += 1
+        st.rx_bytes += n
+        self._dispatch(qp, pkt, now)
 
     def _sample_rx_lateness(self, sock) -> None:
         try:

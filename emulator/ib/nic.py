@@ -129,61 +129,44 @@ class IbNic(RoceNic):
         return qp
 
     # -- receive ---------------------------------------------------------------
-    def _rx_drain_sock(self, sock, now: int) -> int:
-        buf, mv, st = self._rxbuf, self._rxmv, self.stats
-        my_lid, my_vl, qps, check = self.lid, self.vl, self._qps, self.verify_icrc
+    def _rx_frame(self, frame, n: int, now: int) -> None:
+        """One received frame: flow control for our VL, or an IB packet for
+        one of our QPs (its blocks free again at once: we have read it)."""
+        st = self.stats
+        if frame[12] == 0x88 and frame[13] == 0xB6:      # ETH_P_IB_LINK
+            fc = parse_fc(frame)
+            if fc is not None and fc[0] == self.vl:
+                self.vl_credits.on_fc(fc[1], fc[2], now)
+                st.fc_rx += 1
+            else:
+                st.rx_ignored += 1
+            return
+        pkt = parse_ib(frame)
+        if pkt is None:
+            st.rx_ignored += 1
+            return
+        if pkt.vl != self.vl:
+            self.vl_errors += 1
+            st.rx_ignored += 1
+            return
         cr = self.vl_credits
-        hook = self._rx_hook
-        dispatch = self._dispatch
-        recv_into = sock.recv_into
-        n_batch = 0
-        for _ in range(self.RX_BATCH):
-            try:
-                n = recv_into(buf)
-            except (BlockingIOError, InterruptedError):
-                break
-            if not n_batch and self._rx_stamp:
-                self._sample_rx_lateness(sock)
-            n_batch += 1
-            frame = mv[:n]
-            if buf[12] == 0x88 and buf[13] == 0xB6:       # ETH_P_IB_LINK: flow control
-                fc = parse_fc(frame)
-                if fc is not None and fc[0] == my_vl:
-                    cr.on_fc(fc[1], fc[2], now)
-                    st.fc_rx += 1
-                else:
-                    st.rx_ignored += 1
-                continue
-            pkt = parse_ib(frame)
-            if pkt is None:
-                st.rx_ignored += 1
-                continue
-            if pkt.vl != my_vl:
-                self.vl_errors += 1
-                st.rx_ignored += 1
-                continue
-            # the packet took our buffer's blocks; we read it, so they are free again
-            nb = blocks(n - ETH_HDR_BYTES)
-            if cr.on_data(nb):
-                cr.release(nb)
-            else:                            # the switch sent past our credit: never, if it obeys
-                continue
-            if pkt.dlid != my_lid:
-                st.rx_ignored += 1
-                continue
-            if check and not verify_icrc(frame):
-                st.rx_icrc_errors += 1
-                continue
-            if hook is not None and hook(frame, pkt, now):
-                continue
-            qp = qps.get(pkt.dst_qp)
-            if qp is None or pkt.slid != qp.remote_lid:
-                st.rx_ignored += 1
-                continue
-            st.rx_packets += 1
-            st.rx_bytes += n
-            dispatch(qp, pkt, now)
-        return n_batch
+        nb = blocks(n - ETH_HDR_BYTES)
+        if not cr.on_data(nb):               # past our credit: never, if the switch obeys
+            return
+        cr.release(nb)
+        if pkt.dlid != self.lid:
+            st.rx_ignored += 1
+            return
+        if self.verify_icrc and not verify_icrc(frame):
+            st.rx_icrc_errors += 1
+            return
+        qp = self._qps.get(pkt.dst_qp)        # (no host-CPU hook: RoCE only)
+        if qp is None or pkt.slid != qp.remote_lid:
+            st.rx_ignored += 1
+            return
+        st.rx_packets += 1
+        st.rx_bytes += n
+        self._dispatch(qp, pkt, now)
 
     # -- flow control ----------------------------------------------------------
     def _flow_control(self, now: int) -> None:
