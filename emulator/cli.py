@@ -136,6 +136,47 @@ def what_failed(summary: dict) -> list[str]:
 
 
 @main.command()
+@click.argument("experiments", nargs=-1, required=True, type=click.Path())
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
+              help="Output directory (default: results/compare-<first>-<second>...).")
+@click.option("--dilation", "dilation", default=None, metavar="auto|N",
+              help="Time dilation of every run; overrides the files' (auto: measured and cached).")
+def compare(experiments, out_dir, dilation):
+    """Run each of EXPERIMENTS (the same work on different fabrics -- RoCE and
+    InfiniBand: incast-pfc.yaml incast-ib.yaml) into DIR/<name>/, then write
+    DIR/comparison.csv, comparison.json and comparison.png."""
+    from rich.table import Table
+
+    from emulator.experiment.compare import COLUMNS, write_comparison
+    from emulator.experiment.dilation import parse_dilation, run_with_dilation
+    from emulator.net.fabric import check_environment
+    from emulator.net.runlock import RunLock
+
+    if len(experiments) < 2:
+        raise click.UsageError("compare needs two experiments or more")
+    dilation = parse_dilation(dilation)
+    exps = [_load(e) for e in experiments]
+    labels = [e.name if [x.name for x in exps].count(e.name) == 1 else f"{e.name}-{i + 1}"
+              for i, e in enumerate(exps)]
+    out = Path(out_dir or "results/compare-" + "-".join(labels))
+    check_environment()
+    with RunLock.acquire(experiments[0], out):
+        runs = {label: run_with_dilation(exp, out / label, console, dilation=dilation)
+                for label, exp in zip(labels, exps)}
+    rows = write_comparison(out, runs, {label: e.fabric for label, e in zip(labels, exps)})
+    table = Table(title=f"comparison ({out / 'comparison.csv'})")
+    table.add_column("")
+    for r in rows:
+        table.add_column(r["run"])
+    for key in COLUMNS[2:]:
+        table.add_row(key, *[str(r[key]) for r in rows])
+    console.print(table)
+    if not all(r["complete"] for r in rows):
+        click.echo(f"fabric-emu: a run did not complete (see {out}/*/summary.json)", err=True)
+        sys.exit(1)
+
+
+@main.command()
 @click.argument("experiment", type=click.Path())   # the loader refuses a directory in one line
 @click.option("--target", type=click.Choice(["embedded", "bmv2", "auto"]), default=None,
               help="Switch target; overrides the experiment file's 'target'.")

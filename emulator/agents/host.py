@@ -229,6 +229,28 @@ class RunLogs:
 
 
 # ---------------------------------------------------------------------------
+def make_nic(cfg: HostAgentConfig, dcqcn: DcqcnParams, logs) -> RoceNic:
+    """The NIC ``cfg`` describes: RoCE, or InfiniBand when it has ``ib``."""
+    common = dict(rate_bps=cfg.rate_bps, mtu_bytes=cfg.mtu_bytes, tx_delay_ns=cfg.tx_delay_ns,
+                  ack_every_n=cfg.ack_every_n, rto_ns=cfg.rto_ns, retry_cnt=cfg.retry_cnt,
+                  verify_icrc=cfg.verify_icrc, logs=logs, dilation=cfg.dilation)
+    ib = cfg.ib
+    if ib is not None:
+        from emulator.ib.cc import IbCcParams
+        from emulator.ib.credits import CreditParams
+        from emulator.ib.nic import IbNic
+        cc = IbCcParams.from_config({"dilation": cfg.dilation, **ib.cc}) if ib.cc else None
+        return IbNic(cfg.ifname, cfg.mac, cfg.ip, cfg.gateway_mac, lid=ib.lid, lids=ib.lids,
+                     sl=ib.sl, vl=ib.vl, cc=cc,
+                     credit=CreditParams(buffer_blocks=ib.buffer_blocks,
+                                         update_blocks=ib.update_blocks,
+                                         update_period_ns=ib.update_period_ns), **common)
+    return RoceNic(cfg.ifname, cfg.mac, cfg.ip, cfg.gateway_mac, dscp=cfg.dscp,
+                   priority=cfg.priority, cnp_dscp=cfg.cnp_dscp, cnp_priority=cfg.cnp_priority,
+                   cnp_interval_ns=cfg.cnp_interval_ns, honor_pfc=cfg.honor_pfc, dcqcn=dcqcn,
+                   **common)
+
+
 class HostAgent:
     def __init__(self, cfg: HostAgentConfig, nic: RoceNic | None = None,
                  logs: RunLogs | None = None):
@@ -243,13 +265,7 @@ class HostAgent:
             logs = RunLogs(os.path.dirname(cfg.result_path), self.host)
         self.logs = logs
         try:
-            self.nic = nic or RoceNic(
-                cfg.ifname, cfg.mac, cfg.ip, cfg.gateway_mac, rate_bps=cfg.rate_bps,
-                mtu_bytes=cfg.mtu_bytes, dscp=cfg.dscp, tx_delay_ns=cfg.tx_delay_ns,
-                ack_every_n=cfg.ack_every_n, rto_ns=cfg.rto_ns, retry_cnt=cfg.retry_cnt,
-                verify_icrc=cfg.verify_icrc, priority=cfg.priority, cnp_dscp=cfg.cnp_dscp,
-                cnp_priority=cfg.cnp_priority, cnp_interval_ns=cfg.cnp_interval_ns,
-                honor_pfc=cfg.honor_pfc, dcqcn=self.dcqcn, logs=logs, dilation=cfg.dilation)
+            self.nic = nic or make_nic(cfg, self.dcqcn, logs)
         except BaseException:
             logs.close()
             raise
@@ -419,6 +435,14 @@ class HostAgent:
             return None if wall_ns is None else round(wall_ns / d)
         nic.poll_kernel_stats()
         nic.update_pause_stats()
+        params = nic.dcqcn                  # the reaction point's: DCQCN's or IB CC's
+        if isinstance(params, DcqcnParams):
+            cc = {"dcqcn": params.as_dict()}
+            cc_fabric = {"dcqcn_alpha_timer_ns": fabric_ns(params.alpha_timer_ns),
+                         "dcqcn_rate_timer_ns": fabric_ns(params.rate_timer_ns)}
+        else:
+            cc = {"ib_cc": params.as_dict()}
+            cc_fabric = {"ib_cc_ccti_timer_ns": fabric_ns(params.ccti_timer_ns)}
         return {
             "host": self.host, "complete": self.all_complete(), "reason": self.stop_reason,
             "start_at_unix_ns": self.start_at_unix_ns, "ready_unix_ns": self.ready_unix_ns,
@@ -436,13 +460,11 @@ class HostAgent:
                        "priority": nic.priority, "cnp_dscp": nic.cnp_dscp,
                        "cnp_priority": nic.cnp_priority, "cnp_interval_ns": nic.cnp_interval_ns,
                        "honor_pfc": nic.honor_pfc, "sample_interval_ns": self.sample_interval_ns,
-                       "dcqcn": nic.dcqcn.as_dict(), "dilation": d,
+                       **cc, "dilation": d,
                        "fabric": {"rto_ns": fabric_ns(nic.rto_ns),
                                   "cnp_interval_ns": fabric_ns(nic.cnp_interval_ns),
                                   "min_rnr_timer_ns": RNR_TIMER_US[nic.responder.min_rnr_timer]
-                                  * 1000,
-                                  "dcqcn_alpha_timer_ns": fabric_ns(nic.dcqcn.alpha_timer_ns),
-                                  "dcqcn_rate_timer_ns": fabric_ns(nic.dcqcn.rate_timer_ns)},
+                                  * 1000, **cc_fabric},
                        "mr_rkey": self.rx_mr.rkey, "mr_addr": self.rx_mr.addr,
                        "write_layout": {str(k): v for k, v in self.layout.items()}},
         }

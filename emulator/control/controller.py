@@ -64,15 +64,24 @@ def switch_entities(fabric: Fabric, p4info: P4Info, switch: str, routes=None) ->
     return {"tables": station, "members": member_msgs, "groups": group_msgs, "routes": route_msgs}
 
 
+def program_p4info(fabric: Fabric) -> P4Info:
+    """The P4Info of the program a fabric's switches run: fabric.p4's, or
+    ib.p4's on an InfiniBand fabric."""
+    from emulator.p4.p4info import IB_P4INFO
+    return P4Info.load(IB_P4INFO) if fabric.link_layer == "infiniband" else P4Info.load()
+
+
 class FabricController:
     """Programs every switch of a fabric and reads its port counters."""
 
     def __init__(self, fabric: Fabric, switches: dict[str, tuple[str, int]],
                  p4info: P4Info | None = None, device_config: bytes = b"",
                  qos: QosSpec | None = None, mtu_bytes: int = 1024, reaction_fabric_ns: int = 0,
-                 dilation: float = 1.0):
+                 dilation: float = 1.0, ib_cc=None):
         """switches: name -> (P4Runtime address, device id); qos: traffic classes,
-        PFC and ECN to install (None: every packet in priority 0, lossy)."""
+        PFC and ECN to install (None: every packet in priority 0, lossy);
+        ib_cc: an InfiniBand fabric's congestion control (``schema.ib_cc``:
+        its switches' FECN threshold; None or off: no marking)."""
         self.fabric = fabric
         self.switches = switches
         self.p4info = p4info or P4Info.load()
@@ -81,6 +90,7 @@ class FabricController:
         self.mtu_bytes = mtu_bytes
         self.reaction_fabric_ns = reaction_fabric_ns
         self.dilation = dilation
+        self.ib_cc = ib_cc
         self.conns: dict[str, SwitchConnection] = {}
 
     def connect(self) -> None:
@@ -98,10 +108,24 @@ class FabricController:
                 raise f.exception()
 
     def install(self) -> None:
-        """Pipeline and every switch's entries, switches in parallel."""
-        routes = compute_routes(self.fabric)
-        ents = {name: switch_entities(self.fabric, self.p4info, name, routes) for name in self.conns}
-        if self.qos is not None:
+        """Pipeline and every switch's entries, switches in parallel. On an
+        InfiniBand fabric the controller is its subnet manager: LIDs and
+        up/down LFTs from ``ib.sm.sweep`` (no PFC or ECN to install)."""
+        if self.fabric.link_layer == "infiniband":
+            from emulator.ib.sm import lft_entries, sweep
+            subnet = sweep(self.fabric)
+            ents = {name: {"routes": lft_entries(subnet, name, self.p4info)} for name in self.conns}
+            if self.ib_cc is not None and self.ib_cc.enabled:
+                for name in self.conns:
+                    ents[name]["qos"] = [self.p4info.table_entry(
+                        "cc_threshold", {"port": p.port_no},
+                        ("set_cc_threshold", {"packets": self.ib_cc.threshold_packets}))
+                        for p in self.fabric.ports(name)]
+        else:
+            routes = compute_routes(self.fabric)
+            ents = {name: switch_entities(self.fabric, self.p4info, name, routes)
+                    for name in self.conns}
+        if self.qos is not None and self.fabric.link_layer != "infiniband":
             for name, e in ents.items():
                 e["qos"] = qos_entities(self.fabric, self.p4info, name, self.qos,
                                         self.mtu_bytes, self.reaction_fabric_ns, self.dilation)
@@ -177,7 +201,12 @@ class FabricController:
     def read_port_counters(self) -> dict[tuple[str, int], dict]:
         """(switch, port) -> {rx_packets, rx_bytes, enq_..., tx_..., pipeline_drop_...,
         and malformed_<reason>_packets/_bytes for the reasons that counted something}
-        for every port of the fabric's switches (and their CPU port)."""
+        for every port of the fabric's switches (and their CPU port). On
+        InfiniBand, ib.p4's: rx_packets/_bytes and fecn_mark_packets (what
+        a port sent, per VL, is in the switch's stats)."""
+        if self.fabric.link_layer == "infiniband":
+            return self._read_ib_port_counters()
+
         def one(name: str, conn: SwitchConnection) -> dict[tuple[str, int], dict]:
             ports = self._ports(name)
             cells = self._read_cells(conn, list(PORT_COUNTERS.values()), ports)
@@ -193,6 +222,16 @@ class FabricController:
                     if packets:
                         cell[f"{prefix}_packets"], cell[f"{prefix}_bytes"] = packets, nbytes
             return out
+        return {k: v for part in self._each_switch(one).values() for k, v in part.items()}
+
+    def _read_ib_port_counters(self) -> dict[tuple[str, int], dict]:
+        def one(name: str, conn: SwitchConnection) -> dict[tuple[str, int], dict]:
+            ports = [p.port_no for p in self.fabric.ports(name)]
+            cells = self._read_cells(conn, ["ib_rx_port_counter", "fecn_mark_counter"], ports)
+            return {(name, p): {"rx_packets": cells[("ib_rx_port_counter", p)][0],
+                                "rx_bytes": cells[("ib_rx_port_counter", p)][1],
+                                "fecn_mark_packets": cells[("fecn_mark_counter", p)][0]}
+                    for p in ports}
         return {k: v for part in self._each_switch(one).values() for k, v in part.items()}
 
     def read_priority_counters(self) -> dict[tuple[str, int, int], dict]:

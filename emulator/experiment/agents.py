@@ -53,7 +53,24 @@ def nic_fields(exp: Experiment, nic: str) -> dict:
             "dscp": spec.qos.roce_dscp, "priority": spec.qos.roce_priority,
             "cnp_dscp": spec.qos.cnp_dscp, "cnp_priority": spec.qos.cnp_priority,
             "cnp_interval_ns": spec.dcqcn.cnp_interval_ns(d),
-            "dcqcn": spec.dcqcn.agent_params(d, fabric.links[port.link_index].rate_bps)}
+            "dcqcn": spec.dcqcn.agent_params(d, fabric.links[port.link_index].rate_bps),
+            "ib": ib_nic_fields(exp, nic) if fabric.link_layer == "infiniband" else None}
+
+
+def ib_nic_fields(exp: Experiment, nic: str) -> dict:
+    """An InfiniBand NIC's ``IbNicConfig``: its LID and its peers' (the
+    subnet manager's sweep, the one that programs the switches), the link
+    layer's buffer and update period (dilated) as the switches have them
+    (``net.fabric.ib_link_config``), and IB congestion control if on."""
+    from emulator.ib.sm import path_records
+    from emulator.net.fabric import ib_link_config
+    fabric, d, cc = exp.fabric, exp.dilation, exp.spec.ib_cc
+    lids = path_records(fabric)
+    link = ib_link_config(d)
+    return {"lid": lids[fabric.addresses.host_ip(nic)], "lids": lids,
+            "buffer_blocks": link["buffer_blocks"], "update_blocks": link["update_blocks"],
+            "update_period_ns": link["update_period_ns"],
+            "cc": cc.agent_params(d) if cc.enabled else None}
 
 
 def nic_config(exp: Experiment, nic: str) -> NicConfig:

@@ -33,8 +33,7 @@ from typing import TYPE_CHECKING
 from emulator.p4.ecmp import ecmp_hash
 from emulator.topo import compute_routes, longest_prefix_match
 from emulator.wire import (  # noqa: F401 (ROCEV2_UDP_DPORT re-exported for the HPCC writer)
-    ACK_FRAME_BYTES, ICRC_BYTES, RETH_BYTES, ROCE_HDR_BYTES, ROCEV2_UDP_DPORT, WIRE_OVERHEAD_BYTES,
-    roce_sport,
+    ACK_FRAME_BYTES, RETH_BYTES, ROCE_FRAMING, ROCEV2_UDP_DPORT, Framing, roce_sport,
 )
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -66,11 +65,17 @@ class FabricPaths:
 
     def __init__(self, fabric: "Fabric"):
         self.fabric = fabric
-        self.routes = compute_routes(fabric)
+        if fabric.link_layer == "infiniband":      # the subnet manager's LFTs
+            from emulator.ib.sm import sweep
+            self.routes, self.subnet = None, sweep(fabric)
+        else:
+            self.routes, self.subnet = compute_routes(fabric), None
 
     def path(self, src: str, dst: str, sport: int, dport: int = ROCEV2_UDP_DPORT) -> list[Hop]:
-        """Hops from host ``src`` to host ``dst`` for UDP ``sport`` -> ``dport``."""
-
+        """Hops from host ``src`` to host ``dst`` for UDP ``sport`` -> ``dport``
+        (on InfiniBand: on the LFTs to ``dst``'s LID, whatever the port)."""
+        if self.subnet is not None:
+            return self._lft_path(src, dst)
         fabric, plan = self.fabric, self.fabric.addresses
         sip, dip = plan.host_ip(src), plan.host_ip(dst)
         h = ecmp_hash(int(ipaddress.IPv4Address(sip)), int(ipaddress.IPv4Address(dip)),
@@ -98,6 +103,17 @@ class FabricPaths:
         """The path of the flow's ACKs: from the responder's QP back to the requester."""
         return self.path(flow.dst, flow.src, roce_sport(flow.dst_qpn))
 
+    def _lft_path(self, src: str, dst: str) -> list[Hop]:
+        fabric, subnet = self.fabric, self.subnet
+        dlid = subnet.lid[dst]
+        hops = [self._hop(src, fabric.ports(src)[0].port_no)]
+        while hops[-1].peer != dst:
+            node = hops[-1].peer
+            if len(hops) > len(fabric.nodes) or not fabric.node(node).is_switch:
+                raise ValueError(f"no route from {src} to {dst} in fabric {fabric.name}")
+            hops.append(self._hop(node, subnet.lft[node][dlid]))
+        return hops
+
     def _hop(self, node: str, port_no: int) -> Hop:
         port = self.fabric.port(node, port_no)
         link = self.fabric.links[port.link_index]
@@ -106,18 +122,27 @@ class FabricPaths:
 
 # ----------------------------------------------------------- standalone FCT
 
-def frame_sizes(size_bytes: int, mtu_bytes: int, op: str = "write") -> tuple[int, int, int, int]:
+def link_framing(fabric: "Fabric") -> Framing:
+    """The frames of a fabric's link layer (``wire.Framing``)."""
+    if fabric.link_layer == "infiniband":
+        from emulator.ib.headers import IB_FRAMING
+        return IB_FRAMING
+    return ROCE_FRAMING
+
+
+def frame_sizes(size_bytes: int, mtu_bytes: int, op: str = "write",
+                framing: Framing = ROCE_FRAMING) -> tuple[int, int, int, int]:
     """(packets, first, middle, last) wire bytes of a message's frames.
 
-    Wire bytes include the 24 bytes of preamble/FCS/IFG. With one packet,
-    first == last is the only packet.
+    Wire bytes: on Ethernet with the 24 bytes of preamble/FCS/IFG, on
+    InfiniBand the packet alone. With one packet, first == last is the
+    only packet.
     """
     n = max(1, -(-size_bytes // mtu_bytes))
     reth = RETH_BYTES if op == "write" else 0
 
     def wire(payload: int, first: bool) -> int:
-        return (ROCE_HDR_BYTES + (reth if first else 0) + payload + (-payload & 3)
-                + ICRC_BYTES + WIRE_OVERHEAD_BYTES)
+        return framing.frame_bytes(reth if first else 0, payload) + framing.wire_overhead_bytes
 
     last_payload = size_bytes - (n - 1) * mtu_bytes
     if n == 1:
@@ -165,10 +190,12 @@ def standalone_fct_ns(exp: "Experiment", flow: "Flow", paths: FabricPaths | None
     paths = paths or FabricPaths(exp.fabric)
     fwd = paths.flow_path(flow)
     back = paths.ack_path(flow)
-    n, first, middle, last = frame_sizes(flow.size_bytes, exp.spec.nic.mtu_bytes, flow.op)
+    framing = link_framing(exp.fabric)
+    n, first, middle, last = frame_sizes(flow.size_bytes, exp.spec.nic.mtu_bytes, flow.op,
+                                         framing)
     data_ns = tandem_completion_ns(n, first, middle, last,
                                    [h.rate_bps for h in fwd], [h.delay_ns for h in fwd])
-    ack = ACK_FRAME_BYTES + WIRE_OVERHEAD_BYTES
+    ack = framing.ack_frame_bytes + framing.wire_overhead_bytes
     ack_ns = sum(ack * 8e9 / h.rate_bps + h.delay_ns for h in back)
     return int(round(data_ns + ack_ns))
 

@@ -60,7 +60,27 @@ def experiment_from_dict(data, path: str | Path, target: str | None = None) -> E
     check_workload_endpoints(plan, spec, fabric, path)
     if spec.cluster is not None:
         _check_cluster(spec, fabric, path)
+    _check_link_layer(spec, fabric, path)
+    if fabric.link_layer == "infiniband" and spec.target == "auto":
+        spec = spec.model_copy(update={"target": "embedded"})   # where credits run
     return Experiment(spec=spec, fabric=fabric, flows=flows, source=str(path), workload=plan)
+
+
+def _check_link_layer(spec: ExperimentSpec, fabric: Fabric, path: Path) -> None:
+    """What runs on one link layer only, said before anything starts: an
+    InfiniBand fabric on the embedded target, with plain NICs (the DPU,
+    tenant and host-CPU models and the workloads' agents are RoCE's); IB
+    congestion control on an InfiniBand fabric."""
+    if fabric.link_layer != "infiniband":
+        if spec.ib_cc.enabled:
+            raise ConfigError(path, "ib_cc.enabled", f"topology {fabric.name} is not "
+                              "link_layer: infiniband (RoCE's congestion control is dcqcn)")
+        return
+    for key, given in (("target", spec.target == "bmv2"), ("endpoints", spec.endpoints),
+                       ("workload", spec.workload), ("cluster", spec.cluster)):
+        if given:
+            raise ConfigError(path, key, f"not on an InfiniBand fabric yet (topology "
+                              f"{fabric.name} is link_layer: infiniband)")
 
 
 def _check_cluster(spec: ExperimentSpec, fabric: Fabric, path: Path) -> None:

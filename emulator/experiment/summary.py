@@ -55,6 +55,29 @@ def _priority_entries(per_queue: dict[tuple[int, int], dict], port: int, d: floa
     return out
 
 
+# Per-VL counters of an InfiniBand port, as in its switch's stats.json
+# (emulator/ib/switch.py); stalled_ns converted to fabric ns.
+VL_COUNTERS = ("tx_packets", "tx_bytes", "stalls", "stalled_ns", "overruns", "fc_tx", "fc_rx")
+
+
+def _ib_port_entry(stats: dict, port: int, counters: dict, d: float) -> dict:
+    """An InfiniBand port's summary: what it received (ib.p4's counters),
+    what it sent and how long each VL stalled for want of credit -- the
+    credit-based fabric's counterpart of PFC's pause time -- and its
+    overruns (a packet beyond the buffer the port granted: never, if its
+    peer obeys the credits) as its drops."""
+    p = next((x for x in stats.get("ports", []) if x.get("port") == port), {})
+    vls = [{"vl": v["vl"], **{k: (round(v.get(k, 0) / d) if k == "stalled_ns" else int(v.get(k, 0)))
+                             for k in VL_COUNTERS}} for v in p.get("vls", [])]
+    return {"rx_packets": counters.get("rx_packets", 0), "rx_bytes": counters.get("rx_bytes", 0),
+            "tx_packets": sum(v["tx_packets"] for v in vls),
+            "tx_bytes": sum(v["tx_bytes"] for v in vls),
+            "drops": sum(v["overruns"] for v in vls), "pipeline_drops": 0,
+            "fecn_marks": counters.get("fecn_mark_packets", 0),
+            "credit_stalled_ns": sum(v["stalled_ns"] for v in vls),
+            "vls": vls, "priorities": []}
+
+
 def build_summary(exp: Experiment, target: str, agent_results: dict[str, dict],
                   counters: dict[tuple[str, int], dict], run_dir: Path, wall_s: float) -> dict:
     d = exp.dilation
@@ -96,10 +119,16 @@ def build_summary(exp: Experiment, target: str, agent_results: dict[str, dict],
         })
     stats = {sw.name: read_stats(run_dir / f"{sw.name}.stats.json") for sw in exp.fabric.switches()}
     ports = []
+    ib = exp.fabric.link_layer == "infiniband"
     for sw in exp.fabric.switches():
         per_queue = stats_by_port_priority(stats[sw.name])
         for p in exp.fabric.ports(sw.name):
             c = counters.get((sw.name, p.port_no), {})
+            if ib:
+                ports.append({"node": sw.name, "role": sw.role, "port": p.port_no,
+                              "ifname": p.ifname, "peer": p.peer,
+                              **_ib_port_entry(stats[sw.name], p.port_no, c, d)})
+                continue
             ports.append({
                 "node": sw.name, "role": sw.role, "port": p.port_no, "ifname": p.ifname,
                 "peer": p.peer,
@@ -123,7 +152,8 @@ def build_summary(exp: Experiment, target: str, agent_results: dict[str, dict],
     summary = {
         "summary_version": SUMMARY_VERSION,
         "experiment": exp.name, "source": exp.source, "topology": exp.fabric.name,
-        "target": target, "dilation": d, "wall_s": round(wall_s, 3),
+        "target": target, "link_layer": exp.fabric.link_layer,
+        "dilation": d, "wall_s": round(wall_s, 3),
         "fabric_ns": fabric_ns, "fell_behind": fell_behind,
         "complete": all(f["complete"] for f in flows),
         "lossless_priorities": lossless_priorities(exp),
@@ -136,7 +166,10 @@ def build_summary(exp: Experiment, target: str, agent_results: dict[str, dict],
 
 
 def lossless_priorities(exp: Experiment) -> list[int]:
-    """The priorities PFC protects in this run (none without PFC)."""
+    """The priorities PFC protects in this run (none without PFC; none on
+    InfiniBand, whose data VLs credits keep lossless)."""
+    if exp.fabric.link_layer == "infiniband":
+        return []
     qos = exp.spec.qos
     return [qos.roce_priority] if qos is not None and qos.pfc.enabled else []
 

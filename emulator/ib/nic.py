@@ -173,8 +173,12 @@ class IbNic(RoceNic):
         cr = self.vl_credits
         if cr.fc_due(now):
             fctbs, fccl = cr.make_fc(now)
-            self.transmitter.wire.put(now, LinkFrame(fc_frame(self._mac_bytes, self.vl,
-                                                              fctbs, fccl)))
+            # after the packet being serialized: its blocks are in FCTBS, and
+            # the peer resets its ABR to FCTBS -- were the flow-control packet
+            # to overtake it, the peer would count those blocks twice
+            tx = self.transmitter
+            self.transmitter.wire.put(max(now, tx.slot_free_ns),
+                                      LinkFrame(fc_frame(self._mac_bytes, self.vl, fctbs, fccl)))
 
     def _timers(self, now: int) -> None:
         self._flow_control(now)

@@ -24,6 +24,7 @@ installs ``emulator.topo.routes`` on a RoCE fabric.
 """
 from __future__ import annotations
 
+import functools
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -136,6 +137,16 @@ def _next_ok(s: str, peer: str, tier: dict, dist: dict, here: int) -> bool:
     if tier[s] < tier[peer]:              # climbing: peer may still climb
         return dist.get((peer, True)) == here - 1
     return dist.get((peer, False)) == here - 1
+
+
+@functools.lru_cache(maxsize=4)
+def path_records(fabric: Fabric) -> dict[str, int]:
+    """IP -> LID of every CA the sweep reaches: what the SA's path records
+    tell a NIC about its peers (one sweep per fabric, cached)."""
+    subnet = sweep(fabric)
+    plan = fabric.addresses
+    return {plan.host_ip(h.name): subnet.lid[h.name] for h in fabric.hosts()
+            if h.name in subnet.lid}
 
 
 def lft_entries(subnet: Subnet, switch: str, p4info=None) -> list:

@@ -162,7 +162,10 @@ class IbSwitch:
             for vl, cr in port.credits.items():
                 if cr.fc_due(now_ns):
                     fctbs, fccl = cr.make_fc(now_ns)
-                    port.wire.put(now_ns, fc_frame(self.mac, vl, fctbs, fccl))   # on the link's delay too
+                    # after the packet being serialized, whose blocks FCTBS
+                    # counts (the peer resets its ABR to it: never ahead of data)
+                    port.wire.put(max(now_ns, port.egress.busy_until),
+                                  fc_frame(self.mac, vl, fctbs, fccl))
                     port.fc_tx[vl] += 1
                 nxt = min(nxt, cr.next_fc_ns())
         return nxt
@@ -204,6 +207,7 @@ class IbSwitch:
             ports.append({
                 "port": p.port_no, "ifname": p.cfg.ifname, "send_errors": p.send_errors,
                 "vl_errors": p.vl_errors, "fc_errors": p.fc_errors,
+                **p.wire.lateness_stats(),          # the run's fidelity (experiment.fidelity)
                 "vls": [{"vl": vl, "tx_packets": p.egress.tx_packets[vl],
                          "tx_bytes": p.egress.tx_bytes[vl], "stalls": cr.stalls,
                          "stalled_ns": cr.stalled_total_ns(now), "overruns": cr.overruns,

@@ -57,6 +57,14 @@ def dilated_link(fabric: Fabric, node: str, port_no: int, dilation: float) -> tu
 TARGETS = ("embedded", "bmv2")
 
 
+def ib_link_config(dilation: float) -> dict:
+    """An InfiniBand switch's link layer (``IbLinkConfig``): the schema's
+    buffers and update thresholds, its update period dilated (wall ns)."""
+    from emulator.schema.switch import IbLinkConfig
+    cfg = IbLinkConfig()
+    return {**cfg.model_dump(), "update_period_ns": int(cfg.update_period_ns * dilation)}
+
+
 def _switch_params(fabric: Fabric, name: str, target: str, switch_options: dict,
                    ports: dict[str, tuple[int, int]], forkserver=None, switch_cls=None) -> dict:
     """Mininet addSwitch parameters of one switch on a target; ports: name ->
@@ -72,6 +80,8 @@ def _switch_params(fabric: Fabric, name: str, target: str, switch_options: dict,
                                                             "lossless_priorities")}}
     options = {k: v for k, v in switch_options.items()
                if k not in ("dilation", "mtu_frame_bytes", "lossless_priorities")}
+    if fabric.link_layer == "infiniband":
+        options["ib"] = ib_link_config(switch_options["dilation"])
     return {**common, "cls": switch_cls or EmbeddedP4Switch, "forkserver": forkserver,
             "options": {**options, "router_mac": fabric.addresses.router_mac(name),
                         "seed": fabric.device_id(name)}}
@@ -146,7 +156,7 @@ class FabricNet:
     def __init__(self, fabric: Fabric, run_dir: str | Path, dilation: float = 1.0,
                  buffer_bytes: int = 4_000_000, program: bool = True, qos=None,
                  mtu_bytes: int = 1024, sample_interval_ns: int = 0, pcap: bool = False,
-                 target: str = "embedded", cluster=None):
+                 target: str = "embedded", cluster=None, ib_cc=None):
         """qos: an ``emulator.control.qos.QosSpec`` to install (None: no traffic
         classes: everything lossy in priority 0). sample_interval_ns: wall
         period of the switches' queue-depth samples (0: none; embedded
@@ -163,6 +173,7 @@ class FabricNet:
         self.buffer_bytes = buffer_bytes
         self.program = program
         self.qos = qos
+        self.ib_cc = ib_cc         # an InfiniBand fabric's congestion control (schema.ib_cc)
         self.mtu_bytes = mtu_bytes
         self.sample_interval_ns = sample_interval_ns
         self.pcap = pcap
@@ -176,6 +187,9 @@ class FabricNet:
         self.forkserver = None     # forks switches and agents warm (emulator/net/forkserver.py)
         if cluster is not None and target != "embedded":
             raise ValueError("a cluster runs the embedded target")
+        if fabric.link_layer == "infiniband" and target != "embedded":
+            raise ValueError(f"{fabric.name}: link_layer infiniband runs on the embedded target: "
+                             "BMv2 cannot express credit-based flow control")
         self.cluster_spec = cluster
         self.cluster = None        # emulator.net.cluster.Cluster, while up
 
@@ -224,7 +238,7 @@ class FabricNet:
     def _build(self) -> None:
         from mininet.net import Mininet
 
-        from emulator.control.controller import FabricController
+        from emulator.control.controller import FabricController, program_p4info
         from emulator.net.nodes import free_tcp_ports
         device_config = b""
         if self.target == "bmv2":
@@ -266,6 +280,7 @@ class FabricNet:
             self.controller = FabricController(
                 self.fabric, {sw.name: (self.switch(sw.name).grpc_address, self.fabric.device_id(sw.name))
                               for sw in self.fabric.switches()},
+                p4info=program_p4info(self.fabric), ib_cc=self.ib_cc,
                 device_config=device_config, qos=self.qos, mtu_bytes=self.mtu_bytes,
                 reaction_fabric_ns=int(REACTION_WALL_NS / self.dilation), dilation=self.dilation)
             self.controller.connect()

@@ -45,6 +45,7 @@ from typing import BinaryIO
 # module run as ``python -m`` -> the module whose ``main(argv) -> int`` it calls
 ENTRY_POINTS = {
     "emulator.dataplane": "emulator.dataplane.switch",
+    "emulator.ib.switch": "emulator.ib.switch",
     "emulator.agents.host": "emulator.agents.host",
     "emulator.collectives.agent": "emulator.collectives.agent",
     "emulator.collectives.storage": "emulator.collectives.storage",

@@ -117,8 +117,8 @@ class EmbeddedP4Switch(StartedSideBySide, Switch):
 
     def start(self, controllers) -> None:
         # In the root namespace, like its ports.
-        self.proc = self.forkserver.spawn("emulator.dataplane", [str(self.write_config())],
-                                          self.log_path)
+        module = "emulator.ib.switch" if self.options.get("ib") else "emulator.dataplane"
+        self.proc = self.forkserver.spawn(module, [str(self.write_config())], self.log_path)
 
     def wait_started(self) -> None:
         wait_for_tcp(self.grpc_port, self.proc, READY_TIMEOUT_S, f"switch {self.name}", self.log_path)

@@ -42,6 +42,13 @@ def _dcqcn(d: Optional[dict]) -> Optional[dict]:
     return d
 
 
+def _ib_cc(d: Optional[dict]) -> Optional[dict]:
+    from emulator.ib.cc import IbCcParams
+    if d is not None:
+        IbCcParams.from_config(d)
+    return d
+
+
 def _cpu(d: Optional[dict]) -> Optional[dict]:
     from emulator.agents.host_cpu import HostCpuParams
     if d is not None:
@@ -63,10 +70,28 @@ Priority = Annotated[int, Field(ge=0, le=NUM_PRIORITIES - 1)]
 Dscp = Annotated[int, Field(ge=0, le=63)]
 DcqcnKeys = Annotated[Optional[dict[str, Any]], AfterValidator(_dcqcn)]
 CpuKeys = Annotated[Optional[dict[str, Any]], AfterValidator(_cpu)]
+IbCcKeys = Annotated[Optional[dict[str, Any]], AfterValidator(_ib_cc)]
+
+
+class IbNicConfig(StrictSpec):
+    """What makes a NIC an InfiniBand one (``emulator.ib.nic.IbNic``): its
+    LID, the path records of its peers (IP -> LID, from the subnet
+    manager's sweep), its SL and data VL, its receive buffer and flow-control
+    updates (wall ns), and IB congestion control (``ib.cc.IbCcParams`` keys;
+    None: none)."""
+    lid: int = Field(ge=1, le=0xBFFF)
+    lids: dict[str, int]
+    sl: int = Field(0, ge=0, le=15)
+    vl: int = Field(0, ge=0, le=14)
+    buffer_blocks: int = Field(512, ge=1, le=2048)
+    update_blocks: int = Field(16, ge=1)
+    update_period_ns: int = Field(16_000, gt=0)
+    cc: IbCcKeys = None
 
 
 class NicConfig(StrictSpec):
-    """One RoCEv2 NIC: addresses, link, QoS marking, CNPs, DCQCN."""
+    """One RoCEv2 NIC: addresses, link, QoS marking, CNPs, DCQCN -- or, with
+    ``ib``, an InfiniBand one (the Ethernet-only keys then unused)."""
     ifname: str
     mac: str
     ip: str
@@ -84,6 +109,7 @@ class NicConfig(StrictSpec):
     cnp_priority: Priority = 6
     cnp_interval_ns: Optional[int] = Field(50_000, ge=0)   # <= 1 CNP per QP per interval; None: none
     dcqcn: DcqcnKeys = None                  # dcqcn.DcqcnParams keys; None: its defaults
+    ib: Optional[IbNicConfig] = None         # set: an InfiniBand NIC
 
 
 class GpuNicConfig(NicConfig):

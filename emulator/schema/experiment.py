@@ -22,6 +22,7 @@ qos:                                # traffic classes, PFC, ECN (emulator/contro
   pfc: {enabled: true}              # xoff_bytes / xon_bytes / headroom_bytes: auto
   ecn: {enabled: true, kmin_bytes: 5000, kmax_bytes: 200000, pmax: 0.01}
 dcqcn: {enabled: true}              # every DCQCN parameter (emulator/schema/dcqcn.py)
+ib_cc: {enabled: true}              # InfiniBand fabrics: FECN/BECN, CCT (emulator/schema/ib_cc.py)
 workload: {...}                     # collectives on GPU servers (emulator/schema/workload.py)
 storage: {...}                      # checkpoint reads during training (same module)
 endpoints: {...}                    # NICs vs DPUs, tenants, host CPU cost (emulator/schema/endpoints.py)
@@ -54,6 +55,7 @@ from pydantic import Field, PositiveInt, field_validator, model_validator
 
 from emulator.schema.cluster import ClusterSpec
 from emulator.schema.dcqcn import DcqcnSpec
+from emulator.schema.ib_cc import IbCcSpec
 from emulator.schema.qos import QosSpec
 from emulator.schema.endpoints import EndpointsSpec, FlowExpect
 from emulator.schema.limits import FabricUs, MessageBytes, WallS
@@ -128,6 +130,7 @@ class ExperimentSpec(StrictSpec):
     nic: NicSpec = NicSpec()
     qos: QosSpec = QosSpec()
     dcqcn: DcqcnSpec = DcqcnSpec()
+    ib_cc: IbCcSpec = IbCcSpec()                    # only on an InfiniBand fabric
     traffic: Optional[list[TrafficSpec]] = Field(None, min_length=1)
     workload: Optional[WorkloadSpec] = None         # collectives on servers; traffic then optional
     storage: Optional[StorageSpec] = None           # checkpoint reads during the workload's training

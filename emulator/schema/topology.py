@@ -22,6 +22,7 @@ Parametric form::
       fabric_link: {rate_gbps: 100, delay_us: 1}
     addressing:                        # optional, this is the default
       host_prefix: 10.0.0.0/16
+    link_layer: roce                   # optional, the default; or infiniband
 
   It expands to spines ``spine1..``, leaves ``leaf1..`` and hosts ``h1..``
   numbered leaf by leaf (leaf1 gets h1..hK, leaf2 hK+1..h2K, ...). Links are
@@ -103,7 +104,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from typing import Annotated, Optional
+from typing import Annotated, Literal, Optional
 
 from pydantic import AfterValidator, Field, model_validator
 
@@ -245,6 +246,9 @@ class FabricSpec(StrictSpec):
     storage_servers: Optional[StorageServersSpec] = None
     storage_plane: Optional[StoragePlaneSpec] = None
     addressing: Optional[AddressingSpec] = None
+    # the fabric's link layer: RoCEv2 on Ethernet (PFC, ECN), or InfiniBand
+    # (credit-based flow control, LIDs and LFTs from the subnet manager)
+    link_layer: Literal["roce", "infiniband"] = "roce"
 
     @model_validator(mode="after")
     def _whole_file(self):

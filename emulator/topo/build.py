@@ -82,7 +82,8 @@ def build_fabric(spec: FabricSpec, ctx: BuildContext) -> Fabric:
         nodes = [DraftNode(n.name, n.role, f"nodes[{i}]") for i, n in enumerate(spec.nodes or [])]
         links = [DraftLink(l.a, l.b, rate_bps(l.rate_gbps), delay_ns(l.delay_us), f"links[{i}]")
                  for i, l in enumerate(spec.links or [])]
-    fabric = _validate_and_build(spec.name, ctx, nodes, links, prefixes, servers, rails)
+    fabric = _validate_and_build(spec.name, ctx, nodes, links, prefixes, servers, rails,
+                                 spec.link_layer)
     _check_pipeline_limits(fabric, ctx, {n.name: n.where for n in nodes})
     return fabric
 
@@ -140,7 +141,8 @@ def check_clos_limits(c: ClosSpec, down_ports: int, down_field: str, ctx: BuildC
 
 def _validate_and_build(name: str, ctx: BuildContext, nodes: list[DraftNode], links: list[DraftLink],
                         prefixes: dict[str, ipaddress.IPv4Network],
-                        servers: tuple[Server, ...] = (), rails: tuple[str, ...] = ()) -> Fabric:
+                        servers: tuple[Server, ...] = (), rails: tuple[str, ...] = (),
+                        link_layer: str = "roce") -> Fabric:
     # Nodes: names and uniqueness.
     by_name: dict[str, DraftNode] = {}
     for n in nodes:
@@ -253,7 +255,8 @@ def _validate_and_build(name: str, ctx: BuildContext, nodes: list[DraftNode], li
         out_links.append(Link(a, pa, b, pb, l.rate_bps, l.delay_ns))
     planes = tuple(Plane(p, str(net)) for p, net in prefixes.items()) if len(prefixes) > 1 else ()
     return Fabric(name, ctx.source, tuple(out_nodes), tuple(out_links),
-                  str(prefixes[COMPUTE_PLANE]), planes, servers, rails, address_plan=AddressPlan)
+                  str(prefixes[COMPUTE_PLANE]), planes, servers, rails, link_layer,
+                  address_plan=AddressPlan)
 
 
 def _other(l: DraftLink, name: str) -> str:

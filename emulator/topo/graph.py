@@ -153,6 +153,7 @@ class Fabric:
     plane_table: tuple[Plane, ...] = ()
     server_table: tuple[Server, ...] = ()
     rails: tuple[str, ...] = ()       # rail-optimized: leaf of rail i (= local GPU rank i)
+    link_layer: str = "roce"          # or "infiniband" (emulator/ib)
     # addressing.AddressPlan (given by the builder, which sits above addressing)
     address_plan: Optional[Callable[["Fabric"], Any]] = field(default=None, repr=False,
                                                               compare=False)

@@ -75,9 +75,11 @@ class SwitchPort:
         self.sock, self.clock = sock, clock
         self.data: list[tuple[int, bytes]] = []
         self.fc: list[tuple[int, tuple]] = []
+        self.stream: list[bytes] = []                  # everything, in arrival order
         self.fctbs = 0                                 # our FCTBS (we send no data)
 
     def on_frame(self, t_ns, frame):
+        self.stream.append(frame)
         if parse_fc(frame) is not None:
             self.fc.append((t_ns, parse_fc(frame)))
         else:
@@ -130,6 +132,33 @@ def test_a_sender_stalls_exactly_while_it_has_no_credit():
     a.update_pause_stats()
     assert a.stats.credit_stalled_ns == stalled_before + (t_more - stall_from)
     assert a.stats.tx_retransmits == 0
+
+
+def test_a_flow_control_packet_counts_exactly_the_blocks_sent_before_it_on_the_wire():
+    # The peer resets its ABR to our FCTBS: a flow-control packet that
+    # overtook a packet already counted would make it count those blocks
+    # twice, and grant credit it does not have (overruns downstream).
+    clock = manual_clock()
+    sn, sp = socket_pair()
+    sp.setblocking(False)
+    a = nic(sn, MAC_A, IP_A, LID_A, MAC_B, clock, tx_delay_ns=3_000,
+            credit=CreditParams(update_blocks=1, update_period_ns=3_000))   # an update mid-frame
+    port = SwitchPort(sp, clock)
+    loop = NicLoop([a], clock, peers=[sp], on_peer_frame=port.on_frame)
+    qa = a.create_qp(0x11, IP_B, 0x22)
+    port.grant(2000)
+    mr = a.register_mr(20 * MTU, buf=bytearray(20 * MTU))
+    a.post_write(qa, 1, (mr, 0, 20 * MTU), 0x1000, 0x77)
+    loop.run_for(0.001)
+    sent_blocks, checked = 0, 0
+    for frame in port.stream:
+        fc = parse_fc(frame)
+        if fc is None:
+            sent_blocks += blocks(len(frame) - ETH_HDR_BYTES)
+        else:
+            assert fc[1] == sent_blocks % 4096
+            checked += sent_blocks > 0
+    assert sent_blocks >= 20 * blocks(MTU) and checked >= 20
 
 
 def test_time_without_credit_does_not_count_against_the_ack_timeout():

@@ -1,0 +1,153 @@
+"""Runs of the same work on two fabrics, side by side: one table and one
+figure (``fabric-emu compare A.yaml B.yaml``; RoCE against InfiniBand is
+what it is for: ``experiments/incast-pfc.yaml`` against
+``experiments/incast-ib.yaml``, and the other ``*-ib.yaml`` twins).
+
+From each run's ``summary.json``, fabric time throughout:
+
+* FCTs (µs): mean, p50, p99 (with enough flows), max; slowdowns (FCT over
+  the flow's standalone FCT on its own link layer): mean and max; the
+  victims' (flows into a host no other flow goes to, e.g. hol-victim's
+  h6 -> h3) max slowdown -- head-of-line blocking's cost;
+* losslessness: drops and retransmitted packets (both 0 on a lossless run);
+  the time lossless traffic was held: PFC pause time on Ethernet (every
+  port and priority, summed), credit-stall time on InfiniBand (every port
+  and VL): the same backpressure, measured where each fabric applies it;
+* the busiest link's utilisation over the run (bytes sent / (run time x
+  rate)) and the fabric time of the whole run.
+
+``comparison.csv`` (one row per run), ``comparison.json`` (the rows and
+each run's per-flow FCTs) and ``comparison.png`` (per-flow FCT slowdown, and
+held time, run beside run).
+"""
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+from emulator.topo import Fabric
+
+COLUMNS = ("run", "experiment", "link_layer", "dilation", "complete", "flows",
+           "fct_mean_us", "fct_p50_us", "fct_p99_us", "fct_max_us",
+           "slowdown_mean", "slowdown_max", "victim_slowdown_max",
+           "drops", "retransmitted_packets", "held_ns", "held_by",
+           "busiest_link", "busiest_link_utilisation", "fabric_us", "fell_behind")
+P99_MIN_FLOWS = 20          # fewer flows: no p99 (it would be the max)
+
+
+def percentile(sorted_values: list[float], q: float) -> float:
+    """Nearest-rank percentile ``q`` (0..100) of ascending values."""
+    k = max(0, min(len(sorted_values) - 1, -(-len(sorted_values) * q // 100) - 1))
+    return sorted_values[int(k)]
+
+
+def victims(summary: dict) -> list[dict]:
+    """Flows into a host that no other flow goes to: bystanders of the
+    congestion the others make (none in a pure incast)."""
+    into: dict[str, int] = {}
+    for f in summary["flows"]:
+        into[f["dst"]] = into.get(f["dst"], 0) + 1
+    return [f for f in summary["flows"] if into[f["dst"]] == 1 and len(into) > 1]
+
+
+def held_ns(summary: dict) -> tuple[int, str]:
+    """Time lossless traffic was held back, fabric ns, and by what."""
+    if summary.get("link_layer") == "infiniband":
+        return sum(p.get("credit_stalled_ns", 0) for p in summary["ports"]), "credit stalls"
+    return sum(q.get("paused_ns") or 0 for p in summary["ports"]
+               for q in p.get("priorities", [])), "PFC pauses"
+
+
+def busiest_link(summary: dict, fabric: Fabric | None) -> tuple[str, float | None]:
+    """The switch port that sent the most bytes, and its utilisation over
+    the run (needs the fabric for the link's rate)."""
+    ports = [p for p in summary["ports"] if p.get("tx_bytes")]
+    if not ports:
+        return "", None
+    p = max(ports, key=lambda x: x["tx_bytes"])
+    name = f"{p['node']}:{p['port']}->{p['peer']}"
+    run_ns = summary.get("fabric_ns") or 0
+    if fabric is None or run_ns <= 0:
+        return name, None
+    rate = fabric.links[fabric.port(p["node"], p["port"]).link_index].rate_bps
+    return name, round(p["tx_bytes"] * 8e9 / (run_ns * rate), 4)
+
+
+def row(label: str, summary: dict, fabric: Fabric | None = None) -> dict:
+    """One run's line of the comparison."""
+    flows = summary["flows"]
+    fcts = sorted(f["fct_ns"] / 1000 for f in flows if f.get("fct_ns") is not None)
+    slow = [f["fct_slowdown"] for f in flows if f.get("fct_slowdown") is not None]
+    vict = [f["fct_slowdown"] for f in victims(summary) if f.get("fct_slowdown") is not None]
+    held, by = held_ns(summary)
+    link, util = busiest_link(summary, fabric)
+
+    def r(x, nd=2):
+        return None if x is None else round(x, nd)
+    return {"run": label, "experiment": summary["experiment"],
+            "link_layer": summary.get("link_layer", "roce"), "dilation": summary["dilation"],
+            "complete": summary["complete"], "flows": len(flows),
+            "fct_mean_us": r(sum(fcts) / len(fcts)) if fcts else None,
+            "fct_p50_us": r(percentile(fcts, 50)) if fcts else None,
+            "fct_p99_us": r(percentile(fcts, 99)) if len(fcts) >= P99_MIN_FLOWS else None,
+            "fct_max_us": r(max(fcts)) if fcts else None,
+            "slowdown_mean": r(sum(slow) / len(slow), 3) if slow else None,
+            "slowdown_max": r(max(slow), 3) if slow else None,
+            "victim_slowdown_max": r(max(vict), 3) if vict else None,
+            "drops": sum(p["drops"] for p in summary["ports"]),
+            "retransmitted_packets": sum(f.get("retransmitted_packets", 0) for f in flows),
+            "held_ns": held, "held_by": by,
+            "busiest_link": link, "busiest_link_utilisation": util,
+            "fabric_us": r(summary.get("fabric_ns", 0) / 1000),
+            "fell_behind": summary["fell_behind"]}
+
+
+def write_comparison(out_dir: Path, runs: dict[str, dict],
+                     fabrics: dict[str, Fabric] | None = None) -> list[dict]:
+    """``comparison.csv``/``.json``/``.png`` in ``out_dir`` for ``runs``
+    (label -> summary); the rows."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    rows = [row(label, s, (fabrics or {}).get(label)) for label, s in runs.items()]
+    with open(out_dir / "comparison.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=COLUMNS)
+        w.writeheader()
+        w.writerows(rows)
+    per_flow = {label: [{k: fl.get(k) for k in ("flow_id", "src", "dst", "bytes", "fct_ns",
+                                                "standalone_fct_ns", "fct_slowdown")}
+                        for fl in s["flows"]] for label, s in runs.items()}
+    (out_dir / "comparison.json").write_text(json.dumps({"runs": rows, "flows": per_flow},
+                                                        indent=1))
+    plot_comparison(out_dir / "comparison.png", runs, rows)
+    return rows
+
+
+def plot_comparison(path: Path, runs: dict[str, dict], rows: list[dict]) -> Path:
+    """Per-flow FCT slowdown, the runs' bars side by side; and each run's
+    held time (pauses or credit stalls)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2),
+                                   gridspec_kw={"width_ratios": [3, 1]})
+    labels = list(runs)
+    width = 0.8 / max(1, len(labels))
+    flows = [f"{f['src']}->{f['dst']}" for f in next(iter(runs.values()))["flows"]]
+    for i, label in enumerate(labels):
+        slow = [f.get("fct_slowdown") or 0 for f in runs[label]["flows"]]
+        ax1.bar([k + i * width for k in range(len(slow))], slow, width, label=label)
+    ax1.set_xticks([k + width * (len(labels) - 1) / 2 for k in range(len(flows))], flows,
+                   rotation=30, ha="right", fontsize=8)
+    ax1.set_ylabel("FCT slowdown (FCT / standalone FCT)")
+    ax1.set_title("flows")
+    ax1.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
+    ax2.bar(range(len(rows)), [r["held_ns"] / 1000 for r in rows],
+            color=[f"C{i}" for i in range(len(rows))])
+    ax2.set_xticks(range(len(rows)), [f"{r['run']}\n({r['held_by']})" for r in rows], fontsize=7)
+    ax2.set_ylabel("held, µs (all ports, summed)")
+    ax2.set_title("backpressure")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
