@@ -21,8 +21,11 @@
  *                                       VL 0
  *   egress cc_threshold (exact: port) -> FECN on packets that find the
  *                                       egress queue at or above the port's
- *                                       threshold (IBA annex A10: the
- *                                       switch's congestion marking)
+ *                                       threshold, one eligible packet in
+ *                                       marking_rate + 1 (IBA annex A10's
+ *                                       Threshold and Marking_Rate: "the
+ *                                       mean number of packets between
+ *                                       markings"; here exactly that many)
  *
  * What a switch ASIC's link layer does and this program cannot:
  *   credits (FCTBS/FCCL per VL, IBA 7.9.4) and VL arbitration belong to the
@@ -94,6 +97,7 @@ struct headers_t {
 
 struct metadata_t {
     bit<19> cc_threshold;
+    bit<16> cc_marking_rate;
 }
 
 parser IbParser(packet_in pkt, out headers_t hdr, inout metadata_t meta,
@@ -176,9 +180,14 @@ control IbEgress(inout headers_t hdr, inout metadata_t meta,
     action set_vl(bit<4> vl) {
         hdr.lrh.vl = vl;
     }
+    /* Per port: eligible packets still to pass unmarked before the next FECN. */
+    @id(0x16000101)
+    register<bit<16>>(MAX_PORTS) cc_marking_countdown;
+
     @id(0x01000104)
-    action set_cc_threshold(bit<19> packets) {
+    action set_cc_threshold(bit<19> packets, bit<16> marking_rate) {
         meta.cc_threshold = packets;
+        meta.cc_marking_rate = marking_rate;
     }
 
     /* SL to VL on the link this port drives (SL2VLMappingTable). */
@@ -204,7 +213,7 @@ control IbEgress(inout headers_t hdr, inout metadata_t meta,
         actions = {
             set_cc_threshold;
         }
-        default_action = set_cc_threshold(0);
+        default_action = set_cc_threshold(0, 0);
         size = MAX_PORTS;
     }
 
@@ -214,8 +223,17 @@ control IbEgress(inout headers_t hdr, inout metadata_t meta,
             if (hdr.bth.isValid()) {
                 cc_threshold.apply();
                 if (meta.cc_threshold != 0 && standard_metadata.enq_qdepth >= meta.cc_threshold) {
-                    hdr.bth.fecn = 1;
-                    fecn_mark_counter.count((bit<32>) standard_metadata.egress_port);
+                    bit<16> left;
+                    cc_marking_countdown.read(left, (bit<32>) standard_metadata.egress_port);
+                    if (left == 0) {
+                        hdr.bth.fecn = 1;
+                        fecn_mark_counter.count((bit<32>) standard_metadata.egress_port);
+                        cc_marking_countdown.write((bit<32>) standard_metadata.egress_port,
+                                                   meta.cc_marking_rate);
+                    } else {
+                        cc_marking_countdown.write((bit<32>) standard_metadata.egress_port,
+                                                   left - 1);
+                    }
                 }
             }
         }

@@ -119,7 +119,8 @@ class FabricController:
                 for name in self.conns:
                     ents[name]["qos"] = [self.p4info.table_entry(
                         "cc_threshold", {"port": p.port_no},
-                        ("set_cc_threshold", {"packets": self.ib_cc.threshold_packets}))
+                        ("set_cc_threshold", {"packets": self.ib_cc.threshold_packets,
+                                              "marking_rate": self.ib_cc.marking_rate}))
                         for p in self.fabric.ports(name)]
         else:
             routes = compute_routes(self.fabric)

@@ -10,8 +10,8 @@ Python, table by table, reading what P4Runtime wrote (``SwitchState``) as
   (``DROP_NO_LFT_ENTRY``); ``ib_rx_port_counter`` counts every frame.
 * ``egress(frame, port, qdepth_packets)`` -> frame: the VL ``sl2vl`` gives
   (port, SL) (no entry: VL 0), FECN set when the packet found the egress
-  queue at or above ``cc_threshold[port]`` packets (0: never; counted in
-  ``fecn_mark_counter``), and the VCRC resealed -- which BMv2 cannot do
+  queue at or above ``cc_threshold[port]`` packets (0: never), one such
+  packet in marking_rate + 1 (counted in ``fecn_mark_counter``), and the VCRC resealed -- which BMv2 cannot do
   (its crc16 has another polynomial; ``p4src/ib.p4``'s header).
 """
 from __future__ import annotations
@@ -42,6 +42,7 @@ class _Ids:
         self.cc_port = p4info.match_field_id("cc_threshold", "port")
         self.set_cc_threshold = p4info.action_id("set_cc_threshold")
         self.set_cc_packets = p4info.param_id("set_cc_threshold", "packets")
+        self.set_cc_rate = p4info.param_id("set_cc_threshold", "marking_rate")
         self.drop_counter = p4info.counter_id("ib_drop_counter")
         self.rx_counter = p4info.counter_id("ib_rx_port_counter")
         self.fecn_counter = p4info.counter_id("fecn_mark_counter")
@@ -61,8 +62,11 @@ class _Tables:
             self.lft = {k[0]: v for k, v in exact(ids.lft, (ids.dlid,), ids.forward,
                                                   ids.forward_port).items()}
             self.sl2vl = exact(ids.sl2vl, (ids.sl2vl_port, ids.sl2vl_sl), ids.set_vl, ids.set_vl_vl)
-            self.cc = {k[0]: v for k, v in exact(ids.cc_threshold, (ids.cc_port,),
-                                                 ids.set_cc_threshold, ids.set_cc_packets).items()}
+            # port -> (threshold packets, marking rate)
+            self.cc = {e.match[ids.cc_port][1]: (e.action.param(ids.set_cc_packets),
+                                                 e.action.param(ids.set_cc_rate))
+                       for e in state.tables.get(ids.cc_threshold, {}).values()
+                       if e.action is not None and e.action.action_id == ids.set_cc_threshold}
             self.drops = state.counters.get(ids.drop_counter)
             self.rx = state.counters.get(ids.rx_counter)
             self.fecn = state.counters.get(ids.fecn_counter)
@@ -75,6 +79,7 @@ class IbPipeline:
         self.state = state
         self.ids = _Ids(p4info)
         self._tables: _Tables | None = None
+        self.cc_marking_countdown: dict[int, int] = {}   # ib.p4's register, per port
 
     @property
     def tables(self) -> _Tables:
@@ -112,10 +117,15 @@ class IbPipeline:
         out = bytearray(frame)
         vl = t.sl2vl.get((egress_port, out[_LRH + 1] >> 4), 0)
         out[_LRH] = (vl << 4) | (out[_LRH] & 0x0F)
-        threshold = t.cc.get(egress_port, 0)
+        threshold, marking_rate = t.cc.get(egress_port, (0, 0))
         if (threshold and qdepth_packets >= threshold and out[_LRH + 1] & 0x03 == LNH_IBA_LOCAL
                 and len(out) >= _BTH + 12):
-            out[_BTH + 4] |= 0x80                                    # BTH FECN
-            t.fecn.count(egress_port, len(out))
+            left = self.cc_marking_countdown.get(egress_port, 0)
+            if left == 0:                     # one eligible packet in marking_rate + 1
+                out[_BTH + 4] |= 0x80                                # BTH FECN
+                t.fecn.count(egress_port, len(out))
+                self.cc_marking_countdown[egress_port] = marking_rate
+            else:
+                self.cc_marking_countdown[egress_port] = left - 1
         carrier, packet = out[:_LRH], out[_LRH:]
         return carrier + reseal_vcrc(packet)

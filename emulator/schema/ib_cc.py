@@ -7,7 +7,8 @@ manager does.
 ```yaml
 ib_cc:
   enabled: true
-  threshold_packets: 8         # a switch port marks FECN on packets finding >= this many queued
+  threshold_packets: 8         # a switch port marks FECN on packets finding >= this many queued,
+  marking_rate: 10             # one such packet in marking_rate + 1 (our default)
   ccti_increase: 1             # per BECN (OpenSM's default)
   ccti_timer: 150              # x 1.024 us of fabric time between CCTI decrements (OpenSM's)
   ccti_min: 0
@@ -26,6 +27,7 @@ from emulator.schema.load import StrictSpec
 class IbCcSpec(StrictSpec):
     enabled: bool = False
     threshold_packets: int = Field(8, ge=1, le=(1 << 19) - 1)    # ib.p4's cc_threshold: bit<19>
+    marking_rate: int = Field(10, ge=0, le=0xFFFF)     # eligible packets between two marks (ours)
     ccti_increase: int = Field(1, ge=1, le=255)
     ccti_timer: int = Field(150, ge=1, le=65535)
     ccti_min: int = Field(0, ge=0, le=255)

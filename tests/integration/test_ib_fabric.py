@@ -97,3 +97,26 @@ def test_the_incast_on_infiniband_is_lossless_and_its_senders_stall_for_credit(t
     toward_leaf1 = [p for p in s["ports"] if p["peer"] == "leaf1"]
     assert sum(p["credit_stalled_ns"] for p in toward_leaf1) > 0
     assert all(f["fct_slowdown"] > 1.5 for f in s["flows"])
+
+
+def test_ib_congestion_control_marks_fecn_and_the_senders_step_their_ccti(tmp_path):
+    """experiments/fairness-ib.yaml: four long flows into h1 under IB CC.
+    h1's leaf marks FECN (one eligible packet in marking_rate + 1), h1
+    returns BECNs, and every sender's CCTI rises with them and falls on
+    its timer; nothing is lost on the way."""
+    exp = load_experiment(REPO / "experiments" / "fairness-ib.yaml")
+    s = run_shipped(exp, tmp_path)
+    assert not s["fell_behind"], f"fell behind at dilation {s['dilation']:g}"
+    assert s["complete"] and sum(p["drops"] for p in s["ports"]) == 0
+    assert_no_drops_no_retransmissions(s, tmp_path)
+    marks = {(p["node"], p["peer"]): p["fecn_marks"] for p in s["ports"] if p["fecn_marks"]}
+    assert marks.get(("leaf1", "h1"), 0) > 0, marks
+    run = tmp_path / "run"
+    h1 = json.loads((run / "h1.result.json").read_text())["nic"]
+    assert h1["ecn_ce_rx"] > 0 and h1["cnp_tx"] == h1["ecn_ce_rx"]   # a BECN for every FECN
+    for host in ("h2", "h4", "h5", "h6"):
+        rows = (run / f"{host}.qp.csv").read_text().splitlines()[1:]
+        events = [r.split(",")[4] for r in rows]
+        cctis = [float(r.split(",")[3]) for r in rows]
+        assert "cnp" in events and "rate_timer" in events, host
+        assert max(cctis) >= 1 and cctis[-1] < max(cctis), host      # up with BECNs, down on the timer

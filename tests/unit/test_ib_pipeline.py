@@ -78,7 +78,8 @@ def test_egress_sets_the_vl_marks_fecn_above_the_threshold_and_reseals_the_vcrc(
     pipe, conn, _ = leaf1
     codec = conn.codec
     conn.insert([codec.table_entry("sl2vl", {"port": 3, "sl": 5}, ("set_vl", {"vl": 2})),
-                 codec.table_entry("cc_threshold", {"port": 3}, ("set_cc_threshold", {"packets": 8}))])
+                 codec.table_entry("cc_threshold", {"port": 3},
+                                   ("set_cc_threshold", {"packets": 8, "marking_rate": 0}))])
     calm = pipe.egress(packet(5, sl=5), 3, qdepth_packets=7)
     busy = pipe.egress(packet(5, sl=5), 3, qdepth_packets=8)
     other = pipe.egress(packet(5, sl=1), 3, qdepth_packets=50)       # no sl2vl entry: VL 0
@@ -88,6 +89,16 @@ def test_egress_sets_the_vl_marks_fecn_above_the_threshold_and_reseals_the_vcrc(
     for out in (calm, busy, other):
         assert check_crcs(out[14:]) == (True, True)        # ICRC untouched, VCRC resealed
     assert conn.read_counter("fecn_mark_counter")[3][0] == 2
+
+
+def test_above_the_threshold_one_packet_in_marking_rate_plus_one_is_marked(leaf1):
+    pipe, conn, _ = leaf1
+    conn.insert([conn.codec.table_entry("cc_threshold", {"port": 3},
+                                        ("set_cc_threshold", {"packets": 4, "marking_rate": 2}))])
+    depths = [9, 9, 9, 1, 9, 9, 9, 9, 3, 9]          # below the threshold: not eligible, not counted
+    marked = [LRH(pipe.egress(packet(5), 3, qdepth_packets=d)[14:])[BTH].fecn for d in depths]
+    assert marked == [1, 0, 0, 0, 1, 0, 0, 1, 0, 0]
+    assert conn.read_counter("fecn_mark_counter")[3][0] == 3
 
 
 def test_before_a_pipeline_config_nothing_passes():
