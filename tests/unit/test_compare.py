@@ -76,3 +76,19 @@ def test_the_comparison_is_a_csv_a_json_and_a_figure(tmp_path):
     assert [f["fct_ns"] for f in data["flows"]["ib"]] == [850_000, 760_000, 500_000]
     png = (tmp_path / "comparison.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
+
+
+def test_compare_needs_two_valid_experiments_and_says_so_in_one_line(monkeypatch, tmp_path):
+    from click.testing import CliRunner
+
+    from emulator.cli import main
+    monkeypatch.chdir(REPO)
+    runner = CliRunner()
+    one = runner.invoke(main, ["compare", "experiments/incast-ib.yaml"])
+    assert one.exit_code == 2 and "two experiments" in one.output
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: bad\ntopology: ../topologies/clos-2x2-h3-ib.yaml\n"
+                   "ib_cc: {enabled: true, marking_rate: -1}\ntraffic: [{pattern: all-to-all}]\n")
+    res = runner.invoke(main, ["compare", "experiments/incast-pfc.yaml", str(bad)])
+    assert res.exit_code == 2
+    assert "ib_cc.marking_rate" in res.output and len(res.output.strip().splitlines()) == 1
