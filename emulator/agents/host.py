@@ -135,6 +135,7 @@ from ..errors import FabricEmuError
 from ..schema.agent import HostAgentConfig
 from .dcqcn import DcqcnParams
 from .dpu import Endpoint
+from .make import make_nic
 from .gpudirect import GpuNic
 from .nic import RNR_TIMER_US, QpState, RoceNic, WcOpcode, WcStatus
 from .start_gate import ready_then_start
@@ -229,28 +230,6 @@ class RunLogs:
 
 
 # ---------------------------------------------------------------------------
-def make_nic(cfg: HostAgentConfig, dcqcn: DcqcnParams, logs) -> RoceNic:
-    """The NIC ``cfg`` describes: RoCE, or InfiniBand when it has ``ib``."""
-    common = dict(rate_bps=cfg.rate_bps, mtu_bytes=cfg.mtu_bytes, tx_delay_ns=cfg.tx_delay_ns,
-                  ack_every_n=cfg.ack_every_n, rto_ns=cfg.rto_ns, retry_cnt=cfg.retry_cnt,
-                  verify_icrc=cfg.verify_icrc, logs=logs, dilation=cfg.dilation)
-    ib = cfg.ib
-    if ib is not None:
-        from emulator.ib.cc import IbCcParams
-        from emulator.ib.credits import CreditParams
-        from emulator.ib.nic import IbNic
-        cc = IbCcParams.from_config({"dilation": cfg.dilation, **ib.cc}) if ib.cc else None
-        return IbNic(cfg.ifname, cfg.mac, cfg.ip, cfg.gateway_mac, lid=ib.lid, lids=ib.lids,
-                     sl=ib.sl, vl=ib.vl, cc=cc,
-                     credit=CreditParams(buffer_blocks=ib.buffer_blocks,
-                                         update_blocks=ib.update_blocks,
-                                         update_period_ns=ib.update_period_ns), **common)
-    return RoceNic(cfg.ifname, cfg.mac, cfg.ip, cfg.gateway_mac, dscp=cfg.dscp,
-                   priority=cfg.priority, cnp_dscp=cfg.cnp_dscp, cnp_priority=cfg.cnp_priority,
-                   cnp_interval_ns=cfg.cnp_interval_ns, honor_pfc=cfg.honor_pfc, dcqcn=dcqcn,
-                   **common)
-
-
 class HostAgent:
     def __init__(self, cfg: HostAgentConfig, nic: RoceNic | None = None,
                  logs: RunLogs | None = None):
@@ -265,7 +244,9 @@ class HostAgent:
             logs = RunLogs(os.path.dirname(cfg.result_path), self.host)
         self.logs = logs
         try:
-            self.nic = nic or make_nic(cfg, self.dcqcn, logs)
+            self.nic = nic or make_nic(cfg, ack_every_n=cfg.ack_every_n,
+                                       verify_icrc=cfg.verify_icrc, honor_pfc=cfg.honor_pfc,
+                                       dcqcn=self.dcqcn, logs=logs)
         except BaseException:
             logs.close()
             raise

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import sys
 
+from emulator.agents.make import make_nic
 from emulator.agents.start_gate import ready_then_start
 from emulator.clock import MONOTONIC, Clock
 from emulator.schema.agent import CollectiveAgentConfig
@@ -29,7 +30,7 @@ from . import bench
 from .agent_io import agent_main
 from .engine import CollectiveEngine, drive, quiescent
 from .staging import staging_from_config
-from .storage import StorageReader, make_nic
+from .storage import StorageReader
 from .workload import validate_for
 
 

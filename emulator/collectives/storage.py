@@ -22,10 +22,11 @@ import sys
 import numpy as np
 
 from emulator.agents.dpu import StorageClient, StorageTarget
+from emulator.agents.make import make_nic
 from emulator.agents.qp import WcOpcode, WcStatus
 from emulator.agents.start_gate import ready_then_start
 from emulator.clock import MONOTONIC, Clock
-from emulator.schema.agent import NicConfig, StorageAgentConfig
+from emulator.schema.agent import StorageAgentConfig
 from emulator.wire import roce_sport
 
 from .agent_io import agent_main
@@ -39,15 +40,6 @@ def block_pattern(k: int, nbytes: int) -> np.ndarray:
     """Block ``k``'s bytes: distinct per block and offset (mod 251, a prime
     not dividing any power-of-two size, so shifted data never matches)."""
     return ((np.arange(nbytes, dtype=np.int64) + 97 * k) % 251).astype(np.uint8)
-
-
-def make_nic(n: NicConfig, clock: Clock = MONOTONIC):
-    from emulator.agents.nic import RoceNic
-    return RoceNic(n.ifname, n.mac, n.ip, n.gateway_mac, rate_bps=n.rate_bps,
-                   mtu_bytes=n.mtu_bytes, tx_delay_ns=n.tx_delay_ns, dscp=n.dscp,
-                   priority=n.priority, cnp_dscp=n.cnp_dscp, cnp_priority=n.cnp_priority,
-                   cnp_interval_ns=n.cnp_interval_ns, retry_cnt=n.retry_cnt, dcqcn=n.dcqcn,
-                   rto_ns=n.rto_ns, dilation=n.dilation, clock=clock)
 
 
 class StorageReader:

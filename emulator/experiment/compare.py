@@ -14,7 +14,9 @@ From each run's ``summary.json``, fabric time throughout:
   port and priority, summed), credit-stall time on InfiniBand (every port
   and VL): the same backpressure, measured where each fabric applies it;
 * the busiest link's utilisation over the run (bytes sent / (run time x
-  rate)) and the fabric time of the whole run.
+  rate)) and the fabric time of the whole run;
+* with a collective workload, its busbw at its largest size (nccl-tests'
+  out-of-place column: ``collectives.results``).
 
 ``comparison.csv`` (one row per run), ``comparison.json`` (the rows and
 each run's per-flow FCTs) and ``comparison.png`` (per-flow FCT slowdown, and
@@ -32,7 +34,8 @@ COLUMNS = ("run", "experiment", "link_layer", "dilation", "complete", "flows",
            "fct_mean_us", "fct_p50_us", "fct_p99_us", "fct_max_us",
            "slowdown_mean", "slowdown_max", "victim_slowdown_max",
            "drops", "retransmitted_packets", "held_ns", "held_by",
-           "busiest_link", "busiest_link_utilisation", "fabric_us", "fell_behind")
+           "busiest_link", "busiest_link_utilisation", "busbw_GBps", "busbw_size_bytes",
+           "fabric_us", "fell_behind")
 P99_MIN_FLOWS = 20          # fewer flows: no p99 (it would be the max)
 
 
@@ -82,6 +85,8 @@ def row(label: str, summary: dict, fabric: Fabric | None = None) -> dict:
     vict = [f["fct_slowdown"] for f in victims(summary) if f.get("fct_slowdown") is not None]
     held, by = held_ns(summary)
     link, util = busiest_link(summary, fabric)
+    coll = (summary.get("collectives") or {}).get("results") or []
+    largest = max(coll, key=lambda c: c["size_bytes"]) if coll else None
 
     def r(x, nd=2):
         return None if x is None else round(x, nd)
@@ -99,6 +104,8 @@ def row(label: str, summary: dict, fabric: Fabric | None = None) -> dict:
             "retransmitted_packets": sum(f.get("retransmitted_packets", 0) for f in flows),
             "held_ns": held, "held_by": by,
             "busiest_link": link, "busiest_link_utilisation": util,
+            "busbw_GBps": r(largest["busbw_GBps"]) if largest else None,
+            "busbw_size_bytes": largest["size_bytes"] if largest else None,
             "fabric_us": r(summary.get("fabric_ns", 0) / 1000),
             "fell_behind": summary["fell_behind"]}
 
@@ -133,17 +140,30 @@ def plot_comparison(path: Path, runs: dict[str, dict], rows: list[dict]) -> Path
                                    gridspec_kw={"width_ratios": [3, 1]})
     labels = list(runs)
     width = 0.8 / max(1, len(labels))
-    flows = [f"{f['src']}->{f['dst']}" for f in next(iter(runs.values()))["flows"]]
+    first = next(iter(runs.values()))
+    coll = (first.get("collectives") or {}).get("results") or []
+    if first["flows"] or not coll:
+        names = [f"{f['src']}->{f['dst']}" for f in first["flows"]]
+        values = {label: [f.get("fct_slowdown") or 0 for f in runs[label]["flows"]]
+                  for label in labels}
+        ax1.set_ylabel("FCT slowdown (FCT / standalone FCT)")
+        ax1.set_title("flows")
+    else:                                    # a collective workload: busbw per size
+        names = [f"{c['size_bytes']:,} B" for c in coll]
+        values = {label: [c["busbw_GBps"] for c in
+                          (runs[label].get("collectives") or {}).get("results") or []]
+                  for label in labels}
+        ax1.set_ylabel("busbw, GB/s (nccl-tests, out of place)")
+        ax1.set_title("collective")
     for i, label in enumerate(labels):
-        slow = [f.get("fct_slowdown") or 0 for f in runs[label]["flows"]]
-        ax1.bar([k + i * width for k in range(len(slow))], slow, width, label=label)
-    ax1.set_xticks([k + width * (len(labels) - 1) / 2 for k in range(len(flows))], flows,
+        ax1.bar([k + i * width for k in range(len(values[label]))], values[label], width,
+                label=label)
+    ax1.set_xticks([k + width * (len(labels) - 1) / 2 for k in range(len(names))], names,
                    rotation=30, ha="right", fontsize=8)
-    ax1.set_ylabel("FCT slowdown (FCT / standalone FCT)")
-    ax1.set_title("flows")
     ax1.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
-    ax2.bar(range(len(rows)), [r["held_ns"] / 1000 for r in rows],
-            color=[f"C{i}" for i in range(len(rows))])
+    held_us = [r["held_ns"] / 1000 for r in rows]
+    ax2.bar(range(len(rows)), held_us, color=[f"C{i}" for i in range(len(rows))])
+    ax2.set_ylim(0, max(1.0, max(held_us)) * 1.1)          # nothing held: still from 0
     ax2.set_xticks(range(len(rows)), [f"{r['run']}\n({r['held_by']})" for r in rows], fontsize=7)
     ax2.set_ylabel("held, µs (all ports, summed)")
     ax2.set_title("backpressure")

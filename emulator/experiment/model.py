@@ -69,7 +69,7 @@ def experiment_from_dict(data, path: str | Path, target: str | None = None) -> E
 def _check_link_layer(spec: ExperimentSpec, fabric: Fabric, path: Path) -> None:
     """What runs on one link layer only, said before anything starts: an
     InfiniBand fabric on the embedded target, with plain NICs (the DPU,
-    tenant and host-CPU models and the workloads' agents are RoCE's); IB
+    tenant and host-CPU models and the storage target are RoCE's); IB
     congestion control on an InfiniBand fabric."""
     if fabric.link_layer != "infiniband":
         if spec.ib_cc.enabled:
@@ -77,7 +77,7 @@ def _check_link_layer(spec: ExperimentSpec, fabric: Fabric, path: Path) -> None:
                               "link_layer: infiniband (RoCE's congestion control is dcqcn)")
         return
     for key, given in (("target", spec.target == "bmv2"), ("endpoints", spec.endpoints),
-                       ("workload", spec.workload), ("cluster", spec.cluster)):
+                       ("storage", spec.storage), ("cluster", spec.cluster)):
         if given:
             raise ConfigError(path, key, f"not on an InfiniBand fabric yet (topology "
                               f"{fabric.name} is link_layer: infiniband)")

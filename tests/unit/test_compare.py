@@ -92,3 +92,17 @@ def test_compare_needs_two_valid_experiments_and_says_so_in_one_line(monkeypatch
     res = runner.invoke(main, ["compare", "experiments/incast-pfc.yaml", str(bad)])
     assert res.exit_code == 2
     assert "ib_cc.marking_rate" in res.output and len(res.output.strip().splitlines()) == 1
+
+
+def test_a_collective_workload_is_compared_by_its_busbw(tmp_path):
+    def run(link_layer, busbw):
+        return {"experiment": "ar", "link_layer": link_layer, "dilation": 20000,
+                "complete": True, "fell_behind": False, "fabric_ns": 0, "flows": [],
+                "ports": [], "collectives": {"results": [
+                    {"size_bytes": 65536, "busbw_GBps": busbw / 2},
+                    {"size_bytes": 1048576, "busbw_GBps": busbw}]}}
+    rows = write_comparison(tmp_path, {"roce": run("roce", 12.048), "ib": run("infiniband", 12.7)})
+    assert [(r["busbw_GBps"], r["busbw_size_bytes"]) for r in rows] == \
+        [(12.05, 1048576), (12.7, 1048576)]
+    assert rows[0]["fct_mean_us"] is None and rows[0]["busiest_link"] == ""
+    assert (tmp_path / "comparison.png").stat().st_size > 10_000

@@ -1,0 +1,33 @@
+"""The NIC an agent config describes (``schema.agent.NicConfig``): a
+``RoceNic``, or an ``ib.nic.IbNic`` when the config has ``ib`` -- one
+factory for the host agents and the collective and storage agents."""
+from __future__ import annotations
+
+from emulator.clock import MONOTONIC, Clock
+from emulator.schema.agent import NicConfig
+
+from .nic import RoceNic
+
+
+def make_nic(n: NicConfig, clock: Clock = MONOTONIC, **extra) -> RoceNic:
+    """``extra``: ``RoceNic`` keywords beyond ``NicConfig``'s (the host
+    agent's ``ack_every_n``, ``verify_icrc``, ``honor_pfc``, ``logs``, its
+    parsed ``dcqcn``); the Ethernet-only ones are left out on InfiniBand."""
+    common = dict(rate_bps=n.rate_bps, mtu_bytes=n.mtu_bytes, tx_delay_ns=n.tx_delay_ns,
+                  retry_cnt=n.retry_cnt, rto_ns=n.rto_ns, dilation=n.dilation, clock=clock)
+    ib = n.ib
+    if ib is None:
+        return RoceNic(n.ifname, n.mac, n.ip, n.gateway_mac, dscp=n.dscp, priority=n.priority,
+                       cnp_dscp=n.cnp_dscp, cnp_priority=n.cnp_priority,
+                       cnp_interval_ns=n.cnp_interval_ns, **{"dcqcn": n.dcqcn, **common, **extra})
+    from emulator.ib.cc import IbCcParams
+    from emulator.ib.credits import CreditParams
+    from emulator.ib.nic import IbNic
+    for ethernet_only in ("honor_pfc", "dcqcn"):
+        extra.pop(ethernet_only, None)
+    cc = IbCcParams.from_config({"dilation": n.dilation, **ib.cc}) if ib.cc else None
+    return IbNic(n.ifname, n.mac, n.ip, n.gateway_mac, lid=ib.lid, lids=ib.lids, sl=ib.sl,
+                 vl=ib.vl, cc=cc, credit=CreditParams(buffer_blocks=ib.buffer_blocks,
+                                                      update_blocks=ib.update_blocks,
+                                                      update_period_ns=ib.update_period_ns),
+                 **common, **extra)
