@@ -13,6 +13,7 @@ From each run's ``summary.json``, fabric time throughout:
   the time lossless traffic was held: PFC pause time on Ethernet (every
   port and priority, summed), credit-stall time on InfiniBand (every port
   and VL): the same backpressure, measured where each fabric applies it;
+  the deepest switch queue (bytes);
 * the busiest link's utilisation over the run (bytes sent / (run time x
   rate)) and the fabric time of the whole run;
 * with a collective workload, its busbw at its largest size (nccl-tests'
@@ -33,7 +34,7 @@ from emulator.topo import Fabric
 COLUMNS = ("run", "experiment", "link_layer", "dilation", "complete", "flows",
            "fct_mean_us", "fct_p50_us", "fct_p99_us", "fct_max_us",
            "slowdown_mean", "slowdown_max", "victim_slowdown_max",
-           "drops", "retransmitted_packets", "held_ns", "held_by",
+           "drops", "retransmitted_packets", "held_ns", "held_by", "max_queue_bytes",
            "busiest_link", "busiest_link_utilisation", "busbw_GBps", "busbw_size_bytes",
            "fabric_us", "fell_behind")
 P99_MIN_FLOWS = 20          # fewer flows: no p99 (it would be the max)
@@ -60,6 +61,14 @@ def held_ns(summary: dict) -> tuple[int, str]:
         return sum(p.get("credit_stalled_ns", 0) for p in summary["ports"]), "credit stalls"
     return sum(q.get("paused_ns") or 0 for p in summary["ports"]
                for q in p.get("priorities", [])), "PFC pauses"
+
+
+def max_queue_bytes(summary: dict) -> int | None:
+    """The deepest any switch queue got (a port's priority, or its VL)."""
+    depths = [q.get("max_depth_bytes") for p in summary["ports"]
+              for q in (p.get("vls") or p.get("priorities") or [])]
+    depths = [d for d in depths if d is not None]
+    return max(depths) if depths else None
 
 
 def busiest_link(summary: dict, fabric: Fabric | None) -> tuple[str, float | None]:
@@ -102,7 +111,7 @@ def row(label: str, summary: dict, fabric: Fabric | None = None) -> dict:
             "victim_slowdown_max": r(max(vict), 3) if vict else None,
             "drops": sum(p["drops"] for p in summary["ports"]),
             "retransmitted_packets": sum(f.get("retransmitted_packets", 0) for f in flows),
-            "held_ns": held, "held_by": by,
+            "held_ns": held, "held_by": by, "max_queue_bytes": max_queue_bytes(summary),
             "busiest_link": link, "busiest_link_utilisation": util,
             "busbw_GBps": r(largest["busbw_GBps"]) if largest else None,
             "busbw_size_bytes": largest["size_bytes"] if largest else None,

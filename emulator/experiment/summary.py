@@ -57,7 +57,8 @@ def _priority_entries(per_queue: dict[tuple[int, int], dict], port: int, d: floa
 
 # Per-VL counters of an InfiniBand port, as in its switch's stats.json
 # (emulator/ib/switch.py); stalled_ns converted to fabric ns.
-VL_COUNTERS = ("tx_packets", "tx_bytes", "stalls", "stalled_ns", "overruns", "fc_tx", "fc_rx")
+VL_COUNTERS = ("tx_packets", "tx_bytes", "stalls", "stalled_ns", "overruns", "fc_tx", "fc_rx",
+               "max_depth_bytes")
 
 
 def _ib_port_entry(stats: dict, port: int, counters: dict, d: float) -> dict:

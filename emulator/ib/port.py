@@ -110,6 +110,8 @@ class IbEgressPort:
         self.busy_until = 0
         self.tx_packets = {vl: 0 for vl in self.queues}
         self.tx_bytes = {vl: 0 for vl in self.queues}
+        self.depth_bytes = {vl: 0 for vl in self.queues}       # queued, IB packet bytes
+        self.max_depth_bytes = {vl: 0 for vl in self.queues}
 
     # ------------------------------------------------------------------ input
     def enqueue(self, now_ns: int, packet: bytes, sl: int | None = None, vl: int | None = None,
@@ -119,6 +121,9 @@ class IbEgressPort:
         vl = self.sl2vl[sl] if vl is None else vl
         nbytes = len(packet) - self.carrier_bytes          # the IB packet, LRH to VCRC
         self.queues[vl].append((now_ns, packet, meta, nbytes, blocks(nbytes)))
+        depth = self.depth_bytes[vl] = self.depth_bytes[vl] + nbytes
+        if depth > self.max_depth_bytes[vl]:
+            self.max_depth_bytes[vl] = depth
         return vl
 
     def depth(self, vl: int) -> int:
@@ -158,6 +163,7 @@ class IbEgressPort:
                 break
             vl, table = picked
             arrived_ns, packet, meta, nbytes, nblocks = self.queues[vl].popleft()
+            self.depth_bytes[vl] -= nbytes
             start = max(t, arrived_ns)
             if vl != IB_VL15:
                 cr = self.credits[vl]

@@ -35,7 +35,7 @@ import sys
 from emulator.clock import MONOTONIC, Clock
 from emulator.dataplane.pcap import IbPcapWriter
 from emulator.dataplane.state import SwitchState
-from emulator.dataplane.switch import RX_BATCH, RX_MAX_BYTES, open_port_socket, serve
+from emulator.dataplane.switch import RX_BATCH, RX_MAX_BYTES, RawLogs, open_port_socket, serve
 from emulator.errors import ConfigError
 from emulator.ib.credits import CreditParams, VlCredits, blocks
 from emulator.ib.frames import fc_frame, parse_fc
@@ -100,6 +100,11 @@ class IbSwitch:
             self.ports[p.port_no] = IbSwitchPort(p, self.vls, self.params, clock, pcap,
                                                  self._sender(p.port_no))
         self._by_fd = {port.sock.fileno(): port for port in self.ports.values()}
+        # queue depths per port and VL, as the Ethernet switch samples its
+        # priorities ({sw}.qdepth.csv: its "priority" column is the VL)
+        self.sample_ns = cfg.sample_interval_ns if run_dir is not None else 0
+        self.logs = RawLogs(run_dir, cfg.name) if self.sample_ns else None
+        self._sampled = {p: {} for p in self.ports}
         self._stop = False
         self.rx_frames = 0
         self.since_ns = clock.now_ns()
@@ -183,11 +188,28 @@ class IbSwitch:
                     nxt = min(nxt, port.wire.in_flight[0][0])
         return nxt
 
+    def _sample(self, now_ns: int) -> None:
+        write = self.logs.qdepth
+        for port_no, port in self.ports.items():
+            last = self._sampled[port_no]
+            for vl, depth in port.egress.depth_bytes.items():
+                if last.get(vl, 0) != depth:
+                    write(f"{now_ns},{port_no},{vl},{depth}\n")
+                    last[vl] = depth
+
     def run(self) -> None:
         fds = list(self._by_fd)
         clock = self.clock
+        sample_ns = self.sample_ns
+        next_sample = clock.now_ns() + sample_ns if sample_ns else None
         while not self._stop:
-            wake = self.transmit(clock.now_ns())
+            now = clock.now_ns()
+            if next_sample is not None and now >= next_sample:
+                self._sample(now)
+                next_sample = max(next_sample + sample_ns, now + 1)   # no catch-up burst
+            wake = self.transmit(now)
+            if next_sample is not None and next_sample < wake:
+                wake = next_sample
             readable = clock.wait_readable(fds, wake)
             now = clock.now_ns()
             for fd in readable:
@@ -209,6 +231,7 @@ class IbSwitch:
                 "vl_errors": p.vl_errors, "fc_errors": p.fc_errors,
                 **p.wire.lateness_stats(),          # the run's fidelity (experiment.fidelity)
                 "vls": [{"vl": vl, "tx_packets": p.egress.tx_packets[vl],
+                         "max_depth_bytes": p.egress.max_depth_bytes[vl],
                          "tx_bytes": p.egress.tx_bytes[vl], "stalls": cr.stalls,
                          "stalled_ns": cr.stalled_total_ns(now), "overruns": cr.overruns,
                          "fc_tx": p.fc_tx[vl], "fc_rx": p.fc_rx[vl]}
@@ -217,6 +240,8 @@ class IbSwitch:
                 "until_ns": now, "rx_frames": self.rx_frames, "ports": ports}
 
     def close(self) -> None:
+        if self.logs is not None:
+            self.logs.close()
         for port in self.ports.values():
             if port.pcap is not None:
                 port.pcap.close()

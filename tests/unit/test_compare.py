@@ -23,7 +23,7 @@ def roce_run():
             "flows": [flow(0, "h2", "h1", 900_000, 300_000), flow(1, "h4", "h1", 800_000, 300_000),
                       flow(2, "h6", "h3", 600_000, 200_000)],
             "ports": [{"node": "leaf1", "port": 1, "peer": "h1", "tx_bytes": 2_500_000, "drops": 0,
-                       "priorities": [{"priority": 3, "paused_ns": 0}]},
+                       "priorities": [{"priority": 3, "paused_ns": 0, "max_depth_bytes": 90_000}]},
                       {"node": "spine1", "port": 1, "peer": "leaf1", "tx_bytes": 1_000_000,
                        "drops": 0, "priorities": [{"priority": 3, "paused_ns": 70_000},
                                                   {"priority": 6, "paused_ns": None}]}]}
@@ -35,7 +35,8 @@ def ib_run():
             "flows": [flow(0, "h2", "h1", 850_000, 280_000), flow(1, "h4", "h1", 760_000, 280_000),
                       flow(2, "h6", "h3", 500_000, 190_000)],
             "ports": [{"node": "leaf1", "port": 1, "peer": "h1", "tx_bytes": 2_400_000, "drops": 0,
-                       "credit_stalled_ns": 10_000, "priorities": []},
+                       "credit_stalled_ns": 10_000, "priorities": [],
+                       "vls": [{"vl": 0, "max_depth_bytes": 31_500}]},
                       {"node": "spine1", "port": 1, "peer": "leaf1", "tx_bytes": 900_000,
                        "drops": 0, "credit_stalled_ns": 55_000, "priorities": []}]}
 
@@ -64,6 +65,7 @@ def test_rows_measure_what_held_each_fabric_and_its_busiest_link():
     # 2.5 MB in 1 ms of fabric time at 25 Gbit/s: 80 %
     assert r["busiest_link_utilisation"] == 0.8
     assert r["drops"] == 0 and r["retransmitted_packets"] == 0
+    assert (r["max_queue_bytes"], i["max_queue_bytes"]) == (90_000, 31_500)
 
 
 def test_the_comparison_is_a_csv_a_json_and_a_figure(tmp_path):
