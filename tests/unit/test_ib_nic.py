@@ -8,7 +8,7 @@ import socket
 
 import pytest
 
-from emulator.agents.nic import WcStatus
+from emulator.agents.nic import WcOpcode, WcStatus
 from emulator.agents.roce import RC_WRITE_FIRST, RC_WRITE_LAST, RC_WRITE_MIDDLE
 from emulator.ib.cc import IbCcParams
 from emulator.ib.credits import CreditParams, blocks
@@ -65,6 +65,35 @@ def test_an_rdma_write_crosses_a_credit_controlled_link_intact():
     assert a.stats.credit_stalls >= 2 and a.stats.credit_stalled_ns > 40_000
     assert a.stats.tx_retransmits == 0 and b.vl_credits.overruns == 0
     assert a.stats.fc_rx > 0 and b.stats.fc_tx > 0
+
+
+def test_send_and_read_run_over_infiniband_as_over_roce():
+    # the same verbs: a SEND into a posted receive, a READ of the peer's
+    # memory (requests one way, responses the other, both under credit)
+    clock = manual_clock()
+    sa, sb = socket_pair()
+    kw = {"credit": CreditParams(buffer_blocks=64), "tx_delay_ns": 5_000}
+    a = nic(sa, MAC_A, IP_A, LID_A, MAC_B, clock, **kw)
+    b = nic(sb, MAC_B, IP_B, LID_B, MAC_A, clock, **kw)
+    qa, qb = a.create_qp(0x11, IP_B, 0x22), b.create_qp(0x22, IP_A, 0x11)
+    message = bytes(range(251)) * 20                   # 5020 bytes: 5 packets
+    b.post_recv(qb, 77, len(message))
+    a.post_send(qa, 1, message)
+    remote = b.register_mr(9000, buf=bytearray((i * 7) % 256 for i in range(9000)), rkey=0x99)
+    local = a.register_mr(9000)
+    a.post_read(qa, 2, (local, 0, 9000), remote.addr, 0x99)
+    loop = NicLoop([a, b], clock)
+    done_a, done_b = [], []
+    loop.after_pass.append(lambda: (done_a.extend(a.poll_cq()), done_b.extend(b.poll_cq())))
+    assert loop.wait(lambda: len(done_a) == 2 and done_b, timeout_s=1.0)
+    assert [(c.opcode, c.status) for c in done_a] == \
+        [(WcOpcode.SEND, WcStatus.SUCCESS), (WcOpcode.RDMA_READ, WcStatus.SUCCESS)]
+    (recv,) = done_b
+    assert (recv.opcode, recv.wr_id, recv.byte_len) == (WcOpcode.RECV, 77, len(message))
+    assert bytes(recv.data) == message
+    assert bytes(local.buf) == bytes(remote.buf)
+    assert a.stats.tx_retransmits == 0 and b.stats.tx_retransmits == 0
+    assert a.vl_credits.overruns == 0 and b.vl_credits.overruns == 0
 
 
 class SwitchPort:
