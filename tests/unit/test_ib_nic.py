@@ -40,16 +40,20 @@ def nic(sock, mac, ip, lid, peer_mac, clock, **kw):
                  sock=sock, clock=clock, **kw)
 
 
-def test_an_rdma_write_crosses_a_credit_controlled_link_intact():
+def back_to_back(buffer_blocks: int, delay_ns: int):
+    """Two NICs on one link, each with a QP to the other: (clock, a, b, qa, qb)."""
     clock = manual_clock()
     sa, sb = socket_pair()
-    # 4 KiB of buffer against 1 Gbit/s x 2 x 20 us of round trip (5 KB):
-    # credit returns too late to keep the link busy
-    kw = {"credit": CreditParams(buffer_blocks=64), "tx_delay_ns": 20_000}
+    kw = {"credit": CreditParams(buffer_blocks=buffer_blocks), "tx_delay_ns": delay_ns}
     a = nic(sa, MAC_A, IP_A, LID_A, MAC_B, clock, **kw)
     b = nic(sb, MAC_B, IP_B, LID_B, MAC_A, clock, **kw)
-    qa = a.create_qp(0x11, IP_B, 0x22)
-    b.create_qp(0x22, IP_A, 0x11)
+    return clock, a, b, a.create_qp(0x11, IP_B, 0x22), b.create_qp(0x22, IP_A, 0x11)
+
+
+def test_an_rdma_write_crosses_a_credit_controlled_link_intact():
+    # 4 KiB of buffer against 1 Gbit/s x 2 x 20 us of round trip (5 KB):
+    # credit returns too late to keep the link busy
+    clock, a, b, qa, _ = back_to_back(64, 20_000)
     data = bytes(range(256)) * 100                     # 25 600 bytes: 25 packets
     src = a.register_mr(len(data), buf=bytearray(data))
     dst = b.register_mr(len(data), rkey=0x77)
@@ -70,12 +74,7 @@ def test_an_rdma_write_crosses_a_credit_controlled_link_intact():
 def test_send_and_read_run_over_infiniband_as_over_roce():
     # the same verbs: a SEND into a posted receive, a READ of the peer's
     # memory (requests one way, responses the other, both under credit)
-    clock = manual_clock()
-    sa, sb = socket_pair()
-    kw = {"credit": CreditParams(buffer_blocks=64), "tx_delay_ns": 5_000}
-    a = nic(sa, MAC_A, IP_A, LID_A, MAC_B, clock, **kw)
-    b = nic(sb, MAC_B, IP_B, LID_B, MAC_A, clock, **kw)
-    qa, qb = a.create_qp(0x11, IP_B, 0x22), b.create_qp(0x22, IP_A, 0x11)
+    clock, a, b, qa, qb = back_to_back(64, 5_000)
     message = bytes(range(251)) * 20                   # 5020 bytes: 5 packets
     b.post_recv(qb, 77, len(message))
     a.post_send(qa, 1, message)
