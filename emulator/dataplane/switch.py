@@ -30,6 +30,7 @@ import signal
 import socket
 import sys
 from collections import deque
+from typing import Callable
 from pathlib import Path
 
 from emulator.clock import MONOTONIC, Clock
@@ -286,22 +287,35 @@ def write_atomic(path: Path, text: str) -> None:
     tmp.replace(path)
 
 
-def main(argv: list[str] | None = None) -> int:
+def switch_main(argv: list[str] | None, module: str,
+                build: Callable[[SwitchConfig], tuple[object, P4Info, str]]) -> int:
+    """A switch process: ``python -m MODULE CONFIG.json``; ``build(cfg)``
+    makes (switch, P4Info, ready banner) for ``serve``. A bad config is one
+    line and exit 2."""
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
-        print("usage: python -m emulator.dataplane SWITCH_CONFIG.json", file=sys.stderr)
+        print(f"usage: python -m {module} SWITCH_CONFIG.json", file=sys.stderr)
         return 2
     # SIGKILL with the runner; started by hand, SIGTERM with the parent (no orphans).
     die_with_runner(unsupervised_signal=signal.SIGTERM)
     try:
         cfg = SwitchConfig.load(argv[0])
+        switch, p4info, banner = build(cfg)
     except ConfigError as e:             # one line, like every bad config
         print(f"error: {e}", file=sys.stderr)
         return 2
+    return serve(switch, cfg, p4info, banner)
+
+
+def _build(cfg: SwitchConfig) -> tuple[EmbeddedSwitch, P4Info, str]:
     p4info = P4Info.load(cfg.p4info_path) if cfg.p4info_path else P4Info.load()
     switch = EmbeddedSwitch(cfg, p4info, MONOTONIC)
     signal.signal(signal.SIGUSR1, switch.request_snapshot)
-    return serve(switch, cfg, p4info, f"{cfg.name}: ready")
+    return switch, p4info, f"{cfg.name}: ready"
+
+
+def main(argv: list[str] | None = None) -> int:
+    return switch_main(argv, "emulator.dataplane", _build)
 
 
 def serve(switch, cfg: SwitchConfig, p4info: P4Info, banner: str) -> int:

@@ -29,13 +29,14 @@ time, overruns, flow-control packets; drops by reason) go to
 """
 from __future__ import annotations
 
-import signal
 import sys
 
 from emulator.clock import MONOTONIC, Clock
 from emulator.dataplane.pcap import IbPcapWriter
 from emulator.dataplane.state import SwitchState
-from emulator.dataplane.switch import RX_BATCH, RX_MAX_BYTES, RawLogs, open_port_socket, serve
+from emulator.dataplane.switch import (
+    RX_BATCH, RX_MAX_BYTES, RawLogs, open_port_socket, switch_main,
+)
 from emulator.errors import ConfigError
 from emulator.ib.credits import CreditParams, VlCredits, blocks
 from emulator.ib.frames import fc_frame, parse_fc
@@ -43,7 +44,6 @@ from emulator.ib.headers import LRH_BYTES
 from emulator.ib.pipeline import DROP_PORT, IbPipeline
 from emulator.ib.port import IbEgressPort
 from emulator.link import Wire
-from emulator.net.lifeline import die_with_runner
 from emulator.p4.p4info import IB_P4INFO, P4Info
 from emulator.schema.switch import PortConfig, SwitchConfig
 from emulator.wire import ETH_HDR_BYTES, ETH_P_IB_DATA, ETH_P_IB_LINK
@@ -247,20 +247,14 @@ class IbSwitch:
                 port.pcap.close()
 
 
+def _build(cfg: SwitchConfig) -> tuple[IbSwitch, P4Info, str]:
+    p4info = P4Info.load(cfg.p4info_path or IB_P4INFO)
+    switch = IbSwitch(cfg, p4info, MONOTONIC)
+    return switch, p4info, f"{cfg.name}: ready (InfiniBand, {len(switch.vls)} VL)"
+
+
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 1:
-        print("usage: python -m emulator.ib.switch SWITCH_CONFIG.json", file=sys.stderr)
-        return 2
-    die_with_runner(unsupervised_signal=signal.SIGTERM)
-    try:
-        cfg = SwitchConfig.load(argv[0])
-        p4info = P4Info.load(cfg.p4info_path or IB_P4INFO)
-        switch = IbSwitch(cfg, p4info, MONOTONIC)
-    except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    return serve(switch, cfg, p4info, f"{cfg.name}: ready (InfiniBand, {len(switch.vls)} VL)")
+    return switch_main(argv, "emulator.ib.switch", _build)
 
 
 if __name__ == "__main__":
