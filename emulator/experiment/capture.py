@@ -9,7 +9,9 @@ and ``_out.pcap`` (µs). After the run, ``write_captures`` makes
   default -- (wall - t0) / D after the epoch, t0 being the agents' common
   start -- so that Wireshark's times, rates and I/O graphs read as the
   fabric's (a 100 Gbps link shows 100 Gbps); ``time="wall"`` keeps wall
-  time. Nanosecond pcap, Ethernet.
+  time. Nanosecond pcap, the source's link type: Ethernet, or on an
+  InfiniBand fabric ERF records (``emulator.dataplane.pcap.IbPcapWriter``),
+  whose own timestamps are rewritten the same way (Wireshark shows those).
 * ``DIR/capture.pcapng``: every port's frames merged in time order, one
   pcapng interface per file named after it (``if_name``; Wireshark's
   ``frame.interface_name``), ns resolution.
@@ -25,6 +27,8 @@ from typing import Iterator
 
 PCAP_MAGIC_US, PCAP_MAGIC_NS = 0xA1B2C3D4, 0xA1B23C4D
 LINKTYPE_ETHERNET = 1
+LINKTYPE_ERF = 197                       # InfiniBand's captures (emulator.dataplane.pcap)
+_ERF_TS = struct.Struct("<Q")            # an ERF record's timestamp: seconds << 32 | fraction
 _GLOBAL = struct.Struct("<IHHiIII")
 _SNAPLEN = 65535
 
@@ -56,6 +60,24 @@ def read_pcap(path: str | Path) -> Iterator[tuple[int, int, bytes]]:
             yield sec * 1_000_000_000 + frac * scale, origlen, data
 
 
+def pcap_linktype(path: str | Path) -> int:
+    """The link type of a libpcap file (its global header's network field)."""
+    with open(path, "rb") as f:
+        head = f.read(24)
+    if len(head) < 24:
+        return LINKTYPE_ETHERNET
+    endian = "<" if struct.unpack("<I", head[:4])[0] in (PCAP_MAGIC_US, PCAP_MAGIC_NS) else ">"
+    return struct.unpack(endian + "I", head[20:24])[0]
+
+
+def _restamped(data: bytes, ts_ns: int, linktype: int) -> bytes:
+    """A record with its own timestamp, if it has one (ERF), set to ``ts_ns``."""
+    if linktype != LINKTYPE_ERF or len(data) < _ERF_TS.size:
+        return data
+    sec, nsec = divmod(ts_ns, 1_000_000_000)
+    return _ERF_TS.pack(sec << 32 | (nsec << 32) // 1_000_000_000) + data[_ERF_TS.size:]
+
+
 def run_pcaps(run_dir: str | Path) -> dict[str, Path]:
     """Capture name (the file's stem: ``leaf1-eth1``, ``leaf1-eth1_in``) -> pcap of the run."""
     return {p.stem: p for p in sorted(Path(run_dir).glob("*.pcap"))}
@@ -73,14 +95,15 @@ class _Stamp:
         return max(0, round((wall_ns - self.t0) / self.d)) if self.fabric else wall_ns
 
 
-def write_pcap(path: Path, records, stamp) -> int:
+def write_pcap(path: Path, records, stamp, linktype: int = LINKTYPE_ETHERNET) -> int:
     n = 0
     with open(path, "wb", buffering=1 << 20) as f:
-        f.write(_GLOBAL.pack(PCAP_MAGIC_NS, 2, 4, 0, 0, _SNAPLEN, LINKTYPE_ETHERNET))
+        f.write(_GLOBAL.pack(PCAP_MAGIC_NS, 2, 4, 0, 0, _SNAPLEN, linktype))
         for t, origlen, data in records:
-            sec, nsec = divmod(stamp(t), 1_000_000_000)
+            ts = stamp(t)
+            sec, nsec = divmod(ts, 1_000_000_000)
             f.write(struct.pack("<IIII", sec, nsec, len(data), origlen))
-            f.write(data)
+            f.write(_restamped(data, ts, linktype))
             n += 1
     return n
 
@@ -103,16 +126,18 @@ def _tagged(records, interface: int):
 def write_pcapng(path: Path, sources: dict[str, Path], stamp) -> int:
     """Every source's records merged in time order, one interface each (ns resolution)."""
     names = list(sources)
+    linktypes = [pcap_linktype(sources[name]) for name in names]
     streams = [_tagged(read_pcap(sources[name]), i) for i, name in enumerate(names)]
     n = 0
     with open(path, "wb", buffering=1 << 20) as f:
         shb = struct.pack("<IHHq", 0x1A2B3C4D, 1, 0, -1) + _option(0, b"")
         f.write(_block(0x0A0D0D0A, shb))
-        for name in names:
+        for name, linktype in zip(names, linktypes):
             opts = _option(2, name.encode()) + _option(9, bytes([9])) + _option(0, b"")
-            f.write(_block(0x00000001, struct.pack("<HHI", LINKTYPE_ETHERNET, 0, 0) + opts))
+            f.write(_block(0x00000001, struct.pack("<HHI", linktype, 0, 0) + opts))
         for t, i, origlen, data in heapq.merge(*streams, key=lambda r: r[0]):
             ts = stamp(t)
+            data = _restamped(data, ts, linktypes[i])
             body = struct.pack("<IIIII", i, ts >> 32, ts & 0xFFFFFFFF, len(data), origlen)
             f.write(_block(0x00000006, body + data + b"\0" * ((-len(data)) % 4)))
             n += 1
@@ -131,11 +156,12 @@ def write_captures(run_dir: str | Path, out_dir: str | Path, t0_unix_ns: int, di
     files = {}
     for name, src in sources.items():
         dst = out_dir / "pcap" / f"{name}.pcap"
-        write_pcap(dst, read_pcap(src), stamp)
+        write_pcap(dst, read_pcap(src), stamp, pcap_linktype(src))
     files["pcap"] = out_dir / "pcap"
     files["capture.pcapng"] = out_dir / "capture.pcapng"
     write_pcapng(files["capture.pcapng"], sources, stamp)
     return files
 
 
-__all__ = ["read_pcap", "run_pcaps", "write_captures", "write_pcap", "write_pcapng"]
+__all__ = ["pcap_linktype", "read_pcap", "run_pcaps", "write_captures", "write_pcap",
+           "write_pcapng"]

@@ -55,3 +55,35 @@ def test_a_file_cut_short_yields_its_whole_records(tmp_path):
     data = (run / "s1-eth1.pcap").read_bytes()
     (run / "s1-eth1.pcap").write_bytes(data[:-10])          # the switch was killed mid-write
     assert len(list(read_pcap(run / "s1-eth1.pcap"))) == 1
+
+
+def test_an_infiniband_run_keeps_its_erf_records_and_their_stamps_follow_fabric_time(tmp_path):
+    import shutil
+    import struct
+    import subprocess
+
+    from emulator.dataplane.pcap import LINKTYPE_ERF, IbPcapWriter
+    from emulator.experiment.capture import pcap_linktype
+    from emulator.ib.frames import IbFrameTemplate, fc_frame
+    run = tmp_path / "run"
+    run.mkdir()
+    clock = ManualClock(1_000)
+    t0 = clock.unix_ns()
+    w = IbPcapWriter(run / "ibleaf-eth1.pcap", clock)
+    tpl = IbFrameTemplate("02:00:00:00:00:01", "02:00:00:00:00:02", 3, 5, 0x11)
+    w.write(clock.now_ns() + 10 * MS, bytes(tpl.build(0x0A, 7, b"x" * 64)))   # RDMA WRITE ONLY
+    w.write(clock.now_ns() + 20 * MS, fc_frame(bytes(6), 0, 0, 64))
+    w.close()
+    files = write_captures(run, tmp_path, t0, dilation=1000.0)
+    port = files["pcap"] / "ibleaf-eth1.pcap"
+    assert pcap_linktype(port) == LINKTYPE_ERF
+    records = list(read_pcap(port))
+    assert [t for t, _, _ in records] == [10_000, 20_000]                     # wall / D
+    for t, _, data in records:                                              # and the ERF's own
+        (erf_ts,) = struct.unpack_from("<Q", data)
+        assert (erf_ts >> 32) * 10**9 + ((erf_ts & 0xFFFFFFFF) * 10**9 >> 32) in (t, t - 1)
+    if shutil.which("tshark"):
+        out = subprocess.run(["tshark", "-r", str(files["capture.pcapng"]), "-T", "fields",
+                              "-e", "frame.time_epoch", "-e", "_ws.col.Protocol"],
+                             capture_output=True, text=True, timeout=60).stdout.split("\n")
+        assert [line.split("\t")[1] for line in out if line] == ["InfiniBand", "InfiniBand Link"]
