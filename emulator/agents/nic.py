@@ -287,7 +287,7 @@ class RoceNic:
             link_rate_bps=rate_bps, mtu_bytes=mtu_bytes, ack_every_n=ack_every_n,
             rto_ns=self.rto_ns, retry_cnt=retry_cnt, rnr_retry=rnr_retry,
             max_outstanding_pkts=max_out, cq=self._cq, stats=st, unix_ns=unix_ns,
-            dilation=dilation, pfc=self.pfc, data_priority=priority, framing=framing)
+            dilation=dilation, hold=self.pfc.hold(priority), framing=framing)
         self.responder = Responder(
             mrs=self._mrs, mtu_bytes=mtu_bytes, min_rnr_timer=min_rnr_timer,
             report_remote_writes=report_remote_writes, cq=self._cq, stats=st, unix_ns=unix_ns)

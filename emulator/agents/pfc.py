@@ -77,6 +77,10 @@ class PfcReceiver:
             held += (until if until < now else now) - start
         return held
 
+    def hold(self, priority: int) -> "PriorityHold":
+        """The requester's view of how PFC holds ``priority``."""
+        return PriorityHold(self, priority)
+
     def paused_ns(self, now: int) -> int:
         """Time our tracked classes were paused up to ``now``, summed."""
         total = self._closed_ns
@@ -85,3 +89,20 @@ class PfcReceiver:
             if until > start and now > start:
                 total += int(min(until, now) - start)
         return total
+
+
+class PriorityHold:
+    """How PFC holds one priority back, as the requester asks any link
+    layer (``requester.Requester``'s ``hold``): time held so far, and when
+    the pause in force ends."""
+
+    __slots__ = ("pfc", "priority")
+
+    def __init__(self, pfc: PfcReceiver, priority: int):
+        self.pfc, self.priority = pfc, priority
+
+    def held_ns(self, now: int) -> float:
+        return self.pfc.held_ns(self.priority, now)
+
+    def resume_ns(self) -> float:
+        return self.pfc.until_ns[self.priority]

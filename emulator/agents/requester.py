@@ -21,8 +21,9 @@ work requests in, data frames out on demand, ACK/NAKs in, completions out.
   owed, sending restarts at the oldest unacknowledged PSN; the timeout
   doubles per consecutive expiry (up to 8x) and after ``retry_cnt`` the QP
   fails. The timeout counts only time in which the data class may
-  send: time PFC held it (``pfc.held_ns``) is added to the deadline (no
-  retry counted).
+  send: time the link layer held it (``hold``: PFC pauses, or an
+  InfiniBand VL's credit stalls) is added to the deadline (no retry
+  counted).
 
 The ACK timeout is fabric time (see ``DEFAULT_RTO_FABRIC_NS``): the caller
 gives ``rto_ns`` on its clock, fabric ns x ``dilation``; RNR timer codes
@@ -91,18 +92,18 @@ class Requester:
     def __init__(self, *, link_rate_bps: int, mtu_bytes: int, ack_every_n: int, rto_ns: int,
                  retry_cnt: int, rnr_retry: int | None, max_outstanding_pkts: int,
                  cq, stats, unix_ns: Callable[[], int], dilation: float = 1.0,
-                 pfc=None, data_priority: int = 3, framing: Framing = ROCE_FRAMING):
+                 hold=None, framing: Framing = ROCE_FRAMING):
         """``rto_ns``: the ACK timeout on the clock (fabric ns x ``dilation``).
-        ``pfc``: the NIC's ``PfcReceiver`` (None: never paused) and
-        ``data_priority`` the class our requests go in: time it holds
-        that class does not count against an ACK timeout."""
+        ``hold``: how the link layer holds our requests back (``held_ns(now)``:
+        time held so far; ``resume_ns()``: when the hold in force ends), a
+        ``pfc.PriorityHold`` or ``ib.nic.CreditHold``; None: never held. Time
+        held does not count against an ACK timeout."""
         self.link_rate_bps = link_rate_bps
         self.mtu_bytes = mtu_bytes
         self.ack_every_n = ack_every_n
         self.rto_ns = rto_ns
         self.dilation = dilation
-        self.pfc = pfc
-        self.data_priority = data_priority
+        self.hold = hold
         self.retry_cnt = retry_cnt
         self.rnr_retry = rnr_retry
         self.max_outstanding_pkts = max_outstanding_pkts
@@ -198,8 +199,8 @@ class Requester:
         """``qp``'s ACK timeout expires ``timeout_ns`` from ``now``, plus
         whatever time PFC holds our data class from now on."""
         qp.rto_deadline_ns = now + timeout_ns
-        pfc = self.pfc
-        qp.rto_held_ns = pfc.held_ns(self.data_priority, now) if pfc is not None else 0.0
+        hold = self.hold
+        qp.rto_held_ns = hold.held_ns(now) if hold is not None else 0.0
 
     def rto_for(self, qp) -> int:
         """The ACK timeout of ``qp``: ``rto_ns``, or longer for a QP paced
@@ -338,14 +339,13 @@ class Requester:
 
     # -- timers ----------------------------------------------------------------------
     def timers(self, now: int) -> None:
-        """ACK timeouts due at ``now``. Time PFC held our data class since a
-        timeout was armed does not count: its deadline moves out by that
-        much (while the class is still held, it is looked at again when the
-        pause ends, or every eighth of a timeout if an XON may end it
-        sooner). The packets we sent before a pause wait in the queues that
+        """ACK timeouts due at ``now``. Time the link layer held our data
+        class since a timeout was armed does not count: its deadline moves
+        out by that much (while the class is still held, it is looked at
+        again when the hold ends, or every eighth of a timeout if an XON --
+        or a credit -- may end it sooner). The packets we sent before a pause wait in the queues that
         made the switch pause us, so their ACKs are late by about as much."""
-        pfc = self.pfc
-        prio = self.data_priority
+        hold = self.hold
         for qp in self.qps:
             dl = qp.rto_deadline_ns
             if not dl or now < dl:
@@ -353,10 +353,10 @@ class Requester:
             if qp.snd_una >= qp.ackreq_max:
                 qp.rto_deadline_ns = 0
                 continue
-            if pfc is not None:
-                held = pfc.held_ns(prio, now)
+            if hold is not None:
+                held = hold.held_ns(now)
                 credit = held - qp.rto_held_ns
-                resume = pfc.until_ns[prio]
+                resume = hold.resume_ns()
                 if credit > 0 or now < resume:
                     qp.rto_held_ns = held
                     dl += int(credit)

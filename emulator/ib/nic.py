@@ -39,23 +39,25 @@ from emulator.ib.headers import IB_FRAMING
 from emulator.wire import CNP_PAD_BYTES, ETH_HDR_BYTES, ETH_P_IB_DATA, ETH_P_IB_LINK
 
 
-class _CreditHold:
-    """The requester's view of how its data class is held (what a
-    ``PfcReceiver`` is on Ethernet): here by our VL's credit stalls.
-    ``held_ns``: stalled time so far; ``until_ns[priority]``: when the hold
-    ends -- unknown while a stall runs (no credit has come), so far off."""
+_LINK_HI, _LINK_LO = ETH_P_IB_LINK >> 8, ETH_P_IB_LINK & 0xFF
 
-    __slots__ = ("credits", "until_ns")
+
+class CreditHold:
+    """How credit holds our VL back, as the requester asks any link layer
+    (``requester.Requester``'s ``hold``; ``pfc.PriorityHold`` on Ethernet):
+    stalled time so far, and when the stall in force ends -- unknown while
+    it runs (no credit has come yet), so far off."""
+
+    __slots__ = ("credits",)
     _UNKNOWN_END_NS = 1 << 62
 
     def __init__(self, credits: VlCredits):
         self.credits = credits
-        self.until_ns = self
 
-    def held_ns(self, priority: int, now: int) -> int:
+    def held_ns(self, now: int) -> int:
         return self.credits.stalled_total_ns(now)
 
-    def __getitem__(self, priority: int) -> int:
+    def resume_ns(self) -> int:
         return self._UNKNOWN_END_NS if self.credits.stalled_since is not None else 0
 
 
@@ -87,7 +89,7 @@ class IbNic(RoceNic):
         # the transmitter's credit gate (RoceNic's __init__ asks _link_credit)
         self.vl_credits = VlCredits(self.credit_params, kw.get("clock", MONOTONIC).now_ns())
         super().__init__(ifname, mac, ip, gateway_mac, **kw)
-        self.requester.pfc = _CreditHold(self.vl_credits)
+        self.requester.hold = CreditHold(self.vl_credits)
         self._mac_bytes = bytes.fromhex(mac.replace(":", ""))
         self.vl_errors = 0
 
@@ -133,7 +135,7 @@ class IbNic(RoceNic):
         """One received frame: flow control for our VL, or an IB packet for
         one of our QPs (its blocks free again at once: we have read it)."""
         st = self.stats
-        if frame[12] == 0x88 and frame[13] == 0xB6:      # ETH_P_IB_LINK
+        if frame[12] == _LINK_HI and frame[13] == _LINK_LO:   # a link packet
             fc = parse_fc(frame)
             if fc is not None and fc[0] == self.vl:
                 self.vl_credits.on_fc(fc[1], fc[2], now)

@@ -155,7 +155,7 @@ def test_requester_ack_timeout_runs_from_the_ack_request():
 def test_requester_timeouts_back_off_wait_for_pfc_and_fail():
     cq, st = [], NicStats()
     pfc = PfcReceiver(RATE, (3, 6))
-    rq = requester(cq, st, pfc=pfc, data_priority=3)
+    rq = requester(cq, st, hold=pfc.hold(3))
     qp = make_qp()
     rq.qps.append(qp)
     rq.post(qp, 1, memoryview(b"x"), False, 0, 0, True, now=0)
