@@ -25,7 +25,7 @@ def make_nic(n: NicConfig, clock: Clock = MONOTONIC, **extra) -> RoceNic:
     from emulator.ib.nic import IbNic
     for ethernet_only in ("honor_pfc", "dcqcn"):
         extra.pop(ethernet_only, None)
-    cc = IbCcParams.from_config({"dilation": n.dilation, **ib.cc}) if ib.cc else None
+    cc = IbCcParams.from_config({**ib.cc, "dilation": n.dilation}) if ib.cc else None
     return IbNic(n.ifname, n.mac, n.ip, n.gateway_mac, lid=ib.lid, lids=ib.lids, sl=ib.sl,
                  vl=ib.vl, cc=cc, credit=CreditParams(buffer_blocks=ib.buffer_blocks,
                                                       update_blocks=ib.update_blocks,

@@ -64,6 +64,22 @@ def switch_entities(fabric: Fabric, p4info: P4Info, switch: str, routes=None) ->
     return {"tables": station, "members": member_msgs, "groups": group_msgs, "routes": route_msgs}
 
 
+def ib_switch_entities(fabric: Fabric, p4info: P4Info, switch: str, subnet,
+                       ib_cc=None) -> dict[str, list]:
+    """The P4Runtime entities of one InfiniBand switch (``p4src/ib.p4``):
+    the subnet manager's LFT, then -- IB congestion control on
+    (``schema.ib_cc``) -- every port's FECN threshold and marking rate."""
+    from emulator.ib.sm import lft_entries
+    ents = {"routes": lft_entries(subnet, switch, p4info)}
+    if ib_cc is not None and ib_cc.enabled:
+        ents["qos"] = [p4info.table_entry(
+            "cc_threshold", {"port": p.port_no},
+            ("set_cc_threshold", {"packets": ib_cc.threshold_packets,
+                                  "marking_rate": ib_cc.marking_rate}))
+            for p in fabric.ports(switch)]
+    return ents
+
+
 def program_p4info(fabric: Fabric) -> P4Info:
     """The P4Info of the program a fabric's switches run: fabric.p4's, or
     ib.p4's on an InfiniBand fabric."""
@@ -112,16 +128,10 @@ class FabricController:
         InfiniBand fabric the controller is its subnet manager: LIDs and
         up/down LFTs from ``ib.sm.sweep`` (no PFC or ECN to install)."""
         if self.fabric.link_layer == "infiniband":
-            from emulator.ib.sm import lft_entries, sweep
+            from emulator.ib.sm import sweep
             subnet = sweep(self.fabric)
-            ents = {name: {"routes": lft_entries(subnet, name, self.p4info)} for name in self.conns}
-            if self.ib_cc is not None and self.ib_cc.enabled:
-                for name in self.conns:
-                    ents[name]["qos"] = [self.p4info.table_entry(
-                        "cc_threshold", {"port": p.port_no},
-                        ("set_cc_threshold", {"packets": self.ib_cc.threshold_packets,
-                                              "marking_rate": self.ib_cc.marking_rate}))
-                        for p in self.fabric.ports(name)]
+            ents = {name: ib_switch_entities(self.fabric, self.p4info, name, subnet, self.ib_cc)
+                    for name in self.conns}
         else:
             routes = compute_routes(self.fabric)
             ents = {name: switch_entities(self.fabric, self.p4info, name, routes)

@@ -70,7 +70,7 @@ def ib_nic_fields(exp: Experiment, nic: str) -> dict:
     return {"lid": lids[fabric.addresses.host_ip(nic)], "lids": lids,
             "buffer_blocks": link["buffer_blocks"], "update_blocks": link["update_blocks"],
             "update_period_ns": link["update_period_ns"],
-            "cc": cc.agent_params(d) if cc.enabled else None}
+            "cc": cc.agent_params() if cc.enabled else None}
 
 
 def nic_config(exp: Experiment, nic: str) -> NicConfig:

@@ -35,15 +35,16 @@ class IbCcSpec(StrictSpec):
 
     @model_validator(mode="after")
     def _params(self):
-        self.agent_params(1.0)              # the CCT's entries and ccti_min against it
+        self.agent_params()                 # the CCT's entries and ccti_min against it
         return self
 
-    def agent_params(self, dilation: float) -> dict:
-        """The agent config's ``ib.cc`` dict (``ib.cc.IbCcParams`` keys):
-        the timer stays in the spec's units, ``dilation`` makes it wall."""
+    def agent_params(self) -> dict:
+        """The agent config's ``ib.cc`` dict (``ib.cc.IbCcParams`` keys): the
+        timer stays in the spec's units (fabric time); the NIC's ``dilation``
+        makes it wall (``agents.make``)."""
         from emulator.ib.cc import IbCcParams
         keys = {"ccti_increase": self.ccti_increase, "ccti_timer": self.ccti_timer,
-                "ccti_min": self.ccti_min, "dilation": dilation}
+                "ccti_min": self.ccti_min}
         if self.cct is not None:
             keys["cct"] = [list(e) for e in self.cct]
         try:
