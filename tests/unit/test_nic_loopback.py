@@ -233,7 +233,9 @@ def test_sigterm_writes_partial_result(veth):
                expect=[{"flow_id": 9, "qpn": QPN["b"], "op": "write", "size_bytes": 1000}])
     p = start_agent(veth, "b", b[1])
     try:
-        time.sleep(1.0)
+        # its handlers are in once it says READY (NIC up): not a guess of how
+        # long its imports take on a loaded machine
+        assert p.stdout.readline().startswith("READY"), p.stderr.read()
         assert p.poll() is None
         t0 = time.monotonic()
         # `ip netns exec` execs the agent in place, so p.pid is the agent itself
