@@ -34,6 +34,13 @@
  *                                 packets on queue depth: none below Kmin,
  *                                 probability rising to Pmax at Kmax, always
  *                                 above; marks counted in ecn_mark_counter
+ * In-band telemetry for HPCC (INT over UDP; emulator/int_md.py):
+ *   a RoCE packet to UDP port UDP_PORT_INT carries a shim and up to
+ *   INT_MAX_HOPS records between UDP and BTH. Egress fills the next record
+ *   of a collecting stack (queue depth left at dequeue, the port's tx-bytes
+ *   register, the egress time in fabric ns, the link rate) from int_port;
+ *   an echo (an ACK carrying the records back) passes untouched. A stack
+ *   that does not fit its packet is dropped as malformed.
  * Generating and honouring pauses is a traffic-manager job, and the two
  * targets' traffic managers differ (docs/lossless.md, "BMv2 target"):
  *   embedded target: its traffic manager accounts buffer per (ingress port,
@@ -65,6 +72,13 @@ const bit<16> ETHERTYPE_IPV4 = 0x0800;
 const bit<16> ETHERTYPE_MAC_CONTROL = 0x8808;
 const bit<8>  IP_PROTO_UDP = 17;
 const bit<16> UDP_PORT_ROCEV2 = 4791;
+// In-band telemetry for HPCC (emulator/int_md.py defines the layout): a shim
+// and INT_MAX_HOPS records between UDP and BTH, announced by this port.
+const bit<16> UDP_PORT_INT = 4792;
+const bit<8>  INT_KIND_COLLECT = 1;           // a data packet: each switch fills a record
+const bit<16> INT_SHIM_BYTES = 8;
+const bit<16> BTH_BYTES = 12;
+#define INT_MAX_HOPS 5
 const bit<32> ETH_HDR_BYTES = 14;
 const bit<16> IPV4_HDR_BYTES = 20;            // IHL 5: the only IPv4 header this fabric takes
 const bit<16> IPV4_UDP_BYTES = 28;            // IPv4 + UDP headers
@@ -101,6 +115,7 @@ const bit<32> MALFORMED_IPV4_TOTAL_LENGTH = 5;
 const bit<32> MALFORMED_IPV4_CHECKSUM = 6;
 const bit<32> MALFORMED_UDP_TRUNCATED = 7;
 const bit<32> MALFORMED_BTH_TRUNCATED = 8;
+const bit<32> MALFORMED_INT_STACK = 9;
 
 typedef bit<9>  port_t;
 typedef bit<48> mac_addr_t;
@@ -170,6 +185,24 @@ header udp_t {
     bit<16> checksum;
 }
 
+// INT shim (INT over UDP): what follows, and the UDP port it displaced.
+header int_shim_t {
+    bit<8>  kind;              // INT_KIND_COLLECT, or 2: an echo (an ACK carrying it back)
+    bit<8>  hop_count;         // records filled
+    bit<8>  max_hops;          // records present (the source reserves them)
+    bit<8>  reserved;
+    bit<16> orig_dport;
+    bit<16> reserved2;
+}
+
+// One switch's INT record, filled at egress (HPCC's IntHop).
+header int_hop_t {
+    bit<32> qlen_bytes;        // depth of the packet's egress queue left at dequeue
+    bit<32> tx_bytes;          // bytes the port sent, this packet included (wraps)
+    bit<32> ts_ns;             // egress time, fabric ns (wraps)
+    bit<32> rate_mbps;         // the port's link rate, fabric Mbit/s
+}
+
 // InfiniBand Base Transport Header, carried by RoCEv2 in UDP port 4791.
 header bth_t {
     bit<8>  opcode;
@@ -208,6 +241,8 @@ struct headers_t {
     pfc_pad_t     pfc_pad;
     ipv4_t        ipv4;
     udp_t         udp;
+    int_shim_t    int_shim;
+    int_hop_t[INT_MAX_HOPS] int_hops;
     bth_t         bth;
     reth_t        reth;
     aeth_t        aeth;
@@ -216,6 +251,7 @@ struct headers_t {
 struct metadata_t {
     bit<16> l4_src_port;
     bit<16> l4_dst_port;
+    bit<8>  int_left;          // INT records still to parse
     bit<3>  priority;          // 802.1p priority (7 highest) from dscp_to_priority
     bool    lossless;          // pfc_config hit: PFC protects (ingress port, priority)
     bit<32> pfc_xoff_bytes;
@@ -274,7 +310,30 @@ parser FabricParser(packet_in packet,
         meta.l4_dst_port = hdr.udp.dst_port;
         transition select(hdr.udp.dst_port) {
             UDP_PORT_ROCEV2: parse_bth;
+            UDP_PORT_INT: parse_int_shim;
             default: accept;
+        }
+    }
+    state parse_int_shim {
+        packet.extract(hdr.int_shim);
+        meta.int_left = hdr.int_shim.max_hops;
+        // More records than the stack holds: left unparsed, ingress drops it.
+        transition select(hdr.int_shim.max_hops) {
+            0: parse_bth;
+            1: parse_int_hop;
+            2: parse_int_hop;
+            3: parse_int_hop;
+            4: parse_int_hop;
+            5: parse_int_hop;
+            default: accept;
+        }
+    }
+    state parse_int_hop {
+        packet.extract(hdr.int_hops.next);
+        meta.int_left = meta.int_left - 1;
+        transition select(meta.int_left) {
+            0: parse_bth;
+            default: parse_int_hop;
         }
     }
     state parse_bth {
@@ -523,6 +582,17 @@ control FabricIngress(inout headers_t hdr,
             } else if (hdr.udp.isValid() && hdr.udp.dst_port == UDP_PORT_ROCEV2
                        && hdr.ipv4.total_len < IPV4_UDP_BTH_BYTES) {
                 malformed = MALFORMED_BTH_TRUNCATED;
+            } else if (hdr.udp.isValid() && hdr.udp.dst_port == UDP_PORT_INT
+                       && (hdr.ipv4.total_len < IPV4_UDP_BYTES + INT_SHIM_BYTES
+                           || hdr.int_shim.max_hops > INT_MAX_HOPS
+                           || hdr.int_shim.hop_count > hdr.int_shim.max_hops
+                           || hdr.ipv4.total_len < IPV4_UDP_BYTES + INT_SHIM_BYTES
+                                                   + ((bit<16>)hdr.int_shim.max_hops << 4)
+                                                   + BTH_BYTES)) {
+                // An INT stack that does not fit its packet, or says it has
+                // more records than it holds or than the stack can (judged
+                // by the total length, like UDP's).
+                malformed = MALFORMED_INT_STACK;
             }
         } else if (hdr.ethernet.isValid() && hdr.ethernet.ether_type == ETHERTYPE_IPV4) {
             malformed = MALFORMED_IPV4_TRUNCATED;    // parse_ipv4: PacketTooShort
@@ -639,6 +709,36 @@ control FabricEgress(inout headers_t hdr,
     @id(0x16000004)
     register<bit<48>>(PORT_PRIO_CELLS) pfc_xoff_refresh_at;
 
+    // Bytes each port has sent (INT's tx_bytes; P4 cannot read a counter).
+    @id(0x16000005)
+    register<bit<32>>(MAX_PORTS) int_tx_bytes;
+
+    bit<32> int_rate_mbps = 0;
+    bit<32> int_ts_q16 = 0;
+
+    // Per egress port: its rate for INT records, and how to turn the
+    // target's egress timestamp (BMv2: wall-clock us) into fabric ns:
+    // fabric ns = timestamp x ts_q16 / 65536 (in a run dilated D times,
+    // ts_q16 = 65536 x 1000 / D).
+    @id(0x01000008)
+    action set_int_port(bit<32> rate_mbps, bit<32> ts_q16) {
+        int_rate_mbps = rate_mbps;
+        int_ts_q16 = ts_q16;
+    }
+
+    @id(0x02000008)
+    table int_port {
+        key = {
+            standard_metadata.egress_port: exact @name("eg_port");
+        }
+        actions = {
+            set_int_port;
+            @defaultonly NoAction;
+        }
+        const default_action = NoAction();
+        size = MAX_PORTS;
+    }
+
     bit<32> ecn_kmin_bytes = 0;
     bit<32> ecn_kmax_bytes = 0;
     bit<16> ecn_pmax_per_mille = 0;
@@ -672,6 +772,12 @@ control FabricEgress(inout headers_t hdr,
             hdr.packet_in.setInvalid();
             hdr.ipv4.setInvalid();
             hdr.udp.setInvalid();
+            hdr.int_shim.setInvalid();
+            hdr.int_hops[0].setInvalid();
+            hdr.int_hops[1].setInvalid();
+            hdr.int_hops[2].setInvalid();
+            hdr.int_hops[3].setInvalid();
+            hdr.int_hops[4].setInvalid();
             hdr.bth.setInvalid();
             hdr.reth.setInvalid();
             hdr.aeth.setInvalid();
@@ -705,6 +811,33 @@ control FabricEgress(inout headers_t hdr,
         bit<32> cell = (bit<32>)standard_metadata.egress_port * NUM_PRIORITIES + (bit<32>)meta.priority;
         tx_port_counter.count((bit<32>)standard_metadata.egress_port);
         tx_prio_counter.count(cell);
+
+        // INT: every packet counts in its port's tx bytes; a collecting
+        // stack with room gets this port's record in its next slot.
+        bit<32> tx_bytes;
+        int_tx_bytes.read(tx_bytes, (bit<32>)standard_metadata.egress_port);
+        tx_bytes = tx_bytes + standard_metadata.packet_length;
+        int_tx_bytes.write((bit<32>)standard_metadata.egress_port, tx_bytes);
+        if (hdr.int_shim.isValid() && hdr.int_shim.kind == INT_KIND_COLLECT
+                && hdr.int_shim.hop_count < hdr.int_shim.max_hops && int_port.apply().hit) {
+            bit<32> qlen = (bit<32>)standard_metadata.deq_qdepth * QDEPTH_CELL_BYTES;
+            bit<32> ts = (bit<32>)(((bit<64>)standard_metadata.egress_global_timestamp
+                                    * (bit<64>)int_ts_q16) >> 16);
+#define INT_FILL(i) \
+            if (hdr.int_shim.hop_count == i) { \
+                hdr.int_hops[i].qlen_bytes = qlen; \
+                hdr.int_hops[i].tx_bytes = tx_bytes; \
+                hdr.int_hops[i].ts_ns = ts; \
+                hdr.int_hops[i].rate_mbps = int_rate_mbps; \
+            }
+            INT_FILL(0)
+            INT_FILL(1)
+            INT_FILL(2)
+            INT_FILL(3)
+            INT_FILL(4)
+#undef INT_FILL
+            hdr.int_shim.hop_count = hdr.int_shim.hop_count + 1;
+        }
 
         // RED-style ECN marking on the depth this packet found at enqueue.
         if (hdr.ipv4.isValid() && hdr.ipv4.ecn != 0 && ecn_config.apply().hit) {
@@ -780,6 +913,8 @@ control FabricDeparser(packet_out packet, in headers_t hdr) {
         packet.emit(hdr.pfc_pad);
         packet.emit(hdr.ipv4);
         packet.emit(hdr.udp);
+        packet.emit(hdr.int_shim);
+        packet.emit(hdr.int_hops);
         packet.emit(hdr.bth);
         packet.emit(hdr.reth);
         packet.emit(hdr.aeth);

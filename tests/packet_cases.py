@@ -32,6 +32,7 @@ from scapy.packet import Raw
 from scapy.utils import checksum
 
 from emulator.agents.roce import BTH, RETH
+from emulator.int_md import INT_KIND_COLLECT, INT_KIND_ECHO, INT_UDP_DPORT, IntHop, IntShim
 from emulator.control.controller import switch_entities
 from emulator.dataplane.malformed import Malformed, malformed_cell
 from emulator.topo import ip_to_int, load_fabric
@@ -78,6 +79,22 @@ def rocev2(src_ip: str = H2_IP, dst_ip: str = H1_IP, *, sport: int = 49152,
                / BTH(opcode=0x0A, dqpn=0x000111, psn=psn, ackreq=1)
                / RETH(virtual_addr=0x1000, rkey=0x1234, dma_length=payload_len)
                / Raw(payload))
+
+
+def rocev2_int(max_hops: int = 3, hop_count: int = 0, kind: int = INT_KIND_COLLECT,
+               hops: list | None = None, **kw) -> bytes:
+    """``rocev2(**kw)`` as an HPCC source sends it: UDP to INT_UDP_DPORT, an
+    INT shim with ``max_hops`` records (``hops``: IntHop layers, zeros by
+    default), then the same BTH, RETH, payload and ICRC (emulator/int_md.py)."""
+    plain = Ether(rocev2(**kw))
+    recs = hops if hops is not None else [IntHop() for _ in range(max_hops)]
+    ip = plain[IP].copy()
+    ip.remove_payload()
+    del ip.len, ip.chksum                       # Scapy recomputes both
+    return raw(Ether(dst=plain.dst, src=plain.src) / ip
+               / UDP(sport=plain[UDP].sport, dport=INT_UDP_DPORT, chksum=0)
+               / IntShim(kind=kind, hop_count=hop_count, max_hops=max_hops, hops=recs)
+               / Raw(raw(plain[UDP].payload)))
 
 
 def arp_request(src_mac: str = H1_MAC, src_ip: str = H1_IP, dst_ip: str = H2_IP) -> bytes:
@@ -351,6 +368,26 @@ def _cases() -> list[Case]:
                   malformed=M.BTH_TRUNCATED))
     c.append(Case("udp_4791_without_bth", H2_PORT, padded(ipv4_cut(f, 28)),
                   malformed=M.BTH_TRUNCATED))
+
+    # INT (HPCC): a stack that does not fit its packet, or says more than it
+    # holds or than fabric.p4's stack can, is dropped before any lookup.
+    c.append(Case("int_more_records_than_the_stack", H2_PORT, rocev2_int(max_hops=6),
+                  malformed=M.INT_STACK, why="INT_MAX_HOPS is 5"))
+    c.append(Case("int_more_filled_than_present", H2_PORT, rocev2_int(max_hops=3, hop_count=4),
+                  malformed=M.INT_STACK))
+    f = rocev2_int(max_hops=3)
+    c.append(Case("int_records_beyond_the_packet", H2_PORT, ipv4_cut(f, 28 + 8 + 2 * 16),
+                  malformed=M.INT_STACK))
+    c.append(Case("int_no_bth_after_the_records", H2_PORT, ipv4_cut(f, 28 + 8 + 3 * 16 + 8),
+                  malformed=M.INT_STACK))
+    c.append(Case("int_shim_truncated_in_padded_frame", H2_PORT, padded(ipv4_cut(f, 28 + 4)),
+                  malformed=M.INT_STACK, why="padding is no shim: judged by the total length"))
+    # Well formed: routed like any RoCE packet (no int_port entry: no record written).
+    f = rocev2_int(max_hops=3)
+    c.append(Case("int_collecting_stack_routed", H2_PORT, f, ((H1_PORT, to_h1(f)),)))
+    f = rocev2_int(max_hops=2, hop_count=2, kind=INT_KIND_ECHO,
+                   hops=[IntHop(qlen_bytes=7, tx_bytes=8, ts_ns=9, rate_mbps=10)] * 2)
+    c.append(Case("int_echo_routed_untouched", H2_PORT, f, ((H1_PORT, to_h1(f)),)))
 
     # Legal small packets: shorter than 60 bytes, padded by the NIC.
     f = padded(ipv4_cut(rocev2(), 40))

@@ -17,7 +17,7 @@ from typing import Callable, TypeVar
 from p4.v1 import p4runtime_pb2
 
 from emulator.control.p4rt_client import SwitchConnection
-from emulator.control.qos import QosSpec, qos_entities
+from emulator.control.qos import QosSpec, int_port_entities, qos_entities
 from emulator.dataplane.malformed import MALFORMED_SLOTS, Malformed
 from emulator.p4.p4info import P4Info
 from emulator.topo import Fabric, compute_routes, ecmp_groups, nexthop_members
@@ -136,15 +136,17 @@ class FabricController:
             routes = compute_routes(self.fabric)
             ents = {name: switch_entities(self.fabric, self.p4info, name, routes)
                     for name in self.conns}
-        if self.qos is not None and self.fabric.link_layer != "infiniband":
+        if self.fabric.link_layer != "infiniband":
             for name, e in ents.items():
-                e["qos"] = qos_entities(self.fabric, self.p4info, name, self.qos,
-                                        self.mtu_bytes, self.reaction_fabric_ns, self.dilation)
+                e["int"] = int_port_entities(self.fabric, self.p4info, name, self.dilation)
+                if self.qos is not None:
+                    e["qos"] = qos_entities(self.fabric, self.p4info, name, self.qos,
+                                            self.mtu_bytes, self.reaction_fabric_ns, self.dilation)
 
         def program(name: str, conn: SwitchConnection) -> None:
             conn.set_pipeline(self.p4info.proto, self.device_config)
             # Members before the groups that hold them, both before the routes.
-            for kind in ("tables", "members", "groups", "routes", "qos"):
+            for kind in ("tables", "members", "groups", "routes", "qos", "int"):
                 if ents[name].get(kind):
                     conn.insert(ents[name][kind])
         self._each_switch(program)

@@ -99,3 +99,20 @@ def qos_entities(fabric: Fabric, p4info: P4Info, switch: str, qos: QosSpec,
                                         "kmax_bytes": qos.ecn.kmax_bytes,
                                         "pmax_per_mille": round(qos.ecn.pmax * 1000)})))
     return entries
+
+
+def int_port_params(rate_bps: int, dilation: float) -> dict:
+    """``set_int_port``'s parameters for a port of fabric rate ``rate_bps``:
+    its rate in the INT records (fabric Mbit/s) and the factor that turns
+    the target's egress timestamp (wall us) into fabric ns (x/65536)."""
+    return {"rate_mbps": max(1, round(rate_bps / 1e6)),
+            "ts_q16": max(1, round(65536 * 1000 / dilation))}
+
+
+def int_port_entities(fabric: Fabric, p4info: P4Info, switch: str, dilation: float = 1.0) -> list:
+    """``int_port`` entries of one switch: every port writes INT records
+    into the stacks that ask for them (HPCC's QPs)."""
+    return [p4info.table_entry("int_port", {"eg_port": port.port_no},
+                               ("set_int_port", int_port_params(
+                                   fabric.links[port.link_index].rate_bps, dilation)))
+            for port in fabric.ports(switch)]

@@ -26,6 +26,8 @@ class Malformed(IntEnum):
     IPV4_CHECKSUM = 6       # header checksum wrong
     UDP_TRUNCATED = 7       # UDP datagram (by total length) shorter than the UDP header
     BTH_TRUNCATED = 8       # UDP 4791 datagram shorter than UDP + BTH
+    INT_STACK = 9           # UDP INT datagram: shim or records beyond it, or more
+                            # records filled than present, or present than INT_MAX_HOPS
 
 
 MALFORMED_SLOTS = 16        # counter cells per ingress port (room for more reasons)

@@ -34,6 +34,7 @@ from typing import Callable
 from emulator.dataplane.malformed import Malformed, malformed_cell
 from emulator.dataplane.pfc import OPCODE_PFC, parse_mac_control
 from emulator.dataplane.state import ActionCall, SwitchState
+from emulator.int_md import INT_HOP_BYTES, INT_MAX_HOPS, INT_OFFSET, INT_SHIM_BYTES, INT_UDP_DPORT
 from emulator.p4.ecmp import ecmp_hash
 from emulator.p4.p4info import P4Info
 from emulator.wire import (
@@ -53,6 +54,7 @@ _FLOW_CACHE_MAX = 65536
 _IPV4_UDP_BYTES = IPV4_HDR_BYTES + UDP_HDR_BYTES
 _IPV4_UDP_BTH_BYTES = _IPV4_UDP_BYTES + BTH_BYTES
 _FAST_MIN_FRAME = ETH_HDR_BYTES + _IPV4_UDP_BTH_BYTES
+_INT_DPORT_HI, _INT_DPORT_LO = INT_UDP_DPORT >> 8, INT_UDP_DPORT & 0xFF
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,9 +133,24 @@ def malformed_reason(frame) -> int:
         # By the total length, not the frame: padding is no UDP header.
         if total_len < _IPV4_UDP_BYTES:
             return Malformed.UDP_TRUNCATED
-        if (frame[36] << 8 | frame[37]) == ROCEV2_UDP_DPORT and total_len < _IPV4_UDP_BTH_BYTES:
+        dport = frame[36] << 8 | frame[37]
+        if dport == ROCEV2_UDP_DPORT and total_len < _IPV4_UDP_BTH_BYTES:
             return Malformed.BTH_TRUNCATED
+        if dport == INT_UDP_DPORT and int_stack_malformed(frame, total_len):
+            return Malformed.INT_STACK
     return 0
+
+
+def int_stack_malformed(frame, total_len: int) -> bool:
+    """fabric.p4's INT check on a UDP datagram to INT_UDP_DPORT of IPv4
+    total length ``total_len``: the shim does not fit, or it says more
+    records are present than the stack holds or filled than present, or
+    they and a BTH do not fit."""
+    if total_len < _IPV4_UDP_BYTES + INT_SHIM_BYTES:
+        return True
+    count, max_hops = frame[INT_OFFSET + 1], frame[INT_OFFSET + 2]
+    return (max_hops > INT_MAX_HOPS or count > max_hops
+            or total_len < _IPV4_UDP_BYTES + INT_SHIM_BYTES + max_hops * INT_HOP_BYTES + BTH_BYTES)
 
 
 def rewrite(frame: bytes, verdict: Verdict) -> bytearray:
@@ -171,6 +188,12 @@ class CompiledTables:
             self.acl = sorted(
                 ((e.priority, self._ternary_key(e, ids), e.action) for e in acl),
                 key=lambda t: -t[0])
+            # INT: egress port -> (rate_mbps, ts_q16)
+            self.int_port = {
+                e.match[ids.int_eg_port][1]:
+                    tuple(e.action.param(pid) for pid in ids.set_int_params)
+                for e in state.tables.get(ids.int_port, {}).values()
+                if e.action is not None and e.action.action_id == ids.set_int_port}
             # Lossless part: exact tables -> dicts of decoded action parameters.
             self.dscp_to_priority = {
                 e.match[ids.dscp][1]: e.action.param(ids.set_priority_param)
@@ -287,6 +310,12 @@ class _PipelineIds:
         self.tx_prio_counter = p4info.counter_id("tx_prio_counter")
         self.ecn_mark_counter = p4info.counter_id("ecn_mark_counter")
         self.pfc_tx_counter = p4info.counter_id("pfc_tx_counter")
+        # INT.
+        self.int_port = p4info.table_id("int_port")
+        self.int_eg_port = p4info.match_field_id("int_port", "eg_port")
+        self.set_int_port = p4info.action_id("set_int_port")
+        self.set_int_params = tuple(p4info.param_id("set_int_port", p)
+                                    for p in ("rate_mbps", "ts_q16"))
 
 
 class FabricPipeline:
@@ -358,6 +387,14 @@ class FabricPipeline:
                 if len(self._cache) >= _FLOW_CACHE_MAX:
                     self._cache.clear()
                 self._cache[key] = verdict
+            # The INT stack is not in the key either: checked per packet
+            # (fabric.p4 checks it before any lookup).
+            if (frame[36] == _INT_DPORT_HI and frame[37] == _INT_DPORT_LO and frame[23] == IP_PROTO_UDP
+                    and int_stack_malformed(frame, frame[16] << 8 | frame[17])):
+                self.verdict = _DROP
+                tables.pipeline_drop.count(ingress_port, n)
+                tables.malformed.count(malformed_cell(ingress_port, Malformed.INT_STACK), n)
+                return DROP_PORT, frame
         elif n >= _L4 and frame[12] == 0x88 and frame[13] == 0x08:
             return self._mac_control(frame, ingress_port)
         else:

@@ -34,12 +34,15 @@ from typing import Callable
 
 from emulator.clock import TimerHeap
 from emulator.dataplane.pfc import XOFF_QUANTA, pause_frame, pause_ns
+from emulator.int_md import INT_OFFSET, INT_SHIM_BYTES, INT_UDP_DPORT, push_hop
 from emulator.link import Wire
 from emulator.wire import CPU_PORT, NUM_PRIORITIES, WIRE_OVERHEAD_BYTES
 
 MAX_PORTS = CPU_PORT + 1       # port numbers index the cells; front-panel ports are below CPU_PORT
 CELLS = MAX_PORTS * NUM_PRIORITIES
 NEVER = 1 << 62                # a time no event reaches
+_INT_HI, _INT_LO = INT_UDP_DPORT >> 8, INT_UDP_DPORT & 0xFF
+_INT_MIN_FRAME = INT_OFFSET + INT_SHIM_BYTES
 
 # log(t_ns, port, priority, event, value): the raw events of docs/lossless.md
 EventLog = Callable[[int, int, int, str, int], None]
@@ -139,7 +142,7 @@ class PriorityPort:
                  "max_depth", "nonempty", "paused", "paused_until", "paused_since", "next_expiry",
                  "paused_ns", "busy_until", "ctrl", "sampled", "tx_packets", "tx_bytes", "drops",
                  "drop_bytes", "headroom_drops", "ecn_marks", "pause_tx", "resume_tx",
-                 "pause_rx", "resume_rx")
+                 "pause_rx", "resume_rx", "int_cfg", "int_tx_bytes")
 
     def __init__(self, port_no: int, rate_bps: int, delay_ns: int, log: EventLog = _no_log):
         self.port_no = port_no
@@ -165,6 +168,8 @@ class PriorityPort:
         self.drops, self.drop_bytes, self.headroom_drops = z[:], z[:], z[:]
         self.ecn_marks = z[:]
         self.pause_tx, self.resume_tx, self.pause_rx, self.resume_rx = z[:], z[:], z[:], z[:]
+        self.int_cfg = None                     # int_port: (rate_mbps, ts_q16); None: no INT
+        self.int_tx_bytes = 0                   # fabric.p4's int_tx_bytes register (never cleared)
 
     # ------------------------------------------------------------ pause state
     def pause(self, priority: int, now_ns: int, until_ns: int) -> None:
@@ -250,6 +255,8 @@ class PriorityPort:
         no = self.port_no
         base = no * NUM_PRIORITIES
         freed = 0                                   # shared bytes released
+        int_cfg = self.int_cfg
+        int_tx_bytes = self.int_tx_bytes
         while t <= now_ns:
             if ctrl and ctrl[0][0] <= t:
                 frame = ctrl.popleft()[1]
@@ -291,6 +298,14 @@ class PriorityPort:
                     tx.bytes[no] += size
                     tx_prio.packets[base + p] += 1
                     tx_prio.bytes[base + p] += size
+                int_tx_bytes += size
+                if (int_cfg is not None and size > _INT_MIN_FRAME and frame[36] == _INT_HI
+                        and frame[37] == _INT_LO and frame[23] == 17):
+                    # fabric.p4's egress: this port's INT record, at the
+                    # dequeue time in fabric ns (int_port's factor, per wall us)
+                    if type(frame) is not bytearray:
+                        frame = bytearray(frame)
+                    push_hop(frame, depth[p], int_tx_bytes, t * int_cfg[1] // 65_536_000, int_cfg[0])
                 t += int((size + WIRE_OVERHEAD_BYTES) * ns_per_byte)
                 due = t + delay
                 if in_flight and due < in_flight[-1][0]:
@@ -307,6 +322,7 @@ class PriorityPort:
                 break
             t = nxt
         self.busy_until = t
+        self.int_tx_bytes = int_tx_bytes
         if freed:
             buf.shared_used -= freed
 
@@ -335,8 +351,14 @@ class TrafficManager:
     def set_tables(self, tables) -> None:
         """A new generation of the pipeline's tables: headroom to reserve, counter arrays."""
         self.buffer.reserve_headroom(tables.headroom_reserved_bytes)
+        if tables.tx is not self.tx:
+            # a new pipeline config: fresh registers, as on BMv2
+            for port in self.port_list:
+                port.int_tx_bytes = 0
         self.tx, self.tx_prio = tables.tx, tables.tx_prio
         self.ecn_mark, self.pfc_tx = tables.ecn_mark, tables.pfc_tx
+        for no, port in self.ports.items():
+            port.int_cfg = tables.int_port.get(no)
 
     # ------------------------------------------------------------ enqueue
     def enqueue(self, now_ns: int, frame, verdict) -> bool:

@@ -381,3 +381,56 @@ def test_bmv2_pause_received_is_relayed_to_the_sender(sw):
     frame2 = rocev2(payload_len=256, psn=8)
     sw.send(H2_PORT, frame2)
     assert _outcome(sw.outputs(until=lambda g: len(g) >= 1), H2_PORT) == [(H1_PORT, to_h1(frame2))]
+
+
+# ---------------------------------------------------------------- INT (HPCC)
+
+def test_int_port_writes_this_switchs_record_on_both_targets(sw):
+    """fabric.p4's egress fills slot hop_count of a collecting stack: the
+    queue left (none: one packet), the port's tx bytes since the pipeline
+    was set (this packet), the egress time in fabric ns, the link rate."""
+    from emulator import int_md
+    from emulator.control.qos import int_port_params
+    from tests.packet_cases import rocev2_int
+    sw.program()
+    params = int_port_params(10**10, 1.0)               # D = 1: fabric ns = the switch's ns
+    sw.conn.insert([sw.p4.table_entry("int_port", {"eg_port": H1_PORT}, ("set_int_port", params))])
+    sw.drain()
+    stamps = []
+    sent = 0
+    for i in range(2):
+        f = rocev2_int(max_hops=3, psn=i)
+        sw.send(H2_PORT, f)
+        sent += len(f)
+        got = sw.outputs(until=lambda g: len(g) >= 1)
+        assert [p for p, *_ in got] == [H1_PORT], sw.log()
+        out = bytes(got[0][1])
+        st = int_md.strip(out)
+        assert st is not None and st.kind == int_md.INT_KIND_COLLECT and st.max_hops == 3
+        (hop,) = int_md.unpack_hops(st.hops)
+        assert (hop.qlen_bytes, hop.tx_bytes, hop.rate_mbps) == (0, sent, 10_000)
+        stamps.append(hop.ts_ns)
+        # everything else is the routed packet, the record and its count aside
+        want = bytearray(to_h1(f))
+        rec = int_md.INT_OFFSET + int_md.INT_SHIM_BYTES
+        want[int_md.INT_OFFSET + 1] = 1
+        want[rec:rec + int_md.INT_HOP_BYTES] = out[rec:rec + int_md.INT_HOP_BYTES]
+        assert out == bytes(want)
+        time.sleep(0.05)
+    # fabric ns between the two egress times: the 50 ms (and then some) between the sends
+    assert 40_000_000 < (stamps[1] - stamps[0]) % 2**32 < 2_000_000_000, stamps
+
+
+def test_int_echo_and_full_stacks_pass_untouched(sw):
+    from emulator.control.qos import int_port_params
+    from emulator.int_md import INT_KIND_ECHO, IntHop
+    from tests.packet_cases import rocev2_int
+    sw.program()
+    sw.conn.insert([sw.p4.table_entry("int_port", {"eg_port": H1_PORT},
+                                      ("set_int_port", int_port_params(10**10, 1.0)))])
+    sw.drain()
+    for f in (rocev2_int(max_hops=2, hop_count=1, kind=INT_KIND_ECHO, hops=[IntHop(qlen_bytes=5), IntHop()]),
+              rocev2_int(max_hops=1, hop_count=1, hops=[IntHop(tx_bytes=6)], psn=3)):
+        sw.send(H2_PORT, f)
+        got = sw.outputs(until=lambda g: len(g) >= 1)
+        assert [(p, bytes(fr)) for p, fr, *_ in got] == [(H1_PORT, to_h1(f))], sw.log()

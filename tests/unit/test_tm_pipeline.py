@@ -180,3 +180,66 @@ def test_pause_frame_for_an_unconfigured_pipeline_is_dropped_silently(p4info):
     got = []
     pipe.pfc_handler = lambda *a: got.append(a)
     assert pipe.ingress(pause_frame(bytes(6), 3, 5), 1)[0] == DROP_PORT and got == []
+
+
+# ---------------------------------------------------------------- INT (HPCC)
+
+def _int_rig(rig, dilation=1.0):
+    from emulator.control.qos import int_port_params
+    rig.qos()
+    params = int_port_params(10**10, dilation)
+    rig.conn.insert([rig.p4.table_entry("int_port", {"eg_port": H1_PORT}, ("set_int_port", params))])
+    tm = TrafficManager([(1, 10**9, 0), (2, 10**9, 0), (3, 10**9, 0)], 1_000_000,
+                        bytes.fromhex("020000000001"), seed=1)
+    rig.pipe.on_tables = tm.set_tables
+    _ = rig.pipe.tables
+    sent = []
+    tm.ports[H1_PORT].send = sent.append
+    return tm, sent, params
+
+
+def test_int_port_fills_one_record_per_switch_at_dequeue(rig):
+    from emulator import int_md
+    from tests.packet_cases import rocev2_int
+    tm, sent, params = _int_rig(rig)
+    assert params == {"rate_mbps": 10_000, "ts_q16": 65_536_000}
+    frames = [rocev2_int(max_hops=3, psn=i, payload_len=500) for i in range(3)]
+    start = 5_000_000
+    for f in frames:                              # three back to back: a queue forms
+        port, out = rig.pipe.ingress(f, H2_PORT)
+        assert port == H1_PORT and tm.enqueue(start, out, rig.pipe.verdict)
+    tm.transmit(10**12)
+    assert len(sent) == 3
+    size = len(frames[0])
+    frame_ns = (size + 24) * 8                    # 1 Gb/s: 8 ns a byte
+    for k, out in enumerate(sent):
+        st = int_md.strip(out)
+        assert st.kind == int_md.INT_KIND_COLLECT and st.max_hops == 3
+        (hop,) = int_md.unpack_hops(st.hops)      # this switch's record, in slot 0
+        # the queue its class left at dequeue, the port's bytes so far (this
+        # frame included), the dequeue time (fabric ns: D = 1), the rate
+        assert hop == (size * (2 - k), size * (k + 1), start + k * frame_ns, 10_000)
+    # the rest of the packet is what the source sent, routed
+    assert int_md.strip(sent[0]).frame[34:] == int_md.strip(frames[0]).frame[34:]
+
+
+def test_int_timestamp_is_fabric_time_and_echo_or_full_stacks_pass(rig):
+    from emulator import int_md
+    from emulator.int_md import IntHop
+    from tests.packet_cases import rocev2_int
+    tm, sent, params = _int_rig(rig, dilation=1000.0)
+    t = 7_000_000_000                              # the switch's clock: wall ns
+    full = rocev2_int(max_hops=1, hop_count=1, hops=[IntHop(qlen_bytes=1)])
+    echo = rocev2_int(max_hops=2, hop_count=1, kind=int_md.INT_KIND_ECHO,
+                      hops=[IntHop(qlen_bytes=2), IntHop()], psn=8)
+    fresh = rocev2_int(max_hops=2, psn=9)
+    for f in (full, echo, fresh):
+        tm.enqueue(t, rig.pipe.ingress(f, H2_PORT)[1], rig.pipe.verdict)
+    tm.transmit(10**13)
+    full_out, echo_out, fresh_out = sent
+    assert full_out[34:] == full[34:] and echo_out[34:] == echo[34:]     # untouched after IPv4
+    (hop,) = int_md.unpack_hops(int_md.strip(fresh_out).hops)
+    dequeue = t + (len(full) + len(echo) + 48) * 8
+    assert hop.ts_ns == dequeue * params["ts_q16"] // 65_536_000 == dequeue // 1000
+    # the tx-bytes counter counts every packet of the port, INT or not
+    assert hop.tx_bytes == len(full) + len(echo) + len(fresh)
