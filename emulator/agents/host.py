@@ -134,6 +134,7 @@ import time
 from ..errors import FabricEmuError
 from ..schema.agent import HostAgentConfig
 from .dcqcn import DcqcnParams
+from .hpcc import HpccParams
 from .dpu import Endpoint
 from .make import make_nic
 from .gpudirect import GpuNic
@@ -187,7 +188,8 @@ class RunLogs:
     """The agent's raw CSV logs (see the module docstring), block-buffered."""
 
     FILES = {"qp": "t_ns,qpn,rate_bps,alpha,event", "cnp": "t_ns,local_qpn,remote_qpn,direction",
-             "flows": "t_ns,flow_id,acked_bytes", "pfc": "t_ns,priority,quanta"}
+             "flows": "t_ns,flow_id,acked_bytes", "pfc": "t_ns,priority,quanta",
+             "int": "t_ns,qpn,hop,qlen_bytes,tx_bytes,ts_ns,rate_mbps,u,window_bytes"}
 
     def __init__(self, directory: str, host: str, buffer_bytes: int = 1 << 20):
         os.makedirs(directory or ".", exist_ok=True)
@@ -203,6 +205,7 @@ class RunLogs:
             raise
         self._qp, self._cnp = self._f["qp"].write, self._f["cnp"].write
         self._flows, self._pfc = self._f["flows"].write, self._f["pfc"].write
+        self._int = self._f["int"].write
 
     def qp(self, t_ns, qpn, rate_bps, alpha, event):
         self._qp(f"{int(t_ns)},{qpn},{int(round(rate_bps))},{alpha:.6g},{event}\n")
@@ -212,6 +215,14 @@ class RunLogs:
 
     def flow(self, t_ns, flow_id, acked_bytes):
         self._flows(f"{int(t_ns)},{flow_id},{acked_bytes}\n")
+
+    def int_hops(self, t_ns, qpn, hops, u, window_bytes):
+        """The INT records an ACK brought back (``int_md.Hop``s, first switch
+        first) and the reaction point's U and window after it."""
+        t = int(t_ns)
+        for i, h in enumerate(hops):
+            self._int(f"{t},{qpn},{i},{h.qlen_bytes},{h.tx_bytes},{h.ts_ns},{h.rate_mbps},"
+                      f"{u:.6g},{int(window_bytes)}\n")
 
     def pfc(self, t_ns, priority, quanta):
         self._pfc(f"{int(t_ns)},{priority},{quanta}\n")
@@ -416,11 +427,14 @@ class HostAgent:
             return None if wall_ns is None else round(wall_ns / d)
         nic.poll_kernel_stats()
         nic.update_pause_stats()
-        params = nic.dcqcn                  # the reaction point's: DCQCN's or IB CC's
+        params = nic.dcqcn                  # the reaction point's: DCQCN's, HPCC's or IB CC's
         if isinstance(params, DcqcnParams):
             cc = {"dcqcn": params.as_dict()}
             cc_fabric = {"dcqcn_alpha_timer_ns": fabric_ns(params.alpha_timer_ns),
                          "dcqcn_rate_timer_ns": fabric_ns(params.rate_timer_ns)}
+        elif isinstance(params, HpccParams):
+            cc = {"hpcc": params.as_dict()}
+            cc_fabric = {"hpcc_base_rtt_ns": params.base_rtt_ns}     # already fabric
         else:
             cc = {"ib_cc": params.as_dict()}
             cc_fabric = {"ib_cc_ccti_timer_ns": fabric_ns(params.ccti_timer_ns)}

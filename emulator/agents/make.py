@@ -17,13 +17,18 @@ def make_nic(n: NicConfig, clock: Clock = MONOTONIC, **extra) -> RoceNic:
                   retry_cnt=n.retry_cnt, rto_ns=n.rto_ns, dilation=n.dilation, clock=clock)
     ib = n.ib
     if ib is None:
+        cc = {"dcqcn": n.dcqcn, **extra}
+        if n.hpcc is not None:               # HPCC instead of DCQCN, fed by INT
+            from .hpcc import HpccParams
+            cc["dcqcn"] = HpccParams.from_config(n.hpcc)
         return RoceNic(n.ifname, n.mac, n.ip, n.gateway_mac, dscp=n.dscp, priority=n.priority,
                        cnp_dscp=n.cnp_dscp, cnp_priority=n.cnp_priority,
-                       cnp_interval_ns=n.cnp_interval_ns, **{"dcqcn": n.dcqcn, **common, **extra})
+                       cnp_interval_ns=n.cnp_interval_ns, int_max_hops=n.int_max_hops,
+                       **{**common, **cc})
     from emulator.ib.cc import IbCcParams
     from emulator.ib.credits import CreditParams
     from emulator.ib.nic import IbNic
-    for ethernet_only in ("honor_pfc", "dcqcn"):
+    for ethernet_only in ("honor_pfc", "dcqcn", "int_max_hops"):
         extra.pop(ethernet_only, None)
     cc = IbCcParams.from_config({**ib.cc, "dilation": n.dilation}) if ib.cc else None
     return IbNic(n.ifname, n.mac, n.ip, n.gateway_mac, lid=ib.lid, lids=ib.lids, sl=ib.sl,

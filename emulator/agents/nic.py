@@ -118,11 +118,13 @@ are fabric time, which the NIC multiplies by its ``dilation``.
 """
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import struct
 from collections import deque
 from typing import Callable
 
+from emulator import int_md
 from emulator.clock import MONOTONIC, MonotonicClock
 from emulator.link import LATE_BUCKETS, bucket_bounds, lateness_bucket
 from emulator.wire import CNP_PAD_BYTES, ETH_P_IP, ETH_P_PAUSE, RETH_BYTES, ROCE_FRAMING
@@ -141,8 +143,8 @@ from .read import READ_OPS, ReadRequester, ReadResponder
 from .requester import DEFAULT_RTO_FABRIC_NS, Requester
 from .responder import REQUEST_OPS, Responder
 from .roce import (  # noqa: F401  (re-exported)
-    CNP_OPCODE, ECN_CE, ECN_ECT0, ECN_NOT_ECT, PSN_HALF, PSN_MASK, RC_ACK, RC_READ_REQUEST,
-    FrameTemplate, ip_to_int, parse_roce, verify_icrc,
+    AETH_ACK, AETH_TYPE_MASK, CNP_OPCODE, ECN_CE, ECN_ECT0, ECN_NOT_ECT, PSN_HALF, PSN_MASK,
+    RC_ACK, RC_READ_REQUEST, FrameTemplate, ip_to_int, parse_roce, verify_icrc,
 )
 from .transmitter import Transmitter
 
@@ -150,6 +152,8 @@ SIOCGSTAMPNS = 0x8907                 # linux/sockios.h: last frame's receive st
 _STAMP = struct.Struct("qq")         # struct timespec
 _STAMP_BUF = bytes(_STAMP.size)
 _DATA_OPS = frozenset(REQUEST_OPS) | READ_OPS    # what per-packet CPU work applies to
+_INT_DPORT_HI, _INT_DPORT_LO = int_md.INT_UDP_DPORT >> 8, int_md.INT_UDP_DPORT & 0xFF
+_INT_MIN_FRAME = int_md.INT_OFFSET + int_md.INT_SHIM_BYTES
 
 
 class NicStats:
@@ -161,7 +165,7 @@ class NicStats:
                  "rx_packets", "rx_bytes", "rx_data_packets", "rx_data_payload_bytes",
                  "rx_acks", "rx_naks", "rx_rnr_naks",
                  "cnp_tx", "cnp_rx", "ecn_ce_rx", "pfc_rx", "paused_ns", "rate_changes",
-                 "rx_out_of_order", "rx_duplicates", "rx_icrc_errors", "rx_ignored",
+                 "rx_out_of_order", "rx_duplicates", "rx_icrc_errors", "rx_int_errors", "rx_ignored",
                  "rx_bad_requests", "timeouts", "nak_rewinds", "completions", "loops",
                  "rx_batches_max", "rx_socket_drops",
                  "fc_tx", "fc_rx", "credit_stalls", "credit_stalled_ns",
@@ -208,7 +212,7 @@ class RoceNic:
                  cnp_dscp: int = 48, cnp_priority: int = 6,
                  cnp_interval_ns: int | None = 50_000, honor_pfc: bool = True,
                  dcqcn: DcqcnParams | dict | None = None, logs=None, clock=MONOTONIC,
-                 dilation: float = 1.0):
+                 dilation: float = 1.0, int_max_hops: int = 0):
         """``rto_ns``: the ACK timeout on the clock; default (None):
         ``DEFAULT_RTO_FABRIC_NS`` (320 us of fabric time, IRN's RTO_high;
         why, in ``requester``) x ``dilation``: long against the queueing and
@@ -231,7 +235,13 @@ class RoceNic:
         dict form); None or ``enabled: false`` keeps every QP at its line
         rate. ``logs``: see the module docstring. ``clock``: where every
         part gets its time (``emulator.clock``). ``dilation``: clock ns per
-        fabric ns (the experiment's D; 1: the clock is fabric time)."""
+        fabric ns (the experiment's D; 1: the clock is fabric time).
+        ``int_max_hops``: > 0 makes this NIC an INT source (``emulator.int_md``):
+        its data frames carry that many empty records for the switches to
+        fill, and its frame sizes count them (its ACKs echo as many); the
+        records that come back in ACKs go to the reaction point (HPCC's,
+        ``agents.hpcc``). Any NIC is an INT sink: a data frame's records
+        go back in the QP's ACKs."""
         if rate_bps <= 0 or mtu_bytes < 256 or mtu_bytes > 9000 or mtu_bytes % 4:
             raise ValueError("rate_bps must be > 0 and mtu_bytes a multiple of 4 in 256..9000")
         if ack_every_n < 1:
@@ -251,6 +261,12 @@ class RoceNic:
         self.tx_delay_ns = int(tx_delay_ns)
         self.ack_every_n = ack_every_n
         framing = self.FRAMING
+        if not 0 <= int_max_hops <= int_md.INT_MAX_HOPS:
+            raise ValueError(f"int_max_hops must be 0..{int_md.INT_MAX_HOPS}")
+        self.int_max_hops = int_max_hops
+        if int_max_hops:
+            framing = dataclasses.replace(
+                framing, hdr_bytes=framing.hdr_bytes + int_md.int_bytes(int_max_hops))
         max_frame_ns = (framing.frame_bytes(RETH_BYTES, mtu_bytes)
                         + framing.wire_overhead_bytes) * 8e9 / rate_bps
         self.rto_ns = int(rto_ns if rto_ns is not None else DEFAULT_RTO_FABRIC_NS * dilation)
@@ -332,6 +348,7 @@ class RoceNic:
             ack_queue=self.responder.out, stats=st, logs=logs, framing=framing,
             credit=self._link_credit())
         self.transmitter.cnp_template = self._cnp_template
+        self.transmitter.int_max_hops = int_max_hops
         if dcqcn.enabled:
             self.transmitter.on_data_tx = self.reaction.on_tx
 
@@ -346,7 +363,7 @@ class RoceNic:
                 self.sock.close()
                 raise
         if absorb_udp:
-            self._udp_absorber = open_udp_absorber()
+            self._udp_absorber = (open_udp_absorber(), open_udp_absorber(int_md.INT_UDP_DPORT))
 
     def _link_credit(self):
         """The transmitter's credit gate: none on Ethernet (PFC pauses instead)."""
@@ -356,7 +373,7 @@ class RoceNic:
     def close(self):
         self.poll_kernel_stats()
         self.update_pause_stats()
-        for s in (self.sock, self._pfc_sock, self._udp_absorber):
+        for s in (self.sock, self._pfc_sock, *(self._udp_absorber or ())):
             if s is not None:
                 try:
                     s.close()
@@ -421,6 +438,7 @@ class RoceNic:
         tpl = self._qp_template(dst_mac, remote_ip, udp_sport, remote_qpn)
         qp = QueuePair(qpn, remote_ip, remote_qpn, udp_sport, sq_psn, rq_psn, rate_bps,
                        dst_mac, tpl, self.mtu_bytes)
+        qp.window_pkts = self.transmitter.max_outstanding_pkts
         self._qps[qpn] = qp
         self.requester.qps.append(qp)
         self.reaction.attach(qp, self.qp_line_rate_bps(qp), self.clock.now_ns())
@@ -615,6 +633,15 @@ class RoceNic:
             else:
                 st.rx_ignored += 1
             return
+        stack = None
+        if n > _INT_MIN_FRAME and frame[37] == _INT_DPORT_LO and frame[36] == _INT_DPORT_HI \
+                and int_md.is_int(frame):
+            # the INT sink: the packet as its source built it, and the records
+            stack = int_md.strip(frame)
+            if stack is None:
+                st.rx_int_errors += 1
+                return
+            frame = stack.frame
         pkt = parse_roce(frame)
         if pkt is None or pkt.dst_ip != self.ip_int:
             st.rx_ignored += 1
@@ -632,6 +659,17 @@ class RoceNic:
         st.rx_packets += 1
         st.rx_bytes += n
         self._dispatch(qp, pkt, now)
+        if stack is not None:
+            self._rx_int(qp, pkt, stack, now)
+
+    def _rx_int(self, qp: QueuePair, pkt, stack, now: int) -> None:
+        """A received INT stack: a data packet's goes back in the QP's ACKs;
+        an ACK's to the reaction point (after the ACK moved the QP on)."""
+        if stack.kind == int_md.INT_KIND_COLLECT:
+            if pkt.opcode in REQUEST_OPS:
+                qp.int_echo = (stack.max_hops, stack.hops)
+        elif pkt.opcode == RC_ACK and pkt.aeth_syndrome & AETH_TYPE_MASK == AETH_ACK:
+            self.reaction.on_int_ack(qp, stack.hops, now)
 
     def _sample_rx_lateness(self, sock) -> None:
         try:

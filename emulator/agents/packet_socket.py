@@ -9,6 +9,7 @@ import ctypes
 import socket
 import struct
 
+from emulator.int_md import INT_UDP_DPORT
 from emulator.wire import ETH_P_IP, ETH_P_PAUSE, PFC_DST_MAC, PFC_OPCODE, ROCEV2_UDP_DPORT
 
 from .roce import ip_to_int
@@ -53,7 +54,8 @@ def _bpf_assemble(prog) -> bytes:
 
 
 def rocev2_bpf(ip: str, pfc: bool = True) -> bytes:
-    """Classic BPF: accept IPv4 UDP to port 4791 and to ``ip``, unfragmented;
+    """Classic BPF: accept IPv4 UDP to port 4791 (or to INT's port, RoCEv2
+    with an INT stack: ``emulator.int_md``) and to ``ip``, unfragmented;
     with ``pfc`` also 802.1Qbb PFC frames (dst 01:80:C2:00:00:01, ethertype
     0x8808, opcode 0x0101). The NIC attaches it to its ETH_P_IP socket and to
     its ETH_P_PAUSE socket (each sees only its own ethertype; one program for
@@ -71,7 +73,8 @@ def rocev2_bpf(ip: str, pfc: bool = True) -> bytes:
         (0x45, "drop", 0, 0x1FFF),               # jset fragment -> drop
         (0xB1, 0, 0, 14),                        # ldxb 4*([14]&0xf)   IP header length
         (0x48, 0, 0, 16),                        # ldh [x+16]          UDP dport
-        (0x15, "accept", "drop", ROCEV2_UDP_DPORT),
+        (0x15, "accept", 0, ROCEV2_UDP_DPORT),
+        (0x15, "accept", "drop", INT_UDP_DPORT),
         "not_ip",
     ]
     if pfc:
@@ -124,14 +127,15 @@ def open_packet_socket(ifname: str, ip: str | None, rcvbuf: int, sndbuf: int, pr
     return s
 
 
-def open_udp_absorber():
-    """Bind UDP 4791 so that the kernel (if the interface has our IP) queues
-    RoCE datagrams to a socket we never read, instead of answering each with
-    an ICMP port-unreachable. None if the port is taken."""
+def open_udp_absorber(port: int = ROCEV2_UDP_DPORT):
+    """Bind UDP ``port`` (RoCEv2's, or INT's) so that the kernel (if the
+    interface has our IP) queues RoCE datagrams to a socket we never read,
+    instead of answering each with an ICMP port-unreachable. None if the
+    port is taken."""
     u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     try:
         u.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        u.bind(("0.0.0.0", ROCEV2_UDP_DPORT))
+        u.bind(("0.0.0.0", port))
         return u
     except OSError:
         u.close()

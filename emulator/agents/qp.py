@@ -122,6 +122,7 @@ class QueuePair:
         # transmitter: what the pacer enforces (None = line rate), rate limiter,
         # slot and length of the last data frame
         self.rate_bps = rate_bps
+        self.window_pkts = 1 << 30          # reaction point (HPCC): packets in flight at most
         self.next_ok_ns = 0.0
         self.last_tx_slot = None
         self.last_tx_flen = 0
@@ -150,6 +151,9 @@ class QueuePair:
         self.dup_acked = False
         self.ack_pending = False
         self.rq: deque[_RecvWqe] = deque()
+        # INT sink (nic): (max_hops, packed records) of the last collecting
+        # stack received, echoed in our ACKs; None: none received
+        self.int_echo: tuple[int, bytes] | None = None
         self.rx_kind = -1                   # -1 idle, 0 WRITE, 1 SEND in progress
         self.rx_mv = None                   # where the message goes
         self.rx_pos = 0

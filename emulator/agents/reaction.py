@@ -2,8 +2,12 @@
 made by ``params.machine(line_bps, listener)`` -- a ``dcqcn.Dcqcn`` (Zhu et
 al., SIGCOMM 2015, figure 8) for ``DcqcnParams``, an ``emulator.ib.cc.IbCc``
 (IBA annex A10; the log's alpha column then carries the CCTI) for
-``IbCcParams`` -- fed with the CNPs (BECNs) the QP receives and the data
-frames it serializes, advanced from the NIC's timer pass. Each change of
+``IbCcParams``, an ``hpcc.Hpcc`` (Li et al., SIGCOMM 2019; the alpha column
+carries its U) for ``HpccParams`` -- fed with the CNPs (BECNs) the QP
+receives, the data frames it serializes and, for HPCC, the INT records its
+ACKs bring back (``on_int_ack``), advanced from the NIC's timer pass. A
+machine with a window (HPCC's ``window_bytes``) also bounds the QP's
+packets in flight (``qp.window_pkts``). Each change of
 a QP's current rate goes to ``on_rate(qp, rate_bps, t_ns, event)`` (the NIC
 hands it to the pacer and the requester) and to ``logs.qp``. With
 ``params.enabled`` false no QP gets a state machine and every QP stays at
@@ -12,20 +16,26 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable
 
+from emulator.int_md import unpack_hops
+
 from .dcqcn import DcqcnParams
+
+INT_LOG_EVERY = 8          # the INT records of one ACK in this many are logged (per QP)
 
 if TYPE_CHECKING:
     from emulator.ib.cc import IbCcParams
 
 
 class ReactionPoint:
-    __slots__ = ("params", "logs", "on_rate", "_qps")
+    __slots__ = ("params", "logs", "on_rate", "_qps", "_max_window_pkts", "_int_acks")
 
     def __init__(self, params: DcqcnParams | IbCcParams, on_rate: Callable, logs=None):
         self.params = params
         self.on_rate = on_rate
         self.logs = logs
         self._qps: list = []                     # QPs with a state machine
+        self._max_window_pkts: dict = {}         # QPN -> the NIC's own bound on packets in flight
+        self._int_acks: dict = {}                # QPN -> ACKs with INT records so far
 
     @property
     def enabled(self) -> bool:
@@ -39,6 +49,10 @@ class ReactionPoint:
             qp.cc = cc = self.params.machine(
                 line_bps, lambda t, ev, qp=qp: self._changed(qp, t, ev))
             self._qps.append(qp)
+            window = getattr(cc, "window_bytes", None)
+            if window is not None:
+                self._max_window_pkts[qp.qpn] = qp.window_pkts
+                self._set_window(qp, window)
             if cc.rate_bps < line_bps:
                 # IB CC with ccti_min > 0: CCT[CCTI_Min] is a standing delay
                 rate = cc.rate_bps
@@ -49,9 +63,35 @@ class ReactionPoint:
 
     def _changed(self, qp, t_ns: int, event: str) -> None:
         cc = qp.cc
+        window = getattr(cc, "window_bytes", None)
+        if window is not None:
+            self._set_window(qp, window)
         self.on_rate(qp, cc.rate_bps, t_ns, event)
         if self.logs is not None:
             self.logs.qp(t_ns, qp.qpn, cc.rate_bps, cc.alpha_at(t_ns), event)
+
+    def _set_window(self, qp, window_bytes: float) -> None:
+        """At most ceil(W / MTU) packets in flight: a QP sends while its
+        bytes in flight are below W (HPCC's window check)."""
+        pkts = max(1, -int(-window_bytes // qp.mtu_bytes))
+        qp.window_pkts = min(pkts, self._max_window_pkts.get(qp.qpn, pkts))
+
+    def on_int_ack(self, qp, hops: bytes, now: int) -> None:
+        """An ACK of ``qp`` brought back the INT records ``hops`` (packed,
+        ``emulator.int_md``); the ACK itself was handled first, so the QP's
+        ``snd_una`` and ``snd_nxt`` are current."""
+        cc = qp.cc
+        if cc is None or not hasattr(cc, "on_ack"):
+            return
+        recs = unpack_hops(hops)
+        cc.on_ack(now, qp.snd_una, qp.snd_nxt,
+                  [(h.qlen_bytes, h.tx_bytes, h.ts_ns, h.rate_mbps * 1e6) for h in recs])
+        logs = self.logs
+        if logs is not None:
+            n = self._int_acks.get(qp.qpn, 0)
+            self._int_acks[qp.qpn] = n + 1
+            if n % INT_LOG_EVERY == 0:        # a sample of the ACKs: int_hops.csv
+                logs.int_hops(now, qp.qpn, recs, cc.u, cc.window_bytes)
 
     def on_cnp(self, qp, now: int) -> None:
         """A CNP for ``qp`` arrived at ``now``."""

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import errno
 
+from emulator import int_md
 from emulator.ib.credits import blocks
 from emulator.link import Wire
 from emulator.wire import CNP_PAD_BYTES, ROCE_FRAMING, Framing
@@ -93,6 +94,7 @@ class Transmitter:
         self.cpu_gate = None
         self.on_data_tx = None
         self.cnp_template = None                 # qp -> the template of its CNPs (set by the NIC)
+        self.int_max_hops = 0                    # > 0: data frames carry INT (set by the NIC)
 
     # -- rates -------------------------------------------------------------------------
     def frame_time_ns(self, frame_bytes: int, rate_bps: float | None = None) -> float:
@@ -142,10 +144,9 @@ class Transmitter:
         base = max(slot, blocked, data_resume, cpu_ready_ns)
         if self.read_responder.qps:
             wake = min(wake, self.read_responder.next_ready_ns(base))
-        mo = self.max_outstanding_pkts
         for qp in self.qps:
             if (qp.snd_nxt < qp.next_psn and qp.state == QpState.RTS
-                    and qp.snd_nxt - qp.snd_una < mo):
+                    and qp.snd_nxt - qp.snd_una < qp.window_pkts):
                 t = max(base, qp.next_ok_ns, qp.paused_until_ns)
                 if t < wake:
                     wake = t
@@ -163,7 +164,6 @@ class Transmitter:
         qps = self.qps
         n = len(qps)
         start = self._rr
-        mo = self.max_outstanding_pkts
         for i in range(n):
             j = start + i
             if j >= n:
@@ -171,7 +171,7 @@ class Transmitter:
             qp = qps[j]
             if (qp.snd_nxt < qp.next_psn and qp.state == QpState.RTS
                     and qp.next_ok_ns <= slot and qp.paused_until_ns <= slot
-                    and qp.snd_nxt - qp.snd_una < mo):
+                    and qp.snd_nxt - qp.snd_una < qp.window_pkts):
                 self._rr = j + 1 if j + 1 < n else 0
                 return qp
         return None
@@ -330,9 +330,16 @@ class Transmitter:
             else:
                 op = w.ops[1]
             reth = (w.remote_addr, w.rkey, w.length) if (w.is_write and k == 0) else None
-            return qp.tpl.build(op, psn, w.buf[off:end], ack_req=f.ack_req, reth=reth)
+            frame = qp.tpl.build(op, psn, w.buf[off:end], ack_req=f.ack_req, reth=reth)
+            if self.int_max_hops:            # the INT source: room for every switch's record
+                return int_md.insert(frame, int_md.INT_KIND_COLLECT, self.int_max_hops)
+            return frame
         if t is AckFrame:
-            return qp.tpl.build(RC_ACK, f.psn, aeth=(f.syndrome, f.msn))
+            frame = qp.tpl.build(RC_ACK, f.psn, aeth=(f.syndrome, f.msn))
+            echo = qp.int_echo
+            if echo is not None:             # the INT sink: the records go back to the sender
+                return int_md.insert(frame, int_md.INT_KIND_ECHO, echo[0], echo[1])
+            return frame
         if t is ReadResponseFrame:
             return build_read_response(f, self.mtu_bytes)
         if t is ReadRequestFrame:

@@ -28,6 +28,7 @@ from pydantic import AfterValidator, Field, model_validator
 
 from emulator.schema.load import FieldError, ProcessConfig, StrictSpec
 from emulator.schema.workload import WorkloadSpec
+from emulator.int_md import INT_MAX_HOPS
 from emulator.wire import NUM_PRIORITIES
 
 DEFAULT_MR_RKEY = 0x1234       # the rkey of a host's receive memory region
@@ -59,6 +60,13 @@ def _cpu(d: Optional[dict]) -> Optional[dict]:
     return d
 
 
+def _hpcc(d: Optional[dict]) -> Optional[dict]:
+    from emulator.agents.hpcc import HpccParams
+    if d is not None:
+        HpccParams.from_config(d)       # ValueError names the key
+    return d
+
+
 def _tenant(t: Optional[int]) -> Optional[int]:
     from emulator.agents.dpu import tenant_pkey
     if t is not None:
@@ -71,6 +79,7 @@ Dscp = Annotated[int, Field(ge=0, le=63)]
 DcqcnKeys = Annotated[Optional[dict[str, Any]], AfterValidator(_dcqcn)]
 CpuKeys = Annotated[Optional[dict[str, Any]], AfterValidator(_cpu)]
 IbCcKeys = Annotated[Optional[dict[str, Any]], AfterValidator(_ib_cc)]
+HpccKeys = Annotated[Optional[dict[str, Any]], AfterValidator(_hpcc)]
 
 
 class IbNicConfig(StrictSpec):
@@ -109,6 +118,9 @@ class NicConfig(StrictSpec):
     cnp_priority: Priority = 6
     cnp_interval_ns: Optional[int] = Field(50_000, ge=0)   # <= 1 CNP per QP per interval; None: none
     dcqcn: DcqcnKeys = None                  # dcqcn.DcqcnParams keys; None: its defaults
+    # hpcc.HpccParams keys: HPCC is the reaction point instead of DCQCN
+    hpcc: HpccKeys = None
+    int_max_hops: int = Field(0, ge=0, le=INT_MAX_HOPS)   # > 0: data frames carry INT (HPCC)
     ib: Optional[IbNicConfig] = None         # set: an InfiniBand NIC
 
 

@@ -1,0 +1,268 @@
+"""HPCC reaction point (Li et al., "HPCC: High Precision Congestion Control",
+SIGCOMM 2019, section 3 and Algorithm 1), one per queue pair.
+
+Pure state machine driven with explicit times (ns of the caller's clock, any
+monotonic origin), as ``emulator.agents.dcqcn`` is, with the same interface
+towards ``emulator.agents.reaction.ReactionPoint`` (``on_cnp(now)``,
+``on_tx(frame_bytes, now)``, ``advance(now)``, ``rate_bps``, ``active``,
+``next_rate_ns``, ``alpha_at(t)``) plus the one event HPCC reacts to:
+``on_ack(now, ack_seq, snd_nxt, hops)``, an ACK carrying the in-band
+telemetry (INT) records the data packet collected, one per egress port on
+its path: ``(qlen_bytes, tx_bytes, ts_ns, rate_bps)``. Every change of the
+window goes to ``listener(t_ns, "ack")``.
+
+HPCC has no timers and ignores ECN: ``active`` is always false (so the
+reaction point never calls ``advance``/``on_tx``, which do nothing), a CNP is
+only counted, and the per-QP log's alpha column carries U (``alpha_at``).
+
+The algorithm (Algorithm 1; T the base RTT, B a link's rate, W_c the
+reference window)::
+
+    MeasureInflight(ack):       for each link i of the path:
+                                  txRate = (ack.L[i].txBytes - L[i].txBytes)
+                                           / (ack.L[i].ts - L[i].ts)
+                                  u' = min(ack.L[i].qlen, L[i].qlen) / (ack.L[i].B * T)
+                                       + txRate / ack.L[i].B
+                                  the largest u' is u, its ts difference tau
+                                tau = min(tau, T)
+                                U = (1 - tau/T) U + (tau/T) u
+    ComputeWind(U, updateWc):   if U >= eta or incStage >= maxStage:
+                                  W = W_c / (U/eta) + W_AI
+                                  if updateWc: incStage = 0; W_c = W
+                                else:
+                                  W = W_c + W_AI
+                                  if updateWc: incStage += 1; W_c = W
+    NewAck(ack):                if ack.seq > lastUpdateSeq:       (once per RTT)
+                                  W = ComputeWind(MeasureInflight(ack), True)
+                                  lastUpdateSeq = snd_nxt
+                                else:                             (every other ACK)
+                                  W = ComputeWind(MeasureInflight(ack), False)
+                                R = W / T;  L = ack.L
+
+Details the paper leaves open follow its authors' ns-3 code
+(alibaba-edu/High-Precision-Congestion-Control, simulation/src/point-to-point/
+model/rdma-hw.cc, ``HandleAckHp`` and ``UpdateRateHp`` with the single-rate
+``MULTI_RATE 0`` its run.py configures): the first ACK of a QP only stores the
+hop records and sets lastUpdateSeq = snd_nxt; U is updated on every ACK
+(including the ones that leave W_c alone, ns-3's "fast react"); W is clamped
+between a minimum and W_init (= line rate x T) before it is used and before
+it becomes W_c; lastUpdateSeq only moves forward. The counters wrap
+(ns-3's ``IntHop::GetBytesDelta``/``GetTimeDelta`` in
+simulation/src/network/utils/int-header.h, 20 and 24 bits there; 32 bits
+here: differences are taken mod 2**32). Ours on top: a record list whose
+length differs from the stored one (the path changed) is stored without
+reacting; a hop whose two records have the same ts (or that reports no
+rate) gives no sample and keeps its old record; an ACK with no sample
+changes nothing (not even lastUpdateSeq: the next ACK makes the per-RTT
+update); the largest u' includes 0 (an idle path lets U decay, where ns-3,
+starting from u = 0 with a strict >, would keep U).
+
+Parameters (``HpccParams``; the agent config's ``hpcc`` dict uses the same
+names). eta = 0.95 and maxStage = 5 are the paper's (section 3.3; also the
+ns-3 defaults TargetUtil 0.95 and MiThresh 5). W_AI defaults to the paper's
+rule W_init (1 - eta) / N, N the number of concurrent flows a link should
+carry with a near-zero queue (``expected_flows``): N of the flows adding W_AI
+each per RTT exactly fill the 1 - eta headroom. We take N = 16 (an incast of
+a rack's worth of QPs; convergence to fairness slows in proportion to N).
+The authors' ns-3 run.py uses RATE_AI = B/2500 (10 Mb/s per 25 Gb/s), i.e.
+N = 125: set ``expected_flows: 125`` to match it. The floor of the rate is
+``min_rate_frac`` of the line rate, 0.001 (the ns-3 MinRate default,
+100 Mb/s, of a 100 Gb/s NIC). T (``base_rtt_ns``) has no default: the
+caller computes it (HPCC's GLOBAL_T, the fabric's largest base RTT).
+Units: the algorithm runs in fabric units, the INT records' (T and the hop
+timestamps in fabric ns, hop rates in fabric bit/s), so that windows are
+real bytes and the 32-bit timestamps wrap as the switches wrote them;
+``line_bps`` and ``rate_bps`` are the NIC's, which a dilated run slows D
+times (``dilation``: the fabric line rate is line_bps x D). ``now_ns`` only
+stamps the listener's events, on the NIC's clock.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Callable, Sequence
+
+_NEVER_NS = 1 << 62              # next_rate_ns: HPCC runs no timer
+_WRAP = 1 << 32                  # tx_bytes and ts of a hop record are 32-bit counters
+
+
+@dataclass
+class HpccParams:
+    enabled: bool = True
+    eta: float = 0.95                     # target utilisation
+    max_stage: int = 5                    # per-RTT additive increases before a multiplicative one
+    w_ai_bytes: float | None = None       # W_AI; None: W_init (1 - eta) / expected_flows
+    expected_flows: int = 16              # N of W_AI's default
+    base_rtt_ns: int = 0                  # T, fabric ns, the INT records' clock (required when enabled)
+    min_rate_frac: float = 0.001          # rate floor, fraction of line rate (100 Mb/s of 100G)
+    alpha_init: float = 0.0               # what the log's alpha column (U) shows before any ACK
+    dilation: float = 1.0                 # NIC clock ns per fabric ns: line_bps x this is fabric
+
+    @classmethod
+    def from_config(cls, d: dict | None) -> "HpccParams":
+        """Build from the agent config's ``hpcc`` dict (missing keys take the
+        defaults). Raises ValueError on an unknown key or a bad value."""
+        p = cls()
+        if d is None:
+            return p
+        if not isinstance(d, dict):
+            raise ValueError("hpcc must be an object")
+        known = {f.name for f in fields(cls)}
+        for k, v in d.items():
+            if k not in known:
+                raise ValueError(f"hpcc.{k}: unknown key (known: {', '.join(sorted(known))})")
+            if k == "enabled":
+                if not isinstance(v, bool):
+                    raise ValueError(f"hpcc.enabled: expected true/false, got {v!r}")
+            elif k == "w_ai_bytes" and v is None:
+                pass
+            elif isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise ValueError(f"hpcc.{k}: expected a number, got {v!r}")
+            setattr(p, k, v)
+        p.validate()
+        return p
+
+    def validate(self) -> None:
+        if not 0 < self.eta <= 1:
+            raise ValueError("hpcc.eta must be in (0, 1]")
+        for k, lo in (("max_stage", 0), ("expected_flows", 1)):
+            v = getattr(self, k)
+            if v < lo or int(v) != v:
+                raise ValueError(f"hpcc.{k} must be an integer >= {lo}")
+        if self.w_ai_bytes is not None and not self.w_ai_bytes > 0:
+            raise ValueError("hpcc.w_ai_bytes must be > 0 (or null: computed)")
+        if not 0 < self.min_rate_frac <= 1:
+            raise ValueError("hpcc.min_rate_frac must be in (0, 1]")
+        if not 0 <= self.alpha_init:
+            raise ValueError("hpcc.alpha_init must be >= 0")
+        if self.enabled and not self.base_rtt_ns >= 1:
+            raise ValueError("hpcc.base_rtt_ns must be >= 1 (T, the base RTT in the NIC's "
+                             "clock) when enabled")
+        if not self.dilation >= 1:
+            raise ValueError("hpcc.dilation must be >= 1")
+        if self.base_rtt_ns < 0:
+            raise ValueError("hpcc.base_rtt_ns must be >= 0")
+        self.max_stage = int(self.max_stage)
+        self.expected_flows = int(self.expected_flows)
+        self.base_rtt_ns = round(self.base_rtt_ns)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    def machine(self, line_bps: float,
+                listener: Callable[[int, str], None] | None = None) -> "Hpcc":
+        """The state machine of one QP (``ReactionPoint.attach``; the same
+        method as ``DcqcnParams.machine``)."""
+        return Hpcc(self, line_bps, listener)
+
+
+class Hpcc:
+    """Reaction point of one QP. ``rate_bps`` is R = W / T, ``window_bytes``
+    W, ``wc_bytes`` the reference window W_c, ``u`` the EWMA U."""
+
+    __slots__ = ("p", "line_bps", "base_rtt_ns", "w_init_bytes", "w_min_bytes", "w_ai_bytes",
+                 "rate_bps", "window_bytes", "wc_bytes", "u", "inc_stage", "last_update_seq",
+                 "active", "next_rate_ns", "listener", "cnps", "_hops")
+
+    def __init__(self, params: HpccParams, line_bps: float,
+                 listener: Callable[[int, str], None] | None = None):
+        if line_bps <= 0:
+            raise ValueError("line_bps must be > 0")
+        if params.base_rtt_ns < 1:
+            raise ValueError("hpcc.base_rtt_ns must be >= 1")
+        self.p = params
+        self.line_bps = float(line_bps)
+        self.base_rtt_ns = int(params.base_rtt_ns)
+        # B x T in fabric units: the line rate is the NIC's (dilated) one
+        self.w_init_bytes = self.line_bps * params.dilation * self.base_rtt_ns / 8e9
+        self.w_min_bytes = min(1.0, params.min_rate_frac) * self.w_init_bytes
+        self.w_ai_bytes = (float(params.w_ai_bytes) if params.w_ai_bytes is not None else
+                           self.w_init_bytes * (1.0 - params.eta) / params.expected_flows)
+        self.window_bytes = self.w_init_bytes   # W
+        self.wc_bytes = self.w_init_bytes       # W_c
+        self.rate_bps = self.line_bps           # R = W / T
+        self.u = float(params.alpha_init)       # U
+        self.inc_stage = 0
+        self.last_update_seq = 0
+        self.active = False                     # no timers: never advanced
+        self.next_rate_ns = _NEVER_NS
+        self.listener = listener
+        self.cnps = 0
+        self._hops: tuple | None = None         # the last ACK's hop records (L)
+
+    def alpha_at(self, now_ns: int) -> float:
+        """U (what the per-QP log shows in its alpha column)."""
+        return self.u
+
+    def on_cnp(self, now_ns: int) -> None:
+        """HPCC ignores ECN: a CNP is only counted."""
+        self.cnps += 1
+
+    def on_tx(self, nbytes: int, now_ns: int) -> None:
+        """HPCC has no byte counter."""
+
+    def advance(self, now_ns: int) -> None:
+        """HPCC has no timer."""
+
+    def on_ack(self, now_ns: int, ack_seq: int, snd_nxt: int,
+               hops: Sequence[tuple[int, int, int, float]]) -> None:
+        """An ACK at ``now_ns`` with the hop records of the packet it answers.
+
+        ``ack_seq``: the sequence number the ACK acknowledges up to,
+        exclusive (ns-3's ACK carries the receiver's next expected sequence;
+        for a RoCE ACK, whose PSN is the last packet's it acknowledges, pass
+        PSN + 1); ``snd_nxt``: the next sequence number the QP will send.
+        Both unwrapped (monotonic) packet sequence numbers. ``hops``: one
+        ``(qlen_bytes, tx_bytes, ts_ns, rate_bps)`` per egress port on the
+        path, in path order: queue length, the port's transmitted-bytes
+        counter and its timestamp (both 32-bit, wrapping; fabric ns, the
+        clock of ``base_rtt_ns``) and the port's rate (fabric bit/s)."""
+        hops = tuple(hops)
+        old = self._hops
+        if old is None or len(old) != len(hops):
+            # the first ACK (or a new path) only gives the reference records
+            if old is None:
+                self.last_update_seq = max(self.last_update_seq, snd_nxt)
+            self._hops = hops
+            return
+        t = self.base_rtt_ns
+        # MeasureInflight: the most loaded link's u and its sampling interval
+        new = list(old)
+        u_max, tau = -1.0, 0
+        for i, (rec, prev) in enumerate(zip(hops, old, strict=True)):
+            qlen, tx, ts, rate = rec
+            dts = (ts - prev[2]) % _WRAP
+            if dts == 0 or rate <= 0:
+                continue                        # no sample from this hop
+            tx_rate = ((tx - prev[1]) % _WRAP) * 8e9 / dts
+            u = min(qlen, prev[0]) * 8e9 / (rate * t) + tx_rate / rate
+            if u > u_max:
+                u_max, tau = u, dts
+            new[i] = rec
+        self._hops = tuple(new)
+        if u_max < 0:
+            return
+        tau = min(tau, t)
+        self.u = (self.u * (t - tau) + u_max * tau) / t
+        # ComputeWind: from W_c; W_c itself moves once per RTT
+        p = self.p
+        big_u = self.u
+        if big_u >= p.eta or self.inc_stage >= p.max_stage:
+            w = (self.wc_bytes * p.eta / big_u if big_u > 0 else self.w_init_bytes) \
+                + self.w_ai_bytes
+            stage = 0
+        else:
+            w = self.wc_bytes + self.w_ai_bytes
+            stage = self.inc_stage + 1
+        if w < self.w_min_bytes:
+            w = self.w_min_bytes
+        elif w > self.w_init_bytes:
+            w = self.w_init_bytes
+        if ack_seq > self.last_update_seq:
+            self.wc_bytes = w
+            self.inc_stage = stage
+            self.last_update_seq = max(self.last_update_seq, snd_nxt)   # only forward
+        if w != self.window_bytes:
+            self.window_bytes = w
+            self.rate_bps = self.line_bps * (w / self.w_init_bytes)    # W / T
+            if self.listener is not None:
+                self.listener(now_ns, "ack")
