@@ -144,10 +144,11 @@ def what_failed(summary: dict) -> list[str]:
 def compare(experiments, out_dir, dilation):
     """Run each of EXPERIMENTS (the same work on different fabrics -- RoCE and
     InfiniBand: incast-pfc.yaml incast-ib.yaml) into DIR/<name>/, then write
-    DIR/comparison.csv, comparison.json and comparison.png."""
+    DIR/comparison.csv, comparison.json and comparison.png (with flows also
+    comparison_fct_slowdown.csv and .png: FCT slowdown by flow-size bucket)."""
     from rich.table import Table
 
-    from emulator.experiment.compare import COLUMNS, write_comparison
+    from emulator.experiment.compare import COLUMNS, bucket_table, write_comparison
     from emulator.experiment.dilation import parse_dilation, run_with_dilation
     from emulator.net.fabric import check_environment
     from emulator.net.runlock import RunLock
@@ -171,6 +172,29 @@ def compare(experiments, out_dir, dilation):
     for key in COLUMNS[2:]:
         table.add_row(key, *[str(r[key]) for r in rows])
     console.print(table)
+    columns, buckets = bucket_table(runs)
+    if len(buckets) > 1:
+        bt = Table(title=f"FCT slowdown p50 / p95 / p99 by flow-size bucket "
+                         f"({out / 'comparison_fct_slowdown.csv'})")
+        # the same flows (a seed's, on every fabric): one size column
+        same = all(len({b[f"{label}_size_max_bytes"] for label in runs}) == 1 for b in buckets)
+        bt.add_column("flows %")
+        if same:
+            bt.add_column("size (bytes)", justify="right")
+        for label in runs:
+            if not same:
+                bt.add_column(f"{label}: size (bytes)", justify="right")
+            bt.add_column(f"{label}: p50 / p95 / p99", justify="right")
+        for b in buckets:
+            cells = [f"{b[f'{next(iter(runs))}_size_max_bytes']:,}"] if same else []
+            for label in runs:
+                if b[f"{label}_flows"] is None:
+                    cells += [""] if same else ["", ""]
+                    continue
+                cells += ([] if same else [f"{b[f'{label}_size_max_bytes']:,}"]) + [" / ".join(
+                    f"{b[f'{label}_slowdown_{p}']:.2f}" for p in ("p50", "p95", "p99"))]
+            bt.add_row(f"{b['pct_from']}-{b['pct_to']}", *cells)
+        console.print(bt)
     if not all(r["complete"] for r in rows):
         click.echo(f"fabric-emu: a run did not complete (see {out}/*/summary.json)", err=True)
         sys.exit(1)
@@ -257,7 +281,7 @@ def show(results_dir):
 
     from emulator.experiment.endpoint_results import render_endpoints
     from emulator.experiment.servers import render_collectives
-    from emulator.experiment.summary import render_summary
+    from emulator.experiment.summary import render_slowdown_buckets, render_summary
 
     path = Path(results_dir)
     path = path / "summary.json" if path.is_dir() else path
@@ -269,6 +293,8 @@ def show(results_dir):
         raise FabricEmuError(f"{path}: not a run's summary.json (no 'flows')")
     out = Console()
     out.print(render_summary(summary))
+    if (buckets := render_slowdown_buckets(summary)) is not None:
+        out.print(buckets)
     if "collectives" in summary:
         out.print(render_collectives(summary["collectives"]))
     if (table := render_endpoints(summary)) is not None:

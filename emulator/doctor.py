@@ -127,6 +127,9 @@ def check_bmv2() -> Finding:
                                        f"the BMv2 tests skip")
     reason = bmv2_unavailable_reason()
     if reason:
+        from emulator.p4.build import compile_unavailable_reason
+        if reason == compile_unavailable_reason():    # installed, but p4c (absent above) is not
+            return Finding("bmv2", ABSENT, f"{reason}: the BMv2 tests skip")
         return Finding("bmv2", PROBLEM, reason)
     return Finding("bmv2", OK, f"{SWITCH_BINARY} {_version_line([path, '--version'])} with PI "
                                f"(P4Runtime) and Thrift ({CLI_BINARY} imports its modules)")

@@ -46,7 +46,8 @@ TEST_START_DILATION = {"demo": 16000, "incast-pfc": 8000, "incast-nopfc": 8000,
                        "allreduce-rail-congested": 20000, "allreduce-rail-nogdr": 20000,
                        "checkpoint-separate": 20000, "checkpoint-shared": 20000,
                        "pods-incast": 16000, "incast-ib": 8000,
-                       "fairness-ib": 8000, "allreduce-rail-ib": 20000}
+                       "fairness-ib": 8000, "allreduce-rail-ib": 20000,
+                       "incast-hpcc": 8000, "hol-victim-hpcc": 8000, "fairness-hpcc": 8000}
 # The D the session's earlier runs of a kind ended at: the collective workloads
 # share their servers' agents and their load, so once one of them needed a
 # higher D on this machine, the next starts there instead of falling behind first.

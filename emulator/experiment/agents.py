@@ -53,7 +53,7 @@ def nic_fields(exp: Experiment, nic: str) -> dict:
             "dscp": spec.qos.roce_dscp, "priority": spec.qos.roce_priority,
             "cnp_dscp": spec.qos.cnp_dscp, "cnp_priority": spec.qos.cnp_priority,
             "cnp_interval_ns": spec.dcqcn.cnp_interval_ns(d),
-            "dcqcn": spec.dcqcn.agent_params(d, fabric.links[port.link_index].rate_bps),
+            **cc_fields(exp, fabric.links[port.link_index].rate_bps),
             "ib": ib_nic_fields(exp, nic) if fabric.link_layer == "infiniband" else None}
 
 
@@ -71,6 +71,32 @@ def ib_nic_fields(exp: Experiment, nic: str) -> dict:
             "buffer_blocks": link["buffer_blocks"], "update_blocks": link["update_blocks"],
             "update_period_ns": link["update_period_ns"],
             "cc": cc.agent_params() if cc.enabled else None}
+
+
+def cc_fields(exp: Experiment, line_rate_bps: int) -> dict:
+    """The NIC's congestion control (``cc:``): DCQCN's parameters (off with
+    ``cc: none``), or HPCC's with the INT records its data frames reserve."""
+    spec, d = exp.spec, exp.dilation
+    dcqcn = spec.dcqcn.agent_params(d, line_rate_bps)
+    if spec.cc != "dcqcn":
+        dcqcn["enabled"] = False
+    if spec.cc != "hpcc":
+        return {"dcqcn": dcqcn}
+    hops, rtt_ns = _int_path_facts(exp)
+    return {"dcqcn": dcqcn, "int_max_hops": hops,
+            "hpcc": spec.hpcc.agent_params(d, line_rate_bps, rtt_ns)}
+
+
+_int_facts: tuple = (None, None)     # (experiment, its facts): one per run, asked per NIC
+
+
+def _int_path_facts(exp: Experiment) -> tuple[int, int]:
+    """(INT records a source reserves, HPCC's T in fabric ns) of ``exp``."""
+    global _int_facts
+    if _int_facts[0] is not exp:
+        from emulator.experiment.ideal_fct import base_rtt_ns, int_max_hops
+        _int_facts = (exp, (int_max_hops(exp), base_rtt_ns(exp)))
+    return _int_facts[1]
 
 
 def nic_config(exp: Experiment, nic: str) -> NicConfig:
@@ -111,8 +137,10 @@ def agent_configs(exp: Experiment, run_dir: Path, start_at_unix_ns: int | None,
             remote_addr=(0 if f.flow_id in dropped else remote_addr[f.flow_id]) if write else None))
     # Flow progress is sampled as often as the switches sample their queues.
     sample_interval_ns = int((exp.spec.switch.sample_interval_us or 1.0) * 1000 * d)
+    # HPCC reacts per ACK (its authors' ns-3 ACKs every packet: L2_ACK_INTERVAL 1)
+    ack_every_n = {"ack_every_n": 1} if exp.spec.cc == "hpcc" else {}
     return {h: HostAgentConfig(
-        host=h, **nic_fields(exp, h), **agent_keys(exp, h),
+        host=h, **nic_fields(exp, h), **agent_keys(exp, h), **ack_every_n,
         sample_interval_ns=sample_interval_ns,
         start_at_unix_ns=start_at_unix_ns, deadline_s=exp.wall_limit_s,
         ready_path=(ready_paths or {}).get(h),

@@ -19,9 +19,20 @@ From each run's ``summary.json``, fabric time throughout:
 * with a collective workload, its busbw at its largest size (nccl-tests'
   out-of-place column: ``collectives.results``).
 
-``comparison.csv`` (one row per run), ``comparison.json`` (the rows and
-each run's per-flow FCTs) and ``comparison.png`` (per-flow FCT slowdown, and
-held time, run beside run).
+* slowdown percentiles over every flow (p50; p95 and p99 with enough
+  flows), and the egress queue-depth percentiles the run sampled (every
+  switch port pooled: summary.json's ``queue_depth_dist``);
+* FCT slowdown by flow-size bucket (``distributions.slowdown_buckets``, as
+  HPCC's fct_analysis.py): a table of its own, one row per bucket.
+
+``comparison.csv`` (one row per run), ``comparison.json`` (the rows, each
+run's per-flow FCTs, slowdown buckets and queue-depth distribution),
+``comparison.png`` (per-flow FCT slowdown -- by size bucket beyond
+``MAX_FLOW_BARS`` flows -- and held time, run beside run) and, with flows,
+``comparison_fct_slowdown.csv`` (``bucket_table``: per bucket, each run's
+flows, largest size and p50/p95/p99 slowdown side by side) and
+``comparison_fct_slowdown.png`` (slowdown by bucket, p95 and p50 of every
+run on one log scale; queue-depth percentiles per run).
 """
 from __future__ import annotations
 
@@ -29,15 +40,20 @@ import csv
 import json
 from pathlib import Path
 
+from emulator.experiment.distributions import slowdown_buckets
 from emulator.topo import Fabric
 
 COLUMNS = ("run", "experiment", "link_layer", "dilation", "complete", "flows",
            "fct_mean_us", "fct_p50_us", "fct_p99_us", "fct_max_us",
-           "slowdown_mean", "slowdown_max", "victim_slowdown_max",
+           "slowdown_mean", "slowdown_p50", "slowdown_p95", "slowdown_p99", "slowdown_max",
+           "victim_slowdown_max",
            "drops", "retransmitted_packets", "held_ns", "held_by", "max_queue_bytes",
+           "queue_p50_bytes", "queue_p95_bytes", "queue_p99_bytes", "queue_max_sampled_bytes",
            "busiest_link", "busiest_link_utilisation", "busbw_GBps", "busbw_size_bytes",
            "fabric_us", "fell_behind")
-P99_MIN_FLOWS = 20          # fewer flows: no p99 (it would be the max)
+P99_MIN_FLOWS = 20          # fewer flows: no p95/p99 (it would be the max)
+MAX_FLOW_BARS = 24          # more flows: comparison.png shows slowdown by size bucket instead
+BUCKET_RUN_COLUMNS = ("flows", "size_max_bytes", "slowdown_p50", "slowdown_p95", "slowdown_p99")
 
 
 def percentile(sorted_values: list[float], q: float) -> float:
@@ -86,6 +102,35 @@ def busiest_link(summary: dict, fabric: Fabric | None) -> tuple[str, float | Non
     return name, round(p["tx_bytes"] * 8e9 / (run_ns * rate), 4)
 
 
+def queue_percentiles(summary: dict) -> dict:
+    """The run's pooled egress queue-depth percentiles (summary.json's
+    ``queue_depth_dist``; None where the switches sampled none)."""
+    q = summary.get("queue_depth_dist") or {}
+    return {"queue_p50_bytes": q.get("p50_bytes"), "queue_p95_bytes": q.get("p95_bytes"),
+            "queue_p99_bytes": q.get("p99_bytes"), "queue_max_sampled_bytes": q.get("max_bytes")}
+
+
+def bucket_table(runs: dict[str, dict]) -> tuple[list[str], list[dict]]:
+    """FCT slowdown by flow-size bucket, the runs side by side: (columns,
+    rows) of ``comparison_fct_slowdown.csv`` -- ``bucket``, ``pct_from``,
+    ``pct_to``, then per run ``<run>_flows``, ``<run>_size_max_bytes``,
+    ``<run>_slowdown_p50/p95/p99`` (``distributions.slowdown_buckets`` of
+    its flows; empty where a run has no such bucket)."""
+    per_run = {label: {b["bucket"]: b for b in slowdown_buckets(s.get("flows") or [])}
+               for label, s in runs.items()}
+    columns = ["bucket", "pct_from", "pct_to"] + [f"{label}_{c}" for label in runs
+                                                  for c in BUCKET_RUN_COLUMNS]
+    rows = []
+    for k in sorted({k for b in per_run.values() for k in b}):
+        any_run = next(b[k] for b in per_run.values() if k in b)
+        r = {"bucket": k, "pct_from": any_run["pct_from"], "pct_to": any_run["pct_to"]}
+        for label, b in per_run.items():
+            for c in BUCKET_RUN_COLUMNS:
+                r[f"{label}_{c}"] = b[k][c] if k in b else None
+        rows.append(r)
+    return columns, rows
+
+
 def row(label: str, summary: dict, fabric: Fabric | None = None) -> dict:
     """One run's line of the comparison."""
     flows = summary["flows"]
@@ -107,11 +152,15 @@ def row(label: str, summary: dict, fabric: Fabric | None = None) -> dict:
             "fct_p99_us": r(percentile(fcts, 99)) if len(fcts) >= P99_MIN_FLOWS else None,
             "fct_max_us": r(max(fcts)) if fcts else None,
             "slowdown_mean": r(sum(slow) / len(slow), 3) if slow else None,
+            "slowdown_p50": r(percentile(sorted(slow), 50), 3) if slow else None,
+            "slowdown_p95": r(percentile(sorted(slow), 95), 3) if len(slow) >= P99_MIN_FLOWS else None,
+            "slowdown_p99": r(percentile(sorted(slow), 99), 3) if len(slow) >= P99_MIN_FLOWS else None,
             "slowdown_max": r(max(slow), 3) if slow else None,
             "victim_slowdown_max": r(max(vict), 3) if vict else None,
             "drops": sum(p["drops"] for p in summary["ports"]),
             "retransmitted_packets": sum(f.get("retransmitted_packets", 0) for f in flows),
             "held_ns": held, "held_by": by, "max_queue_bytes": max_queue_bytes(summary),
+            **queue_percentiles(summary),
             "busiest_link": link, "busiest_link_utilisation": util,
             "busbw_GBps": r(largest["busbw_GBps"]) if largest else None,
             "busbw_size_bytes": largest["size_bytes"] if largest else None,
@@ -133,10 +182,48 @@ def write_comparison(out_dir: Path, runs: dict[str, dict],
     per_flow = {label: [{k: fl.get(k) for k in ("flow_id", "src", "dst", "bytes", "fct_ns",
                                                 "standalone_fct_ns", "fct_slowdown")}
                         for fl in s["flows"]] for label, s in runs.items()}
-    (out_dir / "comparison.json").write_text(json.dumps({"runs": rows, "flows": per_flow},
-                                                        indent=1))
+    buckets = {label: slowdown_buckets(s.get("flows") or []) for label, s in runs.items()}
+    queues = {label: s.get("queue_depth_dist") for label, s in runs.items()}
+    (out_dir / "comparison.json").write_text(json.dumps(
+        {"runs": rows, "flows": per_flow, "fct_slowdown_buckets": buckets,
+         "queue_depth_dist": queues}, indent=1))
     plot_comparison(out_dir / "comparison.png", runs, rows)
+    if any(buckets.values()):
+        columns, table = bucket_table(runs)
+        with open(out_dir / "comparison_fct_slowdown.csv", "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=columns)
+            w.writeheader()
+            w.writerows(table)
+        plot_slowdown_comparison(out_dir / "comparison_fct_slowdown.png", buckets, rows)
     return rows
+
+
+def plot_slowdown_comparison(path: Path, buckets: dict[str, list[dict]],
+                             rows: list[dict]) -> Path:
+    """The HPCC paper's two views of a run, the runs side by side: FCT
+    slowdown by flow-size bucket (p95 solid, p50 dashed, log scale), and the
+    egress queue-depth percentiles (sampled, every switch port pooled)."""
+    from emulator.experiment.plots import colours, draw_slowdown_buckets
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 4.8), gridspec_kw={"width_ratios": [2, 1]})
+    draw_slowdown_buckets(ax1, {k: v for k, v in buckets.items() if v})
+    ax1.legend(fontsize=8)
+    keys = ("queue_p50_bytes", "queue_p95_bytes", "queue_p99_bytes", "queue_max_sampled_bytes")
+    width = 0.8 / max(1, len(rows))
+    for i, (r, colour) in enumerate(zip(rows, colours(len(rows)))):
+        ax2.bar([k + i * width for k in range(len(keys))],
+                [(r[k] or 0) / 1000 for k in keys], width, color=colour, label=r["run"])
+    ax2.set_xticks([k + width * (len(rows) - 1) / 2 for k in range(len(keys))],
+                   ["p50", "p95", "p99", "max"])
+    ax2.set_ylabel("egress queue depth, KB (sampled, all switch ports)")
+    ax2.set_title("queue depth")
+    ax2.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
 
 
 def plot_comparison(path: Path, runs: dict[str, dict], rows: list[dict]) -> Path:
@@ -151,7 +238,13 @@ def plot_comparison(path: Path, runs: dict[str, dict], rows: list[dict]) -> Path
     width = 0.8 / max(1, len(labels))
     first = next(iter(runs.values()))
     coll = (first.get("collectives") or {}).get("results") or []
-    if first["flows"] or not coll:
+    if len(first["flows"]) > MAX_FLOW_BARS:   # too many for a bar each: by size bucket
+        from emulator.experiment.plots import draw_slowdown_buckets
+        draw_slowdown_buckets(ax1, {label: b for label in labels
+                                    if (b := slowdown_buckets(runs[label]["flows"]))})
+        ax1.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
+        values, names = None, []
+    elif first["flows"] or not coll:
         names = [f"{f['src']}->{f['dst']}" for f in first["flows"]]
         values = {label: [f.get("fct_slowdown") or 0 for f in runs[label]["flows"]]
                   for label in labels}
@@ -164,12 +257,13 @@ def plot_comparison(path: Path, runs: dict[str, dict], rows: list[dict]) -> Path
                   for label in labels}
         ax1.set_ylabel("busbw, GB/s (nccl-tests, out of place)")
         ax1.set_title("collective")
-    for i, label in enumerate(labels):
+    for i, label in enumerate(labels if values is not None else []):
         ax1.bar([k + i * width for k in range(len(values[label]))], values[label], width,
                 label=label)
-    ax1.set_xticks([k + width * (len(labels) - 1) / 2 for k in range(len(names))], names,
-                   rotation=30, ha="right", fontsize=8)
-    ax1.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
+    if values is not None:
+        ax1.set_xticks([k + width * (len(labels) - 1) / 2 for k in range(len(names))], names,
+                       rotation=30, ha="right", fontsize=8)
+        ax1.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
     held_us = [r["held_ns"] / 1000 for r in rows]
     ax2.bar(range(len(rows)), held_us, color=[f"C{i}" for i in range(len(rows))])
     ax2.set_ylim(0, max(1.0, max(held_us)) * 1.1)          # nothing held: still from 0

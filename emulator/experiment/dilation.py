@@ -8,7 +8,8 @@ too low depends on the machine, its load, the fabric and the traffic, so it
 is measured:
 
 * calibration: a scaled-down copy of the experiment (same fabric, its
-  traffic with flows capped at ``CAL_FLOW_BYTES``; a workload replaced by a
+  traffic with flows capped at ``CAL_FLOW_BYTES``; a ``poisson`` entry at
+  its load for the time its hosts offer ``CAL_POISSON_BYTES`` in; a workload replaced by a
   burst of WRITEs along the ring between its servers' NICs and from the
   storage target to its readers) runs at a few D on ``LADDER``, from
   ``START_DILATION`` for a fabric of the demo's size, proportionally
@@ -62,6 +63,7 @@ MAX_CALIBRATION_RUNS = 4
 UP_JUMP_MAX = 4.0              # a behind calibration run raises D at most this much
 FALLBACK_DILATION = 10000.0    # `fabric-emu cli` with auto and nothing cached: no traffic to measure
 CAL_FLOW_BYTES = 512 * 1024    # calibration flows: long enough for lateness to build up
+CAL_POISSON_BYTES = 1 << 20    # a poisson entry's calibration: this much offered per host
 CACHE_VERSION = 1
 
 Measure = Callable[[float], float]          # D -> worst_ratio of a run at D
@@ -250,8 +252,7 @@ def calibration_experiment(exp: Experiment) -> Experiment:
     data = exp.spec.model_dump(mode="json", exclude_none=True)
     data.pop("sweep", None)
     data["name"] = f"{exp.name}-calibration"
-    traffic = [dict(t, size_bytes=min(t["size_bytes"], CAL_FLOW_BYTES))
-               for t in data.get("traffic") or []]
+    traffic = [_calibration_entry(exp, i, t) for i, t in enumerate(data.get("traffic") or [])]
     if exp.workload is not None:
         data.pop("workload", None)
         data.pop("storage", None)
@@ -261,6 +262,22 @@ def calibration_experiment(exp: Experiment) -> Experiment:
         return experiment_from_dict(data, exp.source)
     except ConfigError:
         return exp
+
+
+def _calibration_entry(exp: Experiment, i: int, t: dict) -> dict:
+    """A traffic entry of the calibration copy: a flow or pattern capped at
+    CAL_FLOW_BYTES; a poisson entry at its load with its flows capped there
+    too (so more of them: the load is kept) and its window cut to the time
+    its slowest host offers ``CAL_POISSON_BYTES`` in."""
+    if t.get("pattern") != "poisson":
+        return dict(t, size_bytes=min(t["size_bytes"], CAL_FLOW_BYTES))
+    from emulator.experiment.traffic_gen import entry_hosts, host_rate_bps
+    spec = exp.spec.traffic[i]
+    rate = min(host_rate_bps(exp.fabric, h) for h in entry_hosts(spec, exp.fabric))
+    window_us = CAL_POISSON_BYTES * 8e6 / (rate * spec.load)
+    return dict(t, duration_us=min(spec.duration_us, window_us),
+                min_bytes=min(spec.min_bytes, CAL_FLOW_BYTES),
+                max_bytes=min(spec.max_bytes or CAL_FLOW_BYTES, CAL_FLOW_BYTES))
 
 
 # ------------------------------------------------------------------ running

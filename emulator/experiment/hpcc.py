@@ -73,7 +73,7 @@ from typing import TYPE_CHECKING, Mapping
 
 from emulator.experiment.ideal_fct import (
     ROCEV2_UDP_DPORT,
-    FabricPaths,
+    flow_paths,
     flow_priority,
     standalone_fct_ns,
 )
@@ -171,7 +171,7 @@ def fct_lines(exp: "Experiment", summary: Mapping | None, *, dport: int = ROCEV2
                       if s.get("standalone_fct_ns") is not None}
         missing = [f for _, f, _s in done if f.flow_id not in standalone]
         if missing:
-            paths = FabricPaths(exp.fabric)
+            paths = flow_paths(exp)
             standalone = dict(standalone)
             standalone.update({f.flow_id: standalone_fct_ns(exp, f, paths) for f in missing})
     done.sort(key=lambda x: (x[0], x[1].flow_id))

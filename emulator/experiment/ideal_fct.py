@@ -26,10 +26,12 @@ to 1).
 """
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from emulator.int_md import INT_MAX_HOPS, INT_UDP_DPORT, int_bytes
 from emulator.p4.ecmp import ecmp_hash
 from emulator.topo import compute_routes, longest_prefix_match
 from emulator.wire import (  # noqa: F401 (ROCEV2_UDP_DPORT re-exported for the HPCC writer)
@@ -63,17 +65,23 @@ class Hop:
 class FabricPaths:
     """The path a 5-tuple takes through the fabric, as the switches route it."""
 
-    def __init__(self, fabric: "Fabric"):
+    def __init__(self, fabric: "Fabric", dport: int = ROCEV2_UDP_DPORT):
+        """``dport``: the UDP destination port of the flows' packets (their
+        ECMP hash): RoCEv2's, or ``int_md.INT_UDP_DPORT`` for QPs with INT."""
         self.fabric = fabric
+        self.dport = dport
         if fabric.link_layer == "infiniband":      # the subnet manager's LFTs
             from emulator.ib.sm import sweep
             self.routes, self.subnet = None, sweep(fabric)
         else:
             self.routes, self.subnet = compute_routes(fabric), None
 
-    def path(self, src: str, dst: str, sport: int, dport: int = ROCEV2_UDP_DPORT) -> list[Hop]:
+    def path(self, src: str, dst: str, sport: int, dport: int | None = None) -> list[Hop]:
         """Hops from host ``src`` to host ``dst`` for UDP ``sport`` -> ``dport``
-        (on InfiniBand: on the LFTs to ``dst``'s LID, whatever the port)."""
+        (None: the paths' own; on InfiniBand: on the LFTs to ``dst``'s LID,
+        whatever the port)."""
+        if dport is None:
+            dport = self.dport
         if self.subnet is not None:
             return self._lft_path(src, dst)
         fabric, plan = self.fabric, self.fabric.addresses
@@ -122,12 +130,52 @@ class FabricPaths:
 
 # ----------------------------------------------------------- standalone FCT
 
-def link_framing(fabric: "Fabric") -> Framing:
-    """The frames of a fabric's link layer (``wire.Framing``)."""
+def link_framing(fabric: "Fabric", int_max_hops: int = 0) -> Framing:
+    """The frames of a fabric's link layer (``wire.Framing``); with
+    ``int_max_hops`` records of INT in every data frame and ACK (HPCC)."""
     if fabric.link_layer == "infiniband":
         from emulator.ib.headers import IB_FRAMING
         return IB_FRAMING
+    if int_max_hops:
+        return dataclasses.replace(ROCE_FRAMING,
+                                   hdr_bytes=ROCE_FRAMING.hdr_bytes + int_bytes(int_max_hops))
     return ROCE_FRAMING
+
+
+def uses_int(exp: "Experiment") -> bool:
+    """Do the experiment's QPs carry INT (its congestion control is HPCC)?"""
+    return getattr(exp.spec, "cc", "dcqcn") == "hpcc"
+
+
+def int_max_hops(exp: "Experiment", paths: "FabricPaths | None" = None) -> int:
+    """The INT records an HPCC source reserves: the most switches a flow of
+    the experiment (or its ACKs) crosses -- 0 when no QP carries INT."""
+    if not uses_int(exp):
+        return 0
+    paths = paths or FabricPaths(exp.fabric, INT_UDP_DPORT)
+    most = max((len(p) - 1 for f in exp.flows for p in (paths.flow_path(f), paths.ack_path(f))),
+               default=0)
+    if most > INT_MAX_HOPS:
+        raise ValueError(f"a path crosses {most} switches: INT holds {INT_MAX_HOPS} records")
+    return most
+
+
+def base_rtt_ns(exp: "Experiment") -> int:
+    """HPCC's T (its GLOBAL_T): the largest base RTT of a flow of the
+    experiment, fabric ns -- an MTU frame out over every hop of its path
+    (serialization and propagation), its ACK back over the ACK's path; INT
+    bytes included when the QPs carry them."""
+    dport = INT_UDP_DPORT if uses_int(exp) else ROCEV2_UDP_DPORT
+    paths = FabricPaths(exp.fabric, dport)
+    framing = link_framing(exp.fabric, int_max_hops(exp, paths) if dport == INT_UDP_DPORT else 0)
+    data = framing.frame_bytes(RETH_BYTES, exp.spec.nic.mtu_bytes) + framing.wire_overhead_bytes
+    ack = framing.ack_frame_bytes + framing.wire_overhead_bytes
+    best = 0.0
+    for f in exp.flows:
+        rtt = sum(data * 8e9 / h.rate_bps + h.delay_ns for h in paths.flow_path(f)) \
+            + sum(ack * 8e9 / h.rate_bps + h.delay_ns for h in paths.ack_path(f))
+        best = max(best, rtt)
+    return int(round(best))
 
 
 def frame_sizes(size_bytes: int, mtu_bytes: int, op: str = "write",
@@ -187,10 +235,10 @@ def tandem_completion_ns(n: int, first: int, middle: int, last: int,
 
 def standalone_fct_ns(exp: "Experiment", flow: "Flow", paths: FabricPaths | None = None) -> int:
     """The flow's ideal FCT alone on its path, fabric ns (see the module docstring)."""
-    paths = paths or FabricPaths(exp.fabric)
+    paths = paths or flow_paths(exp)
     fwd = paths.flow_path(flow)
     back = paths.ack_path(flow)
-    framing = link_framing(exp.fabric)
+    framing = link_framing(exp.fabric, int_max_hops(exp, paths))
     n, first, middle, last = frame_sizes(flow.size_bytes, exp.spec.nic.mtu_bytes, flow.op,
                                          framing)
     data_ns = tandem_completion_ns(n, first, middle, last,
@@ -202,8 +250,13 @@ def standalone_fct_ns(exp: "Experiment", flow: "Flow", paths: FabricPaths | None
 
 def standalone_fcts(exp: "Experiment") -> dict[int, int]:
     """flow_id -> standalone FCT (fabric ns) of every flow of the experiment."""
-    paths = FabricPaths(exp.fabric)
+    paths = flow_paths(exp)
     return {f.flow_id: standalone_fct_ns(exp, f, paths) for f in exp.flows}
+
+
+def flow_paths(exp: "Experiment") -> FabricPaths:
+    """The paths of the experiment's flows (with INT, on INT's UDP port)."""
+    return FabricPaths(exp.fabric, INT_UDP_DPORT if uses_int(exp) else ROCEV2_UDP_DPORT)
 
 
 # ------------------------------------------------------------------ priority

@@ -18,9 +18,10 @@ from emulator.experiment.resolved import ROCE_QPN_BASE, Experiment, Flow
 from emulator.experiment.workload_check import (
     check_no_shared_nics, check_workload_endpoints, plan_workload,
 )
-from emulator.schema.experiment import ExperimentSpec
+from emulator.experiment.traffic_gen import poisson_flows
+from emulator.schema.experiment import ExperimentSpec, PoissonTrafficSpec
 from emulator.schema.limits import check_fits
-from emulator.schema.load import read_yaml, validate
+from emulator.schema.load import FieldError, join_path, read_yaml, validate
 from emulator.topo import Fabric, fabric_from_dict, load_fabric
 
 __all__ = ["Experiment", "Flow", "experiment_from_dict", "load_experiment", "read_experiment_data"]
@@ -61,6 +62,7 @@ def experiment_from_dict(data, path: str | Path, target: str | None = None) -> E
     if spec.cluster is not None:
         _check_cluster(spec, fabric, path)
     _check_link_layer(spec, fabric, path)
+    _check_cc(spec, fabric, path)
     if fabric.link_layer == "infiniband" and spec.target == "auto":
         spec = spec.model_copy(update={"target": "embedded"})   # where credits run
     return Experiment(spec=spec, fabric=fabric, flows=flows, source=str(path), workload=plan)
@@ -83,11 +85,25 @@ def _check_link_layer(spec: ExperimentSpec, fabric: Fabric, path: Path) -> None:
                               f"{fabric.name} is link_layer: infiniband)")
 
 
+def _check_cc(spec: ExperimentSpec, fabric: Fabric, path: Path) -> None:
+    """HPCC needs what writes and reads INT: fabric.p4's RoCE switches and
+    the host agents' NICs (not yet the collective, storage or DPU ones)."""
+    if spec.cc != "hpcc":
+        return
+    if fabric.link_layer == "infiniband":
+        raise ConfigError(path, "cc", f"hpcc runs on RoCE fabrics (INT in fabric.p4); topology "
+                          f"{fabric.name} is link_layer: infiniband (its congestion control is ib_cc)")
+    for key, given in (("workload", spec.workload), ("storage", spec.storage),
+                       ("endpoints", spec.endpoints)):
+        if given:
+            raise ConfigError(path, "cc", f"hpcc with {key}: not yet (only the host agents' "
+                              "NICs carry INT)")
+
+
 def _check_cluster(spec: ExperimentSpec, fabric: Fabric, path: Path) -> None:
     """Every node placed on a server (``emulator.net.cluster.place``); the
     embedded target only (a BMv2 switch is not started over ssh)."""
     from emulator.net.cluster import place
-    from emulator.schema.load import FieldError
     if spec.target == "bmv2":
         raise ConfigError(path, "cluster", "a fabric spread over servers runs the embedded target")
     try:
@@ -98,12 +114,22 @@ def _check_cluster(spec: ExperimentSpec, fabric: Fabric, path: Path) -> None:
 
 def _expand_flows(spec: ExperimentSpec, fabric: Fabric, path: Path) -> tuple[Flow, ...]:
     hosts = [h.name for h in fabric.hosts()]
-    pairs: list[tuple[int, str, str]] = []
+    # (entry, src, dst, size_bytes, start fabric ns) of every flow, in order
+    pairs: list[tuple[int, str, str, int, int]] = []
     plane = {h: fabric.node(h).plane for h in hosts}
     for i, t in enumerate(spec.traffic or ()):
+        if isinstance(t, PoissonTrafficSpec):
+            try:
+                gen = poisson_flows(t, fabric)
+            except FieldError as e:
+                raise ConfigError(path, join_path(f"traffic[{i}]", e.field), e.reason) from None
+            pairs += [(i, g.src, g.dst, g.size_bytes, g.start_ns) for g in gen]
+            continue
+        start_ns = int(t.start_us * 1000)
         if t.pattern == "all-to-all":
             # only hosts of one plane reach each other (no route joins planes)
-            pairs += [(i, s, d) for s in hosts for d in hosts if s != d and plane[s] == plane[d]]
+            pairs += [(i, s, d, t.size_bytes, start_ns)
+                      for s in hosts for d in hosts if s != d and plane[s] == plane[d]]
             continue
         for end in ("src", "dst"):
             if getattr(t, end) not in hosts:
@@ -115,14 +141,13 @@ def _expand_flows(spec: ExperimentSpec, fabric: Fabric, path: Path) -> tuple[Flo
             raise ConfigError(path, f"traffic[{i}].dst",
                               f"{t.dst} is on the {plane[t.dst]} plane, {t.src} on the "
                               f"{plane[t.src]} plane: no route joins them")
-        pairs.append((i, t.src, t.dst))
+        pairs.append((i, t.src, t.dst, t.size_bytes, start_ns))
     next_qpn = {h: ROCE_QPN_BASE for h in hosts}
     flows = []
-    for flow_id, (i, src, dst) in enumerate(pairs):
-        t = spec.traffic[i]
+    for flow_id, (i, src, dst, size_bytes, start_ns) in enumerate(pairs):
         src_qpn, dst_qpn = next_qpn[src], next_qpn[dst]
         next_qpn[src] += 1
         next_qpn[dst] += 1
-        flows.append(Flow(flow_id, src, dst, t.op, t.size_bytes,
-                          int(t.start_us * 1000), src_qpn, dst_qpn))
+        flows.append(Flow(flow_id, src, dst, spec.traffic[i].op, size_bytes, start_ns,
+                          src_qpn, dst_qpn, entry=i))
     return tuple(flows)

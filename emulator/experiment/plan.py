@@ -17,6 +17,7 @@ from typing import Iterable
 from emulator.experiment.model import experiment_from_dict, read_experiment_data
 from emulator.experiment.overrides import apply_sets
 from emulator.experiment.resolved import WALL_S_AT_DILATION, Experiment
+from emulator.experiment.traffic_gen import generated_summary
 from emulator.schema.load import read_yaml
 from emulator.topo import fabric_from_dict, render_fabric
 
@@ -64,10 +65,21 @@ def describe_experiment(exp: Experiment) -> list[str]:
             "not measured here yet: the first run calibrates it"))
     else:
         lines.append(f"  dilation: {spec.dilation:g}")
-    if exp.flows:
-        kinds = Counter((f.op, f.size_bytes) for f in exp.flows)
-        lines.append(f"  traffic: {len(exp.flows)} flows (" + ", ".join(
+    generated = {g["entry"]: g for g in generated_summary(exp)}
+    plain = [f for f in exp.flows if f.entry not in generated]
+    if plain:
+        kinds = Counter((f.op, f.size_bytes) for f in plain)
+        lines.append(f"  traffic: {len(plain)} flows (" + ", ".join(
             f"{n} x {op} {size:,} B" for (op, size), n in sorted(kinds.items())) + ")")
+    for i, g in generated.items():
+        sizes = [f.size_bytes for f in exp.flows if f.entry == i]
+        lines.append(f"  traffic[{i}]: {g['pattern']} {g['distribution']} at load {g['load']:g} "
+                     f"for {g['duration_us']:g} µs on {g['hosts']} hosts (seed {g['seed']}): "
+                     f"{g['flows']} flows" + (
+                         f", {min(sizes):,}..{max(sizes):,} B (mean {g['mean_size_bytes']:,.0f}), "
+                         f"offered load {g['offered_load']:.3f} (per host "
+                         f"{g['offered_load_min']:.2f}..{g['offered_load_max']:.2f})"
+                         if sizes else ""))
     if exp.workload is not None:
         w, wp = spec.workload, exp.workload
         parts = [f"{t.collective} at {len(t.size_list())} sizes" for t in (w.tests if w else [])]

@@ -23,9 +23,14 @@ None when there is nothing to draw (and then writes no file):
   standalone fct) of the completed flows; the title quotes a percentile
   only with enough flows for it (``PERCENTILE_MIN_FLOWS``), and the max.
 
+* ``plot_fct_slowdown`` -> ``fct_slowdown.png``: FCT slowdown by flow-size
+  bucket (``fct_slowdown.csv``, ``distributions.py``), p95 and p50, log
+  scale, as the HPCC paper's figures (``plot_slowdown_buckets`` draws
+  several runs on one: ``fabric-emu compare``).
+
 Legends sit beside the axes, never over the data.
 
-``write_plots(results_dir, summary)`` draws all four.
+``write_plots(results_dir, summary)`` draws all five.
 """
 from __future__ import annotations
 
@@ -39,7 +44,8 @@ from emulator.wire import PFC_QUANTUM_BITS
 if TYPE_CHECKING:  # pragma: no cover
     from emulator.topo import Fabric
 
-PLOT_FILES = ("queue_depth.png", "throughput.png", "pause_timeline.png", "fct_cdf.png")
+PLOT_FILES = ("queue_depth.png", "throughput.png", "pause_timeline.png", "fct_cdf.png",
+              "fct_slowdown.png")
 MAX_DISTINCT = 40         # series drawn one colour each, beyond: grouped (throughput: by receiver)
 DPI = 110
 PREWARM_NICE = 19         # the lowest priority: matplotlib's import must not slow a run
@@ -356,6 +362,73 @@ def plot_fct_cdf(results_dir: str | Path, summary: Mapping | None = None,
     return _save(fig, Path(out_path or results_dir / "fct_cdf.png"))
 
 
+# ------------------------------------------------- FCT slowdown by flow size
+
+def size_label(n: float) -> str:
+    """A flow size on an axis: 1 KB = 1000 bytes, as the paper's figures."""
+    for unit, div in (("MB", 1e6), ("KB", 1e3)):
+        if n >= div:
+            return f"{n / div:.3g}{unit}"
+    return f"{int(n)}B"
+
+
+def plot_slowdown_buckets(path: str | Path, series: Mapping[str, list[Mapping]],
+                          title: str | None = None) -> Path | None:
+    """FCT slowdown against flow size, as the HPCC paper's figures: per run
+    (``series``: label -> rows of ``distributions.slowdown_buckets``) its p95
+    (solid) and p50 (dashed) by bucket; x: the buckets, labelled by their
+    largest size (the first run's), y: log. None without rows."""
+    series = {k: list(v) for k, v in series.items() if v}
+    if not series:
+        return None
+    fig, ax = _figure()
+    draw_slowdown_buckets(ax, series, title)
+    _legend(ax, 2 * len(series))
+    return _save(fig, Path(path))
+
+
+def draw_slowdown_buckets(ax, series: Mapping[str, list[Mapping]], title: str | None = None) -> None:
+    """``plot_slowdown_buckets``'s lines on ``ax`` (``series`` not empty)."""
+    first = next(iter(series.values()))
+    for (label, rows), colour in zip(series.items(), colours(len(series))):
+        x = [r["bucket"] for r in rows]
+        name = f"{label} " if label else ""
+        ax.plot(x, [r["slowdown_p95"] for r in rows], marker="o", markersize=3, color=colour,
+                linewidth=1.5, label=f"{name}p95")
+        ax.plot(x, [r["slowdown_p50"] for r in rows], marker="o", markersize=3, color=colour,
+                linewidth=1.2, linestyle="--", label=f"{name}p50")
+    _log_slowdown_axis(ax, [r[k] for rows in series.values() for r in rows
+                            for k in ("slowdown_p50", "slowdown_p95")])
+    ax.set_xticks([r["bucket"] for r in first], [size_label(r["size_max_bytes"]) for r in first],
+                  rotation=45, ha="right", fontsize="small")
+    ax.set_xlabel(f"flow size (the largest of each {first[0]['pct_to'] - first[0]['pct_from']} % "
+                  "of the flows, by size)")
+    ax.set_ylabel("FCT slowdown (FCT / standalone FCT)")
+    n = sum(r["flows"] for r in first)
+    ax.set_title(title or f"FCT slowdown by flow size, {n} flows")
+    ax.grid(True, which="both", alpha=0.3)
+
+
+def _log_slowdown_axis(ax, values: list[float]) -> None:
+    """A log y axis from just under 1 (no slowdown, where buckets are clamped)
+    with plain numbers; minor ticks labelled too when it spans little."""
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+    ax.set_yscale("log")
+    top = max(values, default=1.0)
+    ax.set_ylim(0.95, max(top * 1.15, 1.5))
+    plain = FuncFormatter(lambda v, _: f"{v:g}")
+    ax.yaxis.set_major_formatter(plain)
+    ax.yaxis.set_minor_formatter(plain if top < 20 else NullFormatter())
+
+
+def plot_fct_slowdown(results_dir: str | Path, out_path: str | Path | None = None,
+                      *, read=read_result_csv) -> Path | None:
+    """``fct_slowdown.png`` from the run's ``fct_slowdown.csv``."""
+    results_dir = Path(results_dir)
+    return plot_slowdown_buckets(out_path or results_dir / "fct_slowdown.png",
+                                 {"": read(results_dir / "fct_slowdown.csv")})
+
+
 # ------------------------------------------------------------- collectives
 
 def plot_busbw(rows: list[Mapping], out_path: str | Path, link_rate_GBps: float | None = None) -> Path | None:
@@ -400,9 +473,12 @@ def write_plots(results_dir: str | Path, summary: Mapping | None = None,
         "throughput.png": plot_throughput(results_dir, read=read),
         "pause_timeline.png": plot_pause_timeline(results_dir, fabric=fabric, read=read),
         "fct_cdf.png": plot_fct_cdf(results_dir, summary),
+        "fct_slowdown.png": plot_fct_slowdown(results_dir, read=read),
     }
     return {k: v for k, v in out.items() if v is not None}
 
 
-__all__ = ["PLOT_FILES", "pause_intervals", "plot_busbw", "plot_fct_cdf", "plot_pause_timeline",
-           "plot_queue_depth", "plot_throughput", "write_plots"]
+__all__ = ["PLOT_FILES", "draw_slowdown_buckets", "pause_intervals", "plot_busbw", "plot_fct_cdf",
+           "plot_fct_slowdown",
+           "plot_pause_timeline", "plot_queue_depth", "plot_slowdown_buckets", "plot_throughput",
+           "size_label", "write_plots"]

@@ -30,6 +30,7 @@ class Flow:
     start_fabric_ns: int
     src_qpn: int
     dst_qpn: int
+    entry: int = 0            # index of the traffic: entry it comes from
 
     @property
     def udp_sport(self) -> int:

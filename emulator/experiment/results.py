@@ -7,6 +7,8 @@ layers below them, so there is no import circle)::
       |-- summary          summary.json's content         (ideal_fct, results_io)
       |-- endpoint_results summary's endpoint sections, hosts.csv (results_io)
       |-- timeseries       raw logs -> fabric-time CSVs   (results_io)
+      |-- distributions    FCT slowdown by size, queue-depth percentiles (results_io)
+      |-- traffic_gen      summary's generated_traffic (what poisson entries offered)
       |-- hpcc             HPCC-format files              (ideal_fct)
       |-- plots            PNG figures from the CSVs      (results_io)
       ideal_fct          paths, priority and ideal FCT of the flows
@@ -22,11 +24,13 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from emulator.experiment.distributions import write_distributions
 from emulator.experiment.endpoint_results import add_endpoint_results, write_hosts_csv
 from emulator.experiment.hpcc import write_hpcc
 from emulator.experiment.plots import write_plots
 from emulator.experiment.summary import build_summary
 from emulator.experiment.timeseries import load_results, write_results
+from emulator.experiment.traffic_gen import generated_summary
 
 if TYPE_CHECKING:  # pragma: no cover
     from emulator.experiment.model import Experiment
@@ -39,6 +43,9 @@ def build_run_summary(exp: "Experiment", target: str, agent_results: dict[str, d
     sections (``endpoint_results``; nothing without an ``endpoints:`` section)."""
     summary = build_summary(exp, target, agent_results, counters, Path(run_dir), wall_s)
     add_endpoint_results(exp, agent_results, summary)
+    generated = generated_summary(exp)
+    if generated:
+        summary["generated_traffic"] = generated
     return summary
 
 
@@ -47,7 +54,8 @@ def write_run_results(exp: "Experiment", run_dir: str | Path, out_dir: str | Pat
                       **hpcc_options) -> dict[str, Path]:
     """Write the results directory of a run from its raw logs and summary.
 
-    The time series CSVs, the HPCC-format files (``hpcc_options``: those of
+    The time series CSVs, FCT slowdown by size bucket and the queue-depth
+    distribution (``distributions``: also into ``summary``), the HPCC-format files (``hpcc_options``: those of
     ``write_hpcc``), the plots, ``hosts.csv`` (with endpoints) and, last,
     ``summary.json``. ``t0_ns``: ``time.monotonic_ns()`` value of the agents'
     common start (``timeseries.monotonic_t0_from_unix``). Returns {file name: path}.
@@ -55,6 +63,7 @@ def write_run_results(exp: "Experiment", run_dir: str | Path, out_dir: str | Pat
     out_dir = Path(out_dir)
     res = load_results(exp, run_dir, t0_ns)      # converted once, for the CSVs and HPCC files
     files = write_results(exp, run_dir, out_dir, t0_ns, results=res)
+    files.update(write_distributions(exp, out_dir, summary, res))
     if hpcc:
         files.update(write_hpcc(exp, out_dir, res, summary, **hpcc_options))
     if plots:

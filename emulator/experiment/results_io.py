@@ -31,9 +31,11 @@ RAW_COLUMNS: dict[str, tuple[tuple[str, Callable], ...]] = {
     "cnp": (("t_ns", int), ("local_qpn", int), ("remote_qpn", int), ("direction", str)),
     "flows": (("t_ns", int), ("flow_id", int), ("acked_bytes", int)),
     "pfc": (("t_ns", int), ("priority", int), ("quanta", int)),
+    "int": (("t_ns", int), ("qpn", int), ("hop", int), ("qlen_bytes", int), ("tx_bytes", int),
+            ("ts_ns", int), ("rate_mbps", int), ("u", float), ("window_bytes", int)),
 }
 SWITCH_LOGS = ("qdepth", "events")
-HOST_LOGS = ("qp", "cnp", "flows", "pfc")
+HOST_LOGS = ("qp", "cnp", "flows", "pfc", "int")
 
 
 # ------------------------------------------------------------------ raw logs

@@ -17,7 +17,7 @@ from emulator.experiment.model import Experiment
 from emulator.experiment.plots import start_prewarm
 from emulator.experiment.results import build_run_summary, write_run_results
 from emulator.experiment.servers import ServerGroup, add_collectives, plain_hosts, render_collectives
-from emulator.experiment.summary import render_summary
+from emulator.experiment.summary import render_slowdown_buckets, render_summary
 from emulator.experiment.timeseries import monotonic_t0_from_unix
 from emulator.errors import ConfigError, EnvironmentProblem, RunAborted
 from emulator.net.fabric import FabricNet, check_environment
@@ -222,6 +222,8 @@ def _results(exp: Experiment, out_dir: Path, run_dir: Path, console: Console,
         files.update(write_captures(run_dir, out_dir, start_at_unix_ns, exp.dilation,
                                     "wall" if pcap == "wall" else "fabric"))
     console.print(render_summary(summary))
+    if (buckets := render_slowdown_buckets(summary)) is not None:
+        console.print(buckets)
     if "collectives" in summary:
         console.print(render_collectives(summary["collectives"]))
     if (endpoint_table := render_endpoints(summary)) is not None:

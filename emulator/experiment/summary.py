@@ -24,13 +24,15 @@ from rich.table import Table
 from emulator.experiment.fidelity import (
     add_headroom_drops, add_link_losses, headroom_drops, link_losses, nic_stats_by_host, run_fidelity,
 )
-from emulator.experiment.ideal_fct import FabricPaths, flow_priority, standalone_fct_ns
+from emulator.experiment.ideal_fct import flow_paths, flow_priority, standalone_fct_ns
 from emulator.experiment.model import Experiment
 from emulator.experiment.results_io import read_stats, stats_by_port_priority
 
-SUMMARY_VERSION = 3           # 2: ports[].priorities, flows[].priority/standalone_fct_ns/fct_slowdown
+SUMMARY_VERSION = 4           # 2: ports[].priorities, flows[].priority/standalone_fct_ns/fct_slowdown
                               # 3: fell_behind in fabric time: switches[] lateness, nics[], fidelity
                               #    and flows[].retransmitted_packets/timeouts/naks
+                              # 4: fct_slowdown_buckets, queue_depth_dist, generated_traffic
+                              #    (emulator/experiment/distributions.py, traffic_gen.py)
 # Loss recovery of a flow, from its sender's QP: packets sent again (go-back-N
 # after a NAK or an ACK timeout), ACK timeouts, NAKs received.
 FLOW_RECOVERY_COUNTERS = ("retransmitted_packets", "timeouts", "naks")
@@ -91,7 +93,7 @@ def build_summary(exp: Experiment, target: str, agent_results: dict[str, dict],
         for r in res.get("expect", []):
             received[r["flow_id"]] = r
     priority = flow_priority(exp)
-    paths = FabricPaths(exp.fabric)
+    paths = flow_paths(exp)
     flows = []
     first_post = last_done = None
     for f in exp.flows:
@@ -212,6 +214,11 @@ def render_summary(summary: dict) -> Table:
     if slow:
         t.add_row("FCT slowdown median / max (vs alone)",
                   f"{slow[len(slow) // 2]:.2f} / {slow[-1]:.2f}")
+    for g in summary.get("generated_traffic") or []:
+        t.add_row(f"traffic[{g['entry']}] {g['pattern']} {g['distribution']}: offered load",
+                  f"{g['offered_load']:.3f} of {g['load']:g} asked ({g['flows']} flows over "
+                  f"{g['duration_us']:g} µs, per host {g['offered_load_min']:.2f}.."
+                  f"{g['offered_load_max']:.2f})")
     t.add_row("retransmitted packets / ACK timeouts / NAKs",
               " / ".join(f"{sum(f.get(k, 0) for f in flows):,}" for k in FLOW_RECOVERY_COUNTERS))
     t.add_row("switch drops (queue / pipeline)",
@@ -223,10 +230,33 @@ def render_summary(summary: dict) -> Table:
                   f"{tot['ecn_marks']:,} / {tot['pause_tx']:,} / {tot['headroom_drops']:,}")
         t.add_row("max queue depth (bytes)", f"{tot['max_depth_bytes']:,}" if summary["target"] != "bmv2"
                   else "not measured on BMv2 (counters only)")
+    q = summary.get("queue_depth_dist")
+    if q and q.get("samples"):
+        t.add_row("egress queue depth p50 / p95 / p99 / max, sampled (bytes)",
+                  " / ".join(f"{q[k]:,}" for k in ("p50_bytes", "p95_bytes", "p99_bytes",
+                                                   "max_bytes")))
     spine_tx = {p["node"]: 0 for p in summary["ports"] if p["role"] == "spine"}
     for p in summary["ports"]:
         if p["node"] in spine_tx:
             spine_tx[p["node"]] += p["tx_packets"]
     if spine_tx:
         t.add_row("packets via each spine", ", ".join(f"{k} {v:,}" for k, v in spine_tx.items()))
+    return t
+
+
+def render_slowdown_buckets(summary: dict) -> Table | None:
+    """The FCT slowdown by flow-size bucket (``fct_slowdown.csv``), when
+    there are enough flows for buckets to say more than the summary."""
+    block = summary.get("fct_slowdown_buckets") or {}
+    rows = block.get("buckets") or []
+    if len(rows) < 2:
+        return None
+    t = Table(title=f"FCT slowdown by flow size: {block['flows']} completed flows in "
+                    f"{block['step_percent']} % buckets (fct_slowdown.csv)")
+    for col in ("flows %", "flows", "size (bytes)", "p50", "p95", "p99"):
+        t.add_column(col, justify="right")
+    for r in rows:
+        t.add_row(f"{r['pct_from']}-{r['pct_to']}", str(r["flows"]),
+                  f"{r['size_min_bytes']:,}..{r['size_max_bytes']:,}",
+                  *(f"{r[k]:.2f}" for k in ("slowdown_p50", "slowdown_p95", "slowdown_p99")))
     return t

@@ -36,6 +36,14 @@ directory::
     is the host's local QP.
 ``drops.csv``        ``time_ns,node,port,priority,bytes``
     every ``drop`` event of a switch.
+``int_hops.csv``     ``time_ns,host,qpn,flow_id,hop,node,port,qlen_bytes,tx_bytes,ts_ns,rate_gbps,u,window_bytes``
+    HPCC (``cc: hpcc``): the INT records of a sample of the ACKs a sender
+    received (one in ``agents.reaction.INT_LOG_EVERY`` per QP), one row per
+    switch the data packet crossed -- ``hop`` 0 the first; ``node``/``port``
+    the egress port that wrote it, from the flow's path --: queue length
+    left at dequeue, the port's tx-bytes counter, its timestamp (fabric ns;
+    both wrap at 2**32), its rate; and the sender's U and window after
+    reacting to it.
 
 Every file is written, with its header, even when no log had rows for it.
 Reading the raw logs (tolerant of partly written ones) and the CSV number
@@ -60,6 +68,8 @@ RESULT_COLUMNS: dict[str, tuple[str, ...]] = {
     "ecn_marks.csv": ("time_ns", "node", "port", "priority", "depth_bytes"),
     "cnp.csv": ("time_ns", "host", "qpn", "flow_id", "direction"),
     "drops.csv": ("time_ns", "node", "port", "priority", "bytes"),
+    "int_hops.csv": ("time_ns", "host", "qpn", "flow_id", "hop", "node", "port", "qlen_bytes",
+                     "tx_bytes", "ts_ns", "rate_gbps", "u", "window_bytes"),
 }
 PFC_EVENTS = ("pause_tx", "resume_tx", "pause_rx", "resume_rx")
 # Window of the per-flow goodput in flow_rate.csv (fabric ns): ACKs come every
@@ -88,12 +98,30 @@ class Results:
     ecn_marks: list[dict] = field(default_factory=list)
     cnp: list[dict] = field(default_factory=list)
     drops: list[dict] = field(default_factory=list)
+    int_hops: list[dict] = field(default_factory=list)
     end_ns: float = 0.0       # the latest fabric time any log reached
 
     def tables(self) -> dict[str, list[dict]]:
         return {"queue_depth.csv": self.queue_depth, "flow_rate.csv": self.flow_rate,
                 "dcqcn_rate.csv": self.dcqcn_rate, "pfc_events.csv": self.pfc_events,
-                "ecn_marks.csv": self.ecn_marks, "cnp.csv": self.cnp, "drops.csv": self.drops}
+                "ecn_marks.csv": self.ecn_marks, "cnp.csv": self.cnp, "drops.csv": self.drops,
+                "int_hops.csv": self.int_hops}
+
+
+def _int_hop_row(paths, flows: dict, host: str, qp_flow: dict, r: dict, ft) -> dict:
+    """One INT record a sender logged, with the switch port that wrote it:
+    the ``hop``-th switch on the flow's path (``ideal_fct.flow_paths``)."""
+    fid = qp_flow.get((host, r["qpn"]), "")
+    node = port = ""
+    flow = flows.get(fid)
+    if flow is not None:
+        path = paths.flow_path(flow)
+        if 0 <= r["hop"] < len(path) - 1:
+            node, port = path[r["hop"] + 1].node, path[r["hop"] + 1].port_no
+    return {"time_ns": ft(r["t_ns"]), "host": host, "qpn": r["qpn"], "flow_id": fid,
+            "hop": r["hop"], "node": node, "port": port, "qlen_bytes": r["qlen_bytes"],
+            "tx_bytes": r["tx_bytes"], "ts_ns": r["ts_ns"], "rate_gbps": r["rate_mbps"] / 1000,
+            "u": r["u"], "window_bytes": r["window_bytes"]}
 
 
 def qp_flow_map(exp: "Experiment") -> dict[tuple[str, int], int]:
@@ -146,6 +174,7 @@ def load_results(exp: "Experiment", run_dir: str | Path, t0_ns: int,
 
     qp_flow = qp_flow_map(exp)
     flows = {f.flow_id: f for f in exp.flows}
+    paths = None
     for host, logs in raw.host.items():
         port = fabric.ports(host)[0]
         for r in logs["pfc"]:
@@ -158,6 +187,11 @@ def load_results(exp: "Experiment", run_dir: str | Path, t0_ns: int,
                                    "flow_id": qp_flow.get((host, r["qpn"]), ""),
                                    "rate_gbps": r["rate_bps"] * d / 1e9, "alpha": r["alpha"],
                                    "event": r["event"]})
+        if logs["int"] and paths is None:
+            from emulator.experiment.ideal_fct import flow_paths
+            paths = flow_paths(exp)
+        for r in logs["int"]:
+            res.int_hops.append(_int_hop_row(paths, flows, host, qp_flow, r, ft))
         for r in logs["cnp"]:
             res.cnp.append({"time_ns": ft(r["t_ns"]), "host": host, "qpn": r["local_qpn"],
                             "flow_id": qp_flow.get((host, r["local_qpn"]), ""),

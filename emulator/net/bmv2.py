@@ -52,7 +52,8 @@ def bmv2_unavailable_reason() -> str | None:
         return f"{CLI_BINARY} is not installed next to {SWITCH_BINARY} (BMv2's Thrift CLI sets queue rates)"
     if _cli_env().get("_missing"):
         return _cli_env()["_missing"]
-    return None
+    from emulator.p4.build import compile_unavailable_reason
+    return compile_unavailable_reason()
 
 
 @functools.lru_cache(maxsize=1)

@@ -57,6 +57,25 @@ def contract_differences(generated: p4info_pb2.P4Info, source: Path = P4_SOURCE,
     return diffs
 
 
+def _json_fresh(build_dir: Path, program: str, contract: Path | None = None) -> bool:
+    """Is ``build_dir``'s compiled ``program`` newer than its source and contract?"""
+    source = P4_SOURCE.with_name(f"{program}.p4")
+    contract = contract or source.with_name(f"{program}.p4info.txtpb")
+    out_json = build_dir / f"{program}.json"
+    out_p4info = build_dir / f"{program}.p4info.txtpb"
+    return (out_json.exists() and out_p4info.exists()
+            and all(out_json.stat().st_mtime >= s.stat().st_mtime for s in (source, contract)))
+
+
+def compile_unavailable_reason(build_dir: Path = BUILD_DIR, program: str = "fabric") -> str | None:
+    """Why ``bmv2_json`` could not give ``program``'s JSON here (None: it can):
+    no compiled copy as new as the source, and no p4c to compile one."""
+    if _json_fresh(build_dir, program) or p4c_path() is not None:
+        return None
+    return (f"p4c-bm2-ss is not installed and {build_dir / (program + '.json')} is missing or "
+            f"older than {program}.p4 (the Vagrant lab has p4c)")
+
+
 def bmv2_json(build_dir: Path = BUILD_DIR, contract: Path | None = None,
               program: str = "fabric") -> Path:
     """Path of ``p4src/<program>.p4``'s BMv2 JSON (fabric.p4; ib.p4 for the
@@ -67,10 +86,7 @@ def bmv2_json(build_dir: Path = BUILD_DIR, contract: Path | None = None,
     contract = contract or source.with_name(f"{program}.p4info.txtpb")   # beside its source
     out_json = build_dir / f"{program}.json"
     out_p4info = build_dir / f"{program}.p4info.txtpb"
-    sources = [source, contract]
-    fresh = (out_json.exists() and out_p4info.exists()
-             and all(out_json.stat().st_mtime >= s.stat().st_mtime for s in sources))
-    if not fresh:
+    if not _json_fresh(build_dir, program, contract):
         p4c = p4c_path()
         if p4c is None:
             raise EnvironmentProblem(

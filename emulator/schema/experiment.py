@@ -21,6 +21,7 @@ qos:                                # traffic classes, PFC, ECN (emulator/contro
   cnp_priority: 6
   pfc: {enabled: true}              # xoff_bytes / xon_bytes / headroom_bytes: auto
   ecn: {enabled: true, kmin_bytes: 5000, kmax_bytes: 200000, pmax: 0.01}
+cc: dcqcn                           # dcqcn | hpcc | none: the NICs' congestion control
 dcqcn: {enabled: true}              # every DCQCN parameter (emulator/schema/dcqcn.py)
 ib_cc: {enabled: true}              # InfiniBand fabrics: FECN/BECN, CCT (emulator/schema/ib_cc.py)
 workload: {...}                     # collectives on GPU servers (emulator/schema/workload.py)
@@ -31,10 +32,18 @@ traffic:                            # one or more entries (optional with a workl
   - pattern: all-to-all             # every host to every other host of its plane, one QP each ...
     op: write                       # write | send
     size_bytes: 1048576
-  - {src: h1, dst: h4, op: write, size_bytes: 4000000, start_us: 10}   # ... or one flow
+  - {src: h1, dst: h4, op: write, size_bytes: 4000000, start_us: 10}   # ... or one flow ...
+  - pattern: poisson                # ... or flows drawn from a workload (HPCC's traffic_gen.py):
+    distribution: websearch         #   sizes from this CDF (emulator/experiment/flow_sizes.py)
+    load: 0.5                       #   each source's offered load / its host link's rate
+    duration_us: 2000               #   Poisson arrivals in [start_us, start_us + duration_us)
+    seed: 1                         #   the same seed, the same flows
+    size_scale: 0.1                 #   sizes x this (a fabric scaled down), then clamped to
+    min_bytes: 1                    #   [min_bytes, max_bytes] (default: 1 .. 2**31)
+    hosts: [h1, h2, h3, h4]         #   sources and destinations (default: every host)
 limits:
   wall_s: 120                       # give up (and say so) after this much wall time (at D <= 10000; more at a higher D)
-hpcc: {dport: 4791}                 # the dport fct.txt/flow.txt show: HPCC's fct_analysis.py keeps 100 (-t 0)
+hpcc: {eta: 0.95, dport: 4791}      # HPCC's parameters (emulator/schema/hpcc.py); the dport fct.txt/flow.txt show
 sweep:                              # optional: one run per value, plus sweep.csv/png
   parameter: qos.ecn.kmax_bytes
   values: [20000, 60000, 200000]
@@ -49,19 +58,19 @@ The file is resolved (fabric, flows, workload plan) by
 from __future__ import annotations
 
 import re
-from typing import Literal, Optional, Union
+from typing import Annotated, Literal, Optional, Union
 
-from pydantic import Field, PositiveInt, field_validator, model_validator
+from pydantic import Discriminator, Field, PositiveInt, Tag, field_validator, model_validator
 
 from emulator.schema.cluster import ClusterSpec
 from emulator.schema.dcqcn import DcqcnSpec
+from emulator.schema.hpcc import HpccSpec
 from emulator.schema.ib_cc import IbCcSpec
 from emulator.schema.qos import QosSpec
 from emulator.schema.endpoints import EndpointsSpec, FlowExpect
 from emulator.schema.limits import FabricUs, MessageBytes, WallS
 from emulator.schema.load import FieldError, StrictSpec
 from emulator.schema.workload import StorageSpec, WorkloadSpec
-from emulator.wire import ROCEV2_UDP_DPORT
 
 NAME_RE = re.compile(r"[a-z0-9][a-z0-9-]*")
 
@@ -88,21 +97,21 @@ class LimitsSpec(StrictSpec):
     wall_s: WallS = 120.0
 
 
-class HpccSpec(StrictSpec):
-    # The UDP dport written in the HPCC-format fct.txt / flow.txt (the packets
-    # keep RoCEv2's 4791): HPCC's analysis/fct_analysis.py keeps only the
-    # flows of dport 100 (-t 0) or 200 (-t 1), so 100 lets it read our runs.
-    dport: int = Field(ROCEV2_UDP_DPORT, ge=1, le=65535)
-
-
 class TrafficSpec(StrictSpec):
-    pattern: Optional[Literal["all-to-all"]] = None
+    pattern: Optional[Literal["all-to-all"]] = None     # (poisson: PoissonTrafficSpec)
     src: Optional[str] = None
     dst: Optional[str] = None
     op: Literal["write", "send"] = "write"
     size_bytes: MessageBytes                # <= 2 GiB, and what this machine's memory holds
     start_us: FabricUs = 0.0
     expect: Optional[FlowExpect] = None    # "dropped": crosses tenants (schema/endpoints.py)
+
+    @field_validator("pattern", mode="before")
+    @classmethod
+    def _known_pattern(cls, v):
+        if v is not None and v != "all-to-all":          # "poisson" is PoissonTrafficSpec's
+            raise ValueError("must be one of all-to-all, poisson")
+        return v
 
     @model_validator(mode="after")
     def _one_form(self):
@@ -111,6 +120,62 @@ class TrafficSpec(StrictSpec):
         if self.pattern is not None and (self.src or self.dst):
             raise ValueError("'pattern' excludes 'src'/'dst'")
         return self
+
+
+# Flow-size distributions a poisson entry may draw from: the keys of
+# emulator.experiment.flow_sizes.DISTRIBUTIONS (a unit test keeps them equal).
+FlowSizeDistribution = Literal["websearch"]
+
+
+class PoissonTrafficSpec(StrictSpec):
+    """Flows generated as the HPCC simulator's ``traffic_gen.py`` does: every
+    source host starts flows at Poisson arrivals whose mean interarrival
+    makes its offered load ``load`` x its host link's rate (mean size x 8 /
+    (rate x load)), each to a destination drawn uniformly among the other
+    hosts of its plane, of a size drawn from ``distribution``, scaled by
+    ``size_scale`` and clamped to [``min_bytes``, ``max_bytes``] (the mean
+    that sets the interarrival is that of the scaled, clamped sizes). The
+    same ``seed`` gives the same flows (``emulator.experiment.traffic_gen``)."""
+
+    pattern: Literal["poisson"]
+    distribution: FlowSizeDistribution
+    load: float = Field(gt=0, le=1, allow_inf_nan=False)      # of each source's host link rate
+    duration_us: FabricUs                                      # arrivals within this window
+    start_us: FabricUs = 0.0
+    seed: int = Field(1, ge=0)
+    size_scale: float = Field(1.0, gt=0, le=1e6, allow_inf_nan=False)
+    min_bytes: MessageBytes = 1
+    max_bytes: Optional[MessageBytes] = None                   # None: 2**31, an RDMA message's most
+    hosts: Optional[list[str]] = Field(None, min_length=2)     # None: every host of the fabric
+    op: Literal["write", "send"] = "write"
+
+    @model_validator(mode="after")
+    def _window_and_sizes(self):
+        if not self.duration_us > 0:
+            raise FieldError("duration_us", f"must be > 0 (got {self.duration_us:g})")
+        if self.max_bytes is not None and self.max_bytes < self.min_bytes:
+            raise FieldError("max_bytes", f"must be >= min_bytes ({self.min_bytes}) "
+                                          f"(got {self.max_bytes})")
+        if self.hosts is not None:
+            seen = set()
+            for j, h in enumerate(self.hosts):
+                if h in seen:
+                    raise FieldError(f"hosts[{j}]", f"{h!r} is listed twice")
+                seen.add(h)
+        return self
+
+
+def _traffic_form(v) -> str:
+    """Which model a ``traffic:`` entry is: a poisson generator or a flow/pattern."""
+    pattern = v.get("pattern") if isinstance(v, dict) else getattr(v, "pattern", None)
+    return "PoissonTrafficSpec" if pattern == "poisson" else "TrafficSpec"
+
+
+# A traffic: entry; the tags are the models' names, which the error
+# translator (schema/load.py) follows to name the field and its model.
+TrafficEntry = Annotated[Union[Annotated[TrafficSpec, Tag("TrafficSpec")],
+                               Annotated[PoissonTrafficSpec, Tag("PoissonTrafficSpec")]],
+                         Discriminator(_traffic_form)]
 
 
 class SweepSpec(StrictSpec):
@@ -129,9 +194,12 @@ class ExperimentSpec(StrictSpec):
     switch: SwitchSpec = SwitchSpec()
     nic: NicSpec = NicSpec()
     qos: QosSpec = QosSpec()
+    # The sources' congestion control: DCQCN (ECN marks -> CNPs), HPCC (INT
+    # records in every data packet -> window and rate), or none (line rate).
+    cc: Literal["dcqcn", "hpcc", "none"] = "dcqcn"
     dcqcn: DcqcnSpec = DcqcnSpec()
     ib_cc: IbCcSpec = IbCcSpec()                    # only on an InfiniBand fabric
-    traffic: Optional[list[TrafficSpec]] = Field(None, min_length=1)
+    traffic: Optional[list[TrafficEntry]] = Field(None, min_length=1)
     workload: Optional[WorkloadSpec] = None         # collectives on servers; traffic then optional
     storage: Optional[StorageSpec] = None           # checkpoint reads during the workload's training
     limits: LimitsSpec = LimitsSpec()
@@ -155,4 +223,7 @@ class ExperimentSpec(StrictSpec):
             raise FieldError("name", f"{self.name!r} must match [a-z0-9][a-z0-9-]*")
         if self.traffic is None and self.workload is None:
             raise ValueError("give 'traffic' or 'workload' (or both)")
+        if self.cc != "dcqcn" and "dcqcn" in self.model_fields_set and self.dcqcn.enabled:
+            raise FieldError("cc", f"is {self.cc}: the dcqcn section applies to cc: dcqcn only "
+                                   "(drop it, or say dcqcn: {enabled: false})")
         return self

@@ -108,3 +108,91 @@ def test_a_collective_workload_is_compared_by_its_busbw(tmp_path):
         [(12.05, 1048576), (12.7, 1048576)]
     assert rows[0]["fct_mean_us"] is None and rows[0]["busiest_link"] == ""
     assert (tmp_path / "comparison.png").stat().st_size > 10_000
+
+
+# ----------------------------------------------- slowdown buckets, queue depth
+
+def workload_run(name, slowdown_of, queue):
+    """A run of 40 flows of sizes 1..40 kB, slowdown ``slowdown_of(size)``, and
+    its sampled queue-depth percentiles."""
+    flows = [{"flow_id": i, "src": "h1", "dst": "h2", "bytes": 1000 * (i + 1),
+              "fct_ns": 1000, "standalone_fct_ns": 1000, "complete": True,
+              "fct_slowdown": slowdown_of(1000 * (i + 1))} for i in range(40)]
+    return {"experiment": name, "link_layer": "roce", "dilation": 3000, "complete": True,
+            "fell_behind": False, "fabric_ns": 2_000_000, "flows": flows, "ports": [],
+            "queue_depth_dist": {"interval_ns": 1000, "window_ns": 2_000_000, "ports": 16,
+                                 "samples": 32016, "mean_bytes": 900.0, "p50_bytes": queue[0],
+                                 "p95_bytes": queue[1], "p99_bytes": queue[2],
+                                 "max_bytes": queue[3]}}
+
+
+def test_rows_have_slowdown_and_queue_depth_percentiles():
+    r = row("dcqcn", workload_run("ws", lambda s: s / 1000, (0, 5000, 20000, 90000)))
+    # slowdowns 1..40: nearest rank
+    assert (r["slowdown_p50"], r["slowdown_p95"], r["slowdown_p99"]) == (20, 38, 40)
+    assert (r["queue_p50_bytes"], r["queue_p95_bytes"], r["queue_p99_bytes"],
+            r["queue_max_sampled_bytes"]) == (0, 5000, 20000, 90000)
+    old = row("roce", roce_run())                   # 3 flows, no queue_depth_dist (an older run)
+    assert old["slowdown_p50"] == 3.0 and old["slowdown_p95"] is None
+    assert old["queue_p99_bytes"] is None and old["queue_max_sampled_bytes"] is None
+
+
+def test_slowdown_by_size_bucket_side_by_side(tmp_path):
+    runs = {"dcqcn": workload_run("ws", lambda s: 1 + s / 10_000, (0, 4000, 9000, 30000)),
+            "none": workload_run("ws-none", lambda s: 2 + s / 1000, (1000, 80000, 150000, 300000))}
+    rows = write_comparison(tmp_path, runs)
+    assert [r["queue_p95_bytes"] for r in rows] == [4000, 80000]
+    with open(tmp_path / "comparison_fct_slowdown.csv") as f:
+        reader = csv.DictReader(f)
+        table = list(reader)
+    assert reader.fieldnames == ["bucket", "pct_from", "pct_to"] + [
+        f"{run}_{c}" for run in ("dcqcn", "none")
+        for c in ("flows", "size_max_bytes", "slowdown_p50", "slowdown_p95", "slowdown_p99")]
+    # 40 flows in 5 % buckets: 2 each; bucket 0 holds 1 kB and 2 kB, its p50 the 2 kB flow's
+    assert len(table) == 20
+    assert table[0] == {"bucket": "0", "pct_from": "0", "pct_to": "5",
+                        "dcqcn_flows": "2", "dcqcn_size_max_bytes": "2000", "dcqcn_slowdown_p50": "1.2",
+                        "dcqcn_slowdown_p95": "1.2", "dcqcn_slowdown_p99": "1.2",
+                        "none_flows": "2", "none_size_max_bytes": "2000", "none_slowdown_p50": "4.0",
+                        "none_slowdown_p95": "4.0", "none_slowdown_p99": "4.0"}
+    assert table[-1]["none_slowdown_p95"] == "42.0" and table[-1]["dcqcn_size_max_bytes"] == "40000"
+    data = json.loads((tmp_path / "comparison.json").read_text())
+    assert [b["slowdown_p50"] for b in data["fct_slowdown_buckets"]["dcqcn"]][:2] == [1.2, 1.4]
+    assert data["queue_depth_dist"]["none"]["max_bytes"] == 300000
+    for png in ("comparison.png", "comparison_fct_slowdown.png"):   # > MAX_FLOW_BARS: by bucket
+        assert (tmp_path / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", png
+
+
+def test_no_bucket_table_without_flows(tmp_path):
+    run = {"experiment": "ar", "link_layer": "roce", "dilation": 20000, "complete": True,
+           "fell_behind": False, "fabric_ns": 0, "flows": [], "ports": [],
+           "collectives": {"results": [{"size_bytes": 65536, "busbw_GBps": 5.0}]}}
+    write_comparison(tmp_path, {"a": run, "b": dict(run)})
+    assert not (tmp_path / "comparison_fct_slowdown.csv").exists()
+    assert json.loads((tmp_path / "comparison.json").read_text())["fct_slowdown_buckets"] == \
+        {"a": [], "b": []}
+
+
+def test_compare_prints_the_bucket_table(monkeypatch, tmp_path):
+    """``fabric-emu compare``'s tables, the runs stubbed (no fabric is built)."""
+    import contextlib
+
+    from click.testing import CliRunner
+
+    import emulator.experiment.dilation as dilation
+    import emulator.net.fabric as fabric
+    import emulator.net.runlock as runlock
+    from emulator.cli import main
+    runs = iter([workload_run("websearch-dcqcn", lambda s: 1 + s / 10_000, (0, 4000, 9000, 30000)),
+                 workload_run("fairness", lambda s: 3.0, (0, 1, 2, 3))])
+    monkeypatch.setattr(dilation, "run_with_dilation", lambda *a, **k: next(runs))
+    monkeypatch.setattr(fabric, "check_environment", lambda: None)
+    monkeypatch.setattr(runlock.RunLock, "acquire",
+                        classmethod(lambda cls, *a, **k: contextlib.nullcontext()))
+    monkeypatch.chdir(REPO)
+    res = CliRunner(env={"COLUMNS": "200"}).invoke(main, ["compare", "experiments/websearch-dcqcn.yaml",
+                                    "experiments/fairness.yaml", "--out", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    assert "queue_p99_bytes" in res.output and "by flow-size bucket" in res.output
+    assert "1.20 / 1.20 / 1.20" in res.output and "3.00 / 3.00 / 3.00" in res.output
+    assert (tmp_path / "comparison_fct_slowdown.csv").exists()

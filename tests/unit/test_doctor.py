@@ -101,7 +101,7 @@ def test_doctor_on_this_machine():
         required = subprocess.run([*FABRIC_EMU, "doctor", "--require", "bmv2"], capture_output=True,
                                   text=True, cwd=REPO, timeout=120)
         assert required.returncode == 1
-        if not have_bmv2:
-            assert "problem  bmv2: simple_switch_grpc" in required.stdout
+        if not have_bmv2:       # not installed, or no p4c to compile fabric.p4 for it
+            assert "problem  bmv2: " in required.stdout
         if not have_p4c:
             assert "problem  p4c: p4c-bm2-ss" in required.stdout

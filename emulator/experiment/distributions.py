@@ -1,0 +1,214 @@
+"""A run as the HPCC paper reports one: FCT slowdown by flow-size bucket, and
+the distribution of the switches' egress queue depths.
+
+**FCT slowdown by flow-size bucket** (``slowdown_buckets``), as HPCC's
+``analysis/fct_analysis.py`` computes its figures' lines: the completed
+flows, each with its slowdown (``fct_ns / standalone_fct_ns``, summary.json's
+``fct_slowdown``) clamped to at least 1 (fct_analysis.py's ``slow<1?1:slow``;
+see ``ideal_fct.py`` for why a flow may come out marginally under its
+ideal), sorted by size (then slowdown), are cut into groups of ``step``
+percent of the flows: group k holds the flows ``[k step n / 100, (k + 1)
+step n / 100)`` in that order (integer division; an empty group is left
+out). Per group: its flows, its smallest and largest size (the largest is
+what fct_analysis.py prints, and the x axis of the paper's figures), and
+the p50 / p95 / p99 of its slowdowns taken as fct_analysis.py's
+``get_pctl`` does -- the sorted values' element ``int(len x p)`` -- plus
+the mean and max. (fct_analysis.py also drops the last line of its input:
+not here.) Written as ``fct_slowdown.csv`` and summary.json's
+``fct_slowdown_buckets`` (``{"step_percent", "flows", "excluded_flows",
+"buckets": [rows]}``; ``excluded_flows``: flows that did not complete);
+``plots.plot_slowdown_buckets`` draws ``fct_slowdown.png``.
+
+**Queue depth distribution** (``queue_depth_distribution``), as HPCC's
+``monitor_buffer`` samples it (and ``qlen.txt`` bins it): each switch
+port's egress bytes, summed over its priority queues, sampled every
+``switch.sample_interval_us`` from fabric time 0 to the last flow's
+completion (the depth at a sample is the last the switch logged, 0 before
+any: ``{sw}.qdepth.csv`` logs changes). Per port and pooled over every
+switch port: samples, mean, p50 / p95 / p99 (nearest rank) and max of the
+samples (the sampled max; ``max_depth_bytes`` of ``ports[].priorities`` is
+the exact peak per queue). Written as ``queue_depth_dist.csv`` (a row
+``all`` first, then one per port) and summary.json's ``queue_depth_dist``
+(the pooled row, with ``interval_ns`` and ``window_ns``). None where the
+switches sample no depth: BMv2, InfiniBand, ``sample_interval_us: 0``.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Iterable, Mapping
+
+from emulator.experiment.results_io import write_csv
+
+if TYPE_CHECKING:  # pragma: no cover
+    from emulator.experiment.model import Experiment
+    from emulator.experiment.timeseries import Results
+    from emulator.topo import Fabric
+
+BUCKET_STEP_PERCENT = 5          # fct_analysis.py's default (-s 5): 20 groups
+BUCKET_COLUMNS = ("bucket", "pct_from", "pct_to", "flows", "size_min_bytes", "size_max_bytes",
+                  "slowdown_p50", "slowdown_p95", "slowdown_p99", "slowdown_mean", "slowdown_max")
+QUEUE_COLUMNS = ("node", "port", "peer", "samples", "mean_bytes", "p50_bytes", "p95_bytes",
+                 "p99_bytes", "max_bytes")
+MAX_QUEUE_SAMPLES = 2_000_000    # per port; a longer run is sampled more coarsely
+FCT_SLOWDOWN_FILES = ("fct_slowdown.csv", "queue_depth_dist.csv")
+
+
+# ------------------------------------------------------------ FCT slowdown
+
+def hpcc_pctl(sorted_values: list[float], p: float) -> float:
+    """fct_analysis.py's ``get_pctl``: element ``int(len x p)`` of the sorted values."""
+    return sorted_values[min(len(sorted_values) - 1, int(len(sorted_values) * p))]
+
+
+def flow_slowdowns(flows: Iterable[Mapping]) -> tuple[list[tuple[int, float]], int]:
+    """((size, slowdown clamped to >= 1) of every completed flow, flows left out)."""
+    out, left = [], 0
+    for f in flows:
+        slow = f.get("fct_slowdown")
+        if slow is None and f.get("complete") and f.get("fct_ns") and f.get("standalone_fct_ns"):
+            slow = f["fct_ns"] / f["standalone_fct_ns"]
+        if slow is None or not f.get("complete", True):
+            left += 1
+            continue
+        out.append((int(f["bytes"]), max(1.0, float(slow))))
+    return out, left
+
+
+def slowdown_buckets(flows: Iterable[Mapping], step: int = BUCKET_STEP_PERCENT) -> list[dict]:
+    """The rows of ``fct_slowdown.csv`` for summary.json-shaped ``flows``
+    (``bytes``, ``fct_slowdown``, ``complete``); see the module docstring."""
+    if not 1 <= step <= 100:
+        raise ValueError(f"bucket step must be 1..100 percent (got {step})")
+    pairs, _ = flow_slowdowns(flows)
+    pairs.sort()
+    n = len(pairs)
+    rows = []
+    for k, i in enumerate(range(0, 100, step)):
+        group = pairs[i * n // 100:min(n, (i + step) * n // 100)]
+        if not group:
+            continue
+        slow = sorted(s for _, s in group)
+        rows.append({"bucket": k, "pct_from": i, "pct_to": min(100, i + step), "flows": len(group),
+                     "size_min_bytes": group[0][0], "size_max_bytes": group[-1][0],
+                     "slowdown_p50": round(hpcc_pctl(slow, 0.5), 4),
+                     "slowdown_p95": round(hpcc_pctl(slow, 0.95), 4),
+                     "slowdown_p99": round(hpcc_pctl(slow, 0.99), 4),
+                     "slowdown_mean": round(sum(slow) / len(slow), 4),
+                     "slowdown_max": round(slow[-1], 4)})
+    return rows
+
+
+def bucket_summary(flows: list[Mapping], step: int = BUCKET_STEP_PERCENT) -> dict:
+    """summary.json's ``fct_slowdown_buckets``."""
+    pairs, left = flow_slowdowns(flows)
+    return {"step_percent": step, "flows": len(pairs), "excluded_flows": left,
+            "buckets": slowdown_buckets(flows, step)}
+
+
+# ------------------------------------------------------------- queue depth
+
+def _nearest_rank(sorted_values, q: float):
+    n = len(sorted_values)
+    return sorted_values[max(0, min(n - 1, -(-n * q // 100) - 1))]
+
+
+def _stats(samples) -> dict:
+    """samples, mean, p50/p95/p99 (nearest rank), max of one array of depths."""
+    import numpy as np
+    s = np.sort(np.asarray(samples, dtype=np.int64))
+    if not len(s):
+        return {"samples": 0, "mean_bytes": None, "p50_bytes": None, "p95_bytes": None,
+                "p99_bytes": None, "max_bytes": None}
+    return {"samples": int(len(s)), "mean_bytes": round(float(s.mean()), 1),
+            **{f"p{q}_bytes": int(_nearest_rank(s, q)) for q in (50, 95, 99)},
+            "max_bytes": int(s[-1])}
+
+
+def port_depth_samples(fabric: "Fabric", queue_depth: list[dict], end_ns: float,
+                       interval_ns: float) -> tuple[dict[tuple[str, int], "object"], float]:
+    """({(switch, port): its egress depth (bytes, priorities summed) at
+    t = 0, interval, ... <= end_ns}, the interval used)."""
+    import numpy as np
+    end_ns = max(0.0, float(end_ns))
+    if end_ns / interval_ns > MAX_QUEUE_SAMPLES:
+        interval_ns = end_ns / MAX_QUEUE_SAMPLES
+    times = np.arange(0.0, end_ns + interval_ns / 2, interval_ns)
+    series: dict[tuple[str, int], dict[int, list[tuple[float, int]]]] = {}
+    for r in queue_depth:
+        series.setdefault((r["node"], int(r["port"])), {}).setdefault(int(r["priority"]), []).append(
+            (float(r["time_ns"]), int(r["depth_bytes"])))
+    out = {}
+    for sw in fabric.switches():
+        for p in fabric.ports(sw):
+            total = np.zeros(len(times), dtype=np.int64)
+            for rows in series.get((sw.name, p.port_no), {}).values():
+                rows.sort(key=lambda x: x[0])
+                t = np.array([x[0] for x in rows], dtype=float)
+                d = np.array([x[1] for x in rows], dtype=np.int64)
+                idx = np.searchsorted(t, times, side="right") - 1
+                total += np.where(idx >= 0, d[np.maximum(idx, 0)], 0)
+            out[(sw.name, p.port_no)] = np.maximum(total, 0)
+    return out, interval_ns
+
+
+def queue_depth_distribution(fabric: "Fabric", queue_depth: list[dict], end_ns: float,
+                             interval_ns: float) -> list[dict]:
+    """The rows of ``queue_depth_dist.csv``: every switch port pooled
+    (``node`` "all"), then each port."""
+    import numpy as np
+    samples, _ = port_depth_samples(fabric, queue_depth, end_ns, interval_ns)
+    rows = []
+    for (node, port), s in samples.items():
+        rows.append({"node": node, "port": port, "peer": fabric.port(node, port).peer, **_stats(s)})
+    pooled = np.concatenate(list(samples.values())) if samples else np.zeros(0, dtype=np.int64)
+    return [{"node": "all", "port": "", "peer": "", **_stats(pooled)}] + rows
+
+
+def samples_queue_depth(exp: "Experiment", target: str) -> bool:
+    """Whether the run's switches sampled their queue depths."""
+    return (exp.fabric.link_layer != "infiniband" and target != "bmv2"
+            and exp.spec.switch.sample_interval_us > 0)
+
+
+def traffic_end_ns(summary: Mapping, fallback: float = 0.0) -> float:
+    """Fabric time of the last flow's completion (from fabric time 0, the
+    agents' common start); ``fallback`` without one."""
+    ends = [f["start_ns"] + f["fct_ns"] for f in summary.get("flows", [])
+            if f.get("fct_ns") is not None]
+    return max(ends) if ends else fallback
+
+
+# --------------------------------------------------------------- writing
+
+def write_distributions(exp: "Experiment", out_dir: str | Path, summary: dict,
+                        results: "Results") -> dict[str, Path]:
+    """``fct_slowdown.csv`` and ``queue_depth_dist.csv`` of a run with flows,
+    and their summary.json entries (``fct_slowdown_buckets``,
+    ``queue_depth_dist``: added to ``summary``); {file name: path}."""
+    if not summary.get("flows"):
+        return {}
+    out_dir = Path(out_dir)
+    files = {}
+    block = bucket_summary(summary["flows"])
+    summary["fct_slowdown_buckets"] = block
+    files["fct_slowdown.csv"] = write_csv(out_dir / "fct_slowdown.csv", BUCKET_COLUMNS,
+                                          block["buckets"])
+    if samples_queue_depth(exp, summary.get("target", "")):
+        interval_ns = exp.spec.switch.sample_interval_us * 1000
+        interval_ns = int(interval_ns) if interval_ns == int(interval_ns) else interval_ns
+        end_ns = traffic_end_ns(summary, results.end_ns)
+        rows = queue_depth_distribution(exp.fabric, results.queue_depth, end_ns, interval_ns)
+        summary["queue_depth_dist"] = {
+            "interval_ns": interval_ns, "window_ns": round(end_ns),
+            "ports": len(rows) - 1, **{k: v for k, v in rows[0].items()
+                                       if k not in ("node", "port", "peer")}}
+        files["queue_depth_dist.csv"] = write_csv(out_dir / "queue_depth_dist.csv",
+                                                  QUEUE_COLUMNS, rows)
+    else:
+        summary["queue_depth_dist"] = None
+    return files
+
+
+__all__ = ["BUCKET_COLUMNS", "BUCKET_STEP_PERCENT", "QUEUE_COLUMNS", "bucket_summary",
+           "flow_slowdowns", "hpcc_pctl", "port_depth_samples", "queue_depth_distribution",
+           "samples_queue_depth", "slowdown_buckets", "traffic_end_ns", "write_distributions"]
