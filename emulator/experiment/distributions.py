@@ -133,6 +133,15 @@ def port_depth_samples(fabric: "Fabric", queue_depth: list[dict], end_ns: float,
     if end_ns / interval_ns > MAX_QUEUE_SAMPLES:
         interval_ns = end_ns / MAX_QUEUE_SAMPLES
     times = np.arange(0.0, end_ns + interval_ns / 2, interval_ns)
+    return port_depths_at(fabric, queue_depth, times), interval_ns
+
+
+def port_depths_at(fabric: "Fabric", queue_depth: list[dict], times) -> dict[tuple[str, int], "object"]:
+    """{(switch, port): its egress depth (bytes, its priorities summed) at
+    each of ``times`` (fabric ns, ascending)}: each priority's last logged
+    depth at or before the time, 0 before any (``queue_depth.csv`` logs
+    changes). Shared with HPCC's qlen.txt (``experiment.hpcc``)."""
+    import numpy as np
     series: dict[tuple[str, int], dict[int, list[tuple[float, int]]]] = {}
     for r in queue_depth:
         series.setdefault((r["node"], int(r["port"])), {}).setdefault(int(r["priority"]), []).append(
@@ -148,7 +157,7 @@ def port_depth_samples(fabric: "Fabric", queue_depth: list[dict], end_ns: float,
                 idx = np.searchsorted(t, times, side="right") - 1
                 total += np.where(idx >= 0, d[np.maximum(idx, 0)], 0)
             out[(sw.name, p.port_no)] = np.maximum(total, 0)
-    return out, interval_ns
+    return out
 
 
 def queue_depth_distribution(fabric: "Fabric", queue_depth: list[dict], end_ns: float,

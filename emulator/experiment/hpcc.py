@@ -204,22 +204,10 @@ def qlen_lines(fabric: "Fabric", queue_depth: list[dict], end_ns: float,
     if end_ns / interval_ns > MAX_QLEN_SAMPLES:
         interval_ns = end_ns / MAX_QLEN_SAMPLES
     samples = np.arange(0.0, end_ns + interval_ns / 2, interval_ns)
-    series: dict[tuple[str, int], dict[int, list[tuple[float, int]]]] = {}
-    for r in queue_depth:
-        series.setdefault((r["node"], r["port"]), {}).setdefault(r["priority"], []).append(
-            (r["time_ns"], r["depth_bytes"]))
-    buckets: dict[tuple[int, int], np.ndarray] = {}
-    for sw in fabric.switches():
-        for p in fabric.ports(sw):
-            total = np.zeros(len(samples), dtype=np.int64)
-            for rows in series.get((sw.name, p.port_no), {}).values():
-                rows.sort(key=lambda x: x[0])
-                t = np.array([x[0] for x in rows], dtype=float)
-                d = np.array([x[1] for x in rows], dtype=np.int64)
-                idx = np.searchsorted(t, samples, side="right") - 1
-                total += np.where(idx >= 0, d[np.maximum(idx, 0)], 0)
-            buckets[(ids[sw.name], hpcc_ifindex(fabric, sw.name, p.port_no))] = \
-                np.maximum(total, 0) // QLEN_BUCKET_BYTES
+    from emulator.experiment.distributions import port_depths_at
+    buckets: dict[tuple[int, int], np.ndarray] = {
+        (ids[sw], hpcc_ifindex(fabric, sw, port)): depth // QLEN_BUCKET_BYTES
+        for (sw, port), depth in port_depths_at(fabric, queue_depth, samples).items()}
     dumps = []
     if dump_interval_ns:
         k = 1

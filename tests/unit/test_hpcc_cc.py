@@ -8,6 +8,7 @@ from pydantic import ValidationError
 from emulator.agents.hpcc import Hpcc, HpccParams
 from emulator.agents.reaction import ReactionPoint
 from emulator.schema.hpcc import HpccSpec
+from tests.unit.test_ib_cc import FakeLogs
 
 LINE = 100e9
 T = 10_000                         # base RTT, ns
@@ -344,17 +345,6 @@ class FakeQp:
     def __init__(self, qpn=0x11, remote_qpn=0x22):
         self.qpn, self.remote_qpn, self.cc = qpn, remote_qpn, None
         self.mtu_bytes, self.window_pkts = 1024, 1 << 30
-
-
-class FakeLogs:
-    def __init__(self):
-        self.qps, self.cnps = [], []
-
-    def qp(self, t, qpn, rate_bps, alpha, event):
-        self.qps.append((t, qpn, rate_bps, alpha, event))
-
-    def cnp(self, t, qpn, remote_qpn, direction):
-        self.cnps.append((t, qpn, remote_qpn, direction))
 
 
 def test_reaction_point_with_hpcc():
