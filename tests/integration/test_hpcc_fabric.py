@@ -46,7 +46,9 @@ def test_incast_under_hpcc_keeps_the_queue_near_zero(tmp_path, target):
     assert {("h4", 0), ("h4", 1), ("h4", 2)} <= hops          # leaf, spine, leaf
     # and Wireshark reads the stacks in the capture (records, then RoCEv2)
     if shutil.which("tshark"):
-        pcap = tmp_path / "pcap" / "leaf1-eth1.pcap"
+        # leaf1's port to h1 (BMv2 writes what it sends apart: _out)
+        pcap = next(p for p in (tmp_path / "pcap" / "leaf1-eth1.pcap",
+                                tmp_path / "pcap" / "leaf1-eth1_out.pcap") if p.exists())
         out = subprocess.run(
             ["tshark", "-X", f"lua_script:{REPO / 'emulator' / 'wireshark' / 'int_hpcc.lua'}",
              "-r", str(pcap), "-Y", "int.kind == 1", "-T", "fields", "-e", "int.hop_count",
