@@ -25,11 +25,13 @@ INT_LOG_EVERY = 8          # the INT records of one ACK in this many are logged 
 if TYPE_CHECKING:
     from emulator.ib.cc import IbCcParams
 
+    from .hpcc import HpccParams
+
 
 class ReactionPoint:
     __slots__ = ("params", "logs", "on_rate", "_qps", "_max_window_pkts", "_int_acks")
 
-    def __init__(self, params: DcqcnParams | IbCcParams, on_rate: Callable, logs=None):
+    def __init__(self, params: DcqcnParams | IbCcParams | HpccParams, on_rate: Callable, logs=None):
         self.params = params
         self.on_rate = on_rate
         self.logs = logs
