@@ -47,8 +47,10 @@ initial_alpha_value 1023/1023; the first CNP halves the rate).
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from typing import Callable
+
+from .cc_config import number, params_from_config
 
 _LINE_40G = 40e9
 
@@ -70,23 +72,7 @@ class DcqcnParams:
     def from_config(cls, d: dict | None) -> "DcqcnParams":
         """Build from the agent config's ``dcqcn`` dict (missing keys take
         the defaults). Raises ValueError on an unknown key or a bad value."""
-        p = cls()
-        if d is None:
-            return p
-        if not isinstance(d, dict):
-            raise ValueError("dcqcn must be an object")
-        known = {f.name: f.type for f in fields(cls)}
-        for k, v in d.items():
-            if k not in known:
-                raise ValueError(f"dcqcn.{k}: unknown key (known: {', '.join(sorted(known))})")
-            if k == "enabled":
-                if not isinstance(v, bool):
-                    raise ValueError(f"dcqcn.enabled: expected true/false, got {v!r}")
-            elif isinstance(v, bool) or not isinstance(v, (int, float)):
-                raise ValueError(f"dcqcn.{k}: expected a number, got {v!r}")
-            setattr(p, k, v)
-        p.validate()
-        return p
+        return params_from_config(cls, d, "dcqcn", lambda k, v: number("dcqcn", k, v))
 
     def validate(self) -> None:
         if not 0 < self.g <= 1:

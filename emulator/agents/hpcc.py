@@ -78,8 +78,10 @@ stamps the listener's events, on the NIC's clock.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from typing import Callable, Sequence
+
+from .cc_config import number, params_from_config
 
 _NEVER_NS = 1 << 62              # next_rate_ns: HPCC runs no timer
 _WRAP = 1 << 32                  # tx_bytes and ts of a hop record are 32-bit counters
@@ -101,25 +103,9 @@ class HpccParams:
     def from_config(cls, d: dict | None) -> "HpccParams":
         """Build from the agent config's ``hpcc`` dict (missing keys take the
         defaults). Raises ValueError on an unknown key or a bad value."""
-        p = cls()
-        if d is None:
-            return p
-        if not isinstance(d, dict):
-            raise ValueError("hpcc must be an object")
-        known = {f.name for f in fields(cls)}
-        for k, v in d.items():
-            if k not in known:
-                raise ValueError(f"hpcc.{k}: unknown key (known: {', '.join(sorted(known))})")
-            if k == "enabled":
-                if not isinstance(v, bool):
-                    raise ValueError(f"hpcc.enabled: expected true/false, got {v!r}")
-            elif k == "w_ai_bytes" and v is None:
-                pass
-            elif isinstance(v, bool) or not isinstance(v, (int, float)):
-                raise ValueError(f"hpcc.{k}: expected a number, got {v!r}")
-            setattr(p, k, v)
-        p.validate()
-        return p
+        return params_from_config(
+            cls, d, "hpcc",
+            lambda k, v: v if (k == "w_ai_bytes" and v is None) else number("hpcc", k, v))
 
     def validate(self) -> None:
         if not 0 < self.eta <= 1:
@@ -135,8 +121,8 @@ class HpccParams:
         if not 0 <= self.alpha_init:
             raise ValueError("hpcc.alpha_init must be >= 0")
         if self.enabled and not self.base_rtt_ns >= 1:
-            raise ValueError("hpcc.base_rtt_ns must be >= 1 (T, the base RTT in the NIC's "
-                             "clock) when enabled")
+            raise ValueError("hpcc.base_rtt_ns must be >= 1 (T, the base RTT in fabric ns) "
+                             "when enabled")
         if not self.dilation >= 1:
             raise ValueError("hpcc.dilation must be >= 1")
         if self.base_rtt_ns < 0:

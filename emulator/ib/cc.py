@@ -60,6 +60,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from typing import Callable
 
+from emulator.agents.cc_config import integer, number, params_from_config
+
 CCT_MAX_ENTRIES = 1024           # the spec allows 16384; 1024 is plenty here
 _NEVER_NS = 1 << 62              # next_rate_ns while no timer runs
 
@@ -70,6 +72,19 @@ def _default_cct() -> tuple[tuple[int, int], ...]:
 
 def _is_int(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _ib_cc_value(k: str, v):
+    """One ``ib_cc`` key's value: the CCT as [shift, multiplier] pairs, the
+    dilation a number, every other key an integer (the spec's fields)."""
+    if k == "cct":
+        if not isinstance(v, (list, tuple)) or not all(
+                isinstance(e, (list, tuple)) and len(e) == 2 for e in v):
+            raise ValueError(f"ib_cc.cct: expected a list of [shift, multiplier] pairs, got {v!r}")
+        return tuple(tuple(e) for e in v)
+    if k == "dilation":
+        return number("ib_cc", k, v)
+    return integer("ib_cc", k, v)
 
 
 @dataclass
@@ -113,32 +128,7 @@ class IbCcParams:
         """Build from the agent config's ``ib_cc`` dict (missing keys take the
         defaults; ``cct`` as a list of [shift, multiplier] pairs). Raises
         ValueError on an unknown key or a bad value."""
-        p = cls()
-        if d is None:
-            return p
-        if not isinstance(d, dict):
-            raise ValueError("ib_cc must be an object")
-        known = {f.name for f in fields(cls)}
-        for k, v in d.items():
-            if k not in known:
-                raise ValueError(f"ib_cc.{k}: unknown key (known: {', '.join(sorted(known))})")
-            if k == "enabled":
-                if not isinstance(v, bool):
-                    raise ValueError(f"ib_cc.enabled: expected true/false, got {v!r}")
-            elif k == "cct":
-                if not isinstance(v, (list, tuple)) or not all(
-                        isinstance(e, (list, tuple)) and len(e) == 2 for e in v):
-                    raise ValueError(f"ib_cc.cct: expected a list of [shift, multiplier] pairs, "
-                                     f"got {v!r}")
-                v = tuple(tuple(e) for e in v)
-            elif k == "dilation":
-                if isinstance(v, bool) or not isinstance(v, (int, float)):
-                    raise ValueError(f"ib_cc.dilation: expected a number, got {v!r}")
-            elif not _is_int(v):
-                raise ValueError(f"ib_cc.{k}: expected an integer, got {v!r}")
-            setattr(p, k, v)
-        p.validate()
-        return p
+        return params_from_config(cls, d, "ib_cc", _ib_cc_value)
 
     def validate(self) -> None:
         # bounds of the spec's fields (Congestion Setting: CCTI_Increase and
