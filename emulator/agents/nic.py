@@ -311,7 +311,7 @@ class RoceNic:
         self.read_requester = ReadRequester(self.requester, mtu_bytes, st)
         self.notification = NotificationPoint(cnp_interval_ns)
         self.cnp_interval_ns = self.notification.interval_ns
-        self.reaction = ReactionPoint(dcqcn, self._on_rate_change, logs)
+        self.reaction = ReactionPoint(dcqcn, self._on_rate_change, logs, max_window_pkts=max_out)
         self.cpu_gate: CpuGate | None = None          # host_cpu: off unless configured
         self.tenant_filter: TenantFilter | None = None
         self._rx_hook = None

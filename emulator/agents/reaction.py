@@ -29,14 +29,17 @@ if TYPE_CHECKING:
 
 
 class ReactionPoint:
-    __slots__ = ("params", "logs", "on_rate", "_qps", "_max_window_pkts", "_int_acks")
+    __slots__ = ("params", "logs", "on_rate", "max_window_pkts", "_qps", "_int_acks")
 
-    def __init__(self, params: DcqcnParams | IbCcParams | HpccParams, on_rate: Callable, logs=None):
+    def __init__(self, params: DcqcnParams | IbCcParams | HpccParams, on_rate: Callable, logs=None,
+                 max_window_pkts: int = 1 << 30):
+        """``max_window_pkts``: the NIC's own bound on a QP's packets in
+        flight, which a machine's window never raises."""
         self.params = params
+        self.max_window_pkts = max_window_pkts
         self.on_rate = on_rate
         self.logs = logs
         self._qps: list = []                     # QPs with a state machine
-        self._max_window_pkts: dict = {}         # QPN -> the NIC's own bound on packets in flight
         self._int_acks: dict = {}                # QPN -> ACKs with INT records so far
 
     @property
@@ -53,7 +56,6 @@ class ReactionPoint:
             self._qps.append(qp)
             window = getattr(cc, "window_bytes", None)
             if window is not None:
-                self._max_window_pkts[qp.qpn] = qp.window_pkts
                 self._set_window(qp, window)
             if cc.rate_bps < line_bps:
                 # IB CC with ccti_min > 0: CCT[CCTI_Min] is a standing delay
@@ -76,7 +78,7 @@ class ReactionPoint:
         """At most ceil(W / MTU) packets in flight: a QP sends while its
         bytes in flight are below W (HPCC's window check)."""
         pkts = max(1, -int(-window_bytes // qp.mtu_bytes))
-        qp.window_pkts = min(pkts, self._max_window_pkts.get(qp.qpn, pkts))
+        qp.window_pkts = min(pkts, self.max_window_pkts)
 
     def on_int_ack(self, qp, hops: bytes, now: int) -> None:
         """An ACK of ``qp`` brought back the INT records ``hops`` (packed,

@@ -70,6 +70,7 @@ class FabricPaths:
         ECMP hash): RoCEv2's, or ``int_md.INT_UDP_DPORT`` for QPs with INT."""
         self.fabric = fabric
         self.dport = dport
+        self.int_hops_memo: tuple | None = None   # (experiment, int_max_hops of it)
         if fabric.link_layer == "infiniband":      # the subnet manager's LFTs
             from emulator.ib.sm import sweep
             self.routes, self.subnet = None, sweep(fabric)
@@ -153,10 +154,14 @@ def int_max_hops(exp: "Experiment", paths: "FabricPaths | None" = None) -> int:
     if not uses_int(exp):
         return 0
     paths = paths or FabricPaths(exp.fabric, INT_UDP_DPORT)
+    memo = paths.int_hops_memo                 # asked per flow (standalone_fct_ns): once per run
+    if memo is not None and memo[0] is exp:
+        return memo[1]
     most = max((len(p) - 1 for f in exp.flows for p in (paths.flow_path(f), paths.ack_path(f))),
                default=0)
     if most > INT_MAX_HOPS:
         raise ValueError(f"a path crosses {most} switches: INT holds {INT_MAX_HOPS} records")
+    paths.int_hops_memo = (exp, most)
     return most
 
 
