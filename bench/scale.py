@@ -3,7 +3,8 @@ reaches without falling behind, wall time and peak memory, for leaf/spine
 fabrics of 8 to 64 hosts running an all-to-all of RDMA WRITEs.
 
     sudo .venv/bin/python bench/scale.py [--hosts 8,16,32,64] [--size-kib 64]
-                                         [--dilation auto|N] [--repo DIR]
+                                         [--dilation auto|N] [--per-process auto|N]
+                                         [--repo DIR]
 
 Per size, one ``fabric-emu run`` with ``dilation: auto`` and an empty
 dilation cache (its own ``XDG_CACHE_HOME``), so the D printed is the one the
@@ -21,7 +22,9 @@ this machine as loaded now. Columns:
   every 200 ms: resident (shared pages counted in every process that maps
   them) and proportional (shared pages split among them: what the run
   holds in all);
-* ``behind``, ``complete``: the kept run's verdict.
+* ``behind``, ``complete``: the kept run's verdict; ``worst``: its worst
+  lateness as a fraction of the limit (``fidelity.worst_ratio``; behind
+  above 1, the calibration keeps a D at 0.5 or below).
 
 ``--repo`` runs another checkout (e.g. a ``git worktree`` of an older
 commit) with this venv's Python, for before/after tables.
@@ -48,7 +51,8 @@ REPO = Path(__file__).resolve().parents[1]
 SHAPES = {8: (2, 2, 4), 16: (2, 4, 4), 32: (4, 8, 4), 64: (4, 16, 4)}
 
 
-def write_files(d: Path, hosts: int, size_kib: int, dilation: str) -> Path:
+def write_files(d: Path, hosts: int, size_kib: int, dilation: str,
+                per_process: str | None = None) -> Path:
     spines, leaves, per_leaf = SHAPES[hosts]
     (d / "topo.yaml").write_text(f"""name: scale-{hosts}
 clos:
@@ -70,14 +74,15 @@ traffic:
     op: write
     size_bytes: {size_kib * 1024}
 limits: {{wall_s: 600}}
-""")
+""" + (f"agents: {{per_process: {per_process}}}\n" if per_process else ""))
     return d / "exp.yaml"
 
 
-def run_one(repo: Path, hosts: int, size_kib: int, dilation: str) -> dict:
+def run_one(repo: Path, hosts: int, size_kib: int, dilation: str,
+            per_process: str | None = None) -> dict:
     with tempfile.TemporaryDirectory(prefix="fabric-emu-scale-") as tmp:
         tmp = Path(tmp)
-        exp = write_files(tmp, hosts, size_kib, dilation)
+        exp = write_files(tmp, hosts, size_kib, dilation, per_process)
         out = tmp / "out"
         env = {**os.environ, "XDG_CACHE_HOME": str(tmp / "cache")}
         t0 = time.monotonic()
@@ -101,6 +106,7 @@ def run_one(repo: Path, hosts: int, size_kib: int, dilation: str) -> dict:
                 "dilation": s["dilation"], "chosen_by": s.get("dilation_chosen_by", "?"),
                 "peak_mb": peak / 2**20, "peak_pss_mb": peak_pss / 2**20,
                 "fell_behind": s["fell_behind"], "complete": s["complete"],
+                "worst": (s.get("fidelity") or {}).get("worst_ratio"),
                 "fabric_us": s["fabric_ns"] / 1000}
 
 
@@ -114,23 +120,27 @@ def main() -> None:
     ap.add_argument("--size-kib", type=int, default=64)
     ap.add_argument("--dilation", default="auto")
     ap.add_argument("--repo", type=Path, default=REPO)
+    ap.add_argument("--per-process", default=None,
+                    help="host agents per process (agents.per_process: auto|N; default: the file's)")
     a = ap.parse_args()
     sizes = [int(x) for x in a.hosts.split(",")]
     bad = [n for n in sizes if n not in SHAPES]
     if bad:
         ap.error(f"--hosts: {bad} not among {sorted(SHAPES)}")
-    print(f"all-to-all, {a.size_kib} KiB per pair, dilation {a.dilation}, code {a.repo}")
+    print(f"all-to-all, {a.size_kib} KiB per pair, dilation {a.dilation}, "
+          f"agents per process {a.per_process or 'default'}, code {a.repo}")
     print(f"{'hosts':>5} {'sw':>3} {'flows':>6} {'bring-up s':>10} {'ready s':>8} {'D':>7} {'by':>12} "
-          f"{'run s':>7} {'cmd s':>7} {'RSS MB':>7} {'PSS MB':>7} {'behind':>7} {'complete':>9} {'fabric us':>10}",
+          f"{'run s':>7} {'cmd s':>7} {'RSS MB':>7} {'PSS MB':>7} {'behind':>7} {'worst':>6} {'complete':>9} "
+          f"{'fabric us':>10}",
           flush=True)
     for n in sizes:
-        r = run_one(a.repo, n, a.size_kib, a.dilation)
+        r = run_one(a.repo, n, a.size_kib, a.dilation, a.per_process)
         if "error" in r:
             print(f"{n:>5} failed: {r['error']}", flush=True)
             continue
         print(f"{n:>5} {r['switches']:>3} {r['flows']:>6} {fmt(r['bring_up_s'], '10.2f')} "
               f"{fmt(r['ready_s'], '8.2f')} {r['dilation']:7g} {r['chosen_by']:>12} "
-              f"{r['run_s']:7.1f} {r['cmd_s']:7.1f} {r['peak_mb']:7.0f} {r['peak_pss_mb']:7.0f} {str(r['fell_behind']):>7} "
+              f"{r['run_s']:7.1f} {r['cmd_s']:7.1f} {r['peak_mb']:7.0f} {r['peak_pss_mb']:7.0f} {str(r['fell_behind']):>7} {fmt(r['worst'], '6.2f')} "
               f"{str(r['complete']):>9} {r['fabric_us']:10.1f}", flush=True)
 
 

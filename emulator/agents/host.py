@@ -464,6 +464,16 @@ class HostAgent:
                        "write_layout": {str(k): v for k, v in self.layout.items()}},
         }
 
+    def finish(self) -> None:
+        """The run is over: write the result, close the NIC and the logs, say how it ended."""
+        try:
+            self.write_result()
+        finally:
+            self.nic.close()
+            self.finish_logs()
+        print(f"[{self.host}] {self.stop_reason}: complete={self.all_complete()} "
+              f"{self.nic.stats!r}", file=sys.stderr, flush=True)
+
     def finish_logs(self) -> None:
         """Final flows.csv rows for unfinished sends; flush and close the logs."""
         now = time.monotonic_ns()
@@ -499,78 +509,99 @@ class HostAgent:
 
     # -- main loop -------------------------------------------------------------
     def run(self, stop_flag: list | None = None) -> bool:
-        cfg, nic = self.cfg, self.nic
+        """The agent's whole run in this process: the start gate, then the
+        loop until done, the deadline or ``stop_flag[0]``."""
         stop_flag = stop_flag if stop_flag is not None else [False]
         self.ready_unix_ns = time.time_ns()
-        start_at = ready_then_start(self.host, cfg.ready_path, cfg.start_at_unix_ns)
+        self.begin(ready_then_start(self.host, self.cfg.ready_path, self.cfg.start_at_unix_ns))
+        io = self.io
+        while (wake := self.step(stop_flag[0])) is not None:
+            io.run_once(max(0.0, (wake - time.monotonic_ns()) / 1e9))
+        return self.all_complete()
+
+    @property
+    def io(self):
+        """What posts, completes and runs the loop: the NIC, or the GPU staging in front of it."""
+        return self.gpu if self.gpu is not None else self.nic
+
+    def begin(self, start_at_unix_ns: int | None) -> None:
+        """Start the run's clock at ``start_at_unix_ns`` (None: now)."""
+        cfg, nic = self.cfg, self.nic
         now_unix = time.time_ns()
-        self.start_at_unix_ns = start_at or now_unix
+        self.start_at_unix_ns = start_at_unix_ns or now_unix
         if self.start_at_unix_ns < now_unix:
             print(f"[{self.host}] warning: ready {(now_unix - self.start_at_unix_ns) / 1e6:.1f} ms "
                   f"after start_at_unix_ns: its peers may have sent into the void",
                   file=sys.stderr, flush=True)
-        t0 = time.monotonic_ns() + (self.start_at_unix_ns - now_unix)
+        self._t0 = t0 = time.monotonic_ns() + (self.start_at_unix_ns - now_unix)
         if self.endpoint is not None:
             self.endpoint.reset(t0)
-        io = self.gpu if self.gpu is not None else nic   # posts, completions, loop
-        deadline = t0 + int(cfg.deadline_s * 1e9)
+        self._deadline = t0 + int(cfg.deadline_s * 1e9)
         linger_s = cfg.linger_s
-        linger_ns = int((linger_s if linger_s is not None else max(0.5, 3 * nic.rto_ns / 1e9)) * 1e9)
-        pending = [(t0 + s.start_offset_ns, i, s) for i, s in self.sends]
-        pi = 0
-        sample_ns = self.sample_interval_ns
-        next_sample = t0 + sample_ns
-        next_progress = time.monotonic_ns() + 1_000_000_000
-        done_at = None
-        while True:
-            now = time.monotonic_ns()
-            while pi < len(pending) and pending[pi][0] <= now:
-                _, i, s = pending[pi]
-                pi += 1
-                qp = self.qps[s.qpn]
-                mr = self.send_mr[i]
-                if s.op == "write":
-                    io.post_write(qp, i, (mr, 0, mr.size_bytes), s.remote_addr or 0, s.rkey)
-                else:
-                    io.post_send(qp, i, (mr, 0, mr.size_bytes))
-                self.active_sends[i] = (qp, qp.sq[-1] if qp.sq and qp.sq[-1].wr_id == i
-                                        else None)
-                self.logs.flow(time.monotonic_ns(), s.flow_id, 0)
-                st = self.send_state[i]
-                st["post_unix_ns"] = time.time_ns()
-                st["scheduled_unix_ns"] = self.start_at_unix_ns + s.start_offset_ns
-            for c in io.poll_cq(256):
-                self._handle(c)
-            if stop_flag[0]:
-                self.stop_reason = "done" if self.all_done() else "signal"
-                break
-            if self.all_done():
-                if done_at is None:
-                    done_at = now
-                    self.write_progress()
-                if now - max(done_at, nic.last_rx_ns) >= linger_ns and io.idle():
-                    self.stop_reason = "done"
-                    break
-            if now >= deadline:
-                self.stop_reason = "deadline"
-                break
-            if now >= next_progress:
-                next_progress = now + 1_000_000_000
-                self._progress(now, t0)
+        self._linger_ns = int((linger_s if linger_s is not None
+                               else max(0.5, 3 * nic.rto_ns / 1e9)) * 1e9)
+        self._pending = [(t0 + s.start_offset_ns, i, s) for i, s in self.sends]
+        self._pi = 0
+        self._next_sample = t0 + self.sample_interval_ns
+        self._next_progress = time.monotonic_ns() + 1_000_000_000
+        self._done_at = None
+
+    def step(self, stop: bool = False) -> int | None:
+        """One turn of the loop, without waiting: post the sends that are
+        due, take completions, end the run when it is over (``stop``: the
+        runner said so). Returns the monotonic ns by which to turn again
+        (the NIC's own wake-ups aside: its ``run_once`` waits for those),
+        None once ended (``stop_reason`` says why)."""
+        io, nic = self.io, self.nic
+        now = time.monotonic_ns()
+        pending = self._pending
+        while self._pi < len(pending) and pending[self._pi][0] <= now:
+            _, i, s = pending[self._pi]
+            self._pi += 1
+            qp = self.qps[s.qpn]
+            mr = self.send_mr[i]
+            if s.op == "write":
+                io.post_write(qp, i, (mr, 0, mr.size_bytes), s.remote_addr or 0, s.rkey)
+            else:
+                io.post_send(qp, i, (mr, 0, mr.size_bytes))
+            self.active_sends[i] = (qp, qp.sq[-1] if qp.sq and qp.sq[-1].wr_id == i
+                                    else None)
+            self.logs.flow(time.monotonic_ns(), s.flow_id, 0)
+            st = self.send_state[i]
+            st["post_unix_ns"] = time.time_ns()
+            st["scheduled_unix_ns"] = self.start_at_unix_ns + s.start_offset_ns
+        for c in io.poll_cq(256):
+            self._handle(c)
+        if stop:
+            self.stop_reason = "done" if self.all_done() else "signal"
+            return None
+        if self.all_done():
+            if self._done_at is None:
+                self._done_at = now
                 self.write_progress()
-            if now >= next_sample:
-                if self.active_sends:
-                    self._sample_flows(now)
-                next_sample += sample_ns
-                if next_sample <= now:                  # woke late: skip, don't burst
-                    next_sample = now + sample_ns - (now - next_sample) % sample_ns
-            wait = 0.05
-            if pi < len(pending):
-                wait = min(wait, max(0.0, (pending[pi][0] - now) / 1e9))
+            if now - max(self._done_at, nic.last_rx_ns) >= self._linger_ns and io.idle():
+                self.stop_reason = "done"
+                return None
+        if now >= self._deadline:
+            self.stop_reason = "deadline"
+            return None
+        if now >= self._next_progress:
+            self._next_progress = now + 1_000_000_000
+            self._progress(now, self._t0)
+            self.write_progress()
+        sample_ns = self.sample_interval_ns
+        if now >= self._next_sample:
             if self.active_sends:
-                wait = min(wait, max(0.0, (next_sample - now) / 1e9))
-            io.run_once(wait)
-        return self.all_complete()
+                self._sample_flows(now)
+            self._next_sample += sample_ns
+            if self._next_sample <= now:                  # woke late: skip, don't burst
+                self._next_sample = now + sample_ns - (now - self._next_sample) % sample_ns
+        wake = now + 50_000_000
+        if self._pi < len(pending):
+            wake = min(wake, max(now, pending[self._pi][0]))
+        if self.active_sends:
+            wake = min(wake, max(now, self._next_sample))
+        return wake
 
     def _progress(self, now, t0) -> None:
         s = self.nic.stats
@@ -581,13 +612,8 @@ class HostAgent:
               file=sys.stderr, flush=True)
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 1:
-        print("usage: python -m emulator.agents.host CONFIG.json", file=sys.stderr)
-        return 2
-    from emulator.net.lifeline import die_with_runner
-    die_with_runner()
+def stop_on_signals() -> list[bool]:
+    """A flag SIGTERM and SIGINT set: the loop ends at its next turn."""
     stop = [False]
 
     def on_signal(signum, frame):
@@ -595,27 +621,43 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    return stop
+
+
+def load_agent(path: str) -> HostAgent:
+    """The agent of config ``path``, its NIC open; ``AgentConfigError``
+    (one line naming the file) if it cannot be."""
     try:
-        agent = HostAgent(HostAgentConfig.load(argv[0]))
+        return HostAgent(HostAgentConfig.load(path))
     except FabricEmuError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        raise AgentConfigError(str(e)) from None
     except (ValueError, TypeError, KeyError) as e:   # a value the NIC cannot use
-        print(f"error: {argv[0]}: {e}", file=sys.stderr)
-        return 2
+        raise AgentConfigError(f"{path}: {e}") from None
     except OSError as e:
-        print(f"error: {argv[0]}: cannot open the NIC: {e}", file=sys.stderr)
+        raise AgentConfigError(f"{path}: cannot open the NIC: {e}") from None
+
+
+class AgentConfigError(Exception):
+    """An agent that cannot start: its message is the line to print."""
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1:
+        print("usage: python -m emulator.agents.host CONFIG.json", file=sys.stderr)
+        return 2
+    from emulator.net.lifeline import die_with_runner
+    die_with_runner()
+    stop = stop_on_signals()
+    try:
+        agent = load_agent(argv[0])
+    except AgentConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
         return 2
     try:
         ok = agent.run(stop)
     finally:
-        try:
-            agent.write_result()
-        finally:
-            agent.nic.close()
-            agent.finish_logs()
-    print(f"[{agent.host}] {agent.stop_reason}: complete={ok} {agent.nic.stats!r}",
-          file=sys.stderr, flush=True)
+        agent.finish()
     return 0 if ok else 3
 
 

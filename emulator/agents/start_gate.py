@@ -20,12 +20,24 @@ def ready_then_start(name: str, ready_path: str | None, start_at_unix_ns: int | 
     """Announce ``READY name``; with ``ready_path``, mark it ready and wait for
     the start time on stdin (its Unix ns). SystemExit if the runner closed
     stdin without one: it went away, so no run will start."""
-    print(f"READY {name}", flush=True)
-    if ready_path is None:
+    return all_ready_then_start([(name, ready_path)], start_at_unix_ns, stdin)
+
+
+def all_ready_then_start(gates: list[tuple[str, str | None]], start_at_unix_ns: int | None,
+                         stdin: TextIO | None = None) -> int | None:
+    """``ready_then_start`` for a process of several agents (``pack.py``):
+    every ``(name, ready_path)`` announced and marked, then one start time
+    for all, read once (the runner writes it once per process)."""
+    for name, _ in gates:
+        print(f"READY {name}", flush=True)
+    paths = [p for _, p in gates if p is not None]
+    if not paths:
         return start_at_unix_ns
-    with open(ready_path, "w"):
-        pass
+    for p in paths:
+        with open(p, "w"):
+            pass
     line = (stdin or sys.stdin).readline().strip()
     if not line:
-        raise SystemExit(f"{name}: the runner closed stdin before the start: nothing to run")
+        names = ", ".join(n for n, _ in gates)
+        raise SystemExit(f"{names}: the runner closed stdin before the start: nothing to run")
     return int(line)

@@ -17,7 +17,8 @@ from emulator.errors import RunAborted
 from emulator.net.fabric import FabricNet, dilated_link, exit_phrase
 from emulator.net.nodes import stop_processes
 from emulator.schema.agent import (
-    DEFAULT_MR_RKEY, ExpectConfig, HostAgentConfig, NicConfig, QpConfig, SendConfig,
+    DEFAULT_MR_RKEY, AgentPackConfig, ExpectConfig, HostAgentConfig, NicConfig, PackMemberConfig,
+    QpConfig, SendConfig,
 )
 from emulator.schema.load import ProcessConfig
 from emulator.wire import roce_sport
@@ -28,6 +29,25 @@ AGENT_ENDED = (0, 3)
 AGENTS_READY_TIMEOUT_S = 120.0     # every agent imported and its NIC up (64 on two cores: ~15 s)
 START_AHEAD_S = 0.02           # the start time the runner hands out: this far ahead, plus
 START_AHEAD_PER_AGENT_S = 0.001    # a ms per agent to write to it and wake it
+# agents.per_process "auto": up to this many host agents, a process each; more,
+# packed evenly into this many processes (emulator/agents/pack.py)
+AUTO_AGENT_PROCESSES = 8
+
+
+def packs(names: list[str], per_process: int | str) -> list[list[str]]:
+    """``names`` (in order) cut into the processes that run them: groups of
+    ``per_process``, or for "auto" at most ``AUTO_AGENT_PROCESSES`` groups
+    whose sizes differ by one at most."""
+    if per_process == "auto":
+        n = min(len(names), AUTO_AGENT_PROCESSES) or 1
+        size, extra = divmod(len(names), n)
+        out, i = [], 0
+        for k in range(n):
+            j = i + size + (k < extra)
+            out.append(names[i:j])
+            i = j
+        return [g for g in out if g]
+    return [names[i:i + per_process] for i in range(0, len(names), per_process)]
 
 
 def rto_fabric_ns(exp: Experiment) -> int:
@@ -155,14 +175,21 @@ def progress_path(run_dir: Path, host: str) -> Path:
 
 
 class AgentProcesses:
-    """Agent processes of one run, one per Mininet host (namespace): each
-    gets ``RUN/{name}.agent.json``, logs to ``RUN/{name}.agent.log`` and
-    writes ``RUN/{name}.result.json``; stopped together."""
+    """Agent processes of one run, each serving one Mininet host (namespace)
+    or several (``launch_pack``): each agent gets ``RUN/{name}.agent.json``
+    and writes ``RUN/{name}.result.json``; a process logs to
+    ``RUN/{name}.agent.log`` (a pack: ``RUN/{first}+{n}.agent.log``). All
+    stopped together."""
 
     def __init__(self, fnet: FabricNet, exp: Experiment, run_dir: Path):
         self.fnet, self.exp, self.run_dir = fnet, exp, run_dir
-        self.procs: dict[str, subprocess.Popen] = {}
+        self.procs: dict[str, subprocess.Popen] = {}    # agent -> its process (a pack's: shared)
+        self.logs: dict[str, Path] = {}                 # agent -> its process's log
         self.stopped = False     # by stop(): their exits are no deaths
+
+    def processes(self) -> list[subprocess.Popen]:
+        """Each process once (a pack serves several agents)."""
+        return list({id(p): p for p in self.procs.values()}.values())
 
     def ready_path(self, name: str) -> str:
         """The file agent ``name`` creates when it can start (``start_gate``)."""
@@ -174,8 +201,28 @@ class AgentProcesses:
         path = self.run_dir / f"{name}.agent.json"
         cfg.write(path)
         gated = getattr(cfg, "ready_path", None) is not None
-        self.procs[name] = self.fnet.spawn(name, module, [str(path)],
-                                           self.run_dir / f"{name}.agent.log", stdin_pipe=gated)
+        self.logs[name] = self.run_dir / f"{name}.agent.log"
+        self.procs[name] = self.fnet.spawn(name, module, [str(path)], self.logs[name],
+                                           stdin_pipe=gated)
+
+    def launch_pack(self, cfgs: dict[str, HostAgentConfig]) -> None:
+        """Host agents ``cfgs`` in one process (``agents/pack.py``), started
+        in the first one's host; each NIC opened in its own host."""
+        names = list(cfgs)
+        members = []
+        for name, cfg in cfgs.items():
+            path = self.run_dir / f"{name}.agent.json"
+            cfg.write(path)
+            members.append(PackMemberConfig(config=str(path), netns_pid=self.fnet.host(name).pid))
+        tag = f"{names[0]}+{len(names) - 1}"
+        pack = self.run_dir / f"{tag}.pack.json"
+        AgentPackConfig(members=members).write(pack)
+        log = self.run_dir / f"{tag}.agent.log"
+        gated = any(c.ready_path is not None for c in cfgs.values())
+        proc = self.fnet.spawn(names[0], "emulator.agents.pack", [str(pack)], log,
+                               stdin_pipe=gated)
+        for name in names:
+            self.procs[name], self.logs[name] = proc, log
 
     def not_ready(self) -> list[str]:
         """Gated agents that have not said they are ready; raises
@@ -186,12 +233,12 @@ class AgentProcesses:
         for n in waiting:       # even a clean exit before the gate: it will never be ready
             if self.procs[n].poll() is not None:
                 raise RunAborted(f"agent {n} {exit_phrase(self.procs[n].returncode)} before it was "
-                                 f"ready (its log: {self.run_dir / f'{n}.agent.log'})")
+                                 f"ready (its log: {self.logs[n]})")
         return waiting
 
     def release(self, start_at_unix_ns: int) -> None:
         """Hand every gated agent the common start time (and close its stdin)."""
-        for p in self.procs.values():
+        for p in self.processes():
             if p.stdin is not None and not p.stdin.closed:
                 try:
                     p.stdin.write(f"{start_at_unix_ns}\n".encode())
@@ -211,18 +258,18 @@ class AgentProcesses:
         for name, p in self.procs.items():
             if not self.stopped and p.poll() is not None and p.returncode not in AGENT_ENDED:
                 raise RunAborted(f"agent {name} {exit_phrase(p.returncode)} mid-run "
-                                 f"(its log: {self.run_dir / f'{name}.agent.log'})")
+                                 f"(its log: {self.logs[name]})")
         self.fnet.check_alive()
 
     def stop(self, grace_s: float = 5.0) -> None:
         self.stopped = True
-        for p in self.procs.values():        # one still at the gate ends on EOF
+        for p in self.processes():           # one still at the gate ends on EOF
             if p.stdin is not None and not p.stdin.closed:
                 try:
                     p.stdin.close()
                 except OSError:
                     pass
-        stop_processes(self.procs.values(), grace_s)
+        stop_processes(self.processes(), grace_s)
 
     def results(self) -> dict[str, dict]:
         out = {}
@@ -245,11 +292,20 @@ class AgentGroup(AgentProcesses):
 
     def launch_all(self) -> None:
         """Start every agent, each waiting at the gate for ``release``."""
-        names = [h.name for h in self.exp.fabric.hosts()] if self.hosts is None else self.hosts
+        names = [h.name for h in self.exp.fabric.hosts() if self.hosts is None
+                 or h.name in self.hosts]
         cfgs = agent_configs(self.exp, self.run_dir, None, self.hosts,
                              ready_paths={n: self.ready_path(n) for n in names})
-        for name, cfg in cfgs.items():
-            self.launch(name, cfg, "emulator.agents.host")
+        cluster = self.fnet.cluster
+        local = [n for n in names if cluster is None or not cluster.is_remote(n)]
+        for name in names:                   # on another server: one process each, placed there
+            if name not in local:
+                self.launch(name, cfgs[name], "emulator.agents.host")
+        for group in packs(local, self.exp.spec.agents.per_process):
+            if len(group) == 1:
+                self.launch(group[0], cfgs[group[0]], "emulator.agents.host")
+            else:
+                self.launch_pack({n: cfgs[n] for n in group})
 
     def progress(self) -> tuple[int, int]:
         """(payload bytes the agents' NICs have delivered -- placed in
@@ -277,7 +333,7 @@ def start_together(*groups: AgentProcesses, timeout_s: float = AGENTS_READY_TIME
         if time.monotonic() > deadline:
             g, name = waiting[0]
             raise RunAborted(f"agent {name} not ready {timeout_s:.0f} s after its launch "
-                             f"({len(waiting)} waiting; its log: {g.run_dir / f'{name}.agent.log'})")
+                             f"({len(waiting)} waiting; its log: {g.logs.get(name)})")
         time.sleep(poll_s)
     n = sum(len(g.procs) for g in groups)
     start_at = time.time_ns() + int((START_AHEAD_S + START_AHEAD_PER_AGENT_S * n) * 1e9)

@@ -20,7 +20,7 @@ import time
 OWN_PROCESS_PATTERNS = (
     re.compile(r"-m emulator\.dataplane\b"),
     re.compile(r"-m emulator\.ib\.switch\b"),         # InfiniBand switches (emulator/ib/switch.py)
-    re.compile(r"-m emulator\.agents\.host\b"),
+    re.compile(r"-m emulator\.agents\.(host|pack)\b"),   # one NIC, or several (agents/pack.py)
     re.compile(r"-m emulator\.collectives\.(agent|storage)\b"),   # server agents
     re.compile(r"-m emulator\.net\.forkserver\b"),   # what forks the above (emulator/net/forkserver.py)
     re.compile(r"-m emulator\.net\.remote_exec\b"),  # what runs them on another server (cluster)

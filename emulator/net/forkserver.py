@@ -25,7 +25,6 @@ thread, and a lock another thread held would stay held in the child.
 from __future__ import annotations
 
 import atexit
-import ctypes
 import gc
 import importlib
 import json
@@ -42,17 +41,18 @@ import traceback
 from pathlib import Path
 from typing import BinaryIO
 
+from . import netns
+
 # module run as ``python -m`` -> the module whose ``main(argv) -> int`` it calls
 ENTRY_POINTS = {
     "emulator.dataplane": "emulator.dataplane.switch",
     "emulator.ib.switch": "emulator.ib.switch",
     "emulator.agents.host": "emulator.agents.host",
+    "emulator.agents.pack": "emulator.agents.pack",
     "emulator.collectives.agent": "emulator.collectives.agent",
     "emulator.collectives.storage": "emulator.collectives.storage",
 }
 SERVER_TIMEOUT_S = 60.0     # to import everything and be ready; to answer a fork request
-_CLONE_NEWNS = 0x00020000
-_CLONE_NEWNET = 0x40000000
 _MAX_REQUEST = 1 << 20
 
 
@@ -265,25 +265,6 @@ ONE_BLAS_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
 
 # ------------------------------------------------------------------ the server
 
-_libc = ctypes.CDLL("libc.so.6", use_errno=True)
-
-
-def _enter_namespaces(pid: int) -> None:
-    """Join node ``pid``'s network namespace, and its mount namespace when
-    it has one of its own (what ``mnexec -a`` does)."""
-    for kind, flag in (("net", _CLONE_NEWNET), ("mnt", _CLONE_NEWNS)):
-        theirs = f"/proc/{pid}/ns/{kind}"
-        if os.stat(theirs).st_ino == os.stat(f"/proc/self/ns/{kind}").st_ino:
-            continue
-        fd = os.open(theirs, os.O_RDONLY)
-        try:
-            if _libc.setns(fd, flag) != 0:
-                err = ctypes.get_errno()
-                raise OSError(err, f"setns {theirs}: {os.strerror(err)}")
-        finally:
-            os.close(fd)
-
-
 PROFILE_ENV = "FABRIC_EMU_PROFILE"      # a directory: each child's cProfile stats go there
 
 
@@ -324,7 +305,7 @@ def _child(req: dict, fds: list[int], server_fds: list[int], server_pid: int,
         os.close(stdin_fd)
         os.close(log_fd)
         if req["netns_pid"]:
-            _enter_namespaces(int(req["netns_pid"]))
+            netns.enter(int(req["netns_pid"]))
         import setproctitle
         setproctitle.setproctitle(req["title"])
         os.chdir(req["cwd"])

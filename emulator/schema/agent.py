@@ -3,6 +3,8 @@ by the agents -- the same models on both sides:
 
 * ``HostAgentConfig``: ``python -m emulator.agents.host CONFIG.json``, one
   NIC running plain flows (``emulator/experiment/agents.py`` writes it);
+  ``AgentPackConfig``: ``python -m emulator.agents.pack PACK.json``, several
+  of them in one process;
 * ``CollectiveAgentConfig``: ``python -m emulator.collectives.agent``, one
   GPU server running the workload;
 * ``StorageAgentConfig``: ``python -m emulator.collectives.storage``, the
@@ -210,6 +212,17 @@ class HostAgentConfig(ProcessConfig, GpuNicConfig):
     def is_endpoint(self) -> bool:
         """Any endpoint key set: the NIC gets an ``agents.dpu.Endpoint``."""
         return any(getattr(self, k) is not None for k in ENDPOINT_KEYS)
+
+
+class PackMemberConfig(StrictSpec):
+    config: str                                      # a HostAgentConfig file
+    netns_pid: int = Field(gt=0)                     # a process in its host's network namespace
+
+
+class AgentPackConfig(ProcessConfig):
+    """Several host agents in one process (``agents/pack.py``): each
+    member's NIC opened in its own host's namespace, one loop for all."""
+    members: list[PackMemberConfig] = Field(min_length=1)
 
 
 # ---------------------------------------------------------- server agents

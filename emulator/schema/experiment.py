@@ -93,6 +93,13 @@ class NicSpec(StrictSpec):
     rto_us: Optional[float] = Field(None, gt=0)
 
 
+class AgentsSpec(StrictSpec):
+    # Host agents (a NIC each) run per process (emulator/agents/pack.py):
+    # "auto" gives each its own while a run has at most AUTO_AGENT_PROCESSES
+    # of them, else packs them evenly into that many processes.
+    per_process: Union[Literal["auto"], PositiveInt] = "auto"
+
+
 class LimitsSpec(StrictSpec):
     wall_s: WallS = 120.0
 
@@ -203,6 +210,7 @@ class ExperimentSpec(StrictSpec):
     workload: Optional[WorkloadSpec] = None         # collectives on servers; traffic then optional
     storage: Optional[StorageSpec] = None           # checkpoint reads during the workload's training
     limits: LimitsSpec = LimitsSpec()
+    agents: AgentsSpec = AgentsSpec()               # how host agents share processes
     hpcc: HpccSpec = HpccSpec()
     sweep: Optional[SweepSpec] = None               # run once per value (emulator/experiment/sweep.py)
     endpoints: Optional[EndpointsSpec] = None       # NIC/DPU, tenants, host CPU (schema/endpoints.py)

@@ -1,0 +1,129 @@
+"""Several host agents in one process: one loop for their NICs.
+
+A host agent is a Python process of its own (``host.py``); 32 of them are
+32 interpreters, each with ~10 MB of private memory (copy-on-write pages of
+the fork server's heap that reference counts touched) and each a task the
+kernel schedules on two cores. A pack runs several in one::
+
+    python -m emulator.agents.pack PACK.json
+
+``PACK.json`` is ``emulator.schema.agent.AgentPackConfig``: a
+``HostAgentConfig`` file per member and the pid of a process in that
+member's host (its Mininet shell). Each member's NIC is opened in its own
+host's network namespace (``net.netns.network_of``: its sockets stay
+there), so the members are what ``host.py`` would have run, frame for frame;
+only the loop is shared: one ``select`` waits on all their sockets until
+the earliest timer of any, then the members with frames waiting or a timer
+due (only those) run their NIC and take its completions (``HostAgent.step``).
+
+Members pass the start gate together (one ``READY`` line and ready file
+each, one start time on stdin), and each ends as ``host.py`` would: it
+writes its result and its progress file says done, its NIC closes, the
+others go on. SIGTERM/SIGINT end them all, each writing what it has. Exit
+0 when every member completed, 3 if one did not, 2 if a member's config
+is bad (one line naming its file; the NICs opened before it are closed).
+"""
+from __future__ import annotations
+
+import sys
+import time
+
+from emulator.clock import MONOTONIC
+from emulator.schema.agent import AgentPackConfig
+from emulator.errors import FabricEmuError
+
+from .host import AgentConfigError, HostAgent, load_agent, stop_on_signals
+from .start_gate import all_ready_then_start
+
+IDLE_WAIT_NS = 50_000_000      # the longest the loop sleeps with nothing due
+
+
+def open_members(cfg: AgentPackConfig) -> list[HostAgent]:
+    """Every member's agent, its NIC opened in its own host's network
+    namespace; ``AgentConfigError`` for the first that cannot be (the
+    NICs already open are closed)."""
+    from emulator.net.netns import network_of
+    agents: list[HostAgent] = []
+    try:
+        for m in cfg.members:
+            try:
+                with network_of(m.netns_pid):
+                    agents.append(load_agent(m.config))
+            except FileNotFoundError as e:      # the host's namespace is gone
+                raise AgentConfigError(f"{m.config}: host namespace of pid {m.netns_pid}: "
+                                       f"{e.strerror}") from None
+    except BaseException:
+        for a in agents:
+            a.nic.close()
+            a.logs.close()
+        raise
+    return agents
+
+
+def run_members(agents: list[HostAgent], stop_flag: list[bool]) -> None:
+    """Gate, then one loop for all members until each has ended; each
+    ``finish``es (result written, NIC closed) as it ends."""
+    now_unix = time.time_ns()
+    for a in agents:
+        a.ready_unix_ns = now_unix
+    start_at = all_ready_then_start([(a.host, a.cfg.ready_path) for a in agents],
+                                    agents[0].cfg.start_at_unix_ns)
+    for a in agents:
+        a.begin(start_at)
+    owner = {fd: a for a in agents for fd in a.nic.rx_fds}
+    wakes = {a: 0 for a in agents}       # member -> monotonic ns it must run again by
+    ready: set[HostAgent] = set()        # members with frames waiting
+    try:
+        while wakes:
+            now = time.monotonic_ns()
+            stop = stop_flag[0]
+            # Only the members with frames or something due run: a turn of
+            # every NIC for any one's frame would cost the pack a NIC's work per member.
+            for a in [a for a, w in wakes.items() if stop or w <= now or a in ready]:
+                a.io.run_once(0)         # receive, timers, transmit what is due; no wait
+                w = a.step(stop)
+                if w is None:
+                    del wakes[a]
+                    for fd in a.nic.rx_fds:
+                        owner.pop(fd, None)
+                    a.finish()
+                    continue
+                now = time.monotonic_ns()
+                w = a.nic.next_wake_ns(now, w)
+                if a.gpu is not None and (t := a.gpu.next_event_ns()) is not None:
+                    w = min(w, int(t) + 1)
+                wakes[a] = w
+            if not wakes:
+                break
+            wake = min(min(wakes.values()), now + IDLE_WAIT_NS)
+            ready.clear()
+            if wake > time.monotonic_ns():
+                ready.update(owner[fd] for fd in MONOTONIC.wait_readable(list(owner), wake))
+    finally:
+        for a in wakes:                      # an exception: each writes what it has
+            a.stop_reason = a.stop_reason or "signal"
+            a.finish()
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1:
+        print("usage: python -m emulator.agents.pack PACK.json", file=sys.stderr)
+        return 2
+    from emulator.net.lifeline import die_with_runner
+    die_with_runner()
+    stop = stop_on_signals()
+    try:
+        agents = open_members(AgentPackConfig.load(argv[0]))
+    except FabricEmuError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except AgentConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    run_members(agents, stop)
+    return 0 if all(a.all_complete() for a in agents) else 3
+
+
+if __name__ == "__main__":
+    sys.exit(main())

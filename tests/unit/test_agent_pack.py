@@ -1,0 +1,82 @@
+"""How host agents are cut into processes, and a pack's bad input."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from emulator.experiment.agents import AUTO_AGENT_PROCESSES, packs
+from emulator.schema.load import FieldError
+from emulator.schema.agent import AgentPackConfig
+from tests.conftest import REPO
+
+H = [f"h{i}" for i in range(1, 33)]
+
+
+def test_auto_gives_each_agent_its_own_process_up_to_the_limit():
+    assert packs(H[:AUTO_AGENT_PROCESSES], "auto") == [[h] for h in H[:AUTO_AGENT_PROCESSES]]
+    assert packs(H[:3], "auto") == [["h1"], ["h2"], ["h3"]]
+
+
+def test_auto_packs_more_agents_evenly_into_the_limit_in_order():
+    groups = packs(H, "auto")
+    assert len(groups) == AUTO_AGENT_PROCESSES
+    assert [len(g) for g in groups] == [32 // AUTO_AGENT_PROCESSES] * AUTO_AGENT_PROCESSES
+    assert [h for g in groups for h in g] == H
+    sizes = [len(g) for g in packs(H[:11], "auto")]       # 11 into 8: three of two
+    assert sorted(sizes, reverse=True) == sizes and sizes.count(2) == 3 and sum(sizes) == 11
+
+
+def test_a_fixed_size_fills_groups_in_order():
+    assert packs(H[:5], 2) == [["h1", "h2"], ["h3", "h4"], ["h5"]]
+    assert packs(H[:2], 4) == [["h1", "h2"]]
+
+
+def test_the_experiment_schema_takes_auto_or_a_positive_count():
+    from emulator.schema.experiment import AgentsSpec
+    assert AgentsSpec().per_process == "auto"
+    assert AgentsSpec(per_process=4).per_process == 4
+    for bad in (0, -1, "some"):
+        with pytest.raises(ValueError):
+            AgentsSpec(per_process=bad)
+
+
+def test_a_pack_needs_members():
+    with pytest.raises((ValueError, FieldError)):
+        AgentPackConfig(members=[])
+
+
+def _pack(tmp_path, members) -> subprocess.CompletedProcess:
+    path = tmp_path / "p.pack.json"
+    path.write_text(json.dumps({"members": members}))
+    env = {k: v for k, v in os.environ.items() if k != "FABRIC_EMU_RUNNER_PID"}
+    return subprocess.run([sys.executable, "-m", "emulator.agents.pack", str(path)], cwd=REPO,
+                          capture_output=True, text=True, timeout=60, env=env)
+
+
+def test_a_member_with_a_bad_config_exits_2_naming_its_file(tmp_path):
+    bad = tmp_path / "h2.agent.json"
+    bad.write_text(json.dumps({"host": "h2"}))               # no NIC, no result_path
+    p = _pack(tmp_path, [{"config": str(bad), "netns_pid": os.getpid()}])
+    assert p.returncode == 2, p.stderr
+    (line,) = p.stderr.strip().splitlines()
+    assert line.startswith("error: ") and str(bad) in line
+
+
+def test_a_pack_config_without_members_exits_2_naming_the_field(tmp_path):
+    p = _pack(tmp_path, [])
+    assert p.returncode == 2, p.stderr
+    (line,) = p.stderr.strip().splitlines()
+    assert "p.pack.json" in line and "members" in line
+
+
+def test_a_member_whose_host_is_gone_exits_2_naming_its_config(tmp_path):
+    cfg = tmp_path / "h3.agent.json"
+    cfg.write_text("{}")
+    p = _pack(tmp_path, [{"config": str(cfg), "netns_pid": 2 ** 22 + 7}])   # above pid_max
+    assert p.returncode == 2, p.stderr
+    (line,) = p.stderr.strip().splitlines()
+    assert str(cfg) in line and "namespace" in line
