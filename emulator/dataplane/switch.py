@@ -3,7 +3,9 @@
 One process per switch (``python -m emulator.dataplane CONFIG.json``), like
 BMv2's ``simple_switch_grpc``: the Mininet node class starts and stops it the
 same way, the kernel spreads switches over cores, and a crash takes down one
-switch, not the fabric. Inside, a single thread moves packets (the P4Runtime
+switch, not the fabric; a big fabric packs a few per process
+(``dataplane/pack.py``: the same ``begin``/``next_wake_ns``/``turn``, one
+loop). Inside, a single thread moves packets (the P4Runtime
 server's gRPC threads only touch ``SwitchState`` under its lock):
 
     select() on all ports  ->  drain each readable socket  ->  FabricPipeline.ingress
@@ -155,41 +157,61 @@ class EmbeddedSwitch:
 
     # ------------------------------------------------------------------ loop
     def run(self) -> None:
-        by_fd = self._by_fd
-        fds = list(by_fd)
-        pipeline = self.pipeline
-        ingress = pipeline.ingress
-        tm = self.tm
-        enqueue = tm.enqueue
-        clock = self.clock.now_ns
+        """The switch's loop until ``stop``: wait for a frame or the next
+        thing due, then take a turn."""
+        self.begin()
+        fds = self.fds
         wait_readable = self.clock.wait_readable
-        sample_ns = self.cfg.sample_interval_ns if self.logs is not None else 0
-        next_sample = clock() + sample_ns if sample_ns > 0 else NEVER
-        next_flush = clock() + FLUSH_INTERVAL_NS
-        rr = 0
+        clock = self.clock.now_ns
+        next_wake, turn = self.next_wake_ns, self.turn
         while not self._stop:
+            turn(wait_readable(fds, next_wake(clock())))
+
+    @property
+    def fds(self) -> list[int]:
+        """The ports' sockets, to wait on."""
+        return list(self._by_fd)
+
+    def begin(self) -> None:
+        """Start the loop's timers (queue-depth samples, log flushes) from now."""
+        now = self.clock.now_ns()
+        self._sample_ns = sample_ns = self.cfg.sample_interval_ns if self.logs is not None else 0
+        self._next_sample = now + sample_ns if sample_ns > 0 else NEVER
+        self._next_flush = now + FLUSH_INTERVAL_NS
+        self._rr = 0
+
+    def next_wake_ns(self, now: int) -> int:
+        """When the loop must take its next turn if no frame arrives first."""
+        wake = self.tm.next_wake_ns()
+        if wake is None or self._next_sample < wake:
+            wake = self._next_sample
+        return wake if wake <= now + IDLE_WAKE_NS else now + IDLE_WAKE_NS
+
+    def turn(self, readable) -> None:
+        """One turn of the loop: ``readable`` (fds) drained through the
+        pipeline into the TM, packet-outs, what is due sent, samples, flushes,
+        a snapshot asked for."""
+        tm = self.tm
+        clock = self.clock.now_ns
+        if readable:
+            # What was due by now leaves before what arrived by now is
+            # enqueued: woken late, the ports catch up first, so a frame
+            # finds the queue (and the buffer, for ECN and PFC) as the
+            # fabric would have left it, and an XON a departure frees is
+            # not stamped before the XOFF an arrival triggers.
             now = clock()
-            wake = tm.next_wake_ns()
-            if wake is None or next_sample < wake:
-                wake = next_sample
-            if wake > now + IDLE_WAKE_NS:
-                wake = now + IDLE_WAKE_NS
-            readable = wait_readable(fds, wake)
-            if readable:
-                # What was due by now leaves before what arrived by now is
-                # enqueued: woken late, the ports catch up first, so a frame
-                # finds the queue (and the buffer, for ECN and PFC) as the
-                # fabric would have left it, and an XON a departure frees is
-                # not stamped before the XOFF an arrival triggers.
-                now = clock()
-                tm.poll(now)
-                tm.transmit(now)
+            tm.poll(now)
+            tm.transmit(now)
             if len(readable) > 1:
                 # Ports are drained one after the other: rotate who goes first,
                 # or a port early in the list would always win the buffer space
                 # that the last departures freed (lockout under tail drop).
-                rr = rr + 1 if rr + 1 < len(readable) else 0
+                rr = self._rr = self._rr + 1 if self._rr + 1 < len(readable) else 0
                 readable = readable[rr:] + readable[:rr]
+            by_fd = self._by_fd
+            pipeline = self.pipeline
+            ingress = pipeline.ingress
+            enqueue = tm.enqueue
             for fd in readable:
                 port = by_fd[fd]
                 sock = port.sock
@@ -209,27 +231,29 @@ class EmbeddedSwitch:
                         enqueue(now, out, pipeline.verdict)
                     elif egress_port == CPU_PORT:
                         self._packet_in(out, port_no)
+        if self._packet_outs:
+            pipeline = self.pipeline
             while self._packet_outs:
                 payload, egress_port = self._packet_outs.popleft()
                 egress_port = pipeline.packet_out(payload, egress_port)
                 if egress_port == CPU_PORT:
                     self._packet_in(payload, 0)
                 elif egress_port != DROP_PORT:
-                    enqueue(clock(), payload, pipeline.verdict)
-            now = clock()
-            tm.poll(now)
-            tm.transmit(now)
-            if now >= next_sample:
-                tm.sample(now, self.logs.qdepth)
-                next_sample += sample_ns
-                if next_sample <= now:       # fell behind: no burst of catch-up samples
-                    next_sample = now + sample_ns
-            if now >= next_flush:
-                self.flush()
-                next_flush = now + FLUSH_INTERVAL_NS
-            if self._snapshot_due:
-                self._snapshot_due = False
-                self.snapshot(now)
+                    tm.enqueue(clock(), payload, pipeline.verdict)
+        now = clock()
+        tm.poll(now)
+        tm.transmit(now)
+        if now >= self._next_sample:
+            tm.sample(now, self.logs.qdepth)
+            self._next_sample += self._sample_ns
+            if self._next_sample <= now:       # fell behind: no burst of catch-up samples
+                self._next_sample = now + self._sample_ns
+        if now >= self._next_flush:
+            self.flush()
+            self._next_flush = now + FLUSH_INTERVAL_NS
+        if self._snapshot_due:
+            self._snapshot_due = False
+            self.snapshot(now)
 
     def _packet_in(self, frame, ingress_port: int) -> None:
         handler = self.state.packet_in_handler
@@ -252,9 +276,10 @@ class EmbeddedSwitch:
                 port.pcap.close()
 
     # ----------------------------------------------------------------- stats
-    def stats(self) -> dict:
-        """Counters and peaks since ``since_ns`` (start, or the last snapshot)."""
-        now = self.clock.now_ns()
+    def stats(self, now_ns: int | None = None) -> dict:
+        """Counters and peaks since ``since_ns`` (start, or the last snapshot)
+        until ``now_ns`` (default: now)."""
+        now = self.clock.now_ns() if now_ns is None else now_ns
         ports = []
         for p in self.ports.values():
             st = self.tm.port_stats(p.port_no, now)
@@ -272,8 +297,8 @@ class EmbeddedSwitch:
         fabric's runs each get the stats of their own window, and their
         rows of the raw logs lie between two snapshots' ``raw_log_bytes``."""
         self.flush()
-        if self.cfg.stats_path:
-            write_atomic(Path(self.cfg.stats_path), json.dumps(self.stats(), indent=1))
+        if self.cfg.stats_path:    # one instant ends this window and starts the next
+            write_atomic(Path(self.cfg.stats_path), json.dumps(self.stats(now_ns), indent=1))
         self.tm.clear_stats(now_ns)
         self.rx_frames = 0
         for port in self.ports.values():

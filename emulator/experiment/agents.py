@@ -16,6 +16,7 @@ from emulator.experiment.resolved import Experiment
 from emulator.errors import RunAborted
 from emulator.net.fabric import FabricNet, dilated_link, exit_phrase
 from emulator.net.nodes import stop_processes
+from emulator.net.packing import agent_packs
 from emulator.schema.agent import (
     DEFAULT_MR_RKEY, AgentPackConfig, ExpectConfig, HostAgentConfig, NicConfig, PackMemberConfig,
     QpConfig, SendConfig,
@@ -29,25 +30,6 @@ AGENT_ENDED = (0, 3)
 AGENTS_READY_TIMEOUT_S = 120.0     # every agent imported and its NIC up (64 on two cores: ~15 s)
 START_AHEAD_S = 0.02           # the start time the runner hands out: this far ahead, plus
 START_AHEAD_PER_AGENT_S = 0.001    # a ms per agent to write to it and wake it
-# agents.per_process "auto": up to this many host agents, a process each; more,
-# packed evenly into this many processes (emulator/agents/pack.py)
-AUTO_AGENT_PROCESSES = 8
-
-
-def packs(names: list[str], per_process: int | str) -> list[list[str]]:
-    """``names`` (in order) cut into the processes that run them: groups of
-    ``per_process``, or for "auto" at most ``AUTO_AGENT_PROCESSES`` groups
-    whose sizes differ by one at most."""
-    if per_process == "auto":
-        n = min(len(names), AUTO_AGENT_PROCESSES) or 1
-        size, extra = divmod(len(names), n)
-        out, i = [], 0
-        for k in range(n):
-            j = i + size + (k < extra)
-            out.append(names[i:j])
-            i = j
-        return [g for g in out if g]
-    return [names[i:i + per_process] for i in range(0, len(names), per_process)]
 
 
 def rto_fabric_ns(exp: Experiment) -> int:
@@ -301,7 +283,7 @@ class AgentGroup(AgentProcesses):
         for name in names:                   # on another server: one process each, placed there
             if name not in local:
                 self.launch(name, cfgs[name], "emulator.agents.host")
-        for group in packs(local, self.exp.spec.agents.per_process):
+        for group in agent_packs(local, self.exp.spec.agents.per_process):
             if len(group) == 1:
                 self.launch(group[0], cfgs[group[0]], "emulator.agents.host")
             else:

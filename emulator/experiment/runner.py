@@ -24,6 +24,7 @@ from emulator.net.fabric import FabricNet, check_environment
 
 PROGRESS_INTERVAL_S = 1.0     # a progress line
 DONE_POLL_S = 0.05            # how soon the end of the traffic is seen
+PREWARM_DURING_TRAFFIC_MAX_NODES = 24   # switches + hosts: matplotlib's import overlaps the traffic
 
 
 class WallPhases:
@@ -68,7 +69,8 @@ def fabric_net(exp: Experiment, run_dir: Path, pcap: bool | str = False,
                      buffer_bytes=spec.switch.buffer_bytes, qos=spec.qos,
                      mtu_bytes=spec.nic.mtu_bytes,
                      sample_interval_ns=int(spec.switch.sample_interval_us * 1000 * exp.dilation),
-                     pcap=bool(pcap), cluster=spec.cluster, ib_cc=spec.ib_cc)
+                     pcap=bool(pcap), cluster=spec.cluster, ib_cc=spec.ib_cc,
+                     switches_per_process=spec.switch.per_process)
 
 
 def run_experiment(exp: Experiment, out_dir: str | Path, console: Console | None = None,
@@ -108,13 +110,18 @@ def _run(exp: Experiment, out_dir: Path, console: Console, pcap: bool | str, tar
         # BMv2 has only its P4 counters for the per-priority stats
         # matplotlib's import while the traffic runs, at the lowest priority
         # (during the bring-up it held the GIL the runner needs between
-        # Mininet's shell commands), not after the last flow
+        # Mininet's shell commands), not after the last flow; on a big fabric
+        # only once its switches and agents go: its 37 MB would top the run's peak
         prewarm = []
+        early = not summary_only and (len(exp.fabric.switches()) + len(exp.fabric.hosts())
+                                      <= PREWARM_DURING_TRAFFIC_MAX_NODES)
         done = _traffic(fnet, exp, run_dir, console, phases, p4_stats=target == "bmv2",
-                        on_start=None if summary_only else lambda: prewarm.append(start_prewarm()))
+                        on_start=(lambda: prewarm.append(start_prewarm())) if early else None)
         # The switches stop (their stats and logs complete); links, shells and the
         # fork server go while the results are written; the context's exit joins.
         fnet.teardown_in_background()
+        if not summary_only and not prewarm:
+            prewarm.append(start_prewarm())
         phases.mark("teardown")
         for thread in prewarm:
             thread.join()

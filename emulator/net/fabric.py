@@ -89,9 +89,10 @@ def _switch_params(fabric: Fabric, name: str, target: str, switch_options: dict,
 
 def _mininet_topo(fabric: Fabric, dilation: float, run_dir: Path, switch_options: dict,
                   ports: dict[str, tuple[int, int]], target: str = "embedded", forkserver=None,
-                  cluster=None):
+                  cluster=None, packs: dict[str, str] | None = None):
     """cluster: an ``emulator.net.cluster.Cluster``: its node classes, and
-    each node's server as Mininet's cluster edition takes it."""
+    each node's server as Mininet's cluster edition takes it. packs: switch
+    -> the process it shares (embedded target)."""
     from mininet.topo import Topo
 
     from emulator.net.nodes import RoceHost
@@ -105,9 +106,11 @@ def _mininet_topo(fabric: Fabric, dilation: float, run_dir: Path, switch_options
     class FabricTopo(Topo):
         def build(self):
             for sw in fabric.switches():
-                self.addSwitch(sw.name, run_dir=str(run_dir), **where(sw.name), **_switch_params(
-                    fabric, sw.name, target, {**switch_options, "dilation": dilation}, ports,
-                    forkserver, switch_cls))
+                pack = {"pack": packs[sw.name]} if packs and sw.name in packs else {}
+                self.addSwitch(sw.name, run_dir=str(run_dir), **where(sw.name), **pack,
+                               **_switch_params(fabric, sw.name, target,
+                                                {**switch_options, "dilation": dilation}, ports,
+                                                forkserver, switch_cls))
             _add_servers(self, fabric, host_cls, where)
             _add_links(self, fabric)
 
@@ -156,14 +159,17 @@ class FabricNet:
     def __init__(self, fabric: Fabric, run_dir: str | Path, dilation: float = 1.0,
                  buffer_bytes: int = 4_000_000, program: bool = True, qos=None,
                  mtu_bytes: int = 1024, sample_interval_ns: int = 0, pcap: bool = False,
-                 target: str = "embedded", cluster=None, ib_cc=None):
+                 target: str = "embedded", cluster=None, ib_cc=None,
+                 switches_per_process: int | str = "auto"):
         """qos: an ``emulator.control.qos.QosSpec`` to install (None: no traffic
         classes: everything lossy in priority 0). sample_interval_ns: wall
         period of the switches' queue-depth samples (0: none; embedded
         target). target: "embedded" (emulator/dataplane) or "bmv2"
         (simple_switch_grpc, see emulator/net/bmv2.py). cluster: an
         ``emulator.schema.cluster.ClusterSpec``: the fabric spread over its
-        servers (``emulator/net/cluster.py``; embedded target)."""
+        servers (``emulator/net/cluster.py``; embedded target).
+        switches_per_process: embedded switches per process ("auto" or N:
+        ``emulator/net/packing.py``; a cluster's and InfiniBand's: one each)."""
         if target not in TARGETS:
             raise ValueError(f"target must be one of {TARGETS}, not {target!r}")
         self.target = target
@@ -192,6 +198,7 @@ class FabricNet:
                              "BMv2 cannot express credit-based flow control")
         self.cluster_spec = cluster
         self.cluster = None        # emulator.net.cluster.Cluster, while up
+        self.switches_per_process = switches_per_process
 
     # -------------------------------------------------------------- lifecycle
     def start(self) -> "FabricNet":
@@ -226,6 +233,20 @@ class FabricNet:
             self.stop()
             raise
         return self
+
+    def _switch_packs(self) -> dict[str, str]:
+        """switch -> the name of the process it shares (``dataplane/pack.py``);
+        a switch not named runs alone. Embedded Ethernet switches on one machine only."""
+        if self.target != "embedded" or self.cluster_spec is not None \
+                or self.fabric.link_layer == "infiniband":
+            return {}
+        from emulator.net.packing import switch_packs
+        out = {}
+        for group in switch_packs([sw.name for sw in self.fabric.switches()],
+                                  self.switches_per_process):
+            if len(group) > 1:
+                out.update({name: f"{group[0]}+{len(group) - 1}" for name in group})
+        return out
 
     def _check_interfaces_free(self, existing: list[str]) -> None:
         taken = sorted(set(existing) & {p.ifname for n in self.fabric.nodes
@@ -270,7 +291,7 @@ class FabricNet:
             self.cluster = Cluster(self.cluster_spec, self.fabric, self.run_dir).open()
             net_cls, net_params = self.cluster.mininet_params()
         topo = _mininet_topo(self.fabric, self.dilation, self.run_dir, switch_options, ports,
-                             self.target, self.forkserver, self.cluster)
+                             self.target, self.forkserver, self.cluster, self._switch_packs())
         self.net = net_cls(topo=topo, controller=None, autoSetMacs=False, build=False,
                            waitConnected=False, **net_params)
         self.net.build()

@@ -46,6 +46,7 @@ from . import netns
 # module run as ``python -m`` -> the module whose ``main(argv) -> int`` it calls
 ENTRY_POINTS = {
     "emulator.dataplane": "emulator.dataplane.switch",
+    "emulator.dataplane.pack": "emulator.dataplane.pack",
     "emulator.ib.switch": "emulator.ib.switch",
     "emulator.agents.host": "emulator.agents.host",
     "emulator.agents.pack": "emulator.agents.pack",

@@ -20,7 +20,9 @@ from pathlib import Path
 from mininet.node import Host, Switch
 
 from emulator.errors import FabricEmuError
-from emulator.schema.switch import PortConfig, SwitchConfig
+from emulator.schema.switch import (
+    PortConfig, SwitchConfig, SwitchPackConfig, snapshot_request_path,
+)
 
 READY_TIMEOUT_S = 20.0
 
@@ -80,14 +82,18 @@ class EmbeddedP4Switch(StartedSideBySide, Switch):
     """A fabric switch running the embedded Python target of fabric.p4."""
 
     def __init__(self, name, device_id: int, grpc_port: int, run_dir: str,
-                 port_links: dict, options: dict, forkserver, **params):
+                 port_links: dict, options: dict, forkserver, pack: str | None = None,
+                 **params):
         """port_links: port_no -> (rate_bps, delay_ns) of the link behind it, dilated;
         options: the rest of the switch process's config (buffer_bytes,
         sample_interval_ns, pcap, router_mac, seed; see emulator/dataplane/switch.py);
         forkserver: the run's ``emulator.net.forkserver.ForkServer``, which
-        forks the switch process warm."""
+        forks the switch process warm; pack: the name of the process this
+        switch shares with the others of that name (``dataplane/pack.py``;
+        None: a process of its own)."""
         super().__init__(name, dpid=f"{device_id:x}", **params)
         self.forkserver = forkserver
+        self.pack = pack
         self.device_id = device_id
         self.grpc_port = grpc_port
         self.run_dir = Path(run_dir)
@@ -116,9 +122,30 @@ class EmbeddedP4Switch(StartedSideBySide, Switch):
         return cfg_path
 
     def start(self, controllers) -> None:
-        # In the root namespace, like its ports.
-        module = "emulator.ib.switch" if self.options.get("ib") else "emulator.dataplane"
-        self.proc = self.forkserver.spawn(module, [str(self.write_config())], self.log_path)
+        # In the root namespace, like its ports. A pack's process starts in
+        # batchStartup, once every member's config is written.
+        config = self.write_config()
+        if self.pack is None:
+            module = "emulator.ib.switch" if self.options.get("ib") else "emulator.dataplane"
+            self.proc = self.forkserver.spawn(module, [str(config)], self.log_path)
+
+    @classmethod
+    def batchStartup(cls, switches, **_):
+        """Start each pack's process (its members share it and its log), then wait for all."""
+        packs: dict[str, list] = {}
+        for sw in switches:
+            if sw.pack is not None:
+                packs.setdefault(sw.pack, []).append(sw)
+        for name, members in packs.items():
+            run_dir = members[0].run_dir
+            config = run_dir / f"{name}.pack.json"
+            SwitchPackConfig(members=[str(sw.run_dir / f"{sw.name}.switch.json")
+                                      for sw in members]).write(config)
+            log = run_dir / f"{name}.log"
+            proc = members[0].forkserver.spawn("emulator.dataplane.pack", [str(config)], log)
+            for sw in members:
+                sw.proc, sw.log_path = proc, log
+        return super().batchStartup(switches)
 
     def wait_started(self) -> None:
         wait_for_tcp(self.grpc_port, self.proc, READY_TIMEOUT_S, f"switch {self.name}", self.log_path)
@@ -129,6 +156,8 @@ class EmbeddedP4Switch(StartedSideBySide, Switch):
         collects them): it flushes its raw logs, writes ``stats_path`` whole
         and clears its counters and peaks."""
         self.stats_path.unlink(missing_ok=True)
+        if self.pack is not None:           # which of the pack's switches (dataplane/pack.py)
+            snapshot_request_path(self.stats_path).touch()
         self.proc.send_signal(signal.SIGUSR1)
 
     def read_snapshot(self, deadline: float) -> dict:

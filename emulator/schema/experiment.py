@@ -78,6 +78,10 @@ NAME_RE = re.compile(r"[a-z0-9][a-z0-9-]*")
 class SwitchSpec(StrictSpec):
     buffer_bytes: PositiveInt = 4_000_000          # shared buffer per switch
     sample_interval_us: FabricUs = 1.0             # queue-depth sampling (fabric); 0: off
+    # Embedded switches run per process (emulator/dataplane/pack.py): "auto"
+    # gives each its own up to 10 switches, else 3 or so share one
+    # (emulator/net/packing.py); BMv2 and InfiniBand switches: one each.
+    per_process: Union[Literal["auto"], PositiveInt] = "auto"
 
 
 class NicSpec(StrictSpec):
@@ -95,8 +99,8 @@ class NicSpec(StrictSpec):
 
 class AgentsSpec(StrictSpec):
     # Host agents (a NIC each) run per process (emulator/agents/pack.py):
-    # "auto" gives each its own while a run has at most AUTO_AGENT_PROCESSES
-    # of them, else packs them evenly into that many processes.
+    # "auto" gives each its own up to 8 of them, else packs them evenly into
+    # 8 processes (emulator/net/packing.py).
     per_process: Union[Literal["auto"], PositiveInt] = "auto"
 
 

@@ -91,3 +91,16 @@ class SwitchConfig(ProcessConfig):
         if self.router_mac:
             return bytes.fromhex(self.router_mac.replace(":", ""))
         return bytes([0x02, 0, 0, 0xFE]) + (self.device_id & 0xFFFF).to_bytes(2, "big")
+
+
+class SwitchPackConfig(ProcessConfig):
+    """Several embedded switches in one process (``dataplane/pack.py``): a
+    ``SwitchConfig`` file per member."""
+    members: list[str] = Field(min_length=1)
+
+
+def snapshot_request_path(stats_path: str | Path) -> Path:
+    """The file that says which switch of a pack a SIGUSR1 is for: the
+    Mininet node creates it, the pack removes it and takes that switch's
+    snapshot (a process of one switch needs none)."""
+    return Path(f"{stats_path}.request")

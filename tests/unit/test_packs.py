@@ -1,4 +1,4 @@
-"""How host agents are cut into processes, and a pack's bad input."""
+"""How host agents and switches are cut into processes, and a pack's bad input."""
 from __future__ import annotations
 
 import json
@@ -8,7 +8,9 @@ import sys
 
 import pytest
 
-from emulator.experiment.agents import AUTO_AGENT_PROCESSES, packs
+from emulator.net.packing import (
+    AUTO_AGENT_PROCESSES, AUTO_SWITCH_SINGLES, agent_packs as packs, switch_packs,
+)
 from emulator.schema.load import FieldError
 from emulator.schema.agent import AgentPackConfig
 from tests.conftest import REPO
@@ -35,13 +37,23 @@ def test_a_fixed_size_fills_groups_in_order():
     assert packs(H[:2], 4) == [["h1", "h2"]]
 
 
+def test_auto_keeps_a_switch_per_process_on_small_fabrics_and_packs_threes_beyond():
+    S = [f"s{i}" for i in range(1, 21)]
+    assert switch_packs(S[:AUTO_SWITCH_SINGLES], "auto") == [[s] for s in S[:AUTO_SWITCH_SINGLES]]
+    groups = switch_packs(S[:12], "auto")
+    assert [len(g) for g in groups] == [3, 3, 3, 3] and [s for g in groups for s in g] == S[:12]
+    assert [len(g) for g in switch_packs(S, "auto")] == [3, 3, 3, 3, 3, 3, 2]
+    assert switch_packs(S[:3], 2) == [["s1", "s2"], ["s3"]]
+
+
 def test_the_experiment_schema_takes_auto_or_a_positive_count():
-    from emulator.schema.experiment import AgentsSpec
-    assert AgentsSpec().per_process == "auto"
-    assert AgentsSpec(per_process=4).per_process == 4
-    for bad in (0, -1, "some"):
-        with pytest.raises(ValueError):
-            AgentsSpec(per_process=bad)
+    from emulator.schema.experiment import AgentsSpec, SwitchSpec
+    for spec in (AgentsSpec, SwitchSpec):
+        assert spec().per_process == "auto"
+        assert spec(per_process=4).per_process == 4
+        for bad in (0, -1, "some"):
+            with pytest.raises(ValueError):
+                spec(per_process=bad)
 
 
 def test_a_pack_needs_members():
@@ -80,3 +92,31 @@ def test_a_member_whose_host_is_gone_exits_2_naming_its_config(tmp_path):
     assert p.returncode == 2, p.stderr
     (line,) = p.stderr.strip().splitlines()
     assert str(cfg) in line and "namespace" in line
+
+
+def _switch_pack(tmp_path, members) -> subprocess.CompletedProcess:
+    path = tmp_path / "s.pack.json"
+    path.write_text(json.dumps({"members": members}))
+    env = {k: v for k, v in os.environ.items() if k != "FABRIC_EMU_RUNNER_PID"}
+    return subprocess.run([sys.executable, "-m", "emulator.dataplane.pack", str(path)], cwd=REPO,
+                          capture_output=True, text=True, timeout=60, env=env)
+
+
+def test_a_switch_pack_with_a_bad_member_exits_2_naming_its_file(tmp_path):
+    bad = tmp_path / "leaf1.switch.json"
+    bad.write_text(json.dumps({"name": "leaf1"}))            # no device, no ports
+    p = _switch_pack(tmp_path, [str(bad)])
+    assert p.returncode == 2, p.stderr
+    (line,) = p.stderr.strip().splitlines()
+    assert line.startswith("error: ") and "leaf1.switch.json" in line
+
+
+def test_a_switch_pack_whose_port_does_not_exist_exits_2_naming_its_file(tmp_path):
+    cfg = tmp_path / "leaf2.switch.json"
+    cfg.write_text(json.dumps({"name": "leaf2", "device_id": 2, "grpc_port": 1,
+                               "ports": [{"port_no": 1, "ifname": "nosuch-eth9",
+                                          "rate_bps": 1000000, "delay_ns": 0}]}))
+    p = _switch_pack(tmp_path, [str(cfg)])
+    assert p.returncode == 2, p.stderr
+    (line,) = p.stderr.strip().splitlines()
+    assert line.startswith("error: ") and "leaf2.switch.json: ports: cannot open" in line
