@@ -2,8 +2,8 @@
 
 A host agent is a Python process of its own (``host.py``); 32 of them are
 32 interpreters, each with ~10 MB of private memory (copy-on-write pages of
-the fork server's heap that reference counts touched) and each a task the
-kernel schedules on two cores. A pack runs several in one::
+the fork server's heap that reference counts touched). A pack runs several
+in one (``net/packing.py`` says which)::
 
     python -m emulator.agents.pack PACK.json
 

@@ -100,7 +100,7 @@ class NicSpec(StrictSpec):
 class AgentsSpec(StrictSpec):
     # Host agents (a NIC each) run per process (emulator/agents/pack.py):
     # "auto" gives each its own up to 8 of them, else packs them evenly into
-    # 8 processes (emulator/net/packing.py).
+    # 4 processes (emulator/net/packing.py).
     per_process: Union[Literal["auto"], PositiveInt] = "auto"
 
 

@@ -9,7 +9,8 @@ import sys
 import pytest
 
 from emulator.net.packing import (
-    AUTO_AGENT_PROCESSES, AUTO_SWITCH_SINGLES, agent_packs as packs, switch_packs,
+    AUTO_AGENT_PROCESSES, AUTO_AGENT_SINGLES, AUTO_SWITCH_SINGLES, agent_packs as packs,
+    switch_packs,
 )
 from emulator.schema.load import FieldError
 from emulator.schema.agent import AgentPackConfig
@@ -19,7 +20,7 @@ H = [f"h{i}" for i in range(1, 33)]
 
 
 def test_auto_gives_each_agent_its_own_process_up_to_the_limit():
-    assert packs(H[:AUTO_AGENT_PROCESSES], "auto") == [[h] for h in H[:AUTO_AGENT_PROCESSES]]
+    assert packs(H[:AUTO_AGENT_SINGLES], "auto") == [[h] for h in H[:AUTO_AGENT_SINGLES]]
     assert packs(H[:3], "auto") == [["h1"], ["h2"], ["h3"]]
 
 
@@ -28,8 +29,9 @@ def test_auto_packs_more_agents_evenly_into_the_limit_in_order():
     assert len(groups) == AUTO_AGENT_PROCESSES
     assert [len(g) for g in groups] == [32 // AUTO_AGENT_PROCESSES] * AUTO_AGENT_PROCESSES
     assert [h for g in groups for h in g] == H
-    sizes = [len(g) for g in packs(H[:11], "auto")]       # 11 into 8: three of two
-    assert sorted(sizes, reverse=True) == sizes and sizes.count(2) == 3 and sum(sizes) == 11
+    sizes = [len(g) for g in packs(H[:AUTO_AGENT_SINGLES + 1], "auto")]
+    assert len(sizes) == AUTO_AGENT_PROCESSES and max(sizes) - min(sizes) <= 1
+    assert sorted(sizes, reverse=True) == sizes and sum(sizes) == AUTO_AGENT_SINGLES + 1
 
 
 def test_a_fixed_size_fills_groups_in_order():
