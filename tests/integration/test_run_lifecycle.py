@@ -240,3 +240,28 @@ def test_a_summary_only_run_writes_its_verdict_and_nothing_else(tmp_path):
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["run", "summary.json"]
     assert json.loads((tmp_path / "out" / "summary.json").read_text())["flows"] == summary["flows"]
     assert mine() == {"interfaces": [], "processes": []}
+
+
+@pytest.mark.parametrize("victim", ["agents", "switches"])
+def test_a_pack_killed_mid_run_ends_it_naming_a_member_and_leaves_nothing(tmp_path, victim):
+    """Agents and switches several to a process (agents/pack.py, dataplane/pack.py):
+    SIGKILL of the shared process is one line naming one of its members and
+    the pack's log, and the whole fabric goes, as for a process of one."""
+    exp = _experiment(tmp_path, LONG_BYTES)
+    exp.write_text(exp.read_text() + "agents: {per_process: 2}\nswitch: {per_process: 3}\n")
+    run_dir = tmp_path / "out" / "run"
+
+    def packs_running(run: Run) -> bool:
+        log = run_dir / "kh1+1.agent.log"
+        return (run_dir / "kl1+2.log").exists() and log.exists() and "READY kh2" in log.read_text()
+    run = start_run(exp, tmp_path / "out", packs_running)
+    from emulator.net.clean import _own_processes
+    what, pack, log = (("agent kh1", "kh1+1", "kh1+1.agent.log") if victim == "agents"
+                       else ("switch kl1", "kl1+2", "kl1+2.log"))
+    [pid] = _own_processes(str(run_dir / f"{pack}.pack.json"))
+    os.kill(pid, signal.SIGKILL)
+    rc, err = run.wait()
+    assert rc == 1 and "Traceback" not in err, err
+    [line] = error_lines(err)
+    assert what in line and "SIGKILL" in line and str(run_dir / log) in line, line
+    wait_for(lambda: mine() == {"interfaces": [], "processes": []}, 10, "the fabric gone")

@@ -124,9 +124,12 @@ def test_up_to_forty_series_get_forty_distinct_colours():
 
 
 def test_beyond_forty_flows_the_goodput_is_summed_per_receiver():
-    from emulator.experiment.plots import _receiver_lines
-    series = {f: [{"time_ns": t, "rate_gbps": 1.0 + f % 2, "src": f"h{f}", "dst": f"d{f % 3}"}
-                  for t in (1000, 2000)] for f in range(45)}
+    from emulator.experiment.plots import FlowRates, _receiver_lines
+    series = {}
+    for f in range(45):
+        series[f] = FlowRates(f"h{f}", f"d{f % 3}")
+        for t in (1000, 2000):
+            series[f].add(t, 1.0 + f % 2)
     lines = {label: r for label, _, r in _receiver_lines(series)}
     assert set(lines) == {"→d0 (15 flows)", "→d1 (15 flows)", "→d2 (15 flows)"}
     # d0 gets flows 0, 3, ..., 42: 8 even (1 Gbps) + 7 odd (2 Gbps) = 22 Gbps at each instant
@@ -141,3 +144,16 @@ def test_cdf_title_quotes_only_the_percentiles_its_flows_support():
     assert cdf_title(ten).endswith("p50 5.00, p90 9.00, max 10.00")
     hundred = [float(i) for i in range(1, 101)]
     assert "p99 99.00" in cdf_title(hundred)
+
+
+def test_flow_rates_are_streamed_per_flow_in_time_order(tmp_path):
+    from emulator.experiment.plots import read_flow_rates
+    (tmp_path / "flow_rate.csv").write_text(
+        "time_ns,flow_id,src,dst,rate_gbps\n"
+        "2000,1,h1,h2,5\n1000,0,h3,h4,1.5\n1000,1,h1,h2,4\n3000,0,h3,h4,2\n")
+    s = read_flow_rates(tmp_path / "flow_rate.csv")
+    assert sorted(s) == [0, 1]
+    assert (s[1].src, s[1].dst, list(s[1].time_ns), list(s[1].rate_gbps)) == \
+        ("h1", "h2", [1000.0, 2000.0], [4.0, 5.0])
+    assert list(s[0].time_ns) == [1000.0, 3000.0] and list(s[0].rate_gbps) == [1.5, 2.0]
+    assert read_flow_rates(tmp_path / "missing.csv") == {}
