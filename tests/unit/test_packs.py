@@ -63,12 +63,17 @@ def test_a_pack_needs_members():
         AgentPackConfig(members=[])
 
 
-def _pack(tmp_path, members) -> subprocess.CompletedProcess:
-    path = tmp_path / "p.pack.json"
+def _run_pack(tmp_path, module: str, members, name: str) -> subprocess.CompletedProcess:
+    """``python -m module`` on a pack config of ``members``, as a runner would start it."""
+    path = tmp_path / name
     path.write_text(json.dumps({"members": members}))
     env = {k: v for k, v in os.environ.items() if k != "FABRIC_EMU_RUNNER_PID"}
-    return subprocess.run([sys.executable, "-m", "emulator.agents.pack", str(path)], cwd=REPO,
+    return subprocess.run([sys.executable, "-m", module, str(path)], cwd=REPO,
                           capture_output=True, text=True, timeout=60, env=env)
+
+
+def _pack(tmp_path, members) -> subprocess.CompletedProcess:
+    return _run_pack(tmp_path, "emulator.agents.pack", members, "p.pack.json")
 
 
 def test_a_member_with_a_bad_config_exits_2_naming_its_file(tmp_path):
@@ -97,11 +102,7 @@ def test_a_member_whose_host_is_gone_exits_2_naming_its_config(tmp_path):
 
 
 def _switch_pack(tmp_path, members) -> subprocess.CompletedProcess:
-    path = tmp_path / "s.pack.json"
-    path.write_text(json.dumps({"members": members}))
-    env = {k: v for k, v in os.environ.items() if k != "FABRIC_EMU_RUNNER_PID"}
-    return subprocess.run([sys.executable, "-m", "emulator.dataplane.pack", str(path)], cwd=REPO,
-                          capture_output=True, text=True, timeout=60, env=env)
+    return _run_pack(tmp_path, "emulator.dataplane.pack", members, "s.pack.json")
 
 
 def test_a_switch_pack_with_a_bad_member_exits_2_naming_its_file(tmp_path):
