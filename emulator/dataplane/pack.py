@@ -77,7 +77,7 @@ def run(switches: list[EmbeddedSwitch], stopped) -> None:
         now = clock()
         for sw in switches:
             r = mine.get(sw)
-            if r or sw.next_wake_ns(now) <= now or sw._packet_outs or sw._snapshot_due:
+            if r or sw.due(now):
                 sw.turn(r or ())
 
 

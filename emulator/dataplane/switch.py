@@ -187,6 +187,12 @@ class EmbeddedSwitch:
             wake = self._next_sample
         return wake if wake <= now + IDLE_WAKE_NS else now + IDLE_WAKE_NS
 
+    def due(self, now: int) -> bool:
+        """Something for a turn without a frame: a departure, sample or flush
+        due by ``now``, a packet-out or a snapshot asked for."""
+        return (self.next_wake_ns(now) <= now or now >= self._next_flush
+                or bool(self._packet_outs) or self._snapshot_due)
+
     def turn(self, readable) -> None:
         """One turn of the loop: ``readable`` (fds) drained through the
         pipeline into the TM, packet-outs, what is due sent, samples, flushes,
