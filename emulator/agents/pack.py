@@ -71,6 +71,7 @@ def run_members(agents: list[HostAgent], stop_flag: list[bool]) -> None:
     for a in agents:
         a.begin(start_at)
     owner = {fd: a for a in agents for fd in a.nic.rx_fds}
+    fds = list(owner)                    # what the loop waits on: rebuilt only when a member ends
     wakes = {a: 0 for a in agents}       # member -> monotonic ns it must run again by
     ready: set[HostAgent] = set()        # members with frames waiting
     try:
@@ -86,6 +87,7 @@ def run_members(agents: list[HostAgent], stop_flag: list[bool]) -> None:
                     del wakes[a]
                     for fd in a.nic.rx_fds:
                         owner.pop(fd, None)
+                    fds = list(owner)
                     a.finish()
                     continue
                 now = time.monotonic_ns()
@@ -98,7 +100,7 @@ def run_members(agents: list[HostAgent], stop_flag: list[bool]) -> None:
             wake = min(min(wakes.values()), now + IDLE_WAIT_NS)
             ready.clear()
             if wake > time.monotonic_ns():
-                ready.update(owner[fd] for fd in MONOTONIC.wait_readable(list(owner), wake))
+                ready.update(owner[fd] for fd in MONOTONIC.wait_readable(fds, wake))
     finally:
         for a in wakes:                      # an exception: each writes what it has
             a.stop_reason = a.stop_reason or "signal"
@@ -115,10 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     stop = stop_on_signals()
     try:
         agents = open_members(AgentPackConfig.load(argv[0]))
-    except FabricEmuError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except AgentConfigError as e:
+    except (FabricEmuError, AgentConfigError) as e:     # the pack's file, or a member's
         print(f"error: {e}", file=sys.stderr)
         return 2
     run_members(agents, stop)
