@@ -34,10 +34,9 @@ Legends sit beside the axes, never over the data.
 """
 from __future__ import annotations
 
-import os
 from array import array
 from pathlib import Path
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING, Collection, Mapping
 
 from emulator.experiment.results_io import read_result_columns, read_result_csv
 from emulator.wire import PFC_QUANTUM_BITS
@@ -49,7 +48,6 @@ PLOT_FILES = ("queue_depth.png", "throughput.png", "pause_timeline.png", "fct_cd
               "fct_slowdown.png")
 MAX_DISTINCT = 40         # series drawn one colour each, beyond: grouped (throughput: by receiver)
 DPI = 110
-PREWARM_NICE = 19         # the lowest priority: matplotlib's import must not slow a run
 # percentiles a CDF's title quotes need this many flows to mean anything
 PERCENTILE_MIN_FLOWS = {50: 2, 90: 10, 99: 100}
 
@@ -67,33 +65,16 @@ def _save(fig, path: Path) -> Path:
     return path
 
 
-def prewarm(nice: int = 0) -> None:
+def prewarm() -> None:
     """Import matplotlib and draw a small figure once (fonts, the Agg canvas):
-    a third of a second that the runner spends while the traffic runs
-    (``start_prewarm``), not after the last flow ends. ``nice``: this thread's
-    niceness (Linux: per thread), so that it takes the CPU the agents and
-    switches leave idle and not theirs."""
+    what the first figure would otherwise spend (``plotter.Plotter`` does
+    this while the run goes on)."""
     import io
-    import threading
-    if nice:
-        try:
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), nice)
-        except OSError:
-            pass
     fig, ax = _figure(2.0, 1.5)
     ax.plot([0, 1], [0, 1], label="x")
     ax.set_title("x")
     _legend(ax, 1)
     fig.savefig(io.BytesIO(), format="png", bbox_inches="tight")
-
-
-def start_prewarm(nice: int = PREWARM_NICE):
-    """``prewarm`` in a daemon thread; join it (or not: an import in progress
-    makes the plots' own import wait for it)."""
-    import threading
-    t = threading.Thread(target=prewarm, args=(nice,), name="plots-prewarm", daemon=True)
-    t.start()
-    return t
 
 
 def colours(n: int) -> list:
@@ -489,8 +470,10 @@ def plot_busbw(rows: list[Mapping], out_path: str | Path, link_rate_GBps: float 
 # --------------------------------------------------------------------- all
 
 def write_plots(results_dir: str | Path, summary: Mapping | None = None,
-                fabric: "Fabric | None" = None) -> dict[str, Path]:
-    """Draw every figure that has data; returns {file name: path} of those written."""
+                fabric: "Fabric | None" = None, only: Collection[str] | None = None
+                ) -> dict[str, Path]:
+    """Draw every figure that has data (``only``: of these ``PLOT_FILES``);
+    returns {file name: path} of those written."""
     results_dir = Path(results_dir)
     parsed: dict[Path, list[dict]] = {}
 
@@ -498,13 +481,17 @@ def write_plots(results_dir: str | Path, summary: Mapping | None = None,
         if path not in parsed:
             parsed[path] = read_result_csv(path)
         return parsed[path]
-    out = {
-        "queue_depth.png": plot_queue_depth(results_dir, read=read),
-        "throughput.png": plot_throughput(results_dir, read=read),
-        "pause_timeline.png": plot_pause_timeline(results_dir, fabric=fabric, read=read),
-        "fct_cdf.png": plot_fct_cdf(results_dir, summary),
-        "fct_slowdown.png": plot_fct_slowdown(results_dir, read=read),
+    draw = {
+        "queue_depth.png": lambda: plot_queue_depth(results_dir, read=read),
+        "throughput.png": lambda: plot_throughput(results_dir, read=read),
+        "pause_timeline.png": lambda: plot_pause_timeline(results_dir, fabric=fabric, read=read),
+        "fct_cdf.png": lambda: plot_fct_cdf(results_dir, summary),
+        "fct_slowdown.png": lambda: plot_fct_slowdown(results_dir, read=read),
     }
+    unknown = set(only or ()) - draw.keys()
+    if unknown:
+        raise ValueError(f"no such figure: {', '.join(sorted(unknown))}")
+    out = {name: f() for name, f in draw.items() if only is None or name in only}
     return {k: v for k, v in out.items() if v is not None}
 
 

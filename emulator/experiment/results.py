@@ -11,6 +11,7 @@ layers below them, so there is no import circle)::
       |-- traffic_gen      summary's generated_traffic (what poisson entries offered)
       |-- hpcc             HPCC-format files              (ideal_fct)
       |-- plots            PNG figures from the CSVs      (results_io)
+      |     plotter        ... drawn by a process of the run's own (runner's choice)
       ideal_fct          paths, priority and ideal FCT of the flows
       results_io         raw logs, stats.json, CSV reading and writing
 
@@ -34,6 +35,7 @@ from emulator.experiment.traffic_gen import generated_summary
 
 if TYPE_CHECKING:  # pragma: no cover
     from emulator.experiment.model import Experiment
+    from emulator.experiment.plotter import Plotter
 
 
 def build_run_summary(exp: "Experiment", target: str, agent_results: dict[str, dict],
@@ -51,12 +53,12 @@ def build_run_summary(exp: "Experiment", target: str, agent_results: dict[str, d
 
 def write_run_results(exp: "Experiment", run_dir: str | Path, out_dir: str | Path, t0_ns: int,
                       summary: dict, *, plots: bool = True, hpcc: bool = True,
-                      **hpcc_options) -> dict[str, Path]:
+                      plotter: "Plotter | None" = None, **hpcc_options) -> dict[str, Path]:
     """Write the results directory of a run from its raw logs and summary.
 
     The time series CSVs, FCT slowdown by size bucket and the queue-depth
     distribution (``distributions``: also into ``summary``), the HPCC-format files (``hpcc_options``: those of
-    ``write_hpcc``), the plots, ``hosts.csv`` (with endpoints) and, last,
+    ``write_hpcc``), the plots (by ``plotter``'s process if given), ``hosts.csv`` (with endpoints) and, last,
     ``summary.json``. ``t0_ns``: ``time.monotonic_ns()`` value of the agents'
     common start (``timeseries.monotonic_t0_from_unix``). Returns {file name: path}.
     """
@@ -70,7 +72,8 @@ def write_run_results(exp: "Experiment", run_dir: str | Path, out_dir: str | Pat
     # 2.4 M flow-rate rows, a GB) go first, not held beside their copy.
     del res
     if plots:
-        files.update(write_plots(out_dir, summary, fabric=exp.fabric))
+        files.update(plotter.plot(out_dir, summary) if plotter is not None
+                     else write_plots(out_dir, summary, fabric=exp.fabric))
     files.update(write_hosts_csv(out_dir, summary))
     path = out_dir / "summary.json"
     path.write_text(json.dumps(summary, indent=1))

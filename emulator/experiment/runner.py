@@ -14,7 +14,7 @@ from emulator.experiment.capture import write_captures
 from emulator.experiment.endpoint_results import render_endpoints
 from emulator.experiment.endpoints import dropped_flows
 from emulator.experiment.model import Experiment
-from emulator.experiment.plots import start_prewarm
+from emulator.experiment.plotter import Plotter
 from emulator.experiment.results import build_run_summary, write_run_results
 from emulator.experiment.servers import ServerGroup, add_collectives, plain_hosts, render_collectives
 from emulator.experiment.summary import render_slowdown_buckets, render_summary
@@ -24,7 +24,7 @@ from emulator.net.fabric import FabricNet, check_environment
 
 PROGRESS_INTERVAL_S = 1.0     # a progress line
 DONE_POLL_S = 0.05            # how soon the end of the traffic is seen
-PREWARM_DURING_TRAFFIC_MAX_NODES = 24   # switches + hosts: matplotlib's import overlaps the traffic
+PLOTTER_DURING_TRAFFIC_MAX_NODES = 24   # switches + hosts: the plots' process starts with the traffic
 
 
 class WallPhases:
@@ -108,25 +108,28 @@ def _run(exp: Experiment, out_dir: Path, console: Console, pcap: bool | str, tar
     with fabric_net(exp, run_dir, pcap, target) as fnet:
         console.print(f"fabric up and programmed in {phases.mark('bring_up'):.1f} s")
         # BMv2 has only its P4 counters for the per-priority stats
-        # matplotlib's import while the traffic runs, at the lowest priority
-        # (during the bring-up it held the GIL the runner needs between
-        # Mininet's shell commands), not after the last flow; on a big fabric
-        # only once its switches and agents go: its 37 MB would top the run's peak
-        prewarm = []
+        # The plots' process (matplotlib imported on the CPU the run leaves
+        # idle) starts with the traffic; on a big fabric only once its switches
+        # and agents go: its ~45 MB would top the run's peak.
+        plotter = []
         early = not summary_only and (len(exp.fabric.switches()) + len(exp.fabric.hosts())
-                                      <= PREWARM_DURING_TRAFFIC_MAX_NODES)
-        done = _traffic(fnet, exp, run_dir, console, phases, p4_stats=target == "bmv2",
-                        on_start=(lambda: prewarm.append(start_prewarm())) if early else None)
-        # The switches stop (their stats and logs complete); links, shells and the
-        # fork server go while the results are written; the context's exit joins.
-        fnet.teardown_in_background()
-        if not summary_only and not prewarm:
-            prewarm.append(start_prewarm())
-        phases.mark("teardown")
-        for thread in prewarm:
-            thread.join()
-        return _results(exp, out_dir, run_dir, console, pcap, target, phases, *done,
-                        summary_only=summary_only)
+                                      <= PLOTTER_DURING_TRAFFIC_MAX_NODES)
+        try:
+            done = _traffic(fnet, exp, run_dir, console, phases, p4_stats=target == "bmv2",
+                            on_start=(lambda: plotter.append(Plotter.start(out_dir, exp.fabric)))
+                            if early else None)
+            # The switches stop (their stats and logs complete); links, shells and the
+            # fork server go while the results are written; the context's exit joins.
+            fnet.teardown_in_background()
+            if not summary_only and not plotter:
+                plotter.append(Plotter.start(out_dir, exp.fabric))
+            phases.mark("teardown")
+            return _results(exp, out_dir, run_dir, console, pcap, target, phases, *done,
+                            summary_only=summary_only,
+                            plotter=plotter[0] if plotter else None)
+        finally:
+            for p in plotter:
+                p.close()
 
 
 def run_on_fabric(fnet: FabricNet, exp: Experiment, out_dir: str | Path,
@@ -207,7 +210,8 @@ def _minus(now: dict, before: dict) -> dict:
 
 def _results(exp: Experiment, out_dir: Path, run_dir: Path, console: Console,
              pcap: bool | str, target: str, phases: WallPhases, agents, servers, counters,
-             start_at_unix_ns, t0_ns, aborted, *, summary_only: bool = False) -> dict:
+             start_at_unix_ns, t0_ns, aborted, *, summary_only: bool = False,
+             plotter: Plotter | None = None) -> dict:
     """The run's summary and results files from what ``_traffic`` collected
     (``summary_only``: summary.json alone, see ``run_experiment``)."""
     summary = build_run_summary(exp, target, agents.results(), counters, run_dir,
@@ -224,7 +228,7 @@ def _results(exp: Experiment, out_dir: Path, run_dir: Path, console: Console,
     # The workload's block goes into the summary before summary.json is written.
     files = add_collectives(exp, servers, summary, out_dir)
     files.update(write_run_results(exp, run_dir, out_dir, t0_ns, summary,
-                                   dport=exp.spec.hpcc.dport))
+                                   dport=exp.spec.hpcc.dport, plotter=plotter))
     if pcap:            # "wall": wall-time stamps; else (True, "fabric") fabric time
         files.update(write_captures(run_dir, out_dir, start_at_unix_ns, exp.dilation,
                                     "wall" if pcap == "wall" else "fabric"))

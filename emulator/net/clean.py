@@ -22,6 +22,7 @@ OWN_PROCESS_PATTERNS = (
     re.compile(r"-m emulator\.ib\.switch\b"),         # InfiniBand switches (emulator/ib/switch.py)
     re.compile(r"-m emulator\.agents\.(host|pack)\b"),   # one NIC, or several (agents/pack.py)
     re.compile(r"-m emulator\.collectives\.(agent|storage)\b"),   # server agents
+    re.compile(r"-m emulator\.experiment\.plotter\b"),   # the run's plots (experiment/plotter.py)
     re.compile(r"-m emulator\.net\.forkserver\b"),   # what forks the above (emulator/net/forkserver.py)
     re.compile(r"-m emulator\.net\.remote_exec\b"),  # what runs them on another server (cluster)
     re.compile(r"^ssh .*-o Tunnel=Ethernet -w 9:9 "),    # a link between servers (cluster)
@@ -108,9 +109,14 @@ def fabric_interfaces() -> list[str]:
 
 
 def clean() -> dict[str, int]:
-    """Remove leftover processes and interfaces; returns what was removed."""
+    """Remove leftover processes and interfaces (and the plotter's idle
+    cgroup, ``emulator.net.idle_cpu``, once its processes are gone);
+    returns what was removed."""
+    from emulator.net.idle_cpu import remove_idle_cgroup
     killed = kill_fabric_processes()
-    return {"processes": killed, "interfaces": delete_interfaces(fabric_interfaces())}
+    removed = {"processes": killed, "interfaces": delete_interfaces(fabric_interfaces())}
+    remove_idle_cgroup()
+    return removed
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -43,12 +43,18 @@ START_TIMEOUT_S = 60.0          # fabric up and agents started, on a loaded mach
 REAP_S = 2.0                    # the promise: nothing left 2 s after a SIGKILL
 
 
-def _experiment(tmp_path: Path, size_bytes: int, name: str = "lifecycle") -> Path:
+def _experiment(tmp_path: Path, size_bytes: int, name: str = "lifecycle",
+                per_process: tuple[int, int] = (1, 1)) -> Path:
+    """The run these tests act on; ``per_process``: (agents, switches) per
+    process -- a process per node unless a test packs them (whatever
+    ``auto`` would choose on the machine)."""
     (tmp_path / "topo.yaml").write_text(TOPO)
     exp = tmp_path / f"{name}.yaml"
+    agents, switches = per_process
     exp.write_text(f"name: {name}\ntopology: topo.yaml\ntarget: embedded\ndilation: 10000\n"
                    f"traffic: [{{src: kh1, dst: kh2, op: write, size_bytes: {size_bytes}}}]\n"
-                   f"limits: {{wall_s: 60}}\n")
+                   f"limits: {{wall_s: 60}}\n"
+                   f"agents: {{per_process: {agents}}}\nswitch: {{per_process: {switches}}}\n")
     return exp
 
 
@@ -102,19 +108,22 @@ def mine() -> dict[str, list]:
     left = leftovers()
     ours = {pid for pid, cmd in _cmdlines()
             if any(f"mininet:{n}" == (cmd.split() or [""])[-1] for n in NODES)
-            or any(f"/{n}." in cmd for n in NODES) or _our_forkserver(cmd)}
+            or any(f"/{n}." in cmd for n in NODES)
+            or _ours(cmd, "emulator.net.forkserver")
+            or _ours(cmd, "emulator.experiment.plotter", "run")}
     return {"interfaces": [i for i in left["interfaces"] if i.split("-")[0] in NODES],
             "processes": [p for p in left["processes"] if p in ours]}
 
 
-def _our_forkserver(cmdline: str) -> bool:
-    """The fork server of a run of this test's fabric: its run directory
-    (its first argument) holds our nodes' configs."""
+def _ours(cmdline: str, module: str, sub: str = "") -> bool:
+    """The fork server or the plotter of a run of this test's fabric: the
+    directory its first argument names (``sub`` in it: the plotter's is the
+    results directory) holds our nodes' configs."""
     words = cmdline.split()
-    if "emulator.net.forkserver" not in words:
+    if module not in words:
         return False
-    rest = words[words.index("emulator.net.forkserver") + 1:]
-    return bool(rest) and any(Path(rest[0], f"{n}.{kind}.json").exists()
+    rest = words[words.index(module) + 1:]
+    return bool(rest) and any(Path(rest[0], sub, f"{n}.{kind}.json").exists()
                               for n in NODES for kind in ("switch", "agent"))
 
 
@@ -247,8 +256,7 @@ def test_a_pack_killed_mid_run_ends_it_naming_a_member_and_leaves_nothing(tmp_pa
     """Agents and switches several to a process (agents/pack.py, dataplane/pack.py):
     SIGKILL of the shared process is one line naming one of its members and
     the pack's log, and the whole fabric goes, as for a process of one."""
-    exp = _experiment(tmp_path, LONG_BYTES)
-    exp.write_text(exp.read_text() + "agents: {per_process: 2}\nswitch: {per_process: 3}\n")
+    exp = _experiment(tmp_path, LONG_BYTES, per_process=(2, 3))
     run_dir = tmp_path / "out" / "run"
 
     def packs_running(run: Run) -> bool:

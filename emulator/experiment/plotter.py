@@ -1,0 +1,154 @@
+"""The run's plots drawn by a process of their own, on the CPU the run leaves idle.
+
+    plotter = Plotter.start(out_dir, fabric)   # when the traffic starts: it imports matplotlib
+    ...                                  # the run; its result CSVs written
+    files = plotter.plot(out_dir, summary)     # {png name: path}, as write_plots
+    plotter.close()                      # (plot() closes it; close() if plot is never called)
+
+Why a process: the figures take ~0.45 s to draw and matplotlib ~0.35 s to
+import, which the runner used to spend after the last flow (the end of a
+run is meant to take under a second); a niced thread importing matplotlib
+in the runner during the traffic took the CPU the switches and agents need
+(demo at D = 6000: worst lateness ratio 0.86-0.96 with it, 0.56-0.62
+without). The plotter imports in the scheduler's idle class
+(``emulator.net.idle_cpu``: it gets only the CPU the run leaves idle and
+gives it back the instant a switch or agent wakes), then, once the job
+comes (the traffic over), draws at normal priority.
+
+On the job, it forks after its imports: the two processes draw half of the
+figures each (on two cores, ~0.25 s instead of ~0.45 s). Any failure (the
+process gone, a figure raising) and ``plot`` draws what is missing in the
+runner itself (``write_plots``), where a bug raises as it always did.
+
+Protocol: on the plotter's stdin, two pickles: the fabric at the start
+(unpickled, its modules imported, while the run goes on), then the job
+(results directory, summary); one JSON line back on stdout: {figure: path
+or null when it had nothing to draw}; then the plotter exits at once.
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+from typing import Mapping
+
+from emulator.net.lifeline import child_env
+
+PIPE_DEFAULT_BYTES = 65536
+# the figures of each of the two processes, about the same drawing time each
+HALVES = (("throughput.png", "fct_cdf.png", "pause_timeline.png"),
+          ("queue_depth.png", "fct_slowdown.png"))
+
+
+class Plotter:
+    def __init__(self, proc: subprocess.Popen, fabric=None):
+        self.proc, self.fabric = proc, fabric
+
+    @classmethod
+    def start(cls, out_dir: str | Path, fabric=None) -> "Plotter":
+        """The process, told the run's ``fabric`` (pause timelines name ports
+        by it); its command line names the results directory it will draw
+        into, ``out_dir`` (not the run directory: the fabric's teardown ends
+        what names that, and the plotter outlives the fabric)."""
+        proc = subprocess.Popen([sys.executable, "-m", "emulator.experiment.plotter",
+                                 str(out_dir)],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                # its errors show where plot() redraws what it missed
+                                stderr=subprocess.DEVNULL,
+                                start_new_session=True, env=child_env())
+        try:
+            data = pickle.dumps(fabric)
+            if len(data) > PIPE_DEFAULT_BYTES:   # the write must not wait for the plotter
+                fcntl.fcntl(proc.stdin.fileno(), fcntl.F_SETPIPE_SZ, len(data))
+            proc.stdin.write(data)
+            proc.stdin.flush()
+        except (OSError, pickle.PicklingError):    # plot() draws everything here
+            pass
+        return cls(proc, fabric)
+
+    def plot(self, results_dir: str | Path, summary: Mapping) -> dict[str, Path]:
+        """Draw the run's figures (``plots.write_plots``): {file name: path}."""
+        from emulator.experiment.plots import write_plots
+        drawn: dict[str, str] = {}
+        try:
+            self.proc.stdin.write(pickle.dumps((str(results_dir), dict(summary))))
+            self.proc.stdin.close()
+            line = self.proc.stdout.readline()
+            if line:
+                drawn = json.loads(line)
+        except (OSError, ValueError, pickle.PicklingError):
+            pass
+        finally:
+            self.close()
+        fabric = self.fabric
+        missing = [name for half in HALVES for name in half if name not in drawn]
+        files = {name: Path(path) for name, path in drawn.items() if path}
+        if missing:         # the plotter failed: the rest here, where an error raises
+            files.update(write_plots(results_dir, summary, fabric=fabric, only=missing))
+        return files
+
+    def close(self) -> None:
+        """End the process (a run that never gets to its plots)."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        for f in (self.proc.stdin, self.proc.stdout):
+            if f is not None and not f.closed:
+                f.close()
+
+
+def _draw(results_dir: str, summary, fabric, names) -> dict[str, str]:
+    from emulator.experiment.plots import write_plots
+    return {k: str(v) for k, v in write_plots(results_dir, summary, fabric=fabric,
+                                              only=names).items()}
+
+
+def main() -> int:
+    from emulator.net.idle_cpu import enter_idle, leave_idle
+    from emulator.net.lifeline import die_with_runner, set_pdeathsig
+    die_with_runner()
+    back = enter_idle()
+    from emulator.experiment.plots import prewarm
+    prewarm()
+    stdin = sys.stdin.buffer
+    try:
+        fabric = pickle.load(stdin)
+        results_dir, summary = pickle.load(stdin)
+    except EOFError:             # closed without a job: the run ended early
+        return 0
+    # The traffic is over: the figures are what the run waits for now (the
+    # fabric's teardown goes on beside them and must not starve them).
+    leave_idle(back)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:                 # the second half; its result through the pipe
+        os.close(r)
+        set_pdeathsig()
+        code = 1
+        try:
+            os.write(w, json.dumps(_draw(results_dir, summary, fabric, HALVES[1])).encode())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(w)
+    out = _draw(results_dir, summary, fabric, HALVES[0])
+    with os.fdopen(r, "rb") as f:
+        second = f.read()
+    _, status = os.waitpid(pid, 0)
+    if status == 0 and second:
+        out.update(json.loads(second))
+    # figures with nothing to draw are known as drawn (None); a failed half is absent
+    done = {name: out.get(name) for name in HALVES[0]}
+    if status == 0:
+        done.update({name: out.get(name) for name in HALVES[1]})
+    sys.stdout.write(json.dumps(done) + "\n")
+    sys.stdout.flush()
+    os._exit(0)      # the runner waits for this: no interpreter teardown (~0.1 s)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,97 @@
+"""The plots' own process (emulator/experiment/plotter.py) and the idle
+scheduling it imports in (emulator/net/idle_cpu.py)."""
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from emulator.experiment.plots import write_plots
+from emulator.experiment.plotter import HALVES, Plotter
+from emulator.experiment.results_io import write_csv
+from emulator.net import idle_cpu
+from tests.unit.test_plots import assert_png, results_dir  # noqa: F401  (fixture)
+
+SUMMARY = {"flows": [{"complete": True, "fct_ns": 9000 * (i + 1), "fct_slowdown": 1.5 + i}
+                     for i in range(3)]}
+
+
+def test_every_figure_is_in_one_half_or_the_other():
+    names = [n for half in HALVES for n in half]
+    assert sorted(names) == sorted({"queue_depth.png", "throughput.png", "pause_timeline.png",
+                                    "fct_cdf.png", "fct_slowdown.png"})
+    assert len(set(names)) == len(names)
+
+
+def test_the_plotter_draws_what_write_plots_draws(results_dir, tmp_path):  # noqa: F811
+    exp, out = results_dir
+    cols = ["bucket", "pct_from", "pct_to", "flows", "size_min_bytes", "size_max_bytes",
+            "slowdown_p50", "slowdown_p95", "slowdown_p99", "slowdown_mean", "slowdown_max"]
+    write_csv(out / "fct_slowdown.csv", cols,
+              [dict(zip(cols, [1, 0, 50, 3, 1024, 4096, 1.5, 2.5, 2.5, 1.8, 2.5])),
+               dict(zip(cols, [2, 50, 100, 3, 4096, 65536, 1.2, 1.9, 2.0, 1.4, 2.0]))])
+    here = write_plots(out, SUMMARY, fabric=exp.fabric)
+    ref = {name: path.read_bytes() for name, path in here.items()}
+    for path in here.values():
+        path.unlink()
+    plotter = Plotter.start(out, exp.fabric)
+    files = plotter.plot(out, SUMMARY)
+    assert plotter.proc.returncode == 0, "the process drew them, not the fallback"
+    assert set(files) == set(ref) and len(ref) >= 4
+    for name, path in files.items():
+        assert_png(path)
+        assert path.stat().st_size > 0 and name in ref
+
+
+def test_a_plotter_gone_before_the_job_leaves_the_figures_to_the_runner(results_dir):  # noqa: F811
+    exp, out = results_dir
+    plotter = Plotter.start(out, exp.fabric)
+    plotter.proc.kill()
+    plotter.proc.wait()
+    files = plotter.plot(out, SUMMARY)
+    assert {"queue_depth.png", "throughput.png", "fct_cdf.png"} <= set(files)
+    for path in files.values():
+        assert_png(path)
+
+
+def test_a_plotter_never_given_a_job_is_ended_by_close(results_dir):  # noqa: F811
+    exp, out = results_dir
+    plotter = Plotter.start(out, exp.fabric)
+    plotter.close()
+    assert plotter.proc.poll() is not None
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="cgroups and nice 0 again need root")
+def test_enter_idle_and_leave_it_again():
+    """In a child process (this one's scheduling is not the test's to change)."""
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            back = idle_cpu.enter_idle()
+            if back is None:
+                code = 3                           # neither cgroup nor nice: nothing to test
+            elif back[0] == "cgroup":
+                root = idle_cpu.cpu_cgroup_root()
+                group = root / idle_cpu.IDLE_CGROUP
+                inside = str(os.getpid()) in (group / "cgroup.procs").read_text().split()
+                idle = (group / "cpu.idle").read_text().strip() == "1"
+                idle_cpu.leave_idle(back)      # and the cgroup removed, unless in use
+                outside = not group.exists() or \
+                    str(os.getpid()) not in (group / "cgroup.procs").read_text().split()
+                code = 0 if inside and idle and outside else 1
+            else:
+                niced = os.getpriority(os.PRIO_PROCESS, 0) == idle_cpu.FALLBACK_NICE
+                idle_cpu.leave_idle(back)
+                code = 0 if niced and os.getpriority(os.PRIO_PROCESS, 0) == 0 else 1
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + 30
+    while (done := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert done[0] == pid, "the child hung"
+    code = os.waitstatus_to_exitcode(done[1])
+    if code == 3:
+        pytest.skip("no cgroup cpu controller and no nice: idle scheduling unavailable here")
+    assert code == 0
