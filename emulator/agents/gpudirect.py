@@ -199,13 +199,14 @@ class GpuNic:
         t = [d for d in (self._posts.next_due_ns(), self._held.next_due_ns()) if d is not None]
         return min(t) if t else None
 
-    def run_once(self, timeout_s: float = 0.0) -> None:
+    def run_once(self, timeout_s: float = 0.0, readable=None) -> None:
+        """``RoceNic.run_once`` (``readable`` as there), the staging's posts around it."""
         now = self.clock.now_ns()
         self._run_posts(now)
         t = self.next_event_ns()
         if t is not None:
             timeout_s = max(0.0, min(timeout_s, (t - now) / 1e9))
-        self.nic.run_once(timeout_s)
+        self.nic.run_once(timeout_s, readable)
         self._run_posts(self.clock.now_ns())
 
     def run_until(self, predicate, timeout_s: float, poll_s: float = 0.05) -> bool:

@@ -122,7 +122,7 @@ import dataclasses
 import fcntl
 import struct
 from collections import deque
-from typing import Callable
+from typing import Callable, Sequence
 
 from emulator import int_md
 from emulator.clock import MONOTONIC, MonotonicClock
@@ -331,6 +331,7 @@ class RoceNic:
             self._pfc_sock.setblocking(False)
             self._rx_socks = (self.sock, self._pfc_sock)
             self._rx_fds = (self.sock.fileno(), self._pfc_sock.fileno())
+        self._rx_sock_of = {sock.fileno(): sock for sock in self._rx_socks}
         self._rxbuf = bytearray(16384)
         self._rxmv = memoryview(self._rxbuf)
         # receive lateness (run fidelity): how long the first frame of each
@@ -594,10 +595,16 @@ class RoceNic:
         return gate.rx_admit(frame, pkt, qp, now)
 
     # -- receive ---------------------------------------------------------------
-    def _rx_drain(self, now: int) -> None:
+    def _rx_drain(self, now: int, readable: Sequence[int] | None = None) -> None:
+        """Read the sockets that ``readable`` names (None: all of them)."""
         n_batch = 0
-        for sock in self._rx_socks:
-            n_batch += self._rx_drain_sock(sock, now)
+        if readable is None:
+            for sock in self._rx_socks:
+                n_batch += self._rx_drain_sock(sock, now)
+        else:      # a select said so: no read that finds nothing (a syscall and an exception)
+            sock_of = self._rx_sock_of
+            for fd in readable:
+                n_batch += self._rx_drain_sock(sock_of[fd], now)
         st = self.stats
         if n_batch:
             self.last_rx_ns = now
@@ -768,24 +775,26 @@ class RoceNic:
                 wake = t
         return int(wake) + 1 if wake > now else now
 
-    def run_once(self, timeout_s: float = 0.0) -> None:
-        """Process what is due; then wait up to ``timeout_s`` (less if a
-        frame or timer is due sooner) for frames and process again."""
+    def run_once(self, timeout_s: float = 0.0, readable: Sequence[int] | None = None) -> None:
+        """Wait up to ``timeout_s`` (not at all if something is due now, less
+        if a frame arrives or a timer is due sooner), then process: frames
+        received, timers, what the transmitter has due. One pass per call:
+        the loop's caller (``HostAgent.step``) changes nothing the NIC would
+        see between a pass and the next wait but what it posts, and a post
+        makes the next wait zero. ``readable``: the caller waited itself (a
+        loop over several NICs, ``rx_fds``) and these of ours have frames:
+        no wait, only those are read."""
         clock = self.clock
         now = clock.now_ns()
         self.stats.loops += 1
-        self._rx_drain(now)
+        if readable is None and timeout_s > 0:
+            wake = self.next_wake_ns(now, now + int(timeout_s * 1e9))
+            if wake > now:
+                readable = clock.wait_readable(self._rx_fds, wake)
+                now = clock.now_ns()
+        self._rx_drain(now, readable)
         self._timers(now)
         self.transmitter.service(now)
-        now = clock.now_ns()
-        wake = self.next_wake_ns(now, now + int(timeout_s * 1e9))
-        if wake > now:
-            r = clock.wait_readable(self._rx_fds, wake)
-            now = clock.now_ns()
-            if r:
-                self._rx_drain(now)
-            self._timers(now)
-            self.transmitter.service(now)
 
     def run_until(self, predicate: Callable[[], bool], timeout_s: float,
                   poll_s: float = 0.05) -> bool:

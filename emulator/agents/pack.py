@@ -73,7 +73,8 @@ def run_members(agents: list[HostAgent], stop_flag: list[bool]) -> None:
     owner = {fd: a for a in agents for fd in a.nic.rx_fds}
     fds = list(owner)                    # what the loop waits on: rebuilt only when a member ends
     wakes = {a: 0 for a in agents}       # member -> monotonic ns it must run again by
-    ready: set[HostAgent] = set()        # members with frames waiting
+    ready: dict[HostAgent, list[int]] = {}   # members with frames waiting: their fds
+    waited = False                       # ready is what a select found (else: read every socket)
     try:
         while wakes:
             now = time.monotonic_ns()
@@ -81,7 +82,8 @@ def run_members(agents: list[HostAgent], stop_flag: list[bool]) -> None:
             # Only the members with frames or something due run: a turn of
             # every NIC for any one's frame would cost the pack a NIC's work per member.
             for a in [a for a, w in wakes.items() if stop or w <= now or a in ready]:
-                a.io.run_once(0)         # receive, timers, transmit what is due; no wait
+                # receive (only where a wait found frames), timers, transmit what is due
+                a.io.run_once(0, ready.get(a, ()) if waited else None)
                 w = a.step(stop)
                 if w is None:
                     del wakes[a]
@@ -99,8 +101,11 @@ def run_members(agents: list[HostAgent], stop_flag: list[bool]) -> None:
                 break
             wake = min(min(wakes.values()), now + IDLE_WAIT_NS)
             ready.clear()
-            if wake > time.monotonic_ns():
-                ready.update(owner[fd] for fd in MONOTONIC.wait_readable(fds, wake))
+            # a select even when something is due already (timeout 0): one
+            # syscall, where reading every member's sockets blind is two each
+            for fd in MONOTONIC.wait_readable(fds, wake):
+                ready.setdefault(owner[fd], []).append(fd)
+            waited = True
     finally:
         for a in wakes:                      # an exception: each writes what it has
             a.stop_reason = a.stop_reason or "signal"

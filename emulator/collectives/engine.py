@@ -259,9 +259,13 @@ def drive(engines: list[CollectiveEngine], runs: list[RankRun], timeout_s: float
     by_qpn = [m for e in engines for m in e._by_qpn]
     switches = [e.switch for e in engines]
     fds = [fd for nic in nics for fd in nic.rx_fds]
+    nic_of = {fd: i for i, nic in enumerate(nics) for fd in nic.rx_fds}
+    ready: dict[int, list[int]] | None = None   # NIC -> its fds with frames; None: not waited
     while True:
-        for nic in nics:
-            nic.run_once(0)              # receive, timers, transmit what is due; no wait
+        for i, nic in enumerate(nics):
+            # receive (after a wait: only where frames are), timers, transmit what is due
+            nic.run_once(0, None if ready is None else ready.get(i, ()))
+        ready = None
         for nic, conns in zip(nics, by_qpn):
             for c in nic.poll_cq(1024):
                 conn = conns.get(c.qpn)
@@ -294,4 +298,6 @@ def drive(engines: list[CollectiveEngine], runs: list[RankRun], timeout_s: float
             if r.wake_ns and not r.finished:
                 wake = min(wake, r.wake_ns)
         if wake > now:
-            clock.wait_readable(fds, wake)
+            ready = {}
+            for fd in clock.wait_readable(fds, wake):
+                ready.setdefault(nic_of[fd], []).append(fd)

@@ -61,24 +61,32 @@ def build_members(cfg: SwitchPackConfig) -> list[tuple[EmbeddedSwitch, SwitchCon
 
 
 def run(switches: list[EmbeddedSwitch], stopped) -> None:
-    """One loop for ``switches`` until ``stopped()``."""
+    """One loop for ``switches`` until ``stopped()``.
+
+    Each member's next wake is kept and recomputed only after its own turn:
+    nothing but its turn changes what it has due (frames arrive through
+    select; a packet-out or snapshot asked for is looked at every pass), and
+    asking every member every pass cost the pack a third of its CPU."""
     owner = {fd: sw for sw in switches for fd in sw.fds}
     fds = list(owner)
     clock = MONOTONIC.now_ns
     wait_readable = MONOTONIC.wait_readable
+    now = clock()
     for sw in switches:
         sw.begin()
+    wakes = {sw: sw.next_wake_ns(now) for sw in switches}
     while not stopped():
-        now = clock()
-        readable = wait_readable(fds, min(sw.next_wake_ns(now) for sw in switches))
+        readable = wait_readable(fds, min(wakes.values()))
         mine: dict[EmbeddedSwitch, list[int]] = {}
         for fd in readable:
             mine.setdefault(owner[fd], []).append(fd)
         now = clock()
         for sw in switches:
             r = mine.get(sw)
-            if r or sw.due(now):
-                sw.turn(r or ())
+            wake = wakes[sw]
+            if r or wake <= now or sw.control_pending():
+                sw.turn(r or (), wake)
+                wakes[sw] = sw.next_wake_ns(clock())
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -168,7 +168,8 @@ class EmbeddedSwitch:
         clock = self.clock.now_ns
         next_wake, turn = self.next_wake_ns, self.turn
         while not self._stop:
-            turn(wait_readable(fds, next_wake(clock())))
+            wake = next_wake(clock())
+            turn(wait_readable(fds, wake), wake)
 
     @property
     def fds(self) -> list[int]:
@@ -190,16 +191,17 @@ class EmbeddedSwitch:
             wake = self._next_sample
         return wake if wake <= now + IDLE_WAKE_NS else now + IDLE_WAKE_NS
 
-    def due(self, now: int) -> bool:
-        """Something for a turn without a frame: a departure, sample or flush
-        due by ``now``, a packet-out or a snapshot asked for."""
-        return (self.next_wake_ns(now) <= now or now >= self._next_flush
-                or bool(self._packet_outs) or self._snapshot_due)
+    def control_pending(self) -> bool:
+        """A packet-out (gRPC thread) or a snapshot (signal) waits for a turn
+        (a pack looks each pass; a raw-log flush rides on the idle wake-up,
+        ``next_wake_ns`` being at most ``IDLE_WAKE_NS`` away)."""
+        return bool(self._packet_outs) or self._snapshot_due
 
-    def turn(self, readable) -> None:
+    def turn(self, readable, wake_ns: int | None = None) -> None:
         """One turn of the loop: ``readable`` (fds) drained through the
         pipeline into the TM, packet-outs, what is due sent, samples, flushes,
-        a snapshot asked for."""
+        a snapshot asked for. ``wake_ns``: ``next_wake_ns`` as the loop
+        computed it after the last turn (only a turn changes it), if known."""
         tm = self.tm
         clock = self.clock.now_ns
         if readable:
@@ -207,10 +209,12 @@ class EmbeddedSwitch:
             # enqueued: woken late, the ports catch up first, so a frame
             # finds the queue (and the buffer, for ECN and PFC) as the
             # fabric would have left it, and an XON a departure frees is
-            # not stamped before the XOFF an arrival triggers.
+            # not stamped before the XOFF an arrival triggers. (Nothing is
+            # due before ``wake_ns``: then there is nothing to catch up.)
             now = clock()
-            tm.poll(now)
-            tm.transmit(now)
+            if wake_ns is None or wake_ns <= now:
+                tm.poll(now)
+                tm.transmit(now)
             if len(readable) > 1:
                 # Ports are drained one after the other: rotate who goes first,
                 # or a port early in the list would always win the buffer space

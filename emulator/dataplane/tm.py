@@ -458,7 +458,8 @@ class TrafficManager:
             if port.busy_until <= now_ns and (port.nonempty or port.ctrl or port.paused):
                 port.serve(now_ns, self)
             wire = port.wire
-            if wire.in_flight:
+            in_flight = wire.in_flight
+            if in_flight and in_flight[0][0] <= now_ns:
                 wire.release(now_ns, port.send)
 
     # ------------------------------------------------------------ PFC
