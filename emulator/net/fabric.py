@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 from emulator.errors import EnvironmentProblem, FabricEmuError, RunAborted
+from emulator.net.wake_latency import WakeLatencyRequest
 from emulator.topo import Fabric
 
 
@@ -190,6 +191,7 @@ class FabricNet:
         self._teardown_thread: threading.Thread | None = None
         self._teardown_error: BaseException | None = None
         self._watchdog = None
+        self._wake_latency = WakeLatencyRequest()
         self.forkserver = None     # forks switches and agents warm (emulator/net/forkserver.py)
         if cluster is not None and target != "embedded":
             raise ValueError("a cluster runs the embedded target")
@@ -221,6 +223,8 @@ class FabricNet:
         except BaseException:
             self._release_lock()
             raise
+        # switches and NICs wake on time (emulator/net/wake_latency.py); until the teardown
+        self._wake_latency.hold()
         try:
             self._build()
         except Exception as e:
@@ -416,6 +420,7 @@ class FabricNet:
             if self._watchdog is not None:
                 self._watchdog.disarm()
                 self._watchdog = None
+            self._wake_latency.release()
             self._release_lock()
 
     @staticmethod

@@ -3,23 +3,48 @@ and embedded switches (``dataplane/pack.py``).
 
 Every Python process of a run costs ~15-20 MB of its own however little it
 does (copy-on-write pages of the fork server's heap its reference counts
-touch) and is one more task for two cores to switch between; a small fabric
-keeps a process per node (a crash takes one down, ``ps`` shows each), a big
-one packs them. ``per_process`` is the experiment's ``agents.per_process``
-or ``switch.per_process``: a number, or "auto"."""
+touch), and every one is a task the cores switch between, each wake-up a
+context switch (in a VM, a fifth of a switch process's CPU went to sleeping
+and waking). ``per_process`` is the experiment's ``agents.per_process`` or
+``switch.per_process``: a number, or "auto":
+
+* a small fabric (up to ``AUTO_SMALL_AGENTS`` hosts, ``AUTO_SMALL_SWITCHES``
+  switches) runs its agents in half as many processes as the machine has
+  cores, and its switches in as many: on 2 cores, one process of agents
+  and one of switches, each with a core. Measured on the demo (2-core VM,
+  worst lateness ratio, 3-4 runs each): at D = 5000 0.79-1.07 with a
+  process per node, 0.43-0.68 packed; the calibration's ratio at
+  D = 3000 1.6-1.8 against 0.7-0.8.
+* a bigger one packs its agents evenly into ``AUTO_AGENT_PROCESSES``
+  processes (32 hosts: 8 processes were 498 MB in all, 4 were 466, the
+  lateness the same) and its switches about ``AUTO_SWITCHES_PER_PROCESS``
+  to a process.
+
+A pack's crash takes its members down together (the run ends in one line
+naming one of them and the pack's log); ``per_process: 1`` keeps a process
+per node."""
 from __future__ import annotations
 
 import math
+import os
 
-# agents.per_process "auto": a process each up to this many host agents (every
-# shipped experiment); more, packed evenly into AUTO_AGENT_PROCESSES processes
-# (32 hosts: 8 processes were 498 MB in all, 4 were 466, the lateness the same)
-AUTO_AGENT_SINGLES = 8
+AUTO_SMALL_AGENTS = 8
+AUTO_SMALL_SWITCHES = 10
 AUTO_AGENT_PROCESSES = 4
-# switch.per_process "auto": a process each up to this many switches (every
-# two-tier and the 2-pod fabric shipped); more, about this many per process
-AUTO_SWITCH_SINGLES = 10
 AUTO_SWITCHES_PER_PROCESS = 3
+
+
+def cpu_count() -> int:
+    """The cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def small_fabric_processes(cpus: int | None = None) -> int:
+    """Processes of each kind (agents, switches) of a small fabric: half the cores."""
+    return max(1, (cpus if cpus is not None else cpu_count()) // 2)
 
 
 def split_evenly(names: list[str], groups: int) -> list[list[str]]:
@@ -39,19 +64,22 @@ def by_size(names: list[str], size: int) -> list[list[str]]:
     return [names[i:i + size] for i in range(0, len(names), size)]
 
 
-def agent_packs(names: list[str], per_process: int | str) -> list[list[str]]:
-    """The host agents ``names`` cut into the processes that run them."""
+def agent_packs(names: list[str], per_process: int | str,
+                cpus: int | None = None) -> list[list[str]]:
+    """The host agents ``names`` cut into the processes that run them
+    (``cpus``: the machine's cores, by default this one's)."""
     if per_process == "auto":
-        if len(names) <= AUTO_AGENT_SINGLES:
-            return [[n] for n in names]
+        if len(names) <= AUTO_SMALL_AGENTS:
+            return split_evenly(names, small_fabric_processes(cpus))
         return split_evenly(names, AUTO_AGENT_PROCESSES)
     return by_size(names, per_process)
 
 
-def switch_packs(names: list[str], per_process: int | str) -> list[list[str]]:
+def switch_packs(names: list[str], per_process: int | str,
+                 cpus: int | None = None) -> list[list[str]]:
     """The switches ``names`` cut into the processes that run them."""
     if per_process == "auto":
-        if len(names) <= AUTO_SWITCH_SINGLES:
-            return [[n] for n in names]
+        if len(names) <= AUTO_SMALL_SWITCHES:
+            return split_evenly(names, small_fabric_processes(cpus))
         return split_evenly(names, math.ceil(len(names) / AUTO_SWITCHES_PER_PROCESS))
     return by_size(names, per_process)

@@ -29,7 +29,7 @@ def _all_to_all(tmp_path, per_process: dict) -> dict:
 
 
 def test_an_all_to_all_with_two_hosts_per_process_is_intact_and_lossless(tmp_path):
-    s = _all_to_all(tmp_path, {"agents": {"per_process": 2}})
+    s = _all_to_all(tmp_path, {"agents": {"per_process": 2}, "switch": {"per_process": 1}})
     assert not s["fell_behind"]
     assert s["complete"] and len(s["flows"]) == 12, s["flows"]
     assert all(f["intact"] and f["delivered_bytes"] == 131072 for f in s["flows"])
@@ -55,7 +55,7 @@ def test_an_all_to_all_with_two_hosts_per_process_is_intact_and_lossless(tmp_pat
 
 
 def test_switches_two_to_a_process_forward_count_and_report_each_its_own(tmp_path):
-    s = _all_to_all(tmp_path, {"switch": {"per_process": 2}})
+    s = _all_to_all(tmp_path, {"switch": {"per_process": 2}, "agents": {"per_process": 1}})
     assert not s["fell_behind"]
     assert s["complete"] and all(f["intact"] for f in s["flows"]), s["flows"]
     assert_no_drops_no_retransmissions(s, tmp_path)

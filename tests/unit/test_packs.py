@@ -9,8 +9,8 @@ import sys
 import pytest
 
 from emulator.net.packing import (
-    AUTO_AGENT_PROCESSES, AUTO_AGENT_SINGLES, AUTO_SWITCH_SINGLES, agent_packs as packs,
-    switch_packs,
+    AUTO_AGENT_PROCESSES, AUTO_SMALL_AGENTS, AUTO_SMALL_SWITCHES, agent_packs as packs,
+    small_fabric_processes, switch_packs,
 )
 from emulator.schema.load import FieldError
 from emulator.schema.agent import AgentPackConfig
@@ -19,9 +19,14 @@ from tests.conftest import REPO
 H = [f"h{i}" for i in range(1, 33)]
 
 
-def test_auto_gives_each_agent_its_own_process_up_to_the_limit():
-    assert packs(H[:AUTO_AGENT_SINGLES], "auto") == [[h] for h in H[:AUTO_AGENT_SINGLES]]
-    assert packs(H[:3], "auto") == [["h1"], ["h2"], ["h3"]]
+def test_auto_runs_a_small_fabrics_agents_in_half_as_many_processes_as_cores():
+    small = H[:AUTO_SMALL_AGENTS]
+    assert packs(small, "auto", cpus=2) == [small]            # 2 cores: one process of agents
+    assert packs(small, "auto", cpus=4) == [small[:4], small[4:]]
+    assert packs(H[:3], "auto", cpus=16) == [["h1"], ["h2"], ["h3"]]   # never an empty process
+    assert packs(H[:3], "auto", cpus=1) == [H[:3]]
+    assert small_fabric_processes(2) == 1 and small_fabric_processes(1) == 1
+    assert small_fabric_processes(8) == 4
 
 
 def test_auto_packs_more_agents_evenly_into_the_limit_in_order():
@@ -29,9 +34,9 @@ def test_auto_packs_more_agents_evenly_into_the_limit_in_order():
     assert len(groups) == AUTO_AGENT_PROCESSES
     assert [len(g) for g in groups] == [32 // AUTO_AGENT_PROCESSES] * AUTO_AGENT_PROCESSES
     assert [h for g in groups for h in g] == H
-    sizes = [len(g) for g in packs(H[:AUTO_AGENT_SINGLES + 1], "auto")]
+    sizes = [len(g) for g in packs(H[:AUTO_SMALL_AGENTS + 1], "auto", cpus=2)]
     assert len(sizes) == AUTO_AGENT_PROCESSES and max(sizes) - min(sizes) <= 1
-    assert sorted(sizes, reverse=True) == sizes and sum(sizes) == AUTO_AGENT_SINGLES + 1
+    assert sorted(sizes, reverse=True) == sizes and sum(sizes) == AUTO_SMALL_AGENTS + 1
 
 
 def test_a_fixed_size_fills_groups_in_order():
@@ -39,13 +44,16 @@ def test_a_fixed_size_fills_groups_in_order():
     assert packs(H[:2], 4) == [["h1", "h2"]]
 
 
-def test_auto_keeps_a_switch_per_process_on_small_fabrics_and_packs_threes_beyond():
+def test_auto_runs_a_small_fabrics_switches_by_the_cores_and_packs_threes_beyond():
     S = [f"s{i}" for i in range(1, 21)]
-    assert switch_packs(S[:AUTO_SWITCH_SINGLES], "auto") == [[s] for s in S[:AUTO_SWITCH_SINGLES]]
-    groups = switch_packs(S[:12], "auto")
+    small = S[:AUTO_SMALL_SWITCHES]
+    assert switch_packs(small, "auto", cpus=2) == [small]
+    assert switch_packs(small, "auto", cpus=4) == [small[:5], small[5:]]
+    groups = switch_packs(S[:12], "auto", cpus=2)
     assert [len(g) for g in groups] == [3, 3, 3, 3] and [s for g in groups for s in g] == S[:12]
     assert [len(g) for g in switch_packs(S, "auto")] == [3, 3, 3, 3, 3, 3, 2]
     assert switch_packs(S[:3], 2) == [["s1", "s2"], ["s3"]]
+    assert switch_packs(S[:3], 1) == [["s1"], ["s2"], ["s3"]]
 
 
 def test_the_experiment_schema_takes_auto_or_a_positive_count():
