@@ -35,7 +35,7 @@ from emulator.net.lifeline import die_with_runner
 from emulator.p4.p4info import P4Info
 from emulator.schema.switch import SwitchConfig, SwitchPackConfig, snapshot_request_path
 
-from .switch import EmbeddedSwitch, write_atomic
+from .switch import EmbeddedSwitch, close_together, write_atomic
 
 
 def build_members(cfg: SwitchPackConfig) -> list[tuple[EmbeddedSwitch, SwitchConfig, P4Info]]:
@@ -135,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
             sw.close()
             if scfg.stats_path:
                 write_atomic(Path(scfg.stats_path), json.dumps(sw.stats(), indent=1))
+        close_together(port.sock for sw, _, _ in members for port in sw.ports.values())
     return 0
 
 

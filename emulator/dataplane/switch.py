@@ -31,6 +31,7 @@ import json
 import signal
 import socket
 import sys
+import threading
 from collections import deque
 from typing import Callable
 from pathlib import Path
@@ -69,6 +70,18 @@ def open_port_socket(ifname: str) -> socket.socket:
     sock.bind((ifname, ETH_P_ALL))       # host order: Python sets sll_protocol = htons()
     sock.setblocking(False)
     return sock
+
+
+def close_together(socks) -> None:
+    """Close packet sockets at once, a thread each: every close waits for an
+    RCU grace period (synchronize_net, ~10 ms here) and closed one after the
+    other, or by the process's exit, a pack of 4 switches' 16 ports took
+    0.16 s of the run's teardown; waited together, one period."""
+    threads = [threading.Thread(target=sock.close) for sock in socks]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
 
 
 class RawLogs:
@@ -378,4 +391,5 @@ def serve(switch, cfg: SwitchConfig, p4info: P4Info, banner: str) -> int:
         switch.close()
         if cfg.stats_path:
             write_atomic(Path(cfg.stats_path), json.dumps(switch.stats(), indent=1))
+        close_together(port.sock for port in switch.ports.values())
     return 0
