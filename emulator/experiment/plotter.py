@@ -10,10 +10,11 @@ import, which the runner used to spend after the last flow (the end of a
 run is meant to take under a second); a niced thread importing matplotlib
 in the runner during the traffic took the CPU the switches and agents need
 (demo at D = 6000: worst lateness ratio 0.86-0.96 with it, 0.56-0.62
-without). The plotter imports in the scheduler's idle class
-(``emulator.net.idle_cpu``: it gets only the CPU the run leaves idle and
-gives it back the instant a switch or agent wakes), then, once the job
-comes (the traffic over), draws at normal priority.
+without). The runner moves the plotter into the scheduler's idle class as soon as
+it has started it (``emulator.net.idle_cpu``: it gets only the CPU the run
+leaves idle and gives it back the instant a switch or agent wakes), and
+back when it hands it the job (the traffic over): it draws at normal
+priority.
 
 On the job, it forks after its imports: the two processes draw half of the
 figures each (on two cores, ~0.25 s instead of ~0.45 s). Any failure (the
@@ -36,6 +37,7 @@ import sys
 from pathlib import Path
 from typing import Mapping
 
+from emulator.net.idle_cpu import enter_idle, leave_idle, remove_idle_cgroup
 from emulator.net.lifeline import child_env
 
 PIPE_DEFAULT_BYTES = 65536
@@ -47,6 +49,8 @@ HALVES = (("throughput.png", "fct_cdf.png", "pause_timeline.png"),
 class Plotter:
     def __init__(self, proc: subprocess.Popen, fabric=None):
         self.proc, self.fabric = proc, fabric
+        # at once, while the child's interpreter starts: its whole import idle
+        self._idle = enter_idle(proc.pid)
 
     @classmethod
     def start(cls, out_dir: str | Path, fabric=None) -> "Plotter":
@@ -60,6 +64,7 @@ class Plotter:
                                 # its errors show where plot() redraws what it missed
                                 stderr=subprocess.DEVNULL,
                                 start_new_session=True, env=child_env())
+        plotter = cls(proc, fabric)
         try:
             data = pickle.dumps(fabric)
             if len(data) > PIPE_DEFAULT_BYTES:   # the write must not wait for the plotter
@@ -68,12 +73,16 @@ class Plotter:
             proc.stdin.flush()
         except (OSError, pickle.PicklingError):    # plot() draws everything here
             pass
-        return cls(proc, fabric)
+        return plotter
 
     def plot(self, results_dir: str | Path, summary: Mapping) -> dict[str, Path]:
         """Draw the run's figures (``plots.write_plots``): {file name: path}."""
         from emulator.experiment.plots import write_plots
         drawn: dict[str, str] = {}
+        # The traffic is over: the figures are what the run waits for now (the
+        # fabric's teardown goes on beside them and must not starve them).
+        leave_idle(self._idle, self.proc.pid)
+        self._idle = None
         try:
             self.proc.stdin.write(pickle.dumps((str(results_dir), dict(summary))))
             self.proc.stdin.close()
@@ -96,6 +105,9 @@ class Plotter:
         if self.proc.poll() is None:
             self.proc.kill()
         self.proc.wait()
+        if self._idle is not None:       # killed in the idle cgroup: remove it
+            self._idle = None
+            remove_idle_cgroup()
         for f in (self.proc.stdin, self.proc.stdout):
             if f is not None and not f.closed:
                 f.close()
@@ -108,10 +120,8 @@ def _draw(results_dir: str, summary, fabric, names) -> dict[str, str]:
 
 
 def main() -> int:
-    from emulator.net.idle_cpu import enter_idle, leave_idle
     from emulator.net.lifeline import die_with_runner, set_pdeathsig
     die_with_runner()
-    back = enter_idle()
     from emulator.experiment.plots import prewarm
     prewarm()
     stdin = sys.stdin.buffer
@@ -120,9 +130,6 @@ def main() -> int:
         results_dir, summary = pickle.load(stdin)
     except EOFError:             # closed without a job: the run ended early
         return 0
-    # The traffic is over: the figures are what the run waits for now (the
-    # fabric's teardown goes on beside them and must not starve them).
-    leave_idle(back)
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:                 # the second half; its result through the pipe

@@ -21,10 +21,12 @@ D = 6000 with the plotter importing during the traffic (2 cores, worst
 lateness ratio over 4 runs): in an idle cgroup 0.53-0.65, as without any
 helper (0.56-0.62); in an autogroup niced to 19, 0.94-1.18.
 
-    back = enter_idle()        # this process into the idle cgroup (None: not possible)
-    ...                        # work nobody waits for
-    leave_idle(back)           # back where it was, normal priority again
+    back = enter_idle(pid)     # the process into the idle cgroup (None: not possible)
+    ...                        # its work nobody waits for
+    leave_idle(back, pid)      # back where it was, normal priority again
 
+The runner moves its plotter right after starting it (before the child's
+interpreter has done much) and moves it back when the traffic is over.
 Without a cgroup cpu controller (or cpu.idle), ``enter_idle`` falls back to
 nice 19 for the process and its autogroup. ``fabric-emu clean`` removes the
 cgroup (``remove_idle_cgroup``).
@@ -59,10 +61,10 @@ def cpu_cgroup_root() -> Path | None:
     return None
 
 
-def _own_cgroup(root: Path) -> Path:
-    """This process's cgroup in ``root``'s hierarchy."""
+def _cgroup_of(root: Path, pid: int) -> Path:
+    """Process ``pid``'s cgroup in ``root``'s hierarchy."""
     v2 = not (root / "tasks").exists()
-    with open("/proc/self/cgroup") as f:
+    with open(f"/proc/{pid}/cgroup") as f:
         for line in f:
             _, controllers, path = line.rstrip("\n").split(":", 2)
             if (v2 and controllers == "") or (not v2 and "cpu" in controllers.split(",")):
@@ -70,37 +72,39 @@ def _own_cgroup(root: Path) -> Path:
     return root
 
 
-def enter_idle() -> tuple[str, str] | None:
-    """Move this process into the idle cgroup; what ``leave_idle`` needs to
-    move it back (("cgroup", its cgroup.procs) or ("nice", "") after the
-    fallback), None if neither was possible."""
+def enter_idle(pid: int | None = None) -> tuple[str, str] | None:
+    """Move process ``pid`` (default: this one) into the idle cgroup; what
+    ``leave_idle`` needs to move it back (("cgroup", its cgroup.procs) or
+    ("nice", "") after the fallback), None if neither was possible."""
+    pid = os.getpid() if pid is None else pid
     root = cpu_cgroup_root()
     if root is not None:
         try:
-            origin = _own_cgroup(root) / "cgroup.procs"
+            origin = _cgroup_of(root, pid) / "cgroup.procs"
             group = root / IDLE_CGROUP
             group.mkdir(exist_ok=True)
             (group / "cpu.idle").write_text("1")
-            (group / "cgroup.procs").write_text(str(os.getpid()))
+            (group / "cgroup.procs").write_text(str(pid))
             return ("cgroup", str(origin))
         except OSError:
             pass
-    return ("nice", "") if _set_nice(FALLBACK_NICE) else None
+    return ("nice", "") if _set_nice(pid, FALLBACK_NICE) else None
 
 
-def leave_idle(back: tuple[str, str] | None) -> None:
-    """Undo ``enter_idle``: the process's own cgroup and nice 0 again."""
+def leave_idle(back: tuple[str, str] | None, pid: int | None = None) -> None:
+    """Undo ``enter_idle`` for ``pid``: its own cgroup and nice 0 again."""
     if back is None:
         return
+    pid = os.getpid() if pid is None else pid
     kind, origin = back
     if kind == "cgroup":
         try:
-            Path(origin).write_text(str(os.getpid()))
-        except OSError:
+            Path(origin).write_text(str(pid))
+        except OSError:          # gone already
             pass
         remove_idle_cgroup()
     else:
-        _set_nice(0)
+        _set_nice(pid, 0)
 
 
 def remove_idle_cgroup() -> bool:
@@ -116,16 +120,16 @@ def remove_idle_cgroup() -> bool:
         return False
 
 
-def _set_nice(nice: int) -> bool:
-    """This process's nice value and its autogroup's (it must lead its own
-    session: the autogroup is then its own). Back to 0 needs CAP_SYS_NICE."""
+def _set_nice(pid: int, nice: int) -> bool:
+    """``pid``'s nice value and its autogroup's (it must lead its own session:
+    the autogroup is then its own). Back to 0 needs CAP_SYS_NICE."""
     try:
-        with open("/proc/self/autogroup", "w") as f:
+        with open(f"/proc/{pid}/autogroup", "w") as f:
             f.write(str(nice))
     except OSError:          # no autogroups: the nice value is what there is
         pass
     try:
-        os.setpriority(os.PRIO_PROCESS, 0, nice)
+        os.setpriority(os.PRIO_PROCESS, pid, nice)
         return True
     except OSError:
         return False
