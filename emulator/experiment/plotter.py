@@ -93,11 +93,10 @@ class Plotter:
             pass
         finally:
             self.close()
-        fabric = self.fabric
         missing = [name for half in HALVES for name in half if name not in drawn]
         files = {name: Path(path) for name, path in drawn.items() if path}
         if missing:         # the plotter failed: the rest here, where an error raises
-            files.update(write_plots(results_dir, summary, fabric=fabric, only=missing))
+            files.update(write_plots(results_dir, summary, fabric=self.fabric, only=missing))
         return files
 
     def close(self) -> None:

@@ -18,8 +18,11 @@ The scheduler's idle class does: a task in a cgroup with ``cpu.idle`` = 1
 is preempted at once by any other wakeup and gets the CPU only when nothing
 else wants it (Linux 5.15+, cgroup v1 and v2). Measured on the demo at
 D = 6000 with the plotter importing during the traffic (2 cores, worst
-lateness ratio over 4 runs): in an idle cgroup 0.53-0.65, as without any
-helper (0.56-0.62); in an autogroup niced to 19, 0.94-1.18.
+lateness ratio over 4 runs): in an idle cgroup 0.53-0.65, without any
+helper 0.56-0.62, in an autogroup niced to 19 0.94-1.18. Not free either:
+at D = 4000 with the fabric packed (one process of agents, one of
+switches), 0.43-0.70 with the plotter importing, 0.38-0.65 without (the
+import is 0.7 s of CPU; a waking switch still has to preempt it).
 
     back = enter_idle(pid)     # the process into the idle cgroup (None: not possible)
     ...                        # its work nobody waits for
