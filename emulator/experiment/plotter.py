@@ -41,6 +41,7 @@ from emulator.net.idle_cpu import enter_idle, leave_idle, remove_idle_cgroup
 from emulator.net.lifeline import child_env
 
 PIPE_DEFAULT_BYTES = 65536
+EXIT_WAIT_S = 2.0         # after its answer, for its exit (then close() kills it)
 # the figures of each of the two processes, about the same drawing time each
 HALVES = (("throughput.png", "fct_cdf.png", "pause_timeline.png"),
           ("queue_depth.png", "fct_slowdown.png"))
@@ -89,7 +90,8 @@ class Plotter:
             line = self.proc.stdout.readline()
             if line:
                 drawn = json.loads(line)
-        except (OSError, ValueError, pickle.PicklingError):
+                self.proc.wait(timeout=EXIT_WAIT_S)    # it exits right after its line
+        except (OSError, ValueError, pickle.PicklingError, subprocess.TimeoutExpired):
             pass
         finally:
             self.close()
