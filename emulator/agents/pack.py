@@ -73,17 +73,19 @@ def run_members(agents: list[HostAgent], stop_flag: list[bool]) -> None:
     owner = {fd: a for a in agents for fd in a.nic.rx_fds}
     fds = list(owner)                    # what the loop waits on: rebuilt only when a member ends
     wakes = {a: 0 for a in agents}       # member -> monotonic ns it must run again by
-    ready: dict[HostAgent, list[int]] = {}   # members with frames waiting: their fds
-    waited = False                       # ready is what a select found (else: read every socket)
+    # members with frames waiting, and their fds, as the last select found;
+    # None before the first one: every socket is read
+    ready: dict[HostAgent, list[int]] | None = None
     try:
         while wakes:
             now = time.monotonic_ns()
             stop = stop_flag[0]
             # Only the members with frames or something due run: a turn of
             # every NIC for any one's frame would cost the pack a NIC's work per member.
-            for a in [a for a, w in wakes.items() if stop or w <= now or a in ready]:
-                # receive (only where a wait found frames), timers, transmit what is due
-                a.io.run_once(0, ready.get(a, ()) if waited else None)
+            for a in [a for a, w in wakes.items()
+                      if stop or w <= now or ready is None or a in ready]:
+                # receive (only where the select found frames), timers, transmit what is due
+                a.io.run_once(0, None if ready is None else ready.get(a, ()))
                 w = a.step(stop)
                 if w is None:
                     del wakes[a]
@@ -100,12 +102,11 @@ def run_members(agents: list[HostAgent], stop_flag: list[bool]) -> None:
             if not wakes:
                 break
             wake = min(min(wakes.values()), now + IDLE_WAIT_NS)
-            ready.clear()
             # a select even when something is due already (timeout 0): one
             # syscall, where reading every member's sockets blind is two each
+            ready = {}
             for fd in MONOTONIC.wait_readable(fds, wake):
                 ready.setdefault(owner[fd], []).append(fd)
-            waited = True
     finally:
         for a in wakes:                      # an exception: each writes what it has
             a.stop_reason = a.stop_reason or "signal"
