@@ -1,19 +1,23 @@
 """Wire constants: the one place for facts of the frames and ports that the
 pipeline, the traffic manager, the NIC, the results and the tests share.
 
-Header lengths are derived from the Scapy layers that define the formats
-(``fields_desc``), so a layout has one definition; the fast paths use these
-integers. Values fixed by ``p4src/fabric.p4`` say so (its P4Info is the
-contract: change both together).
+Header lengths are the Scapy layers' that define the formats
+(``fields_desc``), so a layout has one definition: each is written here as
+the integer the fast paths use, and ``HEADER_LAYERS`` names the layer it is
+the length of, which tests/unit/test_roce_layers.py measures with
+``layer_len_bytes``. (Not computed here at import: Scapy's import is 0.13 s
+of every process that needs only a constant -- the plots' process imports
+this module through the topology and would spend it after the traffic.)
+Values fixed by ``p4src/fabric.p4`` say so (its P4Info is the contract:
+change both together).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from scapy.contrib.roce import AETH, BTH
-from scapy.layers.inet import IP, UDP
-from scapy.layers.l2 import Dot1Q, Ether
-from scapy.packet import Packet
+if TYPE_CHECKING:
+    from scapy.packet import Packet
 
 
 def layer_len_bytes(layer: type[Packet], *, exclude: tuple[str, ...] = ()) -> int:
@@ -27,8 +31,8 @@ def layer_len_bytes(layer: type[Packet], *, exclude: tuple[str, ...] = ()) -> in
 
 
 # --- Ethernet ---------------------------------------------------------------
-ETH_HDR_BYTES = layer_len_bytes(Ether)           # 14
-DOT1Q_TAG_BYTES = layer_len_bytes(Dot1Q)         # 4
+ETH_HDR_BYTES = 14
+DOT1Q_TAG_BYTES = 4
 ETH_P_IP = 0x0800
 ETH_P_8021Q = 0x8100
 ETH_P_PAUSE = 0x8808                             # MAC control (802.3x / 802.1Qbb)
@@ -44,17 +48,27 @@ PFC_OPCODE = 0x0101
 PFC_QUANTUM_BITS = 512                           # one pause quantum: 512 bit times
 
 # --- IPv4 / UDP / RoCEv2 ----------------------------------------------------
-IPV4_HDR_BYTES = layer_len_bytes(IP, exclude=("options",))   # 20: IHL 5, no options
-UDP_HDR_BYTES = layer_len_bytes(UDP)             # 8
+IPV4_HDR_BYTES = 20                              # IHL 5, no options
+UDP_HDR_BYTES = 8
 ROCEV2_UDP_DPORT = 4791
 # UDP source port of a QP: 49152 + (QPN & 0x3FFF), the RoCE entropy range
 ROCE_SPORT_BASE = 0xC000
 ROCE_SPORT_MASK = 0x3FFF
-BTH_BYTES = layer_len_bytes(BTH, exclude=("icrc",))   # 12; Scapy keeps the ICRC in BTH
+BTH_BYTES = 12                                   # Scapy keeps the ICRC in BTH
 ICRC_BYTES = 4
-AETH_BYTES = layer_len_bytes(AETH)               # 4
+AETH_BYTES = 4
 RETH_BYTES = 16                                  # VA (8) + R_Key (4) + DMA length (4); IBA 9.3.3
 CNP_PAD_BYTES = 16                               # reserved bytes of a CNP (RoCEv2 annex A17.9.3)
+
+# the Scapy layer (module, class, fields left out) each header length is of
+HEADER_LAYERS = {
+    "ETH_HDR_BYTES": ("scapy.layers.l2", "Ether", ()),
+    "DOT1Q_TAG_BYTES": ("scapy.layers.l2", "Dot1Q", ()),
+    "IPV4_HDR_BYTES": ("scapy.layers.inet", "IP", ("options",)),
+    "UDP_HDR_BYTES": ("scapy.layers.inet", "UDP", ()),
+    "BTH_BYTES": ("scapy.contrib.roce", "BTH", ("icrc",)),
+    "AETH_BYTES": ("scapy.contrib.roce", "AETH", ()),
+}
 
 # Ethernet + IPv4 + UDP + BTH: every RoCEv2 frame starts with these
 ROCE_HDR_BYTES = ETH_HDR_BYTES + IPV4_HDR_BYTES + UDP_HDR_BYTES + BTH_BYTES   # 54

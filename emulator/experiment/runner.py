@@ -24,7 +24,7 @@ from emulator.net.fabric import FabricNet, check_environment
 
 PROGRESS_INTERVAL_S = 1.0     # a progress line
 DONE_POLL_S = 0.05            # how soon the end of the traffic is seen
-PLOTTER_DURING_TRAFFIC_MAX_NODES = 24   # switches + hosts: the plots' process starts with the traffic
+PLOTTER_EARLY_MAX_NODES = 24   # switches + hosts: the plots' process starts before the bring-up
 
 
 class WallPhases:
@@ -105,19 +105,21 @@ def _run(exp: Experiment, out_dir: Path, console: Console, pcap: bool | str, tar
     console.print(f"[bold]{exp.name}[/]: {len(exp.fabric.switches())} switches, "
                   f"{len(exp.fabric.hosts())} hosts, {len(exp.flows)} flows, "
                   f"dilation {exp.dilation:g}, target {target}")
-    with fabric_net(exp, run_dir, pcap, target) as fnet:
-        console.print(f"fabric up and programmed in {phases.mark('bring_up'):.1f} s")
-        # BMv2 has only its P4 counters for the per-priority stats
-        # The plots' process (matplotlib imported on the CPU the run leaves
-        # idle) starts with the traffic; on a big fabric only once its switches
-        # and agents go: its ~45 MB would top the run's peak.
-        plotter = []
-        early = not summary_only and (len(exp.fabric.switches()) + len(exp.fabric.hosts())
-                                      <= PLOTTER_DURING_TRAFFIC_MAX_NODES)
-        try:
+    # The plots' process imports matplotlib on the CPU the bring-up leaves idle,
+    # stopped while the traffic runs (``Plotter.pause``); on a big fabric it
+    # starts only once the switches and agents go: its ~45 MB would top the peak.
+    plotter = []
+    if not summary_only and (len(exp.fabric.switches()) + len(exp.fabric.hosts())
+                             <= PLOTTER_EARLY_MAX_NODES):
+        plotter.append(Plotter.start(out_dir, exp.fabric))
+    try:
+        with fabric_net(exp, run_dir, pcap, target) as fnet:
+            console.print(f"fabric up and programmed in {phases.mark('bring_up'):.1f} s")
+            # BMv2 has only its P4 counters for the per-priority stats
             done = _traffic(fnet, exp, run_dir, console, phases, p4_stats=target == "bmv2",
-                            on_start=(lambda: plotter.append(Plotter.start(out_dir, exp.fabric)))
-                            if early else None)
+                            on_start=plotter[0].pause if plotter else None)
+            for p in plotter:
+                p.resume()
             # The switches stop (their stats and logs complete); links, shells and the
             # fork server go while the results are written; the context's exit joins.
             fnet.teardown_in_background()
@@ -127,9 +129,9 @@ def _run(exp: Experiment, out_dir: Path, console: Console, pcap: bool | str, tar
             return _results(exp, out_dir, run_dir, console, pcap, target, phases, *done,
                             summary_only=summary_only,
                             plotter=plotter[0] if plotter else None)
-        finally:
-            for p in plotter:
-                p.close()
+    finally:
+        for p in plotter:
+            p.close()
 
 
 def run_on_fabric(fnet: FabricNet, exp: Experiment, out_dir: str | Path,

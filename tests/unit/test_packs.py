@@ -131,3 +131,28 @@ def test_a_switch_pack_whose_port_does_not_exist_exits_2_naming_its_file(tmp_pat
     assert p.returncode == 2, p.stderr
     (line,) = p.stderr.strip().splitlines()
     assert line.startswith("error: ") and "leaf2.switch.json: ports: cannot open" in line
+
+
+def test_ended_members_are_released_together_and_the_first_error_raises_after_all():
+    # a NIC's close waits for RCU grace periods: the members' releases overlap
+    # (each waits at the barrier for the other: one after the other, it breaks)
+    import threading
+
+    from emulator.agents.pack import release_together
+    barrier = threading.Barrier(2, timeout=10)
+    released = []
+
+    class Member:
+        def __init__(self, name, fail=False):
+            self.name, self.fail = name, fail
+
+        def release(self):
+            barrier.wait()
+            released.append(self.name)
+            if self.fail:
+                raise OSError(f"{self.name}: cannot write its result")
+
+    with pytest.raises(OSError, match="h2: cannot write"):
+        release_together([Member("h1"), Member("h2", fail=True)])
+    assert sorted(released) == ["h1", "h2"]
+    release_together([])             # a pack whose members all failed to open: nothing

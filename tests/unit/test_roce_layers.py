@@ -1,6 +1,7 @@
 """RoCEv2 layers, ICRC and the fast build/parse path (emulator.agents.roce)."""
 from __future__ import annotations
 
+import importlib
 import random
 import struct
 
@@ -11,6 +12,7 @@ from scapy.layers.inet6 import IPv6
 from scapy.layers.l2 import ARP, Dot1Q, Ether
 from scapy.packet import Raw
 
+from emulator import wire
 from emulator.agents import roce
 from emulator.agents.roce import (
     AETH, BTH, DETH, RETH, CNPPadding, FrameTemplate, ImmDt, icrc, int_to_ip, ip_to_int,
@@ -36,6 +38,23 @@ def wire_icrc(f: bytes) -> int:
 # ---------------------------------------------------------------------------
 # layers and bindings
 # ---------------------------------------------------------------------------
+@pytest.mark.parametrize("name", sorted(wire.HEADER_LAYERS))
+def test_wire_header_lengths_are_their_scapy_layers(name):
+    module, layer, exclude = wire.HEADER_LAYERS[name]
+    cls = getattr(importlib.import_module(module), layer)
+    assert getattr(wire, name) == wire.layer_len_bytes(cls, exclude=exclude)
+
+
+def test_a_header_length_that_differs_from_its_layer_is_found():
+    # the check above reads fields_desc: a layer one byte longer gives another length
+    from scapy.fields import ByteField
+    from scapy.packet import Packet
+
+    class LongerUDP(Packet):
+        fields_desc = [*UDP.fields_desc, ByteField("extra", 0)]
+    assert wire.layer_len_bytes(LongerUDP) == wire.UDP_HDR_BYTES + 1
+
+
 @pytest.mark.parametrize("opcode", [0x06, 0x0A, 0x0C, 0x26, 0x2A])
 def test_reth_round_trip(opcode):
     f = frame(BTH(opcode=opcode, dqpn=0x123456, psn=0xABCDEF, ackreq=1),

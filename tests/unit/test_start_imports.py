@@ -29,3 +29,10 @@ def test_mininet_comes_without_setuptools():
 def test_the_runner_does_not_import_numpy_for_a_constant():
     mods = _imported("import emulator.experiment.servers")
     assert "numpy" not in mods
+
+
+def test_the_plots_process_does_not_import_scapy():
+    # it unpickles the fabric (emulator.topo) and draws: neither needs a layer,
+    # and Scapy's 0.13 s would be spent after the traffic (experiment/plotter.py)
+    mods = _imported("import emulator.topo, emulator.experiment.plots, emulator.experiment.plotter")
+    assert "emulator.wire" in mods and not any(m.split(".")[0] == "scapy" for m in mods)
