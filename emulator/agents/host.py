@@ -152,20 +152,37 @@ def _base(flow_id: int) -> bytes:
     return b + b
 
 
+def _pieces(offset: int, length: int):
+    """(position in bytes [offset, offset+length), start in ``_base``'s
+    doubled block, length) of each piece of a payload that lies in one block."""
+    pos, o = 0, offset
+    while pos < length:
+        blk, within = divmod(o, PATTERN_BLOCK)
+        n = min(PATTERN_BLOCK - within, length - pos)
+        yield pos, (within + blk * PATTERN_STRIDE) % PATTERN_BLOCK, n
+        pos += n
+        o += n
+
+
 def pattern_bytes(flow_id: int, offset: int, length: int) -> bytearray:
     """Bytes [offset, offset+length) of flow ``flow_id``'s payload."""
     bb = _base(flow_id)
     out = bytearray(length)
-    pos = 0
-    o = offset
-    while pos < length:
-        blk, within = divmod(o, PATTERN_BLOCK)
-        start = (within + blk * PATTERN_STRIDE) % PATTERN_BLOCK
-        n = min(PATTERN_BLOCK - within, length - pos)
+    for pos, start, n in _pieces(offset, length):
         out[pos:pos + n] = bb[start:start + n]
-        pos += n
-        o += n
     return out
+
+
+def pattern_matches(flow_id: int, offset: int, data) -> bool:
+    """Whether ``data`` (bytes or a memoryview of a memory region) is bytes
+    [offset, offset+len(data)) of flow ``flow_id``'s payload, compared piece
+    by piece without building them: a flow's check runs in the agents' loop,
+    where comparing a 1 MiB memoryview to its pattern_bytes took 1.5 ms (a
+    memoryview compares item by item; a bytearray on the left, memcmp)."""
+    bb = bytearray(_base(flow_id))
+    data = memoryview(data)
+    return all(bb[start:start + n] == data[pos:pos + n]
+               for pos, start, n in _pieces(offset, len(data)))
 
 
 def write_layout(expect: list[dict], mr_addr: int = 0) -> dict[int, int]:
@@ -382,7 +399,7 @@ class HostAgent:
     def _finish_expect(self, st, got, c) -> None:
         st["delivered_bytes"] = len(got)
         st["complete"] = len(got) == st["bytes"]
-        st["intact"] = st["complete"] and got == pattern_bytes(st["flow_id"], 0, st["bytes"])
+        st["intact"] = st["complete"] and pattern_matches(st["flow_id"], 0, got)
         st["first_rx_unix_ns"] = c.first_rx_unix_ns
         st["complete_unix_ns"] = c.complete_unix_ns
         self.n_exp_done += 1
@@ -410,7 +427,7 @@ class HostAgent:
             else:
                 continue
             st["delivered_bytes"] = n
-            st["intact"] = got is not None and got == pattern_bytes(st["flow_id"], 0, n)
+            st["intact"] = got is not None and pattern_matches(st["flow_id"], 0, got)
 
     def result(self) -> dict:
         self._partial_progress()

@@ -17,7 +17,7 @@ from emulator.control.qos import mtu_frame_bytes
 from emulator.experiment.fidelity import nic_verdict
 from emulator.wire import WIRE_OVERHEAD_BYTES
 from emulator.agents import roce
-from emulator.agents.host import pattern_bytes, write_layout
+from emulator.agents.host import pattern_bytes, pattern_matches, write_layout
 
 # root, namespaces and veths: tests/conftest.py skips it, saying why, for
 # other users, and ``make test-fast`` leaves it out
@@ -199,6 +199,20 @@ def test_write_and_send_over_veth(veth):
     # the flow is recognized by its address and the payload is the documented pattern
     assert rb["config"]["write_layout"] == {"1": 0}
     assert pattern_bytes(1, 65536, 8) != pattern_bytes(1, 0, 8)
+
+
+def test_a_payload_is_checked_against_its_pattern_without_building_it():
+    import random
+    rng = random.Random(7)
+    for _ in range(40):
+        flow, off, n = rng.randrange(1, 50), rng.randrange(0, 300_000), rng.randrange(1, 200_000)
+        region = bytearray(8) + pattern_bytes(flow, off, n) + bytearray(8)
+        data = memoryview(region)[8:8 + n]            # as the NIC hands it: a view of its MR
+        assert pattern_matches(flow, off, data) and pattern_matches(flow, off, bytes(data))
+        region[8 + rng.randrange(n)] ^= 1 << rng.randrange(8)    # one bit anywhere
+        assert not pattern_matches(flow, off, data)
+        assert not pattern_matches(flow + 1, off, pattern_bytes(flow, off, n))
+    assert pattern_matches(3, 0, b"")
 
 
 @needs_root
