@@ -13,7 +13,8 @@ member's host (its Mininet shell). Each member's NIC is opened in its own
 host's network namespace (``net.netns.network_of``: its sockets stay
 there), so the members are what ``host.py`` would have run, frame for frame;
 only the loop is shared: one ``select`` waits on all their sockets until
-the earliest timer of any, then the members with frames waiting or a timer
+the earliest timer of any (polling its last ``wake_spin_ns`` when the run's
+busy processes have a core each: ``net/packing.wake_spin_ns``), then the members with frames waiting or a timer
 due (only those) run their NIC and take its completions (``HostAgent.step``).
 
 Members pass the start gate together (one ``READY`` line and ready file
@@ -30,7 +31,7 @@ import sys
 import threading
 import time
 
-from emulator.clock import MONOTONIC
+from emulator.clock import MONOTONIC, MonotonicClock
 from emulator.schema.agent import AgentPackConfig
 from emulator.errors import FabricEmuError
 
@@ -62,7 +63,8 @@ def open_members(cfg: AgentPackConfig) -> list[HostAgent]:
     return agents
 
 
-def run_members(agents: list[HostAgent], stop_flag: list[bool]) -> None:
+def run_members(agents: list[HostAgent], stop_flag: list[bool],
+                clock: MonotonicClock = MONOTONIC) -> None:
     """Gate, then one loop for all members until each has ended; each
     ``conclude``s as it ends (its result taken, logs closed) and all are
     ``release``d together (results written, NICs closed) when the last has."""
@@ -110,7 +112,7 @@ def run_members(agents: list[HostAgent], stop_flag: list[bool]) -> None:
             # a select even when something is due already (timeout 0): one
             # syscall, where reading every member's sockets blind is two each
             ready = {}
-            for fd in MONOTONIC.wait_readable(fds, wake):
+            for fd in clock.wait_readable(fds, wake):
                 ready.setdefault(owner[fd], []).append(fd)
     finally:
         try:
@@ -152,11 +154,12 @@ def main(argv: list[str] | None = None) -> int:
     die_with_runner()
     stop = stop_on_signals()
     try:
-        agents = open_members(AgentPackConfig.load(argv[0]))
+        cfg = AgentPackConfig.load(argv[0])
+        agents = open_members(cfg)
     except (FabricEmuError, AgentConfigError) as e:     # the pack's file, or a member's
         print(f"error: {e}", file=sys.stderr)
         return 2
-    run_members(agents, stop)
+    run_members(agents, stop, MonotonicClock(spin_ns=cfg.wake_spin_ns))
     return 0 if all(a.all_complete() for a in agents) else 3
 
 

@@ -16,7 +16,7 @@ from emulator.experiment.resolved import Experiment
 from emulator.errors import RunAborted
 from emulator.net.fabric import FabricNet, dilated_link, exit_phrase
 from emulator.net.nodes import stop_processes
-from emulator.net.packing import agent_packs
+from emulator.net.packing import agent_packs, wake_spin_ns
 from emulator.schema.agent import (
     DEFAULT_MR_RKEY, AgentPackConfig, ExpectConfig, HostAgentConfig, NicConfig, PackMemberConfig,
     QpConfig, SendConfig,
@@ -187,9 +187,10 @@ class AgentProcesses:
         self.procs[name] = self.fnet.spawn(name, module, [str(path)], self.logs[name],
                                            stdin_pipe=gated)
 
-    def launch_pack(self, cfgs: dict[str, HostAgentConfig]) -> None:
+    def launch_pack(self, cfgs: dict[str, HostAgentConfig], wake_spin_ns: int = 0) -> None:
         """Host agents ``cfgs`` in one process (``agents/pack.py``), started
-        in the first one's host; each NIC opened in its own host."""
+        in the first one's host; each NIC opened in its own host; its loop
+        polls ``wake_spin_ns`` before a timed wake-up."""
         names = list(cfgs)
         members = []
         for name, cfg in cfgs.items():
@@ -198,7 +199,7 @@ class AgentProcesses:
             members.append(PackMemberConfig(config=str(path), netns_pid=self.fnet.host(name).pid))
         tag = f"{names[0]}+{len(names) - 1}"
         pack = self.run_dir / f"{tag}.pack.json"
-        AgentPackConfig(members=members).write(pack)
+        AgentPackConfig(members=members, wake_spin_ns=wake_spin_ns).write(pack)
         log = self.run_dir / f"{tag}.agent.log"
         gated = any(c.ready_path is not None for c in cfgs.values())
         proc = self.fnet.spawn(names[0], "emulator.agents.pack", [str(pack)], log,
@@ -283,11 +284,16 @@ class AgentGroup(AgentProcesses):
         for name in names:                   # on another server: one process each, placed there
             if name not in local:
                 self.launch(name, cfgs[name], "emulator.agents.host")
-        for group in agent_packs(local, self.exp.spec.agents.per_process):
+        groups = agent_packs(local, self.exp.spec.agents.per_process)
+        wp = self.exp.workload
+        busy = len(groups) + self.fnet.switch_processes() + len(names) - len(local) + \
+            (0 if wp is None else len(wp.servers) + bool(wp.storage_server))
+        spin_ns = wake_spin_ns(busy)
+        for group in groups:
             if len(group) == 1:
                 self.launch(group[0], cfgs[group[0]], "emulator.agents.host")
             else:
-                self.launch_pack({n: cfgs[n] for n in group})
+                self.launch_pack({n: cfgs[n] for n in group}, wake_spin_ns=spin_ns)
 
     def progress(self) -> tuple[int, int]:
         """(payload bytes the agents' NICs have delivered -- placed in

@@ -252,6 +252,12 @@ class FabricNet:
                 out.update({name: f"{group[0]}+{len(group) - 1}" for name in group})
         return out
 
+    def switch_processes(self) -> int:
+        """How many processes run this fabric's switches (packs count once)."""
+        packs = self._switch_packs()
+        return len(set(packs.values())) + sum(1 for sw in self.fabric.switches()
+                                              if sw.name not in packs)
+
     def _check_interfaces_free(self, existing: list[str]) -> None:
         taken = sorted(set(existing) & {p.ifname for n in self.fabric.nodes
                                         for p in self.fabric.ports(n.name)})

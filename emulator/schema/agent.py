@@ -223,6 +223,8 @@ class AgentPackConfig(ProcessConfig):
     """Several host agents in one process (``agents/pack.py``): each
     member's NIC opened in its own host's namespace, one loop for all."""
     members: list[PackMemberConfig] = Field(min_length=1)
+    # its loop polls this long before a timed wake-up (net/packing.wake_spin_ns)
+    wake_spin_ns: int = Field(0, ge=0, le=1_000_000)
 
 
 # ---------------------------------------------------------- server agents

@@ -42,6 +42,9 @@ def test_an_all_to_all_with_two_hosts_per_process_is_intact_and_lossless(tmp_pat
     assert [[m["config"].rsplit("/", 1)[1] for m in ms] for ms in members] == \
         [["h1.agent.json", "h2.agent.json"], ["h3.agent.json", "h4.agent.json"]]
     assert len({m["netns_pid"] for ms in members for m in ms}) == 4   # a namespace per host
+    # 2 agent packs and 4 switch processes: they spin before their timers only with 6 cores
+    from emulator.net.packing import wake_spin_ns
+    assert {json.loads(p.read_text())["wake_spin_ns"] for p in packs} == {wake_spin_ns(6)}
     for first, second in (("h1", "h2"), ("h3", "h4")):
         log = (run / f"{first}+1.agent.log").read_text()
         assert f"READY {first}\nREADY {second}\n" in log, log

@@ -4,7 +4,7 @@ import socket
 
 import pytest
 
-from emulator.clock import MONOTONIC, ManualClock, TimerHeap
+from emulator.clock import MONOTONIC, ManualClock, MonotonicClock, TimerHeap
 
 
 def test_manual_clock_moves_only_forward():
@@ -37,6 +37,23 @@ def test_monotonic_wait_returns_readable_at_once():
     try:
         os.write(w, b"x")
         assert list(MONOTONIC.wait_readable([r], MONOTONIC.now_ns() + 10**9)) == [r]
+    finally:
+        os.close(r)
+        os.close(w)
+
+
+@pytest.mark.parametrize("spin_ns", [0, 20_000, 10**9])
+def test_a_spinning_wait_never_ends_before_its_deadline_and_sees_frames_at_once(spin_ns):
+    clock = MonotonicClock(spin_ns=spin_ns)
+    r, w = os.pipe()
+    try:
+        for wait_ns in (0, 1_000, 50_000, 2_000_000):
+            deadline = clock.now_ns() + wait_ns
+            assert list(clock.wait_readable([r], deadline)) == []
+            assert clock.now_ns() >= deadline          # polled to the deadline, not before
+        os.write(w, b"x")                          # readable: at once, spinning or sleeping
+        assert list(clock.wait_readable([r], clock.now_ns() + 10**10)) == [r]
+        assert list(clock.wait_readable([], clock.now_ns() - 5)) == []      # already due
     finally:
         os.close(r)
         os.close(w)

@@ -9,8 +9,8 @@ import sys
 import pytest
 
 from emulator.net.packing import (
-    AUTO_AGENT_PROCESSES, AUTO_SMALL_AGENTS, AUTO_SMALL_SWITCHES, agent_packs as packs,
-    small_fabric_processes, switch_packs,
+    AUTO_AGENT_PROCESSES, AUTO_SMALL_AGENTS, AUTO_SMALL_SWITCHES, WAKE_SPIN_NS,
+    agent_packs as packs, small_fabric_processes, switch_packs, wake_spin_ns,
 )
 from emulator.schema.load import FieldError
 from emulator.schema.agent import AgentPackConfig
@@ -156,3 +156,10 @@ def test_ended_members_are_released_together_and_the_first_error_raises_after_al
         release_together([Member("h1"), Member("h2", fail=True)])
     assert sorted(released) == ["h1", "h2"]
     release_together([])             # a pack whose members all failed to open: nothing
+
+
+def test_an_agent_pack_spins_before_its_timers_only_when_every_busy_process_has_a_core():
+    # the demo on 2 cores: one agent pack + one switch pack
+    assert wake_spin_ns(2, cpus=2) == WAKE_SPIN_NS > 0
+    assert wake_spin_ns(3, cpus=2) == 0      # a process per node, or a workload's servers
+    assert wake_spin_ns(8, cpus=8) == WAKE_SPIN_NS and wake_spin_ns(9, cpus=8) == 0
