@@ -9,9 +9,9 @@ is measured:
 
 * calibration: a scaled-down copy of the experiment (same fabric, its
   traffic with flows capped at ``CAL_FLOW_BYTES``; a ``poisson`` entry at
-  its load for the time its hosts offer ``CAL_POISSON_BYTES`` in; a workload replaced by a
-  burst of WRITEs along the ring between its servers' NICs and from the
-  storage target to its readers) runs at a few D on ``LADDER``, from
+  its load for the time its hosts offer ``CAL_POISSON_BYTES`` in; a workload
+  run as itself, shortened: each test's largest size once, two training
+  steps, as many storage blocks as those steps overlap) runs at a few D on ``LADDER``, from
   ``START_DILATION`` for a fabric of the demo's size, proportionally
   higher for larger ones (``start_dilation``). Each run gives the
   verdict's ``worst_ratio`` (worst lateness / its limit; behind above 1). The smallest D whose ratio is at
@@ -64,7 +64,11 @@ UP_JUMP_MAX = 4.0              # a behind calibration run raises D at most this 
 FALLBACK_DILATION = 10000.0    # `fabric-emu cli` with auto and nothing cached: no traffic to measure
 CAL_FLOW_BYTES = 512 * 1024    # calibration flows: long enough for lateness to build up
 CAL_POISSON_BYTES = 1 << 20    # a poisson entry's calibration: this much offered per host
-CACHE_VERSION = 1
+CAL_TRAINING_STEPS = 2         # a workload's calibration: training steps (none of them warm-up)
+# 2: workloads are calibrated by running them (1: by a burst of WRITEs in their
+# stead, which their full runs fell behind of at twice the D), and the agents
+# got faster: a D cached before says little
+CACHE_VERSION = 2
 
 Measure = Callable[[float], float]          # D -> worst_ratio of a run at D
 
@@ -168,7 +172,7 @@ def fabric_key(exp: Experiment, target: str) -> dict:
     f = exp.fabric
     flows = len(exp.flows)
     if exp.workload is not None:
-        flows += len(workload_burst(exp))
+        flows += len(workload_flows(exp))
     return {"switches": len(f.switches()), "servers": len(f.servers()), "nics": len(f.hosts()),
             "flows": flows, "target": target}
 
@@ -229,10 +233,10 @@ def parse_dilation(value: str | float | None) -> float | str | None:
     return d
 
 
-def workload_burst(exp: Experiment) -> list[dict]:
-    """Traffic entries standing in for a workload: each server's NIC g WRITEs to
-    the next server's NIC g (the ring's server-to-server hops, every rail
-    busy: at least the collectives' load), the storage target to each reader."""
+def workload_flows(exp: Experiment) -> list[dict]:
+    """A workload's flows as the cache key counts them (``fabric_key``): each
+    server's NIC g to the next server's NIC g (the ring's server-to-server
+    hops, every rail), the storage target to each reader."""
     wp, f = exp.workload, exp.fabric
     out = []
     servers = [f.server(s) for s in wp.servers]
@@ -252,16 +256,37 @@ def calibration_experiment(exp: Experiment) -> Experiment:
     data = exp.spec.model_dump(mode="json", exclude_none=True)
     data.pop("sweep", None)
     data["name"] = f"{exp.name}-calibration"
-    traffic = [_calibration_entry(exp, i, t) for i, t in enumerate(data.get("traffic") or [])]
+    if data.get("traffic"):
+        data["traffic"] = [_calibration_entry(exp, i, t) for i, t in enumerate(data["traffic"])]
     if exp.workload is not None:
-        data.pop("workload", None)
-        data.pop("storage", None)
-        traffic += workload_burst(exp)
-    data["traffic"] = traffic
+        _shorten_workload(data)
     try:
         return experiment_from_dict(data, exp.source)
     except ConfigError:
         return exp
+
+
+def _shorten_workload(data: dict) -> None:
+    """A workload's calibration runs the workload itself -- its servers'
+    collective agents, GPU models and storage readers are the processes
+    whose lateness its full run is judged on (a burst of WRITEs between its
+    NICs in its stead, run by host agents, calibrated checkpoint-shared at
+    8000; its full run then fell behind at 8000 and held at 24000) --
+    shortened: every test's largest size once, no warm-up;
+    ``CAL_TRAINING_STEPS`` training steps; the storage blocks in proportion."""
+    from emulator.schema.workload import TestSpec
+    wl = data["workload"]
+    for t in wl.get("tests") or []:
+        t.update(sizes=[max(TestSpec.model_validate(t).size_list())], iters=1, warmup_iters=0)
+    tr = wl.get("training")
+    share = 1.0
+    if tr is not None:
+        steps = min(tr["steps"], CAL_TRAINING_STEPS)
+        share = steps / (tr["steps"] + tr.get("warmup_steps", 1))
+        tr.update(steps=steps, warmup_steps=0)
+    st = data.get("storage")
+    if st is not None and "blocks" in st:
+        st["blocks"] = max(st.get("queue_depth", 1), math.ceil(st["blocks"] * share))
 
 
 def _calibration_entry(exp: Experiment, i: int, t: dict) -> dict:

@@ -19,6 +19,18 @@ from emulator.errors import ConfigError
 from emulator.schema.workload import parse_workload
 
 
+def test_an_input_is_its_formula_read_only():
+    rng = np.random.default_rng(5)
+    for _ in range(50):
+        rank, it, count = (int(v) for v in rng.integers((0, 0, 1), (4096, 1000, 5000)))
+        i = np.arange(count, dtype=np.int64)
+        want = (((i * 7 + rank * 131 + it * 17) % 251) - 125).astype(np.float32)
+        got = data.input_elems(rank, it, count)
+        assert got.dtype == np.float32 and np.array_equal(got, want)
+    with pytest.raises(ValueError):          # a slice of the one shared array: never written
+        data.input_elems(1, 2, 10)[0] = 7
+
+
 def simulate_wrong(coll, alg, S, G, size, slice_bytes, slots, seed):
     n = S * G
     sch = algorithms.build(coll, alg, S, G, size, slice_bytes)

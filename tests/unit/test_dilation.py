@@ -238,19 +238,25 @@ def test_calibration_experiment_is_a_scaled_copy():
     assert cal.fabric.name == exp.fabric.name
 
 
-def test_a_workload_is_calibrated_with_a_burst_along_its_ring():
+def test_a_workload_is_calibrated_by_running_it_shortened():
     from tests.conftest import REPO
     from emulator.experiment.model import load_experiment
 
     exp = load_experiment(REPO / "experiments" / "checkpoint-shared.yaml")
     cal = calibration_experiment(exp)
-    assert cal.workload is None and cal is not exp
-    pairs = {(f.src, f.dst) for f in cal.flows}
-    wp = exp.workload
-    s1, s2 = (exp.fabric.server(s) for s in wp.servers)
-    assert {(a, b) for a, b in zip(s1.nics, s2.nics)} <= pairs      # server1 -> server2, per rail
-    assert {(wp.storage_nic, nic) for _, nic in wp.readers} <= pairs
-    assert fabric_key(exp, "embedded")["flows"] == len(cal.flows)
+    assert cal is not exp and not cal.flows
+    tr, full = cal.spec.workload.training, exp.spec.workload.training
+    assert (tr.steps, tr.warmup_steps) == (dil.CAL_TRAINING_STEPS, 0) and full.steps == 4
+    assert (tr.size_bytes, tr.collective) == (full.size_bytes, full.collective)
+    # its storage reads overlap the steps as in the full run: 16 blocks over
+    # 4 + 1 steps, 2 steps -> 7 blocks; the same readers and target
+    assert cal.spec.storage.blocks == 7 and cal.workload.readers == exp.workload.readers
+    assert cal.workload.servers == exp.workload.servers
+    assert fabric_key(cal, "embedded")["flows"] == fabric_key(exp, "embedded")["flows"] > 0
+
+    rail = calibration_experiment(load_experiment(REPO / "experiments" / "allreduce-rail.yaml"))
+    [test] = rail.spec.workload.tests                  # 64 KiB .. 1 MiB, 2 + 1 iterations
+    assert (test.size_list(), test.iters, test.warmup_iters) == ([1 << 20], 1, 0)
 
 
 def test_a_cached_dilation_follows_the_machine_both_ways(tmp_path):

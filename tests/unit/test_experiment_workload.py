@@ -7,6 +7,7 @@ import socket
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from emulator.agents.nic import RoceNic
@@ -167,6 +168,9 @@ def test_storage_reader_reads_and_checks_blocks(corrupt):
 def test_block_patterns_differ_between_blocks():
     assert (block_pattern(0, 4096) != block_pattern(1, 4096)).any()
     assert block_pattern(3, 4096).dtype.name == "uint8"
+    for k, n in ((0, 1), (5, 4096), (1000, 262144), (250, 300)):      # byte i: (i + 97 k) mod 251
+        want = ((np.arange(n, dtype=np.int64) + 97 * k) % 251).astype(np.uint8)
+        assert np.array_equal(block_pattern(k, n), want)
 
 
 def test_endpoint_costs_and_tenancy_on_workload_nics_are_refused():
