@@ -28,7 +28,9 @@ from emulator.schema.agent import CollectiveAgentConfig
 
 from . import bench
 from .agent_io import agent_main
+from .data import periodic_inputs
 from .engine import CollectiveEngine, drive, quiescent
+from .schedule import ELEM_BYTES
 from .staging import staging_from_config
 from .storage import StorageReader
 from .workload import validate_for
@@ -61,6 +63,10 @@ def run(cfg: CollectiveAgentConfig, path: str = "config", clock: Clock = MONOTON
             reader = StorageReader(snic, st.qpn, st.target_ip, st.block_bytes, st.blocks,
                                    st.queue_depth)
             eng.attach(snic, reader.qpn, reader)
+        # every input (and expected output) is a slice of one array: built for the
+        # largest before the start, not inside the event loop when a row grows
+        periodic_inputs(max([s for t in spec.tests for s in t.size_list()]
+                            + [spec.training.size_bytes if spec.training else 0]) // ELEM_BYTES)
         # the common start: a Unix time, the one clock all servers' processes share
         start_at = ready_then_start(f"server{cfg.server}", cfg.ready_path, cfg.start_at_unix_ns)
         wait_ns = (start_at or 0) - clock.unix_ns()

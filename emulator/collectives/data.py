@@ -5,8 +5,6 @@ Inputs are small integers stored as float32 (|x| <= 125), so a sum over up to
 """
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 
 from .schedule import ELEM_BYTES, chunk_bytes
@@ -24,15 +22,23 @@ def input_elems(rank: int, iteration: int, count: int) -> np.ndarray:
     refills its ranks' inputs inside the event loop, where computing 1 MiB
     took 3-9 ms a rank and the server's NICs fell behind by as much."""
     k = (rank * 131 + iteration * 17) * _STEP_INVERSE % PERIOD
-    return _periodic(count)[k:k + count]
+    return periodic_inputs(count)[k:k + count]
 
 
-@functools.lru_cache(maxsize=8)
-def _periodic(count: int) -> np.ndarray:
-    i = np.arange(count + PERIOD, dtype=np.int64)
-    out = ((i * 7) % PERIOD - 125).astype(np.float32)
-    out.flags.writeable = False
-    return out
+_PERIODIC = np.empty(0, np.float32)
+
+
+def periodic_inputs(count: int) -> np.ndarray:
+    """The sequence every input is a slice of, long enough for ``count``
+    elements from any start; built again only when a longer one is asked
+    for (a server agent asks for its largest before the start gate)."""
+    global _PERIODIC
+    if len(_PERIODIC) < count + PERIOD:
+        i = np.arange(count + PERIOD, dtype=np.int64)
+        out = ((i * 7) % PERIOD - 125).astype(np.float32)
+        out.flags.writeable = False
+        _PERIODIC = out
+    return _PERIODIC
 
 
 def input_bytes(collective: str, n: int, size_bytes: int) -> int:

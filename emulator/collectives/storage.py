@@ -16,7 +16,6 @@ on both sides (``emulator/experiment/servers.py``).
 """
 from __future__ import annotations
 
-import functools
 import signal
 import sys
 
@@ -48,13 +47,19 @@ def block_pattern(k: int, nbytes: int) -> np.ndarray:
 
 
 PATTERN_PERIOD = 251
+_PERIODIC = np.empty(0, np.uint8)
 
 
-@functools.lru_cache(maxsize=4)
 def _periodic_bytes(nbytes: int) -> np.ndarray:
-    out = (np.arange(nbytes + PATTERN_PERIOD, dtype=np.int64) % PATTERN_PERIOD).astype(np.uint8)
-    out.flags.writeable = False
-    return out
+    """0, 1, ..., 250, 0, 1, ...: long enough for ``nbytes`` from any start
+    (built again only when a longer one is asked for: the reader asks for its
+    block size when it is made, before the traffic)."""
+    global _PERIODIC
+    if len(_PERIODIC) < nbytes + PATTERN_PERIOD:
+        out = (np.arange(nbytes + PATTERN_PERIOD, dtype=np.int64) % PATTERN_PERIOD).astype(np.uint8)
+        out.flags.writeable = False
+        _PERIODIC = out
+    return _PERIODIC
 
 
 class StorageReader:
@@ -75,6 +80,7 @@ class StorageReader:
         self.done_blocks = self.wrong_blocks = 0
         self.error: str | None = None
         self.t_start = self.t_stop = self.t_last = 0
+        _periodic_bytes(block_bytes)     # the checks' pattern, built before the traffic
         self.running = False
 
     def start(self) -> None:
