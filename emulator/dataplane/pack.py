@@ -9,7 +9,7 @@ several::
 
 ``PACK.json`` is ``emulator.schema.switch.SwitchPackConfig``: a
 ``SwitchConfig`` file per member. Each member is the ``EmbeddedSwitch``
-its config describes, with its own P4Runtime server on its own port, its
+(or, with an ``ib`` section, the ``ib.switch.IbSwitch``) its config describes, with its own P4Runtime server on its own port, its
 own stats and raw logs; only the loop is shared: one ``select`` over every
 member's ports until the earliest thing due in any, then each member with
 frames waiting or something due takes its turn (``EmbeddedSwitch.turn``),
@@ -38,16 +38,22 @@ from emulator.schema.switch import SwitchConfig, SwitchPackConfig, snapshot_requ
 from .switch import EmbeddedSwitch, close_together, write_atomic
 
 
-def build_members(cfg: SwitchPackConfig) -> list[tuple[EmbeddedSwitch, SwitchConfig, P4Info]]:
+def build_members(cfg: SwitchPackConfig) -> list[tuple]:
     """Every member switch, its sockets open; ``ConfigError`` for the first
     bad one (the sockets of those before it closed)."""
     members = []
     try:
         for path in cfg.members:
             scfg = SwitchConfig.load(path)
-            p4info = P4Info.load(scfg.p4info_path) if scfg.p4info_path else P4Info.load()
             try:
-                sw = EmbeddedSwitch(scfg, p4info, MONOTONIC)
+                if scfg.ib is not None:        # an InfiniBand switch: ib.p4, credits
+                    from emulator.ib.switch import IbSwitch
+                    from emulator.p4.p4info import IB_P4INFO
+                    p4info = P4Info.load(scfg.p4info_path or IB_P4INFO)
+                    sw = IbSwitch(scfg, p4info, MONOTONIC)
+                else:
+                    p4info = P4Info.load(scfg.p4info_path) if scfg.p4info_path else P4Info.load()
+                    sw = EmbeddedSwitch(scfg, p4info, MONOTONIC)
             except OSError as e:
                 raise ConfigError(path, "ports", f"cannot open them: {e}") from None
             members.append((sw, scfg, p4info))
@@ -110,7 +116,8 @@ def main(argv: list[str] | None = None) -> int:
             req = snapshot_request_path(scfg.stats_path) if scfg.stats_path else None
             if req is not None and req.exists():
                 req.unlink(missing_ok=True)
-                sw.request_snapshot()
+                if hasattr(sw, "request_snapshot"):     # not an InfiniBand switch
+                    sw.request_snapshot()
 
     signal.signal(signal.SIGTERM, on_stop)
     signal.signal(signal.SIGINT, on_stop)

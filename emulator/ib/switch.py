@@ -106,6 +106,8 @@ class IbSwitch:
         self.logs = RawLogs(run_dir, cfg.name) if self.sample_ns else None
         self._sampled = {p: {} for p in self.ports}
         self._stop = False
+        self._next_sample: int | None = None
+        self._wake = 0
         self.rx_frames = 0
         self.since_ns = clock.now_ns()
 
@@ -197,29 +199,58 @@ class IbSwitch:
                     write(f"{now_ns},{port_no},{vl},{depth}\n")
                     last[vl] = depth
 
+    # -- the loop: its own (``run``), or a switch pack's (dataplane/pack.py), as
+    # the Ethernet switch's: ``fds``, ``begin``, ``next_wake_ns``, ``turn``
     def run(self) -> None:
-        fds = list(self._by_fd)
-        clock = self.clock
-        sample_ns = self.sample_ns
-        next_sample = clock.now_ns() + sample_ns if sample_ns else None
+        """The switch's loop until ``stop``: wait for a frame or the next
+        thing due, then take a turn."""
+        self.begin()
+        fds, clock = self.fds, self.clock
         while not self._stop:
-            now = clock.now_ns()
-            if next_sample is not None and now >= next_sample:
-                self._sample(now)
-                next_sample = max(next_sample + sample_ns, now + 1)   # no catch-up burst
-            wake = self.transmit(now)
-            if next_sample is not None and next_sample < wake:
-                wake = next_sample
-            readable = clock.wait_readable(fds, wake)
-            now = clock.now_ns()
-            for fd in readable:
-                port = self._by_fd[fd]
-                for _ in range(RX_BATCH):
-                    try:
-                        frame = port.sock.recv(RX_MAX_BYTES)
-                    except BlockingIOError:
-                        break
-                    self.receive(port, frame, now)
+            self.turn(clock.wait_readable(fds, self._wake))
+
+    @property
+    def fds(self) -> list[int]:
+        """The ports' sockets, to wait on."""
+        return list(self._by_fd)
+
+    def begin(self) -> None:
+        """Start the samples from now; send what is due (the initial credit)."""
+        now = self.clock.now_ns()
+        self._next_sample = now + self.sample_ns if self.sample_ns else None
+        self._wake = self._due(now)
+
+    def next_wake_ns(self, now: int) -> int:
+        """When the loop must take its next turn if no frame arrives first."""
+        return self._wake
+
+    def control_pending(self) -> bool:
+        """Nothing waits for a turn but frames and time: ib.p4 has no CPU port
+        (no packet-out), and the switch takes no stats snapshots."""
+        return False
+
+    def turn(self, readable, wake_ns: int | None = None) -> None:
+        """Drain ``readable`` (fds) through the pipeline into the VL queues,
+        then sample and send what is due."""
+        now = self.clock.now_ns()
+        for fd in readable:
+            port = self._by_fd[fd]
+            for _ in range(RX_BATCH):
+                try:
+                    frame = port.sock.recv(RX_MAX_BYTES)
+                except BlockingIOError:
+                    break
+                self.receive(port, frame, now)
+        self._wake = self._due(self.clock.now_ns())
+
+    def _due(self, now: int) -> int:
+        """A queue-depth sample if one is due, every port served; the next wake."""
+        nxt = self._next_sample
+        if nxt is not None and now >= nxt:
+            self._sample(now)
+            self._next_sample = nxt = max(nxt + self.sample_ns, now + 1)   # no catch-up burst
+        wake = self.transmit(now)
+        return nxt if nxt is not None and nxt < wake else wake
 
     # ------------------------------------------------------------------ stats
     def stats(self) -> dict:

@@ -240,9 +240,9 @@ class FabricNet:
 
     def _switch_packs(self) -> dict[str, str]:
         """switch -> the name of the process it shares (``dataplane/pack.py``);
-        a switch not named runs alone. Embedded Ethernet switches on one machine only."""
-        if self.target != "embedded" or self.cluster_spec is not None \
-                or self.fabric.link_layer == "infiniband":
+        a switch not named runs alone. Embedded switches (Ethernet or
+        InfiniBand) on one machine only."""
+        if self.target != "embedded" or self.cluster_spec is not None:
             return {}
         from emulator.net.packing import switch_packs
         out = {}

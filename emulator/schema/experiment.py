@@ -78,9 +78,10 @@ NAME_RE = re.compile(r"[a-z0-9][a-z0-9-]*")
 class SwitchSpec(StrictSpec):
     buffer_bytes: PositiveInt = 4_000_000          # shared buffer per switch
     sample_interval_us: FabricUs = 1.0             # queue-depth sampling (fabric); 0: off
-    # Embedded switches run per process (emulator/dataplane/pack.py): "auto"
-    # gives each its own up to 10 switches, else 3 or so share one
-    # (emulator/net/packing.py); BMv2 and InfiniBand switches: one each.
+    # Embedded switches (Ethernet or InfiniBand) per process
+    # (emulator/dataplane/pack.py): "auto" packs up to 10 switches into half
+    # as many processes as cores, more about 3 to a process
+    # (emulator/net/packing.py); BMv2 switches: one each.
     per_process: Union[Literal["auto"], PositiveInt] = "auto"
 
 

@@ -68,6 +68,15 @@ def test_an_infiniband_clos_runs_rdma_writes_on_the_subnet_managers_routes(tmp_p
     stats = {sw.name: json.loads((run_dir / f"{sw.name}.stats.json").read_text())
              for sw in exp.fabric.switches()}
     assert all(s["link_layer"] == "infiniband" for s in stats.values())
+    # the switches ran packed as "auto" cuts them for this machine's cores
+    # (dataplane/pack.py), each with its own stats
+    from emulator.net.packing import switch_packs
+    groups = [g for g in switch_packs([sw.name for sw in exp.fabric.switches()], "auto")
+              if len(g) > 1]
+    packs = {p.name: json.loads(p.read_text())["members"] for p in run_dir.glob("*.pack.json")}
+    assert {n: m for n, m in packs.items() if isinstance(m[0], str)} == \
+        {f"{g[0]}+{len(g) - 1}.pack.json": [str(run_dir / f"{sw}.switch.json") for sw in g]
+         for g in groups}
     vls = [vl for s in stats.values() for p in s["ports"] for vl in p["vls"]]
     assert sum(vl["overruns"] for vl in vls) == 0
     # leaf1's LFT: h4's LID (and h3's) up through the uplink the SM chose;
