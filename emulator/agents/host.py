@@ -331,6 +331,7 @@ class HostAgent:
         self.n_sent_done = 0
         self.n_exp_done = 0
         self.stop_reason = None
+        self._result: dict | None = None     # taken by conclude(), written by release()
         self.start_at_unix_ns = None
         self.ready_unix_ns = None
 

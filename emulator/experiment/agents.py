@@ -286,9 +286,10 @@ class AgentGroup(AgentProcesses):
                 self.launch(name, cfgs[name], "emulator.agents.host")
         groups = agent_packs(local, self.exp.spec.agents.per_process)
         wp = self.exp.workload
-        busy = len(groups) + self.fnet.switch_processes() + len(names) - len(local) + \
+        busy = len(groups) + self.fnet.switch_processes() + \
             (0 if wp is None else len(wp.servers) + bool(wp.storage_server))
-        spin_ns = wake_spin_ns(busy)
+        # spread over servers: which processes share this machine's cores is the placer's
+        spin_ns = 0 if cluster is not None else wake_spin_ns(busy)
         for group in groups:
             if len(group) == 1:
                 self.launch(group[0], cfgs[group[0]], "emulator.agents.host")

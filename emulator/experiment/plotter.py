@@ -36,6 +36,7 @@ import pickle
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Mapping
 
@@ -44,6 +45,7 @@ from emulator.net.lifeline import child_env
 
 PIPE_DEFAULT_BYTES = 65536
 EXIT_WAIT_S = 2.0         # after its answer, for its exit (then close() kills it)
+SIGNAL_WAIT_S = 0.2       # pause/resume: for the process to stop or go on
 # the figures of each of the two processes, about the same drawing time each
 HALVES = (("throughput.png", "fct_cdf.png", "pause_timeline.png"),
           ("queue_depth.png", "fct_slowdown.png"))
@@ -84,18 +86,25 @@ class Plotter:
         made them late (demo at D = 4000, 3 runs each: worst lateness ratio
         0.65-1.25 with it importing, 0.41-0.56 stopped). Its import runs
         during the fabric's bring-up instead, and after the traffic."""
-        self._signal(signal.SIGSTOP)
+        self._signal(signal.SIGSTOP, stopped=True)
 
     def resume(self) -> None:
         """Let it go on (SIGCONT): the traffic is over."""
-        self._signal(signal.SIGCONT)
+        self._signal(signal.SIGCONT, stopped=False)
 
-    def _signal(self, sig: int) -> None:
-        if self.proc.poll() is None:
-            try:
-                os.kill(self.proc.pid, sig)
-            except ProcessLookupError:       # it ended: plot() draws what it missed
-                pass
+    def _signal(self, sig: int, stopped: bool) -> None:
+        """``sig``, then wait (up to ``SIGNAL_WAIT_S``) until the process is
+        ``stopped`` or not: a signal is delivered when the process next runs,
+        and the traffic must not start beside a plotter still importing."""
+        if self.proc.poll() is not None:
+            return
+        try:
+            os.kill(self.proc.pid, sig)
+        except ProcessLookupError:           # it ended: plot() draws what it missed
+            return
+        deadline = time.monotonic() + SIGNAL_WAIT_S
+        while (process_state(self.proc.pid) in ("t", "T")) != stopped and time.monotonic() < deadline:
+            time.sleep(0.001)
 
     def plot(self, results_dir: str | Path, summary: Mapping) -> dict[str, Path]:
         """Draw the run's figures (``plots.write_plots``): {file name: path}."""
@@ -136,6 +145,15 @@ class Plotter:
                 f.close()
 
 
+def process_state(pid: int) -> str:
+    """The state letter of /proc/PID/stat (R, S, T, ...); "" if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return ""
+
+
 def _draw(results_dir: str, summary, fabric, names) -> dict[str, str]:
     from emulator.experiment.plots import write_plots
     return {k: str(v) for k, v in write_plots(results_dir, summary, fabric=fabric,
@@ -144,7 +162,9 @@ def _draw(results_dir: str, summary, fabric, names) -> dict[str, str]:
 
 def main() -> int:
     from emulator.net.lifeline import die_with_runner, set_pdeathsig
-    die_with_runner()
+    # started by a test, not a runner: SIGKILL with the parent all the same (a
+    # paused plotter would never see its stdin close)
+    die_with_runner(unsupervised_signal=signal.SIGKILL)
     from emulator.experiment.plots import prewarm
     prewarm()
     stdin = sys.stdin.buffer

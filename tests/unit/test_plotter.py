@@ -7,7 +7,7 @@ import os
 import pytest
 
 from emulator.experiment.plots import write_plots
-from emulator.experiment.plotter import HALVES, Plotter
+from emulator.experiment.plotter import HALVES, Plotter, process_state as _state
 from emulator.experiment.results_io import write_csv
 from emulator.net import idle_cpu
 from tests.unit.test_plots import assert_png, results_dir  # noqa: F401  (fixture)
@@ -43,20 +43,18 @@ def test_the_plotter_draws_what_write_plots_draws(results_dir, tmp_path):  # noq
         assert path.stat().st_size > 0 and name in ref
 
 
-def _state(pid: int) -> str:
-    with open(f"/proc/{pid}/stat") as f:
-        return f.read().rsplit(")", 1)[1].split()[0]
-
-
 def test_a_plotter_paused_for_the_traffic_is_stopped_and_still_draws_its_job(results_dir):  # noqa: F811
     exp, out = results_dir
     plotter = Plotter.start(out, exp.fabric)
-    plotter.pause()
-    assert _state(plotter.proc.pid) == "T", "stopped while the traffic runs"
-    plotter.resume()
-    assert _state(plotter.proc.pid) != "T"
-    plotter.pause()                  # the job of a plotter left paused: plot() lets it go on
-    files = plotter.plot(out, SUMMARY)
+    try:
+        plotter.pause()                  # returns once the process has stopped
+        assert _state(plotter.proc.pid) == "T", "stopped while the traffic runs"
+        plotter.resume()
+        assert _state(plotter.proc.pid) != "T"
+        plotter.pause()                  # the job of a plotter left paused: plot() lets it go on
+        files = plotter.plot(out, SUMMARY)
+    finally:
+        plotter.close()
     assert plotter.proc.returncode == 0, "the process drew them, not the fallback"
     assert {"queue_depth.png", "throughput.png", "fct_cdf.png"} <= set(files)
 
