@@ -275,6 +275,16 @@ class Transmitter:
                                     self.wire_idle = True
                                     break
                             frame, flen = take(qp)
+                            # No frame starts before its work request was posted. A
+                            # wire last seen busy went idle at its frame's end if
+                            # nobody served it then (a loop woken for something else
+                            # later): that slot would send a credit posted after it
+                            # early and read as lag (allreduce-rail: 300 of 364).
+                            posted = frame.wqe.post_ns
+                            if posted > slot:
+                                given_up = 0.0 if posted >= now - self.max_lag_ns \
+                                    else now - self.max_lag_ns - posted
+                                slot = float(posted)
                         # per-QP pacing and DCQCN's byte counter
                         if qp.rate_bps:
                             qp.next_ok_ns = max(qp.next_ok_ns, slot) + \

@@ -67,6 +67,13 @@ def run(cfg: CollectiveAgentConfig, path: str = "config", clock: Clock = MONOTON
         # largest before the start, not inside the event loop when a row grows
         periodic_inputs(max([s for t in spec.tests for s in t.size_list()]
                             + [spec.training.size_bytes if spec.training else 0]) // ELEM_BYTES)
+        # and every schedule: built between two phases, one stalled the NICs for 0.5-1 ms
+        rows = [(t.collective, t.algorithm or spec.algorithm, size, in_place)
+                for t in spec.tests for size in t.size_list() for in_place in (False, True)]
+        if spec.training is not None:
+            rows.append((spec.training.collective, spec.training.algorithm or spec.algorithm,
+                         spec.training.size_bytes, False))
+        bench.prepare([eng], rows)
         # the common start: a Unix time, the one clock all servers' processes share
         start_at = ready_then_start(f"server{cfg.server}", cfg.ready_path, cfg.start_at_unix_ns)
         wait_ns = (start_at or 0) - clock.unix_ns()
@@ -81,21 +88,25 @@ def run(cfg: CollectiveAgentConfig, path: str = "config", clock: Clock = MONOTON
                 # before the out-of-place half
                 for in_place, warmup in ((False, t.warmup_iters), (True, 0)):
                     out["records"] += bench.measure([eng], t.collective, alg, size, t.iters,
-                                                    warmup, spec.check, left(), in_place)
+                                                    warmup, spec.check, left(), in_place,
+                                                    background_check=True)
         if spec.training is not None:
             tr = spec.training
             if reader is not None:
                 reader.start()              # reads run for as long as the training loop
             out["training"] = bench.train([eng], tr.collective, tr.algorithm or spec.algorithm,
                                           tr.size_bytes, tr.steps, tr.warmup_steps,
-                                          int(tr.compute_us * 1000 * D), spec.check, left())
+                                          int(tr.compute_us * 1000 * D), spec.check, left(),
+                                          background_check=True)
             if reader is not None:
                 reader.stop()
+        # the last credits and ACKs are still in flight: let them land (the
+        # results' checks run meanwhile), then keep answering a little (a
+        # peer's last WRITE may need our ACK again)
+        drive([eng], [], left(), until=lambda: quiescent([eng]) and not eng.background)
+        bench.finish_checks([eng])
         wrong = [r["wrong"] for r in out["records"] + out["training"] if r["wrong"]]
         out["complete"] = not wrong and not (reader is not None and reader.wrong_blocks)
-        # the last credits and ACKs are still in flight: let them land, then keep
-        # answering a little (a peer's last WRITE may need our ACK again)
-        drive([eng], [], left(), until=lambda: quiescent([eng]))
         end_ns = clock.now_ns() + 200_000_000
         while clock.now_ns() < end_ns:
             for nic in nics:

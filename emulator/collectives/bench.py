@@ -21,8 +21,49 @@ records with wall stamps of the engines' clock; ``report`` converts.
 from __future__ import annotations
 
 from . import algorithms
-from .data import count_wrong, expected, input_bytes, input_elems
-from .engine import CollectiveEngine, RankRun, drive
+from .data import count_wrong_pieces, expected, input_bytes, input_elems
+from .engine import CollectiveEngine, RankRun, drive, run_background
+
+BARRIER_SLICE_BYTES = 4
+
+
+def schedules(engines, collective: str, algorithm: str, size_bytes: int,
+              in_place: bool = False, slice_bytes: int | None = None) -> dict:
+    """Every rank's schedule (``algorithms.build``, ``in_place``), built once
+    per engine set: building one took 0.5-0.9 ms, in the gap between two
+    phases where nobody serves the NICs. ``prepare`` builds them all before
+    the start."""
+    e0 = engines[0]
+    slice_bytes = e0.slice_bytes if slice_bytes is None else slice_bytes
+    key = (collective, algorithm, size_bytes, slice_bytes, in_place)
+    sch = e0.schedules.get(key)
+    if sch is None:
+        n = e0.servers * e0.G
+        sch = algorithms.build(collective, algorithm, e0.servers, e0.G, size_bytes, slice_bytes)
+        if in_place:
+            sch = algorithms.in_place(sch, collective, n, size_bytes)
+        e0.schedules[key] = sch
+    return sch
+
+
+def _barrier_schedules(engines, algorithm: str) -> dict:
+    e0 = engines[0]
+    return schedules(engines, "all_reduce", algorithm, 4 * e0.servers * e0.G,
+                     slice_bytes=BARRIER_SLICE_BYTES)
+
+
+def prepare(engines, rows) -> None:
+    """Build the schedules of ``rows`` = [(collective, algorithm, size_bytes,
+    in_place)] and of their barriers before the start."""
+    for collective, algorithm, size_bytes, in_place in rows:
+        schedules(engines, collective, algorithm, size_bytes, in_place)
+        _barrier_schedules(engines, algorithm)
+
+
+def finish_checks(engines) -> None:
+    """Run what is left of the result checks (``measure`` leaves them to the
+    event loop's idle time): every record's ``wrong`` is set after this."""
+    run_background(engines)
 
 
 def _runs(engines, schedules, iterations, compute_ns=0, fill=None, bufs=None):
@@ -55,9 +96,7 @@ def _fill(run, iteration):
 
 
 def barrier(engines: list[CollectiveEngine], algorithm: str, timeout_s: float = 60.0) -> dict:
-    e0 = engines[0]
-    sch = algorithms.build("all_reduce", algorithm, e0.servers, e0.G, 4 * e0.servers * e0.G, 4)
-    runs = _runs(engines, sch, [0])
+    runs = _runs(engines, _barrier_schedules(engines, algorithm), [0])
     drive(engines, runs, timeout_s)
     return {r.rank: r.records[0][3] for r in runs}
 
@@ -74,17 +113,17 @@ def connections_for(servers: int, gpus: int, pairs: list[tuple[str, str]]) -> se
 
 def measure(engines, collective: str, algorithm: str, size_bytes: int, iters: int,
             warmup_iters: int = 1, check: bool = True, timeout_s: float = 60.0,
-            in_place: bool = False) -> list[dict]:
+            in_place: bool = False, background_check: bool = False) -> list[dict]:
     """One nccl-tests row's timed loop: warm-up, a barrier, ``iters``
     iterations; one record per rank. ``in_place``: nccl-tests' in-place run
     (``algorithms.in_place``): the result overwrites the input, so each
     iteration starts from the input again, as a training step's fresh
-    gradients would (nccl-tests leaves it to accumulate; timing is the same)."""
+    gradients would (nccl-tests leaves it to accumulate; timing is the same).
+    ``background_check``: the records' ``wrong`` is counted later, in the
+    next phases' idle time (``finish_checks`` before reading it)."""
     e0 = engines[0]
     n = e0.servers * e0.G
-    sch = algorithms.build(collective, algorithm, e0.servers, e0.G, size_bytes, e0.slice_bytes)
-    if in_place:
-        sch = algorithms.in_place(sch, collective, n, size_bytes)
+    sch = schedules(engines, collective, algorithm, size_bytes, in_place)
     bufs = {r: e.new_buffers(sch[r]) for e in engines for r in e.ranks}
 
     def view(r, which):
@@ -110,25 +149,31 @@ def measure(engines, collective: str, algorithm: str, size_bytes: int, iters: in
     checked = check and not (in_place and collective == "all_to_all")
     out = []
     for run in runs:
-        wrong = None
+        rec = {"rank": run.rank, "collective": collective, "algorithm": algorithm,
+               "size_bytes": size_bytes, "nranks": n, "iters": iters,
+               "warmup_iters": warmup_iters, "in_place": in_place,
+               "start_ns": left[run.rank], "end_ns": run.records[-1][3],
+               "iter_end_ns": [rec[3] for rec in run.records], "wrong": None,
+               "lost_ns": lost[run.rank]}
         if checked:
-            wrong = count_wrong(view(run.rank, "out"),
-                                expected(collective, run.rank, n, 0, size_bytes))
-        out.append({"rank": run.rank, "collective": collective, "algorithm": algorithm,
-                    "size_bytes": size_bytes, "nranks": n, "iters": iters,
-                    "warmup_iters": warmup_iters, "in_place": in_place,
-                    "start_ns": left[run.rank], "end_ns": run.records[-1][3],
-                    "iter_end_ns": [rec[3] for rec in run.records], "wrong": wrong,
-                    "lost_ns": lost[run.rank]})
+            # counted in the event loop's idle time (its buffers kept until
+            # then), or at once; ``finish_checks`` does what is left
+            e = next(e for e in engines if run.rank in e.ranks)
+            e.background.append(count_wrong_pieces(
+                view(run.rank, "out"),
+                lambda r=run.rank: expected(collective, r, n, 0, size_bytes), rec))
+        out.append(rec)
+    if not background_check:
+        finish_checks(engines)
     return out
 
 
 def train(engines, collective: str, algorithm: str, size_bytes: int, steps: int,
           warmup_steps: int, compute_ns: int, check: bool = True,
-          timeout_s: float = 60.0) -> list[dict]:
+          timeout_s: float = 60.0, background_check: bool = False) -> list[dict]:
     e0 = engines[0]
     n = e0.servers * e0.G
-    sch = algorithms.build(collective, algorithm, e0.servers, e0.G, size_bytes, e0.slice_bytes)
+    sch = schedules(engines, collective, algorithm, size_bytes)
     barrier(engines, algorithm, timeout_s)
     runs = _runs(engines, sch, range(warmup_steps + steps), compute_ns, _fill)
     lost0 = _lost_ns(engines)
@@ -137,12 +182,18 @@ def train(engines, collective: str, algorithm: str, size_bytes: int, steps: int,
     out = []
     last = warmup_steps + steps - 1
     for run in runs:
-        wrong = count_wrong(run.bufs["out"], expected(collective, run.rank, n, last, size_bytes)) \
-            if check else None
-        out.append({"rank": run.rank, "collective": collective, "algorithm": algorithm,
-                    "size_bytes": size_bytes, "nranks": n, "compute_ns": compute_ns,
-                    "steps": [{"step": it, "start_ns": t0, "collective_start_ns": t1,
-                               "end_ns": t2} for it, t0, t1, t2 in run.records
-                              if it >= warmup_steps],
-                    "wrong": wrong, "lost_ns": lost[run.rank]})
+        rec = {"rank": run.rank, "collective": collective, "algorithm": algorithm,
+               "size_bytes": size_bytes, "nranks": n, "compute_ns": compute_ns,
+               "steps": [{"step": it, "start_ns": t0, "collective_start_ns": t1,
+                          "end_ns": t2} for it, t0, t1, t2 in run.records
+                         if it >= warmup_steps],
+               "wrong": None, "lost_ns": lost[run.rank]}
+        if check:                       # as in ``measure``
+            e = next(e for e in engines if run.rank in e.ranks)
+            e.background.append(count_wrong_pieces(
+                run.bufs["out"], lambda r=run.rank: expected(collective, r, n, last, size_bytes),
+                rec))
+        out.append(rec)
+    if not background_check:
+        finish_checks(engines)
     return out

@@ -19,6 +19,8 @@ NICs'); reports divide by the dilation (``report.py``).
 """
 from __future__ import annotations
 
+from collections import deque
+
 import numpy as np
 
 from emulator.agents.qp import WcOpcode
@@ -30,6 +32,10 @@ from .schedule import COPY, ELEM_BYTES, NVLINK, SEND, RankSchedule
 from .transport import NvlinkConn, RdmaConn, TransportError
 
 QPN_BASE = 0x800              # QP of rank r towards peer p is QPN_BASE + p on r's NIC
+# the loop runs a piece of background work (``CollectiveEngine.background``)
+# instead of waiting when nothing is due for at least this long (clock ns;
+# a piece takes 20-40 us here)
+BACKGROUND_MIN_IDLE_NS = 100_000
 
 
 class _Prepared:
@@ -175,6 +181,13 @@ class CollectiveEngine:
         self.conns: dict[int, dict[int, object]] = {r: {} for r in self.ranks}
         self._by_qpn: list[dict[int, RdmaConn]] = [{} for _ in self.nics]
         self._prepared: dict[int, _Prepared] = {}
+        # every rank's schedules by (collective, algorithm, size_bytes, slice_bytes,
+        # in_place), built once (``bench.schedules``), before the start where known
+        self.schedules: dict[tuple, dict[int, RankSchedule]] = {}
+        # generators run a piece per ``next`` in the loop's idle time (``drive``):
+        # work between a phase and the next (a result's check) stalled the NICs
+        self.background: deque = deque()
+        self.background_min_idle_ns = BACKGROUND_MIN_IDLE_NS
 
     def connect(self, pairs) -> None:
         """Open the connections of ``pairs`` = {(a, b, link)} (a < b, global
@@ -261,6 +274,7 @@ def drive(engines: list[CollectiveEngine], runs: list[RankRun], timeout_s: float
     fds = [fd for nic in nics for fd in nic.rx_fds]
     nic_of = {fd: i for i, nic in enumerate(nics) for fd in nic.rx_fds}
     ready: dict[int, list[int]] | None = None   # NIC -> its fds with frames; None: not waited
+    idle_ns = engines[0].background_min_idle_ns
     while True:
         for i, nic in enumerate(nics):
             # receive (after a wait: only where frames are), timers, transmit what is due
@@ -298,6 +312,27 @@ def drive(engines: list[CollectiveEngine], runs: list[RankRun], timeout_s: float
             if r.wake_ns and not r.finished:
                 wake = min(wake, r.wake_ns)
         if wake > now:
+            if wake - now >= idle_ns and run_background(engines, 1):
+                continue
             ready = {}
             for fd in clock.wait_readable(fds, wake):
                 ready.setdefault(nic_of[fd], []).append(fd)
+
+
+def run_background(engines: list[CollectiveEngine], pieces: int | None = None) -> bool:
+    """Run ``pieces`` pieces (None: all) of the engines' background work, in
+    order; False if there was none."""
+    ran = False
+    for e in engines:
+        bg = e.background
+        while bg and (pieces is None or pieces > 0):
+            try:
+                next(bg[0])
+            except StopIteration:
+                bg.popleft()
+            ran = True
+            if pieces is not None:
+                pieces -= 1
+        if pieces == 0:
+            break
+    return ran

@@ -31,6 +31,38 @@ def test_an_input_is_its_formula_read_only():
         data.input_elems(1, 2, 10)[0] = 7
 
 
+def test_a_reduction_expected_is_the_sum_of_the_inputs():
+    """``expected`` sums one period and repeats it: the same as summing every
+    rank's whole input."""
+    rng = np.random.default_rng(11)
+    for _ in range(40):
+        n, it = int(rng.integers(1, 40)), int(rng.integers(0, 100))
+        count = n * int(rng.integers(1, 3000))
+        full = sum(data.input_elems(r, it, count) for r in range(n))
+        got = data.expected("all_reduce", 0, n, it, count * 4)
+        assert got.dtype == np.float32 and np.array_equal(got, full)
+        rank = int(rng.integers(0, n))
+        (o, b) = [(o // 4, b // 4) for o, b in data.chunk_bytes(count, n)][rank]
+        assert np.array_equal(data.expected("reduce_scatter", rank, n, it, count * 4),
+                              full[o:o + b])
+
+
+def test_a_check_in_pieces_counts_what_count_wrong_counts():
+    rng = np.random.default_rng(3)
+    want = data.expected("all_reduce", 0, 8, 2, 4 * (3 * data.CHECK_PIECE_ELEMS + 17))
+    for bad in ([], [0], [data.CHECK_PIECE_ELEMS - 1, data.CHECK_PIECE_ELEMS], [want.size - 1],
+                list(rng.choice(want.size, 100, replace=False))):
+        got = want.copy()
+        got[bad] += 1
+        into = {}
+        pieces = sum(1 for _ in data.count_wrong_pieces(got, lambda: want, into))
+        assert into["wrong"] == data.count_wrong(got, want) == len(bad)
+        assert pieces == 1 + 4              # want(), then 4 pieces of the comparison
+    into = {}
+    list(data.count_wrong_pieces(want[:10], lambda: want, into))
+    assert into["wrong"] == want.size
+
+
 def simulate_wrong(coll, alg, S, G, size, slice_bytes, slots, seed):
     n = S * G
     sch = algorithms.build(coll, alg, S, G, size, slice_bytes)
@@ -284,3 +316,29 @@ def test_engine_over_roce_nics(two_servers):
         for r, conns in e.conns.items():
             for c in conns.values():
                 assert c.sent == c.freed and not c.arrived
+
+
+def test_results_are_checked_in_the_loops_idle_time_and_schedules_built_once(two_servers):
+    """A server agent leaves each row's check to the event loop's idle time
+    (``background_check``): nothing is counted when ``measure`` returns, the
+    next row's loop counts it, ``finish_checks`` the rest; a row's schedules
+    are built once (``prepare`` builds them before the start)."""
+    engines, _ = two_servers
+    for e in engines:
+        e.connect(bench.connections_for(2, 2, [("all_reduce", "ring")]))
+    # the manual clock's 400 Mbps NICs have a frame due every 21 us
+    engines[0].background_min_idle_ns = 10_000
+    bench.prepare(engines, [("all_reduce", "ring", 64 << 10, False)])
+    built = dict(engines[0].schedules)
+    assert len(built) == 2                                  # the row's and its barrier's
+    first = bench.measure(engines, "all_reduce", "ring", 64 << 10, iters=1, warmup_iters=0,
+                          background_check=True)
+    assert engines[0].schedules == built                    # nothing built again
+    assert all(r["wrong"] is None for r in first)
+    assert sum(len(e.background) for e in engines) == 4     # one check per rank
+    second = bench.measure(engines, "all_reduce", "ring", 64 << 10, iters=1, warmup_iters=0,
+                           background_check=True)
+    assert all(r["wrong"] == 0 for r in first)              # counted while the second ran
+    bench.finish_checks(engines)
+    assert all(r["wrong"] == 0 for r in second)
+    assert not any(e.background for e in engines)

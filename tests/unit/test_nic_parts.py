@@ -355,6 +355,33 @@ def test_transmitter_gives_up_lateness_beyond_its_catch_up_window():
     assert tx.stats.tx_given_up_ns == pytest.approx(given_up, abs=2)
 
 
+@pytest.mark.parametrize("post_ns", [3_000, 100_000, 1_000_000])
+def test_a_frame_starts_no_earlier_than_its_post_however_late_the_wire_was_served(post_ns):
+    """An ACK's wire goes idle at its end; the NIC is not served then (its
+    loop woke for something else later), and a WRITE posted after the end
+    must start at its post, not at the ACK's end: a collective's credit
+    messages once left up to 4 frame times before they were posted and read
+    as lag. A WRITE posted while the ACK was on the wire did wait for it."""
+    tx, rq, sock, pfc, rs, np_ = transmitter(delay_ns=2_000_000)
+    qp = make_qp()
+    rq.qps.append(qp)
+    rs.out.append(AckFrame(qp, 5, roce.AETH_ACK_SYNDROME, 1))
+    sock.now = 0
+    tx.service(0)                                       # the ACK, alone, at 0
+    ack_end = tx.slot_free_ns
+    assert 0 < ack_end < 10_000
+    rq.post(qp, 1, memoryview(bytes(1024)), False, 0, 0, True, now=post_ns)
+    served = post_ns + 10_000                           # served 10 us after the post
+    sock.now = served
+    tx.service(served)
+    start = max(post_ns, ack_end)
+    frame_ns = (1024 + 58 + WIRE_OVERHEAD_BYTES) * 8e9 / RATE
+    assert tx.slot_free_ns == pytest.approx(start + frame_ns, abs=1)
+    assert tx.stats.tx_lag_frames == 1
+    assert tx.stats.tx_lag_sum_ns == pytest.approx(served - start, abs=1)
+    assert tx.stats.tx_given_up_ns == 0
+
+
 @pytest.mark.parametrize("why", ["link delay", "paced QP", "late process"])
 def test_an_idle_wire_gives_up_nothing_however_long_until_its_next_frame(why):
     """A wire with nothing to send is idle, not behind: the rail fabrics' 1 us
