@@ -796,6 +796,12 @@ class RoceNic:
         self._timers(now)
         self.transmitter.service(now)
 
+    def doorbell(self, now: int | None = None) -> None:
+        """Serialize what new posts made sendable, now (``run_once`` does it
+        too, after reading what came in): a loop over several NICs rings each
+        after its posts, so a credit waits for no other NIC's receive."""
+        self.transmitter.service(self.clock.now_ns() if now is None else now)
+
     def run_until(self, predicate: Callable[[], bool], timeout_s: float,
                   poll_s: float = 0.05) -> bool:
         """Run the loop until ``predicate()`` is true (-> True) or

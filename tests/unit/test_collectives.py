@@ -342,3 +342,22 @@ def test_results_are_checked_in_the_loops_idle_time_and_schedules_built_once(two
     bench.finish_checks(engines)
     assert all(r["wrong"] == 0 for r in second)
     assert not any(e.background for e in engines)
+
+
+def test_a_doorbell_serializes_a_post_at_once():
+    """``RoceNic.doorbell``: what a post made sendable is serialized now, with
+    no receive first (``drive`` rings every NIC after its ranks posted)."""
+    clock = ManualClock(5_000_000)
+    nics, ips = rail_nic_pairs(1, 400_000_000, clock)
+    try:
+        a, b = nics[(0, 0)], nics[(1, 0)]
+        qp = a.create_qp(0x10, ips[1], 0x11, 50000)
+        b.create_qp(0x11, ips[0], 0x10, 50000)
+        a.post_send(qp, 1, b"credit", signaled=False)
+        assert a.transmitter.stats.tx_lag_frames == 0
+        a.doorbell()
+        assert a.transmitter.stats.tx_lag_frames == 1          # serialized at its post
+        assert a.transmitter.slot_free_ns > clock.now_ns()     # on the wire from now on
+    finally:
+        for nic in nics.values():
+            nic.close()
