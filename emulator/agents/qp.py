@@ -137,6 +137,7 @@ class QueuePair:
         self.rto_held_ns = 0.0              # PFC-held time of the data class, as of the deadline
         self.ackreq_max = self.next_psn     # responses are owed for PSNs below (AckReq, READ)
         self.retries = 0
+        self.busy = False                   # requester: in Requester.busy
         # counters of this QP's sending side: packets sent again (go-back-N),
         # ACK timeouts that expired, NAKs received (any kind)
         self.retransmits = 0

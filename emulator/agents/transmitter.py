@@ -76,7 +76,7 @@ class Transmitter:
         self.read_responder = read_responder
         self.cnp_queue = cnp_queue               # CnpFrames (NotificationPoint.out)
         self.ack_queue = ack_queue               # AckFrames (Responder.out)
-        self.qps = requester.qps                 # data QPs, round-robin
+        self.qps = requester.busy                # data QPs with work, round-robin
         self.stats = stats
         self.logs = logs
         self.wire = Wire(int(tx_delay_ns))
@@ -164,6 +164,8 @@ class Transmitter:
         qps = self.qps
         n = len(qps)
         start = self._rr
+        if start >= n:                  # the requester dropped idle QPs since
+            start = 0
         for i in range(n):
             j = start + i
             if j >= n:

@@ -129,6 +129,34 @@ def test_requester_go_back_n_on_nak_and_completion_on_ack():
     assert qp.rto_deadline_ns == 0
 
 
+def test_only_qps_with_work_are_walked_and_an_idle_one_comes_back_at_its_post():
+    """``Requester.busy``: a QP joins at its post, stays while anything is
+    unacknowledged or its timer is armed, and leaves at the next ``timers``
+    once idle; the transmitter's round-robin goes on over what is left."""
+    tx, rq, sock, *_ = transmitter()
+    a, b, c = make_qp(1, 2), make_qp(3, 4), make_qp(5, 6)
+    rq.qps.extend((a, b, c))
+    assert rq.busy == [] and rq.idle()
+    for q in (a, b):
+        rq.post(q, 1, memoryview(bytes(1024)), False, 0, 0, True, now=0)
+    assert rq.busy == [a, b]
+    run(tx, sock, 1_000_000)
+    assert [roce.parse_roce(f).dst_qp for _, f in sock.sent] == [2, 4]
+    rq.timers(1_000_000)
+    assert rq.busy == [a, b]                        # sent, the ACKs owed: timers armed
+    rq.on_ack(a, ack(a, 0), 1_000_001)
+    rq.timers(1_000_002)
+    assert rq.busy == [b] and not a.busy and not rq.idle()
+    rq.on_ack(b, ack(b, 0), 1_000_003)
+    rq.timers(1_000_004)
+    assert rq.busy == [] and rq.idle() and rq.next_timer_ns(7e9) == 7e9
+    for q in (c, a):                               # back at their posts, in post order
+        rq.post(q, 2, memoryview(bytes(2048)), False, 0, 0, True, now=2_000_000)
+    assert rq.busy == [c, a]
+    run(tx, sock, 3_000_000, t=2_000_000)
+    assert [roce.parse_roce(f).dst_qp for _, f in sock.sent[2:]] == [6, 2, 6, 2]
+
+
 def test_requester_ack_timeout_runs_from_the_ack_request():
     """A sender slower than its link (here: one packet per 100 us, a busy
     CPU) sends 16 packets between two AckReqs: the timeout (1 ms) runs from
