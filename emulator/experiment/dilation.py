@@ -17,8 +17,8 @@ is measured:
   verdict's ``worst_ratio`` (worst lateness / its limit; behind above 1). The smallest D whose ratio is at
   most 1 / ``MARGIN`` is chosen. Lateness from noise scales as 1 / D while
   a run keeps up, so a good ratio r at D predicts r x D / D' at D': the
-  search jumps down to that guess, up at most x ``UP_JUMP_MAX`` from a
-  behind run, and bisects between the highest bad and lowest good D
+  search jumps down to that guess (at most / ``DOWN_JUMP_MAX``), up at
+  most x ``UP_JUMP_MAX`` from a behind run, and bisects between the highest bad and lowest good D
   when a guess fails (at most ``MAX_CALIBRATION_RUNS`` runs).
 * cache: the choice is kept in ``$XDG_CACHE_HOME/fabric-emu/dilation.json``
   (default ``~/.cache``), keyed by the machine (hostname, CPU count and
@@ -61,6 +61,11 @@ START_PROCESSES = 8            # ... switches and NICs (the demo's); larger ones
 MARGIN = 2.0                   # choose D whose worst lateness is at most half its limit
 MAX_CALIBRATION_RUNS = 4
 UP_JUMP_MAX = 4.0              # a behind calibration run raises D at most this much
+# ... and a good one lowers it at most this much: far below, the 1 / D guess
+# lands where the run no longer keeps up, and the bisection that follows
+# used up the runs (websearch-hpcc: 4000 good, guess 750 behind, 2000 good,
+# 1000 behind: 1500 was never measured)
+DOWN_JUMP_MAX = 4.0
 FALLBACK_DILATION = 10000.0    # `fabric-emu cli` with auto and nothing cached: no traffic to measure
 CAL_FLOW_BYTES = 512 * 1024    # calibration flows: long enough for lateness to build up
 CAL_POISSON_BYTES = 1 << 20    # a poisson entry's calibration: this much offered per host
@@ -90,8 +95,9 @@ def _next_step(measured: dict[float, float], target: float) -> float | None:
     lowest good D the 1 / D prediction is optimistic (lateness grows faster
     once a run stops keeping up); above the highest bad D a behind run's
     ratio is pessimistic (work piled up), so: up at most ``UP_JUMP_MAX``
-    times, down to the optimistic guess, and when that proved bad, halfway
-    (in log) between the highest bad and the lowest good D."""
+    times, down to the optimistic guess (at most ``DOWN_JUMP_MAX`` times),
+    and when that proved bad, halfway (in log) between the highest bad and
+    the lowest good D."""
     bad = [s for s, r in measured.items() if r > target]
     good = [s for s, r in measured.items() if r <= target]
     lo, hi = (max(bad) if bad else None), (min(good) if good else None)
@@ -101,7 +107,7 @@ def _next_step(measured: dict[float, float], target: float) -> float | None:
     steps = [float(s) for s in LADDER if s < hi and (lo is None or s > lo)]
     if not steps:
         return None
-    guess = ladder_at_least(hi * measured[hi] / target)
+    guess = ladder_at_least(max(hi * measured[hi] / target, hi / DOWN_JUMP_MAX))
     if guess >= hi:
         return None                    # not even the optimistic guess is good lower
     if guess in steps:

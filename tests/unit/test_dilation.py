@@ -68,8 +68,24 @@ def test_calibration_brackets_a_threshold_that_the_prediction_misses():
 def test_calibration_jumps_down_to_the_guess_from_a_high_good_run():
     m = noise_only(1000)                     # good from 2000
     d, _ = calibrate(m, start=48000)
-    assert m.calls == [48000, 2000]          # not one ladder step at a time
+    assert m.calls == [48000, 12000, 3000, 2000]   # x4 down at most, not a step at a time
     assert d == 2000
+    m = noise_only(1000)
+    d, _ = calibrate(m, start=4000)
+    assert m.calls == [4000, 2000] and d == 2000   # the guess, when it is within x4
+
+
+def test_calibration_reaches_the_step_between_a_far_guess_and_its_bracket():
+    # websearch-hpcc once: good at 4000 (0.08), behind at 750 and 1000, good
+    # at 2000 (0.2); 1500 was never measured. At most x4 down: 1500 is the 4th.
+    ratios = {4000: 0.08, 2000: 0.2, 1500: 0.4, 1000: 1.2, 750: 3.0, 500: 6.0}
+    calls = []
+
+    def measure(d):
+        calls.append(d)
+        return ratios[d]
+    d, _ = calibrate(measure, start=4000, max_runs=4)
+    assert calls == [4000, 1000, 2000, 1500] and d == 1500
 
 
 def test_calibration_behind_by_little_goes_up_by_its_prediction():
