@@ -118,11 +118,13 @@ def _run(exp: Experiment, out_dir: Path, console: Console, pcap: bool | str, tar
             # BMv2 has only its P4 counters for the per-priority stats
             done = _traffic(fnet, exp, run_dir, console, phases, p4_stats=target == "bmv2",
                             on_start=plotter[0].pause if plotter else None)
-            for p in plotter:
-                p.resume()
             # The switches stop (their stats and logs complete); links, shells and the
             # fork server go while the results are written; the context's exit joins.
+            # The plots' process goes on after: an InfiniBand switch's flow-control
+            # packets, sent to the end, were late beside it.
             fnet.teardown_in_background()
+            for p in plotter:
+                p.resume()
             if not summary_only and not plotter:
                 plotter.append(Plotter.start(out_dir, exp.fabric))
             phases.mark("teardown")

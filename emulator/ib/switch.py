@@ -110,6 +110,12 @@ class IbSwitch:
         self._wake = 0
         self.rx_frames = 0
         self.since_ns = clock.now_ns()
+        # Flow-control packets go from the bring-up on, while the agents launch
+        # and the CPU is busy: the lateness window starts with the first data
+        # packet (as an Ethernet switch's first frame is the traffic's);
+        # before it nothing could wait on us (incast-ib's spine2 read 1.2-1.9,
+        # late credits from the launch, and a run at 1500 was rerun at 6000).
+        self.lateness_since_ns: int | None = None
 
     def stop(self, *_):
         self._stop = True
@@ -148,6 +154,10 @@ class IbSwitch:
             return
         if not cr.on_data(n):
             return                                    # an overrun: counted in cr.overruns
+        if self.lateness_since_ns is None:
+            self.lateness_since_ns = now_ns
+            for p in self.ports.values():
+                p.wire.clear_stats()
         out = self.ports.get(egress_port)
         if egress_port == DROP_PORT or out is None:
             cr.release(n)        # dropped (counted by the pipeline): its blocks still count in ABR
@@ -268,7 +278,8 @@ class IbSwitch:
                          "fc_tx": p.fc_tx[vl], "fc_rx": p.fc_rx[vl]}
                         for vl, cr in p.credits.items()]})
         return {"name": self.cfg.name, "link_layer": "infiniband", "since_ns": self.since_ns,
-                "until_ns": now, "rx_frames": self.rx_frames, "ports": ports}
+                "until_ns": now, "lateness_since_ns": self.lateness_since_ns,
+                "rx_frames": self.rx_frames, "ports": ports}
 
     def close(self) -> None:
         if self.logs is not None:

@@ -204,3 +204,49 @@ def test_an_sl_mapped_to_a_vl_the_port_does_not_run_is_dropped_and_counted(ib_sw
     rig.proc.wait(timeout=10)
     stats = json.loads((tmp_path / "ibleaf.stats.json").read_text())
     assert next(p for p in stats["ports"] if p["port"] == 2)["vl_errors"] == 1
+
+
+@pytest.mark.parametrize("stall_after_data", [False, True])
+def test_the_lateness_window_starts_with_the_first_data_packet(tmp_path, stall_after_data):
+    """Flow-control packets go from the start, while a run's agents launch
+    and the CPU is busy; a stall then (here the process stopped 150 ms while
+    updates were on a 20 ms link) delays no data and is not counted: the
+    switch's lateness starts with its first data packet. A stall after it is."""
+    import os
+    import signal
+    rig = SwitchRig("ib", HOST_MAC)
+    try:
+        stats_path = tmp_path / "ibleaf.stats.json"
+        config = {"name": "ibleaf", "device_id": 1, "stats_path": str(stats_path),
+                  "ports": [{"port_no": p, "rate_bps": 10_000_000_000, "delay_ns": 20_000_000}
+                            for p in HOST_MAC],
+                  "ib": {"vls": 1, "buffer_blocks": BUFFER_BLOCKS, "update_blocks": 1,
+                         "update_period_ns": 5_000_000}}
+        rig.start(config, tmp_path, module="emulator.ib.switch")
+        rig.conn.set_pipeline(P4Info.load(IB_P4INFO), device_config=rig.device_config)
+        c = rig.conn.codec
+        rig.conn.insert([c.table_entry("lft", {"dlid": 0x10}, ("forward", {"port": 2}))])
+        for p in HOST_MAC:
+            rig.socks[p].send(fc(fctbs=0, fccl=1000))
+
+        def stall(seconds: float) -> None:
+            os.kill(rig.proc.pid, signal.SIGSTOP)
+            time.sleep(seconds)
+            os.kill(rig.proc.pid, signal.SIGCONT)
+        collect(rig, 0.1)
+        if not stall_after_data:
+            stall(0.15)                              # updates in flight: released ~150 ms late
+            collect(rig, 0.1)
+        rig.socks[1].send(data(0x10))
+        assert datas(collect(rig, WAIT_S, until=lambda g: datas(g, 2)), 2)
+        collect(rig, 0.1)
+        if stall_after_data:
+            stall(0.15)
+            collect(rig, 0.1)
+        rig.close()
+        st = json.loads(stats_path.read_text())
+        assert st["lateness_since_ns"] is not None
+        worst = max(p["max_lateness_ns"] for p in st["ports"])
+        assert (worst >= 100_000_000) == stall_after_data
+    finally:
+        rig.close()
