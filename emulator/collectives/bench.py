@@ -153,7 +153,7 @@ def measure(engines, collective: str, algorithm: str, size_bytes: int, iters: in
                "size_bytes": size_bytes, "nranks": n, "iters": iters,
                "warmup_iters": warmup_iters, "in_place": in_place,
                "start_ns": left[run.rank], "end_ns": run.records[-1][3],
-               "iter_end_ns": [rec[3] for rec in run.records], "wrong": None,
+               "iter_end_ns": [it[3] for it in run.records], "wrong": None,
                "lost_ns": lost[run.rank]}
         if checked:
             # counted in the event loop's idle time (its buffers kept until
