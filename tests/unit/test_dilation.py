@@ -315,3 +315,30 @@ def test_raised_while_behind_gives_up_after_max_reruns(tmp_path):
 
     s = dil.run_raised_while_behind(make_experiment(), tmp_path, 1000, run_one=run_one, max_reruns=1)
     assert s["fell_behind"] and len(s["dilation_reruns"]) == 1
+
+
+@pytest.mark.parametrize("second, chosen", [(0.45, 1500), (0.6, 2000)])
+def test_a_reading_just_above_the_aim_below_the_choice_is_measured_again(second, chosen):
+    # the demo read 0.66 at 3000 in one calibration and 0.26 in the next:
+    # a marginal reading on the step below the choice gets a second run
+    readings = {4000: [0.1], 2000: [0.3], 1500: [0.6, second], 1000: [3.0]}
+    calls = []
+
+    def measure(d):
+        calls.append(d)
+        return readings[d][sum(1 for c in calls if c == d) - 1]
+    d, measured = calibrate(measure, start=4000)
+    assert calls == [4000, 1000, 2000, 1500, 1500]      # the 4 runs, then the second
+    assert d == chosen
+    assert [1500, 0.6] in measured and [1500, second] in measured
+
+
+def test_a_reading_well_above_the_aim_is_not_measured_again():
+    readings = {4000: 0.1, 2000: 0.3, 1500: 0.9, 1000: 3.0}
+    calls = []
+
+    def measure(d):
+        calls.append(d)
+        return readings[d]
+    d, _ = calibrate(measure, start=4000)
+    assert d == 2000 and calls.count(1500) == 1
