@@ -163,7 +163,7 @@ def calibrate(measure: Measure, start: float = START_DILATION, margin: float = M
     else:
         top = max(measured)
         chosen = ladder_at_least(top * max(2.0, measured[top] / target))
-    return chosen, sorted(readings)
+    return chosen, sorted(readings, key=lambda x: x[0])     # a D measured twice: in order
 
 
 def rerun_dilation(d: float, worst_ratio: float, margin: float = MARGIN) -> float:
