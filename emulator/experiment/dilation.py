@@ -104,7 +104,8 @@ def _next_step(measured: dict[float, float], target: float) -> float | None:
     ratio is pessimistic (work piled up), so: up at most ``UP_JUMP_MAX``
     times, down to the optimistic guess (at most ``DOWN_JUMP_MAX`` times),
     and when that proved bad, halfway (in log) between the highest bad and
-    the lowest good D."""
+    the lowest good D; after a single good reading, the step below it if
+    its prediction is just above the aim (``REMEASURE_ABOVE_AIM``)."""
     bad = [s for s, r in measured.items() if r > target]
     good = [s for s, r in measured.items() if r <= target]
     lo, hi = (max(bad) if bad else None), (min(good) if good else None)
@@ -116,7 +117,14 @@ def _next_step(measured: dict[float, float], target: float) -> float | None:
         return None
     guess = ladder_at_least(max(hi * measured[hi] / target, hi / DOWN_JUMP_MAX))
     if guess >= hi:
-        return None                    # not even the optimistic guess is good lower
+        # not even the optimistic guess is good lower; but one reading is not
+        # a search: a step below predicted just above the aim is measured
+        # (hol-victim-ib once read 0.40 at 4000, its start, where it reads
+        # 0.11-0.14, and stopped there)
+        below = steps[-1]
+        if len(measured) == 1 and hi * measured[hi] / below <= target * REMEASURE_ABOVE_AIM:
+            return below
+        return None
     if guess in steps:
         return guess
     mid = math.sqrt(lo * hi)           # the guess was at or below a bad D: bisect

@@ -342,3 +342,16 @@ def test_a_reading_well_above_the_aim_is_not_measured_again():
         return readings[d]
     d, _ = calibrate(measure, start=4000)
     assert d == 2000 and calls.count(1500) == 1
+
+
+def test_one_good_reading_is_not_a_search():
+    # hol-victim-ib once read 0.40 at its start (4000), where it reads
+    # 0.11-0.14: the guess (3200) rounds up to 4000 itself, yet 3000 is tried
+    readings = {4000: 0.40, 3000: 0.15, 2000: 0.6, 1500: 2.0, 1000: 3.0}
+    calls = []
+
+    def measure(d):
+        calls.append(d)
+        return readings[d]
+    d, _ = calibrate(measure, start=4000)
+    assert calls[:2] == [4000, 3000] and d == 3000
