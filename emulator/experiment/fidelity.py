@@ -65,10 +65,6 @@ SWITCH_P99_LIMIT_HOPS = 2.0     # ... or above 2 hop times, whichever is smaller
 # maximum: the worst frame is spared (pods-incast: a super-spine that sent
 # 68 frames read behind on one of them, its p50 0.03 of the limit).
 SWITCH_P99_SPARE_FRAMES = 1
-# A switch that forwarded no data sent only link-level control (InfiniBand's
-# flow-control packets, PFC): nothing waited on it, so its lateness is not
-# judged (incast-ib's spine2 sends only credits, ~150 a run: one 1-2 ms stall
-# of its process, shared by two ports, made its p99 and read 0.6-1.1).
 NIC_MEAN_LIMIT_FRAMES = 0.25    # NIC: mean transmit lag above a quarter of an MTU frame time
 # A timed collective phase (nccl-tests row, training loop) whose NICs lost
 # more than this share of its time to the process being late beyond the
@@ -76,8 +72,7 @@ NIC_MEAN_LIMIT_FRAMES = 0.25    # NIC: mean transmit lag above a quarter of an M
 # the fabric is: at 5 % the error is that of run-to-run noise.
 LOST_LIMIT_FRACTION = 0.05
 RULE = (f"behind if a switch's p99 frame lateness (its worst frame spared if it sent fewer "
-        f"than 100; a switch that forwarded no data is not judged) > "
-        f"{SWITCH_P99_LIMIT_FRAMES:g} x its MTU frame "
+        f"than 100) > {SWITCH_P99_LIMIT_FRAMES:g} x its MTU frame "
         f"time or {SWITCH_P99_LIMIT_HOPS:g} x its hop time (MTU frame serialization + link "
         f"delay), whichever is smaller, or a NIC's mean transmit lag > "
         f"{NIC_MEAN_LIMIT_FRAMES:g} x its MTU frame time, all in fabric ns, or a timed "
@@ -131,21 +126,12 @@ def switch_limit_ns(frame_fabric_ns: int, hop_fabric_ns: int) -> float:
     return min(SWITCH_P99_LIMIT_FRAMES * frame_fabric_ns, SWITCH_P99_LIMIT_HOPS * hop_fabric_ns)
 
 
-def data_packets(ports: list[dict]) -> int | None:
-    """Data packets a switch's ports forwarded (RoCE: its queues'; InfiniBand:
-    its VLs'), link-level control not counted; None if its stats do not say."""
-    counts = [p["tx_packets"] for p in ports if "tx_packets" in p]
-    counts += [v["tx_packets"] for p in ports for v in p.get("vls", ()) if "tx_packets" in v]
-    return sum(counts) if counts else None
-
-
 def switch_verdict(stats: dict, d: float, hop_fabric_ns: int, frame_fabric_ns: int) -> dict:
     """One switch's lateness (its ``stats.json``) in fabric ns, and its ratio.
     Without a lateness histogram (BMv2) nothing is measured: ratio None."""
     ports = [p for p in stats.get("ports", []) if isinstance(p, dict) and "lateness_hist" in p]
     if not ports:
-        return {"released_frames": None, "data_packets": None, "late_fraction": None,
-                "p50_lateness_fabric_ns": None,
+        return {"released_frames": None, "late_fraction": None, "p50_lateness_fabric_ns": None,
                 "p99_lateness_fabric_ns": None, "max_lateness_fabric_ns": None,
                 "hop_fabric_ns": hop_fabric_ns, "limit_fabric_ns": None, "ratio": None,
                 "behind": False}
@@ -156,9 +142,8 @@ def switch_verdict(stats: dict, d: float, hop_fabric_ns: int, frame_fabric_ns: i
     late = sum(n for lo, _, n in hist if lo > hop_wall)
     p50, p99 = percentile_ns(hist, 0.5), percentile_ns(hist, 0.99, SWITCH_P99_SPARE_FRAMES)
     limit = switch_limit_ns(frame_fabric_ns, hop_fabric_ns)
-    data = data_packets(ports)
-    ratio = 0.0 if data == 0 else (p99 or 0) / d / limit
-    return {"released_frames": released, "data_packets": data,
+    ratio = (p99 or 0) / d / limit
+    return {"released_frames": released,
             "late_fraction": round(late / released, 5) if released else 0.0,
             "p50_lateness_fabric_ns": round((p50 or 0) / d),
             "p99_lateness_fabric_ns": round((p99 or 0) / d),

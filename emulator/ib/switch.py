@@ -112,9 +112,11 @@ class IbSwitch:
         self.since_ns = clock.now_ns()
         # Flow-control packets go from the bring-up on, while the agents launch
         # and the CPU is busy: the lateness window starts with the first data
-        # packet (as an Ethernet switch's first frame is the traffic's);
-        # before it nothing could wait on us (incast-ib's spine2 read 1.2-1.9,
-        # late credits from the launch, and a run at 1500 was rerun at 6000).
+        # packet (as an Ethernet switch's first frame is the traffic's), and a
+        # switch that forwards none has none; before it nothing could wait on
+        # us (incast-ib's spine2, ~150 credit packets and 0-32 data packets a
+        # run, read 0.6-1.9 on credits made late at the launch; a run at 1500
+        # was rerun at 6000).
         self.lateness_since_ns: int | None = None
 
     def stop(self, *_):
@@ -270,7 +272,9 @@ class IbSwitch:
             ports.append({
                 "port": p.port_no, "ifname": p.cfg.ifname, "send_errors": p.send_errors,
                 "vl_errors": p.vl_errors, "fc_errors": p.fc_errors,
-                **p.wire.lateness_stats(),          # the run's fidelity (experiment.fidelity)
+                # the run's fidelity (experiment.fidelity); no data packet, no window
+                **(p.wire.lateness_stats() if self.lateness_since_ns is not None else
+                   {"released_frames": 0, "max_lateness_ns": 0, "lateness_hist": []}),
                 "vls": [{"vl": vl, "tx_packets": p.egress.tx_packets[vl],
                          "max_depth_bytes": p.egress.max_depth_bytes[vl],
                          "tx_bytes": p.egress.tx_bytes[vl], "stalls": cr.stalls,

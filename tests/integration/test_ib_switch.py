@@ -206,12 +206,13 @@ def test_an_sl_mapped_to_a_vl_the_port_does_not_run_is_dropped_and_counted(ib_sw
     assert next(p for p in stats["ports"] if p["port"] == 2)["vl_errors"] == 1
 
 
-@pytest.mark.parametrize("stall_after_data", [False, True])
-def test_the_lateness_window_starts_with_the_first_data_packet(tmp_path, stall_after_data):
+@pytest.mark.parametrize("stall", ["before data", "after data", "no data"])
+def test_the_lateness_window_starts_with_the_first_data_packet(tmp_path, stall):
     """Flow-control packets go from the start, while a run's agents launch
     and the CPU is busy; a stall then (here the process stopped 150 ms while
     updates were on a 20 ms link) delays no data and is not counted: the
-    switch's lateness starts with its first data packet. A stall after it is."""
+    switch's lateness starts with its first data packet, and one that
+    forwards none has no window. A stall after it is counted."""
     import os
     import signal
     rig = SwitchRig("ib", HOST_MAC)
@@ -234,19 +235,22 @@ def test_the_lateness_window_starts_with_the_first_data_packet(tmp_path, stall_a
             time.sleep(seconds)
             os.kill(rig.proc.pid, signal.SIGCONT)
         collect(rig, 0.1)
-        if not stall_after_data:
+        if stall != "after data":
             stall(0.15)                              # updates in flight: released ~150 ms late
             collect(rig, 0.1)
-        rig.socks[1].send(data(0x10))
-        assert datas(collect(rig, WAIT_S, until=lambda g: datas(g, 2)), 2)
-        collect(rig, 0.1)
-        if stall_after_data:
+        if stall != "no data":
+            rig.socks[1].send(data(0x10))
+            assert datas(collect(rig, WAIT_S, until=lambda g: datas(g, 2)), 2)
+            collect(rig, 0.1)
+        if stall == "after data":
             stall(0.15)
             collect(rig, 0.1)
         rig.close()
         st = json.loads(stats_path.read_text())
-        assert st["lateness_since_ns"] is not None
+        assert (st["lateness_since_ns"] is None) == (stall == "no data")
         worst = max(p["max_lateness_ns"] for p in st["ports"])
-        assert (worst >= 100_000_000) == stall_after_data
+        assert (worst >= 100_000_000) == (stall == "after data")
+        if stall == "no data":
+            assert all(p["lateness_hist"] == [] for p in st["ports"])
     finally:
         rig.close()
