@@ -60,17 +60,24 @@ def prepare(engines, rows) -> None:
         _barrier_schedules(engines, algorithm)
 
 
+def _check_later(engines, rank: int, got, want, rec: dict) -> None:
+    """Count ``rec["wrong"]`` (``got`` against ``want()``) in the idle time of
+    the event loop of ``rank``'s engine, a piece at a time."""
+    e = next(e for e in engines if rank in e.ranks)
+    e.background.append(count_wrong_pieces(got, want, rec))
+
+
 def finish_checks(engines) -> None:
     """Run what is left of the result checks (``measure`` leaves them to the
     event loop's idle time): every record's ``wrong`` is set after this."""
     run_background(engines)
 
 
-def _runs(engines, schedules, iterations, compute_ns=0, fill=None, bufs=None):
+def _runs(engines, sch, iterations, compute_ns=0, fill=None, bufs=None):
     runs = []
     for e in engines:
         for r in e.ranks:
-            s = schedules[r]
+            s = sch[r]
             b = bufs[r] if bufs is not None else e.new_buffers(s)
             runs.append(RankRun(r, e.prepare(s), b, e.conns[r], iterations, compute_ns, fill,
                                 e.clock))
@@ -156,12 +163,9 @@ def measure(engines, collective: str, algorithm: str, size_bytes: int, iters: in
                "iter_end_ns": [it[3] for it in run.records], "wrong": None,
                "lost_ns": lost[run.rank]}
         if checked:
-            # counted in the event loop's idle time (its buffers kept until
-            # then), or at once; ``finish_checks`` does what is left
-            e = next(e for e in engines if run.rank in e.ranks)
-            e.background.append(count_wrong_pieces(
-                view(run.rank, "out"),
-                lambda r=run.rank: expected(collective, r, n, 0, size_bytes), rec))
+            # its buffers kept until then; ``finish_checks`` does what is left
+            _check_later(engines, run.rank, view(run.rank, "out"),
+                         lambda r=run.rank: expected(collective, r, n, 0, size_bytes), rec)
         out.append(rec)
     if not background_check:
         finish_checks(engines)
@@ -188,11 +192,9 @@ def train(engines, collective: str, algorithm: str, size_bytes: int, steps: int,
                           "end_ns": t2} for it, t0, t1, t2 in run.records
                          if it >= warmup_steps],
                "wrong": None, "lost_ns": lost[run.rank]}
-        if check:                       # as in ``measure``
-            e = next(e for e in engines if run.rank in e.ranks)
-            e.background.append(count_wrong_pieces(
-                run.bufs["out"], lambda r=run.rank: expected(collective, r, n, last, size_bytes),
-                rec))
+        if check:
+            _check_later(engines, run.rank, run.bufs["out"],
+                         lambda r=run.rank: expected(collective, r, n, last, size_bytes), rec)
         out.append(rec)
     if not background_check:
         finish_checks(engines)
