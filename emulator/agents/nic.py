@@ -452,10 +452,9 @@ class RoceNic:
                              pkey=self.pkey)
 
     def _cnp_template(self, qp: QueuePair) -> FrameTemplate:
-        """The template of the CNPs ``qp`` sends its peer (made at the first)."""
-        return FrameTemplate(self.mac, qp.tpl_dst_mac, self.ip, qp.remote_ip, qp.udp_sport,
-                             qp.remote_qpn, dscp=self.cnp_dscp, ecn=ECN_NOT_ECT,
-                             max_payload_bytes=CNP_PAD_BYTES, pkey=self.pkey)
+        """The template of the CNPs ``qp`` sends its peer (made at the first):
+        its data template in the CNP class, not ECN-capable."""
+        return qp.tpl.variant(dscp=self.cnp_dscp, ecn=ECN_NOT_ECT, max_payload_bytes=CNP_PAD_BYTES)
 
     def qp_line_rate_bps(self, qp: QueuePair) -> float:
         """The most a QP may send: the link rate, or its cap if lower."""

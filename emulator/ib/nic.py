@@ -120,9 +120,7 @@ class IbNic(RoceNic):
                                max_payload_bytes=self.mtu_bytes)
 
     def _cnp_template(self, qp: QueuePair) -> IbFrameTemplate:
-        return IbFrameTemplate(self.mac, qp.tpl_dst_mac, self.lid, qp.remote_lid, qp.remote_qpn,
-                               sl=self.sl, vl=self.vl, pkey=self.pkey,
-                               max_payload_bytes=CNP_PAD_BYTES)
+        return qp.tpl.variant(max_payload_bytes=CNP_PAD_BYTES)
 
     def create_qp(self, qpn: int, remote_ip: str, remote_qpn: int, udp_sport: int | None = None,
                   **kw) -> QueuePair:

@@ -62,6 +62,27 @@ def test_the_template_builds_what_scapy_builds_and_parse_reads_it_back(seed):
         assert bytes(pk.payload) == payload
 
 
+def test_a_variant_builds_what_scapy_builds_with_its_own_payload_room():
+    """A QP's CNP template is a copy of its data template (no scapy in the
+    NIC's loop): the packets Scapy builds from the same fields, both CRCs
+    right, its own buffer (building on one leaves the other's packet)."""
+    rng = random.Random(5)
+    t = IbFrameTemplate(MAC1, MAC2, slid=rng.randrange(1, 0xBFFF), dlid=rng.randrange(1, 0xBFFF),
+                        dst_qp=rng.getrandbits(24), sl=rng.randrange(16), max_payload_bytes=1024)
+    t.pkey = 0x8123
+    v = t.variant(max_payload_bytes=16)
+    for psn in range(4):
+        built = bytes(v.build(0x81, psn, bytes(16), becn=True))
+        assert built == scapy_packet(t, 0x81, psn, bytes(16), False, None, None, None, False, True)
+        assert check_crcs(built[14:]) == (True, True)
+    cnp = v.build(0x81, 9, bytes(16), becn=True)
+    kept = bytes(cnp)
+    t.build(RC_WRITE_ONLY, 1, bytes(1000), reth=(1, 2, 1000))
+    assert bytes(cnp) == kept
+    with pytest.raises(ValueError):
+        v.build(0x81, 0, bytes(20))
+
+
 def test_a_switch_remapping_the_vl_is_read_back_and_frames_that_are_not_ib_are_not():
     t = IbFrameTemplate(MAC1, MAC2, slid=1, dlid=2, dst_qp=3, vl=0)
     f = bytearray(t.build(RC_WRITE_ONLY, 9, b"x" * 8, reth=(0, 1, 8)))

@@ -104,6 +104,30 @@ def test_reaction_point_cuts_and_recovers_on_its_timer():
     assert changes[-1][2:] == (1100, "rate_timer") and changes[-1][1] > RATE / 2
 
 
+def test_the_timer_pass_walks_only_qps_a_cnp_set_running_until_they_recover():
+    changes = []
+    rp = ReactionPoint(DcqcnParams(rate_timer_ns=1000, alpha_timer_ns=1000),
+                       lambda qp, r, t, ev: changes.append((qp.qpn, r, t, ev)))
+    qps = [make_qp(n, n + 100) for n in range(1, 41)]
+    for qp in qps:
+        rp.attach(qp, RATE, 0)
+    assert rp.running == ()
+    rp.on_cnp(qps[7], 100)
+    assert rp.running == (qps[7],)
+    t = 100
+    while rp.running:                      # recovers on its timer alone (no traffic)
+        t += 1000
+        rp.advance(t)
+        assert t < 10_000_000
+    assert changes[-1][:2] == (qps[7].qpn, RATE) and not qps[7].cc.active
+    assert all(c[0] == qps[7].qpn for c in changes)
+    rp.on_cnp(qps[7], t + 5)               # cut again: back in the pass
+    rp.on_cnp(qps[3], t + 5)
+    assert set(rp.running) == {qps[3], qps[7]} and len(rp.running) == 2
+    rp.on_cnp(qps[3], t + 6)               # a second CNP does not list it twice
+    assert len(rp.running) == 2
+
+
 # -- requester -------------------------------------------------------------------------
 def test_requester_go_back_n_on_nak_and_completion_on_ack():
     cq, st = [], NicStats()

@@ -255,6 +255,29 @@ def test_fast_ack_and_dscp_ecn():
     assert verify_icrc(f)
 
 
+def test_a_variant_builds_what_scapy_builds_in_its_class():
+    """A QP's CNP template is its data template's variant (no scapy in the
+    NIC's loop): the same bytes as a template scapy builds with that ToS and
+    payload room, checksum and ICRC included, over several packets."""
+    rng = random.Random(11)
+    for _ in range(40):
+        dscp, ecn = rng.randrange(64), rng.randrange(4)
+        base = template(dscp=rng.randrange(64), ecn=rng.randrange(4))
+        base.pkey = rng.randrange(1 << 16)
+        for _ in range(rng.randrange(3)):           # the data template's ip_id moved on
+            base.build(0x0A, 1, b"xy")
+        v = base.variant(dscp=dscp, ecn=ecn, max_payload_bytes=16)
+        ref = FrameTemplate(MAC1, MAC2, IP1, IP2, 49999, 0x123456, dscp=dscp, ecn=ecn,
+                            max_payload_bytes=16)
+        ref.pkey = base.pkey
+        for psn in range(3):
+            got = bytes(v.build(roce.CNP_OPCODE, psn, bytes(16), becn=True))
+            assert got == bytes(ref.build(roce.CNP_OPCODE, psn, bytes(16), becn=True))
+            assert verify_icrc(got) and Ether(got)[IP].tos == (dscp << 2) | ecn
+        with pytest.raises(ValueError):
+            v.build(roce.CNP_OPCODE, 0, bytes(20))  # its payload room is its own
+
+
 def test_fast_builder_rejects_oversize_payload():
     with pytest.raises(ValueError):
         template().build(0x04, 0, b"x" * 1025)
