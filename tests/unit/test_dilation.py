@@ -355,3 +355,40 @@ def test_one_good_reading_is_not_a_search():
         return readings[d]
     d, _ = calibrate(measure, start=4000)
     assert calls[:2] == [4000, 3000] and d == 3000
+
+
+def readings_by_call(readings: dict):
+    """A measure that returns D's readings in turn (the last one repeated)."""
+    calls = []
+
+    def measure(d):
+        calls.append(d)
+        rs = readings[d]
+        return rs[min(len(rs), calls.count(d)) - 1]
+    measure.calls = calls
+    return measure
+
+
+def test_a_reading_that_contradicts_a_lower_d_is_measured_again_once():
+    # the demo read 0.81 at 3000, then 1.59 at 6000 (a stall from outside
+    # the run), and the search went up to 24000 and chose 12000
+    m = readings_by_call({3000: [0.81], 6000: [1.59, 0.38], 4000: [0.7], 12000: [0.2]})
+    d, measured = calibrate(m, start=3000)
+    assert m.calls[:3] == [3000, 6000, 6000] and d == 6000
+    assert [r for s, r in measured if s == 6000] == [1.59, 0.38]       # both, in order
+
+
+def test_a_contradiction_that_holds_is_searched_on_and_only_one_is_measured_again():
+    m = readings_by_call({3000: [0.81], 6000: [1.59], 24000: [0.06], 12000: [0.9, 0.1],
+                          8000: [0.2]})
+    d, _ = calibrate(m, start=3000)
+    assert m.calls.count(6000) == 2               # re-measured, read bad again: up
+    assert m.calls.count(12000) == 1              # a second contradiction is believed
+    assert d == 24000
+
+
+def test_readings_that_fall_with_d_are_not_measured_again():
+    # 3000 reads worse than 4000 above it, better than 1000 below: no contradiction
+    m = readings_by_call({1000: [2.0], 4000: [0.3], 3000: [0.9, 0.1]})
+    d, _ = calibrate(m, start=1000)
+    assert m.calls == [1000, 4000, 3000] and d == 4000
