@@ -46,8 +46,9 @@ def test_calibration_picks_the_smallest_good_step_and_stops_when_predicted_bad()
     m = noise_only(1000)                     # good (<= 0.5) from D = 2000
     d, measured = calibrate(m, start=3000)
     assert d == 2000
-    assert m.calls == [3000, 2000]           # 1500 predicted 0.67: not measured
-    assert measured == [[2000, 0.5], [3000, 0.3333]]
+    # 1500, predicted 0.67, is read: a choice is bracketed by the step below
+    assert m.calls == [3000, 2000, 1500]
+    assert measured == [[1500, 0.6667], [2000, 0.5], [3000, 0.3333]]
 
 
 def test_calibration_brackets_a_threshold_that_the_prediction_misses():
@@ -61,18 +62,19 @@ def test_calibration_brackets_a_threshold_that_the_prediction_misses():
         calls.append(d)
         return overloaded[d]
     d, measured = calibrate(measure, start=3000, max_runs=4)
-    assert calls == [3000, 12000, 4000, 8000]    # up x4 at most, the guess, the middle
+    assert calls == [3000, 12000, 4000, 8000, 6000]   # up x4 at most, the guess, the middle,
+                                                     # the step below (behind)
     assert d == 8000
 
 
 def test_calibration_jumps_down_to_the_guess_from_a_high_good_run():
     m = noise_only(1000)                     # good from 2000
     d, _ = calibrate(m, start=48000)
-    assert m.calls == [48000, 12000, 3000, 2000]   # x4 down at most, not a step at a time
+    assert m.calls[:4] == [48000, 12000, 3000, 2000]   # x4 down at most, not a step at a time
     assert d == 2000
     m = noise_only(1000)
     d, _ = calibrate(m, start=4000)
-    assert m.calls == [4000, 2000] and d == 2000   # the guess, when it is within x4
+    assert m.calls == [4000, 2000, 1500] and d == 2000   # the guess, when within x4; the bracket
 
 
 def test_calibration_reaches_the_step_between_a_far_guess_and_its_bracket():
@@ -193,9 +195,9 @@ def test_auto_calibrates_once_then_reuses_the_cache(tmp_path):
     runs, m = FakeRuns(needs=0), noise_only(1000)
     s = run_with_dilation(exp, tmp_path / "a", quiet(), run_one=runs, measure=m, cache=cache,
                           target="embedded")
-    assert m.calls == [3000, 2000] and runs.runs == [2000.0]
+    assert m.calls == [3000, 2000, 1500] and runs.runs == [2000.0]
     assert s["dilation_chosen_by"] == "calibration" and s["dilation_reruns"] == []
-    assert s["dilation_calibration"]["measurements"] == [[2000, 0.5], [3000, 0.3333]]
+    assert s["dilation_calibration"]["measurements"] == [[1500, 0.6667], [2000, 0.5], [3000, 0.3333]]
     assert json.loads((tmp_path / "a" / "summary.json").read_text())["dilation_chosen_by"] == "calibration"
     m2 = noise_only(1000)
     s = run_with_dilation(exp, tmp_path / "b", quiet(), run_one=runs, measure=m2, cache=cache,
@@ -380,11 +382,11 @@ def test_a_reading_that_contradicts_a_lower_d_is_measured_again_once():
 
 def test_a_contradiction_that_holds_is_searched_on_and_only_one_is_measured_again():
     m = readings_by_call({3000: [0.81], 6000: [1.59], 24000: [0.06], 12000: [0.9, 0.1],
-                          8000: [0.2]})
+                          16000: [0.3]})
     d, _ = calibrate(m, start=3000)
     assert m.calls.count(6000) == 2               # re-measured, read bad again: up
     assert m.calls.count(12000) == 1              # a second contradiction is believed
-    assert d == 24000
+    assert m.calls[-1] == 16000 and d == 16000    # then the step below the choice is read
 
 
 def test_readings_that_fall_with_d_are_not_measured_again():
