@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 
 class ReactionPoint:
-    __slots__ = ("params", "logs", "on_rate", "max_window_pkts", "_qps", "_running", "_int_acks")
+    __slots__ = ("params", "logs", "on_rate", "max_window_pkts", "_running", "_int_acks")
 
     def __init__(self, params: DcqcnParams | IbCcParams | HpccParams, on_rate: Callable, logs=None,
                  max_window_pkts: int = 1 << 30):
@@ -39,7 +39,6 @@ class ReactionPoint:
         self.max_window_pkts = max_window_pkts
         self.on_rate = on_rate
         self.logs = logs
-        self._qps: list = []                     # QPs with a state machine
         # QPs whose machine's timers run (``active``: a CNP came, the rate
         # is not back): the timer pass walks only these (websearch's NICs
         # hold ~40 QPs, and walking them all was 8 % of its agents' CPU)
@@ -62,7 +61,6 @@ class ReactionPoint:
         if self.params.enabled:
             qp.cc = cc = self.params.machine(
                 line_bps, lambda t, ev, qp=qp: self._changed(qp, t, ev))
-            self._qps.append(qp)
             window = getattr(cc, "window_bytes", None)
             if window is not None:
                 self._set_window(qp, window)

@@ -117,8 +117,8 @@ def _next_step(measured: dict[float, float], target: float) -> float | None:
     ratio is pessimistic (work piled up), so: up at most ``UP_JUMP_MAX``
     times, down to the optimistic guess (at most ``DOWN_JUMP_MAX`` times),
     and when that proved bad, halfway (in log) between the highest bad and
-    the lowest good D; after a single good reading, the step below it if
-    its prediction is just above the aim (``REMEASURE_ABOVE_AIM``)."""
+    the lowest good D; when no guess lies below the lowest good D, the
+    step just below it (every choice is bracketed by a reading)."""
     bad = [s for s, r in measured.items() if r > target]
     good = [s for s, r in measured.items() if r <= target]
     lo, hi = (max(bad) if bad else None), (min(good) if good else None)
@@ -130,14 +130,11 @@ def _next_step(measured: dict[float, float], target: float) -> float | None:
         return None
     guess = ladder_at_least(max(hi * measured[hi] / target, hi / DOWN_JUMP_MAX))
     if guess >= hi:
-        # not even the optimistic guess is good lower; but one reading is not
-        # a search: a step below predicted just above the aim is measured
+        # not even the optimistic guess is good lower; but a prediction from
+        # a noisy reading is no bracket: the step just below is read
         # (hol-victim-ib once read 0.40 at 4000, its start, where it reads
         # 0.11-0.14, and stopped there)
-        below = steps[-1]
-        if len(measured) == 1 and hi * measured[hi] / below <= target * REMEASURE_ABOVE_AIM:
-            return below
-        return None
+        return steps[-1]
     if guess in steps:
         return guess
     mid = math.sqrt(lo * hi)           # the guess was at or below a bad D: bisect

@@ -46,9 +46,10 @@ def test_calibration_picks_the_smallest_good_step_and_stops_when_predicted_bad()
     m = noise_only(1000)                     # good (<= 0.5) from D = 2000
     d, measured = calibrate(m, start=3000)
     assert d == 2000
-    # 1500, predicted 0.67, is read: a choice is bracketed by the step below
-    assert m.calls == [3000, 2000, 1500]
-    assert measured == [[1500, 0.6667], [2000, 0.5], [3000, 0.3333]]
+    # 1500, predicted 0.67, is read: a choice is bracketed by the step below;
+    # its 0.67, just above the aim, is read once more
+    assert m.calls == [3000, 2000, 1500, 1500]
+    assert measured == [[1500, 0.6667], [1500, 0.6667], [2000, 0.5], [3000, 0.3333]]
 
 
 def test_calibration_brackets_a_threshold_that_the_prediction_misses():
@@ -74,7 +75,7 @@ def test_calibration_jumps_down_to_the_guess_from_a_high_good_run():
     assert d == 2000
     m = noise_only(1000)
     d, _ = calibrate(m, start=4000)
-    assert m.calls == [4000, 2000, 1500] and d == 2000   # the guess, when within x4; the bracket
+    assert m.calls[:3] == [4000, 2000, 1500] and d == 2000   # the guess, when within x4; the bracket
 
 
 def test_calibration_reaches_the_step_between_a_far_guess_and_its_bracket():
@@ -195,9 +196,10 @@ def test_auto_calibrates_once_then_reuses_the_cache(tmp_path):
     runs, m = FakeRuns(needs=0), noise_only(1000)
     s = run_with_dilation(exp, tmp_path / "a", quiet(), run_one=runs, measure=m, cache=cache,
                           target="embedded")
-    assert m.calls == [3000, 2000, 1500] and runs.runs == [2000.0]
+    assert m.calls == [3000, 2000, 1500, 1500] and runs.runs == [2000.0]
     assert s["dilation_chosen_by"] == "calibration" and s["dilation_reruns"] == []
-    assert s["dilation_calibration"]["measurements"] == [[1500, 0.6667], [2000, 0.5], [3000, 0.3333]]
+    assert s["dilation_calibration"]["measurements"] == [[1500, 0.6667], [1500, 0.6667], [2000, 0.5],
+                                                         [3000, 0.3333]]
     assert json.loads((tmp_path / "a" / "summary.json").read_text())["dilation_chosen_by"] == "calibration"
     m2 = noise_only(1000)
     s = run_with_dilation(exp, tmp_path / "b", quiet(), run_one=runs, measure=m2, cache=cache,
