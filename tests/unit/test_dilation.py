@@ -29,6 +29,21 @@ def noise_only(c: float):
     return measure
 
 
+def readings_by_call(readings: dict):
+    """A measure that returns D's reading (a number), or its readings in
+    turn (a list; the last one repeated); ``.calls``: the Ds measured."""
+    calls = []
+
+    def measure(d):
+        calls.append(d)
+        rs = readings[d]
+        if not isinstance(rs, list):
+            return rs
+        return rs[min(len(rs), calls.count(d)) - 1]
+    measure.calls = calls
+    return measure
+
+
 # ---------------------------------------------------------------- choosing D
 
 @pytest.mark.parametrize("switches, nics, start", [
@@ -57,13 +72,9 @@ def test_calibration_brackets_a_threshold_that_the_prediction_misses():
     # above: the good side predicts 4000, which is behind; the search then
     # bisects and lands on the true threshold within 4 runs.
     overloaded = {d: (6.0 if d < 8000 else 2000 / d) for d in dil.LADDER}
-    calls = []
-
-    def measure(d):
-        calls.append(d)
-        return overloaded[d]
-    d, measured = calibrate(measure, start=3000, max_runs=4)
-    assert calls == [3000, 12000, 4000, 8000, 6000]   # up x4 at most, the guess, the middle,
+    m = readings_by_call(overloaded)
+    d, measured = calibrate(m, start=3000, max_runs=4)
+    assert m.calls == [3000, 12000, 4000, 8000, 6000]   # up x4 at most, the guess, the middle,
                                                      # the step below (behind)
     assert d == 8000
 
@@ -82,13 +93,9 @@ def test_calibration_reaches_the_step_between_a_far_guess_and_its_bracket():
     # websearch-hpcc once: good at 4000 (0.08), behind at 750 and 1000, good
     # at 2000 (0.2); 1500 was never measured. At most x4 down: 1500 is the 4th.
     ratios = {4000: 0.08, 2000: 0.2, 1500: 0.4, 1000: 1.2, 750: 3.0, 500: 6.0}
-    calls = []
-
-    def measure(d):
-        calls.append(d)
-        return ratios[d]
-    d, _ = calibrate(measure, start=4000, max_runs=4)
-    assert calls == [4000, 1000, 2000, 1500] and d == 1500
+    m = readings_by_call(ratios)
+    d, _ = calibrate(m, start=4000, max_runs=4)
+    assert m.calls == [4000, 1000, 2000, 1500] and d == 1500
 
 
 def test_calibration_behind_by_little_goes_up_by_its_prediction():
@@ -326,51 +333,27 @@ def test_a_reading_just_above_the_aim_below_the_choice_is_measured_again(second,
     # the demo read 0.66 at 3000 in one calibration and 0.26 in the next:
     # a marginal reading on the step below the choice gets a second run
     readings = {4000: [0.1], 2000: [0.3], 1500: [0.6, second], 1000: [3.0]}
-    calls = []
-
-    def measure(d):
-        calls.append(d)
-        return readings[d][sum(1 for c in calls if c == d) - 1]
-    d, measured = calibrate(measure, start=4000)
-    assert calls == [4000, 1000, 2000, 1500, 1500]      # the 4 runs, then the second
+    m = readings_by_call(readings)
+    d, measured = calibrate(m, start=4000)
+    assert m.calls == [4000, 1000, 2000, 1500, 1500]      # the 4 runs, then the second
     assert d == chosen
     assert [r for s, r in measured if s == 1500] == [0.6, second]      # in the order measured
 
 
 def test_a_reading_well_above_the_aim_is_not_measured_again():
     readings = {4000: 0.1, 2000: 0.3, 1500: 0.9, 1000: 3.0}
-    calls = []
-
-    def measure(d):
-        calls.append(d)
-        return readings[d]
-    d, _ = calibrate(measure, start=4000)
-    assert d == 2000 and calls.count(1500) == 1
+    m = readings_by_call(readings)
+    d, _ = calibrate(m, start=4000)
+    assert d == 2000 and m.calls.count(1500) == 1
 
 
 def test_one_good_reading_is_not_a_search():
     # hol-victim-ib once read 0.40 at its start (4000), where it reads
     # 0.11-0.14: the guess (3200) rounds up to 4000 itself, yet 3000 is tried
     readings = {4000: 0.40, 3000: 0.15, 2000: 0.6, 1500: 2.0, 1000: 3.0}
-    calls = []
-
-    def measure(d):
-        calls.append(d)
-        return readings[d]
-    d, _ = calibrate(measure, start=4000)
-    assert calls[:2] == [4000, 3000] and d == 3000
-
-
-def readings_by_call(readings: dict):
-    """A measure that returns D's readings in turn (the last one repeated)."""
-    calls = []
-
-    def measure(d):
-        calls.append(d)
-        rs = readings[d]
-        return rs[min(len(rs), calls.count(d)) - 1]
-    measure.calls = calls
-    return measure
+    m = readings_by_call(readings)
+    d, _ = calibrate(m, start=4000)
+    assert m.calls[:2] == [4000, 3000] and d == 3000
 
 
 def test_a_reading_that_contradicts_a_lower_d_is_measured_again_once():
