@@ -102,7 +102,8 @@ def _jain(xs):
 
 # Jain's index a fairness run must reach. BMv2 rate-limits queues in packets
 # per second, so ACKs and CNPs take data slots and ECN sees packets, not
-# bytes: its flows spread more (0.88 measured, see docs/lossless.md).
+# bytes: its flows spread more (0.88 measured once with the paper's DCQCN
+# constants; 0.96-0.99 with fairness.yaml's, see docs/lossless.md).
 MIN_JAIN = {"embedded": 0.9, "bmv2": 0.8}
 
 
