@@ -18,6 +18,8 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+from emulator.experiment.sweep import run_summary_paths  # noqa: E402
 
 
 def main() -> None:
@@ -41,9 +43,7 @@ def main() -> None:
             subprocess.run([sys.executable, "-m", "emulator.cli", "run", f, "--out", out,
                             "--target", target, *dilation],
                            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            summaries = sorted(p for p in Path(out).glob("**/summary.json")
-                               if "calibration" not in p.parts
-                               and not any(x.startswith("fell-behind-") for x in p.parts))
+            summaries = run_summary_paths(out)
             for path in summaries:
                 s = json.loads(path.read_text())
                 prio = [q for p in s["ports"] for q in p.get("priorities", [])]

@@ -23,6 +23,7 @@ another checkout (a ``git worktree`` of an older commit) with this venv.
 """
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -32,6 +33,9 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+from emulator.experiment.dilation import LADDER  # noqa: E402
+from emulator.experiment.sweep import run_summary_paths  # noqa: E402
 
 # 9aaa47b's D (README's table, "D before"); the rerun's where the full run
 # fell behind at the calibrated D (demo, incast-dcqcn, hol-victim,
@@ -49,7 +53,6 @@ BEFORE = {
 
 
 def ladder_at_most(d: float) -> float:
-    from emulator.experiment.dilation import LADDER
     return float(max((s for s in LADDER if s <= d + 1e-9), default=LADDER[0]))
 
 
@@ -64,44 +67,32 @@ def worst_process(s: dict) -> str:
     return name
 
 
-def kept_summaries(out: Path) -> list[dict]:
-    """The run's summary, or every point's of a sweep (the first point is
-    the one calibrated; the others take its D from the cache)."""
-    top = out / "summary.json"
-    if top.exists():
-        return [json.loads(top.read_text())]
-    return [json.loads(p.read_text()) for p in sorted(out.glob("*/summary.json"))
-            if not p.parent.name.startswith(("calibration", "fell-behind-"))]
-
-
 def run(repo: Path, name: str, out: Path, args: list[str],
         env: dict | None = None) -> tuple[list[dict], float]:
     t0 = time.monotonic()
     subprocess.run([sys.executable, "-m", "emulator.cli", "run", f"experiments/{name}.yaml",
                     "--out", str(out), *args], cwd=repo, env=env,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return kept_summaries(out), time.monotonic() - t0
+    # a sweep: every point, the first (the one calibrated; the others take
+    # its D from the cache) first
+    return ([json.loads(p.read_text()) for p in run_summary_paths(out)],
+            time.monotonic() - t0)
 
 
 def main() -> int:
-    args = sys.argv[1:]
-    fraction, repeat, calibrate, repo, names = 0.5, 1, False, REPO, []
-    while args:
-        a = args.pop(0)
-        if a == "--fraction":
-            fraction = float(args.pop(0))
-        elif a == "--repeat":
-            repeat = int(args.pop(0))
-        elif a == "--calibrate":
-            calibrate = True
-        elif a == "--repo":
-            repo = Path(args.pop(0)).resolve()
-        elif a in BEFORE:
-            names.append(a)
-        else:
-            print(f"error: {a}: not an option nor an experiment of BEFORE", file=sys.stderr)
-            return 2
-    names = names or list(BEFORE)
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("names", nargs="*", metavar="NAME", help="experiments of BEFORE (default: all)")
+    ap.add_argument("--fraction", type=float, default=0.5, help="of the D before (default 0.5)")
+    ap.add_argument("--repeat", type=int, default=1, help="runs per experiment")
+    ap.add_argument("--calibrate", action="store_true",
+                    help="dilation: auto from an empty cache instead of a fixed D")
+    ap.add_argument("--repo", type=Path, default=REPO, help="the checkout to run (default: this one)")
+    a = ap.parse_args()
+    unknown = [n for n in a.names if n not in BEFORE]
+    if unknown:
+        ap.error(f"{unknown[0]}: not an experiment of BEFORE")
+    fraction, repeat, calibrate, repo = a.fraction, a.repeat, a.calibrate, a.repo.resolve()
+    names = a.names or list(BEFORE)
     met = 0
     if calibrate:
         print(f"{'experiment':<26} {'before':>7} {'goal':>7} {'chosen':>7} {'kept':>7} {'by':>12} "

@@ -228,6 +228,24 @@ def _cell(v: Any) -> str:
     return str(v)
 
 
+def run_summary_paths(out_dir: str | Path) -> list[Path]:
+    """The ``summary.json`` of each run a ``fabric-emu run`` kept in
+    ``out_dir``: its own, or a sweep's points' in the order they ran (its
+    ``sweep.csv``; a point that left no summary is skipped). Never the
+    calibration's runs nor runs set aside after falling behind, which lie
+    beside them."""
+    out_dir = Path(out_dir)
+    top = out_dir / "summary.json"
+    if top.exists():
+        return [top]
+    csv_path = out_dir / "sweep.csv"
+    if not csv_path.exists():
+        return []
+    with csv_path.open(newline="") as fh:
+        paths = [out_dir / r["run_dir"] / "summary.json" for r in csv.DictReader(fh)]
+    return [p for p in paths if p.exists()]
+
+
 def write_sweep_csv(path: str | Path, rows: list[Mapping]) -> Path:
     path = Path(path)
     with path.open("w", newline="") as fh:
@@ -318,5 +336,5 @@ def run_sweep(path: str | Path, out_dir: str | Path, run_one: RunOne, *,
 
 
 __all__ = ["SWEEP_COLUMNS", "Sweep", "SweepPoint", "expand_sweep", "has_sweep", "parse_sweep",
-           "path_tokens", "plot_sweep", "read_experiment_data", "run_sweep", "set_path",
-           "summary_metrics", "value_label", "write_sweep_csv"]
+           "path_tokens", "plot_sweep", "read_experiment_data", "run_summary_paths", "run_sweep",
+           "set_path", "summary_metrics", "value_label", "write_sweep_csv"]

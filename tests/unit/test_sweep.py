@@ -12,6 +12,7 @@ from emulator.experiment.sweep import (
     SWEEP_COLUMNS,
     has_sweep,
     path_tokens,
+    run_summary_paths,
     run_sweep,
     set_path,
     summary_metrics,
@@ -159,3 +160,27 @@ def test_metrics_without_per_priority_counters():
     m = summary_metrics({"flows": [], "ports": [{"drops": 2}], "fabric_ns": 0})
     assert m["completed_flows"] == 0 and m["fct_mean_us"] is None
     assert m["ecn_marks"] is None and m["max_queue_bytes"] is None and m["drops"] == 2
+
+
+def test_the_summaries_a_run_kept_are_its_own_or_its_points_in_the_order_run(tmp_path):
+    # values out of name order: the points' summaries come in the order run
+    path = write_exp(tmp_path, {"parameter": "dilation", "values": [3000, 1000, 2000]})
+    out = tmp_path / "out"
+
+    def run_one(exp, run_dir):
+        run_dir.mkdir(parents=True)
+        (run_dir / "summary.json").write_text("{}")
+        # a calibration and a run set aside lie beside the kept one
+        for aside in ("calibration/D=500", "fell-behind-D500"):
+            (run_dir / aside).mkdir(parents=True)
+            (run_dir / aside / "summary.json").write_text("{}")
+        return canned_summary(1)
+
+    run_sweep(path, out, run_one)
+    assert [p.parent.name for p in run_summary_paths(out)] == \
+        ["dilation=3000", "dilation=1000", "dilation=2000"]
+    (out / "dilation=1000" / "summary.json").unlink()             # a point that left none
+    assert len(run_summary_paths(out)) == 2
+    one = out / "dilation=2000"
+    assert run_summary_paths(one) == [one / "summary.json"]
+    assert run_summary_paths(tmp_path / "nothing") == []
