@@ -11,11 +11,13 @@ NIC_DROPS = ("rx_socket_drops", "tenant_drops", "cpu_rx_drops", "rx_icrc_errors"
 
 
 def drops(summary: dict, out_dir: Path) -> dict[str, int]:
-    """Frames lost anywhere: switch queues, switch pipelines, and the NICs
-    (kernel socket overflow, tenant filter, CPU queue, bad ICRC) as the
-    host agents' results under ``out_dir/run`` count them."""
+    """Frames lost anywhere: switch queues, switch pipelines, switch port
+    sockets (the kernel's, unread), and the NICs (kernel socket overflow,
+    tenant filter, CPU queue, bad ICRC) as the host agents' results under
+    ``out_dir/run`` count them."""
     out = {"switch_queue": sum(p["drops"] for p in summary["ports"]),
-           "switch_pipeline": sum(p["pipeline_drops"] for p in summary["ports"])}
+           "switch_pipeline": sum(p["pipeline_drops"] for p in summary["ports"]),
+           "switch_socket": sum(p.get("rx_socket_drops") or 0 for p in summary["ports"])}
     for k in NIC_DROPS:
         out[k] = 0
     for path in sorted((Path(out_dir) / "run").glob("*.result.json")):

@@ -133,7 +133,9 @@ from . import roce
 from .dcqcn import Dcqcn, DcqcnParams  # noqa: F401  (re-exported)
 from .host_cpu import CpuGate, CpuServers, TenantFilter
 from .notification import NotificationPoint
-from .packet_socket import kernel_drops, open_packet_socket, open_udp_absorber, set_timer_slack_ns
+from .packet_socket import (
+    SocketRxStats, open_packet_socket, open_udp_absorber, set_timer_slack_ns,
+)
 from .pfc import PfcReceiver
 from .qp import (  # noqa: F401  (re-exported)
     RNR_TIMER_US, Completion, MemoryRegion, QpState, QueuePair, WcOpcode, WcStatus, _RecvWqe,
@@ -332,6 +334,9 @@ class RoceNic:
             self._rx_socks = (self.sock, self._pfc_sock)
             self._rx_fds = (self.sock.fileno(), self._pfc_sock.fileno())
         self._rx_sock_of = {sock.fileno(): sock for sock in self._rx_socks}
+        # the kernel's drop counters of the packet sockets opened here (a
+        # test's ``sock`` has none)
+        self._rx_kernel = tuple(SocketRxStats(s) for s in self._rx_socks) if sock is None else ()
         self._rxbuf = bytearray(16384)
         self._rxmv = memoryview(self._rxbuf)
         # receive lateness (run fidelity): how long the first frame of each
@@ -390,10 +395,14 @@ class RoceNic:
         self.close()
 
     def poll_kernel_stats(self) -> None:
-        """Add the kernel's count of frames the packet socket dropped (its
-        receive buffer was full) to ``stats.rx_socket_drops``."""
-        if self.ifname is not None:
-            self.stats.rx_socket_drops += kernel_drops(self.sock)
+        """Add the kernel's count of frames our packet sockets dropped (their
+        receive buffer was full: this process read too slowly) to
+        ``stats.rx_socket_drops``: the data socket's and the PFC (or
+        InfiniBand link) socket's. Called where the stats are taken, and by
+        ``close`` before the sockets go."""
+        st = self.stats
+        for k in self._rx_kernel:
+            st.rx_socket_drops += k.poll()
 
     # -- verbs ---------------------------------------------------------------
     def register_mr(self, size_bytes: int, *, addr: int | None = None, rkey: int | None = None,

@@ -144,18 +144,50 @@ def open_udp_absorber(port: int = ROCEV2_UDP_DPORT):
         return None
 
 
-def kernel_drops(sock) -> int:
-    """Frames the kernel dropped on packet socket ``sock`` (its receive
-    buffer was full) since the last call: reading PACKET_STATISTICS resets
-    the kernel counters. 0 where unavailable."""
-    if sock.fileno() < 0:
-        return 0
-    try:
-        raw_stats = sock.getsockopt(SOL_PACKET, PACKET_STATISTICS, 8)
-    except (OSError, AttributeError):
-        return 0
-    _packets, drops = struct.unpack("II", raw_stats)
-    return drops
+_TPACKET_STATS = struct.Struct("II")        # struct tpacket_stats {tp_packets, tp_drops}
+
+
+class SocketRxStats:
+    """The kernel's receive counters of one packet socket, accumulated.
+
+    ``getsockopt(SOL_PACKET, PACKET_STATISTICS)`` gives ``struct
+    tpacket_stats`` since the previous read and resets it in the kernel, so
+    each reading is added here: ``packets``, frames that reached the socket
+    (queued or dropped; not those its BPF filter refused), and ``drops``,
+    frames the kernel dropped because the socket's receive buffer was full --
+    the process did not read fast enough, a loss no wire has. One system
+    call, made where stats are taken (a snapshot; the end of the run, before
+    the socket closes), never per frame. A closed socket, or one that is not
+    a packet socket (tests' socket pairs), reads nothing."""
+
+    __slots__ = ("sock", "packets", "drops")
+
+    def __init__(self, sock):
+        self.sock = sock
+        self.packets = 0
+        self.drops = 0
+
+    def poll(self) -> int:
+        """Add the kernel's counters since the last poll; the drops among them."""
+        sock = self.sock
+        if sock.fileno() < 0:
+            return 0
+        try:
+            raw = sock.getsockopt(SOL_PACKET, PACKET_STATISTICS, _TPACKET_STATS.size)
+        except (OSError, AttributeError):
+            return 0
+        packets, drops = _TPACKET_STATS.unpack(raw)
+        self.packets += packets
+        self.drops += drops
+        return drops
+
+    def clear(self) -> None:
+        """Start a new window (a stats snapshot): totals from 0. What the
+        kernel counted since the last poll belonged to the window that
+        ended: read, so that the next poll starts from now."""
+        self.poll()
+        self.packets = 0
+        self.drops = 0
 
 
 def call_together(calls: Iterable[Callable[[], object]]) -> None:

@@ -116,6 +116,8 @@ def run(cfg: CollectiveAgentConfig, path: str = "config", clock: Clock = MONOTON
     finally:
         if reader is not None:
             out["storage"] = reader.report()
+        for nic in nics:
+            nic.poll_kernel_stats()     # frames the kernel dropped at its sockets, before as_dict
         out["nics"] = [nic.stats.as_dict() for nic in nics]
         out["gpudirect"] = [None if cp is None else cp.report() for cp in staging]
         for nic in nics:

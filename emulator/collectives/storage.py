@@ -142,6 +142,7 @@ def serve(cfg: StorageAgentConfig, clock: Clock = MONOTONIC) -> dict:
         while not stop and clock.now_ns() < deadline_ns:
             nic.run_once(0.05)
             nic.poll_cq(1024)           # a responder has no completions; keep the CQ empty
+        nic.poll_kernel_stats()         # frames the kernel dropped at its sockets
         return {"nic": nic.stats.as_dict(), "reason": "signal" if stop else "deadline"}
     finally:
         nic.close()

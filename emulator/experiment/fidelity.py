@@ -30,7 +30,9 @@ percentile of lateness, in FABRIC time, with the fabric's own timescales:
   stalls: ``RoceNic.lost_ns``) > ``LOST_LIMIT_FRACTION``
   (``add_collectives_fidelity``, fed by ``collectives.bench``).
 * frames the emulation lost, which no wire or PFC fabric loses: frames sent
-  into a switch that it never read (``link_losses``) and drops of a paused
+  into a switch that it never read (``link_losses``), frames the kernel
+  dropped at a switch port's or a NIC's packet socket because the process
+  did not read them in time (``socket_drops``) and drops of a paused
   lossless class beyond its headroom (``headroom_drops``).
 
 The run fell behind when any process's ratio (measure / limit) exceeds 1;
@@ -77,7 +79,8 @@ RULE = (f"behind if a switch's p99 frame lateness (its worst frame spared if it 
         f"delay), whichever is smaller, or a NIC's mean transmit lag > "
         f"{NIC_MEAN_LIMIT_FRAMES:g} x its MTU frame time, all in fabric ns, or a timed "
         f"collective lost > {LOST_LIMIT_FRACTION:.0%} of its time to stalls, or a switch "
-        f"never read frames sent to it or dropped a paused lossless class beyond its headroom")
+        f"never read frames sent to it, or the kernel dropped frames at a switch port's or "
+        f"a NIC's socket, or a switch dropped a paused lossless class beyond its headroom")
 
 
 def hop_ns(exp: Experiment, node: str) -> tuple[int, int]:
@@ -173,7 +176,10 @@ def nic_verdict(nic_stats: dict, d: float, frame_fabric_ns: int) -> dict:
             "rx_p90_lateness_fabric_ns": round((percentile_ns(rx_hist, 0.9) or 0) / d),
             "rx_p99_lateness_fabric_ns": round((percentile_ns(rx_hist, 0.99) or 0) / d),
             "rx_max_lateness_fabric_ns": round(nic_stats.get("rx_late_max_ns", 0) / d),
-            "mtu_frame_fabric_ns": frame_fabric_ns, "ratio": round(ratio, 4), "behind": ratio > 1}
+            "mtu_frame_fabric_ns": frame_fabric_ns,
+            # frames the kernel dropped at its sockets (``socket_drops`` judges them)
+            "rx_socket_drops": int(nic_stats.get("rx_socket_drops") or 0),
+            "ratio": round(ratio, 4), "behind": ratio > 1}
 
 
 def nic_stats_by_host(exp: Experiment, agent_results: dict[str, dict],
@@ -257,6 +263,25 @@ def add_link_losses(summary: dict, losses: list[dict]) -> None:
     """Fold link losses into the verdict (summary ``link_losses``)."""
     summary["link_losses"] = losses
     _emulator_losses_behind(summary, [f"link {x['from']}->{x['to']}" for x in losses])
+
+
+def socket_drops(ports: list[dict], nic_stats: dict[str, dict]) -> list[dict]:
+    """Ports whose packet socket the kernel dropped frames at (its receive
+    buffer full: the switch or NIC process did not read in time), before
+    any pipeline or NIC counter saw them: a switch port's ``rx_socket_drops``
+    (its ``stats.json``), a NIC's (its ``NicStats``; a host's single port,
+    0). Every one is a frame the emulation lost: no tolerance."""
+    out = [{"node": p["node"], "port": p["port"], "rx_socket_drops": int(p["rx_socket_drops"])}
+           for p in ports if p.get("rx_socket_drops")]
+    out += [{"node": h, "port": 0, "rx_socket_drops": int(st["rx_socket_drops"])}
+            for h, st in sorted(nic_stats.items()) if st.get("rx_socket_drops")]
+    return out
+
+
+def add_socket_drops(summary: dict, drops: list[dict]) -> None:
+    """Fold socket drops into the verdict (summary ``socket_drops``)."""
+    summary["socket_drops"] = drops
+    _emulator_losses_behind(summary, [f"socket {x['node']}:{x['port']}" for x in drops])
 
 
 def headroom_drops(ports: list[dict]) -> list[dict]:

@@ -22,17 +22,19 @@ from pathlib import Path
 from rich.table import Table
 
 from emulator.experiment.fidelity import (
-    add_headroom_drops, add_link_losses, headroom_drops, link_losses, nic_stats_by_host, run_fidelity,
+    add_headroom_drops, add_link_losses, add_socket_drops, headroom_drops, link_losses,
+    nic_stats_by_host, run_fidelity, socket_drops,
 )
 from emulator.experiment.ideal_fct import flow_paths, flow_priority, standalone_fct_ns
 from emulator.experiment.model import Experiment
 from emulator.experiment.results_io import read_stats, stats_by_port_priority
 
-SUMMARY_VERSION = 4           # 2: ports[].priorities, flows[].priority/standalone_fct_ns/fct_slowdown
+SUMMARY_VERSION = 5           # 2: ports[].priorities, flows[].priority/standalone_fct_ns/fct_slowdown
                               # 3: fell_behind in fabric time: switches[] lateness, nics[], fidelity
                               #    and flows[].retransmitted_packets/timeouts/naks
                               # 4: fct_slowdown_buckets, queue_depth_dist, generated_traffic
                               #    (emulator/experiment/distributions.py, traffic_gen.py)
+                              # 5: ports[].rx_socket_drops, nics[].rx_socket_drops, socket_drops
 # Loss recovery of a flow, from its sender's QP: packets sent again (go-back-N
 # after a NAK or an ACK timeout), ACK timeouts, NAKs received.
 FLOW_RECOVERY_COUNTERS = ("retransmitted_packets", "timeouts", "naks")
@@ -63,19 +65,33 @@ VL_COUNTERS = ("tx_packets", "tx_bytes", "stalls", "stalled_ns", "overruns", "fc
                "max_depth_bytes")
 
 
+def _port_stats(stats: dict, port: int) -> dict:
+    """A port's entry in its switch's stats.json ({} if it has none)."""
+    return next((x for x in stats.get("ports", []) if isinstance(x, dict) and x.get("port") == port),
+                {})
+
+
+def _socket_drops(port_stats: dict) -> int | None:
+    """Frames the kernel dropped at the port's socket before the switch read
+    them (the embedded targets count them; BMv2's stats do not: None)."""
+    v = port_stats.get("rx_socket_drops")
+    return None if v is None else int(v)
+
+
 def _ib_port_entry(stats: dict, port: int, counters: dict, d: float) -> dict:
     """An InfiniBand port's summary: what it received (ib.p4's counters),
     what it sent and how long each VL stalled for want of credit -- the
     credit-based fabric's counterpart of PFC's pause time -- and its
     overruns (a packet beyond the buffer the port granted: never, if its
     peer obeys the credits) as its drops."""
-    p = next((x for x in stats.get("ports", []) if x.get("port") == port), {})
+    p = _port_stats(stats, port)
     vls = [{"vl": v["vl"], **{k: (round(v.get(k, 0) / d) if k == "stalled_ns" else int(v.get(k, 0)))
                              for k in VL_COUNTERS}} for v in p.get("vls", [])]
     return {"rx_packets": counters.get("rx_packets", 0), "rx_bytes": counters.get("rx_bytes", 0),
             "tx_packets": sum(v["tx_packets"] for v in vls),
             "tx_bytes": sum(v["tx_bytes"] for v in vls),
             "drops": sum(v["overruns"] for v in vls), "pipeline_drops": 0,
+            "rx_socket_drops": _socket_drops(p),
             "fecn_marks": counters.get("fecn_mark_packets", 0),
             "credit_stalled_ns": sum(v["stalled_ns"] for v in vls),
             "vls": vls, "priorities": []}
@@ -141,6 +157,7 @@ def build_summary(exp: Experiment, target: str, agent_results: dict[str, dict],
                 # traffic manager dropped it (buffer full).
                 "drops": max(0, c.get("enq_packets", 0) - c.get("tx_packets", 0)),
                 "pipeline_drops": c.get("pipeline_drop_packets", 0),
+                "rx_socket_drops": _socket_drops(_port_stats(stats[sw.name], p.port_no)),
                 "priorities": _priority_entries(per_queue, p.port_no, d),
             })
     nic_stats = nic_stats_by_host(exp, agent_results, run_dir)
@@ -164,6 +181,7 @@ def build_summary(exp: Experiment, target: str, agent_results: dict[str, dict],
         "fidelity": fidelity,
     }
     add_link_losses(summary, link_losses(ports, nic_stats))
+    add_socket_drops(summary, socket_drops(ports, nic_stats))
     add_headroom_drops(summary, headroom_drops(ports))
     return summary
 
@@ -224,6 +242,10 @@ def render_summary(summary: dict) -> Table:
     t.add_row("switch drops (queue / pipeline)",
               f"{sum(p['drops'] for p in summary['ports'])} / "
               f"{sum(p['pipeline_drops'] for p in summary['ports'])}")
+    if summary.get("socket_drops"):
+        t.add_row("frames dropped at a socket, unread (emulator losses)",
+                  ", ".join(f"{x['node']}:{x['port']} {x['rx_socket_drops']:,}"
+                            for x in summary["socket_drops"]))
     if any(p.get("priorities") for p in summary["ports"]):
         tot = priority_totals(summary)
         t.add_row("ECN marks / PFC pauses sent / headroom drops",

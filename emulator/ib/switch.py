@@ -24,13 +24,15 @@ arbitration, credit gating, serialization at the port's rate) and a
 
 A packet is never dropped for want of buffer: a VL without credit waits
 (``stalled_ns``). Stats (per port and VL: packets, bytes, stalls, stall
-time, overruns, flow-control packets; drops by reason) go to
-``stats_path`` at exit, like the Ethernet switch's.
+time, overruns, flow-control packets; drops by reason; per port the
+frames the kernel dropped at its socket before the switch read them,
+``rx_socket_drops``) go to ``stats_path`` at exit, like the Ethernet switch's.
 """
 from __future__ import annotations
 
 import sys
 
+from emulator.agents.packet_socket import SocketRxStats
 from emulator.clock import MONOTONIC, Clock
 from emulator.dataplane.pcap import IbPcapWriter
 from emulator.dataplane.state import SwitchState
@@ -57,6 +59,7 @@ class IbSwitchPort:
         self.cfg = cfg
         self.port_no = cfg.port_no
         self.sock = open_port_socket(cfg.ifname)
+        self.rx_kernel = SocketRxStats(self.sock)    # frames the kernel dropped before we read them
         now = clock.now_ns()
         self.credits = {vl: VlCredits(params, now) for vl in vls}
         self.egress = IbEgressPort(cfg.rate_bps, self.credits, send_data,
@@ -269,8 +272,10 @@ class IbSwitch:
         now = self.clock.now_ns()
         ports = []
         for p in self.ports.values():
+            p.rx_kernel.poll()
             ports.append({
                 "port": p.port_no, "ifname": p.cfg.ifname, "send_errors": p.send_errors,
+                "rx_socket_drops": p.rx_kernel.drops,
                 "vl_errors": p.vl_errors, "fc_errors": p.fc_errors,
                 # the run's fidelity (experiment.fidelity); no data packet, no window
                 **(p.wire.lateness_stats() if self.lateness_since_ns is not None else

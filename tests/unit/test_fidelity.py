@@ -7,7 +7,8 @@ from emulator.collectives.report import collective_rows, training_summary
 from emulator.experiment.fidelity import (
     LINK_LOSS_RATIO, LOST_LIMIT_FRACTION, NIC_MEAN_LIMIT_FRAMES, SWITCH_P99_LIMIT_FRAMES,
     SWITCH_P99_LIMIT_HOPS, add_collectives_fidelity, add_headroom_drops, add_link_losses,
-    headroom_drops, hop_ns, link_losses, nic_verdict, percentile_ns, run_fidelity, switch_verdict,
+    add_socket_drops, headroom_drops, hop_ns, link_losses, nic_verdict, percentile_ns, run_fidelity,
+    socket_drops, switch_verdict,
 )
 from emulator.link import Wire
 from tests.unit.test_results import make_experiment
@@ -215,3 +216,30 @@ def test_a_paused_lossless_class_dropped_beyond_its_headroom_puts_the_run_behind
     clean = {"fell_behind": False, "fidelity": {"worst_ratio": 0.2, "behind": []}}
     add_headroom_drops(clean, headroom_drops(ports[1:]))
     assert not clean["fell_behind"]
+
+
+def test_frames_the_kernel_dropped_at_a_socket_put_the_run_behind():
+    """Not a tolerance: every frame a switch port's or a NIC's socket dropped
+    unread is one the emulation lost, named by node and port (a NIC: its
+    host's single port, 0); BMv2's ports (null: not counted) and clean ones
+    are not."""
+    ports = [{"node": "leaf1", "port": 1, "rx_socket_drops": 4224},
+             {"node": "leaf1", "port": 2, "rx_socket_drops": 0},
+             {"node": "spine1", "port": 1, "rx_socket_drops": None},
+             {"node": "spine1", "port": 2, "rx_socket_drops": 1}]
+    nics = {"h2": {"rx_socket_drops": 3}, "h1": {"rx_socket_drops": 0}, "h3": {}}
+    drops = socket_drops(ports, nics)
+    assert drops == [{"node": "leaf1", "port": 1, "rx_socket_drops": 4224},
+                     {"node": "spine1", "port": 2, "rx_socket_drops": 1},
+                     {"node": "h2", "port": 0, "rx_socket_drops": 3}]
+    summary = {"fell_behind": False, "fidelity": {"worst_ratio": 0.2, "behind": ["leaf2"]}}
+    add_socket_drops(summary, drops)
+    assert summary["fell_behind"] and summary["fidelity"]["worst_ratio"] == LINK_LOSS_RATIO
+    assert summary["fidelity"]["behind"] == ["leaf2", "socket h2:0", "socket leaf1:1",
+                                             "socket spine1:2"]
+    assert summary["socket_drops"] == drops
+    clean = {"fell_behind": False, "fidelity": {"worst_ratio": 0.2, "behind": []}}
+    add_socket_drops(clean, socket_drops(ports[1:3], {"h1": nics["h1"]}))
+    assert not clean["fell_behind"] and clean["socket_drops"] == []
+    assert clean["fidelity"] == {"worst_ratio": 0.2, "behind": []}
+    assert nic_verdict(nics["h2"], 1000.0, FRAME_FABRIC_NS)["rx_socket_drops"] == 3

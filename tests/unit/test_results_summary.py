@@ -1,6 +1,7 @@
 """summary.json: per-priority port counters, flow priority and FCT slowdown."""
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from types import SimpleNamespace
 
@@ -14,7 +15,7 @@ from emulator.experiment.summary import (
 from tests.unit.test_results import D, make_experiment, make_run
 
 PORT_KEYS = {"node", "role", "port", "ifname", "peer", "rx_packets", "rx_bytes", "tx_packets",
-             "tx_bytes", "drops", "pipeline_drops", "priorities"}
+             "tx_bytes", "drops", "pipeline_drops", "rx_socket_drops", "priorities"}
 FLOW_KEYS = {"flow_id", "src", "dst", "op", "bytes", "delivered_bytes", "intact", "complete",
              "fct_ns", "start_ns", "src_qpn", "dst_qpn", "udp_sport", "priority",
              "standalone_fct_ns", "fct_slowdown", "retransmitted_packets", "timeouts", "naks"}
@@ -41,7 +42,7 @@ def summary_of(tmp_path, fct_fabric_ns=20_000):
 
 def test_top_level_and_existing_keys_kept(tmp_path):
     exp, s = summary_of(tmp_path)
-    assert s["summary_version"] == SUMMARY_VERSION == 4
+    assert s["summary_version"] == SUMMARY_VERSION == 5
     assert s["dilation"] == D and s["fabric_ns"] == 20_000
     # leaf2 released 2 of its 68 frames 3 us (fabric) late, over 2 % of them: its
     # p99 is 3 us, beyond 2 hops (2 x (1102 B at 100 Gbps + 1 us) = 2.18 us)
@@ -57,6 +58,37 @@ def test_top_level_and_existing_keys_kept(tmp_path):
     leaf2_1 = next(p for p in s["ports"] if p["node"] == "leaf2" and p["port"] == 1)
     assert leaf2_1["tx_packets"] == 62 and leaf2_1["drops"] == 1 and leaf2_1["peer"] == "h3"
     render_summary(s)   # still renders
+
+
+def test_frames_dropped_at_sockets_are_in_ports_nics_and_the_verdict(tmp_path):
+    """A switch port's socket drops (its stats.json) and a NIC's (its
+    result's NicStats) are summary counts and put the run behind, named by
+    node and port; a port whose stats do not count them (BMv2) reads null."""
+    exp = make_experiment()
+    run_dir = make_run(tmp_path / "run")
+    stats = json.loads((run_dir / "leaf2.stats.json").read_text())
+    stats["ports"][0]["rx_socket_drops"] = 4224            # port 1: from h3
+    stats["ports"][1]["rx_socket_drops"] = 0
+    (run_dir / "leaf2.stats.json").write_text(json.dumps(stats))
+    results = agent_results(20_000)
+    results["h1"]["nic"] = {"tx_packets": 10, "rx_socket_drops": 7}
+    s = build_summary(exp, "embedded", results, {}, run_dir, wall_s=2.5)
+    ports = {(p["node"], p["port"]): p for p in s["ports"]}
+    assert ports[("leaf2", 1)]["rx_socket_drops"] == 4224
+    assert ports[("leaf2", 3)]["rx_socket_drops"] == 0
+    assert ports[("spine1", 2)]["rx_socket_drops"] is None       # its stats do not count them
+    assert next(n for n in s["nics"] if n["node"] == "h1")["rx_socket_drops"] == 7
+    assert s["socket_drops"] == [{"node": "leaf2", "port": 1, "rx_socket_drops": 4224},
+                                 {"node": "h1", "port": 0, "rx_socket_drops": 7}]
+    assert s["fell_behind"] and {"socket leaf2:1", "socket h1:0"} <= set(s["fidelity"]["behind"])
+    assert "leaf2:1 4,224" in _rendered(s)
+
+
+def _rendered(summary: dict) -> str:
+    from rich.console import Console
+    console = Console(record=True, width=200)
+    console.print(render_summary(summary))
+    return console.export_text()
 
 
 def test_ports_per_priority_from_stats(tmp_path):
