@@ -244,10 +244,11 @@ def sweep(exp: Experiment | str | Path, grid: Mapping[str, Iterable[Any]],
         base, source = experiment_data(exp), Path(exp.source)
     out = Path(out or f"results/{base.get('name', 'sweep')}-sweep")
     keys = list(grid)
+    points = [dict(zip(keys, values)) for values in itertools.product(*(list(grid[k]) for k in keys))]
+    # every point checked before the first runs (as a file's sweep: is)
+    exps = [experiment_from_dict(apply_sets(base, point), source) for point in points]
     rows = []
-    for values in itertools.product(*(list(grid[k]) for k in keys)):
-        point = dict(zip(keys, values))
-        e = experiment_from_dict(apply_sets(base, point), source)
+    for point, e in zip(points, exps):
         name = ",".join(f"{k}={value_label(v)}" for k, v in point.items())
         res = run(e, out / name, dilation=dilation, quiet=quiet)
         rows.append({**point, **_row(res), "result": res})

@@ -132,9 +132,13 @@ class Fabric:
     def set_qos(self, changes: Mapping[str, Any]) -> None:
         """Change ECN/PFC thresholds over P4Runtime: ``changes`` is merged into
         the experiment's ``qos`` (``{"ecn": {"kmin_bytes": 20000}}``)."""
+        from emulator.experiment.model import check_qos
+        from emulator.schema.load import validate
         from emulator.schema.qos import QosSpec
         merged = _merge(self.experiment.spec.qos.model_dump(), dict(changes))
-        qos = QosSpec.model_validate(merged)
+        exp = self.experiment
+        qos = validate(QosSpec, merged, "set_qos", prefix="qos")    # ConfigErrors, as a file's
+        check_qos(qos, exp.spec, exp.fabric, "set_qos")
         self.controller.set_qos(qos)
         self.experiment = dataclasses.replace(
             self.experiment, spec=self.experiment.spec.model_copy(update={"qos": qos}))

@@ -24,8 +24,9 @@ from emulator.clock import MONOTONIC, Clock, TimerHeap
 
 class NvlinkSwitch:
     def __init__(self, ports: int, rate_bps: float, delay_ns: float, clock: Clock = MONOTONIC):
-        if ports < 1 or rate_bps <= 0 or delay_ns < 0:
-            raise ValueError("NVLink needs ports >= 1, rate_bps > 0, delay_ns >= 0")
+        # a 1-GPU server has no NVLink (rate 0, NvlinkConfig): nothing crosses it
+        if ports < 1 or (ports > 1 and rate_bps <= 0) or delay_ns < 0:
+            raise ValueError("NVLink needs ports >= 1, rate_bps > 0 (with 2 GPUs or more), delay_ns >= 0")
         self.rate_bps, self.delay_ns, self.clock = float(rate_bps), float(delay_ns), clock
         self.up_free_ns = [0.0] * ports       # when each GPU's uplink is next free
         self.down_free_ns = [0.0] * ports     # when each GPU's downlink is next free

@@ -9,21 +9,14 @@ and delay × D.
 from __future__ import annotations
 
 from emulator.p4.p4info import P4Info
-from emulator.schema.qos import EcnSpec, PfcSpec, QosSpec  # noqa: F401 (the specs it installs)
+from emulator.schema.qos import (  # noqa: F401 (the specs it installs; frame sizes and defaults are theirs)
+    DEFAULT_XOFF_BYTES, ROCE_FRAME_OVERHEAD_BYTES, EcnSpec, PfcSpec, QosSpec, mtu_frame_bytes,
+)
 from emulator.topo import Fabric
-from emulator.wire import ICRC_BYTES, PFC_QUANTUM_BITS, RETH_BYTES, ROCE_HDR_BYTES
-
-# A full RoCEv2 WRITE frame carries this much beyond its payload (headers,
-# RETH, ICRC; emulator/wire.py).
-ROCE_FRAME_OVERHEAD_BYTES = ROCE_HDR_BYTES + RETH_BYTES + ICRC_BYTES
-DEFAULT_XOFF_BYTES = 32_000
+from emulator.wire import PFC_QUANTUM_BITS
 
 # Clone session of port p for the pause frames fabric.p4 makes on BMv2.
 PFC_SESSION_BASE = 512
-
-
-def mtu_frame_bytes(mtu_bytes: int) -> int:
-    return mtu_bytes + ROCE_FRAME_OVERHEAD_BYTES
 
 
 def headroom_bytes(rate_bps: int, delay_ns: int, mtu_bytes: int, reaction_fabric_ns: int) -> int:
@@ -75,9 +68,7 @@ def qos_entities(fabric: Fabric, p4info: P4Info, switch: str, qos: QosSpec,
         p4info.table_entry("dscp_to_priority", {"dscp": qos.cnp_dscp},
                            ("set_priority", {"priority": qos.cnp_priority})),
     ]
-    frame = mtu_frame_bytes(mtu_bytes)
-    xoff = qos.pfc.xoff_bytes or max(DEFAULT_XOFF_BYTES, 3 * frame)
-    xon = qos.pfc.xon_bytes or max(frame, xoff - 2 * frame)
+    xoff, xon = qos.pfc.thresholds(mtu_bytes)
     if qos.pfc.enabled:
         entries += clone_sessions(fabric, switch)
     for port in fabric.ports(switch):

@@ -21,7 +21,10 @@ from emulator.experiment.workload_check import (
 from emulator.experiment.traffic_gen import poisson_flows
 from emulator.schema.experiment import ExperimentSpec, PoissonTrafficSpec
 from emulator.schema.limits import check_fits
-from emulator.schema.load import FieldError, join_path, read_yaml, validate
+from emulator.schema.load import FieldError, join_path, read_yaml, show, validate
+from emulator.schema.paths import MAX_POINT_NAME_BYTES, path_tokens, point_name, set_path
+from emulator.schema.qos import QosSpec
+from emulator.schema.reading import file_problem
 from emulator.topo import Fabric, fabric_from_dict, load_fabric
 
 __all__ = ["Experiment", "Flow", "experiment_from_dict", "load_experiment", "read_experiment_data"]
@@ -46,9 +49,8 @@ def experiment_from_dict(data, path: str | Path, target: str | None = None) -> E
         spec = spec.model_copy(update={"target": target})
     if isinstance(spec.topology, str):
         topo_path = (path.parent / spec.topology)
-        if not topo_path.is_file():
-            why = "is a directory, not a topology file" if topo_path.is_dir() else "no such file"
-            raise ConfigError(path, "topology", f"{why}: {topo_path}")
+        if (why := file_problem(topo_path)) is not None:      # said here, where it is written
+            raise ConfigError(path, "topology", f"{topo_path}: {why}")
         fabric = load_fabric(topo_path)
     else:
         fabric = fabric_from_dict(spec.topology, source=str(path), field_prefix="topology")
@@ -63,9 +65,72 @@ def experiment_from_dict(data, path: str | Path, target: str | None = None) -> E
         _check_cluster(spec, fabric, path)
     _check_link_layer(spec, fabric, path)
     _check_cc(spec, fabric, path)
+    check_qos(spec.qos, spec, fabric, path)
     if fabric.link_layer == "infiniband" and spec.target == "auto":
         spec = spec.model_copy(update={"target": "embedded"})   # where credits run
-    return Experiment(spec=spec, fabric=fabric, flows=flows, source=str(path), workload=plan)
+    points = _sweep_points(data, spec, path, target) if spec.sweep is not None else ()
+    return Experiment(spec=spec, fabric=fabric, flows=flows, source=str(path), workload=plan,
+                      sweep_points=points)
+
+
+def check_qos(qos: QosSpec, spec: ExperimentSpec, fabric: Fabric, path: str | Path) -> None:
+    """PFC and ECN thresholds that can act in this fabric's switches
+    (``QosSpec.check_thresholds``), and a given PFC headroom that leaves
+    XOFF room in the shared buffer: each switch reserves the headroom on
+    every port (``dataplane/tm.py``). InfiniBand fabrics have no PFC or ECN."""
+    if fabric.link_layer == "infiniband":
+        return
+    buffer = spec.switch.buffer_bytes
+    try:
+        qos.check_thresholds(buffer, spec.nic.mtu_bytes)
+    except FieldError as e:
+        raise ConfigError(path, f"qos.{e.field}", e.reason) from None
+    headroom = qos.pfc.headroom_bytes
+    if qos.pfc.enabled and headroom is not None:
+        ports = max(len(fabric.ports(s.name)) for s in fabric.switches())
+        xoff, _ = qos.pfc.thresholds(spec.nic.mtu_bytes)
+        if buffer - ports * headroom < xoff:
+            raise ConfigError(path, "qos.pfc.headroom_bytes",
+                              f"{headroom} on each of a switch's {ports} ports leaves "
+                              f"{max(0, buffer - ports * headroom)} of switch.buffer_bytes ({buffer}) "
+                              f"shared, less than xoff_bytes ({xoff})")
+
+
+def _sweep_points(data: dict, spec: ExperimentSpec, path: Path,
+                  target: str | None) -> tuple[tuple[object, Experiment], ...]:
+    """(value, experiment) of every point of the file's sweep: the file
+    without ``sweep``, the parameter set to the value, loaded like a file.
+    A parameter the schema does not have is a ``sweep.parameter`` error, a
+    value a point refuses a ``sweep.values[i]`` error."""
+    parameter = spec.sweep.parameter
+    base = {k: v for k, v in data.items() if k != "sweep"}
+    points = []
+    for i, value in enumerate(spec.sweep.values):
+        if len(point_name(parameter, value).encode()) > MAX_POINT_NAME_BYTES:
+            raise ConfigError(path, f"sweep.values[{i}]", f"{show(value)}: the run directory "
+                              f"'{parameter}=<value>' would be longer than a file name can be "
+                              f"({MAX_POINT_NAME_BYTES} bytes here)")
+        try:
+            point = set_path(base, parameter, value)
+        except KeyError as e:
+            raise ConfigError(path, "sweep.parameter", f"cannot set {parameter}: {e.args[0]}") from None
+        try:
+            points.append((value, experiment_from_dict(point, path, target)))
+        except ConfigError as e:
+            if e.reason.startswith("unknown field") and _within(e.field, parameter):
+                raise ConfigError(path, "sweep.parameter", f"{e.field}: {e.reason}") from None
+            raise ConfigError(path, f"sweep.values[{i}]", f"{parameter}={show(value)}: "
+                              f"{e.field + ': ' if e.field else ''}{e.reason}") from None
+    return tuple(points)
+
+
+def _within(field: str, parameter: str) -> bool:
+    """Whether ``field`` is ``parameter`` or a mapping on its way."""
+    try:
+        f, p = path_tokens(field), path_tokens(parameter)
+    except ValueError:
+        return False
+    return p[:len(f)] == f
 
 
 def _check_link_layer(spec: ExperimentSpec, fabric: Fabric, path: Path) -> None:

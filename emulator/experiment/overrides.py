@@ -4,7 +4,7 @@ changed before it is validated, so an override is checked like the file.
     data = apply_sets(read_experiment_data(path), ["nic.mtu_bytes=4096",
                                                    "traffic[0].size_bytes=65536"])
 
-The path is the sweep's (``emulator.experiment.sweep.path_tokens``:
+The path is the sweep's (``emulator.schema.paths.path_tokens``:
 ``a.b``, ``a[0].b`` or ``a.0.b``); the value is YAML (``10``, ``true``,
 ``auto``, ``{enabled: false}``), as it would be written in the file.
 """
@@ -12,10 +12,9 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping
 
-import yaml
-
 from emulator.errors import ConfigError
-from emulator.experiment.sweep import path_tokens, set_path
+from emulator.schema.load import parse_yaml, show
+from emulator.schema.paths import path_tokens, set_path
 
 
 def parse_set(item: str) -> tuple[str, Any]:
@@ -28,11 +27,11 @@ def parse_set(item: str) -> tuple[str, Any]:
         path_tokens(key)
     except ValueError as e:
         raise ConfigError("--set", key, str(e)) from None
-    try:
-        value = yaml.safe_load(text) if text.strip() else ""
-    except yaml.YAMLError as e:
-        why = str(e).splitlines()[0]
-        raise ConfigError("--set", key, f"value {text!r} is not YAML: {why}") from None
+    try:      # the files' reader: a value is bounded like a file (depth, values, aliases)
+        value = parse_yaml(text, "--set") if text.strip() else ""
+    except ConfigError as e:
+        raise ConfigError("--set", key, f"value {show(text)} is not YAML: "
+                                        f"{e.field + ': ' if e.field else ''}{e.reason}") from None
     return key, value
 
 

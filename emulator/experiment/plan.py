@@ -14,7 +14,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Iterable
 
-from emulator.experiment.model import experiment_from_dict, read_experiment_data
+from emulator.experiment.model import experiment_from_dict
 from emulator.experiment.overrides import apply_sets
 from emulator.experiment.resolved import WALL_S_AT_DILATION, Experiment
 from emulator.experiment.traffic_gen import generated_summary
@@ -38,22 +38,22 @@ def describe_file(path: str | Path, sets: Iterable[str] = (), target: str | None
             raise ConfigError("--set", "", "applies to experiment files, not to a topology")
         fabric = fabric_from_dict(data, source=str(path))
         return f"{path}: valid topology\n" + render_fabric(fabric, width=width)
-    exp = experiment_from_dict(apply_sets(read_experiment_data(path), sets), path, target)
+    exp = experiment_from_dict(apply_sets(data, sets), path, target)
     return "\n".join([f"{path}: valid experiment {exp.name!r}", *describe_experiment(exp), ""]) \
         + render_fabric(exp.fabric, width=width)
 
 
 def describe_experiment(exp: Experiment) -> list[str]:
     """What a run of ``exp`` would do, a few lines: target, dilation, traffic, workload."""
-    from emulator.experiment.dilation import (
-        DilationCache, cache_key, fabric_key, machine_key, with_dilation,
-    )
-    from emulator.experiment.runner import resolve_target
-
     spec = exp.spec
     lines = [f"  target: {spec.target}"]
     planned = exp                            # at the D a run would start with, if known
     if spec.dilation == "auto":
+        # (here: the runner's imports cost a second a file of fixed D does not need)
+        from emulator.experiment.dilation import (
+            DilationCache, cache_key, fabric_key, machine_key, with_dilation,
+        )
+        from emulator.experiment.runner import resolve_target
         try:
             target = resolve_target(spec.target)
         except Exception:                    # bmv2 asked for and absent: the run will say so
@@ -88,6 +88,9 @@ def describe_experiment(exp: Experiment) -> list[str]:
         lines.append(f"  workload: {w.algorithm if w else 'storage'} on {len(wp.servers)} servers"
                      + (f" ({', '.join(parts)})" if parts else "")
                      + (f"; storage {wp.storage_server}" if wp.storage_server else ""))
+    if spec.sweep is not None:
+        lines.append(f"  sweep: {spec.sweep.parameter} over {len(exp.sweep_points)} values, a run each "
+                     "(every one checked)")
     if spec.cluster is not None:
         from emulator.net.cluster import place
         placed = place(spec.cluster, exp.fabric)

@@ -9,6 +9,7 @@ types, below the loader, so no module imports the loader back.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from emulator.errors import FabricEmuError
 from emulator.schema.experiment import ExperimentSpec
@@ -67,6 +68,9 @@ class Experiment:
     flows: tuple[Flow, ...]
     source: str
     workload: WorkloadPlan | None = None            # servers running spec.workload, storage readers
+    # a sweep: (value, the experiment with the parameter set to it), in file
+    # order, each checked when the file was loaded (``model._sweep_points``)
+    sweep_points: tuple[tuple[Any, "Experiment"], ...] = ()
 
     @property
     def name(self) -> str:

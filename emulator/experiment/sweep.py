@@ -7,8 +7,9 @@ An experiment file may carry a ``sweep`` section::
       values: [20000, 50000, 100000]    #   or traffic[0].size_bytes); missing mappings are created
 
 ``run_sweep`` expands it into one experiment per value (the file's mapping
-with the ``sweep`` key removed and the parameter set, validated by
-``experiment_from_dict`` -- every value is checked before the first run),
+with the ``sweep`` key removed and the parameter set, validated when the
+file is loaded -- ``experiment_from_dict``, which ``validate`` runs too --
+so every value is checked before the first run),
 runs each with the caller's ``run_one(exp, out_dir / "<parameter>=<value>")``
 (the runner; it returns the run's summary dict), and writes into ``out_dir``:
 
@@ -33,11 +34,9 @@ keeps the rows of the runs that finished.
 """
 from __future__ import annotations
 
-import copy
 import csv
 import json
 import math
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -45,12 +44,12 @@ from typing import Any, Callable, Mapping
 
 from emulator.errors import ConfigError
 from emulator.experiment.model import Experiment, experiment_from_dict, read_experiment_data
+from emulator.schema.paths import path_tokens, point_name, set_path, value_label  # noqa: F401 (re-exported)
 
 SWEEP_COLUMNS = ("value", "run_dir", "flows", "completed_flows", "complete", "fell_behind",
                  "fabric_us", "fct_mean_us", "fct_p50_us", "fct_p99_us", "slowdown_mean",
                  "slowdown_p99", "ecn_marks", "pauses", "paused_us", "drops", "headroom_drops",
                  "max_queue_bytes")
-_TOKEN = re.compile(r"([^.\[\]]+)|\[(\d+)\]")
 
 RunOne = Callable[[Experiment, Path], Mapping]
 
@@ -76,105 +75,20 @@ def has_sweep(path: str | Path) -> bool:
     return isinstance(data, dict) and "sweep" in data
 
 
-def parse_sweep(data: Any, path: str | Path) -> Sweep | None:
-    """The file's sweep section, validated; None if it has none."""
-    if not isinstance(data, dict) or "sweep" not in data:
-        return None
-    sw = data["sweep"]
-    if not isinstance(sw, dict):
-        raise ConfigError(path, "sweep", "expected a mapping {parameter, values}")
-    extra = set(sw) - {"parameter", "values"}
-    if extra:
-        raise ConfigError(path, f"sweep.{sorted(extra)[0]}", "unknown field (expected parameter, values)")
-    param = sw.get("parameter")
-    if not isinstance(param, str) or not param.strip():
-        raise ConfigError(path, "sweep.parameter", "a dotted path such as qos.ecn.kmax_bytes is required")
-    if param.split(".")[0].split("[")[0] in ("sweep", "name"):
-        raise ConfigError(path, "sweep.parameter", f"{param!r} cannot be swept")
-    try:
-        path_tokens(param)
-    except ValueError as e:
-        raise ConfigError(path, "sweep.parameter", str(e)) from None
-    values = sw.get("values")
-    if not isinstance(values, list) or not values:
-        raise ConfigError(path, "sweep.values", "a non-empty list of values is required")
-    return Sweep(param, tuple(values))
-
-
-def path_tokens(dotted: str) -> list[str | int]:
-    """``traffic[0].size_bytes`` / ``traffic.0.size_bytes`` -> ['traffic', 0, 'size_bytes']."""
-    tokens: list[str | int] = []
-    for part in dotted.split("."):
-        if not part:
-            raise ValueError(f"{dotted!r}: empty component")
-        for m in _TOKEN.finditer(part):
-            key, index = m.groups()
-            tokens.append(int(index) if index is not None else
-                          int(key) if key.isdigit() else key)
-        if "".join(m.group(0) for m in _TOKEN.finditer(part)) != part:
-            raise ValueError(f"{dotted!r}: cannot parse {part!r}")
-    return tokens
-
-
-def set_path(data: dict, dotted: str, value: Any) -> dict:
-    """A deep copy of ``data`` with ``dotted`` set to ``value`` (mappings created as needed)."""
-    out = copy.deepcopy(data)
-    tokens = path_tokens(dotted)
-    cur: Any = out
-    for i, tok in enumerate(tokens):
-        last = i == len(tokens) - 1
-        where = ".".join(map(str, tokens[:i + 1]))
-        if isinstance(tok, int):
-            if not isinstance(cur, list) or not -len(cur) <= tok < len(cur):
-                raise KeyError(f"{where}: no list item {tok}")
-            if last:
-                cur[tok] = copy.deepcopy(value)
-            else:
-                cur = cur[tok]
-            continue
-        if not isinstance(cur, dict):
-            raise KeyError(f"{where}: not a mapping")
-        if last:
-            cur[tok] = copy.deepcopy(value)
-        else:
-            if cur.get(tok) is None:
-                cur[tok] = [] if isinstance(tokens[i + 1], int) else {}
-            cur = cur[tok]
-    return out
-
-
-def value_label(value: Any) -> str:
-    if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
-        text = repr(value)
-    elif isinstance(value, (dict, list)):
-        text = json.dumps(value, separators=(",", ":"), sort_keys=True)
-    else:
-        text = str(value)
-    return re.sub(r"[\s/\\:]+", "_", text)
-
-
 def expand_sweep(data: dict, path: str | Path, target: str | None = None) -> tuple[Sweep, list[SweepPoint]]:
-    """One validated experiment per value of the file's sweep."""
-    sweep = parse_sweep(data, path)
-    if sweep is None:
+    """One validated experiment per value of the file's sweep (the loader
+    checks every point: ``emulator.experiment.model``)."""
+    exp = experiment_from_dict(data, path, target)
+    if exp.spec.sweep is None:
         raise ConfigError(path, "sweep", "the file has no sweep section")
-    base = {k: v for k, v in data.items() if k != "sweep"}
+    sweep = Sweep(exp.spec.sweep.parameter, tuple(exp.spec.sweep.values))
     points, used = [], set()
-    for i, value in enumerate(sweep.values):
-        try:
-            modified = set_path(base, sweep.parameter, value)
-        except KeyError as e:
-            raise ConfigError(path, "sweep.parameter", f"cannot set {sweep.parameter}: {e.args[0]}") from None
-        try:
-            exp = experiment_from_dict(modified, path, target)
-        except ConfigError as e:
-            raise ConfigError(path, f"sweep.values[{i}]",
-                              f"{sweep.parameter}={value!r}: {e.field + ': ' if e.field else ''}{e.reason}") from None
-        name = f"{sweep.parameter}={value_label(value)}"
+    for i, (value, point) in enumerate(exp.sweep_points):
+        name = point_name(sweep.parameter, value)
         if name in used:
             name = f"{name}#{i}"
         used.add(name)
-        points.append(SweepPoint(value, name, exp))
+        points.append(SweepPoint(value, name, point))
     return sweep, points
 
 
@@ -335,6 +249,6 @@ def run_sweep(path: str | Path, out_dir: str | Path, run_one: RunOne, *,
     return rows
 
 
-__all__ = ["SWEEP_COLUMNS", "Sweep", "SweepPoint", "expand_sweep", "has_sweep", "parse_sweep",
+__all__ = ["SWEEP_COLUMNS", "Sweep", "SweepPoint", "expand_sweep", "has_sweep",
            "path_tokens", "plot_sweep", "read_experiment_data", "run_summary_paths", "run_sweep",
            "set_path", "summary_metrics", "value_label", "write_sweep_csv"]

@@ -28,6 +28,9 @@ def plan_workload(workload: WorkloadSpec | None, storage: StorageSpec | None,
             raise ConfigError(path, "storage", "needs a 'workload:' with 'training:' (the reads "
                                                "run during the training loop)")
         return None
+    if not fabric.server_table:      # a plain fabric's hosts stand in for servers, with no GPUs
+        raise ConfigError(path, "workload", f"needs GPU servers: topology {fabric.name!r} has none "
+                                            "(give it a 'servers:' section: emulator/topo/servers.py)")
     compute = {s.name: s for s in fabric.servers("compute")}
     names = workload.servers or list(compute)
     for i, name in enumerate(names):
@@ -40,7 +43,12 @@ def plan_workload(workload: WorkloadSpec | None, storage: StorageSpec | None,
     gpus = {compute[n].gpus for n in names}
     if len(gpus) != 1:
         raise ConfigError(path, "workload.servers", "servers with different GPU counts")
-    validate_for(workload, str(path), len(names), gpus.pop())
+    per_server = gpus.pop()
+    if len(names) * per_server < 2:
+        raise ConfigError(path, "workload.servers" if workload.servers else "workload",
+                          f"{len(names)} server x {per_server} GPU = 1 rank: a collective needs "
+                          "at least 2")
+    validate_for(workload, str(path), len(names), per_server)
     if storage is None:
         return WorkloadPlan(tuple(names))
     if workload.training is None:

@@ -19,14 +19,13 @@ hosts it leaves out go with their leaf.
 """
 from __future__ import annotations
 
-import re
 from typing import Literal, Union
 
 from pydantic import Field, model_validator
 
+from emulator.schema.limits import name_problem
 from emulator.schema.load import FieldError, StrictSpec
 
-SERVER_NAME_RE = re.compile(r"[a-z0-9][a-z0-9-]*")
 LOCAL = "localhost"
 
 
@@ -37,8 +36,8 @@ class ClusterServerSpec(StrictSpec):
 
     @model_validator(mode="after")
     def _name(self):
-        if not SERVER_NAME_RE.fullmatch(self.name):
-            raise FieldError("name", f"{self.name!r} must match [a-z0-9][a-z0-9-]*")
+        if (why := name_problem(self.name)) is not None:
+            raise FieldError("name", why)
         return self
 
 

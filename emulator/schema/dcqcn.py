@@ -7,12 +7,12 @@ line rate (dilation-free).
 """
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from emulator.schema.load import StrictSpec
 
 
-class DcqcnSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-
+class DcqcnSpec(StrictSpec):
     enabled: bool = True
     g: float = Field(1 / 256, gt=0, lt=1)                 # alpha gain
     alpha_init: float = Field(1.0, ge=0, le=1)

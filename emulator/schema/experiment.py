@@ -1,7 +1,7 @@
 """The schema of an experiment file: which fabric, which traffic, how much time dilation.
 
 ```yaml
-name: demo                          # required; [a-z0-9][a-z0-9-]*
+name: demo                          # required; [a-z0-9][a-z0-9-]*, <= 63 chars (results/<name>)
 description: every host writes 1 MiB to every other host
 topology: ../topologies/clos-2x2.yaml   # a path relative to this file, or an inline topology
 target: embedded                    # embedded | bmv2 | auto
@@ -57,7 +57,6 @@ The file is resolved (fabric, flows, workload plan) by
 """
 from __future__ import annotations
 
-import re
 from typing import Annotated, Literal, Optional, Union
 
 from pydantic import Discriminator, Field, PositiveInt, Tag, field_validator, model_validator
@@ -68,11 +67,10 @@ from emulator.schema.hpcc import HpccSpec
 from emulator.schema.ib_cc import IbCcSpec
 from emulator.schema.qos import QosSpec
 from emulator.schema.endpoints import EndpointsSpec, FlowExpect
-from emulator.schema.limits import FabricUs, MessageBytes, WallS
+from emulator.schema.limits import MAX_DILATION, FabricUs, MessageBytes, WallS, name_problem
 from emulator.schema.load import FieldError, StrictSpec
+from emulator.schema.paths import path_tokens
 from emulator.schema.workload import StorageSpec, WorkloadSpec
-
-NAME_RE = re.compile(r"[a-z0-9][a-z0-9-]*")
 
 
 class SwitchSpec(StrictSpec):
@@ -191,8 +189,22 @@ TrafficEntry = Annotated[Union[Annotated[TrafficSpec, Tag("TrafficSpec")],
 
 
 class SweepSpec(StrictSpec):
+    """One run per value of one parameter. Each value is applied to the file
+    and the result validated as an experiment of its own when the file is
+    loaded (``emulator.experiment.model``), so a parameter the schema does
+    not have, or a value it refuses, is refused before anything runs."""
     parameter: str                                  # dotted path, e.g. qos.ecn.kmax_bytes
     values: list[Union[int, float, bool, str]] = Field(min_length=1)
+
+    @field_validator("parameter")
+    @classmethod
+    def _path(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("a dotted path such as qos.ecn.kmax_bytes is required")
+        tokens = path_tokens(v)                     # (its ValueError names the part)
+        if tokens[0] in ("sweep", "name"):
+            raise ValueError(f"{v!r} cannot be swept")
+        return v
 
 
 class ExperimentSpec(StrictSpec):
@@ -200,7 +212,7 @@ class ExperimentSpec(StrictSpec):
     description: str = ""
     topology: Union[str, dict]                      # a file (relative to this one) or inline
     target: Literal["embedded", "bmv2", "auto"] = "embedded"
-    # A number >= 1, or "auto": chosen per machine and fabric by
+    # A number from 1 to MAX_DILATION, or "auto": chosen per machine and fabric by
     # emulator/experiment/dilation.py (calibrated, cached, rerun if behind).
     dilation: Union[Literal["auto"], float] = 10000.0
     switch: SwitchSpec = SwitchSpec()
@@ -226,14 +238,14 @@ class ExperimentSpec(StrictSpec):
     def _dilation(cls, v):
         if v == "auto":
             return v
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 1:
-            raise ValueError("must be a number >= 1 or 'auto'")
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 1 <= v <= MAX_DILATION:
+            raise ValueError(f"must be 'auto' or a number from 1 to {MAX_DILATION:,.0f}")
         return float(v)
 
     @model_validator(mode="after")
     def _whole_file(self):
-        if not NAME_RE.fullmatch(self.name):
-            raise FieldError("name", f"{self.name!r} must match [a-z0-9][a-z0-9-]*")
+        if (why := name_problem(self.name)) is not None:      # it names the results directory
+            raise FieldError("name", why)
         if self.traffic is None and self.workload is None:
             raise ValueError("give 'traffic' or 'workload' (or both)")
         if self.cc != "dcqcn" and "dcqcn" in self.model_fields_set and self.dcqcn.enabled:

@@ -18,11 +18,20 @@ is loaded -- not an agent crashing later with the reason only in its log.
 * **Rates and times** (``RateGbps``, ``DelayUs``, ``FabricUs``, ``WallS``):
   a link faster than ``MAX_RATE_GBPS`` or slower than ``MIN_RATE_GBPS`` is a
   typo, not a network; no fabric time can exceed the longest run
-  (``MAX_RUN_S`` of wall time, and dilation >= 1 makes fabric time shorter).
+  (``MAX_RUN_S`` of wall time, and dilation >= 1 makes fabric time shorter);
+  a dilation is at most ``MAX_DILATION``.
+* **Names** (``name_problem``) of experiments, fabrics and cluster servers:
+  a run's directory is named after its experiment (``results/<name>``), so a
+  name is one path component that cannot climb out (``[a-z0-9][a-z0-9-]*``:
+  no ``/``, never ``.`` or ``..``) and at most ``MAX_NAME_CHARS`` long -- it
+  sits inside longer names (a sweep's ``<name>/<parameter>=<value>``, a
+  comparison's ``compare-<a>-<b>``) that must stay within a file name's 255
+  bytes, and in one-line messages and tables.
 """
 from __future__ import annotations
 
 import os
+import re
 from typing import Annotated, Iterable
 
 from pydantic import AfterValidator, Field
@@ -37,6 +46,11 @@ MAX_RATE_GBPS = 1e5                    # 100 Tbit/s
 MAX_DELAY_US = 1e6                     # 1 s: 200,000 km of fibre
 MAX_RUN_S = 86_400                     # one day of wall time
 MAX_FABRIC_US = MAX_RUN_S * 1e6        # dilation >= 1: fabric time <= wall time
+# Past it a 100 Gbit/s link runs below 100 kbit/s and a fabric ms takes
+# 17 wall minutes (the highest D a machine has needed is ~64,000).
+MAX_DILATION = 1e6
+NAME_RE = re.compile(r"[a-z0-9][a-z0-9-]*")
+MAX_NAME_CHARS = 63
 
 
 def physical_memory_bytes() -> int:
@@ -59,6 +73,17 @@ def size_text(n: float) -> str:
 def _memory_text() -> str:
     return (f"{int(MEMORY_FRACTION * 100)}% of this machine's "
             f"{size_text(physical_memory_bytes())} = {size_text(memory_budget_bytes())}")
+
+
+def name_problem(name: str, what: str = "") -> str | None:
+    """Why ``name`` cannot name an experiment, fabric or server (``what``);
+    None if it can. (Its length first: a long name is not echoed.)"""
+    if len(name) > MAX_NAME_CHARS:
+        return f"is {len(name):,} characters long: at most {MAX_NAME_CHARS}"
+    if not NAME_RE.fullmatch(name):
+        return (f"{name!r} is not a valid {what} name: use [a-z0-9][a-z0-9-]*" if what else
+                f"{name!r} must match [a-z0-9][a-z0-9-]*")
+    return None
 
 
 # ------------------------------------------------------------ field types

@@ -1,6 +1,7 @@
 """Reading configuration files and turning every validation failure into one line.
 
-The ONE YAML loader (topology and experiment files) and the ONE translator
+The ONE YAML loader (topology and experiment files; ``reading.py`` reads
+them within bounds no file can hang or exhaust) and the ONE translator
 from a pydantic ``ValidationError`` to ``ConfigError("FILE", "field.path",
 "reason")``, so that every file and process config reports a bad value the
 same way::
@@ -13,15 +14,18 @@ reason)``; the translator appends ``field`` to the location pydantic gives.
 """
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from types import UnionType
 from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
 
-import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from emulator.errors import ConfigError
+# Files are read (regular files only, bounded in size, depth and values) by reading.py.
+from emulator.schema.reading import (  # noqa: F401  (the loader's API)
+    MAX_PROCESS_CONFIG_BYTES, parse_yaml, read_text, read_yaml,
+)
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -37,8 +41,10 @@ class FieldError(ValueError):
 
 class StrictSpec(BaseModel):
     """Base of every schema model: unknown keys are errors, no type coercion
-    (``"2"`` is not an integer, ``true`` is not a number)."""
-    model_config = ConfigDict(extra="forbid", strict=True)
+    (``"2"`` is not an integer, ``true`` is not a number), and every number
+    is finite (``.inf`` and ``.nan`` are YAML floats, but no rate, time or
+    factor of a fabric is infinite)."""
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
 
 class ProcessConfig(StrictSpec):
@@ -53,76 +59,6 @@ class ProcessConfig(StrictSpec):
         Path(path).write_text(self.model_dump_json(indent=1))
 
 
-# ------------------------------------------------------------------ reading
-
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """SafeLoader that rejects repeated mapping keys instead of keeping the last."""
-
-
-def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False):
-    loader.flatten_mapping(node)
-    seen: set = set()
-    for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=True)
-        if isinstance(key, Hashable):
-            if key in seen:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"duplicate key {key!r}", key_node.start_mark)
-            seen.add(key)
-    return loader.construct_mapping(node, deep=deep)
-
-
-_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
-
-
-def parse_yaml(text: str, source: str) -> Any:
-    """YAML text -> Python data; syntax errors become ConfigError("line N")."""
-    try:
-        return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 (safe loader subclass)
-    except yaml.MarkedYAMLError as e:
-        mark = e.problem_mark or e.context_mark
-        problem = e.problem or e.context or "invalid YAML"
-        if mark is not None:
-            raise ConfigError(source, f"line {mark.line + 1}",
-                              f"YAML syntax error: {problem} (column {mark.column + 1})") from None
-        raise ConfigError(source, "", f"YAML syntax error: {problem}") from None
-    except yaml.reader.ReaderError as e:   # a character YAML does not allow (NUL, control bytes)
-        line, column = _line_column(text, e.position)
-        code = ord(e.character) if isinstance(e.character, str) else e.character
-        raise ConfigError(source, f"line {line}", f"not YAML text: character U+{code:04X} "
-                                                  f"is not allowed (column {column})") from None
-    except yaml.YAMLError as e:
-        raise ConfigError(source, "", f"YAML syntax error: {' '.join(str(e).split())}") from None
-
-
-def _line_column(text: str | bytes, offset: int) -> tuple[int, int]:
-    """1-based line and column of ``offset`` in ``text``."""
-    nl = "\n" if isinstance(text, str) else b"\n"
-    start = text.rfind(nl, 0, offset) + 1
-    return text.count(nl, 0, offset) + 1, offset - start + 1
-
-
-def read_text(path: str | Path, what: str) -> str:
-    """A config file's UTF-8 text; a missing or unreadable file, a directory,
-    or bytes that are not UTF-8 (a binary file, another encoding) are a
-    ConfigError ``cannot read WHAT: why``."""
-    try:
-        data = Path(path).read_bytes()
-    except OSError as e:
-        raise ConfigError(str(path), "", f"cannot read {what}: {e.strerror or e}") from None
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line, column = _line_column(data, e.start)
-        raise ConfigError(str(path), f"line {line}",
-                          f"cannot read {what}: not UTF-8 text (byte 0x{data[e.start]:02x} at column "
-                          f"{column}); save it as UTF-8") from None
-
-
-def read_yaml(path: str | Path, what: str) -> Any:
-    return parse_yaml(read_text(path, what), str(path))
-
-
 def validate(model: type[M], data: Any, source: str | Path, *, prefix: str = "") -> M:
     """``model`` validated from parsed data; errors name ``prefix.field``."""
     try:
@@ -133,7 +69,7 @@ def validate(model: type[M], data: Any, source: str | Path, *, prefix: str = "")
 
 def load_json(model: type[M], path: str | Path) -> M:
     """A process's JSON config file, validated by ``model``."""
-    text = read_text(path, "JSON config")
+    text = read_text(path, "JSON config", MAX_PROCESS_CONFIG_BYTES)
     try:
         return model.model_validate_json(text)
     except ValidationError as e:
@@ -185,7 +121,10 @@ def config_error(exc: ValidationError, source: str | Path, model: type[BaseModel
     # not "wrong shape" says what the value meant for that branch lacks.
     same = [x for x in located if x[0][0] == path0 or x[0][0].startswith((f"{path0}.", f"{path0}["))
             or not path0]
-    (path, at), e = next((x for x in same if x[1]["type"] not in _SHAPE), same[0])
+    # Of those, one about the value (a bound, finite) says more than "must be a
+    # string" from a branch of another type (``values: [.inf]``: int | float | str).
+    (path, at), e = next((x for x in same if x[1]["type"] not in _SHAPE and x[1]["type"] not in _TYPE_NAMES),
+                         next((x for x in same if x[1]["type"] not in _SHAPE), same[0]))
     kind, value, ectx = e["type"], e.get("input"), e.get("ctx") or {}
     got = f" (got {show(value)})"
     error = ectx.get("error")

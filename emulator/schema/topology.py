@@ -103,16 +103,14 @@ rules, reachability, capacities, pipeline sizes) is ``emulator.topo.build``.
 from __future__ import annotations
 
 import ipaddress
-import re
 from typing import Annotated, Literal, Optional
 
 from pydantic import AfterValidator, Field, model_validator
 
-from emulator.schema.limits import DelayUs, RateGbps
+from emulator.schema.limits import DelayUs, RateGbps, name_problem
 from emulator.schema.load import FieldError, StrictSpec
 from emulator.topo.graph import DEFAULT_HOST_PREFIX, DEFAULT_STORAGE_PREFIX, Role
 
-MAX_FABRIC_NAME = 63
 # Hosts a plane can address: 254 leaves (a spine's ports), 253 hosts on each
 # leaf's /24. Counts are bounded by it before the fabric is expanded.
 MAX_HOSTS = 254 * 253
@@ -125,7 +123,6 @@ def _host_count(n: int) -> int:
 
 
 Count = Annotated[int, Field(ge=1), AfterValidator(_host_count)]   # of servers, hosts, NICs
-FABRIC_NAME_RE = re.compile(r"[a-z0-9][a-z0-9-]*")
 
 
 class LinkParams(StrictSpec):
@@ -274,10 +271,8 @@ class FabricSpec(StrictSpec):
 
 
 def _check_name(name: str) -> None:
-    if not FABRIC_NAME_RE.fullmatch(name):
-        raise FieldError("name", f"{name!r} is not a valid fabric name: use [a-z0-9][a-z0-9-]*")
-    if len(name) > MAX_FABRIC_NAME:
-        raise FieldError("name", f"longer than {MAX_FABRIC_NAME} characters")
+    if (why := name_problem(name, "fabric")) is not None:
+        raise FieldError("name", why)
 
 
 def _parse_prefix(spec: FabricSpec, key: str) -> ipaddress.IPv4Network:

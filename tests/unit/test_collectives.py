@@ -361,3 +361,10 @@ def test_a_doorbell_serializes_a_post_at_once():
     finally:
         for nic in nics.values():
             nic.close()
+
+
+def test_a_one_gpu_server_has_no_nvlink_to_cross():
+    # NvlinkConfig gives a 1-GPU server rate 0: its engine has nothing to send over NVLink
+    assert NvlinkSwitch(1, rate_bps=0, delay_ns=0).tx_bytes == [0]
+    with pytest.raises(ValueError, match="rate_bps > 0"):
+        NvlinkSwitch(2, rate_bps=0, delay_ns=0)

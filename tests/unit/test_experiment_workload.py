@@ -48,6 +48,19 @@ def test_workload_alone_runs_on_every_compute_server():
     assert plain_hosts(exp) == set()          # no host agents: the server agents own the NICs
 
 
+def test_a_workload_needs_gpu_servers_and_two_ranks():
+    assert "workload: needs GPU servers: topology 'clos-2x2' has none" in _err(
+        topology="../topologies/clos-2x2.yaml")
+    one_gpu = {"name": "g", "servers": {"count": 2, "gpus_per_server": 1,
+                                        "nic_link": {"rate_gbps": 100, "delay_us": 1}},
+               "rail_optimized": {"spines": 1, "fabric_link": {"rate_gbps": 100, "delay_us": 1}}}
+    assert _exp(topology=one_gpu).workload.servers == ("server1", "server2")   # 2 ranks, no NVLink
+    wl = {**BASE["workload"], "servers": ["server1"]}
+    assert "workload.servers: 1 server x 1 GPU = 1 rank: a collective needs at least 2" in _err(
+        topology=one_gpu, workload=wl)
+    assert _exp(workload=wl).workload.servers == ("server1",)                 # 1 server x 4 GPUs
+
+
 def test_neither_traffic_nor_workload_is_an_error():
     assert "give 'traffic' or 'workload'" in _err(workload=None)
 

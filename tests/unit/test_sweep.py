@@ -131,7 +131,9 @@ def test_every_value_is_validated_before_the_first_run(tmp_path):
     ({"parameter": "name", "values": ["a"]}, "sweep.parameter"),
     ({"parameter": "traffic[9].size_bytes", "values": [1]}, "sweep.parameter"),
     ({"parameter": "qos.ecn.kmax_bytes", "values": [1], "extra": 1}, "sweep.extra"),
-    ({"parameter": "qos.nonsense", "values": [1]}, "sweep.values[0]"),
+    ({"parameter": "qos.nonsense", "values": [1]}, "sweep.parameter"),        # no such parameter
+    ({"parameter": "qos.ecn.nonsense", "values": [1]}, "sweep.parameter"),
+    ({"parameter": "qos.ecn.kmax_bytes", "values": [20000, "lots"]}, "sweep.values[1]"),
 ])
 def test_bad_sweeps(tmp_path, sweep, field):
     path = write_exp(tmp_path, sweep)
