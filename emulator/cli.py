@@ -50,7 +50,10 @@ def main():
 @main.command()
 @click.argument("experiment", type=click.Path())   # the loader refuses a directory in one line
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
-              help="Output directory (default: results/<experiment name>).")
+              help="Output directory (default: results/<experiment name>): new, or an "
+                   "earlier run's.")
+@click.option("--force", is_flag=True,
+              help="Write into an --out that holds others' files too (they are kept).")
 @click.option("--target", type=click.Choice(["embedded", "bmv2", "auto"]), default=None,
               help="Switch target; overrides the experiment file's 'target'.")
 @click.option("--pcap", is_flag=True,
@@ -65,7 +68,7 @@ def main():
 @click.option("--hpcc-dport", type=click.IntRange(1, 65535), default=None,
               help="The dport fct.txt/flow.txt show (HPCC's fct_analysis.py keeps 100); "
                    "same as --set hpcc.dport=N.")
-def run(experiment, out_dir, target, pcap, pcap_time, dilation, sets, as_json, hpcc_dport):
+def run(experiment, out_dir, force, target, pcap, pcap_time, dilation, sets, as_json, hpcc_dport):
     """Bring the fabric up, run EXPERIMENT's traffic, write DIR/summary.json, tear down."""
     from emulator.net.forkserver import prestart
     prestart()      # its imports on the other core while this process imports and builds
@@ -73,6 +76,7 @@ def run(experiment, out_dir, target, pcap, pcap_time, dilation, sets, as_json, h
     if hpcc_dport is not None:
         sets = (*sets, f"hpcc.dport={hpcc_dport}")
     from emulator.experiment.dilation import parse_dilation
+    from emulator.experiment.outdir import OutputDir
     from emulator.experiment.runner import resolve_target
     from emulator.net.fabric import check_environment
     from emulator.net.runlock import RunLock
@@ -82,11 +86,13 @@ def run(experiment, out_dir, target, pcap, pcap_time, dilation, sets, as_json, h
     out = Path(out_dir or f"results/{exp.name}")
     check_environment()       # not root: say so, not that the lock is out of reach
     resolve_target(exp.spec.target)     # bmv2 missing: say so, whether a run is active or not
+    OutputDir(out, force=force).check()     # a bad --out too (it is opened under the lock)
     with RunLock.acquire(experiment, out):      # one run at a time, sweeps included
-        _run(experiment, exp, out, target, pcap, dilation, sets, as_json)
+        _run(experiment, exp, out, target, pcap, dilation, sets, as_json, force)
 
 
-def _run(experiment, exp, out: Path, target, pcap: bool, dilation, sets=(), as_json=False) -> None:
+def _run(experiment, exp, out: Path, target, pcap: bool, dilation, sets=(), as_json=False,
+         force=False) -> None:
     import json
 
     from emulator.experiment.dilation import run_with_dilation
@@ -95,11 +101,11 @@ def _run(experiment, exp, out: Path, target, pcap: bool, dilation, sets=(), as_j
     from emulator.experiment.sweep import run_sweep
 
     def run_one(e, d):      # a D of "auto" is measured, cached, and rerun higher if behind
-        return run_with_dilation(e, d, console, pcap=pcap, dilation=dilation)
+        return run_with_dilation(e, d, console, pcap=pcap, dilation=dilation, force=force)
 
     if exp.spec.sweep is not None:
         data = apply_sets(read_experiment_data(experiment), sets)
-        rows = run_sweep(experiment, out, run_one, target=target, data=data)
+        rows = run_sweep(experiment, out, run_one, target=target, data=data, force=force)
         console.print(f"sweep of {exp.spec.sweep.parameter}: {len(rows)} runs; {out / 'sweep.csv'}")
         if as_json:
             click.echo(json.dumps(rows, indent=1))
@@ -138,18 +144,23 @@ def what_failed(summary: dict) -> list[str]:
 @main.command()
 @click.argument("experiments", nargs=-1, required=True, type=click.Path())
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
-              help="Output directory (default: results/compare-<first>-<second>...).")
+              help="Output directory (default: results/compare-<first>-<second>...): new, or "
+                   "an earlier comparison's.")
+@click.option("--force", is_flag=True,
+              help="Write into an --out that holds others' files too (they are kept).")
 @click.option("--dilation", "dilation", default=None, metavar="auto|N",
               help="Time dilation of every run; overrides the files' (auto: measured and cached).")
-def compare(experiments, out_dir, dilation):
+def compare(experiments, out_dir, force, dilation):
     """Run each of EXPERIMENTS (the same work on different fabrics -- RoCE and
     InfiniBand: incast-pfc.yaml incast-ib.yaml) into DIR/<name>/, then write
     DIR/comparison.csv, comparison.json and comparison.png (with flows also
     comparison_fct_slowdown.csv and .png: FCT slowdown by flow-size bucket)."""
     from rich.table import Table
 
-    from emulator.experiment.compare import COLUMNS, bucket_table, write_comparison
+    from emulator.experiment.compare import (COLUMNS, COMPARISON_ENTRIES, bucket_table,
+                                             write_comparison)
     from emulator.experiment.dilation import parse_dilation, run_with_dilation
+    from emulator.experiment.outdir import OutputDir, output_dir
     from emulator.net.fabric import check_environment
     from emulator.net.runlock import RunLock
 
@@ -161,10 +172,14 @@ def compare(experiments, out_dir, dilation):
               for i, e in enumerate(exps)]
     out = Path(out_dir or "results/compare-" + "-".join(labels))
     check_environment()
-    with RunLock.acquire(experiments[0], out):
-        runs = {label: run_with_dilation(exp, out / label, console, dilation=dilation)
+    OutputDir(out, force=force).check()
+    with RunLock.acquire(experiments[0], out), \
+            output_dir(out, force=force, what="compare") as odir:
+        odir.claim(*COMPARISON_ENTRIES, *labels)
+        runs = {label: run_with_dilation(exp, odir.path / label, console, dilation=dilation)
                 for label, exp in zip(labels, exps)}
-    rows = write_comparison(out, runs, {label: e.fabric for label, e in zip(labels, exps)})
+        rows = write_comparison(odir.path, runs,
+                                {label: e.fabric for label, e in zip(labels, exps)})
     table = Table(title=f"comparison ({out / 'comparison.csv'})")
     table.add_column("")
     for r in rows:
