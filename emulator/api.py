@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import csv
 import itertools
-import json
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -115,10 +114,12 @@ class Result:
 
     @classmethod
     def load(cls, out_dir: str | Path) -> "Result":
-        """A past run's results directory (or its summary.json)."""
+        """A past run's results directory (or its summary.json); a file that
+        is not a run's summary is ``FabricEmuError`` saying what is wrong."""
+        from emulator.experiment.summary_file import read_summary
         p = Path(out_dir)
         p = p / "summary.json" if p.is_dir() else p
-        return cls(json.loads(p.read_text()), p.parent)
+        return cls(read_summary(p), p.parent)
 
     def __repr__(self) -> str:
         s = self.summary

@@ -292,20 +292,12 @@ def validate(files, target, sets, quiet):
 @click.argument("results_dir", type=click.Path())
 def show(results_dir):
     """Print a past run's summary table (RESULTS_DIR/summary.json)."""
-    import json
-
     from emulator.experiment.endpoint_results import render_endpoints
     from emulator.experiment.servers import render_collectives
     from emulator.experiment.summary import render_slowdown_buckets, render_summary
+    from emulator.experiment.summary_file import read_summary
 
-    path = Path(results_dir)
-    path = path / "summary.json" if path.is_dir() else path
-    try:
-        summary = json.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        raise FabricEmuError(f"{path}: not a run's summary.json: {getattr(e, 'strerror', None) or e}")
-    if not isinstance(summary, dict) or "flows" not in summary:
-        raise FabricEmuError(f"{path}: not a run's summary.json (no 'flows')")
+    summary = read_summary(results_dir)     # bounded, checked: one line if it is not one
     out = Console()
     out.print(render_summary(summary))
     if (buckets := render_slowdown_buckets(summary)) is not None:
