@@ -1,16 +1,42 @@
 """``fabric-emu``: run experiments, look at fabrics, clean up after a crash."""
 from __future__ import annotations
 
+import os
 import signal
 import sys
 from pathlib import Path
 
-import click
-from rich.console import Console
 
-from emulator.errors import FabricEmuError
+def _exit_at_once(signum, frame):
+    """A signal while the command's modules import: nothing is started yet,
+    so the process ends at once, with its one line."""
+    os.write(2, f"fabric-emu: interrupted ({signal.Signals(signum).name}) before anything "
+                f"was started\n".encode())
+    os._exit(128 + signum)
+
+
+# As the command (not a module a test imports): the default action of SIGTERM
+# would end it silently; ``_Group.invoke`` takes over once the command starts.
+if __name__ == "__main__" or os.path.basename(sys.argv[0]) == "fabric-emu":
+    for _sig in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(_sig) is signal.SIG_DFL:
+            signal.signal(_sig, _exit_at_once)
+
+import click  # noqa: E402  (after the signals: its import is most of the start)
+from rich.console import Console  # noqa: E402
+
+from emulator.errors import FabricEmuError  # noqa: E402
 
 console = Console(stderr=True)
+
+
+def _stop(signum, frame):
+    """SIGTERM and SIGHUP unwind as Ctrl-C does: the finally-blocks of
+    whatever is being built (the fork server, the output directory, the
+    fabric) undo it, and the run ends with one line. Without this, one in the
+    run's first moments, before the fabric traps signals, ended it silently
+    (the default action) and left its fork server and directory behind."""
+    raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
 class _Group(click.Group):
@@ -22,14 +48,30 @@ class _Group(click.Group):
         # Ctrl-C handler: `kill -INT` must still stop a run and tear it down.
         if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
             signal.signal(signal.SIGINT, signal.default_int_handler)
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            if signal.getsignal(sig) in (signal.SIG_DFL, _exit_at_once):
+                signal.signal(sig, _stop)
         try:
             return super().invoke(ctx)
         except FabricEmuError as e:
             click.echo(f"fabric-emu: {e}", err=True)
             ctx.exit(getattr(e, "exit_status", 2))
-        except KeyboardInterrupt:
-            click.echo("fabric-emu: interrupted; the fabric was torn down", err=True)
-            ctx.exit(130)
+        except KeyboardInterrupt as e:
+            sig = _signal_of(e)
+            why = "" if sig == signal.SIGINT else f" ({sig.name})"
+            click.echo(f"fabric-emu: interrupted{why}; the fabric was torn down", err=True)
+            ctx.exit(128 + sig)
+
+
+def _signal_of(e: KeyboardInterrupt) -> signal.Signals:
+    """The signal behind a KeyboardInterrupt: ``_stop``'s names it, the
+    fabric's trap says "signal N", Ctrl-C says nothing."""
+    arg = str(e)
+    try:
+        return signal.Signals(int(arg.split()[1])) if arg.startswith("signal ") else \
+            signal.Signals[arg]
+    except (KeyError, ValueError, IndexError):
+        return signal.SIGINT
 
 
 _SET_HELP = "Override a field of the experiment file: key.path=VALUE (YAML), repeatable."
