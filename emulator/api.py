@@ -22,12 +22,12 @@ from __future__ import annotations
 
 import csv
 import itertools
-import json
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from emulator.atomic import atomic_open
 from emulator.experiment.model import experiment_from_dict, read_experiment_data
 from emulator.experiment.resolved import Experiment
 from emulator.experiment.overrides import apply_sets
@@ -114,10 +114,12 @@ class Result:
 
     @classmethod
     def load(cls, out_dir: str | Path) -> "Result":
-        """A past run's results directory (or its summary.json)."""
+        """A past run's results directory (or its summary.json); a file that
+        is not a run's summary is ``FabricEmuError`` saying what is wrong."""
+        from emulator.experiment.summary_file import read_summary
         p = Path(out_dir)
         p = p / "summary.json" if p.is_dir() else p
-        return cls(json.loads(p.read_text()), p.parent)
+        return cls(read_summary(p), p.parent)
 
     def __repr__(self) -> str:
         s = self.summary
@@ -213,31 +215,37 @@ class Result:
 # ----------------------------------------------------------------------- runs
 
 def run(exp: Experiment, out: str | Path | None = None, *, dilation: float | str | None = None,
-        pcap: bool = False, quiet: bool = False) -> Result:
+        pcap: bool = False, quiet: bool = False, force: bool = False) -> Result:
     """Run ``exp`` (root; builds and tears down its fabric) into ``out``
     (default ``results/<name>``). ``dilation``: a number, "auto" (measured,
-    cached, rerun higher if behind) or None (the experiment's)."""
+    cached, rerun higher if behind) or None (the experiment's). ``out`` is
+    new or an earlier run's; ``force``: one holding others' files too (they
+    are kept; ``emulator.experiment.outdir``)."""
     import io
 
     from rich.console import Console
 
     from emulator.experiment.dilation import run_with_dilation
+    from emulator.experiment.outdir import output_dir
     out = Path(out or f"results/{exp.name}")
     console = Console(file=io.StringIO()) if quiet else Console(stderr=True)
-    return Result(run_with_dilation(exp, out, console, pcap=pcap, dilation=dilation), out)
+    with output_dir(out, force=force, force_hint="force=True"):
+        return Result(run_with_dilation(exp, out, console, pcap=pcap, dilation=dilation), out)
 
 
+SWEEP_CSV = "sweep.csv"
 SWEEP_CSV_FIELDS = ("complete", "fell_behind", "dilation", "fct_p50_us", "fct_p99_us",
                     "lossless_drops", "drops", "pauses", "ecn_marks", "retransmissions", "busbw_GBps")
 
 
 def sweep(exp: Experiment | str | Path, grid: Mapping[str, Iterable[Any]],
           out: str | Path | None = None, *, dilation: float | str | None = None,
-          quiet: bool = True) -> list[dict]:
+          quiet: bool = True, force: bool = False) -> list[dict]:
     """Run every combination of ``grid`` ({"a.b": [values], ...}: their
     product) on the experiment; each run in ``out/<k=v,...>``, one row per run
     (the parameters, then ``SWEEP_CSV_FIELDS``, and ``result``: its Result)
-    and ``out/sweep.csv``."""
+    and ``out/sweep.csv``. ``out`` and ``force`` as ``run``'s."""
+    from emulator.experiment.outdir import output_dir
     if isinstance(exp, (str, Path)):
         base, source = read_experiment_data(exp), Path(exp)
     else:
@@ -247,12 +255,14 @@ def sweep(exp: Experiment | str | Path, grid: Mapping[str, Iterable[Any]],
     points = [dict(zip(keys, values)) for values in itertools.product(*(list(grid[k]) for k in keys))]
     # every point checked before the first runs (as a file's sweep: is)
     exps = [experiment_from_dict(apply_sets(base, point), source) for point in points]
+    names = [",".join(f"{k}={value_label(v)}" for k, v in point.items()) for point in points]
     rows = []
-    for point, e in zip(points, exps):
-        name = ",".join(f"{k}={value_label(v)}" for k, v in point.items())
-        res = run(e, out / name, dilation=dilation, quiet=quiet)
-        rows.append({**point, **_row(res), "result": res})
-        _write_csv(out / "sweep.csv", keys, rows)
+    with output_dir(out, force=force, what="sweep", force_hint="force=True") as odir:
+        odir.claim(SWEEP_CSV, *names)
+        for point, e, name in zip(points, exps, names):
+            res = run(e, out / name, dilation=dilation, quiet=quiet)
+            rows.append({**point, **_row(res), "result": res})
+            _write_csv(odir.path / SWEEP_CSV, keys, rows)
     return rows
 
 
@@ -273,8 +283,7 @@ def _row(res: Result) -> dict:
 
 
 def _write_csv(path: Path, keys: list[str], rows: list[dict]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", newline="") as f:
+    with atomic_open(path, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=[*keys, *SWEEP_CSV_FIELDS], extrasaction="ignore")
         w.writeheader()
         w.writerows(rows)

@@ -1,16 +1,42 @@
 """``fabric-emu``: run experiments, look at fabrics, clean up after a crash."""
 from __future__ import annotations
 
+import os
 import signal
 import sys
 from pathlib import Path
 
-import click
-from rich.console import Console
 
-from emulator.errors import FabricEmuError
+def _exit_at_once(signum, frame):
+    """A signal while the command's modules import: nothing is started yet,
+    so the process ends at once, with its one line."""
+    os.write(2, f"fabric-emu: interrupted ({signal.Signals(signum).name}) before anything "
+                f"was started\n".encode())
+    os._exit(128 + signum)
+
+
+# As the command (not a module a test imports): the default action of SIGTERM
+# would end it silently; ``_Group.invoke`` takes over once the command starts.
+if __name__ == "__main__" or os.path.basename(sys.argv[0]) == "fabric-emu":
+    for _sig in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(_sig) is signal.SIG_DFL:
+            signal.signal(_sig, _exit_at_once)
+
+import click  # noqa: E402  (after the signals: its import is most of the start)
+from rich.console import Console  # noqa: E402
+
+from emulator.errors import FabricEmuError  # noqa: E402
 
 console = Console(stderr=True)
+
+
+def _stop(signum, frame):
+    """SIGTERM and SIGHUP unwind as Ctrl-C does: the finally-blocks of
+    whatever is being built (the fork server, the output directory, the
+    fabric) undo it, and the run ends with one line. Without this, one in the
+    run's first moments, before the fabric traps signals, ended it silently
+    (the default action) and left its fork server and directory behind."""
+    raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
 class _Group(click.Group):
@@ -22,14 +48,30 @@ class _Group(click.Group):
         # Ctrl-C handler: `kill -INT` must still stop a run and tear it down.
         if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
             signal.signal(signal.SIGINT, signal.default_int_handler)
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            if signal.getsignal(sig) in (signal.SIG_DFL, _exit_at_once):
+                signal.signal(sig, _stop)
         try:
             return super().invoke(ctx)
         except FabricEmuError as e:
             click.echo(f"fabric-emu: {e}", err=True)
             ctx.exit(getattr(e, "exit_status", 2))
-        except KeyboardInterrupt:
-            click.echo("fabric-emu: interrupted; the fabric was torn down", err=True)
-            ctx.exit(130)
+        except KeyboardInterrupt as e:
+            sig = _signal_of(e)
+            why = "" if sig == signal.SIGINT else f" ({sig.name})"
+            click.echo(f"fabric-emu: interrupted{why}; the fabric was torn down", err=True)
+            ctx.exit(128 + sig)
+
+
+def _signal_of(e: KeyboardInterrupt) -> signal.Signals:
+    """The signal behind a KeyboardInterrupt: ``_stop``'s names it, the
+    fabric's trap says "signal N", Ctrl-C says nothing."""
+    arg = str(e)
+    try:
+        return signal.Signals(int(arg.split()[1])) if arg.startswith("signal ") else \
+            signal.Signals[arg]
+    except (KeyError, ValueError, IndexError):
+        return signal.SIGINT
 
 
 _SET_HELP = "Override a field of the experiment file: key.path=VALUE (YAML), repeatable."
@@ -50,7 +92,10 @@ def main():
 @main.command()
 @click.argument("experiment", type=click.Path())   # the loader refuses a directory in one line
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
-              help="Output directory (default: results/<experiment name>).")
+              help="Output directory (default: results/<experiment name>): new, or an "
+                   "earlier run's.")
+@click.option("--force", is_flag=True,
+              help="Write into an --out that holds others' files too (they are kept).")
 @click.option("--target", type=click.Choice(["embedded", "bmv2", "auto"]), default=None,
               help="Switch target; overrides the experiment file's 'target'.")
 @click.option("--pcap", is_flag=True,
@@ -65,7 +110,7 @@ def main():
 @click.option("--hpcc-dport", type=click.IntRange(1, 65535), default=None,
               help="The dport fct.txt/flow.txt show (HPCC's fct_analysis.py keeps 100); "
                    "same as --set hpcc.dport=N.")
-def run(experiment, out_dir, target, pcap, pcap_time, dilation, sets, as_json, hpcc_dport):
+def run(experiment, out_dir, force, target, pcap, pcap_time, dilation, sets, as_json, hpcc_dport):
     """Bring the fabric up, run EXPERIMENT's traffic, write DIR/summary.json, tear down."""
     from emulator.net.forkserver import prestart
     prestart()      # its imports on the other core while this process imports and builds
@@ -73,6 +118,7 @@ def run(experiment, out_dir, target, pcap, pcap_time, dilation, sets, as_json, h
     if hpcc_dport is not None:
         sets = (*sets, f"hpcc.dport={hpcc_dport}")
     from emulator.experiment.dilation import parse_dilation
+    from emulator.experiment.outdir import OutputDir
     from emulator.experiment.runner import resolve_target
     from emulator.net.fabric import check_environment
     from emulator.net.runlock import RunLock
@@ -82,11 +128,13 @@ def run(experiment, out_dir, target, pcap, pcap_time, dilation, sets, as_json, h
     out = Path(out_dir or f"results/{exp.name}")
     check_environment()       # not root: say so, not that the lock is out of reach
     resolve_target(exp.spec.target)     # bmv2 missing: say so, whether a run is active or not
+    OutputDir(out, force=force).check()     # a bad --out too (it is opened under the lock)
     with RunLock.acquire(experiment, out):      # one run at a time, sweeps included
-        _run(experiment, exp, out, target, pcap, dilation, sets, as_json)
+        _run(experiment, exp, out, target, pcap, dilation, sets, as_json, force)
 
 
-def _run(experiment, exp, out: Path, target, pcap: bool, dilation, sets=(), as_json=False) -> None:
+def _run(experiment, exp, out: Path, target, pcap: bool, dilation, sets=(), as_json=False,
+         force=False) -> None:
     import json
 
     from emulator.experiment.dilation import run_with_dilation
@@ -95,11 +143,11 @@ def _run(experiment, exp, out: Path, target, pcap: bool, dilation, sets=(), as_j
     from emulator.experiment.sweep import run_sweep
 
     def run_one(e, d):      # a D of "auto" is measured, cached, and rerun higher if behind
-        return run_with_dilation(e, d, console, pcap=pcap, dilation=dilation)
+        return run_with_dilation(e, d, console, pcap=pcap, dilation=dilation, force=force)
 
     if exp.spec.sweep is not None:
         data = apply_sets(read_experiment_data(experiment), sets)
-        rows = run_sweep(experiment, out, run_one, target=target, data=data)
+        rows = run_sweep(experiment, out, run_one, target=target, data=data, force=force)
         console.print(f"sweep of {exp.spec.sweep.parameter}: {len(rows)} runs; {out / 'sweep.csv'}")
         if as_json:
             click.echo(json.dumps(rows, indent=1))
@@ -138,18 +186,23 @@ def what_failed(summary: dict) -> list[str]:
 @main.command()
 @click.argument("experiments", nargs=-1, required=True, type=click.Path())
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
-              help="Output directory (default: results/compare-<first>-<second>...).")
+              help="Output directory (default: results/compare-<first>-<second>...): new, or "
+                   "an earlier comparison's.")
+@click.option("--force", is_flag=True,
+              help="Write into an --out that holds others' files too (they are kept).")
 @click.option("--dilation", "dilation", default=None, metavar="auto|N",
               help="Time dilation of every run; overrides the files' (auto: measured and cached).")
-def compare(experiments, out_dir, dilation):
+def compare(experiments, out_dir, force, dilation):
     """Run each of EXPERIMENTS (the same work on different fabrics -- RoCE and
     InfiniBand: incast-pfc.yaml incast-ib.yaml) into DIR/<name>/, then write
     DIR/comparison.csv, comparison.json and comparison.png (with flows also
     comparison_fct_slowdown.csv and .png: FCT slowdown by flow-size bucket)."""
     from rich.table import Table
 
-    from emulator.experiment.compare import COLUMNS, bucket_table, write_comparison
+    from emulator.experiment.compare import (COLUMNS, COMPARISON_ENTRIES, bucket_table,
+                                             write_comparison)
     from emulator.experiment.dilation import parse_dilation, run_with_dilation
+    from emulator.experiment.outdir import OutputDir, output_dir
     from emulator.net.fabric import check_environment
     from emulator.net.runlock import RunLock
 
@@ -161,10 +214,14 @@ def compare(experiments, out_dir, dilation):
               for i, e in enumerate(exps)]
     out = Path(out_dir or "results/compare-" + "-".join(labels))
     check_environment()
-    with RunLock.acquire(experiments[0], out):
-        runs = {label: run_with_dilation(exp, out / label, console, dilation=dilation)
+    OutputDir(out, force=force).check()
+    with RunLock.acquire(experiments[0], out), \
+            output_dir(out, force=force, what="compare") as odir:
+        odir.claim(*COMPARISON_ENTRIES, *labels)
+        runs = {label: run_with_dilation(exp, odir.path / label, console, dilation=dilation)
                 for label, exp in zip(labels, exps)}
-    rows = write_comparison(out, runs, {label: e.fabric for label, e in zip(labels, exps)})
+        rows = write_comparison(odir.path, runs,
+                                {label: e.fabric for label, e in zip(labels, exps)})
     table = Table(title=f"comparison ({out / 'comparison.csv'})")
     table.add_column("")
     for r in rows:
@@ -277,20 +334,12 @@ def validate(files, target, sets, quiet):
 @click.argument("results_dir", type=click.Path())
 def show(results_dir):
     """Print a past run's summary table (RESULTS_DIR/summary.json)."""
-    import json
-
     from emulator.experiment.endpoint_results import render_endpoints
     from emulator.experiment.servers import render_collectives
     from emulator.experiment.summary import render_slowdown_buckets, render_summary
+    from emulator.experiment.summary_file import read_summary
 
-    path = Path(results_dir)
-    path = path / "summary.json" if path.is_dir() else path
-    try:
-        summary = json.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        raise FabricEmuError(f"{path}: not a run's summary.json: {getattr(e, 'strerror', None) or e}")
-    if not isinstance(summary, dict) or "flows" not in summary:
-        raise FabricEmuError(f"{path}: not a run's summary.json (no 'flows')")
+    summary = read_summary(results_dir)     # bounded, checked: one line if it is not one
     out = Console()
     out.print(render_summary(summary))
     if (buckets := render_slowdown_buckets(summary)) is not None:

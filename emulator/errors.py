@@ -25,3 +25,22 @@ class RunAborted(FabricEmuError):
     failed, as an incomplete one does), not 2 (bad input)."""
 
     exit_status = 1
+
+
+class OutputError(FabricEmuError):
+    """An output directory that cannot be used as given: a system directory,
+    under a regular file, not writable, or holding files that are not an
+    earlier run's (``emulator.experiment.outdir``). Exit status 2: the place
+    given is bad input, and nothing was built or written."""
+
+
+class WriteFailed(FabricEmuError):
+    """A result file that could not be written (disk full, no permission, a
+    read-only file system): the earlier file is kept (``emulator.atomic``).
+    Exit status 1, as a run that failed; ``oserror`` is the cause."""
+
+    exit_status = 1
+
+    def __init__(self, message: str, oserror: OSError | None = None):
+        super().__init__(message)
+        self.oserror = oserror

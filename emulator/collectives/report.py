@@ -31,9 +31,13 @@ import json
 import statistics
 from pathlib import Path
 
+from emulator.atomic import atomic_open, atomic_write_text
+
 _TIMED = ("time_us", "time_max_us", "algbw_GBps", "busbw_GBps", "wrong")
 CSV_COLUMNS = ("collective", "algorithm", "nranks", "size_bytes", "count", "type", "redop",
                "iters", "warmup_iters", *_TIMED, *(f"inplace_{k}" for k in _TIMED), "lost_fraction")
+# what ``write`` writes into a results directory
+REPORT_FILES = ("collectives.csv", "collectives.json", "collectives.txt", "training.json")
 NCCL_TESTS_JSON_VERSION = 1         # nccl-tests' JSON_FILE_VERSION this shape follows
 
 
@@ -227,16 +231,16 @@ def write(out_dir, rows: list[dict], training: dict | None = None) -> dict[str, 
     d.mkdir(parents=True, exist_ok=True)
     paths = {"csv": d / "collectives.csv", "json": d / "collectives.json",
              "txt": d / "collectives.txt"}
-    with open(paths["csv"], "w", newline="") as f:
+    with atomic_open(paths["csv"], "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=CSV_COLUMNS)
         w.writeheader()
         for r in rows:
             w.writerow({k: ("N/A" if r[k] is None else
                             round(r[k], 4) if isinstance(r[k], float) else r[k])
                         for k in CSV_COLUMNS})
-    paths["json"].write_text(json.dumps(nccl_tests_json(rows), indent=1))
-    paths["txt"].write_text(format_table(rows))
+    atomic_write_text(paths["json"], json.dumps(nccl_tests_json(rows), indent=1))
+    atomic_write_text(paths["txt"], format_table(rows))
     if training is not None:
         paths["training"] = d / "training.json"
-        paths["training"].write_text(json.dumps(training, indent=1))
+        atomic_write_text(paths["training"], json.dumps(training, indent=1))
     return paths

@@ -25,6 +25,8 @@ import struct
 from pathlib import Path
 from typing import Iterator
 
+from emulator.atomic import atomic_open
+
 PCAP_MAGIC_US, PCAP_MAGIC_NS = 0xA1B2C3D4, 0xA1B23C4D
 LINKTYPE_ETHERNET = 1
 LINKTYPE_ERF = 197                       # InfiniBand's captures (emulator.dataplane.pcap)
@@ -97,7 +99,7 @@ class _Stamp:
 
 def write_pcap(path: Path, records, stamp, linktype: int = LINKTYPE_ETHERNET) -> int:
     n = 0
-    with open(path, "wb", buffering=1 << 20) as f:
+    with atomic_open(path, "wb", buffering=1 << 20) as f:
         f.write(_GLOBAL.pack(PCAP_MAGIC_NS, 2, 4, 0, 0, _SNAPLEN, linktype))
         for t, origlen, data in records:
             ts = stamp(t)
@@ -129,7 +131,7 @@ def write_pcapng(path: Path, sources: dict[str, Path], stamp) -> int:
     linktypes = [pcap_linktype(sources[name]) for name in names]
     streams = [_tagged(read_pcap(sources[name]), i) for i, name in enumerate(names)]
     n = 0
-    with open(path, "wb", buffering=1 << 20) as f:
+    with atomic_open(path, "wb", buffering=1 << 20) as f:
         shb = struct.pack("<IHHq", 0x1A2B3C4D, 1, 0, -1) + _option(0, b"")
         f.write(_block(0x0A0D0D0A, shb))
         for name, linktype in zip(names, linktypes):
@@ -142,6 +144,9 @@ def write_pcapng(path: Path, sources: dict[str, Path], stamp) -> int:
             f.write(_block(0x00000006, body + data + b"\0" * ((-len(data)) % 4)))
             n += 1
     return n
+
+
+CAPTURE_ENTRIES = ("pcap", "capture.pcapng")      # what write_captures writes
 
 
 def write_captures(run_dir: str | Path, out_dir: str | Path, t0_unix_ns: int, dilation: float,

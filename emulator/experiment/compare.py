@@ -40,6 +40,7 @@ import csv
 import json
 from pathlib import Path
 
+from emulator.atomic import atomic_open, atomic_savefig, atomic_write_text
 from emulator.experiment.distributions import slowdown_buckets
 from emulator.topo import Fabric
 
@@ -54,6 +55,8 @@ COLUMNS = ("run", "experiment", "link_layer", "dilation", "complete", "flows",
 P99_MIN_FLOWS = 20          # fewer flows: no p95/p99 (it would be the max)
 MAX_FLOW_BARS = 24          # more flows: comparison.png shows slowdown by size bucket instead
 BUCKET_RUN_COLUMNS = ("flows", "size_max_bytes", "slowdown_p50", "slowdown_p95", "slowdown_p99")
+COMPARISON_ENTRIES = ("comparison.csv", "comparison.json", "comparison.png",
+                      "comparison_fct_slowdown.csv", "comparison_fct_slowdown.png")
 
 
 def percentile(sorted_values: list[float], q: float) -> float:
@@ -175,7 +178,7 @@ def write_comparison(out_dir: Path, runs: dict[str, dict],
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     rows = [row(label, s, (fabrics or {}).get(label)) for label, s in runs.items()]
-    with open(out_dir / "comparison.csv", "w", newline="") as f:
+    with atomic_open(out_dir / "comparison.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=COLUMNS)
         w.writeheader()
         w.writerows(rows)
@@ -184,13 +187,13 @@ def write_comparison(out_dir: Path, runs: dict[str, dict],
                         for fl in s["flows"]] for label, s in runs.items()}
     buckets = {label: slowdown_buckets(s.get("flows") or []) for label, s in runs.items()}
     queues = {label: s.get("queue_depth_dist") for label, s in runs.items()}
-    (out_dir / "comparison.json").write_text(json.dumps(
+    atomic_write_text(out_dir / "comparison.json", json.dumps(
         {"runs": rows, "flows": per_flow, "fct_slowdown_buckets": buckets,
          "queue_depth_dist": queues}, indent=1))
     plot_comparison(out_dir / "comparison.png", runs, rows)
     if any(buckets.values()):
         columns, table = bucket_table(runs)
-        with open(out_dir / "comparison_fct_slowdown.csv", "w", newline="") as f:
+        with atomic_open(out_dir / "comparison_fct_slowdown.csv", "w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=columns)
             w.writeheader()
             w.writerows(table)
@@ -221,8 +224,10 @@ def plot_slowdown_comparison(path: Path, buckets: dict[str, list[dict]],
     ax2.set_title("queue depth")
     ax2.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    try:
+        atomic_savefig(fig, path, dpi=110)
+    finally:
+        plt.close(fig)
     return path
 
 
@@ -271,6 +276,8 @@ def plot_comparison(path: Path, runs: dict[str, dict], rows: list[dict]) -> Path
     ax2.set_ylabel("held, µs (all ports, summed)")
     ax2.set_title("backpressure")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    try:
+        atomic_savefig(fig, path, dpi=110)
+    finally:
+        plt.close(fig)
     return path

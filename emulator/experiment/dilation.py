@@ -46,17 +46,17 @@ import dataclasses
 import io
 import json
 import math
-import os
-import shutil
-import socket
-import time
 from pathlib import Path
 from typing import Callable
 
 from rich.console import Console
 
+from emulator.atomic import atomic_write_text
 from emulator.errors import ConfigError, FabricEmuError
+from emulator.experiment.dilation_cache import (  # noqa: F401  (this module's names too)
+    CACHE_VERSION, DilationCache, cache_key, cache_path, machine_key)
 from emulator.experiment.model import Experiment, experiment_from_dict
+from emulator.experiment.outdir import OutputDir, output_dir
 
 # up to 256000: a 64-host fabric on two cores needs ~128000-256000 (bench/scale.py)
 LADDER = (500, 750, 1000, 1500, 2000, 3000, 4000, 6000, 8000, 12000, 16000, 24000, 32000,
@@ -90,10 +90,6 @@ FALLBACK_DILATION = 10000.0    # `fabric-emu cli` with auto and nothing cached: 
 CAL_FLOW_BYTES = 512 * 1024    # calibration flows: long enough for lateness to build up
 CAL_POISSON_BYTES = 1 << 20    # a poisson entry's calibration: this much offered per host
 CAL_TRAINING_STEPS = 2         # a workload's calibration: training steps (none of them warm-up)
-# 2: workloads are calibrated by running them (1: by a burst of WRITEs in their
-# stead, which their full runs fell behind of at twice the D), and the agents
-# got faster: a D cached before says little
-CACHE_VERSION = 2
 
 Measure = Callable[[float], float]          # D -> worst_ratio of a run at D
 
@@ -203,24 +199,8 @@ def rerun_dilation(d: float, worst_ratio: float, margin: float = MARGIN) -> floa
     return ladder_at_least(max(2.0 * d, d * worst_ratio * margin))
 
 
-# ------------------------------------------------------------------ the cache
-
-def cache_path() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "fabric-emu" / "dilation.json"
-
-
-def machine_key() -> dict:
-    model = ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {"hostname": socket.gethostname(), "cpus": os.cpu_count() or 0, "cpu_model": model}
-
+# ------------------------------------------------------------------ the cache's key
+# (the cache itself: ``dilation_cache``)
 
 def fabric_key(exp: Experiment, target: str) -> dict:
     """The fabric's size and what runs on it: what the sustainable D depends on."""
@@ -230,41 +210,6 @@ def fabric_key(exp: Experiment, target: str) -> dict:
         flows += len(workload_flows(exp))
     return {"switches": len(f.switches()), "servers": len(f.servers()), "nics": len(f.hosts()),
             "flows": flows, "target": target}
-
-
-def cache_key(machine: dict, fabric: dict) -> str:
-    return json.dumps({"machine": machine, "fabric": fabric}, sort_keys=True)
-
-
-class DilationCache:
-    """``{key: {"dilation", "how", "measurements", "updated_unix"}}`` in one JSON
-    file; an unreadable or other-version file counts as empty."""
-
-    def __init__(self, path: Path | None = None):
-        self.path = Path(path) if path is not None else cache_path()
-
-    def _load(self) -> dict:
-        try:
-            data = json.loads(self.path.read_text())
-        except (OSError, ValueError):
-            return {}
-        if not isinstance(data, dict) or data.get("version") != CACHE_VERSION:
-            return {}
-        return data.get("entries", {}) if isinstance(data.get("entries"), dict) else {}
-
-    def get(self, key: str) -> dict | None:
-        entry = self._load().get(key)
-        return entry if isinstance(entry, dict) and isinstance(entry.get("dilation"), (int, float)) \
-            else None
-
-    def put(self, key: str, dilation: float, how: str, measurements: list | None = None) -> None:
-        entries = self._load()
-        entries[key] = {"dilation": dilation, "how": how, "measurements": measurements or [],
-                        "updated_unix": int(time.time())}
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(f"{self.path.name}.tmp{os.getpid()}")
-        tmp.write_text(json.dumps({"version": CACHE_VERSION, "entries": entries}, indent=1))
-        os.replace(tmp, self.path)
 
 
 # ------------------------------------------------------------------ experiments at a D
@@ -363,6 +308,9 @@ def _calibration_entry(exp: Experiment, i: int, t: dict) -> dict:
 # ------------------------------------------------------------------ running
 
 RunOne = Callable[[Experiment, Path, Console], dict]
+CAL_DIR = "calibration"          # the calibration runs' directories: out_dir/calibration/D=<D>
+BEHIND_DIR = "fell-behind-D{:g}"  # a run that fell behind, set aside for its rerun
+BEHIND_DIRS = "fell-behind-D*"
 
 
 def _runner(pcap: bool, summary_only: bool = False) -> RunOne:
@@ -374,14 +322,13 @@ def _runner(pcap: bool, summary_only: bool = False) -> RunOne:
 def measure_by_running(exp: Experiment, out_dir: Path, run_one: RunOne,
                        console: Console) -> Measure:
     """Calibration runs of ``calibration_experiment(exp)`` into
-    ``out_dir/calibration/D=<D>``, printing one line each."""
+    ``out_dir/calibration/D=<D>`` (run directories of their own: a D measured
+    again replaces its earlier run), printing one line each."""
     cal = calibration_experiment(exp)
     quiet = Console(file=io.StringIO())
 
     def measure(d: float) -> float:
-        run_dir = out_dir / "calibration" / f"D={d:g}"
-        shutil.rmtree(run_dir, ignore_errors=True)      # no stale results of an earlier one
-        s = run_one(with_dilation(cal, d), run_dir, quiet)
+        s = run_one(with_dilation(cal, d), out_dir / CAL_DIR / f"D={d:g}", quiet)
         r = s["fidelity"]["worst_ratio"]
         console.print(f"  calibration at dilation {d:g}: worst lateness {r:.2f} of its limit"
                       + ("" if s.get("complete") else " (incomplete)"))
@@ -392,13 +339,24 @@ def measure_by_running(exp: Experiment, out_dir: Path, run_one: RunOne,
 def run_with_dilation(exp: Experiment, out_dir: str | Path, console: Console | None = None,
                       pcap: bool = False, dilation: float | str | None = None, *,
                       run_one: RunOne | None = None, measure: Measure | None = None,
-                      cache: DilationCache | None = None, target: str | None = None) -> dict:
+                      cache: DilationCache | None = None, target: str | None = None,
+                      force: bool = False) -> dict:
     """Run ``exp`` at its D (``dilation`` overrides the file's): a number as
     given; ``auto`` from the cache or a calibration, rerun once higher if the
     run falls behind. Returns the final run's summary, with the dilation's
-    provenance added (and rewritten into ``summary.json``)."""
-    console = console or Console(stderr=True)
-    out_dir = Path(out_dir)
+    provenance added (and rewritten into ``summary.json``). ``out_dir`` is
+    new or an earlier run's (``outdir``; ``force``: one holding others' files
+    too, kept)."""
+    with output_dir(out_dir, force=force) as odir:
+        return _run_with_dilation(exp, odir, console or Console(stderr=True), pcap, dilation,
+                                  run_one, measure, cache, target)
+
+
+def _run_with_dilation(exp: Experiment, odir: OutputDir, console: Console, pcap: bool,
+                       dilation: float | str | None, run_one: RunOne | None,
+                       measure: Measure | None, cache: DilationCache | None,
+                       target: str | None) -> dict:
+    out_dir = odir.path
     run_one_given = run_one is not None
     run_one = run_one or _runner(pcap)
     requested = exp.spec.dilation if dilation is None else dilation
@@ -406,6 +364,7 @@ def run_with_dilation(exp: Experiment, out_dir: str | Path, console: Console | N
         summary = run_one(with_dilation(exp, requested), out_dir, console)
         return _record(summary, out_dir, "file" if dilation is None else "command line", [], None)
 
+    odir.claim(CAL_DIR, BEHIND_DIRS)    # before any run
     cache = cache or DilationCache()
     if target is None:
         from emulator.experiment.runner import resolve_target
@@ -435,7 +394,7 @@ def run_with_dilation(exp: Experiment, out_dir: str | Path, console: Console | N
         d2 = rerun_dilation(d, r)
         reruns.append({"dilation": d, "chosen_by": how, "worst_ratio": r,
                        "behind": summary["fidelity"]["behind"]})
-        kept = _set_aside(out_dir, f"fell-behind-D{d:g}")
+        kept = _set_aside(odir, d)
         console.print(f"[bold]dilation auto: the run fell behind at {d:g}[/] (worst lateness "
                       f"{r:.2f} of its limit: {', '.join(summary['fidelity']['behind'])}; kept in "
                       f"{kept}); rerunning once at {d2:g}")
@@ -461,20 +420,21 @@ def run_raised_while_behind(exp: Experiment, out_dir: str | Path, start: float,
     only, and a loaded one still gets results from a run that was not behind
     (the caller asserts ``fell_behind`` is false). Nothing is cached."""
     console = console or Console(stderr=True)
-    out_dir = Path(out_dir)
     run_one = run_one or _runner(pcap)
     d, reruns = float(start), []
-    summary = run_one(with_dilation(exp, d), out_dir, console)
-    while summary["fell_behind"] and len(reruns) < max_reruns:
-        r = summary["fidelity"]["worst_ratio"]
-        reruns.append({"dilation": d, "chosen_by": "start" if not reruns else "rerun",
-                       "worst_ratio": r, "behind": summary["fidelity"]["behind"]})
-        kept = _set_aside(out_dir, f"fell-behind-D{d:g}")
-        d = rerun_dilation(d, r)
-        console.print(f"[bold]the run fell behind[/] (worst lateness {r:.2f} of its limit; kept "
-                      f"in {kept}); rerunning at {d:g}")
-        summary = run_one(with_dilation(exp, d), out_dir, console)
-    return _record(summary, out_dir, "start" if not reruns else "rerun", reruns, None)
+    with output_dir(out_dir) as odir:
+        odir.claim(BEHIND_DIRS)
+        summary = run_one(with_dilation(exp, d), odir.path, console)
+        while summary["fell_behind"] and len(reruns) < max_reruns:
+            r = summary["fidelity"]["worst_ratio"]
+            reruns.append({"dilation": d, "chosen_by": "start" if not reruns else "rerun",
+                           "worst_ratio": r, "behind": summary["fidelity"]["behind"]})
+            kept = _set_aside(odir, d)
+            d = rerun_dilation(d, r)
+            console.print(f"[bold]the run fell behind[/] (worst lateness {r:.2f} of its limit; "
+                          f"kept in {kept}); rerunning at {d:g}")
+            summary = run_one(with_dilation(exp, d), odir.path, console)
+        return _record(summary, odir.path, "start" if not reruns else "rerun", reruns, None)
 
 
 def follow_cached(cache: "DilationCache", key: str, d: float, worst_ratio: float,
@@ -502,17 +462,12 @@ def follow_cached(cache: "DilationCache", key: str, d: float, worst_ratio: float
     return lower
 
 
-def _set_aside(out_dir: Path, name: str) -> Path:
-    """Move a run's results (all of ``out_dir`` but calibrations and runs set
-    aside before) into ``out_dir/name``: the rerun starts from an empty
-    directory, with no result file of the run it replaces."""
-    dest = out_dir / name
-    shutil.rmtree(dest, ignore_errors=True)
-    dest.mkdir(parents=True)
-    for p in list(out_dir.iterdir()):
-        if p.name != "calibration" and not p.name.startswith("fell-behind-"):
-            os.replace(p, dest / p.name)
-    return dest
+def _set_aside(odir: OutputDir, d: float) -> Path:
+    """Move the results of the run at ``d`` (what this run wrote into the
+    directory but calibrations and runs set aside before; never others'
+    files) into ``fell-behind-D<d>``: the rerun starts with no result file
+    of the run it replaces."""
+    return odir.set_aside(BEHIND_DIR.format(d), keep=(CAL_DIR, BEHIND_DIRS))
 
 
 def _record(summary: dict, out_dir: Path, how: str, reruns: list, calibration: dict | None) -> dict:
@@ -522,7 +477,7 @@ def _record(summary: dict, out_dir: Path, how: str, reruns: list, calibration: d
         summary["dilation_calibration"] = calibration
     path = out_dir / "summary.json"
     if path.exists():
-        path.write_text(json.dumps(summary, indent=1))
+        atomic_write_text(path, json.dumps(summary, indent=1))
     return summary
 
 

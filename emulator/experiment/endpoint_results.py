@@ -41,6 +41,7 @@ from emulator.experiment.results_io import write_csv
 if TYPE_CHECKING:  # pragma: no cover
     from emulator.experiment.model import Experiment
 
+HOSTS_CSV = "hosts.csv"
 HOSTS_CSV_COLUMNS = ("host", "server", "tenant", "dpu", "tx_bytes", "rx_bytes", "tenant_drops",
                      "foreign_tx_packets_to_host", "host_cpu_busy", "host_cpu_busy_active",
                      "dpu_cpu_busy", "goodput_gbps")
@@ -150,7 +151,7 @@ def write_hosts_csv(out_dir: str | Path, summary: dict) -> dict[str, Path]:
     if "hosts" not in summary:
         return {}
     rows = [{k: ("" if h[k] is None else h[k]) for k in HOSTS_CSV_COLUMNS} for h in summary["hosts"]]
-    return {"hosts.csv": write_csv(Path(out_dir) / "hosts.csv", HOSTS_CSV_COLUMNS, rows)}
+    return {HOSTS_CSV: write_csv(Path(out_dir) / HOSTS_CSV, HOSTS_CSV_COLUMNS, rows)}
 
 
 def render_endpoints(summary: dict) -> Table | None:

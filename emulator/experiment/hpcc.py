@@ -71,6 +71,8 @@ import ipaddress
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping
 
+from emulator.atomic import atomic_write_text
+
 from emulator.experiment.ideal_fct import (
     ROCEV2_UDP_DPORT,
     flow_paths,
@@ -133,7 +135,7 @@ def write_hpcc(exp: "Experiment", out_dir: str | Path, results: "Results",
 
     def put(name: str, lines: list[str]) -> None:
         path = out_dir / name
-        path.write_text("".join(line + "\n" for line in lines))
+        atomic_write_text(path, "".join(line + "\n" for line in lines))
         written[name] = path
 
     put("fct.txt", fct_lines(exp, summary, dport=dport))

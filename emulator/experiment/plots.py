@@ -38,6 +38,7 @@ from array import array
 from pathlib import Path
 from typing import TYPE_CHECKING, Collection, Mapping
 
+from emulator.atomic import atomic_savefig
 from emulator.experiment.results_io import read_result_columns, read_result_csv
 from emulator.wire import PFC_QUANTUM_BITS
 
@@ -61,8 +62,7 @@ def _figure(width: float = 9.0, height: float = 4.8):
 def _save(fig, path: Path) -> Path:
     # bbox_inches="tight" grows the image to its labels and the legend outside the
     # axes; a tight_layout() before it would lay the same text out a second time.
-    fig.savefig(path, format="png", bbox_inches="tight")
-    return path
+    return atomic_savefig(fig, path, format="png", bbox_inches="tight")
 
 
 def prewarm() -> None:

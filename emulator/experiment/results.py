@@ -25,17 +25,27 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from emulator.experiment.distributions import write_distributions
-from emulator.experiment.endpoint_results import add_endpoint_results, write_hosts_csv
-from emulator.experiment.hpcc import write_hpcc
-from emulator.experiment.plots import write_plots
+from emulator.atomic import atomic_write_text
+from emulator.collectives.report import REPORT_FILES
+from emulator.experiment.capture import CAPTURE_ENTRIES
+from emulator.experiment.distributions import FCT_SLOWDOWN_FILES, write_distributions
+from emulator.experiment.endpoint_results import HOSTS_CSV, add_endpoint_results, write_hosts_csv
+from emulator.experiment.hpcc import HPCC_FILES, write_hpcc
+from emulator.experiment.plots import PLOT_FILES, write_plots
 from emulator.experiment.summary import build_summary
-from emulator.experiment.timeseries import load_results, write_results
+from emulator.experiment.timeseries import RESULT_COLUMNS, load_results, write_results
 from emulator.experiment.traffic_gen import generated_summary
 
 if TYPE_CHECKING:  # pragma: no cover
     from emulator.experiment.model import Experiment
     from emulator.experiment.plotter import Plotter
+
+RAW_DIR = "run"             # the switches' and agents' configs, logs and raw results
+SUMMARY = "summary.json"
+# Every entry a run may write into its results directory: what it claims
+# there (``OutputDir.claim``) before anything is built.
+RESULT_ENTRIES = (RAW_DIR, SUMMARY, *RESULT_COLUMNS, *FCT_SLOWDOWN_FILES, *HPCC_FILES,
+                  *PLOT_FILES, HOSTS_CSV, *REPORT_FILES, "collectives.*", *CAPTURE_ENTRIES)
 
 
 def build_run_summary(exp: "Experiment", target: str, agent_results: dict[str, dict],
@@ -75,10 +85,8 @@ def write_run_results(exp: "Experiment", run_dir: str | Path, out_dir: str | Pat
         files.update(plotter.plot(out_dir, summary) if plotter is not None
                      else write_plots(out_dir, summary, fabric=exp.fabric))
     files.update(write_hosts_csv(out_dir, summary))
-    path = out_dir / "summary.json"
-    path.write_text(json.dumps(summary, indent=1))
-    files[path.name] = path
+    files[SUMMARY] = atomic_write_text(out_dir / SUMMARY, json.dumps(summary, indent=1))
     return files
 
 
-__all__ = ["build_run_summary", "write_run_results"]
+__all__ = ["RAW_DIR", "RESULT_ENTRIES", "SUMMARY", "build_run_summary", "write_run_results"]

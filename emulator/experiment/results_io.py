@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable, Mapping
 
+from emulator.atomic import atomic_open
+
 if TYPE_CHECKING:  # pragma: no cover
     from emulator.experiment.model import Experiment
 
@@ -177,10 +179,11 @@ def _fmt_time(v: float) -> str:
 
 
 def write_csv(path: str | Path, columns: Iterable[str], rows: Iterable[Mapping]) -> Path:
-    """A result CSV: header, then ``columns`` of each row (``time_ns`` to 0.1 ns, floats .6g)."""
+    """A result CSV: header, then ``columns`` of each row (``time_ns`` to 0.1 ns,
+    floats .6g); written whole or not at all (``emulator.atomic``)."""
     path = Path(path)
     columns = tuple(columns)
-    with path.open("w", newline="") as fh:
+    with atomic_open(path, "w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(columns)
         for r in rows:

@@ -1,25 +1,27 @@
 """``fabric-emu run``: fabric up, traffic through it, results out, everything down."""
 from __future__ import annotations
 
+import contextlib
 import json
-import shutil
 import time
 from pathlib import Path
 from typing import Callable
 
 from rich.console import Console
 
+from emulator.atomic import atomic_open, atomic_write_text
 from emulator.experiment.agents import AgentGroup, start_together
 from emulator.experiment.capture import write_captures
 from emulator.experiment.endpoint_results import render_endpoints
 from emulator.experiment.endpoints import dropped_flows
 from emulator.experiment.model import Experiment
+from emulator.experiment.outdir import OutputDir, output_dir
 from emulator.experiment.plotter import Plotter
-from emulator.experiment.results import build_run_summary, write_run_results
+from emulator.experiment.results import RAW_DIR, RESULT_ENTRIES, build_run_summary, write_run_results
 from emulator.experiment.servers import ServerGroup, add_collectives, plain_hosts, render_collectives
 from emulator.experiment.summary import render_slowdown_buckets, render_summary
 from emulator.experiment.timeseries import monotonic_t0_from_unix
-from emulator.errors import ConfigError, EnvironmentProblem, RunAborted
+from emulator.errors import ConfigError, EnvironmentProblem, RunAborted, WriteFailed
 from emulator.net.fabric import FabricNet, check_environment
 
 PROGRESS_INTERVAL_S = 1.0     # a progress line
@@ -74,33 +76,41 @@ def fabric_net(exp: Experiment, run_dir: Path, pcap: bool | str = False,
 
 
 def run_experiment(exp: Experiment, out_dir: str | Path, console: Console | None = None,
-                   pcap: bool | str = False, *, summary_only: bool = False) -> dict:
+                   pcap: bool | str = False, *, summary_only: bool = False,
+                   force: bool = False) -> dict:
     """Run ``exp`` once at its dilation into ``out_dir``; its summary.
     ``summary_only``: write summary.json and no time series, HPCC files or
     plots (a calibration run: only its verdict is used, and a run far behind
-    leaves raw logs of gigabytes that would take minutes to convert)."""
+    leaves raw logs of gigabytes that would take minutes to convert).
+    ``out_dir`` is new or an earlier run's (``outdir``); ``force``: one
+    holding others' files too (kept)."""
     from emulator.net.runlock import RunLock
     check_environment()   # before anything is written or built
     target = resolve_target(exp.spec.target)
-    if RunLock.held() is not None:     # the CLI holds it for a whole run or sweep
-        return _run(exp, Path(out_dir), console or Console(stderr=True), pcap, target, summary_only)
-    # Python callers: the lock before anything of out_dir is touched
-    with RunLock.acquire(exp.name, out_dir):
-        return _run(exp, Path(out_dir), console or Console(stderr=True), pcap, target, summary_only)
+    with contextlib.ExitStack() as stack:
+        if RunLock.held() is None:     # the CLI holds it for a whole run or sweep
+            # Python callers: the lock before anything of out_dir is touched
+            stack.enter_context(RunLock.acquire(exp.name, out_dir))
+        odir = stack.enter_context(output_dir(out_dir, force=force))
+        return _run(exp, odir, console or Console(stderr=True), pcap, target, summary_only)
 
 
-def _fresh_run_dir(out_dir: Path) -> Path:
-    run_dir = out_dir / "run"        # configs, logs and raw results of this run
-    # An earlier run into the same directory left its agents' progress and
-    # result files: they would read as this run's ("done" before it starts).
-    shutil.rmtree(run_dir, ignore_errors=True)
-    run_dir.mkdir(parents=True, exist_ok=True)
+def _fresh_run_dir(odir: OutputDir) -> Path:
+    """The run's raw directory, empty but for others' files: an earlier run's
+    agents' progress and result files would read as this run's ("done"
+    before it starts). Refused before anything is built if someone else's
+    entry holds a name the run writes."""
+    odir.claim(*RESULT_ENTRIES)
+    if (odir.path / RAW_DIR).exists():      # a run before this one in the same open directory
+        odir.remove(RAW_DIR)
+    run_dir = odir.path / RAW_DIR           # configs, logs and raw results of this run
+    run_dir.mkdir(exist_ok=True)            # a user's notes in it stay
     return run_dir
 
 
-def _run(exp: Experiment, out_dir: Path, console: Console, pcap: bool | str, target: str,
+def _run(exp: Experiment, odir: OutputDir, console: Console, pcap: bool | str, target: str,
          summary_only: bool = False) -> dict:
-    run_dir = _fresh_run_dir(out_dir)
+    run_dir, out_dir = _fresh_run_dir(odir), odir.path
     phases = WallPhases()
     console.print(f"[bold]{exp.name}[/]: {len(exp.fabric.switches())} switches, "
                   f"{len(exp.fabric.hosts())} hosts, {len(exp.flows)} flows, "
@@ -151,12 +161,12 @@ def run_on_fabric(fnet: FabricNet, exp: Experiment, out_dir: str | Path,
         raise ConfigError(f"{fnet.fabric.name}: runs on a live InfiniBand fabric are not "
                           "supported yet: run the experiment with fabric-emu run")
     console = console or Console(stderr=True)
-    out_dir = Path(out_dir)
-    run_dir = _fresh_run_dir(out_dir)
-    phases = WallPhases()
-    done = _traffic(fnet, exp, run_dir, console, phases, p4_stats=fnet.target == "bmv2",
-                    baseline=True)
-    return _results(exp, out_dir, run_dir, console, False, fnet.target, phases, *done)
+    with output_dir(out_dir) as odir:
+        run_dir = _fresh_run_dir(odir)
+        phases = WallPhases()
+        done = _traffic(fnet, exp, run_dir, console, phases, p4_stats=fnet.target == "bmv2",
+                        baseline=True)
+        return _results(exp, odir.path, run_dir, console, False, fnet.target, phases, *done)
 
 
 def _traffic(fnet: FabricNet, exp: Experiment, run_dir: Path, console: Console,
@@ -227,7 +237,7 @@ def _results(exp: Experiment, out_dir: Path, run_dir: Path, console: Console,
     if aborted:
         return _keep_partial(exp, servers, summary, run_dir, out_dir, t0_ns, aborted, summary_only)
     if summary_only:
-        (out_dir / "summary.json").write_text(json.dumps(summary, indent=1))
+        atomic_write_text(out_dir / "summary.json", json.dumps(summary, indent=1))
         return summary
     # The workload's block goes into the summary before summary.json is written.
     files = add_collectives(exp, servers, summary, out_dir)
@@ -264,10 +274,12 @@ def _keep_partial(exp: Experiment, servers: ServerGroup, summary: dict, run_dir:
             summary["complete"] = False
             write_run_results(exp, run_dir, out_dir, t0_ns, summary, dport=exp.spec.hpcc.dport)
             written = True
+        except WriteFailed:
+            raise           # the disk is full: one line says which file
         except Exception:   # a raw log cut short by a killed process: summary.json alone
             pass
     if not written:
-        (out_dir / "summary.json").write_text(json.dumps(summary, indent=1))
+        atomic_write_text(out_dir / "summary.json", json.dumps(summary, indent=1))
     raise RunAborted(f"{aborted}; partial results in {out_dir / 'summary.json'}")
 
 
@@ -322,11 +334,11 @@ def write_stats_window(fabric_dir: Path, run_dir: Path, start: dict[str, dict],
     ``start``), and its raw logs are the rows appended between the two
     snapshots, under the logs' header."""
     for name, stats in end.items():
-        (run_dir / f"{name}.stats.json").write_text(json.dumps(stats, indent=1))
+        atomic_write_text(run_dir / f"{name}.stats.json", json.dumps(stats, indent=1))
         first = start.get(name, {}).get("raw_log_bytes", {})
         for kind, last in stats.get("raw_log_bytes", {}).items():
             src = fabric_dir / f"{name}.{kind}.csv"
-            with src.open("rb") as f, (run_dir / src.name).open("wb") as out:
+            with src.open("rb") as f, atomic_open(run_dir / src.name, "wb") as out:
                 out.write(f.readline())                   # the header
                 f.seek(max(first.get(kind, 0), f.tell()))
                 out.write(f.read(last - f.tell()))
@@ -352,5 +364,5 @@ def write_p4_counter_stats(controller, run_dir: Path, before: dict | None = None
             "paused_ns": None, "max_depth_bytes": None})
     for sw in controller.conns:
         ports = [{"port": port, "priorities": prios} for port, prios in sorted(by_switch.get(sw, {}).items())]
-        (run_dir / f"{sw}.stats.json").write_text(json.dumps({"source": "fabric.p4 counters",
-                                                              "ports": ports}, indent=1))
+        atomic_write_text(run_dir / f"{sw}.stats.json",
+                          json.dumps({"source": "fabric.p4 counters", "ports": ports}, indent=1))

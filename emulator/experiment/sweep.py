@@ -42,14 +42,17 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 
+from emulator.atomic import atomic_open, atomic_savefig
 from emulator.errors import ConfigError
 from emulator.experiment.model import Experiment, experiment_from_dict, read_experiment_data
+from emulator.experiment.outdir import output_dir
 from emulator.schema.paths import path_tokens, point_name, set_path, value_label  # noqa: F401 (re-exported)
 
 SWEEP_COLUMNS = ("value", "run_dir", "flows", "completed_flows", "complete", "fell_behind",
                  "fabric_us", "fct_mean_us", "fct_p50_us", "fct_p99_us", "slowdown_mean",
                  "slowdown_p99", "ecn_marks", "pauses", "paused_us", "drops", "headroom_drops",
                  "max_queue_bytes")
+SWEEP_FILES = ("sweep.csv", "sweep.png")
 
 RunOne = Callable[[Experiment, Path], Mapping]
 
@@ -162,7 +165,7 @@ def run_summary_paths(out_dir: str | Path) -> list[Path]:
 
 def write_sweep_csv(path: str | Path, rows: list[Mapping]) -> Path:
     path = Path(path)
-    with path.open("w", newline="") as fh:
+    with atomic_open(path, "w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(SWEEP_COLUMNS)
         for r in rows:
@@ -217,14 +220,14 @@ def plot_sweep(path: str | Path, rows: list[Mapping], parameter: str) -> Path | 
         ax.set_ylim(bottom=0)
     fig.suptitle(f"Sweep of {parameter} ({len(rows)} runs)")
     fig.tight_layout()
-    fig.savefig(path, format="png")
-    return Path(path)
+    return atomic_savefig(fig, path, format="png")
 
 
 # ------------------------------------------------------------------- running
 
 def run_sweep(path: str | Path, out_dir: str | Path, run_one: RunOne, *,
-              target: str | None = None, data: dict | None = None) -> list[dict]:
+              target: str | None = None, data: dict | None = None,
+              force: bool = False) -> list[dict]:
     """Run every point of the file's sweep; write sweep.csv and sweep.png.
 
     ``run_one(exp, run_out_dir)`` runs one experiment and returns its summary
@@ -232,20 +235,22 @@ def run_sweep(path: str | Path, out_dir: str | Path, run_one: RunOne, *,
     console)``). An exception from it stops the sweep (after sweep.csv has
     been written with the runs so far) and propagates. ``data``: the file's
     data already read (with ``--set`` overrides); None: read the file.
+    ``out_dir`` is new or an earlier run's (``outdir``; ``force``: one holding
+    others' files too, kept); each point is a run directory in it.
     Returns the rows.
     """
-    path, out_dir = Path(path), Path(out_dir)
+    path = Path(path)
     data = read_experiment_data(path) if data is None else data
     sweep, points = expand_sweep(data, path, target)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    rows: list[dict] = []
-    csv_path = out_dir / "sweep.csv"
-    for pt in points:
-        run_dir = out_dir / pt.name
-        summary = run_one(pt.experiment, run_dir)
-        rows.append({"value": pt.value, "run_dir": pt.name, **summary_metrics(summary or {})})
-        write_sweep_csv(csv_path, rows)
-    plot_sweep(out_dir / "sweep.png", rows, sweep.parameter)
+    with output_dir(out_dir, force=force, what="sweep") as odir:
+        odir.claim(*SWEEP_FILES, *(pt.name for pt in points))
+        rows: list[dict] = []
+        csv_path = odir.path / SWEEP_FILES[0]
+        for pt in points:
+            summary = run_one(pt.experiment, odir.path / pt.name)
+            rows.append({"value": pt.value, "run_dir": pt.name, **summary_metrics(summary or {})})
+            write_sweep_csv(csv_path, rows)
+        plot_sweep(odir.path / SWEEP_FILES[1], rows, sweep.parameter)
     return rows
 
 

@@ -246,7 +246,8 @@ def test_a_summary_only_run_writes_its_verdict_and_nothing_else(tmp_path):
     exp = load_experiment(_experiment(tmp_path, SHORT_BYTES))
     summary = run_experiment(exp, tmp_path / "out", summary_only=True)
     assert summary["complete"] and "worst_ratio" in summary["fidelity"]
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["run", "summary.json"]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [".fabric-emu-run", "run",
+                                                                     "summary.json"]
     assert json.loads((tmp_path / "out" / "summary.json").read_text())["flows"] == summary["flows"]
     assert mine() == {"interfaces": [], "processes": []}
 

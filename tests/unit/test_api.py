@@ -93,3 +93,15 @@ def test_sweep_runs_the_product_and_writes_one_csv(tmp_path, monkeypatch):
     assert [(t["nic.mtu_bytes"], t["fct_p50_us"]) for t in table] == [
         ("1024", "1024.0"), ("1024", "1024.0"), ("4096", "4096.0"), ("4096", "4096.0")]
     assert isinstance(rows[0]["result"], fe.Result)
+
+
+def test_sweep_refuses_a_directory_of_someone_elses_unless_forced(tmp_path, monkeypatch):
+    from emulator.errors import OutputError
+    (tmp_path / "notes.txt").write_text("mine")
+    monkeypatch.setattr(api, "run", lambda exp, out, **kw: fe.Result(_summary(), out))
+    grid = {"nic.mtu_bytes": [1024]}
+    with pytest.raises(OutputError, match="notes.txt.*force=True"):
+        fe.sweep(fe.load_experiment(DEMO), grid, out=tmp_path)
+    rows = fe.sweep(fe.load_experiment(DEMO), grid, out=tmp_path, force=True)
+    assert len(rows) == 1 and (tmp_path / "notes.txt").read_text() == "mine"
+    assert (tmp_path / "sweep.csv").exists()

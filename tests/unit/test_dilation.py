@@ -247,6 +247,23 @@ def test_a_run_that_falls_behind_is_rerun_once_higher_and_the_cache_learns(tmp_p
     assert runs2.runs == [6000.0] and s["dilation_chosen_by"] == "cache"
 
 
+def test_a_run_set_aside_leaves_the_users_files_where_they_were(tmp_path):
+    """The behind run's results go to fell-behind-D<D>; a user's file beside
+    them (written there before, run with force) is neither moved nor lost."""
+    from emulator.errors import OutputError
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    kw = dict(run_one=FakeRuns(needs=5000), measure=noise_only(1000),
+              cache=DilationCache(tmp_path / "cache.json"), target="embedded")
+    with pytest.raises(OutputError, match="notes.txt"):
+        run_with_dilation(make_experiment(dilation="auto"), out, quiet(), **kw)
+    s = run_with_dilation(make_experiment(dilation="auto"), out, quiet(), force=True, **kw)
+    assert s["dilation_chosen_by"] == "rerun"
+    assert (out / "notes.txt").read_text() == "mine"
+    assert sorted(p.name for p in (out / "fell-behind-D2000").iterdir()) == ["summary.json"]
+
+
 def test_a_fixed_dilation_is_never_changed(tmp_path):
     runs = FakeRuns(needs=5000)
     s = run_with_dilation(make_experiment(), tmp_path / "a", quiet(), run_one=runs)    # file: 1000

@@ -1,0 +1,244 @@
+"""Reading a ``summary.json`` written earlier (``fabric-emu show``, ``Result.load``).
+
+The file may be anything by the time it is read: cut short by a full disk
+(before result files were written atomically), edited by hand, another
+program's JSON, a device or a file of gigabytes. ``read_summary`` reads at
+most ``MAX_SUMMARY_BYTES`` (a 64-host all-to-all's summary is a few MB) and
+checks the fields the summary tables read (``SummaryFile``: their types;
+every other field is kept as it is), so that a damaged file is one line
+naming it and what is wrong, never a traceback half-way through a table.
+"""
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+from typing import Optional
+
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+
+from emulator.errors import FabricEmuError
+
+MAX_SUMMARY_BYTES = 64 << 20
+
+
+class _Part(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class _Flow(_Part):
+    bytes: int
+    delivered_bytes: int
+    complete: bool
+    fct_ns: Optional[float] = None
+    fct_slowdown: Optional[float] = None
+    retransmitted_packets: int = 0
+    timeouts: int = 0
+    naks: int = 0
+
+
+class _Queue(_Part):
+    ecn_marks: Optional[int] = 0
+    pause_tx: Optional[int] = 0
+    headroom_drops: Optional[int] = 0
+    max_depth_bytes: Optional[int] = 0
+
+
+class _Port(_Part):
+    node: str
+    role: str
+    tx_packets: int
+    drops: int
+    pipeline_drops: int
+    priorities: list[_Queue] = []
+
+
+class _Fidelity(_Part):
+    worst_ratio: float
+    behind: list[str] = []
+
+
+class _Generated(_Part):
+    entry: int
+    pattern: str
+    distribution: str
+    load: float
+    duration_us: float
+    flows: int
+    offered_load: float
+    offered_load_min: float
+    offered_load_max: float
+
+
+class _QueueDist(_Part):
+    samples: int = 0
+    p50_bytes: Optional[float] = None
+    p95_bytes: Optional[float] = None
+    p99_bytes: Optional[float] = None
+    max_bytes: Optional[float] = None
+
+    @model_validator(mode="after")
+    def _sampled_has_percentiles(self):
+        if self.samples and None in (self.p50_bytes, self.p95_bytes, self.p99_bytes,
+                                     self.max_bytes):
+            raise ValueError("samples without their percentiles")
+        return self
+
+
+class _Bucket(_Part):
+    pct_from: float
+    pct_to: float
+    flows: int
+    size_min_bytes: int
+    size_max_bytes: int
+    slowdown_p50: float
+    slowdown_p95: float
+    slowdown_p99: float
+
+
+class _Buckets(_Part):
+    flows: int = 0
+    step_percent: float = 0
+    buckets: list[_Bucket] = []
+
+
+class _CollRow(_Part):
+    collective: str
+    algorithm: str
+    size_bytes: int
+    time_us: float
+    algbw_GBps: float
+    busbw_GBps: float
+    wrong: Optional[int] = None
+    inplace_busbw_GBps: Optional[float] = None
+
+
+class _StepTime(_Part):
+    mean: float
+    max: float
+
+
+class _Training(_Part):
+    collective: str
+    size_bytes: int
+    step_time_us: _StepTime
+    wrong: Optional[int] = None
+
+
+class _Reader(_Part):
+    wrong_blocks: Optional[int] = None
+
+
+class _Storage(_Part):
+    server: str
+    throughput_GBps: float
+    readers: list[_Reader] = []
+
+
+class _Collectives(_Part):
+    servers: list[str]
+    complete: bool
+    results: list[_CollRow] = []
+    training: Optional[_Training] = None
+    storage: Optional[_Storage] = None
+    errors: list[str] = []
+
+
+class _Isolation(_Part):
+    foreign_flows: int
+    foreign_tx_packets: int
+    tenant_drops: int
+    isolated: bool
+
+
+class _Host(_Part):
+    host: str
+    tenant: Optional[str] = None
+    dpu: bool
+    tx_bytes: int
+    rx_bytes: int
+    goodput_gbps: Optional[float] = None
+    host_cpu_busy: Optional[float] = None
+    host_cpu_busy_active: Optional[float] = None
+    dpu_cpu_busy: Optional[float] = None
+    tenant_drops: int
+    foreign_tx_packets_to_host: int
+
+
+class SummaryFile(_Part):
+    """What the summary tables (``render_summary`` and the tables beside it)
+    read of a summary.json, typed; the rest is kept unchecked. A section the
+    tables show when its key is there (``fidelity``, ``collectives``,
+    ``hosts``) may be missing, never null."""
+
+    experiment: str
+    target: str
+    dilation: float
+    wall_s: float
+    fabric_ns: float
+    fell_behind: bool
+    flows: list[_Flow]
+    ports: list[_Port]
+    fidelity: _Fidelity = None              # type: ignore[assignment]
+    generated_traffic: Optional[list[_Generated]] = None
+    queue_depth_dist: Optional[_QueueDist] = None
+    fct_slowdown_buckets: Optional[_Buckets] = None
+    collectives: _Collectives = None        # type: ignore[assignment]
+    hosts: list[_Host] = None               # type: ignore[assignment]
+    isolation: _Isolation = None            # type: ignore[assignment]
+
+
+def read_summary(path: str | Path) -> dict:
+    """A run's summary (``path``: its results directory or the file), checked;
+    ``FabricEmuError``, one line naming the file and what is wrong, if it is
+    not one."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "summary.json"
+    data = _read_bounded(path)
+    if not data.strip():
+        raise _bad(path, f"empty ({len(data)} bytes): a run cut short before writing it?")
+    try:
+        summary = json.loads(data)
+    except RecursionError:
+        raise _bad(path, "nested too deep to be a summary") from None
+    except ValueError as e:          # JSONDecodeError, UnicodeDecodeError
+        raise _bad(path, f"not JSON: {e}") from None
+    if not isinstance(summary, dict):
+        raise _bad(path, f"a JSON {type(summary).__name__}, not an object")
+    try:
+        checked = SummaryFile.model_validate(summary)
+    except ValidationError as e:
+        err = e.errors()[0]
+        where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err["loc"]).lstrip(".")
+        raise _bad(path, f"{where or 'summary'}: {err['msg']}") from None
+    if "hosts" in summary and checked.isolation is None:
+        raise _bad(path, "isolation: Field required (with hosts)")
+    # the values as checked (a number in a string is a number), the sections
+    # as the file had them (a section's absence means something to the tables)
+    return {k: v for k, v in checked.model_dump().items() if k in summary}
+
+
+def _read_bounded(path: Path) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            st = os.fstat(f.fileno())
+            if not stat.S_ISREG(st.st_mode):
+                raise _bad(path, "not a regular file")
+            if st.st_size > MAX_SUMMARY_BYTES:
+                raise _bad(path, f"{st.st_size:,} bytes, more than a summary.json "
+                                 f"({MAX_SUMMARY_BYTES >> 20} MiB at most): not read")
+            data = f.read(MAX_SUMMARY_BYTES + 1)
+    except OSError as e:
+        raise _bad(path, e.strerror or str(e)) from None
+    if len(data) > MAX_SUMMARY_BYTES:           # it grew while being read
+        raise _bad(path, f"more than {MAX_SUMMARY_BYTES >> 20} MiB: not read")
+    return data
+
+
+def _bad(path: Path, why: str) -> FabricEmuError:
+    return FabricEmuError(f"{path}: not a run's summary.json: {why}")
+
+
+__all__ = ["MAX_SUMMARY_BYTES", "SummaryFile", "read_summary"]
