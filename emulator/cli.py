@@ -112,19 +112,20 @@ def main():
                    "same as --set hpcc.dport=N.")
 def run(experiment, out_dir, force, target, pcap, pcap_time, dilation, sets, as_json, hpcc_dport):
     """Bring the fabric up, run EXPERIMENT's traffic, write DIR/summary.json, tear down."""
-    from emulator.net.forkserver import prestart
-    prestart()      # its imports on the other core while this process imports and builds
     pcap = "wall" if pcap and pcap_time == "wall" else pcap
     if hpcc_dport is not None:
         sets = (*sets, f"hpcc.dport={hpcc_dport}")
     from emulator.experiment.dilation import parse_dilation
+    # the input is checked first: a refusal starts nothing and comes within a second
+    dilation = parse_dilation(dilation)
+    exp = _load(experiment, target, sets)
+    from emulator.net.forkserver import prestart
+    prestart()      # its imports on the other core while this process imports and builds
     from emulator.experiment.outdir import OutputDir
     from emulator.experiment.runner import resolve_target
     from emulator.net.fabric import check_environment
     from emulator.net.runlock import RunLock
 
-    dilation = parse_dilation(dilation)
-    exp = _load(experiment, target, sets)
     out = Path(out_dir or f"results/{exp.name}")
     check_environment()       # not root: say so, not that the lock is out of reach
     resolve_target(exp.spec.target)     # bmv2 missing: say so, whether a run is active or not
@@ -212,7 +213,7 @@ def compare(experiments, out_dir, force, dilation):
     exps = [_load(e) for e in experiments]
     labels = [e.name if [x.name for x in exps].count(e.name) == 1 else f"{e.name}-{i + 1}"
               for i, e in enumerate(exps)]
-    out = Path(out_dir or "results/compare-" + "-".join(labels))
+    out = Path(out_dir or f"results/{comparison_dir_name(labels)}")
     check_environment()
     OutputDir(out, force=force).check()
     with RunLock.acquire(experiments[0], out), \
@@ -255,6 +256,25 @@ def compare(experiments, out_dir, force, dilation):
     if not all(r["complete"] for r in rows):
         click.echo(f"fabric-emu: a run did not complete (see {out}/*/summary.json)", err=True)
         sys.exit(1)
+
+
+# A file name's limit (NAME_MAX) is 255 bytes; names are at most 63 characters each.
+COMPARE_DIR_MAX_BYTES = 200
+
+
+def comparison_dir_name(labels: list[str]) -> str:
+    """``compare-<a>-<b>...``, or, past ``COMPARE_DIR_MAX_BYTES`` (many long
+    names), as many names as fit and ``-and-N-more``: always one valid name."""
+    name = "compare-" + "-".join(labels)
+    if len(name.encode()) <= COMPARE_DIR_MAX_BYTES:
+        return name
+    kept = "compare"
+    for i, label in enumerate(labels):
+        more = f"-and-{len(labels) - i}-more"
+        if len(f"{kept}-{label}{more}".encode()) > COMPARE_DIR_MAX_BYTES:
+            return kept + more
+        kept = f"{kept}-{label}"
+    return kept
 
 
 @main.command()

@@ -124,6 +124,7 @@ One progress line per second at most goes to stderr.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -131,6 +132,7 @@ import signal
 import sys
 import time
 
+from ..atomic import atomic_write_text
 from ..errors import FabricEmuError
 from ..schema.agent import HostAgentConfig
 from .dcqcn import DcqcnParams
@@ -529,7 +531,8 @@ class HostAgent:
                            "done": self.all_done()}, f)
             os.replace(tmp, path)
         except OSError:                  # progress only: never the run's end
-            pass
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)           # a full disk: no half-written file left behind
 
     def write_result(self, result: dict | None = None) -> None:
         """``result`` (by default the result now) into ``result_path``, whole or not at all."""
@@ -537,10 +540,7 @@ class HostAgent:
         d = os.path.dirname(path)
         if d:
             os.makedirs(d, exist_ok=True)
-        tmp = f"{path}.tmp{os.getpid()}"
-        with open(tmp, "w") as f:
-            json.dump(self.result() if result is None else result, f, indent=1)
-        os.replace(tmp, path)
+        atomic_write_text(path, json.dumps(self.result() if result is None else result, indent=1))
 
     # -- main loop -------------------------------------------------------------
     def run(self, stop_flag: list | None = None) -> bool:

@@ -6,10 +6,10 @@ process exits). A bad config is one line and exit status 2."""
 from __future__ import annotations
 
 import json
-import os
 import sys
 from typing import Callable, TypeVar
 
+from emulator.atomic import atomic_write_text
 from emulator.errors import FabricEmuError
 from emulator.schema.load import ProcessConfig
 
@@ -35,8 +35,5 @@ def agent_main(module: str, config: type[C], run: Callable[[C, str], dict],
     except (KeyError, ValueError, OSError) as e:
         print(f"error: {argv[0]}: {e}", file=sys.stderr)
         return 2
-    tmp = cfg.result_path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(res, f)
-    os.replace(tmp, cfg.result_path)
+    atomic_write_text(cfg.result_path, json.dumps(res))
     return cfg, res

@@ -57,6 +57,7 @@ from emulator.experiment.dilation_cache import (  # noqa: F401  (this module's n
     CACHE_VERSION, DilationCache, cache_key, cache_path, machine_key)
 from emulator.experiment.model import Experiment, experiment_from_dict
 from emulator.experiment.outdir import OutputDir, output_dir
+from emulator.schema.limits import MAX_DILATION
 
 # up to 256000: a 64-host fabric on two cores needs ~128000-256000 (bench/scale.py)
 LADDER = (500, 750, 1000, 1500, 2000, 3000, 4000, 6000, 8000, 12000, 16000, 24000, 32000,
@@ -221,15 +222,17 @@ def with_dilation(exp: Experiment, d: float | str) -> Experiment:
 
 
 def parse_dilation(value: str | float | None) -> float | str | None:
-    """``--dilation``: "auto" or a number >= 1 (None: the file's)."""
+    """``--dilation``: "auto" or a number from 1 to ``MAX_DILATION``, as the
+    file's ``dilation`` (None: the file's)."""
     if value is None or value == "auto":
         return value
     try:
         d = float(value)
     except (TypeError, ValueError):
         d = math.nan
-    if not d >= 1 or math.isinf(d):
-        raise FabricEmuError(f"--dilation: expected 'auto' or a number >= 1, got {value!r}")
+    if not 1 <= d <= MAX_DILATION:       # NaN and inf fail this too
+        raise FabricEmuError(f"--dilation: expected 'auto' or a number from 1 to "
+                             f"{MAX_DILATION:,.0f}, got {value!r}")
     return d
 
 

@@ -159,3 +159,12 @@ def test_force_writes_beside_the_users_files(cli, no_fabric, places, monkeypatch
     assert r.exit_code == 0, r.output
     assert seen == [(places / "theirs", True)]
     assert (places / "theirs" / "notes.txt").read_text() == "mine"
+
+
+def test_a_comparisons_default_directory_is_one_valid_name_however_many_long_names():
+    from emulator.cli import COMPARE_DIR_MAX_BYTES, comparison_dir_name
+    assert comparison_dir_name(["incast-pfc", "incast-ib"]) == "compare-incast-pfc-incast-ib"
+    labels = [f"{'x' * 60}-{i}" for i in range(6)]          # 6 names of 62 characters
+    name = comparison_dir_name(labels)
+    assert len(name.encode()) <= COMPARE_DIR_MAX_BYTES
+    assert name.startswith(f"compare-{labels[0]}-{labels[1]}-") and name.endswith("-and-4-more")

@@ -119,7 +119,8 @@ def test_rerun_dilation_is_at_least_double_and_predicted_good():
 def test_parse_dilation():
     assert parse_dilation(None) is None and parse_dilation("auto") == "auto"
     assert parse_dilation("2500") == 2500.0
-    for bad in ("fast", "0.5", "nan", "inf", "-3"):
+    assert parse_dilation("1e6") == 1e6
+    for bad in ("fast", "0.5", "nan", "inf", "-3", "1e300", "1000001"):
         with pytest.raises(FabricEmuError, match="--dilation"):
             parse_dilation(bad)
 
