@@ -61,6 +61,25 @@ def failure(e: Rejected) -> Failure:
     return (e.code, e.message)
 
 
+class Outcomes(list):
+    """Each item's outcome in batch order: None (succeeded) or its ``Failure``.
+
+    Equal failures are kept once: a big batch's failures repeat (10,000
+    inserts into a full table, one message), and 10,000 copies of it would
+    be ~1.5 MB held until the answer is sent.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._seen: dict[Failure, Failure] = {}
+
+    def ok(self) -> None:
+        self.append(None)
+
+    def failed(self, f: Failure) -> None:
+        self.append(self._seen.setdefault(f, f))
+
+
 def code_name(code: int) -> str:
     try:
         return code_pb2.Code.Name(code)
