@@ -12,10 +12,11 @@ channel, arbitrates, and (by default) waits to become the primary.
     conn.close()
 
 Errors: ``P4RuntimeError`` (any RPC failure, with the gRPC code), its
-subclass ``WriteError`` (``.errors``: one ``UpdateError`` per failed
+subclasses ``WriteError`` (``.errors``: one ``UpdateError`` per failed
 update the server's details cover; a large batch's details cover its
-first updates only, ``.covered`` says how many) and ``ArbitrationError``
-(could not become primary). ``write`` sends ``CONTINUE_ON_ERROR`` batches
+first updates only, ``.covered`` says how many), ``ReadError`` (the same
+per request, and ``.entities``: what the requests that succeeded returned)
+and ``ArbitrationError`` (could not become primary). ``write`` sends ``CONTINUE_ON_ERROR`` batches
 unless told otherwise: the updates that succeed stay.
 """
 from __future__ import annotations
@@ -86,6 +87,16 @@ class P4RuntimeError(Exception):
 
 class WriteError(P4RuntimeError):
     """A Write failed; ``.errors`` lists the updates that failed and why."""
+
+
+class ReadError(P4RuntimeError):
+    """A Read failed; ``.errors`` lists the requests that failed and why, and
+    ``.entities`` holds what the server returned before its status: the
+    entities of the requests that succeeded (P4Runtime spec 13.3)."""
+
+    def __init__(self, *args: Any, entities: list[pb.Entity] | None = None, **kw: Any):
+        super().__init__(*args, **kw)
+        self.entities: list[pb.Entity] = entities or []
 
 
 class ArbitrationError(P4RuntimeError):
@@ -374,7 +385,8 @@ class SwitchConnection:
     # ------------------------------------------------------------ Read
 
     def read(self, entities: Any, timeout: float | None = 30.0) -> list[pb.Entity]:
-        """Read (wildcard) entities; ``P4RuntimeError`` with per-request errors on failure."""
+        """Read (wildcard) entities; ``ReadError`` with per-request errors on failure
+        (and the entities the requests that succeeded returned)."""
         if not isinstance(entities, (list, tuple)):
             entities = [entities]
         req = pb.ReadRequest(device_id=self.device_id, entities=[_entity(e) for e in entities])
@@ -386,8 +398,8 @@ class SwitchConnection:
             details, covered = _details(e)
             errors = [UpdateError(i, c, m, req.entities[i] if i < len(req.entities) else None)
                       for i, c, m in details if c != code_pb2.OK]
-            raise P4RuntimeError(f"P4Runtime {self.address} device {self.device_id}: Read",
-                                 e.code(), e.details() or "", errors, covered) from None
+            raise ReadError(f"P4Runtime {self.address} device {self.device_id}: Read",
+                            e.code(), e.details() or "", errors, covered, entities=out) from None
         return out
 
     def read_table_entries(self, table: str | int | None = None) -> list[pb.TableEntry]:
