@@ -273,8 +273,7 @@ def _mininet_cli(fnet) -> None:
 
     class FabricCLI(CLI):
         def do_take_primary(self, _line: str) -> None:
-            """take_primary: make the controller the primary P4Runtime client again on
-            the switches where another client (a shell) took over."""
+            """take_primary: the controller primary again where another P4Runtime client took over"""
             try:
                 taken = fnet.controller.take_primary()
             except P4RuntimeError as e:
