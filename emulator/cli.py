@@ -287,8 +287,9 @@ def comparison_dir_name(labels: list[str]) -> str:
               help="Time dilation; overrides the file's 'dilation' (auto: the cached value).")
 @click.option("--set", "sets", multiple=True, metavar="KEY.PATH=VALUE", help=_SET_HELP)
 def cli(experiment, target, out_dir, dilation, sets):
-    """The EXPERIMENT's fabric up and programmed, under Mininet's CLI."""
-    from mininet.cli import CLI
+    """The EXPERIMENT's fabric up and programmed, under Mininet's CLI (and its
+    `take_primary` command: the controller primary again where another
+    P4Runtime client took over)."""
     from mininet.log import setLogLevel
 
     from emulator.experiment.dilation import dilation_for_cli, parse_dilation, with_dilation
@@ -305,26 +306,63 @@ def cli(experiment, target, out_dir, dilation, sets):
     check_environment()
     with RunLock.acquire(experiment, run_dir), \
             fabric_net(exp, run_dir, target=resolve_target(exp.spec.target)) as fnet:
-        click.echo(p4runtime_banner(exp, fnet), err=True)     # unwrapped: lines to paste
+        addresses = {sw.name: fnet.switch(sw.name).grpc_address for sw in exp.fabric.switches()}
+        click.echo(p4runtime_banner(exp, addresses), err=True)     # unwrapped: lines to paste
         setLogLevel("output")   # the CLI prints through Mininet's log
-        CLI(fnet.net)
+        _mininet_cli(fnet)
 
 
-def p4runtime_banner(exp, fnet) -> str:
-    """Per switch: device id, gRPC address and a p4runtime-shell line to paste
-    (it reads the running pipeline from the switch: no --config)."""
+def p4runtime_banner(exp, addresses: dict[str, str]) -> str:
+    """Per switch (``addresses``: its gRPC address): device id, address and a
+    p4runtime-shell line to paste (it reads the running pipeline from the
+    switch: no --config), then who may write. The shell's election id is
+    below the controller's: the controller stays primary, the shell is a
+    backup that reads; the last line says how to write from it instead."""
+    from emulator.control.controller import CONTROLLER_ELECTION_ID
+    from emulator.control.p4rt_errors import election_id_text
+
+    high, low = CONTROLLER_ELECTION_ID
+    ours, above, shell = (election_id_text(e) for e in (CONTROLLER_ELECTION_ID, (high, low + 1),
+                                                          P4RT_SHELL_ELECTION_ID))
     lines = [f"{exp.fabric.name}: up at dilation {exp.dilation:g}; P4Runtime per switch "
              "(pip install p4runtime-shell):"]
     for sw in exp.fabric.switches():
-        addr, dev = fnet.switch(sw.name).grpc_address, exp.fabric.device_id(sw.name)
+        addr, dev = addresses[sw.name], exp.fabric.device_id(sw.name)
         lines.append(f"  {sw.name:<8} device {dev:<3} {addr:<16} "
-                     f"python3 -m p4runtime_sh --grpc-addr {addr} --device-id {dev} "
-                     f"--election-id 0,{P4RT_SHELL_ELECTION_ID}")
+                     f"python3 -m p4runtime_sh --grpc-addr {addr} --device-id {dev} --election-id {shell}")
+    lines.append(f"The controller is every switch's primary client (election id {ours}): these shells are "
+                 "backups, they read but cannot write.")
+    lines.append(f"To write from a shell, give it --election-id {above} or higher: the controller says it "
+                 "lost primary, and `take_primary` at the mininet> prompt takes it back.")
     return "\n".join(lines)
 
 
-# above the controller's election id: the shell becomes primary (it may write)
-P4RT_SHELL_ELECTION_ID = 100
+# (high, low): p4runtime-shell's default, below the controller's (controller.CONTROLLER_ELECTION_ID)
+P4RT_SHELL_ELECTION_ID = (1, 0)
+
+
+def _mininet_cli(fnet) -> None:
+    """Mininet's CLI on the fabric, with ``take_primary``."""
+    from mininet.cli import CLI
+    from mininet.log import output
+
+    from emulator.control.p4rt_errors import P4RuntimeError, election_id_text
+
+    class FabricCLI(CLI):
+        def do_take_primary(self, _line: str) -> None:
+            """take_primary: the controller primary again where another P4Runtime client took over"""
+            try:
+                taken = fnet.controller.take_primary()
+            except P4RuntimeError as e:
+                output(f"take_primary: {e}\n")
+                return
+            if not taken:
+                output("take_primary: the controller is primary on every switch already\n")
+                return
+            output("take_primary: the controller is primary again on " + ", ".join(
+                f"{name} (election id {election_id_text(eid)})" for name, eid in taken.items()) + "\n")
+
+    FabricCLI(fnet.net)
 
 
 @main.command()

@@ -9,6 +9,7 @@
         fab.port_counters()[("leaf1", 1)]["tx_packets"]
         fab.set_qos({"ecn": {"kmin_bytes": 20000}})   # P4Runtime writes, between runs
         res = fab.run([{"src": "h2", "dst": "h1", "size_bytes": 1 << 20}])   # a Result
+        fab.take_primary()                        # after another P4Runtime client took over
 
 The source is an experiment (``Experiment``, or its file) -- its QoS, buffer
 and MTU are installed -- or a topology (file or dict), which gets the
@@ -16,6 +17,12 @@ experiment defaults. ``target``: "embedded", "bmv2" or "auto"; ``dilation``
 scales link rates and delays as in a run (``auto``: the cached D of the
 experiment, else 10000). One fabric runs at a time on a machine (the run
 lock): a second one, or a ``fabric-emu run``, is refused with one line.
+
+The controller is each switch's primary P4Runtime client (election id
+``controller.CONTROLLER_ELECTION_ID``). Another client with a higher id --
+p4runtime-shell, say -- takes that away: the controller logs one line per
+switch naming the other's id, and ``set_qos`` is refused with one line
+(``NotPrimaryError``), nothing written, until ``take_primary()``.
 """
 from __future__ import annotations
 
@@ -100,6 +107,12 @@ class Fabric:
     def table_entries(self, switch: str, table: str | None = None) -> list:
         """A switch's table entries (P4Runtime ``TableEntry`` messages), all or one table's."""
         return self.controller.conns[switch].read_table_entries(table)
+
+    def take_primary(self) -> dict[str, int]:
+        """Make the controller primary again on the switches where another
+        P4Runtime client took over (it never does so by itself): {switch:
+        the controller's election id now}, empty if it was primary everywhere."""
+        return self.controller.take_primary()
 
     def run(self, traffic: list | None = None, *, out: str | Path | None = None,
             set=None, quiet: bool = False):

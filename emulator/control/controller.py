@@ -8,6 +8,12 @@ Per switch it writes
   * one ``ecmp_selector`` member per distinct next hop (``set_nexthop``);
   * one ``ecmp_selector`` group per distinct ECMP next-hop set;
   * one ``ipv4_lpm`` entry per route, pointing at its member or group.
+
+It arbitrates with ``CONTROLLER_ELECTION_ID``, one above p4runtime-shell's
+default (1,0): a shell started on a switch with its defaults (or with the
+lower id ``fabric-emu cli`` prints) is a backup that reads; a client with a
+higher id takes primary away, which each connection reports in one line,
+and the controller writes again only after ``take_primary()``.
 """
 from __future__ import annotations
 
@@ -16,7 +22,7 @@ from typing import Callable, TypeVar
 
 from p4.v1 import p4runtime_pb2
 
-from emulator.control.p4rt_client import SwitchConnection
+from emulator.control.p4rt_client import NotPrimaryError, SwitchConnection
 from emulator.control.qos import QosSpec, int_port_entities, qos_entities
 from emulator.dataplane.malformed import MALFORMED_SLOTS, Malformed
 from emulator.p4.p4info import P4Info
@@ -24,6 +30,9 @@ from emulator.topo import Fabric, compute_routes, ecmp_groups, nexthop_members
 from emulator.wire import CPU_PORT
 
 T = TypeVar("T")
+
+# (high, low): above p4runtime-shell's default election id, (1, 0).
+CONTROLLER_ELECTION_ID = (1, 1)
 
 PORT_COUNTERS = {          # summary name prefix -> fabric.p4 counter, index port
     "rx": "rx_port_counter",
@@ -113,7 +122,8 @@ class FabricController:
         """A primary connection to every switch (all at once); on a failure
         the ones made are closed and the first error raised."""
         with ThreadPoolExecutor(max_workers=min(16, max(1, len(self.switches)))) as pool:
-            futures = {name: pool.submit(SwitchConnection, address, device_id)
+            futures = {name: pool.submit(SwitchConnection, address, device_id, CONTROLLER_ELECTION_ID,
+                                         name=name)
                        for name, (address, device_id) in self.switches.items()}
         for name, f in futures.items():
             if f.exception() is None:
@@ -163,6 +173,7 @@ class FabricController:
         if changed or old.pfc.enabled != qos.pfc.enabled:
             raise ValueError(f"cannot change {', '.join(changed) or 'pfc.enabled'} on a live "
                              "fabric: start a new one")
+        self.require_primary("QoS change refused")   # before writing anything: not half of it
         for name, conn in self.conns.items():
             before, after = self._qos_tables(name, old), self._qos_tables(name, qos)
             gone = [e for k, e in before.items() if k not in after]
@@ -175,6 +186,17 @@ class FabricController:
             if new:
                 conn.insert(new)
         self.qos = qos
+
+    def require_primary(self, what: str) -> None:
+        """``NotPrimaryError`` (one line) if another client has taken primary on a switch."""
+        for conn in self.conns.values():
+            if conn.lost_to is not None:
+                raise NotPrimaryError(conn.not_primary_text(what), conn.lost_to)
+
+    def take_primary(self) -> dict[str, int]:
+        """Primary again on every switch where another client took it (the
+        controller never does this by itself): {switch: election id now ours}."""
+        return {name: conn.take_primary() for name, conn in self.conns.items() if not conn.is_primary}
 
     def _qos_tables(self, switch: str, qos: QosSpec) -> dict[bytes, object]:
         """The QoS table entries of a switch by key (table, match, priority);

@@ -12,104 +12,59 @@ channel, arbitrates, and (by default) waits to become the primary.
     conn.close()
 
 Errors: ``P4RuntimeError`` (any RPC failure, with the gRPC code), its
-subclass ``WriteError`` (``.errors``: one ``UpdateError`` per failed
+subclasses ``WriteError`` (``.errors``: one ``UpdateError`` per failed
 update the server's details cover; a large batch's details cover its
-first updates only, ``.covered`` says how many) and ``ArbitrationError``
-(could not become primary). ``write`` sends ``CONTINUE_ON_ERROR`` batches
-unless told otherwise: the updates that succeed stay.
+first updates only, ``.covered`` says how many), ``ReadError`` (the same
+per request, and ``.entities``: what the requests that succeeded returned)
+and ``ArbitrationError`` (could not become primary); see ``p4rt_errors``.
+``write`` sends ``CONTINUE_ON_ERROR`` batches unless told otherwise: the
+updates that succeed stay.
+
+Primary: another client may take over with a higher election id (spec 5).
+The connection hears it on its stream (an arbitration advisory naming the
+new primary's id), says so in one logged warning, and refuses to write from
+then on with a one-line ``NotPrimaryError``. It never takes primary back by
+itself -- the other client may be a person at p4runtime-shell -- only when
+asked: ``take_primary()``.
 """
 from __future__ import annotations
 
 import logging
 import queue
 import threading
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
 import grpc
-from google.rpc import code_pb2, status_pb2
+from google.rpc import code_pb2
 from p4.config.v1 import p4info_pb2
 from p4.v1 import p4runtime_pb2 as pb
 from p4.v1 import p4runtime_pb2_grpc as pb_grpc
 
+from emulator.control.p4rt_errors import (ArbitrationError, NotPrimaryError, P4RuntimeError, ReadError,
+                                          UpdateError, WriteError, code_name, election_id_text,
+                                          status_details)
 from emulator.p4.codec import Codec
 from emulator.p4.p4info import P4Info
 from emulator.p4.values import uint128, uint128_value
 
-log = logging.getLogger(__name__)
+
+def _plain_logger(name: str) -> logging.Logger:
+    """A ``logging.Logger``, whatever logger class is installed: Mininet
+    installs its own (``logging.setLoggerClass``), whose loggers print
+    through a handler of theirs that drops the line's newline -- the lines
+    this module logs are meant for the user at the mininet> prompt."""
+    installed = logging.getLoggerClass()
+    logging.setLoggerClass(logging.Logger)
+    try:
+        return logging.getLogger(name)
+    finally:
+        logging.setLoggerClass(installed)
+
+
+log = _plain_logger(__name__)
 
 _END = object()
-
-
-def code_name(code: int) -> str:
-    try:
-        return code_pb2.Code.Name(code)
-    except ValueError:
-        return str(code)
-
-
-@dataclass(frozen=True)
-class UpdateError:
-    """One failed item of a Write (or Read) batch."""
-
-    index: int          # position in the batch
-    code: int           # google.rpc.Code
-    message: str
-    update: Any = None  # the p4.v1.Update (Write) or Entity (Read)
-
-    def __str__(self) -> str:
-        return f"#{self.index}: {code_name(self.code)}: {self.message}"
-
-
-class P4RuntimeError(Exception):
-    """A P4Runtime RPC failed."""
-
-    def __init__(self, what: str, code: grpc.StatusCode | None, message: str,
-                 errors: list[UpdateError] | None = None, covered: int | None = None):
-        self.what, self.code, self.message = what, code, message
-        self.errors: list[UpdateError] = errors or []
-        # Batch items the server's details covered (one p4.v1.Error each, in
-        # order); fewer than the batch when it cut them to fit the trailer
-        # (the message then says so and quotes the first failures). None: no details.
-        self.covered = covered
-        text = f"{what}: {code.name if code else 'ERROR'}: {message}"
-        if self.errors:
-            text += "".join(f"\n  {e}" for e in self.errors)
-        super().__init__(text)
-
-    @property
-    def codes(self) -> list[int]:
-        """Canonical codes of the failed items, in batch order."""
-        return [e.code for e in self.errors]
-
-
-class WriteError(P4RuntimeError):
-    """A Write failed; ``.errors`` lists the updates that failed and why."""
-
-
-class ArbitrationError(P4RuntimeError):
-    """The session could not be established or is not the primary."""
-
-
-def _details(err: grpc.RpcError) -> tuple[list[tuple[int, int, str]], int | None]:
-    """``(index, canonical_code, message)`` of every p4.v1.Error in a gRPC
-    error's details, and how many batch items the details cover (None: no details)."""
-    out, covered = [], None
-    for key, value in (err.trailing_metadata() or ()):
-        if key != "grpc-status-details-bin":
-            continue
-        status = status_pb2.Status()
-        try:
-            status.ParseFromString(value)
-        except Exception:  # a peer's garbage: the gRPC code and message still say what failed
-            continue
-        covered = len(status.details)
-        for i, any_msg in enumerate(status.details):
-            e = pb.Error()
-            if any_msg.Unpack(e):
-                out.append((i, e.canonical_code, e.message))
-    return out, covered
 
 
 def _entity(item: Any) -> pb.Entity:
@@ -129,15 +84,20 @@ class SwitchConnection:
     ``election_id`` is ``(high, low)`` or an int. With ``require_primary``
     (default) the constructor waits up to ``timeout`` seconds to be primary
     and raises ``ArbitrationError`` otherwise; without it the connection may
-    stay a backup (see ``is_primary``, ``arbitration_status``).
+    stay a backup (see ``is_primary``, ``arbitration_status``). ``name``
+    (the switch's) starts the messages about it.
     """
 
     def __init__(self, address: str, device_id: int, election_id: Any = (0, 1), *,
                  p4info: P4Info | p4info_pb2.P4Info | None = None,
-                 timeout: float = 10.0, require_primary: bool = True):
+                 timeout: float = 10.0, require_primary: bool = True, name: str | None = None):
         self.address = address
         self.device_id = device_id
         self.election_id = uint128_value(uint128(election_id))
+        self.label = f"{name} ({address}, device {device_id})" if name else f"P4Runtime {address} device {device_id}"
+        # Election id of the client that took primary from this one (None:
+        # primary, or never was); cleared by take_primary().
+        self.lost_to: int | None = None
         self.p4info: P4Info | None = P4Info.coerce(p4info) if p4info is not None else None
         self.stream_errors: list[pb.StreamError] = []
         self._cond = threading.Condition()
@@ -185,8 +145,15 @@ class SwitchConnection:
                 kind = resp.WhichOneof("update")
                 if kind == "arbitration":
                     with self._cond:
+                        was_primary = self.is_primary
                         self._arbitration = resp.arbitration
+                        # Another client is primary now (spec 5: ALREADY_EXISTS to the others).
+                        taken = was_primary and resp.arbitration.status.code == code_pb2.ALREADY_EXISTS
+                        if taken:
+                            self.lost_to = self.primary_election_id
                         self._cond.notify_all()
+                    if taken:
+                        log.warning("%s", self.not_primary_text())
                 elif kind == "packet":
                     self._packet_ins.put(resp.packet)
                 elif kind == "error":
@@ -259,6 +226,36 @@ class SwitchConnection:
             self.election_id = uint128_value(uint128(election_id))
         self._send_arbitration()
         self.wait_for_primary(timeout)
+
+    def take_primary(self, timeout: float = 10.0) -> int:
+        """Become primary again, e.g. after another client took over: re-arbitrate
+        with an election id above the highest the switch has seen (spec 5:
+        at least that is needed). Returns the election id now ours."""
+        if not self.is_primary:
+            seen = self.primary_election_id
+            self.become_primary(self.election_id if seen is None else max(self.election_id, seen + 1), timeout)
+        self.lost_to = None
+        return self.election_id
+
+    def not_primary_text(self, what: str = "") -> str:
+        """One line: this connection is not the primary (``what`` was refused), who is, and the way back."""
+        ours = election_id_text(self.election_id)
+        if self.lost_to is not None:
+            why = (f"lost primary to election id {election_id_text(self.lost_to)} (ours: {ours}): "
+                   "another P4Runtime client took over")
+        elif self.primary_election_id is not None and self.arbitration_status == code_pb2.ALREADY_EXISTS:
+            why = f"not primary: the primary is election id {election_id_text(self.primary_election_id)} (ours: {ours})"
+        else:
+            why = f"not primary: the switch has no primary (ours: {ours})"
+        return f"{self.label}: {what + ': ' if what else ''}{why}; writes are refused until take_primary"
+
+    def _refused_as_not_primary(self, wait_s: float = 1.0) -> bool:
+        """After a PERMISSION_DENIED: whether this connection is not the primary.
+        The advisory saying so was sent before the Write was refused, but on
+        the stream: allow it ``wait_s`` to arrive."""
+        with self._cond:
+            self._cond.wait_for(lambda: not self.is_primary, wait_s)
+            return not self.is_primary
 
     @property
     def arbitration_status(self) -> int | None:
@@ -350,7 +347,11 @@ class SwitchConnection:
         try:
             self._stub.Write(req, timeout=timeout)
         except grpc.RpcError as e:
-            details, covered = _details(e)
+            if e.code() == grpc.StatusCode.PERMISSION_DENIED and self._refused_as_not_primary():
+                n = len(req.updates)
+                raise NotPrimaryError(self.not_primary_text(f"Write of {n} update{'s' * (n != 1)} refused"),
+                                      self.primary_election_id) from None
+            details, covered = status_details(e)
             errors = [UpdateError(i, c, m, req.updates[i] if i < len(req.updates) else None)
                       for i, c, m in details if c != code_pb2.OK]
             raise WriteError(f"P4Runtime {self.address} device {self.device_id}: Write "
@@ -374,7 +375,8 @@ class SwitchConnection:
     # ------------------------------------------------------------ Read
 
     def read(self, entities: Any, timeout: float | None = 30.0) -> list[pb.Entity]:
-        """Read (wildcard) entities; ``P4RuntimeError`` with per-request errors on failure."""
+        """Read (wildcard) entities; ``ReadError`` with per-request errors on failure
+        (and the entities the requests that succeeded returned)."""
         if not isinstance(entities, (list, tuple)):
             entities = [entities]
         req = pb.ReadRequest(device_id=self.device_id, entities=[_entity(e) for e in entities])
@@ -383,11 +385,11 @@ class SwitchConnection:
             for resp in self._stub.Read(req, timeout=timeout):
                 out.extend(resp.entities)
         except grpc.RpcError as e:
-            details, covered = _details(e)
+            details, covered = status_details(e)
             errors = [UpdateError(i, c, m, req.entities[i] if i < len(req.entities) else None)
                       for i, c, m in details if c != code_pb2.OK]
-            raise P4RuntimeError(f"P4Runtime {self.address} device {self.device_id}: Read",
-                                 e.code(), e.details() or "", errors, covered) from None
+            raise ReadError(f"P4Runtime {self.address} device {self.device_id}: Read",
+                            e.code(), e.details() or "", errors, covered, entities=out) from None
         return out
 
     def read_table_entries(self, table: str | int | None = None) -> list[pb.TableEntry]:

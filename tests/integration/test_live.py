@@ -103,3 +103,32 @@ def _switch_stats_are_each_runs_own(res, out) -> None:
         rows = (out / "run" / f"{sw}.events.csv").read_text().splitlines()[1:]
         logged = sum(1 for r in rows if r.split(",")[3] == "pause_tx")
         assert logged == res.pauses(node=sw), sw
+
+
+def test_another_client_taking_primary_is_one_line_and_undone_only_on_request(target, caplog):
+    """A P4Runtime client with a higher election id (p4runtime-shell, say)
+    takes leaf1: the controller says so in one line naming its id, set_qos
+    is refused in one line, and the controller is primary again only after
+    take_primary()."""
+    import logging
+    import time
+
+    from emulator.control.p4rt_client import NotPrimaryError, SwitchConnection
+    caplog.set_level(logging.WARNING)
+    with fe.Fabric(INCAST, target=target, dilation=10000) as fab:
+        conn = fab.controller.conns["leaf1"]
+        with SwitchConnection(conn.address, conn.device_id, (1, 2), timeout=10):
+            for _ in range(300):                       # the advisory reaches the controller
+                if conn.lost_to is not None:
+                    break
+                time.sleep(0.01)
+            with pytest.raises(NotPrimaryError) as e:
+                fab.set_qos({"ecn": {"enabled": True, "kmin_bytes": 20_000}})
+            assert "\n" not in str(e.value) and "leaf1" in str(e.value)
+            assert "lost primary to election id 1,2 (ours: 1,1)" in str(e.value)
+        warned = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+        assert len(warned) == 1 and warned[0].startswith("leaf1 (") and "election id 1,2" in warned[0]
+        assert _kmin(fab) == set() and not conn.is_primary            # nothing written, not taken back
+        assert fab.take_primary() == {"leaf1": (1 << 64) + 3}
+        fab.set_qos({"ecn": {"enabled": True, "kmin_bytes": 20_000}})
+        assert _kmin(fab) == {20_000}

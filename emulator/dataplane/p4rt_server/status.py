@@ -2,8 +2,13 @@
 
 A Write or Read that fails in part ends with gRPC ``UNKNOWN`` whose
 ``grpc-status-details-bin`` trailer holds a ``google.rpc.Status`` with one
-``p4.v1.Error`` per update/entity, in batch order, ``OK`` for those that
-succeeded (P4Runtime spec 12.3, as PI does).
+``p4.v1.Error`` per update/request, in batch order, ``OK`` for those that
+succeeded (P4Runtime spec 12.3 for Write, as PI does; 13.3 for Read, where
+PI instead stops at the first failing request and ends the Read with its
+code). The top-level message (``grpc-message``, what a client such as
+p4runtime-shell prints of a failed Read) quotes the first failure and the
+first of each other kind, so the per-item code -- UNIMPLEMENTED, say -- is
+in the one line a user sees.
 
 The whole trailer must fit the peer's metadata limit: gRPC's default
 ``grpc.max_metadata_size`` is 8 KiB (a soft limit: between it and the hard
@@ -61,6 +66,25 @@ def failure(e: Rejected) -> Failure:
     return (e.code, e.message)
 
 
+class Outcomes(list):
+    """Each item's outcome in batch order: None (succeeded) or its ``Failure``.
+
+    Equal failures are kept once: a big batch's failures repeat (10,000
+    inserts into a full table, one message), and 10,000 copies of it would
+    be ~1.5 MB held until the answer is sent.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._seen: dict[Failure, Failure] = {}
+
+    def ok(self) -> None:
+        self.append(None)
+
+    def failed(self, f: Failure) -> None:
+        self.append(self._seen.setdefault(f, f))
+
+
 def code_name(code: int) -> str:
     try:
         return code_pb2.Code.Name(code)
@@ -111,15 +135,16 @@ def batch_failure(what: str, items: Sequence[Optional[Failure]], noun: str = "up
     failed = [(i, f) for i, f in enumerate(items) if f is not None]
     own = [(i, f) for i, f in failed if f[0] != code_pb2.ABORTED]   # ABORTED: rolled back for another
     head = f"{what}: {len(own)} of {len(items)} {noun} failed"
-    entries = _prefix(head, items)
+    message = _bounded(f"{head}: {_first_failures(failed, own)}")
+    entries = _prefix(message, items)
     if len(entries) < len(items):
         # The longest message this batch can have (the count of covered items
         # at its widest) leaves the room the details get; the real count is
         # no wider, so the final message fits too.
         entries = _prefix(_cut_message(head, len(items), failed, own, noun), items)
-        head = _cut_message(head, len(entries), failed, own, noun)
-    status = _status(head, entries)
-    return _Status(GRPC_CODE[code_pb2.UNKNOWN], head, ((_DETAILS_KEY, status.SerializeToString()),))
+        message = _cut_message(head, len(entries), failed, own, noun)
+    status = _status(message, entries)
+    return _Status(GRPC_CODE[code_pb2.UNKNOWN], message, ((_DETAILS_KEY, status.SerializeToString()),))
 
 
 def _prefix(message: str, items: Sequence[Optional[Failure]]) -> list[any_pb2.Any]:
@@ -150,15 +175,24 @@ def _cut_message(head: str, covered: int, failed: list[tuple[int, Failure]],
     """The top-level message of a batch whose details cover only its first ``covered`` items."""
     by_code = collections.Counter(f[0] for _, f in failed)
     codes = ", ".join(f"{code_name(c)} x{n}" for c, n in by_code.most_common())
-    quoted: dict[Failure, int] = {}   # the first failure, then the first of each other kind
+    cover = f"details cover {noun} #0-#{covered - 1} only" if covered else f"details list none of the {noun}"
+    return _bounded(f"{head} ({codes}); {cover} (trailer size limit); "
+                    f"first failures: {_first_failures(failed, own)}")
+
+
+def _first_failures(failed: list[tuple[int, Failure]], own: list[tuple[int, Failure]]) -> str:
+    """The first failure, then the first of each other kind: ``#index CODE: message; ...``
+    (the ones rolled back for another, ABORTED, only if there are no others)."""
+    quoted: dict[Failure, int] = {}
     for i, f in own or failed:
         if f not in quoted:
             quoted[f] = i
             if len(quoted) == _FIRST_FAILURES:
                 break
-    firsts = "; ".join(f"#{i} {code_name(f[0])}: {f[1][:_QUOTE_CHARS]}" for f, i in quoted.items())
-    cover = f"details cover {noun} #0-#{covered - 1} only" if covered else f"details list none of the {noun}"
-    text = f"{head} ({codes}); {cover} (trailer size limit); first failures: {firsts}"
+    return "; ".join(f"#{i} {code_name(f[0])}: {f[1][:_QUOTE_CHARS]}" for f, i in quoted.items())
+
+
+def _bounded(text: str) -> str:
     data = text.encode()
     if len(data) > MESSAGE_MAX_BYTES:
         text = data[:MESSAGE_MAX_BYTES - 3].decode(errors="ignore") + "..."

@@ -8,6 +8,10 @@ update fails; the updates that had succeeded are then reported as
 ``p4.v1.Error`` per update, bounded to what a gRPC trailer holds. Undoing touches only what the batch changed: the pipeline
 counts packets into the same counter arrays meanwhile.
 
+Each update arrives serialized (``rpc.UnparsedWriteRequest``) and is parsed
+when its turn comes, so a batch's parsed updates never all exist at once;
+bytes that are not an ``Update`` fail that update (INVALID_ARGUMENT).
+
 The batch runs under ``state.lock`` and ends with one ``state.changed()``,
 so the pipeline sees each batch as a whole (``DATAPLANE_ATOMIC`` therefore
 holds as long as the pipeline reads the state under the lock / by
@@ -23,7 +27,7 @@ from google.protobuf.message import Message
 from google.rpc import code_pb2
 from p4.v1 import p4runtime_pb2 as pb
 
-from emulator.dataplane.p4rt_server.status import Failure, batch_failure, failure, internal
+from emulator.dataplane.p4rt_server.status import Failure, Outcomes, batch_failure, failure, internal
 from emulator.dataplane.state import SwitchState
 from emulator.p4.codec import Rejected, invalid
 
@@ -80,6 +84,13 @@ _UPDATE_TYPES = (pb.Update.INSERT, pb.Update.MODIFY, pb.Update.DELETE)
 _ROLLED_BACK: Failure = (code_pb2.ABORTED, "rolled back: another update in the batch failed")
 
 
+def _parse_update(raw: bytes) -> pb.Update:
+    try:
+        return pb.Update.FromString(raw)
+    except Exception as e:  # DecodeError, or what else a protobuf runtime raises on bad bytes
+        raise invalid(f"update is not a valid p4.v1.Update ({e or type(e).__name__})") from None
+
+
 class Writer:
     """Applies Write batches to the state through the managers' handlers (by ``Entity`` field)."""
 
@@ -87,23 +98,25 @@ class Writer:
         self.state = state
         self.handlers = handlers
 
-    def write(self, request: pb.WriteRequest, context: grpc.ServicerContext) -> pb.WriteResponse:
-        """The batch of an accepted request (device, role, primary and pipeline already checked)."""
+    def write(self, request: Any, context: grpc.ServicerContext) -> pb.WriteResponse:
+        """The batch of an accepted ``rpc.UnparsedWriteRequest`` (device, role,
+        primary and pipeline already checked)."""
         W = pb.WriteRequest
         if request.atomicity not in (W.CONTINUE_ON_ERROR, W.ROLLBACK_ON_ERROR, W.DATAPLANE_ATOMIC):
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"unknown atomicity {request.atomicity}")
         all_or_none = request.atomicity != W.CONTINUE_ON_ERROR
-        failures: list[Failure | None] = []
+        outcomes = Outcomes()
         journal = Journal(undo=all_or_none)
         with self.state.lock:
-            for update in request.updates:
+            for raw in request.updates:
                 try:
-                    self._apply(update, journal)
-                    failures.append(None)
+                    self._apply(_parse_update(raw), journal)
+                    outcomes.ok()
                 except Rejected as f:
-                    failures.append(failure(f))
+                    outcomes.failed(failure(f))
                 except Exception as e:  # a bug here must not kill the batch
-                    failures.append(internal(log, "Write", e))
+                    outcomes.failed(internal(log, "Write", e))
+            failures: list[Failure | None] = outcomes
             failed = any(failures)
             if failed and all_or_none:
                 journal.rollback()
