@@ -282,17 +282,21 @@ def comparison_dir_name(labels: list[str]) -> str:
 @click.option("--target", type=click.Choice(["embedded", "bmv2", "auto"]), default=None,
               help="Switch target; overrides the experiment file's 'target'.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
-              help="Where the switches' logs go (default: results/<experiment name>/cli).")
+              help="Where the switches' logs go (default: results/<experiment name>-cli): "
+                   "new, or an earlier run's.")
+@click.option("--force", is_flag=True,
+              help="Write into an --out that holds others' files too (they are kept).")
 @click.option("--dilation", "dilation", default=None, metavar="auto|N",
               help="Time dilation; overrides the file's 'dilation' (auto: the cached value).")
 @click.option("--set", "sets", multiple=True, metavar="KEY.PATH=VALUE", help=_SET_HELP)
-def cli(experiment, target, out_dir, dilation, sets):
+def cli(experiment, target, out_dir, force, dilation, sets):
     """The EXPERIMENT's fabric up and programmed, under Mininet's CLI (and its
     `take_primary` command: the controller primary again where another
     P4Runtime client took over)."""
     from mininet.log import setLogLevel
 
     from emulator.experiment.dilation import dilation_for_cli, parse_dilation, with_dilation
+    from emulator.experiment.outdir import OutputDir, output_dir
     from emulator.experiment.runner import fabric_net, resolve_target
     from emulator.net.fabric import check_environment
     from emulator.net.runlock import RunLock
@@ -302,10 +306,14 @@ def cli(experiment, target, out_dir, dilation, sets):
     if dilation is not None:
         exp = with_dilation(exp, dilation)
     exp = dilation_for_cli(exp, resolve_target(exp.spec.target))     # auto: the cached D
-    run_dir = Path(out_dir or f"results/{exp.name}/cli")
+    # beside a run's results/<name>, not in it: a later run there would find
+    # it someone else's entry
+    run_dir = Path(out_dir or f"results/{exp.name}-cli")
     check_environment()
+    OutputDir(run_dir, force=force).check()
     with RunLock.acquire(experiment, run_dir), \
-            fabric_net(exp, run_dir, target=resolve_target(exp.spec.target)) as fnet:
+            output_dir(run_dir, force=force, what="cli") as odir, \
+            fabric_net(exp, odir.path, target=resolve_target(exp.spec.target)) as fnet:
         addresses = {sw.name: fnet.switch(sw.name).grpc_address for sw in exp.fabric.switches()}
         click.echo(p4runtime_banner(exp, addresses), err=True)     # unwrapped: lines to paste
         setLogLevel("output")   # the CLI prints through Mininet's log

@@ -26,6 +26,7 @@ switch naming the other's id, and ``set_qos`` is refused with one line
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import tempfile
 from pathlib import Path
@@ -36,7 +37,7 @@ class Fabric:
     """A fabric up and programmed while the ``with`` block runs."""
 
     def __init__(self, source, *, target: str | None = None, dilation: float | str = "auto",
-                 out: str | Path | None = None, pcap: bool = False):
+                 out: str | Path | None = None, pcap: bool = False, force: bool = False):
         from emulator.experiment.dilation import dilation_for_cli, with_dilation
         from emulator.experiment.runner import resolve_target
 
@@ -49,15 +50,26 @@ class Fabric:
             self._tmp = tempfile.TemporaryDirectory(prefix="fabric-emu-live-")
             out = self._tmp.name
         self.run_dir = Path(out)
+        self.force = force
         self.pcap = pcap
+        self._odir = contextlib.ExitStack()      # ``out``: an output directory, as a run's
         self.net = None            # emulator.net.fabric.FabricNet while up
         self._runs = 0
 
     # lifecycle
     def __enter__(self) -> "Fabric":
+        from emulator.experiment.outdir import output_dir
         from emulator.experiment.runner import fabric_net
-        self.net = fabric_net(self.experiment, self.run_dir, self.pcap, self.target)
-        self.net.start()
+        if self._tmp is None:     # the user's: checked, marked, never cleared of others' files
+            self._odir.enter_context(output_dir(self.run_dir, force=self.force, what="fabric",
+                                                force_hint="force=True"))
+        try:
+            self.net = fabric_net(self.experiment, self.run_dir, self.pcap, self.target)
+            self.net.start()
+        except BaseException:
+            self.net = None
+            self._odir.close()
+            raise
         return self
 
     def __exit__(self, *exc) -> None:
@@ -66,6 +78,7 @@ class Fabric:
                 self.net.stop()
         finally:
             self.net = None
+            self._odir.close()
             if self._tmp is not None:
                 self._tmp.cleanup()
 

@@ -49,20 +49,7 @@ from emulator.p4.p4info import P4Info
 from emulator.p4.values import uint128, uint128_value
 
 
-def _plain_logger(name: str) -> logging.Logger:
-    """A ``logging.Logger``, whatever logger class is installed: Mininet
-    installs its own (``logging.setLoggerClass``), whose loggers print
-    through a handler of theirs that drops the line's newline -- the lines
-    this module logs are meant for the user at the mininet> prompt."""
-    installed = logging.getLoggerClass()
-    logging.setLoggerClass(logging.Logger)
-    try:
-        return logging.getLogger(name)
-    finally:
-        logging.setLoggerClass(installed)
-
-
-log = _plain_logger(__name__)
+log = logging.getLogger(__name__)     # a plain Logger: emulator.net undoes Mininet's class
 
 _END = object()
 

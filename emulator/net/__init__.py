@@ -25,3 +25,17 @@ if sys.version_info < (3, 12) and "distutils" not in sys.modules:
         pass
     finally:
         sys.meta_path[0:0] = _shims
+
+# Mininet's log module installs its logger class for every logger created
+# after it (``logging.setLoggerClass``): each such logger gets a handler of
+# its own that drops the line's newline, so the emulator's warnings (a
+# controller that lost primary, at the mininet> prompt) would run into the
+# next line. Mininet's own ``lg`` is made at that import; the class is put
+# back for everyone else's.
+try:
+    import logging
+
+    import mininet.log  # noqa: F401
+    logging.setLoggerClass(logging.Logger)
+except ImportError:          # no Mininet: nothing installed its class
+    pass

@@ -105,3 +105,16 @@ def test_sweep_refuses_a_directory_of_someone_elses_unless_forced(tmp_path, monk
     rows = fe.sweep(fe.load_experiment(DEMO), grid, out=tmp_path, force=True)
     assert len(rows) == 1 and (tmp_path / "notes.txt").read_text() == "mine"
     assert (tmp_path / "sweep.csv").exists()
+
+
+def test_a_live_fabric_refuses_an_out_of_someone_elses_before_anything_is_built(tmp_path,
+                                                                               monkeypatch):
+    import emulator.experiment.runner as runner
+    from emulator.errors import OutputError
+    (tmp_path / "notes.txt").write_text("mine")
+    built = []
+    monkeypatch.setattr(runner, "fabric_net", lambda *a, **k: built.append(a))
+    with pytest.raises(OutputError, match="notes.txt.*force=True"):
+        with fe.Fabric(DEMO, target="embedded", dilation=1000, out=tmp_path):
+            pass
+    assert built == [] and sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]

@@ -108,6 +108,7 @@ def no_fabric(monkeypatch):
     the fork server not prestarted, the root check passed, no lock taken;
     a run that got past the checks fails the test."""
     import emulator.experiment.dilation as dilation
+    import emulator.experiment.runner as runner
     import emulator.net.fabric as fabric
     import emulator.net.forkserver as forkserver
     import emulator.net.runlock as runlock
@@ -119,6 +120,7 @@ def no_fabric(monkeypatch):
     def no_run(*a, **k):
         pytest.fail("a run started")
     monkeypatch.setattr(dilation, "run_with_dilation", no_run)
+    monkeypatch.setattr(runner, "fabric_net", no_run)      # ``cli``'s fabric
 
 
 @pytest.fixture
@@ -137,10 +139,10 @@ def places(tmp_path):
     ("/", "holds others' files"),
     ("{d}/theirs", "notes.txt"),
 ])
-@pytest.mark.parametrize("command", ["run", "compare"])
+@pytest.mark.parametrize("command", ["run", "compare", "cli"])
 def test_a_bad_out_is_one_line_and_nothing_is_written(cli, no_fabric, places, command, out, why):
-    exps = ["experiments/demo.yaml"] if command == "run" else ["experiments/incast-pfc.yaml",
-                                                              "experiments/incast-ib.yaml"]
+    exps = ["experiments/incast-pfc.yaml", "experiments/incast-ib.yaml"] if command == "compare" \
+        else ["experiments/demo.yaml"]
     before = sorted(str(p) for p in places.rglob("*"))
     _one_line(cli(command, *exps, "--out", out.format(d=places)), why)
     assert sorted(str(p) for p in places.rglob("*")) == before
