@@ -111,7 +111,7 @@ def test_cli_brings_the_fabric_up_and_prints_a_p4runtime_shell_line_per_switch(t
     """`fabric-emu cli` (Mininet's CLI; here its stdin says `exit`): up at the
     cached D for `auto` (else the fallback) or the one asked for; one line
     per switch with its device id and gRPC address; nothing left after."""
-    r = run_cli("cli", "experiments/demo.yaml", "--out", tmp_path, *dilation, input="exit\n",
+    r = run_cli("cli", "experiments/demo.yaml", "--out", tmp_path / "out", *dilation, input="exit\n",
                 env={**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")})
     assert r.returncode == 0, r.stderr[-2000:]
     assert f"up at dilation {dilation[1] if dilation else 10000}" in r.stderr
