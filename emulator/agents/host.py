@@ -104,7 +104,7 @@ lower), so dilation does not touch them. Defaults: the paper's values at
      "min_rate_frac": 0.0025}      # R_min = 100 Mbit/s of 40 Gbit/s
 
 Raw logs, next to ``result_path`` (buffered; flushed when the agent exits),
-``t_ns`` = ``time.monotonic_ns()`` (wall)::
+``t_ns`` = the agent's clock's ``now_ns()`` (wall: ``CLOCK_MONOTONIC`` in a run)::
 
     {host}.qp.csv     t_ns,qpn,rate_bps,alpha,event   one "init" row per QP (its
                       line rate), then a row per DCQCN rate change, event
@@ -281,6 +281,9 @@ class HostAgent:
             logs.close()
             raise
         nic = self.nic
+        # the NIC's clock is the agent's: what it posts and stamps is on the
+        # time its NIC serializes on (a test's manual clock included)
+        self.clock = nic.clock
         self.qps = {}
         for q in cfg.qps:
             self.qps[q.qpn] = nic.create_qp(q.qpn, q.remote_ip, q.remote_qpn, q.udp_sport,
@@ -461,7 +464,7 @@ class HostAgent:
         return {
             "host": self.host, "complete": self.all_complete(), "reason": self.stop_reason,
             "start_at_unix_ns": self.start_at_unix_ns, "ready_unix_ns": self.ready_unix_ns,
-            "end_unix_ns": time.time_ns(),
+            "end_unix_ns": self.clock.unix_ns(),
             "cpu_s": round(time.process_time(), 3),
             "send": self.send_state, "expect": self.exp_state, "nic": nic.stats.as_dict(),
             "endpoint": self.endpoint.report() if self.endpoint is not None else None,
@@ -512,7 +515,7 @@ class HostAgent:
 
     def finish_logs(self) -> None:
         """Final flows.csv rows for unfinished sends; flush and close the logs."""
-        now = time.monotonic_ns()
+        now = self.clock.now_ns()
         for i in list(self.active_sends):
             self.logs.flow(now, self.send_state[i]["flow_id"], self._acked_bytes(i))
         self.active_sends.clear()
@@ -547,11 +550,12 @@ class HostAgent:
         """The agent's whole run in this process: the start gate, then the
         loop until done, the deadline or ``stop_flag[0]``."""
         stop_flag = stop_flag if stop_flag is not None else [False]
-        self.ready_unix_ns = time.time_ns()
+        clock = self.clock
+        self.ready_unix_ns = clock.unix_ns()
         self.begin(ready_then_start(self.host, self.cfg.ready_path, self.cfg.start_at_unix_ns))
         io = self.io
         while (wake := self.step(stop_flag[0])) is not None:
-            io.run_once(max(0.0, (wake - time.monotonic_ns()) / 1e9))
+            io.run_once(max(0.0, (wake - clock.now_ns()) / 1e9))
         return self.all_complete()
 
     @property
@@ -562,13 +566,14 @@ class HostAgent:
     def begin(self, start_at_unix_ns: int | None) -> None:
         """Start the run's clock at ``start_at_unix_ns`` (None: now)."""
         cfg, nic = self.cfg, self.nic
-        now_unix = time.time_ns()
+        clock = self.clock
+        now_unix = clock.unix_ns()
         self.start_at_unix_ns = start_at_unix_ns or now_unix
         if self.start_at_unix_ns < now_unix:
             print(f"[{self.host}] warning: ready {(now_unix - self.start_at_unix_ns) / 1e6:.1f} ms "
                   f"after start_at_unix_ns: its peers may have sent into the void",
                   file=sys.stderr, flush=True)
-        self._t0 = t0 = time.monotonic_ns() + (self.start_at_unix_ns - now_unix)
+        self._t0 = t0 = clock.now_ns() + (self.start_at_unix_ns - now_unix)
         if self.endpoint is not None:
             self.endpoint.reset(t0)
         self._deadline = t0 + int(cfg.deadline_s * 1e9)
@@ -578,7 +583,7 @@ class HostAgent:
         self._pending = [(t0 + s.start_offset_ns, i, s) for i, s in self.sends]
         self._pi = 0
         self._next_sample = t0 + self.sample_interval_ns
-        self._next_progress = time.monotonic_ns() + 1_000_000_000
+        self._next_progress = clock.now_ns() + 1_000_000_000
         self._done_at = None
 
     def step(self, stop: bool = False) -> int | None:
@@ -587,8 +592,8 @@ class HostAgent:
         runner said so). Returns the monotonic ns by which to turn again
         (the NIC's own wake-ups aside: its ``run_once`` waits for those),
         None once ended (``stop_reason`` says why)."""
-        io, nic = self.io, self.nic
-        now = time.monotonic_ns()
+        io, nic, clock = self.io, self.nic, self.clock
+        now = clock.now_ns()
         pending = self._pending
         while self._pi < len(pending) and pending[self._pi][0] <= now:
             _, i, s = pending[self._pi]
@@ -601,9 +606,9 @@ class HostAgent:
                 io.post_send(qp, i, (mr, 0, mr.size_bytes))
             self.active_sends[i] = (qp, qp.sq[-1] if qp.sq and qp.sq[-1].wr_id == i
                                     else None)
-            self.logs.flow(time.monotonic_ns(), s.flow_id, 0)
+            self.logs.flow(clock.now_ns(), s.flow_id, 0)
             st = self.send_state[i]
-            st["post_unix_ns"] = time.time_ns()
+            st["post_unix_ns"] = clock.unix_ns()
             st["scheduled_unix_ns"] = self.start_at_unix_ns + s.start_offset_ns
         for c in io.poll_cq(256):
             self._handle(c)
@@ -636,6 +641,12 @@ class HostAgent:
             wake = min(wake, max(now, pending[self._pi][0]))
         if self.active_sends:
             wake = min(wake, max(now, self._next_sample))
+        if self._done_at is not None:
+            # the linger's end (a frame meanwhile moves it on); once past, with
+            # the NIC still busy, its own wake-ups bring the next look
+            linger_end = max(self._done_at, nic.last_rx_ns) + self._linger_ns
+            if linger_end > now:
+                wake = min(wake, linger_end)
         return wake
 
     def _progress(self, now, t0) -> None:

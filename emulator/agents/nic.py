@@ -781,7 +781,10 @@ class RoceNic:
             t = gate.next_rx_ns()
             if t is not None and t < wake:
                 wake = t
-        return int(wake) + 1 if wake > now else now
+        if wake <= now:
+            return now
+        w = int(wake)          # a paced frame's due time is fractional: never wake before it
+        return w if w == wake else w + 1
 
     def run_once(self, timeout_s: float = 0.0, readable: Sequence[int] | None = None) -> None:
         """Wait up to ``timeout_s`` (not at all if something is due now, less

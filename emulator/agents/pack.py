@@ -28,9 +28,8 @@ is bad (one line naming its file; the NICs opened before it are closed).
 from __future__ import annotations
 
 import sys
-import time
 
-from emulator.clock import MONOTONIC, MonotonicClock
+from emulator.clock import Clock, MonotonicClock
 from emulator.schema.agent import AgentPackConfig
 from emulator.errors import FabricEmuError
 
@@ -64,11 +63,12 @@ def open_members(cfg: AgentPackConfig) -> list[HostAgent]:
 
 
 def run_members(agents: list[HostAgent], stop_flag: list[bool],
-                clock: MonotonicClock = MONOTONIC) -> None:
+                clock: Clock | None = None) -> None:
     """Gate, then one loop for all members until each has ended; each
     ``conclude``s as it ends (its result taken, logs closed) and all are
     ``release``d together (results written, NICs closed) when the last has."""
-    now_unix = time.time_ns()
+    clock = clock or agents[0].clock       # the members' NICs' (one clock a process)
+    now_unix = clock.unix_ns()
     for a in agents:
         a.ready_unix_ns = now_unix
     start_at = all_ready_then_start([(a.host, a.cfg.ready_path) for a in agents],
@@ -84,7 +84,7 @@ def run_members(agents: list[HostAgent], stop_flag: list[bool],
     ended: list[HostAgent] = []          # concluded, to release together at the end
     try:
         while wakes:
-            now = time.monotonic_ns()
+            now = clock.now_ns()
             stop = stop_flag[0]
             # Only the members with frames or something due run: a turn of
             # every NIC for any one's frame would cost the pack a NIC's work per member.
@@ -101,7 +101,7 @@ def run_members(agents: list[HostAgent], stop_flag: list[bool],
                     a.conclude()       # released with the others: it would stall them
                     ended.append(a)
                     continue
-                now = time.monotonic_ns()
+                now = clock.now_ns()
                 w = a.nic.next_wake_ns(now, w)
                 if a.gpu is not None and (t := a.gpu.next_event_ns()) is not None:
                     w = min(w, int(t) + 1)

@@ -142,9 +142,9 @@ def test_a_sender_stalls_exactly_while_it_has_no_credit():
     assert [parse_ib(f).opcode for _, f in port.data] == \
         [RC_WRITE_FIRST, RC_WRITE_MIDDLE, RC_WRITE_MIDDLE]
     # back to back from the grant, at 8 ns a byte, no carrier on the wire
-    # (a frame leaves when the loop wakes: at most a nanosecond after)
+    # (a frame leaves the nanosecond its serialization ends: whole ns here)
     ends = [t_grant + (first + k * middle) * 8 for k in range(3)]
-    assert [t - end for (t, _), end in zip(port.data, ends)] == [1, 1, 1]
+    assert [t - end for (t, _), end in zip(port.data, ends)] == [0, 0, 0]
     stall_from = ends[-1]                              # the 4th packet's slot: no credit for it
     a.update_pause_stats()
     assert a.stats.credit_stalls == 2                  # before the grant, and now
@@ -156,7 +156,7 @@ def test_a_sender_stalls_exactly_while_it_has_no_credit():
     port.grant(blocks(first) + 10 * blocks(middle))    # credit for the rest
     loop.run_for(0.001)
     assert len(port.data) == 10
-    assert port.data[3][0] - (t_more + middle * 8) == 1   # it started the moment the credit came
+    assert port.data[3][0] - (t_more + middle * 8) == 0   # it started the moment the credit came
     a.update_pause_stats()
     assert a.stats.credit_stalled_ns == stalled_before + (t_more - stall_from)
     assert a.stats.tx_retransmits == 0
