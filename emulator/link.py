@@ -1,6 +1,6 @@
 """A link beyond a port (a switch port or a NIC): frames in flight for the link's propagation delay.
 
-htsim-style: ``tm.PriorityPort`` serializes frames byte-accurately at the
+htsim-style: ``priority_port.PriorityPort`` serializes frames byte-accurately at the
 port's rate and hands each one, when its serialization ends, to ``Wire``,
 which gives it to the veth after the link's propagation delay. Nothing is
 shaped by the kernel: the only queues between this switch and the next hop

@@ -552,7 +552,7 @@ control FabricIngress(inout headers_t hdr,
         // permit it): a real fabric does not route what it cannot trust.
         // BMv2 does not drop on parser or checksum errors by itself, so each
         // check is spelled out; the embedded target makes the same ones in
-        // the same order (pipeline.py, malformed_reason).
+        // the same order (ipv4_checks.py, malformed_reason).
         bit<32> malformed = 0;
         if (hdr.ipv4.isValid()) {
             if (hdr.ipv4.version != 4) {

@@ -24,6 +24,13 @@ dict lookup, rewrite MACs/TTL/checksum in a bytearray. The outcome
 PFC thresholds of (ingress port, priority) if that class is lossless, and the
 ECN thresholds of (egress port, priority); ``FabricPipeline.verdict`` holds
 the last one.
+
+Here: ingress itself (``FabricPipeline``: the flow cache, the fast and slow
+paths, MAC control, packet-out), its outcome (``Verdict``) and the
+set_nexthop rewrite, the per-packet code kept in one module so that it reads
+as fabric.p4's ingress does. What it builds on has modules of its own: the
+malformed-frame checks (``ipv4_checks``) and the tables compiled from the
+switch state with the P4Info ids they need (``compiled_tables``).
 """
 from __future__ import annotations
 
@@ -31,29 +38,23 @@ import struct
 from dataclasses import dataclass
 from typing import Callable
 
+from emulator.dataplane.compiled_tables import CompiledTables, PipelineIds
+from emulator.dataplane.ipv4_checks import (
+    IP_PROTO_UDP, IPV4_UDP_BTH_BYTES, L4, int_stack_malformed, malformed_reason,
+)
 from emulator.dataplane.malformed import Malformed, malformed_cell
 from emulator.dataplane.pfc import OPCODE_PFC, parse_mac_control
 from emulator.dataplane.state import ActionCall, SwitchState
-from emulator.int_md import INT_HOP_BYTES, INT_MAX_HOPS, INT_OFFSET, INT_SHIM_BYTES, INT_UDP_DPORT
+from emulator.int_md import INT_UDP_DPORT
 from emulator.p4.ecmp import ecmp_hash
 from emulator.p4.p4info import P4Info
-from emulator.wire import (
-    BTH_BYTES, CPU_PORT, ETH_HDR_BYTES, ETH_P_IP, IPV4_HDR_BYTES, NUM_PRIORITIES, ROCEV2_UDP_DPORT,
-    UDP_HDR_BYTES, UDP_OFFSET,
-)
+from emulator.wire import CPU_PORT, ETH_HDR_BYTES, ETH_P_IP, NUM_PRIORITIES
 
 DROP_PORT = 511            # v1model's egress_spec after mark_to_drop()
 ETHERTYPE_IPV4 = ETH_P_IP
-IP_PROTO_UDP = 17
-# Offsets of an untagged IPv4 frame (emulator/wire.py): the IPv4 header ends
-# and UDP starts at _L4; the UDP header ends at _L4_END.
-_L4 = UDP_OFFSET
-_L4_END = UDP_OFFSET + UDP_HDR_BYTES
 _FLOW_CACHE_MAX = 65536
-# Smallest IPv4 total length that carries a UDP header, and UDP + BTH.
-_IPV4_UDP_BYTES = IPV4_HDR_BYTES + UDP_HDR_BYTES
-_IPV4_UDP_BTH_BYTES = _IPV4_UDP_BYTES + BTH_BYTES
-_FAST_MIN_FRAME = ETH_HDR_BYTES + _IPV4_UDP_BTH_BYTES
+# The shortest frame the flow cache serves: Ethernet + IPv4 + UDP + BTH.
+_FAST_MIN_FRAME = ETH_HDR_BYTES + IPV4_UDP_BTH_BYTES
 _INT_DPORT_HI, _INT_DPORT_LO = INT_UDP_DPORT >> 8, INT_UDP_DPORT & 0xFF
 
 
@@ -95,64 +96,6 @@ def _ipv4_header_checksum(frame) -> int:
     return ~s & 0xFFFF
 
 
-def _ipv4_checksum_ok(frame) -> bool:
-    """FabricVerifyChecksum: does the header checksum equal csum16 of the rest?
-
-    The 16-bit one's complement sum of the header's words is their sum mod
-    0xFFFF (2**16 = 1 mod 0xFFFF), so a right checksum makes the header, read
-    as one integer, a multiple of 0xFFFF. BMv2 compares the field with the
-    computed csum16, which never is 0xFFFF: that "negative zero" is wrong too.
-    """
-    return (frame[24] != 0xFF or frame[25] != 0xFF) and int.from_bytes(frame[14:34]) % 0xFFFF == 0
-
-
-def malformed_reason(frame) -> int:
-    """fabric.p4's malformed-IPv4 checks, in its order, on a frame of
-    EtherType 0x0800: the ``Malformed`` reason it is dropped for, 0 if none.
-
-    IPv4 options (IHL 6..15) are dropped as unsupported, not parsed: see
-    fabric.p4 (RoCEv2 never carries them; UDP and BTH stay at fixed offsets).
-    """
-    n = len(frame)
-    if n < _L4:
-        return Malformed.IPV4_TRUNCATED
-    version_ihl = frame[14]
-    if version_ihl >> 4 != 4:
-        return Malformed.IPV4_VERSION
-    if version_ihl & 0x0F < 5:
-        return Malformed.IPV4_IHL
-    if version_ihl & 0x0F != 5:
-        return Malformed.IPV4_OPTIONS
-    total_len = frame[16] << 8 | frame[17]
-    # A frame longer than that is legal: Ethernet pads to 60 bytes.
-    if total_len < IPV4_HDR_BYTES or total_len > n - ETH_HDR_BYTES:
-        return Malformed.IPV4_TOTAL_LENGTH
-    if not _ipv4_checksum_ok(frame):
-        return Malformed.IPV4_CHECKSUM
-    if frame[23] == IP_PROTO_UDP:
-        # By the total length, not the frame: padding is no UDP header.
-        if total_len < _IPV4_UDP_BYTES:
-            return Malformed.UDP_TRUNCATED
-        dport = frame[36] << 8 | frame[37]
-        if dport == ROCEV2_UDP_DPORT and total_len < _IPV4_UDP_BTH_BYTES:
-            return Malformed.BTH_TRUNCATED
-        if dport == INT_UDP_DPORT and int_stack_malformed(frame, total_len):
-            return Malformed.INT_STACK
-    return 0
-
-
-def int_stack_malformed(frame, total_len: int) -> bool:
-    """fabric.p4's INT check on a UDP datagram to INT_UDP_DPORT of IPv4
-    total length ``total_len``: the shim does not fit, or it says more
-    records are present than the stack holds or filled than present, or
-    they and a BTH do not fit."""
-    if total_len < _IPV4_UDP_BYTES + INT_SHIM_BYTES:
-        return True
-    count, max_hops = frame[INT_OFFSET + 1], frame[INT_OFFSET + 2]
-    return (max_hops > INT_MAX_HOPS or count > max_hops
-            or total_len < _IPV4_UDP_BYTES + INT_SHIM_BYTES + max_hops * INT_HOP_BYTES + BTH_BYTES)
-
-
 def rewrite(frame: bytes, verdict: Verdict) -> bytearray:
     """Apply set_nexthop's header changes (MACs, TTL, checksum) to a frame copy."""
     out = bytearray(frame)
@@ -170,154 +113,6 @@ def rewrite(frame: bytes, verdict: Verdict) -> bytearray:
     return out
 
 
-class CompiledTables:
-    """Lookup structures compiled from one generation of ``SwitchState``."""
-
-    def __init__(self, state: SwitchState, p4info: P4Info):
-        ids = _PipelineIds(p4info)
-        self.ids = ids
-        with state.lock:
-            self.generation = state.generation
-            # No pipeline config committed yet: like BMv2 before
-            # SetForwardingPipelineConfig, the switch drops everything.
-            self.configured = bool(state.counters)
-            station = state.tables.get(ids.my_station, {})
-            self.my_station = {e.match[ids.eth_dst][1] for e in station.values()}
-            self.lpm = self._compile_lpm(state, ids)
-            acl = state.tables.get(ids.acl, {}).values()
-            self.acl = sorted(
-                ((e.priority, self._ternary_key(e, ids), e.action) for e in acl),
-                key=lambda t: -t[0])
-            # INT: egress port -> (rate_mbps, ts_q16)
-            self.int_port = {
-                e.match[ids.int_eg_port][1]:
-                    tuple(e.action.param(pid) for pid in ids.set_int_params)
-                for e in state.tables.get(ids.int_port, {}).values()
-                if e.action is not None and e.action.action_id == ids.set_int_port}
-            # Lossless part: exact tables -> dicts of decoded action parameters.
-            self.dscp_to_priority = {
-                e.match[ids.dscp][1]: e.action.param(ids.set_priority_param)
-                for e in state.tables.get(ids.dscp_to_priority, {}).values()
-                if e.action is not None and e.action.action_id == ids.set_priority}
-            self.pfc = {
-                (e.match[ids.pfc_ig_port][1], e.match[ids.pfc_priority][1]):
-                    tuple(e.action.param(pid) for pid in ids.set_pfc_params)
-                for e in state.tables.get(ids.pfc_config, {}).values()
-                if e.action is not None and e.action.action_id == ids.set_pfc_thresholds}
-            self.ecn = {
-                (e.match[ids.ecn_eg_port][1], e.match[ids.ecn_priority][1]):
-                    tuple(e.action.param(pid) for pid in ids.set_ecn_params)
-                for e in state.tables.get(ids.ecn_config, {}).values()
-                if e.action is not None and e.action.action_id == ids.set_ecn_thresholds}
-            # What the traffic manager keeps out of the shared pool.
-            self.headroom_reserved_bytes = sum(h for _, _, h in self.pfc.values())
-            # This generation's counter arrays (a new pipeline config replaces
-            # them and bumps the generation), for inline counting per packet.
-            counters = state.counters
-            self.rx = counters.get(ids.rx_port_counter)
-            self.enq = counters.get(ids.enq_port_counter)
-            self.enq_prio = counters.get(ids.enq_prio_counter)
-            self.pipeline_drop = counters.get(ids.pipeline_drop_counter)
-            self.malformed = counters.get(ids.malformed_drop_counter)
-            # Egress counters, counted by the traffic manager.
-            self.tx = counters.get(ids.tx_port_counter)
-            self.tx_prio = counters.get(ids.tx_prio_counter)
-            self.ecn_mark = counters.get(ids.ecn_mark_counter)
-            self.pfc_tx = counters.get(ids.pfc_tx_counter)
-
-    @staticmethod
-    def _ternary_key(entry, ids) -> tuple:
-        key = []
-        for fid in ids.acl_fields:
-            m = entry.match.get(fid)
-            key.append((0, 0) if m is None else (m[1] & m[2], m[2]))
-        return tuple(key)
-
-    @staticmethod
-    def _compile_lpm(state: SwitchState, ids) -> dict[int, dict[int, list[ActionCall]]]:
-        """prefix_len -> {masked dst -> candidate actions (one, or an ECMP group's)}."""
-        profile = state.action_profiles.get(ids.ecmp_selector)
-        by_len: dict[int, dict[int, list[ActionCall]]] = {}
-        for entry in state.tables.get(ids.ipv4_lpm, {}).values():
-            _, value, plen = entry.match.get(ids.ipv4_dst, ("lpm", 0, 0))  # /0: no match field
-            if entry.action is not None:
-                actions = [entry.action]
-            elif entry.member_id is not None:
-                actions = [profile.members[entry.member_id]]
-            else:
-                group = profile.groups[entry.group_id]
-                actions = [profile.members[mid]
-                           for mid, weight in group.members for _ in range(max(weight, 1))]
-            by_len.setdefault(plen, {})[value] = actions
-        return dict(sorted(by_len.items(), reverse=True))
-
-    def lookup_lpm(self, dst: int) -> list[ActionCall] | None:
-        for plen, prefixes in self.lpm.items():
-            mask = (0xFFFFFFFF << (32 - plen)) & 0xFFFFFFFF if plen else 0
-            actions = prefixes.get(dst & mask)
-            if actions is not None:
-                return actions
-        return None
-
-    def lookup_acl(self, fields: tuple) -> ActionCall | None:
-        for _, key, action in self.acl:
-            if all((f & mask) == value for f, (value, mask) in zip(fields, key)):
-                return action
-        return None
-
-
-class _PipelineIds:
-    """The P4Info ids the pipeline needs, resolved once by name."""
-
-    def __init__(self, p4info: P4Info):
-        self.my_station = p4info.table_id("my_station")
-        self.eth_dst = p4info.match_field_id("my_station", "eth_dst")
-        self.ipv4_lpm = p4info.table_id("ipv4_lpm")
-        self.ipv4_dst = p4info.match_field_id("ipv4_lpm", "ipv4_dst")
-        self.acl = p4info.table_id("acl")
-        self.acl_fields = [p4info.match_field_id("acl", f) for f in
-                           ("ig_port", "eth_type", "ipv4_src", "ipv4_dst", "ip_proto", "l4_dst_port")]
-        self.ecmp_selector = p4info.action_profile_id("ecmp_selector")
-        self.set_nexthop = p4info.action_id("set_nexthop")
-        self.set_nexthop_params = tuple(p4info.param_id("set_nexthop", p)
-                                        for p in ("port", "smac", "dmac"))
-        self.drop = p4info.action_id("drop")
-        self.punt_to_cpu = p4info.action_id("punt_to_cpu")
-        self.rx_port_counter = p4info.counter_id("rx_port_counter")
-        self.enq_port_counter = p4info.counter_id("enq_port_counter")
-        self.pipeline_drop_counter = p4info.counter_id("pipeline_drop_counter")
-        self.malformed_drop_counter = p4info.counter_id("malformed_drop_counter")
-        self.tx_port_counter = p4info.counter_id("tx_port_counter")
-        # Lossless part.
-        self.dscp_to_priority = p4info.table_id("dscp_to_priority")
-        self.dscp = p4info.match_field_id("dscp_to_priority", "dscp")
-        self.set_priority = p4info.action_id("set_priority")
-        self.set_priority_param = p4info.param_id("set_priority", "priority")
-        self.pfc_config = p4info.table_id("pfc_config")
-        self.pfc_ig_port = p4info.match_field_id("pfc_config", "ig_port")
-        self.pfc_priority = p4info.match_field_id("pfc_config", "priority")
-        self.set_pfc_thresholds = p4info.action_id("set_pfc_thresholds")
-        self.set_pfc_params = tuple(p4info.param_id("set_pfc_thresholds", p)
-                                    for p in ("xoff_bytes", "xon_bytes", "headroom_bytes"))
-        self.ecn_config = p4info.table_id("ecn_config")
-        self.ecn_eg_port = p4info.match_field_id("ecn_config", "eg_port")
-        self.ecn_priority = p4info.match_field_id("ecn_config", "priority")
-        self.set_ecn_thresholds = p4info.action_id("set_ecn_thresholds")
-        self.set_ecn_params = tuple(p4info.param_id("set_ecn_thresholds", p)
-                                    for p in ("kmin_bytes", "kmax_bytes", "pmax_per_mille"))
-        self.enq_prio_counter = p4info.counter_id("enq_prio_counter")
-        self.pfc_rx_counter = p4info.counter_id("pfc_rx_counter")
-        self.tx_prio_counter = p4info.counter_id("tx_prio_counter")
-        self.ecn_mark_counter = p4info.counter_id("ecn_mark_counter")
-        self.pfc_tx_counter = p4info.counter_id("pfc_tx_counter")
-        # INT.
-        self.int_port = p4info.table_id("int_port")
-        self.int_eg_port = p4info.match_field_id("int_port", "eg_port")
-        self.set_int_port = p4info.action_id("set_int_port")
-        self.set_int_params = tuple(p4info.param_id("set_int_port", p)
-                                    for p in ("rate_mbps", "ts_q16"))
-
-
 class FabricPipeline:
     """Ingress of fabric.p4: frame in, (egress port, frame out) decided.
 
@@ -331,7 +126,7 @@ class FabricPipeline:
     def __init__(self, state: SwitchState, p4info: P4Info):
         self.state = state
         self.p4info = p4info
-        self.ids = _PipelineIds(p4info)
+        self.ids = PipelineIds(p4info)
         self._tables: CompiledTables | None = None
         self._cache: dict[tuple, Verdict] = {}
         self.verdict: Verdict = _DROP
@@ -373,8 +168,8 @@ class FabricPipeline:
         # malformed packet never gets a good one's cached verdict. Anything
         # else takes the slow path, malformed_reason() first.
         if (n >= _FAST_MIN_FRAME and frame[14] == 0x45 and frame[12] == 0x08 and frame[13] == 0x00
-                and frame[22] > 1 and _IPV4_UDP_BTH_BYTES <= frame[16] * 256 + frame[17] <= n - 14
-                and (frame[24] != 0xFF or frame[25] != 0xFF)      # _ipv4_checksum_ok, inlined
+                and frame[22] > 1 and IPV4_UDP_BTH_BYTES <= frame[16] * 256 + frame[17] <= n - 14
+                and (frame[24] != 0xFF or frame[25] != 0xFF)      # ipv4_checksum_ok, inlined
                 and int.from_bytes(frame[14:34]) % 0xFFFF == 0):
             # Flow key: exactly the header bits ingress reads, except the TTL,
             # the ECN bits (byte 15 is DSCP:6 ECN:2; only the DSCP is matched)
@@ -395,7 +190,7 @@ class FabricPipeline:
                 tables.pipeline_drop.count(ingress_port, n)
                 tables.malformed.count(malformed_cell(ingress_port, Malformed.INT_STACK), n)
                 return DROP_PORT, frame
-        elif n >= _L4 and frame[12] == 0x88 and frame[13] == 0x08:
+        elif n >= L4 and frame[12] == 0x88 and frame[13] == 0x08:
             return self._mac_control(frame, ingress_port)
         else:
             ipv4 = n >= ETH_HDR_BYTES and frame[12] == 0x08 and frame[13] == 0x00
@@ -438,7 +233,7 @@ class FabricPipeline:
             self.verdict = _DROP
             return DROP_PORT
         self.state.counters[self.ids.enq_port_counter].count(egress_port, len(payload))
-        ipv4 = len(payload) >= _L4 and payload[12] == 0x08 and payload[13] == 0x00
+        ipv4 = len(payload) >= L4 and payload[12] == 0x08 and payload[13] == 0x00
         self.verdict = Verdict(egress_port, ecn=tables.ecn.get((egress_port, 0)) if ipv4 else None,
                                in_cell=CPU_PORT * NUM_PRIORITIES,
                                eg_cell=egress_port * NUM_PRIORITIES)
@@ -472,7 +267,7 @@ class FabricPipeline:
             priority = tables.dscp_to_priority.get(frame[15] >> 2, 0)
             # Well formed (malformed_reason): IHL 5, and UDP has its header.
             if proto == IP_PROTO_UDP:
-                sport, dport = struct.unpack_from("!HH", frame, _L4)
+                sport, dport = struct.unpack_from("!HH", frame, L4)
             if int.from_bytes(frame[0:6], "big") in tables.my_station and frame[22] > 1:
                 actions = tables.lookup_lpm(dst)
                 if actions:

@@ -1,330 +1,33 @@
-"""The traffic manager of the embedded target: shared buffer, priority queues, PFC, ECN.
+"""The traffic manager of the embedded target: admission, ECN, PFC in and out.
 
-What ``docs/lossless.md`` specifies, in htsim-style small objects:
+What ``docs/lossless.md`` specifies, in htsim-style small objects, one
+module each:
 
-* ``SharedBuffer``: one pool of ``buffer_bytes`` per switch. Every admitted
-  packet is accounted to its (ingress port, priority) "cell" until it leaves.
-  Lossy admission: room in the shared pool (buffer minus the headroom that
-  ``pfc_config`` reserves) and Broadcom-style dynamic threshold on the egress
-  queue (depth below alpha × free shared bytes, alpha = 1: one congested
-  queue gets at most half of the free pool). Lossless admission:
-  the shared pool while the cell's counter is below XOFF, then the cell's own
-  headroom; a drop only when the headroom is exhausted (``headroom_drops``).
-* ``PriorityPort``: one egress port, 8 FIFOs served strict priority (7
-  first) at the port's rate, a queue skipped while paused by a received PFC
-  frame; MAC control frames the switch generates go out before any queued
-  data (after the frame being serialized); then the ``Wire``.
-* ``TrafficManager``: admission, ECN marking at enqueue (RED on the depth
-  the packet finds, seeded ``random.Random``), PFC generation (XOFF when a
-  lossless cell crosses XOFF or spills into headroom, refreshed every half
-  pause time while above XON, XON when back at or below XON with the
+* ``SharedBuffer`` (``emulator.dataplane.shared_buffer``): the switch's one
+  pool and its per-(ingress port, priority) accounting and headroom.
+* ``PriorityPort`` (``emulator.dataplane.priority_port``): one egress port,
+  8 strict-priority FIFOs paused by received PFC, MAC control slot, wire.
+* ``TrafficManager`` (here): admission, ECN marking at enqueue (RED on the
+  depth the packet finds, seeded ``random.Random``), PFC generation (XOFF
+  when a lossless cell crosses XOFF or spills into headroom, refreshed every
+  half pause time while above XON, XON when back at or below XON with the
   headroom empty), PFC reception, P4 counters and per (port, priority)
   statistics and events.
 
 Everything here is pure: times come in as ``now_ns`` arguments (wall
 nanoseconds of the switch's clock, ``emulator.clock``), rates already
-dilated. A port keeps its own schedule (``busy_until``): frames start back
-to back in emulated time even when served late.
+dilated.
 """
 from __future__ import annotations
 
 import random
-from collections import deque
 from typing import Callable
 
 from emulator.clock import TimerHeap
 from emulator.dataplane.pfc import XOFF_QUANTA, pause_frame, pause_ns
-from emulator.int_md import INT_OFFSET, INT_SHIM_BYTES, INT_UDP_DPORT, push_hop
-from emulator.link import Wire
-from emulator.wire import CPU_PORT, NUM_PRIORITIES, WIRE_OVERHEAD_BYTES
-
-MAX_PORTS = CPU_PORT + 1       # port numbers index the cells; front-panel ports are below CPU_PORT
-CELLS = MAX_PORTS * NUM_PRIORITIES
-NEVER = 1 << 62                # a time no event reaches
-_INT_HI, _INT_LO = INT_UDP_DPORT >> 8, INT_UDP_DPORT & 0xFF
-_INT_MIN_FRAME = INT_OFFSET + INT_SHIM_BYTES
-
-# log(t_ns, port, priority, event, value): the raw events of docs/lossless.md
-EventLog = Callable[[int, int, int, str, int], None]
-
-
-def _no_log(t_ns: int, port: int, priority: int, event: str, value: int) -> None:
-    pass
-
-
-class SharedBuffer:
-    """Shared pool + per-(ingress port, priority) counters and headroom.
-
-    The admission and release methods are the model; ``TrafficManager.enqueue``
-    and ``PriorityPort.serve`` inline them on the per-packet path (a unit test
-    keeps both in step).
-    """
-
-    __slots__ = ("buffer_bytes", "reserved_bytes", "limit", "shared_used", "max_shared_used",
-                 "ingress_bytes", "headroom_used", "max_headroom_used", "xoff", "xon_bytes",
-                 "refresh_due")
-
-    def __init__(self, buffer_bytes: int):
-        self.buffer_bytes = buffer_bytes
-        self.reserved_bytes = 0        # sum of the pfc_config headrooms
-        self.limit = buffer_bytes      # shared pool size: buffer - reserved
-        self.shared_used = 0
-        self.max_shared_used = 0
-        self.ingress_bytes = [0] * CELLS
-        self.headroom_used = [0] * CELLS
-        self.max_headroom_used = [0] * CELLS
-        self.xoff = [False] * CELLS     # a pause is in force for this cell
-        self.xon_bytes = [0] * CELLS    # its XON threshold (from the XOFF's verdict)
-        self.refresh_due = [0] * CELLS  # when its pause is refreshed
-
-    def reserve_headroom(self, reserved_bytes: int) -> None:
-        self.reserved_bytes = reserved_bytes
-        self.limit = max(0, self.buffer_bytes - reserved_bytes)
-
-    @property
-    def used_bytes(self) -> int:
-        return self.shared_used + sum(self.headroom_used)
-
-    def admit_lossy(self, cell: int, size: int, queue_depth: int) -> bool:
-        """Room in the pool, and dynamic threshold (Broadcom DT, alpha = 1): the
-        egress queue must hold less than the free shared bytes."""
-        free = self.limit - self.shared_used
-        if size > free or queue_depth >= free:
-            return False
-        self.shared_used += size
-        if self.shared_used > self.max_shared_used:
-            self.max_shared_used = self.shared_used
-        self.ingress_bytes[cell] += size
-        return True
-
-    def admit_lossless(self, cell: int, size: int, xoff: int, headroom: int) -> bool:
-        """Shared pool while the cell is below XOFF (and the pool has room), then headroom."""
-        count = self.ingress_bytes[cell]
-        if count < xoff and self.shared_used + size <= self.limit:
-            self.shared_used += size
-            if self.shared_used > self.max_shared_used:
-                self.max_shared_used = self.shared_used
-        else:
-            used = self.headroom_used[cell] + size
-            if used > headroom:
-                return False
-            self.headroom_used[cell] = used
-            if used > self.max_headroom_used[cell]:
-                self.max_headroom_used[cell] = used
-        self.ingress_bytes[cell] = count + size
-        return True
-
-    def clear_stats(self) -> None:
-        """Peaks restart from what the buffer holds now."""
-        self.max_shared_used = self.shared_used
-        self.max_headroom_used[:] = self.headroom_used
-
-    def release(self, cell: int, size: int) -> int:
-        """A packet of ``cell`` left: headroom drains first. Returns the cell's new count."""
-        used = self.headroom_used[cell]
-        if used:
-            if used >= size:
-                self.headroom_used[cell] = used - size
-            else:
-                self.headroom_used[cell] = 0
-                self.shared_used -= size - used
-        else:
-            self.shared_used -= size
-        count = self.ingress_bytes[cell] - size
-        self.ingress_bytes[cell] = count
-        return count
-
-
-class PriorityPort:
-    """One egress port: 8 FIFOs, strict priority, PFC pause state, MAC control slot, wire."""
-
-    __slots__ = ("port_no", "rate_bps", "ns_per_byte", "wire", "send", "log", "queues", "depth",
-                 "max_depth", "nonempty", "paused", "paused_until", "paused_since", "next_expiry",
-                 "paused_ns", "busy_until", "ctrl", "sampled", "tx_packets", "tx_bytes", "drops",
-                 "drop_bytes", "headroom_drops", "ecn_marks", "pause_tx", "resume_tx",
-                 "pause_rx", "resume_rx", "int_cfg", "int_tx_bytes")
-
-    def __init__(self, port_no: int, rate_bps: int, delay_ns: int, log: EventLog = _no_log):
-        self.port_no = port_no
-        self.rate_bps = rate_bps
-        self.ns_per_byte = 8e9 / rate_bps
-        self.wire = Wire(delay_ns)
-        self.send: Callable = lambda frame: None   # the socket, set by the switch
-        self.log = log
-        self.queues = [deque() for _ in range(NUM_PRIORITIES)]   # (frame, ingress cell)
-        self.depth = [0] * NUM_PRIORITIES
-        self.max_depth = [0] * NUM_PRIORITIES
-        self.nonempty = 0                       # bit p: queue p holds frames
-        self.paused = 0                         # bit p: queue p is paused
-        self.paused_until = [0] * NUM_PRIORITIES
-        self.paused_since = [0] * NUM_PRIORITIES
-        self.next_expiry = NEVER                # earliest paused_until of a paused queue
-        self.paused_ns = [0] * NUM_PRIORITIES
-        self.busy_until = 0                     # the link is serializing until then
-        self.ctrl: deque = deque()              # (ready_ns, MAC control frame)
-        self.sampled = [0] * NUM_PRIORITIES     # depths at the last queue-depth sample
-        z = [0] * NUM_PRIORITIES
-        self.tx_packets, self.tx_bytes = z[:], z[:]
-        self.drops, self.drop_bytes, self.headroom_drops = z[:], z[:], z[:]
-        self.ecn_marks = z[:]
-        self.pause_tx, self.resume_tx, self.pause_rx, self.resume_rx = z[:], z[:], z[:], z[:]
-        self.int_cfg = None                     # int_port: (rate_mbps, ts_q16); None: no INT
-        self.int_tx_bytes = 0                   # fabric.p4's int_tx_bytes register (never cleared)
-
-    # ------------------------------------------------------------ pause state
-    def pause(self, priority: int, now_ns: int, until_ns: int) -> None:
-        bit = 1 << priority
-        if not self.paused & bit:
-            self.paused |= bit
-            self.paused_since[priority] = now_ns
-        self.paused_until[priority] = until_ns
-        self._next_expiry()
-
-    def resume(self, priority: int, at_ns: int) -> None:
-        bit = 1 << priority
-        if self.paused & bit:
-            self.paused &= ~bit
-            self.paused_ns[priority] += at_ns - self.paused_since[priority]
-            self.log(at_ns, self.port_no, priority, "resume_rx", 0)
-            self._next_expiry()
-
-    def _next_expiry(self) -> None:
-        paused, until = self.paused, self.paused_until
-        self.next_expiry = min((until[p] for p in range(NUM_PRIORITIES) if paused >> p & 1),
-                               default=NEVER)
-
-    def _expire(self, t_ns: int) -> None:
-        """Resume, at their expiry times, the queues whose pause ran out by ``t_ns``."""
-        until = self.paused_until
-        for p in range(NUM_PRIORITIES):
-            if self.paused >> p & 1 and until[p] <= t_ns:
-                self.resume(p, until[p])
-
-    def paused_ns_at(self, priority: int, now_ns: int) -> int:
-        """Paused time so far, counting a pause still in force up to ``now_ns``."""
-        total = self.paused_ns[priority]
-        if self.paused >> priority & 1:
-            total += max(0, min(now_ns, self.paused_until[priority]) - self.paused_since[priority])
-        return total
-
-    def clear_stats(self, now_ns: int) -> None:
-        """Counters to zero, peaks from the depths held now, paused time from
-        ``now_ns`` (a pause in force counts on from here), as a switch's
-        "clear counters" does."""
-        for counters in (self.tx_packets, self.tx_bytes, self.drops, self.drop_bytes,
-                         self.headroom_drops, self.ecn_marks, self.pause_tx, self.resume_tx,
-                         self.pause_rx, self.resume_rx, self.paused_ns):
-            counters[:] = [0] * NUM_PRIORITIES
-        self.max_depth[:] = self.depth
-        for p in range(NUM_PRIORITIES):
-            if self.paused >> p & 1:     # a pause that ran out by now adds nothing more
-                self.paused_since[p] = min(now_ns, self.paused_until[p])
-        self.wire.clear_stats()
-
-    # ------------------------------------------------------------ scheduling
-    def next_event_ns(self) -> int | None:
-        """When ``serve`` next has something to do (None: not before a new frame)."""
-        if self.ctrl or self.nonempty & ~self.paused:
-            return self.busy_until
-        if self.paused:
-            return self.busy_until if self.busy_until > self.next_expiry else self.next_expiry
-        return None
-
-    def serve(self, now_ns: int, tm: "TrafficManager") -> None:
-        """Put on the wire every frame whose turn has come by ``now_ns``.
-
-        At each start time ``t``: a pending MAC control frame first, else the
-        highest-priority non-paused queue; an idle link jumps to the next
-        pause expiry or control frame, or to ``now_ns``. A frame leaves the
-        buffer when its serialization starts: its ingress cell is released
-        (headroom first), XON goes out if the cell is back at or below XON,
-        and the egress counters count it. (The TM's accounting is inlined:
-        this is the per-packet path.)
-        """
-        t = self.busy_until
-        if t > now_ns:
-            return
-        queues, depth, ctrl = self.queues, self.depth, self.ctrl
-        wire = self.wire
-        in_flight, delay = wire.in_flight, wire.delay_ns
-        ns_per_byte = self.ns_per_byte
-        buf = tm.buffer
-        headroom_used, ingress_bytes, xoff = buf.headroom_used, buf.ingress_bytes, buf.xoff
-        tx, tx_prio = tm.tx, tm.tx_prio
-        tx_packets, tx_bytes = self.tx_packets, self.tx_bytes
-        no = self.port_no
-        base = no * NUM_PRIORITIES
-        freed = 0                                   # shared bytes released
-        int_cfg = self.int_cfg
-        int_tx_bytes = self.int_tx_bytes
-        while t <= now_ns:
-            if ctrl and ctrl[0][0] <= t:
-                frame = ctrl.popleft()[1]
-                t += int((len(frame) + WIRE_OVERHEAD_BYTES) * ns_per_byte)
-                wire.put(t, frame)
-                continue
-            paused = self.paused
-            if paused and self.next_expiry <= t:
-                self._expire(t)
-                paused = self.paused
-            eligible = self.nonempty & ~paused
-            if eligible:
-                p = eligible.bit_length() - 1
-                q = queues[p]
-                frame, cell = q.popleft()
-                if not q:
-                    self.nonempty &= ~(1 << p)
-                size = len(frame)
-                depth[p] -= size
-                # SharedBuffer.release, inlined.
-                used = headroom_used[cell]
-                if used:
-                    if used >= size:
-                        headroom_used[cell] = used - size
-                    else:
-                        headroom_used[cell] = 0
-                        freed += size - used
-                else:
-                    freed += size
-                count = ingress_bytes[cell] - size
-                ingress_bytes[cell] = count
-                if xoff[cell] and count <= buf.xon_bytes[cell] and not headroom_used[cell]:
-                    xoff[cell] = False
-                    tm._send_pfc(t, cell, 0)
-                tx_packets[p] += 1
-                tx_bytes[p] += size
-                if tx is not None:
-                    tx.packets[no] += 1
-                    tx.bytes[no] += size
-                    tx_prio.packets[base + p] += 1
-                    tx_prio.bytes[base + p] += size
-                int_tx_bytes += size
-                if (int_cfg is not None and size > _INT_MIN_FRAME and frame[36] == _INT_HI
-                        and frame[37] == _INT_LO and frame[23] == 17):
-                    # fabric.p4's egress: this port's INT record, at the
-                    # dequeue time in fabric ns (int_port's factor, per wall us)
-                    if type(frame) is not bytearray:
-                        frame = bytearray(frame)
-                    push_hop(frame, depth[p], int_tx_bytes, t * int_cfg[1] // 65_536_000, int_cfg[0])
-                t += int((size + WIRE_OVERHEAD_BYTES) * ns_per_byte)
-                due = t + delay
-                if in_flight and due < in_flight[-1][0]:
-                    wire.put(t, frame)
-                else:
-                    in_flight.append((due, frame))
-                continue
-            # Idle at t: the next thing that can start, if it is due by now.
-            nxt = self.next_expiry if paused else NEVER
-            if ctrl and ctrl[0][0] < nxt:
-                nxt = ctrl[0][0]
-            if nxt > now_ns:
-                t = now_ns
-                break
-            t = nxt
-        self.busy_until = t
-        self.int_tx_bytes = int_tx_bytes
-        if freed:
-            buf.shared_used -= freed
+from emulator.dataplane.priority_port import EventLog, PriorityPort, no_log
+from emulator.dataplane.shared_buffer import SharedBuffer
+from emulator.wire import CPU_PORT, NUM_PRIORITIES
 
 
 class TrafficManager:
@@ -333,7 +36,7 @@ class TrafficManager:
     def __init__(self, ports: list[tuple[int, int, int]], buffer_bytes: int, router_mac: bytes,
                  seed: int = 0, log: EventLog | None = None):
         """ports: (port_no, rate_bps, delay_ns) each, rates and delays dilated."""
-        self.log = log or _no_log
+        self.log = log or no_log
         self.ports = {no: PriorityPort(no, rate, delay, self.log) for no, rate, delay in ports}
         for no in self.ports:
             if not 0 <= no < CPU_PORT:

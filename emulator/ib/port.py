@@ -1,6 +1,6 @@
 """The transmit side of one InfiniBand port (IBA Vol. 1, 7.6 "Virtual
 lanes", 7.9 "Flow control"): a small htsim-style element, as
-``emulator.dataplane.tm.PriorityPort`` is for Ethernet, pure and driven by
+``emulator.dataplane.priority_port.PriorityPort`` is for Ethernet, pure and driven by
 explicit times (wall ns of the caller's clock; rates already dilated).
 
 * SL to VL: ``sl2vl[sl]`` picks the data VL of a packet (the

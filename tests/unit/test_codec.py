@@ -6,9 +6,10 @@ import pytest
 from google.rpc import code_pb2 as C
 from p4.v1 import p4runtime_pb2 as pb
 
-from emulator.p4.codec import MAX_SESSION_ID, Rejected
+from emulator.p4.decoders import MAX_SESSION_ID
 from emulator.p4.entities import ActionCall, ActionProfileGroup, TableEntry
 from emulator.p4.p4info import P4Info, P4InfoError
+from emulator.p4.rejected import Rejected
 from emulator.p4.values import check_bytestring, decode, encode, to_int
 
 I, M, D = pb.Update.INSERT, pb.Update.MODIFY, pb.Update.DELETE

@@ -12,7 +12,7 @@ from scapy.layers.l2 import Ether
 
 from emulator import int_md
 from emulator.agents.roce import RC_ACK, RC_WRITE_ONLY, FrameTemplate, parse_roce, verify_icrc
-from emulator.dataplane.pipeline import _ipv4_checksum_ok
+from emulator.dataplane.ipv4_checks import ipv4_checksum_ok
 from emulator.int_md import (
     INT_HOP_BYTES, INT_KIND_COLLECT, INT_KIND_ECHO, INT_MAX_HOPS, INT_OFFSET, INT_SHIM_BYTES,
     INT_UDP_DPORT, IntHop, IntShim,
@@ -36,7 +36,7 @@ def test_insert_matches_scapy_and_keeps_a_valid_ipv4_header():
     plain = _frame()
     out = int_md.insert(plain, INT_KIND_COLLECT, 3)
     assert len(out) == len(plain) + int_md.int_bytes(3)
-    assert _ipv4_checksum_ok(out)
+    assert ipv4_checksum_ok(out)
     p = Ether(bytes(out))
     assert p[UDP].dport == INT_UDP_DPORT and p[UDP].len == len(out) - 34
     assert p[IP].len == len(out) - 14

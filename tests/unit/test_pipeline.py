@@ -342,7 +342,7 @@ def test_malformed_packet_of_a_cached_flow_is_dropped_not_served_from_the_cache(
 
 def test_first_failing_check_names_the_reason():
     from emulator.dataplane.malformed import Malformed
-    from emulator.dataplane.pipeline import malformed_reason
+    from emulator.dataplane.ipv4_checks import malformed_reason
     f = rocev2()
     bad_csum = lambda fr: pc.with_ipv4_checksum(fr, pc.ipv4_checksum(fr) ^ 1)  # noqa: E731
     assert malformed_reason(f) == 0
@@ -355,12 +355,12 @@ def test_first_failing_check_names_the_reason():
 
 
 def test_checksum_check_is_bmv2s_verify_checksum():
-    """_ipv4_checksum_ok agrees with verify_checksum (csum16 of the other
+    """ipv4_checksum_ok agrees with verify_checksum (csum16 of the other
     fields == the field) on random headers and on the 0x0000/0xFFFF edge."""
     import random
     import struct
     from scapy.utils import checksum
-    from emulator.dataplane.pipeline import _ipv4_checksum_ok
+    from emulator.dataplane.ipv4_checks import ipv4_checksum_ok
     rng = random.Random(7)
     headers = []
     for _ in range(3000):
@@ -373,8 +373,8 @@ def test_checksum_check_is_bmv2s_verify_checksum():
     headers += [zero, zero[:10] + b"\xff\xff" + zero[12:]]
     for h in headers:
         bmv2 = checksum(h[:10] + b"\0\0" + h[12:]) == struct.unpack_from("!H", h, 10)[0]
-        assert _ipv4_checksum_ok(bytes(14) + h) == bmv2, h.hex()
-    assert _ipv4_checksum_ok(bytes(14) + zero) and not _ipv4_checksum_ok(bytes(14) + headers[-1])
+        assert ipv4_checksum_ok(bytes(14) + h) == bmv2, h.hex()
+    assert ipv4_checksum_ok(bytes(14) + zero) and not ipv4_checksum_ok(bytes(14) + headers[-1])
 
 
 def test_packet_out_of_a_malformed_frame_is_not_checked(target):
@@ -390,7 +390,8 @@ def test_rewrite_checksum_is_update_checksums_from_scratch():
     value as csum16 recomputed over the header after the TTL decrement."""
     import random
     import struct
-    from emulator.dataplane.pipeline import Verdict, _ipv4_checksum_ok, _ipv4_header_checksum, rewrite
+    from emulator.dataplane.ipv4_checks import ipv4_checksum_ok
+    from emulator.dataplane.pipeline import Verdict, _ipv4_header_checksum, rewrite
     rng = random.Random(11)
     frames = [pc._frame_whose_routed_checksum_is_zero(), pc._frame_whose_checksum_is_zero()]
     for _ in range(3000):
@@ -400,7 +401,7 @@ def test_rewrite_checksum_is_update_checksums_from_scratch():
         f[24:26] = struct.pack("!H", _ipv4_header_checksum(f))
         frames.append(bytes(f))
     for f in frames:
-        assert _ipv4_checksum_ok(f)
+        assert ipv4_checksum_ok(f)
         out = rewrite(f, Verdict(H1_PORT, decrement_ttl=True))
         assert out[22] == f[22] - 1
         assert (out[24] << 8 | out[25]) == _ipv4_header_checksum(out), f.hex()

@@ -9,7 +9,8 @@ from scapy.layers.l2 import Ether
 
 from emulator.link import Wire
 from emulator.dataplane.pipeline import _ipv4_header_checksum
-from emulator.dataplane.tm import SharedBuffer, set_ce
+from emulator.dataplane.shared_buffer import SharedBuffer
+from emulator.dataplane.tm import set_ce
 from emulator.wire import WIRE_OVERHEAD_BYTES
 from tests.unit.test_tm_helpers import ROCE_PRIO, attach, make_tm, roce, run, verdict
 

@@ -16,7 +16,9 @@ from p4.v1 import p4runtime_pb2 as pb
 
 from emulator.dataplane.p4rt_server.write import Journal
 from emulator.dataplane.state import SwitchState, TableEntry
-from emulator.p4.codec import Codec, Rejected, group_size, invalid
+from emulator.p4.codec import Codec
+from emulator.p4.decoders import group_size
+from emulator.p4.rejected import Rejected, invalid
 
 
 class ActionProfiles:

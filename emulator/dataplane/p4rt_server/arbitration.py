@@ -24,7 +24,7 @@ from p4.v1 import p4runtime_pb2 as pb
 
 from emulator.dataplane.p4rt_server.rpc import Malformed
 from emulator.dataplane.p4rt_server.status import GRPC_CODE
-from emulator.p4.codec import Rejected
+from emulator.p4.rejected import Rejected
 from emulator.p4.values import uint128, uint128_value
 
 log = logging.getLogger(__name__)

@@ -17,7 +17,8 @@ from p4.v1 import p4runtime_pb2 as pb
 from emulator.dataplane.p4rt_server.arbitration import Arbitration, Session
 from emulator.dataplane.p4rt_server.pipeline_config import PipelineConfig
 from emulator.dataplane.state import SwitchState
-from emulator.p4.codec import Codec, Rejected
+from emulator.p4.codec import Codec
+from emulator.p4.rejected import Rejected
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,8 @@ from p4.v1 import p4runtime_pb2 as pb
 
 from emulator.dataplane.p4rt_server.write import Journal
 from emulator.dataplane.state import SwitchState
-from emulator.p4.codec import Codec, Rejected, invalid
+from emulator.p4.codec import Codec
+from emulator.p4.rejected import Rejected, invalid
 
 
 class CloneSessions:

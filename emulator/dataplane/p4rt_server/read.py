@@ -40,7 +40,7 @@ from p4.v1 import p4runtime_pb2 as pb
 
 from emulator.dataplane.p4rt_server.status import Outcomes, batch_failure, failure, internal
 from emulator.dataplane.state import SwitchState
-from emulator.p4.codec import Rejected, invalid
+from emulator.p4.rejected import Rejected, invalid
 
 log = logging.getLogger(__name__)
 

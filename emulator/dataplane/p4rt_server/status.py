@@ -37,7 +37,7 @@ from google.protobuf import any_pb2
 from google.rpc import code_pb2, status_pb2
 from p4.v1 import p4runtime_pb2 as pb
 
-from emulator.p4.codec import Rejected
+from emulator.p4.rejected import Rejected
 
 # google.rpc code -> grpc.StatusCode
 GRPC_CODE = {sc.value[0]: sc for sc in grpc.StatusCode}
