@@ -123,7 +123,7 @@ def run(experiment, out_dir, force, target, pcap, pcap_time, dilation, sets, as_
     prestart()      # its imports on the other core while this process imports and builds
     from emulator.experiment.outdir import OutputDir
     from emulator.experiment.runner import resolve_target
-    from emulator.net.fabric import check_environment
+    from emulator.net.environment import check_environment
     from emulator.net.runlock import RunLock
 
     out = Path(out_dir or f"results/{exp.name}")
@@ -204,7 +204,7 @@ def compare(experiments, out_dir, force, dilation):
                                              write_comparison)
     from emulator.experiment.dilation import parse_dilation, run_with_dilation
     from emulator.experiment.outdir import OutputDir, output_dir
-    from emulator.net.fabric import check_environment
+    from emulator.net.environment import check_environment
     from emulator.net.runlock import RunLock
 
     if len(experiments) < 2:
@@ -298,7 +298,7 @@ def cli(experiment, target, out_dir, force, dilation, sets):
     from emulator.experiment.dilation import dilation_for_cli, parse_dilation, with_dilation
     from emulator.experiment.outdir import OutputDir, output_dir
     from emulator.experiment.runner import fabric_net, resolve_target
-    from emulator.net.fabric import check_environment
+    from emulator.net.environment import check_environment
     from emulator.net.runlock import RunLock
 
     exp = _load(experiment, target, sets)

@@ -92,7 +92,7 @@ def check_packages(requirements=None, prefix: str | None = None) -> list[Finding
 
 
 def check_mininet() -> Finding:
-    from emulator.net.fabric import environment_problem
+    from emulator.net.environment import environment_problem
     problem = environment_problem()
     if problem:
         return Finding("mininet", PROBLEM, problem)

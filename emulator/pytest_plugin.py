@@ -43,7 +43,7 @@ def pytest_configure(config):
 
 def mininet_unavailable_reason() -> str | None:
     """Why a fabric cannot be built here (None: it can): the runner's own check."""
-    from emulator.net.fabric import environment_problem
+    from emulator.net.environment import environment_problem
     return environment_problem()
 
 

@@ -14,7 +14,9 @@ from emulator.agents.requester import DEFAULT_RTO_FABRIC_NS
 from emulator.experiment.endpoints import agent_keys, dropped_flows
 from emulator.experiment.resolved import Experiment
 from emulator.errors import RunAborted
-from emulator.net.fabric import FabricNet, dilated_link, exit_phrase
+from emulator.net.fabric import FabricNet
+from emulator.net.fabric_health import exit_phrase
+from emulator.net.mininet_topo import dilated_link
 from emulator.net.nodes import stop_processes
 from emulator.net.packing import agent_packs, wake_spin_ns
 from emulator.schema.agent import (
@@ -63,9 +65,9 @@ def ib_nic_fields(exp: Experiment, nic: str) -> dict:
     """An InfiniBand NIC's ``IbNicConfig``: its LID and its peers' (the
     subnet manager's sweep, the one that programs the switches), the link
     layer's buffer and update period (dilated) as the switches have them
-    (``net.fabric.ib_link_config``), and IB congestion control if on."""
+    (``net.mininet_topo.ib_link_config``), and IB congestion control if on."""
     from emulator.ib.sm import path_records
-    from emulator.net.fabric import ib_link_config
+    from emulator.net.mininet_topo import ib_link_config
     fabric, d, cc = exp.fabric, exp.dilation, exp.spec.ib_cc
     lids = path_records(fabric)
     link = ib_link_config(d)

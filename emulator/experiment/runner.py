@@ -22,7 +22,8 @@ from emulator.experiment.servers import ServerGroup, add_collectives, plain_host
 from emulator.experiment.summary import render_slowdown_buckets, render_summary
 from emulator.experiment.timeseries import monotonic_t0_from_unix
 from emulator.errors import ConfigError, EnvironmentProblem, RunAborted, WriteFailed
-from emulator.net.fabric import FabricNet, check_environment
+from emulator.net import environment
+from emulator.net.fabric import FabricNet
 
 PROGRESS_INTERVAL_S = 1.0     # a progress line
 DONE_POLL_S = 0.05            # how soon the end of the traffic is seen
@@ -85,7 +86,7 @@ def run_experiment(exp: Experiment, out_dir: str | Path, console: Console | None
     ``out_dir`` is new or an earlier run's (``outdir``); ``force``: one
     holding others' files too (kept)."""
     from emulator.net.runlock import RunLock
-    check_environment()   # before anything is written or built
+    environment.check_environment()   # before anything is written or built
     target = resolve_target(exp.spec.target)
     with contextlib.ExitStack() as stack:
         if RunLock.held() is None:     # the CLI holds it for a whole run or sweep

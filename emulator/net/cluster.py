@@ -337,7 +337,7 @@ class Cluster:
             "servers": servers, "placement": RunPlacer, "precheck": False,
             "serverIP": {self._mn_server(s): "127.0.0.1" if s.is_local else s.address
                          for s in self.servers.values()},
-            # the nodes' classes are the topology's (fabric._mininet_topo)
+            # the nodes' classes are the topology's (mininet_topo.fabric_topo)
             "link": self.classes[2]}
 
     @cached_property

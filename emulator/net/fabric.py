@@ -1,26 +1,36 @@
-"""The running fabric: Mininet topology (what), node classes (how), lifecycle (when).
+"""The running fabric's lifecycle: up and programmed inside, nothing left after.
 
-``FabricTopo`` turns a ``Fabric`` (the topology file) into a Mininet Topo;
-``FabricNet`` builds it, starts every switch, has the controller program
-them over P4Runtime, and tears everything down on exit, on error, and on
-SIGINT/SIGTERM, so that no namespace, veth or process outlives a run. It
-holds the run lock (``runlock``: one fabric at a time) and, should its
-process be SIGKILLed, its watchdog (``watchdog``) removes the fabric.
-``check_alive`` tells a run whether the fabric is still whole.
+``FabricNet`` builds the Mininet topology (``mininet_topo.py``), starts
+every switch, has the controller program them over P4Runtime, and tears
+everything down on exit, on error, and on SIGINT/SIGTERM, so that no
+namespace, veth or process outlives a run. It holds the run lock
+(``runlock``: one fabric at a time) and, should its process be SIGKILLed,
+its watchdog (``watchdog``) removes the fabric. What a run does with the
+fabric while it is up -- its nodes, agents, switch stats -- is
+``fabric_nodes.py``; whether it is still whole (``check_alive``),
+``fabric_health.py``; whether this machine can build one at all,
+``environment.py``. The functions of those modules that callers import
+with ``FabricNet`` are importable from here too (``__all__``);
+``check_environment`` is looked up, and so patched, in ``environment``.
 """
 from __future__ import annotations
 
-import os
-import shutil
 import signal
 import subprocess
 import threading
-import time
 from pathlib import Path
 
 from emulator.errors import EnvironmentProblem, FabricEmuError, RunAborted
+from emulator.net import environment
+from emulator.net.environment import check_environment, check_interfaces_free, environment_problem
+from emulator.net.fabric_health import FabricHealth, exit_phrase
+from emulator.net.fabric_nodes import FabricNodes
+from emulator.net.mininet_topo import dilated_link, fabric_topo, ib_link_config
 from emulator.net.wake_latency import WakeLatencyRequest
 from emulator.topo import Fabric
+
+__all__ = ["REACTION_WALL_NS", "TARGETS", "FabricNet", "check_environment", "dilated_link",
+           "environment_problem", "exit_phrase", "ib_link_config"]
 
 
 # How late a switch or NIC process may react (wake-up latency of a Python
@@ -28,133 +38,10 @@ from emulator.topo import Fabric
 REACTION_WALL_NS = 2_000_000
 
 
-def environment_problem() -> str | None:
-    """Why this machine cannot build a fabric, in one line (None: it can)."""
-    if os.geteuid() != 0:
-        return "building a fabric needs root (network namespaces, veths): run as root or with sudo"
-    try:
-        import mininet.net  # noqa: F401
-    except ImportError:
-        return ("Mininet's Python module is not importable: run 'make setup' "
-                "(apt-get install mininet; the venv sees Debian's python3 packages)")
-    if shutil.which("mnexec") is None:
-        return "mnexec is not on PATH: apt-get install mininet"
-    return None
-
-
-def check_environment() -> None:
-    """Fail early, in one line, when this machine cannot build a fabric."""
-    problem = environment_problem()
-    if problem:
-        raise EnvironmentProblem(problem)
-
-
-def dilated_link(fabric: Fabric, node: str, port_no: int, dilation: float) -> tuple[int, int]:
-    """(rate_bps, delay_ns) that the link behind a port runs at, dilated."""
-    link = fabric.links[fabric.port(node, port_no).link_index]
-    return max(1, int(link.rate_bps / dilation)), int(link.delay_ns * dilation)
-
-
 TARGETS = ("embedded", "bmv2")
 
 
-def ib_link_config(dilation: float) -> dict:
-    """An InfiniBand switch's link layer (``IbLinkConfig``): the schema's
-    buffers and update thresholds, its update period dilated (wall ns)."""
-    from emulator.schema.switch import IbLinkConfig
-    cfg = IbLinkConfig()
-    return {**cfg.model_dump(), "update_period_ns": int(cfg.update_period_ns * dilation)}
-
-
-def _switch_params(fabric: Fabric, name: str, target: str, switch_options: dict,
-                   ports: dict[str, tuple[int, int]], forkserver=None, switch_cls=None) -> dict:
-    """Mininet addSwitch parameters of one switch on a target; ports: name ->
-    (gRPC port, Thrift port)."""
-    from emulator.net.bmv2 import Bmv2Switch
-    from emulator.net.nodes import EmbeddedP4Switch
-    common = {"device_id": fabric.device_id(name), "grpc_port": ports[name][0],
-              "port_links": {p.port_no: dilated_link(fabric, name, p.port_no, switch_options["dilation"])
-                             for p in fabric.ports(name)}}
-    if target == "bmv2":
-        return {**common, "cls": Bmv2Switch, "thrift_port": ports[name][1],
-                "options": {k: switch_options[k] for k in ("buffer_bytes", "mtu_frame_bytes", "pcap",
-                                                            "lossless_priorities")}}
-    options = {k: v for k, v in switch_options.items()
-               if k not in ("dilation", "mtu_frame_bytes", "lossless_priorities")}
-    if fabric.link_layer == "infiniband":
-        options["ib"] = ib_link_config(switch_options["dilation"])
-    return {**common, "cls": switch_cls or EmbeddedP4Switch, "forkserver": forkserver,
-            "options": {**options, "router_mac": fabric.addresses.router_mac(name),
-                        "seed": fabric.device_id(name)}}
-
-
-def _mininet_topo(fabric: Fabric, dilation: float, run_dir: Path, switch_options: dict,
-                  ports: dict[str, tuple[int, int]], target: str = "embedded", forkserver=None,
-                  cluster=None, packs: dict[str, str] | None = None):
-    """cluster: an ``emulator.net.cluster.Cluster``: its node classes, and
-    each node's server as Mininet's cluster edition takes it. packs: switch
-    -> the process it shares (embedded target)."""
-    from mininet.topo import Topo
-
-    from emulator.net.nodes import RoceHost
-    switch_cls, host_cls = None, RoceHost
-    if cluster is not None:
-        switch_cls, host_cls, _ = cluster.classes
-
-    def where(node: str) -> dict:
-        return cluster.node_params(node) if cluster is not None else {}
-
-    class FabricTopo(Topo):
-        def build(self):
-            for sw in fabric.switches():
-                pack = {"pack": packs[sw.name]} if packs and sw.name in packs else {}
-                self.addSwitch(sw.name, run_dir=str(run_dir), **where(sw.name), **pack,
-                               **_switch_params(fabric, sw.name, target,
-                                                {**switch_options, "dilation": dilation}, ports,
-                                                forkserver, switch_cls))
-            _add_servers(self, fabric, host_cls, where)
-            _add_links(self, fabric)
-
-    return FabricTopo()
-
-
-def _add_servers(topo, fabric: Fabric, host_cls, where=lambda node: {}) -> None:
-    """One Mininet host (namespace) per server, holding all its NICs'
-    interfaces; NIC 0's address and gateway are its defaults."""
-    plan = fabric.addresses
-    for server in fabric.servers():
-        nics = [{"ifname": plan.host_ifname(n), "cidr": plan.host_cidr(n),
-                 "mac": plan.host_mac(n), "gateway_ip": plan.host_gateway(n),
-                 "gateway_mac": plan.gateway_mac(n)} for n in server.all_nics]
-        topo.addHost(server.name, cls=host_cls, ip=nics[0]["cidr"], mac=nics[0]["mac"],
-                     defaultRoute=f"via {nics[0]['gateway_ip']}", nics=nics, **where(server.name))
-
-
-def _add_links(topo, fabric: Fabric) -> None:
-    for link in fabric.links:
-        # Switch ports are Mininet's port numbers (from 1). A host link's
-        # lower end is a NIC: in Mininet, its server's port k for its k-th
-        # NIC (NIC 0 on port 0, as h1-eth0 always was).
-        a, a_port = link.a, link.a_port
-        if not fabric.node(a).is_switch:
-            server = fabric.server_of(a)
-            a, a_port = server.name, server.all_nics.index(link.a)
-        topo.addLink(a, link.b, port1=a_port, port2=link.b_port,
-                     intfName1=fabric.port(link.a, link.a_port).ifname,
-                     intfName2=fabric.port(link.b, link.b_port).ifname)
-
-
-def exit_phrase(returncode: int) -> str:
-    """How a process ended, for one line: "exited with status 1", "was killed by SIGKILL"."""
-    if returncode < 0:
-        try:
-            return f"was killed by {signal.Signals(-returncode).name}"
-        except ValueError:
-            return f"was killed by signal {-returncode}"
-    return f"exited with status {returncode}"
-
-
-class FabricNet:
+class FabricNet(FabricNodes, FabricHealth):
     """Context manager: the fabric up and programmed inside, nothing left after."""
 
     def __init__(self, fabric: Fabric, run_dir: str | Path, dilation: float = 1.0,
@@ -204,7 +91,7 @@ class FabricNet:
 
     # -------------------------------------------------------------- lifecycle
     def start(self) -> "FabricNet":
-        check_environment()
+        environment.check_environment()
         from mininet.log import setLogLevel
 
         from emulator.net.clean import fabric_interfaces
@@ -215,7 +102,7 @@ class FabricNet:
         if RunLock.held() is None:     # not taken by the CLI for a whole run or sweep
             self._lock = RunLock.acquire(self.fabric.name, self.run_dir)
         try:
-            self._check_interfaces_free(fabric_interfaces())
+            check_interfaces_free(self.fabric, fabric_interfaces())
             self.run_dir.mkdir(parents=True, exist_ok=True)
             self._watchdog = Watchdog(self.run_dir, [n.name for n in self.fabric.servers()]
                                       + [sw.name for sw in self.fabric.switches()],
@@ -237,34 +124,6 @@ class FabricNet:
             self.stop()
             raise
         return self
-
-    def _switch_packs(self) -> dict[str, str]:
-        """switch -> the name of the process it shares (``dataplane/pack.py``);
-        a switch not named runs alone. Embedded switches (Ethernet or
-        InfiniBand) on one machine only."""
-        if self.target != "embedded" or self.cluster_spec is not None:
-            return {}
-        from emulator.net.packing import switch_packs
-        out = {}
-        for group in switch_packs([sw.name for sw in self.fabric.switches()],
-                                  self.switches_per_process):
-            if len(group) > 1:
-                out.update({name: f"{group[0]}+{len(group) - 1}" for name in group})
-        return out
-
-    def switch_processes(self) -> int:
-        """How many processes run this fabric's switches (packs count once)."""
-        packs = self._switch_packs()
-        return len(set(packs.values())) + sum(1 for sw in self.fabric.switches()
-                                              if sw.name not in packs)
-
-    def _check_interfaces_free(self, existing: list[str]) -> None:
-        taken = sorted(set(existing) & {p.ifname for n in self.fabric.nodes
-                                        for p in self.fabric.ports(n.name)})
-        if taken:
-            raise EnvironmentProblem(
-                f"interface {taken[0]} already exists ({len(taken)} of this fabric's): another "
-                f"fabric is running, or a crashed run left it (fabric-emu clean removes leftovers)")
 
     def _build(self) -> None:
         from mininet.net import Mininet
@@ -300,8 +159,8 @@ class FabricNet:
             from emulator.net.cluster import Cluster
             self.cluster = Cluster(self.cluster_spec, self.fabric, self.run_dir).open()
             net_cls, net_params = self.cluster.mininet_params()
-        topo = _mininet_topo(self.fabric, self.dilation, self.run_dir, switch_options, ports,
-                             self.target, self.forkserver, self.cluster, self._switch_packs())
+        topo = fabric_topo(self.fabric, self.dilation, self.run_dir, switch_options, ports,
+                           self.target, self.forkserver, self.cluster, self._switch_packs())
         self.net = net_cls(topo=topo, controller=None, autoSetMacs=False, build=False,
                            waitConnected=False, **net_params)
         self.net.build()
@@ -373,12 +232,6 @@ class FabricNet:
         self._teardown_thread = threading.Thread(target=teardown, name="fabric-teardown")
         self._teardown_thread.start()
 
-    @staticmethod
-    def _stop_switches(net) -> None:
-        """All switch processes at once (a stopped one is left as it is)."""
-        from emulator.net.nodes import stop_processes
-        stop_processes([getattr(sw, "proc", None) for sw in net.switches])
-
     def _teardown(self) -> None:
         from emulator.net.clean import delete_interfaces, kill_processes, run_processes
         try:
@@ -429,114 +282,16 @@ class FabricNet:
             self._wake_latency.release()
             self._release_lock()
 
-    @staticmethod
-    def _dead_shell(net):
-        """A node whose Mininet shell has ended (``clean`` kills them), or None."""
-        return next((n for n in net.hosts + net.switches
-                     if n.shell is None or n.shell.poll() is not None), None)
-
-    @staticmethod
-    def _stop_broken(net) -> None:
-        from emulator.net.nodes import stop_process
-        for sw in net.switches:
-            stop_process(getattr(sw, "proc", None))
-        for node in net.hosts + net.switches:
-            if node.shell is not None and node.shell.poll() is None:
-                os.killpg(node.shell.pid, signal.SIGHUP)
-            node.cleanup()
-
     def _release_lock(self) -> None:
         if self._lock is not None:
             self._lock.release()
             self._lock = None
-
-    def _local_switches(self) -> list[str]:
-        """The switches on this machine (all but a cluster's remote ones)."""
-        return [sw.name for sw in self.fabric.switches()
-                if self.cluster is None or not self.cluster.is_remote(sw.name)]
-
-    def switch_interfaces(self) -> list[str]:
-        """The switches' ports: the fabric's interfaces in the root namespace
-        (every link has a switch end) of this machine."""
-        return [p.ifname for sw in self._local_switches() for p in self.fabric.ports(sw)]
-
-    def check_alive(self) -> None:
-        """Raise ``RunAborted`` (one line: what, and its log) if a switch
-        process has exited or a fabric interface has gone."""
-        broken = self._broken("mid-run")
-        if broken:
-            raise RunAborted(broken)
-
-    def _broken(self, when: str) -> str | None:
-        """What of the fabric died ``when``: a switch (and its log), a node
-        shell, an interface; None if it is whole."""
-        if self.net is None:
-            return None
-        for sw in self.fabric.switches():
-            node = self.net.get(sw.name)
-            proc = getattr(node, "proc", None)
-            if proc is not None and proc.poll() is not None:
-                return (f"switch {sw.name} {exit_phrase(proc.returncode)} {when} "
-                        f"(its log: {node.log_path})")
-        dead = self._dead_shell(self.net)
-        if dead is not None:
-            return (f"node {dead.name}'s Mininet shell {exit_phrase(dead.shell.returncode) if dead.shell else 'is gone'} "
-                    f"{when}: the fabric was taken down under the run")
-        gone = [n for n in self.switch_interfaces() if not os.path.exists(f"/sys/class/net/{n}")]
-        if gone:
-            return (f"interface {gone[0]} vanished {when} ({len(gone)} of the fabric's): "
-                    f"the fabric was taken down under the run")
-        return None
 
     def __enter__(self) -> "FabricNet":
         return self.start()
 
     def __exit__(self, *exc) -> None:
         self.stop()
-
-    # ---------------------------------------------------------------- access
-    def host(self, name: str):
-        """The Mininet host of a server, by the server's name or one of its NICs'."""
-        try:
-            server = self.fabric.server(name)
-        except KeyError:
-            server = self.fabric.server_of(name)   # KeyError if no such node either
-        return self.net.get(server.name)
-
-    def node_of(self, host_name: str):
-        """The Mininet host (its server's namespace) holding a NIC (host node)."""
-        return self.net.get(self.fabric.server_of(host_name).name)
-
-    def switch(self, name: str):
-        return self.net.get(name)
-
-    def spawn(self, node: str, module: str, args: list[str], log_path: Path, *,
-              stdin_pipe: bool = False):
-        """``python -m module args`` in ``node``'s namespace (a host, or the
-        server holding a NIC), forked warm by the fork server; a
-        ``subprocess.Popen``-like handle (``ForkedProcess``)."""
-        host = self.host(node)
-        if self.cluster is not None and self.cluster.is_remote(host.name):
-            srv = self.cluster.server_of(host.name)
-            for a in args:          # its config: written here, read there
-                if Path(a).is_file():
-                    srv.put(Path(a))
-            return srv.spawn(module, args, log_path, netns_pid=host.pid, stdin_pipe=stdin_pipe)
-        return self.forkserver.spawn(module, args, log_path, netns_pid=host.pid,
-                                     stdin_pipe=stdin_pipe)
-
-    def snapshot_switch_stats(self, timeout_s: float = 10.0) -> dict[str, dict]:
-        """Each embedded switch's stats since its previous snapshot (or its
-        start), its counters and peaks then cleared: name -> stats.json
-        contents, with ``raw_log_bytes``, where its raw logs stood. BMv2
-        keeps no such stats: {}."""
-        if self.target != "embedded":
-            return {}
-        nodes = [self.net.get(sw.name) for sw in self.fabric.switches()]
-        for node in nodes:              # all at once: one window for the fabric
-            node.request_snapshot()
-        deadline = time.monotonic() + timeout_s
-        return {node.name: node.read_snapshot(deadline) for node in nodes}
 
     # ------------------------------------------------------------- signals
     def _trap_signals(self) -> None:

@@ -109,11 +109,11 @@ def no_fabric(monkeypatch):
     a run that got past the checks fails the test."""
     import emulator.experiment.dilation as dilation
     import emulator.experiment.runner as runner
-    import emulator.net.fabric as fabric
+    import emulator.net.environment as environment
     import emulator.net.forkserver as forkserver
     import emulator.net.runlock as runlock
     monkeypatch.setattr(forkserver, "prestart", lambda: None)
-    monkeypatch.setattr(fabric, "check_environment", lambda: None)
+    monkeypatch.setattr(environment, "check_environment", lambda: None)
     monkeypatch.setattr(runlock.RunLock, "acquire",
                         classmethod(lambda cls, *a, **k: contextlib.nullcontext()))
 

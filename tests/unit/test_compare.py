@@ -180,13 +180,13 @@ def test_compare_prints_the_bucket_table(monkeypatch, tmp_path):
     from click.testing import CliRunner
 
     import emulator.experiment.dilation as dilation
-    import emulator.net.fabric as fabric
+    import emulator.net.environment as environment
     import emulator.net.runlock as runlock
     from emulator.cli import main
     runs = iter([workload_run("websearch-dcqcn", lambda s: 1 + s / 10_000, (0, 4000, 9000, 30000)),
                  workload_run("fairness", lambda s: 3.0, (0, 1, 2, 3))])
     monkeypatch.setattr(dilation, "run_with_dilation", lambda *a, **k: next(runs))
-    monkeypatch.setattr(fabric, "check_environment", lambda: None)
+    monkeypatch.setattr(environment, "check_environment", lambda: None)
     monkeypatch.setattr(runlock.RunLock, "acquire",
                         classmethod(lambda cls, *a, **k: contextlib.nullcontext()))
     monkeypatch.chdir(REPO)

@@ -124,7 +124,8 @@ def test_up_to_forty_series_get_forty_distinct_colours():
 
 
 def test_beyond_forty_flows_the_goodput_is_summed_per_receiver():
-    from emulator.experiment.plots import FlowRates, _receiver_lines
+    from emulator.experiment.plots import FlowRates
+    from emulator.experiment.plots.throughput import _receiver_lines
     series = {}
     for f in range(45):
         series[f] = FlowRates(f"h{f}", f"d{f % 3}")

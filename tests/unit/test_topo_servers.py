@@ -220,14 +220,14 @@ def test_model_equality_and_determinism():
 def test_mininet_topo_one_host_per_server(tmp_path):
     """The host part of FabricTopo: one Mininet host per server holding all its NICs."""
     topo_mod = pytest.importorskip("mininet.topo")
-    from emulator.net.fabric import _add_links, _add_servers
+    from emulator.net.mininet_topo import add_links, add_servers
 
     f = load_fabric(TOPOS / "rail-2x4-storage-separate.yaml")
     topo = topo_mod.Topo()
     for sw in f.switches():
         topo.addSwitch(sw.name)
-    _add_servers(topo, f, host_cls=None)
-    _add_links(topo, f)
+    add_servers(topo, f, host_cls=None)
+    add_links(topo, f)
     assert sorted(topo.hosts()) == ["server1", "server2", "storage1"]
     plan = f.addresses
     nics = topo.nodeInfo("server1")["nics"]
