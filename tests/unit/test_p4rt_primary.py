@@ -2,7 +2,6 @@
 says so in one line, and takes it back only when told -- over real gRPC to
 the embedded target's servers (one per switch of a clos-2x2, no namespaces)."""
 import logging
-import time
 
 import grpc
 import pytest
@@ -20,17 +19,10 @@ from emulator.schema.qos import EcnSpec
 from emulator.topo import load_fabric
 from tests.conftest import REPO
 
+from .test_p4rt_server import eventually
+
 FABRIC = load_fabric(REPO / "topologies" / "clos-2x2.yaml")
 HIGH = 1 << 64          # election id (1, 0)
-
-
-def eventually(pred, timeout=3.0):
-    end = time.time() + timeout
-    while time.time() < end:
-        if pred():
-            return True
-        time.sleep(0.01)
-    return pred()
 
 
 @pytest.fixture
