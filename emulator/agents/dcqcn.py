@@ -44,6 +44,9 @@ T = 55 us, B = 10 MB (taken as 10 MiB), F = 5, R_AI = 40 Mbit/s), with R_HAI = 2
 R_min = 100 Mbit/s (not given in the paper: the values of its authors' ns-3
 code, bobzhuyb/ns3-rdma) and alpha = 1 before the first CNP (Mellanox's
 initial_alpha_value 1023/1023; the first CNP halves the rate).
+In the host agent's config (``dcqcn``, every key optional) the times are
+wall ns (already multiplied by the dilation factor); ``enabled: false``
+keeps the QPs at line rate (CNPs are still counted).
 """
 from __future__ import annotations
 

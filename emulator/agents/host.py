@@ -4,38 +4,11 @@ Run inside the host's network namespace::
 
     python -m emulator.agents.host CONFIG.json
 
-Config: ``emulator.schema.agent.HostAgentConfig`` (the runner writes it,
-this process reads it back with the same model; a bad one is one line on
-stderr and exit status 2). Its rates and times are wall (fabric x D)::
-
-    {"host": "h1", "ifname": "h1-eth0", "mac": "02:..", "ip": "10.0.1.1",
-     "gateway_mac": "02:..", "rate_bps": 10000000, "dcqcn": {...}, ...,
-     "qps": [{"qpn": 16, "remote_ip": "10.0.2.1", "remote_qpn": 32}],
-     "send": [{"flow_id": 0, "qpn": 16, "op": "write", "size_bytes": 1048576}],
-     "expect": [{"flow_id": 3, "qpn": 16, "op": "write", "size_bytes": 1048576}],
-     "result_path": "/tmp/.../h1.result.json"}
-
-``qpn`` in ``send`` and ``expect`` is always a *local* QP from ``qps``;
-``sq_psn`` of a QP must equal ``rq_psn`` of its peer QP (both default 0).
-
-Conventions (what a config generator must follow)
--------------------------------------------------
-* Payload: flow ``f`` carries ``pattern_bytes(f, 0, size)``: byte ``o`` is
-  ``B_f[(o + (o // 65536) * 4099) % 65536]`` where ``B_f`` is
-  ``random.Random(0x5EED0000 + f).randbytes(65536)``. Sender and receiver
-  build it independently; the receiver compares what landed with it.
-* WRITE: each host registers ONE receive memory region, rkey ``mr_rkey``
-  (default 0x1234 = 4660), virtual addresses ``mr_addr`` (default 0) up.
-  Its expected WRITE flows are laid out in the order they appear in
-  ``expect``, each at the next 4096-byte-aligned address after the previous
-  one (an entry may pin ``remote_addr`` instead; later ones follow the
-  highest end so far). ``write_layout(expect)`` computes this; the sender's
-  ``send`` entry must use that ``remote_addr`` and the receiver's rkey.
-  The receiver recognizes the flow by the RETH address of the message.
-* SEND: the receiver posts one receive buffer of ``size_bytes`` per expected
-  SEND flow, per local QP in ``expect`` order. SENDs on a QP consume them in
-  the order the sender posts them (by ``start_offset_ns``, then list
-  order), so list a QP's expected SENDs in that order.
+Config: ``emulator.schema.agent.HostAgentConfig``, written by the runner
+and read back here with the same model; its rates and times are wall
+(fabric x D). What a config generator must follow (payload pattern, WRITE
+layout, SEND order): ``payload.py``; the raw logs: ``run_logs.py``; the
+result and progress files: docs/lossless.md, "Raw logs → results".
 
 Exit: when every send completed and every expected message arrived, the
 agent keeps answering (re-ACKing retransmissions whose ACK was lost) until
@@ -46,75 +19,6 @@ deadline it writes what it has and exits 3. SIGTERM/SIGINT: write what it
 has, exit 0 if complete, else 3 (the runner stops the agents this way as
 soon as all of them are done: then no retransmission can still come). A
 bad config: one line on stderr, exit 2.
-
-Progress (``progress_path``, if set): ``{"host", "delivered_bytes" (payload
-placed in order by this NIC, each byte once: retransmissions and headers
-not counted), "done" (every send completed, every expected message
-arrived)}``, rewritten about every second and at once when done.
-
-Result JSON::
-
-    {"host": "h1", "reason": "done"|"deadline"|"signal" (stopped before done),
-     "complete": every send succeeded and every expected message arrived intact,
-     "start_at_unix_ns": ..., "ready_unix_ns": when the NIC was up and the
-     MRs registered (if later than start_at, peers' first packets were lost
-     and recovered by timeouts), "end_unix_ns": ..., "cpu_s": process CPU
-     seconds,
-     "send": [{"flow_id", "qpn", "op", "bytes", "complete", "status",
-               "fct_ns" (completion - post, monotonic; null if incomplete),
-               "post_unix_ns", "complete_unix_ns", "scheduled_unix_ns",
-               "acked_bytes", "tx_packets" (data frames its QP sent, retransmissions
-               included), "retransmitted_packets" (of those, sent again: go-back-N
-               after a NAK or a timeout), "timeouts" (ACK timeouts of its QP),
-               "naks" (NAKs its QP received, any kind)}],
-     "expect": [{"flow_id", "qpn", "op", "bytes", "delivered_bytes",
-                 "intact" (delivered bytes equal the pattern and, if
-                 complete, the length is right), "complete",
-                 "first_rx_unix_ns", "complete_unix_ns"}],
-     "nic": {NicStats counters, among them cnp_tx, cnp_rx, ecn_ce_rx,
-             pfc_rx (PFC frames received), paused_ns (PFC-paused time,
-             summed over priorities), rate_changes},
-     "config": {the NIC parameters used (wall), "dcqcn": the effective parameters,
-                "dilation", "fabric": {the transport timers in fabric ns:
-                "rto_ns", "cnp_interval_ns", "min_rnr_timer_ns", "dcqcn_alpha_timer_ns",
-                "dcqcn_rate_timer_ns"}},
-     "endpoint": null | {"dpu", "tenant", "pkey", "tenant_drops", "cpu_rx_drops",
-                         "host_cpu": {"cores", "busy_ns", "elapsed_ns", "packets",
-                                      "busy_fraction" (busy / (elapsed x cores), from
-                                      start_at; the same in fabric time)},
-                         "dpu_cpu": same | null},   # when any endpoint key is set
-     "gpudirect": null | {"enabled", "staging_rate_bps", "staging_latency_ns",
-                          "staged_bytes"}}          # when "gpudirect" is set
-
-DCQCN (``dcqcn``, every key optional; ``dcqcn.DcqcnParams``): times in wall
-ns (already multiplied by the dilation factor), rates as fractions of the
-QP's line rate (the NIC's ``rate_bps``, or a QP's ``rate_bps`` cap if
-lower), so dilation does not touch them. Defaults: the paper's values at
-40 Gbit/s and D = 1::
-
-    {"enabled": true,              # false: QPs stay at line rate (CNPs still counted)
-     "g": 0.00390625,              # 1/256
-     "alpha_init": 1.0,            # alpha before the first CNP
-     "alpha_timer_ns": 55000,      # K
-     "rate_timer_ns": 55000,       # T
-     "byte_counter_bytes": 10485760,   # B = 10 MiB (bytes: not dilated)
-     "fast_recovery_steps": 5,     # F
-     "rai_frac": 0.001,            # R_AI  = 40 Mbit/s of 40 Gbit/s
-     "rhai_frac": 0.005,           # R_HAI = 200 Mbit/s of 40 Gbit/s
-     "min_rate_frac": 0.0025}      # R_min = 100 Mbit/s of 40 Gbit/s
-
-Raw logs, next to ``result_path`` (buffered; flushed when the agent exits),
-``t_ns`` = the agent's clock's ``now_ns()`` (wall: ``CLOCK_MONOTONIC`` in a run)::
-
-    {host}.qp.csv     t_ns,qpn,rate_bps,alpha,event   one "init" row per QP (its
-                      line rate), then a row per DCQCN rate change, event
-                      cnp|rate_timer|byte_counter; rate_bps in wall bit/s
-    {host}.cnp.csv    t_ns,local_qpn,remote_qpn,direction   tx (sent) | rx
-    {host}.flows.csv  t_ns,flow_id,acked_bytes   per sent flow, every
-                      sample_interval_ns from its post while unfinished,
-                      plus a final row (at completion, failure or exit)
-    {host}.pfc.csv    t_ns,priority,quanta   per enabled class of each PFC
-                      frame received
 
 Startup: importing scapy and building payloads takes ~0.3 s on an idle
 machine (more under load); set ``start_at_unix_ns`` comfortably later than
@@ -127,7 +31,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import random
 import signal
 import sys
 import time
@@ -141,125 +44,11 @@ from .dpu import Endpoint
 from .make import make_nic
 from .gpudirect import GpuNic
 from .nic import RNR_TIMER_US, QpState, RoceNic, WcOpcode, WcStatus
+from .payload import pattern_bytes, pattern_matches, write_layout
+from .run_logs import RunLogs
 from .start_gate import ready_then_start
 
-PATTERN_BLOCK = 65536
-PATTERN_STRIDE = 4099          # odd: blocks up to 4 GiB are all different rotations
-LAYOUT_ALIGN = 4096
 
-def _base(flow_id: int) -> bytes:
-    # Not cached: each flow's pattern is built once to send and once to check,
-    # and 128 KiB per flow kept for nothing was a third of a 32-host agent's memory.
-    b = random.Random(0x5EED0000 + flow_id).randbytes(PATTERN_BLOCK)
-    return b + b
-
-
-def _pieces(offset: int, length: int):
-    """(position in bytes [offset, offset+length), start in ``_base``'s
-    doubled block, length) of each piece of a payload that lies in one block."""
-    pos, o = 0, offset
-    while pos < length:
-        blk, within = divmod(o, PATTERN_BLOCK)
-        n = min(PATTERN_BLOCK - within, length - pos)
-        yield pos, (within + blk * PATTERN_STRIDE) % PATTERN_BLOCK, n
-        pos += n
-        o += n
-
-
-def pattern_bytes(flow_id: int, offset: int, length: int) -> bytearray:
-    """Bytes [offset, offset+length) of flow ``flow_id``'s payload."""
-    bb = _base(flow_id)
-    out = bytearray(length)
-    for pos, start, n in _pieces(offset, length):
-        out[pos:pos + n] = bb[start:start + n]
-    return out
-
-
-def pattern_matches(flow_id: int, offset: int, data) -> bool:
-    """Whether ``data`` (bytes or a memoryview of a memory region) is bytes
-    [offset, offset+len(data)) of flow ``flow_id``'s payload, compared piece
-    by piece without building them: a flow's check runs in the agents' loop,
-    where comparing a 1 MiB memoryview to its pattern_bytes took 1.5 ms (a
-    memoryview compares item by item; a bytearray on the left, memcmp)."""
-    bb = bytearray(_base(flow_id))
-    data = memoryview(data)
-    return all(bb[start:start + n] == data[pos:pos + n]
-               for pos, start, n in _pieces(offset, len(data)))
-
-
-def write_layout(expect: list[dict], mr_addr: int = 0) -> dict[int, int]:
-    """flow_id -> remote_addr for the expected WRITE flows of one host."""
-    out = {}
-    end = mr_addr
-    for e in expect:
-        if e.get("op", "write") != "write":
-            continue
-        addr = e.get("remote_addr")
-        if addr is None:
-            addr = (end + LAYOUT_ALIGN - 1) // LAYOUT_ALIGN * LAYOUT_ALIGN
-        out[e["flow_id"]] = addr
-        end = max(end, addr + e["size_bytes"])
-    return out
-
-
-# ---------------------------------------------------------------------------
-class RunLogs:
-    """The agent's raw CSV logs (see the module docstring), block-buffered."""
-
-    FILES = {"qp": "t_ns,qpn,rate_bps,alpha,event", "cnp": "t_ns,local_qpn,remote_qpn,direction",
-             "flows": "t_ns,flow_id,acked_bytes", "pfc": "t_ns,priority,quanta",
-             "int": "t_ns,qpn,hop,qlen_bytes,tx_bytes,ts_ns,rate_mbps,u,window_bytes"}
-
-    def __init__(self, directory: str, host: str, buffer_bytes: int = 1 << 20):
-        os.makedirs(directory or ".", exist_ok=True)
-        self.paths = {k: os.path.join(directory, f"{host}.{k}.csv") for k in self.FILES}
-        self._f = {}
-        try:
-            for k, header in self.FILES.items():
-                f = open(self.paths[k], "w", buffering=buffer_bytes)
-                f.write(header + "\n")
-                self._f[k] = f
-        except BaseException:
-            self.close()
-            raise
-        self._qp, self._cnp = self._f["qp"].write, self._f["cnp"].write
-        self._flows, self._pfc = self._f["flows"].write, self._f["pfc"].write
-        self._int = self._f["int"].write
-
-    def qp(self, t_ns, qpn, rate_bps, alpha, event):
-        self._qp(f"{int(t_ns)},{qpn},{int(round(rate_bps))},{alpha:.6g},{event}\n")
-
-    def cnp(self, t_ns, local_qpn, remote_qpn, direction):
-        self._cnp(f"{int(t_ns)},{local_qpn},{remote_qpn},{direction}\n")
-
-    def flow(self, t_ns, flow_id, acked_bytes):
-        self._flows(f"{int(t_ns)},{flow_id},{acked_bytes}\n")
-
-    def int_hops(self, t_ns, qpn, hops, u, window_bytes):
-        """The INT records an ACK brought back (``int_md.Hop``s, first switch
-        first) and the reaction point's U and window after it."""
-        t = int(t_ns)
-        for i, h in enumerate(hops):
-            self._int(f"{t},{qpn},{i},{h.qlen_bytes},{h.tx_bytes},{h.ts_ns},{h.rate_mbps},"
-                      f"{u:.6g},{int(window_bytes)}\n")
-
-    def pfc(self, t_ns, priority, quanta):
-        self._pfc(f"{int(t_ns)},{priority},{quanta}\n")
-
-    def flush(self):
-        for f in self._f.values():
-            f.flush()
-
-    def close(self):
-        for f in self._f.values():
-            try:
-                f.close()
-            except OSError:
-                pass
-        self._f = {}
-
-
-# ---------------------------------------------------------------------------
 class HostAgent:
     def __init__(self, cfg: HostAgentConfig, nic: RoceNic | None = None,
                  logs: RunLogs | None = None):

@@ -90,7 +90,7 @@ Lossless classes and congestion control (docs/lossless.md):
   ``RoceNic.on_cnp`` (called with (qp, pkt) for every CNP, opcode 0x81).
 * ``logs``: an object with ``qp(t_ns, qpn, rate_bps, alpha, event)``,
   ``cnp(t_ns, local_qpn, remote_qpn, direction)`` and
-  ``pfc(t_ns, priority, quanta)`` (``host.RunLogs``), or None.
+  ``pfc(t_ns, priority, quanta)`` (``run_logs.RunLogs``), or None.
 
 Code layout (htsim style: small parts that hand frames on, time owned by
 the caller and passed in as ``now``): ``qp`` (enums, QueuePair -- the per-QP

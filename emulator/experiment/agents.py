@@ -9,7 +9,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from emulator.agents.host import write_layout
+from emulator.agents.payload import write_layout
 from emulator.agents.requester import DEFAULT_RTO_FABRIC_NS
 from emulator.experiment.endpoints import agent_keys, dropped_flows
 from emulator.experiment.resolved import Experiment
@@ -301,7 +301,7 @@ class AgentGroup(AgentProcesses):
     def progress(self) -> tuple[int, int]:
         """(payload bytes the agents' NICs have delivered -- placed in
         order, each byte once --, agents done) as their progress files say
-        (``emulator/agents/host.py``); a file not written yet counts nothing."""
+        (docs/lossless.md); a file not written yet counts nothing."""
         delivered = sum(self._final.values())
         for name in self.procs.keys() - self._final.keys():
             try:

@@ -15,8 +15,9 @@ rate / D, fabric time x D); bytes are not dilated. The NIC's transport
 timers (``rto_ns``, ``cnp_interval_ns``, the ``dcqcn`` timers) are fabric
 values of the experiment's ``nic:`` / ``dcqcn:`` x D; ``dilation`` (D) is
 there for the times the NIC takes from the protocol (RNR timer codes) and
-to report in fabric time. Conventions (payload pattern, WRITE layout,
-results) are documented in ``emulator/agents/host.py``.
+to report in fabric time. Conventions (payload pattern, WRITE layout) are
+documented in ``emulator/agents/payload.py``, the host agent's result in
+docs/lossless.md.
 
 Value checks that the agents' parameter classes own (``DcqcnParams``,
 ``HostCpuParams``, ``tenant_pkey``) are theirs: the validators call them,
@@ -152,7 +153,7 @@ class SendConfig(StrictSpec):
     size_bytes: int = Field(ge=0)
     start_offset_ns: int = 0                 # after start_at_unix_ns
     rkey: int = DEFAULT_MR_RKEY              # WRITE: the receiver's MR
-    remote_addr: Optional[int] = None        # WRITE: where it lands (host.write_layout); None: 0
+    remote_addr: Optional[int] = None        # WRITE: where it lands (payload.write_layout); None: 0
 
 
 class ExpectConfig(StrictSpec):
@@ -164,7 +165,17 @@ class ExpectConfig(StrictSpec):
 
 
 class HostAgentConfig(ProcessConfig, GpuNicConfig):
-    """The host agent: one NIC, its QPs, what it sends and what it expects."""
+    """The host agent: one NIC, its QPs, what it sends and what it expects::
+
+        {"host": "h1", "ifname": "h1-eth0", "mac": "02:..", "ip": "10.0.1.1",
+         "gateway_mac": "02:..", "rate_bps": 10000000, "dcqcn": {...}, ...,
+         "qps": [{"qpn": 16, "remote_ip": "10.0.2.1", "remote_qpn": 32}],
+         "send": [{"flow_id": 0, "qpn": 16, "op": "write", "size_bytes": 1048576}],
+         "expect": [{"flow_id": 3, "qpn": 16, "op": "write", "size_bytes": 1048576}],
+         "result_path": "/tmp/.../h1.result.json"}
+
+    ``qpn`` in ``send`` and ``expect`` is always a *local* QP from ``qps``;
+    ``sq_psn`` of a QP must equal ``rq_psn`` of its peer QP (both default 0)."""
     host: str
     ack_every_n: int = Field(16, ge=1)
     verify_icrc: bool = True

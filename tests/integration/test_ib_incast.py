@@ -17,7 +17,7 @@ import json
 
 import pytest
 
-from emulator.agents.host import pattern_bytes
+from emulator.agents.payload import pattern_bytes
 from emulator.agents.nic import WcStatus
 from emulator.clock import MONOTONIC
 from emulator.ib.credits import CreditParams

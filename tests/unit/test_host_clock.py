@@ -9,7 +9,8 @@ import csv
 import select
 import socket
 
-from emulator.agents.host import HostAgent, RunLogs
+from emulator.agents.host import HostAgent
+from emulator.agents.run_logs import RunLogs
 from emulator.agents.nic import RoceNic
 from emulator.agents.pack import run_members
 from emulator.clock import ManualClock

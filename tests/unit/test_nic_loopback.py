@@ -17,7 +17,7 @@ from emulator.control.qos import mtu_frame_bytes
 from emulator.experiment.fidelity import nic_verdict
 from emulator.wire import WIRE_OVERHEAD_BYTES
 from emulator.agents import roce
-from emulator.agents.host import pattern_bytes, pattern_matches, write_layout
+from emulator.agents.payload import pattern_bytes, pattern_matches, write_layout
 
 # root, namespaces and veths: tests/conftest.py skips it, saying why, for
 # other users, and ``make test-fast`` leaves it out

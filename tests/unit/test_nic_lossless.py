@@ -380,7 +380,8 @@ def test_agent_writes_raw_logs_and_counters(tmp_path):
     import csv
     import json
 
-    from emulator.agents.host import HostAgent, RunLogs
+    from emulator.agents.host import HostAgent
+    from emulator.agents.run_logs import RunLogs
     from emulator.schema.agent import HostAgentConfig
 
     def mark_ce(f):

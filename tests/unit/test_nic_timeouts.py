@@ -206,7 +206,8 @@ def test_host_agent_result_and_summary_count_recovery(tmp_path):
     summary.json's flows and table carry the counters."""
     from rich.console import Console
 
-    from emulator.agents.host import HostAgent, RunLogs
+    from emulator.agents.host import HostAgent
+    from emulator.agents.run_logs import RunLogs
     from emulator.agents.nic import RoceNic
     from emulator.experiment.summary import render_summary
     from emulator.schema.agent import HostAgentConfig
