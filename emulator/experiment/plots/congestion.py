@@ -20,7 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from emulator.experiment.plots.figure import colours, legend, new_figure, save
+from emulator.experiment.plots.figure import colours, finish_time_axes, new_figure, save
 from emulator.experiment.results_io import read_result_columns, read_result_csv
 from emulator.wire import PFC_QUANTUM_BITS
 
@@ -53,12 +53,7 @@ def plot_queue_depth(results_dir: str | Path, out_path: str | Path | None = None
     if len(ranked) > len(shown):
         title += f" ({len(shown)} deepest of {len(ranked)} non-empty queues)"
     ax.set_title(title)
-    ax.set_xlabel("fabric time (µs)")
-    ax.set_ylabel("queue depth (KB)")
-    ax.set_xlim(left=0)
-    ax.set_ylim(bottom=0)
-    ax.grid(True, alpha=0.3)
-    legend(ax, len(shown))
+    finish_time_axes(ax, "queue depth (KB)", len(shown))
     return save(fig, Path(out_path or results_dir / "queue_depth.png"))
 
 

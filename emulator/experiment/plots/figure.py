@@ -27,6 +27,17 @@ def save(fig, path: Path) -> Path:
     return atomic_savefig(fig, path, format="png", bbox_inches="tight")
 
 
+def finish_time_axes(ax, ylabel: str, n_series: int) -> None:
+    """A time series' axes as every run's are: fabric µs from 0, values
+    from 0, a light grid, the legend beside."""
+    ax.set_xlabel("fabric time (µs)")
+    ax.set_ylabel(ylabel)
+    ax.set_xlim(left=0)
+    ax.set_ylim(bottom=0)
+    ax.grid(True, alpha=0.3)
+    legend(ax, n_series)
+
+
 def prewarm() -> None:
     """Import matplotlib and draw a small figure once (fonts, the Agg canvas):
     what the first figure would otherwise spend (``plotter.Plotter`` does

@@ -11,7 +11,7 @@ from __future__ import annotations
 from array import array
 from pathlib import Path
 
-from emulator.experiment.plots.figure import MAX_DISTINCT, colours, legend, new_figure, save
+from emulator.experiment.plots.figure import MAX_DISTINCT, colours, finish_time_axes, new_figure, save
 from emulator.experiment.results_io import read_result_columns, read_result_csv
 
 
@@ -30,12 +30,7 @@ def plot_throughput(results_dir: str | Path, out_path: str | Path | None = None,
         ax.plot(t, r, linewidth=1.0, drawstyle="steps-pre", color=colour, label=label)
     ax.set_title(f"Per-flow goodput (acknowledged bytes), {len(series)} flows"
                  + (f"; summed per receiver ({len(lines)})" if grouped else ""))
-    ax.set_xlabel("fabric time (µs)")
-    ax.set_ylabel("rate (Gbps)")
-    ax.set_xlim(left=0)
-    ax.set_ylim(bottom=0)
-    ax.grid(True, alpha=0.3)
-    legend(ax, len(lines))
+    finish_time_axes(ax, "rate (Gbps)", len(lines))
     return save(fig, Path(out_path or results_dir / "throughput.png"))
 
 
