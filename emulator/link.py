@@ -106,3 +106,36 @@ class Wire:
         hist = self.late_hist
         return {"released_frames": sum(hist), "max_lateness_ns": self.max_lateness_ns,
                 "lateness_hist": [[*bucket_bounds(b), n] for b, n in enumerate(hist) if n]}
+
+
+class CommitWire(Wire):
+    """Virtual time (``emulator.vtime``): a frame goes to the veth as soon as
+    it is committed to the link, stamped with its arrival time, instead of
+    being held for the propagation delay -- the receiver holds it until
+    then. ``sink(frame, arrival_ns)`` sends it. ``put`` hands over at once
+    (the NIC's transmitter, InfiniBand); a switch port's ``serve`` appends
+    to ``in_flight`` itself, and ``release`` hands those over whatever their
+    due time. Lateness is zero by construction."""
+
+    __slots__ = ("sink",)
+
+    def __init__(self, delay_ns: int, sink=None):
+        super().__init__(delay_ns)
+        self.sink = sink
+
+    def put(self, serialized_at_ns: int, frame) -> None:
+        self.late_hist[0] += 1
+        self.sink(frame, serialized_at_ns + self.delay_ns)
+
+    def next_release_ns(self) -> int | None:
+        return None
+
+    def release(self, now_ns: int, send=None) -> int:
+        in_flight = self.in_flight
+        sink = self.sink
+        sent = len(in_flight)
+        while in_flight:
+            due_ns, frame = in_flight.popleft()
+            sink(frame, due_ns)
+        self.late_hist[0] += sent
+        return sent

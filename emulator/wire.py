@@ -33,6 +33,7 @@ def layer_len_bytes(layer: type[Packet], *, exclude: tuple[str, ...] = ()) -> in
 # --- Ethernet ---------------------------------------------------------------
 ETH_HDR_BYTES = 14
 DOT1Q_TAG_BYTES = 4
+ETH_P_ALL = 0x0003                               # every ethertype (a packet socket)
 ETH_P_IP = 0x0800
 ETH_P_8021Q = 0x8100
 ETH_P_PAUSE = 0x8808                             # MAC control (802.3x / 802.1Qbb)

@@ -51,10 +51,11 @@ from .start_gate import ready_then_start
 
 class HostAgent:
     def __init__(self, cfg: HostAgentConfig, nic: RoceNic | None = None,
-                 logs: RunLogs | None = None):
+                 logs: RunLogs | None = None, clock=None):
         """``nic``: use this NIC (tests) instead of opening one from ``cfg``
         (it should have been made with ``logs=`` the same ``logs``).
-        ``logs``: default ``RunLogs`` in the directory of ``result_path``."""
+        ``logs``: default ``RunLogs`` in the directory of ``result_path``.
+        ``clock``: the process's (a pack's members share one); None: the config's."""
         self.cfg = cfg
         self.host = cfg.host
         self.dcqcn = DcqcnParams.from_config(cfg.dcqcn)
@@ -63,7 +64,7 @@ class HostAgent:
             logs = RunLogs(os.path.dirname(cfg.result_path), self.host)
         self.logs = logs
         try:
-            self.nic = nic or make_nic(cfg, ack_every_n=cfg.ack_every_n,
+            self.nic = nic or make_nic(cfg, clock, ack_every_n=cfg.ack_every_n,
                                        verify_icrc=cfg.verify_icrc, honor_pfc=cfg.honor_pfc,
                                        dcqcn=self.dcqcn, logs=logs)
         except BaseException:
@@ -343,8 +344,13 @@ class HostAgent:
         self.ready_unix_ns = clock.unix_ns()
         self.begin(ready_then_start(self.host, self.cfg.ready_path, self.cfg.start_at_unix_ns))
         io = self.io
-        while (wake := self.step(stop_flag[0])) is not None:
-            io.run_once(max(0.0, (wake - clock.now_ns()) / 1e9))
+        from emulator.vtime.member import join_virtual_time
+        leave = join_virtual_time(clock, self.all_done, stop_flag)
+        try:
+            while (wake := self.step(stop_flag[0])) is not None:
+                io.run_once(max(0.0, (wake - clock.now_ns()) / 1e9))
+        finally:
+            leave()
         return self.all_complete()
 
     @property
@@ -459,11 +465,11 @@ def stop_on_signals() -> list[bool]:
     return stop
 
 
-def load_agent(path: str) -> HostAgent:
-    """The agent of config ``path``, its NIC open; ``AgentConfigError``
-    (one line naming the file) if it cannot be."""
+def load_agent(path: str, clock=None) -> HostAgent:
+    """The agent of config ``path``, its NIC open (on ``clock``; None: the
+    config's); ``AgentConfigError`` (one line naming the file) if it cannot be."""
     try:
-        return HostAgent(HostAgentConfig.load(path))
+        return HostAgent(HostAgentConfig.load(path), clock=clock)
     except FabricEmuError as e:
         raise AgentConfigError(str(e)) from None
     except (ValueError, TypeError, KeyError) as e:   # a value the NIC cannot use

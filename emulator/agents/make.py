@@ -9,10 +9,15 @@ from emulator.schema.agent import NicConfig
 from .nic import RoceNic
 
 
-def make_nic(n: NicConfig, clock: Clock = MONOTONIC, **extra) -> RoceNic:
-    """``extra``: ``RoceNic`` keywords beyond ``NicConfig``'s (the host
+def make_nic(n: NicConfig, clock: Clock | None = None, **extra) -> RoceNic:
+    """``clock``: None: the process's, from its config (``vtime.member.process_clock``:
+    virtual time's, or ``MONOTONIC``). ``extra``: ``RoceNic`` keywords beyond ``NicConfig``'s (the host
     agent's ``ack_every_n``, ``verify_icrc``, ``honor_pfc``, ``logs``, its
     parsed ``dcqcn``); the Ethernet-only ones are left out on InfiniBand."""
+    if clock is None:
+        from emulator.vtime.member import process_clock
+        clock = process_clock(getattr(n, "vtime_socket", None), n.ifname, agent=True,
+                              default=MONOTONIC)
     common = dict(rate_bps=n.rate_bps, mtu_bytes=n.mtu_bytes, tx_delay_ns=n.tx_delay_ns,
                   retry_cnt=n.retry_cnt, rto_ns=n.rto_ns, dilation=n.dilation, clock=clock)
     ib = n.ib

@@ -126,8 +126,9 @@ from typing import Callable, Sequence
 
 from emulator import int_md
 from emulator.clock import MONOTONIC, MonotonicClock
-from emulator.link import LATE_BUCKETS, bucket_bounds, lateness_bucket
-from emulator.wire import CNP_PAD_BYTES, ETH_P_IP, ETH_P_PAUSE, RETH_BYTES, ROCE_FRAMING
+from emulator.link import LATE_BUCKETS, CommitWire, bucket_bounds, lateness_bucket
+from emulator.wire import (CNP_PAD_BYTES, ETH_P_ALL, ETH_P_IP, ETH_P_PAUSE, RETH_BYTES,
+                           ROCE_FRAMING)
 
 from . import roce
 from .dcqcn import Dcqcn, DcqcnParams  # noqa: F401  (re-exported)
@@ -273,8 +274,10 @@ class RoceNic:
                         + framing.wire_overhead_bytes) * 8e9 / rate_bps
         self.rto_ns = int(rto_ns if rto_ns is not None else DEFAULT_RTO_FABRIC_NS * dilation)
         self.retry_cnt = retry_cnt
-        self.max_lag_ns = int(max_lag_ns if max_lag_ns is not None
-                              else max(500_000, 4 * max_frame_ns))
+        # virtual time (emulator.vtime): never late, so no catch-up window
+        self.virtual = hasattr(clock, "attach_port")
+        self.max_lag_ns = 0 if self.virtual else int(
+            max_lag_ns if max_lag_ns is not None else max(500_000, 4 * max_frame_ns))
         self.verify_icrc = verify_icrc
         self.priority, self.cnp_priority, self.cnp_dscp = priority, cnp_priority, cnp_dscp
         self.honor_pfc = honor_pfc
@@ -357,12 +360,26 @@ class RoceNic:
         self.transmitter.int_max_hops = int_max_hops
         if dcqcn.enabled:
             self.transmitter.on_data_tx = self.reaction.on_tx
+        if self.virtual:           # a frame leaves when committed, stamped with its arrival
+            self.transmitter.wire = CommitWire(self.tx_delay_ns, self._send_committed)
+
+    def _send_committed(self, f, arrival_ns) -> None:
+        self.sock.due_ns = arrival_ns
+        self.transmitter._send(f)
 
     def _open_sockets(self, rcvbuf_bytes: int, sndbuf_bytes: int, absorb_udp: bool) -> None:
-        """RoCE on an ETH_P_IP socket, PFC on an ETH_P_PAUSE one (if honored)."""
+        """RoCE on an ETH_P_IP socket, PFC on an ETH_P_PAUSE one (if honored).
+        Virtual time: one socket for every frame, unfiltered, as the clock's
+        port -- it must read every frame sent to it (``_rx_frame`` counts
+        what is not ours), or the window waits for it."""
         ifname, ip = self.ifname, self.ip
-        self.sock = open_packet_socket(ifname, ip, rcvbuf_bytes, sndbuf_bytes, ETH_P_IP)
-        if self.honor_pfc:
+        if self.virtual:
+            sock = open_packet_socket(ifname, None, max(rcvbuf_bytes, 16 << 20), sndbuf_bytes,
+                                      ETH_P_ALL)
+            self.sock = self.clock.attach_port(sock, ifname)
+        else:
+            self.sock = open_packet_socket(ifname, ip, rcvbuf_bytes, sndbuf_bytes, ETH_P_IP)
+        if self.honor_pfc and not self.virtual:
             try:
                 self._pfc_sock = open_packet_socket(ifname, ip, 1 << 20, 1 << 16, ETH_P_PAUSE)
             except BaseException:

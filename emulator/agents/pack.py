@@ -28,6 +28,7 @@ is bad (one line naming its file; the NICs opened before it are closed).
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from emulator.clock import Clock, MonotonicClock
 from emulator.schema.agent import AgentPackConfig
@@ -40,7 +41,7 @@ from .start_gate import all_ready_then_start
 IDLE_WAIT_NS = 50_000_000      # the longest the loop sleeps with nothing due
 
 
-def open_members(cfg: AgentPackConfig) -> list[HostAgent]:
+def open_members(cfg: AgentPackConfig, clock: Clock | None = None) -> list[HostAgent]:
     """Every member's agent, its NIC opened in its own host's network
     namespace; ``AgentConfigError`` for the first that cannot be (the
     NICs already open are closed)."""
@@ -50,7 +51,7 @@ def open_members(cfg: AgentPackConfig) -> list[HostAgent]:
         for m in cfg.members:
             try:
                 with network_of(m.netns_pid):
-                    agents.append(load_agent(m.config))
+                    agents.append(load_agent(m.config, clock))
             except FileNotFoundError as e:      # the host's namespace is gone
                 raise AgentConfigError(f"{m.config}: host namespace of pid {m.netns_pid}: "
                                        f"{e.strerror}") from None
@@ -73,6 +74,8 @@ def run_members(agents: list[HostAgent], stop_flag: list[bool],
         a.ready_unix_ns = now_unix
     start_at = all_ready_then_start([(a.host, a.cfg.ready_path) for a in agents],
                                     agents[0].cfg.start_at_unix_ns)
+    from emulator.vtime.member import join_virtual_time
+    leave = join_virtual_time(clock, lambda: all(a.all_done() for a in agents), stop_flag)
     for a in agents:
         a.begin(start_at)
     owner = {fd: a for a in agents for fd in a.nic.rx_fds}
@@ -115,6 +118,7 @@ def run_members(agents: list[HostAgent], stop_flag: list[bool],
             for fd in clock.wait_readable(fds, wake):
                 ready.setdefault(owner[fd], []).append(fd)
     finally:
+        leave()                              # virtual time: nobody waits for this process now
         try:
             for a in wakes:                  # an exception: each writes what it has
                 a.stop_reason = a.stop_reason or "signal"
@@ -141,11 +145,14 @@ def main(argv: list[str] | None = None) -> int:
     stop = stop_on_signals()
     try:
         cfg = AgentPackConfig.load(argv[0])
-        agents = open_members(cfg)
+        from emulator.vtime.member import process_clock
+        clock = process_clock(cfg.vtime_socket, f"agents:{Path(argv[0]).stem}", agent=True,
+                              default=MonotonicClock(spin_ns=cfg.wake_spin_ns))
+        agents = open_members(cfg, clock)
     except (FabricEmuError, AgentConfigError) as e:     # the pack's file, or a member's
         print(f"error: {e}", file=sys.stderr)
         return 2
-    run_members(agents, stop, MonotonicClock(spin_ns=cfg.wake_spin_ns))
+    run_members(agents, stop, clock)
     return 0 if all(a.all_complete() for a in agents) else 3
 
 

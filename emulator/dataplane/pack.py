@@ -38,9 +38,9 @@ from emulator.schema.switch import SwitchConfig, SwitchPackConfig, snapshot_requ
 from .switch import EmbeddedSwitch, close_together, write_atomic
 
 
-def build_members(cfg: SwitchPackConfig) -> list[tuple]:
-    """Every member switch, its sockets open; ``ConfigError`` for the first
-    bad one (the sockets of those before it closed)."""
+def build_members(cfg: SwitchPackConfig, clock=MONOTONIC) -> list[tuple]:
+    """Every member switch, its sockets open, on the pack's ``clock``;
+    ``ConfigError`` for the first bad one (the sockets of those before it closed)."""
     members = []
     try:
         for path in cfg.members:
@@ -50,10 +50,10 @@ def build_members(cfg: SwitchPackConfig) -> list[tuple]:
                     from emulator.ib.switch import IbSwitch
                     from emulator.p4.p4info import IB_P4INFO
                     p4info = P4Info.load(scfg.p4info_path or IB_P4INFO)
-                    sw = IbSwitch(scfg, p4info, MONOTONIC)
+                    sw = IbSwitch(scfg, p4info, clock)
                 else:
                     p4info = P4Info.load(scfg.p4info_path) if scfg.p4info_path else P4Info.load()
-                    sw = EmbeddedSwitch(scfg, p4info, MONOTONIC)
+                    sw = EmbeddedSwitch(scfg, p4info, clock)
             except OSError as e:
                 raise ConfigError(path, "ports", f"cannot open them: {e}") from None
             members.append((sw, scfg, p4info))
@@ -66,7 +66,7 @@ def build_members(cfg: SwitchPackConfig) -> list[tuple]:
     return members
 
 
-def run(switches: list[EmbeddedSwitch], stopped) -> None:
+def run(switches: list[EmbeddedSwitch], stopped, clock=MONOTONIC) -> None:
     """One loop for ``switches`` until ``stopped()``.
 
     Each member's next wake is kept and recomputed only after its own turn:
@@ -75,8 +75,8 @@ def run(switches: list[EmbeddedSwitch], stopped) -> None:
     asking every member every pass cost the pack a third of its CPU."""
     owner = {fd: sw for sw in switches for fd in sw.fds}
     fds = list(owner)
-    clock = MONOTONIC.now_ns
-    wait_readable = MONOTONIC.wait_readable
+    wait_readable = clock.wait_readable
+    clock = clock.now_ns
     now = clock()
     for sw in switches:
         sw.begin()
@@ -102,7 +102,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     die_with_runner(unsupervised_signal=signal.SIGTERM)
     try:
-        members = build_members(SwitchPackConfig.load(argv[0]))
+        cfg = SwitchPackConfig.load(argv[0])
+        from emulator.vtime.member import process_clock
+        clock = process_clock(cfg.vtime_socket, f"pack:{Path(argv[0]).stem}")
+        members = build_members(cfg, clock)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -134,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
         gc.collect()                      # as serve() does: startup garbage is long-lived
         gc.freeze()
         gc.set_threshold(100_000, 50, 50)
-        run([sw for sw, _, _ in members], lambda: stop[0])
+        run([sw for sw, _, _ in members], lambda: stop[0], clock)
     finally:
         for server in servers:
             server.stop()
@@ -142,6 +145,8 @@ def main(argv: list[str] | None = None) -> int:
             sw.close()
             if scfg.stats_path:
                 write_atomic(Path(scfg.stats_path), json.dumps(sw.stats(), indent=1))
+        if hasattr(clock, "leave"):
+            clock.leave()
         close_together(port.sock for sw, _, _ in members for port in sw.ports.values())
     return 0
 

@@ -22,7 +22,12 @@ The loop sleeps until the next frame's serialization slot or release time, a
 pause expiry, a PFC refresh or a queue-depth sample, so an idle switch costs
 nothing and a busy one never sends early. It reads the time and waits only
 through its clock (``emulator.clock``): ``MONOTONIC`` in the switch process,
-a ``ManualClock`` in tests, which then run the loop without sleeping.
+a ``ManualClock`` in tests, which then run the loop without sleeping. In a
+virtual-time run (``emulator.vtime``) it is the process's ``VirtualClock``:
+the ports' sockets become its ``VirtualPort``s, each wire a ``CommitWire``
+(a frame leaves when its serialization starts, stamped with its arrival),
+and queue-depth samples are skipped while no depth has changed (they would
+write nothing, and each is a window).
 
 Config: ``emulator.schema.switch.SwitchConfig`` (JSON, written by the
 Mininet node; rates and delays already dilated).
@@ -40,6 +45,7 @@ from pathlib import Path
 
 from emulator.agents.packet_socket import SocketRxStats, call_together
 from emulator.clock import MONOTONIC, Clock
+from emulator.link import CommitWire
 from emulator.dataplane.pcap import PcapWriter
 from emulator.dataplane.pipeline import DROP_PORT, FabricPipeline
 from emulator.dataplane.state import SwitchState
@@ -48,9 +54,8 @@ from emulator.errors import ConfigError
 from emulator.net.lifeline import die_with_runner
 from emulator.p4.p4info import P4Info
 from emulator.schema.switch import PortConfig, SwitchConfig
-from emulator.wire import CPU_PORT
+from emulator.wire import CPU_PORT, ETH_P_ALL
 
-ETH_P_ALL = 0x0003
 SOL_PACKET = 263
 PACKET_QDISC_BYPASS = 20
 PACKET_IGNORE_OUTGOING = 23
@@ -121,13 +126,18 @@ class SwitchPort:
                  clock: Clock = MONOTONIC):
         self.cfg = cfg
         self.port_no = cfg.port_no
-        self.sock = open_port_socket(cfg.ifname)
-        self.rx_kernel = SocketRxStats(self.sock)
+        sock = open_port_socket(cfg.ifname)
+        self.rx_kernel = SocketRxStats(sock)
+        attach = getattr(clock, "attach_port", None)     # virtual time
+        self.sock = sock if attach is None else attach(sock, cfg.ifname)
         self.tm_port = tm_port
         self.pcap = pcap
         self.clock = clock
         self.send_errors = 0
         tm_port.send = self.send if pcap is None else self.send_and_capture
+        if attach is not None:
+            tm_port.wire = CommitWire(tm_port.wire.delay_ns,
+                                      self.send_at if pcap is None else self.send_at_and_capture)
 
     def send(self, frame) -> None:
         try:
@@ -138,6 +148,16 @@ class SwitchPort:
     def send_and_capture(self, frame) -> None:
         self.send(frame)
         self.pcap.write(self.clock.now_ns(), frame)
+
+    def send_at(self, frame, arrival_ns: int) -> None:
+        """Virtual time: hand ``frame`` over now, arriving at ``arrival_ns``."""
+        self.sock.due_ns = arrival_ns
+        self.send(frame)
+
+    def send_at_and_capture(self, frame, arrival_ns: int) -> None:
+        # stamped when it reaches the far end, as a dilated run's release is
+        self.send_at(frame, arrival_ns)
+        self.pcap.write(arrival_ns, frame)
 
 
 class EmbeddedSwitch:
@@ -159,6 +179,9 @@ class EmbeddedSwitch:
                 if cfg.pcap and run_dir is not None else None
             self.ports[p.port_no] = SwitchPort(p, self.tm.ports[p.port_no], pcap, clock)
         self._by_fd = {port.sock.fileno(): port for port in self.ports.values()}
+        self.virtual = hasattr(clock, "attach_port")
+        if self.virtual:
+            self.tm.transmit = self.tm.commit
         self._packet_outs: deque[tuple[bytes, int]] = deque()
         self.state.packet_out_handler = lambda payload, port: self._packet_outs.append((payload, port))
         self._stop = False
@@ -205,8 +228,11 @@ class EmbeddedSwitch:
     def next_wake_ns(self, now: int) -> int:
         """When the loop must take its next turn if no frame arrives first."""
         wake = self.tm.next_wake_ns()
-        if wake is None or self._next_sample < wake:
-            wake = self._next_sample
+        sample = self._next_sample
+        if self.virtual and not self.tm.unsampled():
+            sample = NEVER          # it would write nothing; ``turn`` puts it back on its grid
+        if wake is None or sample < wake:
+            wake = sample
         return wake if wake <= now + IDLE_WAKE_NS else now + IDLE_WAKE_NS
 
     def control_pending(self) -> bool:
@@ -274,6 +300,9 @@ class EmbeddedSwitch:
         now = clock()
         tm.poll(now)
         tm.transmit(now)
+        if self.virtual and self._next_sample < now:      # samples skipped while idle
+            s = self._sample_ns
+            self._next_sample += -(-(now - self._next_sample) // s) * s
         if now >= self._next_sample:
             tm.sample(now, self.logs.qdepth)
             self._next_sample += self._sample_ns
@@ -367,8 +396,9 @@ def switch_main(argv: list[str] | None, module: str,
 
 
 def _build(cfg: SwitchConfig) -> tuple[EmbeddedSwitch, P4Info, str]:
+    from emulator.vtime.member import process_clock
     p4info = P4Info.load(cfg.p4info_path) if cfg.p4info_path else P4Info.load()
-    switch = EmbeddedSwitch(cfg, p4info, MONOTONIC)
+    switch = EmbeddedSwitch(cfg, p4info, process_clock(cfg.vtime_socket, cfg.name))
     signal.signal(signal.SIGUSR1, switch.request_snapshot)
     return switch, p4info, f"{cfg.name}: ready"
 
@@ -399,5 +429,7 @@ def serve(switch, cfg: SwitchConfig, p4info: P4Info, banner: str) -> int:
         switch.close()
         if cfg.stats_path:
             write_atomic(Path(cfg.stats_path), json.dumps(switch.stats(), indent=1))
+        if hasattr(switch.clock, "leave"):
+            switch.clock.leave()
         close_together(port.sock for port in switch.ports.values())
     return 0

@@ -165,6 +165,16 @@ class TrafficManager:
             if in_flight and in_flight[0][0] <= now_ns:
                 wire.release(now_ns, port.send)
 
+    def commit(self, now_ns: int) -> None:
+        """``transmit`` under virtual time: every frame whose serialization
+        has started is handed over (``link.CommitWire``), however far its
+        arrival lies ahead."""
+        for port in self.port_list:
+            if port.busy_until <= now_ns and (port.nonempty or port.ctrl or port.paused):
+                port.serve(now_ns, self)
+            if port.wire.in_flight:
+                port.wire.release(now_ns)
+
     # ------------------------------------------------------------ PFC
     def _send_pfc(self, now_ns: int, cell: int, quanta: int) -> None:
         """A pause (quanta > 0) or resume for (ingress port, priority) ``cell``, out of that port."""
@@ -245,6 +255,13 @@ class TrafficManager:
                     if depth[p] != sampled[p]:
                         write(f"{now_ns},{port.port_no},{p},{depth[p]}\n")
                 port.sampled = depth[:]
+
+    def unsampled(self) -> bool:
+        """A queue's depth changed since the last ``sample``: one is worth taking."""
+        for port in self.port_list:
+            if port.depth != port.sampled:
+                return True
+        return False
 
     def port_stats(self, port_no: int, now_ns: int) -> dict:
         port = self.ports[port_no]

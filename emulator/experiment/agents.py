@@ -183,7 +183,7 @@ class AgentProcesses:
         """Write ``cfg`` and start ``python -m module`` on it in ``name``'s host;
         with a ``ready_path`` the agent waits for ``release`` on its stdin."""
         path = self.run_dir / f"{name}.agent.json"
-        cfg.write(path)
+        self._in_time(cfg).write(path)
         gated = getattr(cfg, "ready_path", None) is not None
         self.logs[name] = self.run_dir / f"{name}.agent.log"
         self.procs[name] = self.fnet.spawn(name, module, [str(path)], self.logs[name],
@@ -197,17 +197,22 @@ class AgentProcesses:
         members = []
         for name, cfg in cfgs.items():
             path = self.run_dir / f"{name}.agent.json"
-            cfg.write(path)
+            self._in_time(cfg).write(path)
             members.append(PackMemberConfig(config=str(path), netns_pid=self.fnet.host(name).pid))
         tag = f"{names[0]}+{len(names) - 1}"
         pack = self.run_dir / f"{tag}.pack.json"
-        AgentPackConfig(members=members, wake_spin_ns=wake_spin_ns).write(pack)
+        self._in_time(AgentPackConfig(members=members, wake_spin_ns=wake_spin_ns)).write(pack)
         log = self.run_dir / f"{tag}.agent.log"
         gated = any(c.ready_path is not None for c in cfgs.values())
         proc = self.fnet.spawn(names[0], "emulator.agents.pack", [str(pack)], log,
                                stdin_pipe=gated)
         for name in names:
             self.procs[name], self.logs[name] = proc, log
+
+    def _in_time(self, cfg: ProcessConfig) -> ProcessConfig:
+        """``cfg`` joining the run's virtual time, if the run has it (``emulator.vtime``)."""
+        path = getattr(self.fnet, "vtime_socket", None)
+        return cfg if path is None else cfg.model_copy(update={"vtime_socket": path})
 
     def not_ready(self) -> list[str]:
         """Gated agents that have not said they are ready; raises
@@ -315,10 +320,11 @@ class AgentGroup(AgentProcesses):
 
 
 def start_together(*groups: AgentProcesses, timeout_s: float = AGENTS_READY_TIMEOUT_S,
-                   poll_s: float = 0.005) -> int:
+                   poll_s: float = 0.005, start_at_unix_ns: int | None = None) -> int:
     """Once every gated agent of ``groups`` is ready, release them all at one
-    start time a few ms ahead; returns it (Unix ns). ``RunAborted`` if one
-    dies first or is not ready within ``timeout_s``."""
+    start time a few ms ahead (or at ``start_at_unix_ns``: virtual time's
+    fabric 0); returns it (Unix ns). ``RunAborted`` if one dies first or is
+    not ready within ``timeout_s``."""
     deadline = time.monotonic() + timeout_s
     while waiting := [(g, n) for g in groups for n in g.not_ready()]:
         if time.monotonic() > deadline:
@@ -327,7 +333,8 @@ def start_together(*groups: AgentProcesses, timeout_s: float = AGENTS_READY_TIME
                              f"({len(waiting)} waiting; its log: {g.logs.get(name)})")
         time.sleep(poll_s)
     n = sum(len(g.procs) for g in groups)
-    start_at = time.time_ns() + int((START_AHEAD_S + START_AHEAD_PER_AGENT_S * n) * 1e9)
+    start_at = start_at_unix_ns or \
+        time.time_ns() + int((START_AHEAD_S + START_AHEAD_PER_AGENT_S * n) * 1e9)
     for g in groups:
         g.release(start_at)
     return start_at

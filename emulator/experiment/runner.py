@@ -65,15 +65,16 @@ def resolve_target(target: str) -> str:
 
 
 def fabric_net(exp: Experiment, run_dir: Path, pcap: bool | str = False,
-               target: str = "embedded") -> FabricNet:
-    """The experiment's fabric, with its switch buffer, QoS and sampling."""
+               target: str = "embedded", vtime_socket: str | None = None) -> FabricNet:
+    """The experiment's fabric, with its switch buffer, QoS and sampling
+    (``vtime_socket``: in virtual time, the coordinator's)."""
     spec = exp.spec
     return FabricNet(exp.fabric, run_dir, dilation=exp.dilation, target=target,
                      buffer_bytes=spec.switch.buffer_bytes, qos=spec.qos,
                      mtu_bytes=spec.nic.mtu_bytes,
                      sample_interval_ns=int(spec.switch.sample_interval_us * 1000 * exp.dilation),
                      pcap=bool(pcap), cluster=spec.cluster, ib_cc=spec.ib_cc,
-                     switches_per_process=spec.switch.per_process)
+                     switches_per_process=spec.switch.per_process, vtime_socket=vtime_socket)
 
 
 def run_experiment(exp: Experiment, out_dir: str | Path, console: Console | None = None,
@@ -123,8 +124,11 @@ def _run(exp: Experiment, odir: OutputDir, console: Console, pcap: bool | str, t
     if not summary_only and (len(exp.fabric.switches()) + len(exp.fabric.hosts())
                              <= PLOTTER_EARLY_MAX_NODES):
         plotter.append(Plotter.start(out_dir, exp.fabric))
+    coordinator = virtual_time_coordinator(exp)
     try:
-        with fabric_net(exp, run_dir, pcap, target) as fnet:
+        with fabric_net(exp, run_dir, pcap, target,
+                        coordinator.path if coordinator is not None else None) as fnet:
+            fnet.vtime = coordinator
             console.print(f"fabric up and programmed in {phases.mark('bring_up'):.1f} s")
             # BMv2 has only its P4 counters for the per-priority stats
             done = _traffic(fnet, exp, run_dir, console, phases, p4_stats=target == "bmv2",
@@ -141,10 +145,21 @@ def _run(exp: Experiment, odir: OutputDir, console: Console, pcap: bool | str, t
             phases.mark("teardown")
             return _results(exp, out_dir, run_dir, console, pcap, target, phases, *done,
                             summary_only=summary_only,
-                            plotter=plotter[0] if plotter else None)
+                            plotter=plotter[0] if plotter else None,
+                            vtime=coordinator.stats() if coordinator is not None else None)
     finally:
+        if coordinator is not None:
+            coordinator.close()
         for p in plotter:
             p.close()
+
+
+def virtual_time_coordinator(exp: Experiment):
+    """The run's ``vtime.Coordinator`` if it runs in virtual time, else None."""
+    if getattr(exp, "time_mode", "dilated") != "virtual":
+        return None
+    from emulator.vtime.coordinator import Coordinator, lookahead_ns, peer_map
+    return Coordinator(peer_map(exp.fabric), lookahead_ns(exp.fabric.links))
 
 
 def run_on_fabric(fnet: FabricNet, exp: Experiment, out_dir: str | Path,
@@ -186,21 +201,32 @@ def _traffic(fnet: FabricNet, exp: Experiment, run_dir: Path, console: Console,
     agents = AgentGroup(fnet, exp, run_dir, plain_hosts(exp))
     servers = ServerGroup(fnet, exp, run_dir)      # workload: collective/storage agents
     start_at_unix_ns = t0_ns = None
+    vt = getattr(fnet, "vtime", None)              # virtual time's coordinator
     try:
         agents.launch_all()
         servers.launch_all()
-        start_at_unix_ns = start_together(agents, servers)
-        # Raw logs stamp the monotonic clock; results count fabric time from here.
-        t0_ns = monotonic_t0_from_unix(start_at_unix_ns)
+        if vt is None:
+            start_at_unix_ns = start_together(agents, servers)
+            # Raw logs stamp the monotonic clock; results count fabric time from here.
+            t0_ns = monotonic_t0_from_unix(start_at_unix_ns)
+        else:                   # fabric time 0 on every virtual clock, then the windows
+            from emulator.vtime.member import VIRTUAL_UNIX_EPOCH_NS
+            start_at_unix_ns = start_together(agents, servers, start_at_unix_ns=VIRTUAL_UNIX_EPOCH_NS)
+            t0_ns = 0
+            vt.start()
         phases.mark("agents_ready")
         if on_start is not None:
             on_start()
         _wait_with_progress(fnet, agents, exp, console, servers)
         phases.mark("traffic")
+        if vt is not None and vt.error:
+            raise RunAborted(vt.error)
         fnet.check_alive()      # a switch may die after the last agent ended
     except RunAborted as e:     # a process died: stop the rest, keep what they wrote
         aborted = e
     finally:
+        if vt is not None:
+            vt.finish()         # time stops: every agent ends where it is
         servers.stop()
         agents.stop()
     # A dead switch has no counters to read; its stats.json may be missing.
@@ -226,7 +252,7 @@ def _minus(now: dict, before: dict) -> dict:
 def _results(exp: Experiment, out_dir: Path, run_dir: Path, console: Console,
              pcap: bool | str, target: str, phases: WallPhases, agents, servers, counters,
              start_at_unix_ns, t0_ns, aborted, *, summary_only: bool = False,
-             plotter: Plotter | None = None) -> dict:
+             plotter: Plotter | None = None, vtime: dict | None = None) -> dict:
     """The run's summary and results files from what ``_traffic`` collected
     (``summary_only``: summary.json alone, see ``run_experiment``)."""
     summary = build_run_summary(exp, target, agents.results(), counters, run_dir,
@@ -235,6 +261,8 @@ def _results(exp: Experiment, out_dir: Path, run_dir: Path, console: Console,
     # The agents' common start as a Unix time: fabric time 0 of the results
     # (a wall stamp is start_unix_ns + fabric_ns * dilation).
     summary["start_unix_ns"] = start_at_unix_ns
+    if vtime is not None:       # the windows of a virtual-time run (emulator.vtime)
+        summary["virtual_time"] = vtime
     if aborted:
         return _keep_partial(exp, servers, summary, run_dir, out_dir, t0_ns, aborted, summary_only)
     if summary_only:
@@ -302,15 +330,21 @@ def _wait_with_progress(fnet: FabricNet, agents: AgentGroup, exp: Experiment, co
         return agents.running() + (servers.running() if servers is not None else 0)
     n_procs = len(agents.procs) + (len(servers.procs) if servers is not None else 0)
     next_line = t0 + PROGRESS_INTERVAL_S
+    vt = getattr(fnet, "vtime", None)
     while running() and time.monotonic() < deadline:
         time.sleep(DONE_POLL_S)
         delivered, done = agents.progress()
-        if agents.procs and done == len(agents.procs) and agents.running():
+        # (in virtual time the coordinator ends the run, at a fabric time of its own)
+        if vt is None and agents.procs and done == len(agents.procs) and agents.running():
             agents.stop()
+        if vt is not None and vt.ended.is_set() and vt.error:
+            return
         if time.monotonic() < next_line:
             continue
         next_line += PROGRESS_INTERVAL_S
-        if total:
+        if vt is not None:
+            what = f"fabric time {vt.now_ns / 1e3:10.1f} us, {vt.windows} windows"
+        elif total:
             what = f"flows delivered {delivered / 1e6:7.2f} MB of {total / 1e6:.2f} MB payload"
         else:
             try:

@@ -48,7 +48,7 @@ class FabricNet(FabricNodes, FabricHealth):
                  buffer_bytes: int = 4_000_000, program: bool = True, qos=None,
                  mtu_bytes: int = 1024, sample_interval_ns: int = 0, pcap: bool = False,
                  target: str = "embedded", cluster=None, ib_cc=None,
-                 switches_per_process: int | str = "auto"):
+                 switches_per_process: int | str = "auto", vtime_socket: str | None = None):
         """qos: an ``emulator.control.qos.QosSpec`` to install (None: no traffic
         classes: everything lossy in priority 0). sample_interval_ns: wall
         period of the switches' queue-depth samples (0: none; embedded
@@ -57,7 +57,9 @@ class FabricNet(FabricNodes, FabricHealth):
         ``emulator.schema.cluster.ClusterSpec``: the fabric spread over its
         servers (``emulator/net/cluster.py``; embedded target).
         switches_per_process: embedded switches per process ("auto" or N:
-        ``emulator/net/packing.py``; a cluster's and InfiniBand's: one each)."""
+        ``emulator/net/packing.py``; a cluster's and InfiniBand's: one each).
+        vtime_socket: the run is in virtual time; its coordinator's socket,
+        which every switch and agent process joins (``emulator.vtime``)."""
         if target not in TARGETS:
             raise ValueError(f"target must be one of {TARGETS}, not {target!r}")
         self.target = target
@@ -88,6 +90,9 @@ class FabricNet(FabricNodes, FabricHealth):
         self.cluster_spec = cluster
         self.cluster = None        # emulator.net.cluster.Cluster, while up
         self.switches_per_process = switches_per_process
+        if vtime_socket is not None and target != "embedded":
+            raise ValueError("virtual time runs the embedded target")
+        self.vtime_socket = vtime_socket
 
     # -------------------------------------------------------------- lifecycle
     def start(self) -> "FabricNet":
@@ -154,6 +159,8 @@ class FabricNet(FabricNodes, FabricHealth):
                           "lossless_priorities": ((self.qos.roce_priority,)
                                                   if self.qos is not None and self.qos.pfc.enabled
                                                   else ())}
+        if self.vtime_socket is not None:
+            switch_options["vtime_socket"] = self.vtime_socket
         net_cls, net_params = Mininet, {}
         if self.cluster_spec is not None:
             from emulator.net.cluster import Cluster
@@ -172,9 +179,15 @@ class FabricNet(FabricNodes, FabricHealth):
                               for sw in self.fabric.switches()},
                 p4info=program_p4info(self.fabric), ib_cc=self.ib_cc,
                 device_config=device_config, qos=self.qos, mtu_bytes=self.mtu_bytes,
-                reaction_fabric_ns=int(REACTION_WALL_NS / self.dilation), dilation=self.dilation)
+                reaction_fabric_ns=self.reaction_fabric_ns(), dilation=self.dilation)
             self.controller.connect()
             self.controller.install()
+
+    def reaction_fabric_ns(self) -> int:
+        """How late a process may react to a frame, for PFC's headroom: its
+        wake-up, ``REACTION_WALL_NS`` of wall time; none in virtual time,
+        where each process handles each frame at its exact fabric time."""
+        return 0 if self.vtime_socket is not None else int(REACTION_WALL_NS / self.dilation)
 
     def _quiet_ipv6(self) -> None:
         """Keep the kernel's IPv6 chatter (DAD, MLD, router solicitations) off

@@ -140,7 +140,8 @@ class EmbeddedP4Switch(StartedSideBySide, Switch):
             run_dir = members[0].run_dir
             config = run_dir / f"{name}.pack.json"
             SwitchPackConfig(members=[str(sw.run_dir / f"{sw.name}.switch.json")
-                                      for sw in members]).write(config)
+                                      for sw in members],
+                             vtime_socket=members[0].options.get("vtime_socket")).write(config)
             log = run_dir / f"{name}.log"
             proc = members[0].forkserver.spawn("emulator.dataplane.pack", [str(config)], log)
             for sw in members:

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 from types import UnionType
-from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
+from typing import Annotated, Any, Literal, Optional, TypeVar, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -49,7 +49,11 @@ class StrictSpec(BaseModel):
 
 class ProcessConfig(StrictSpec):
     """Base of a process's JSON config: the runner builds it and writes
-    ``model_dump_json()``; the process reads it back with ``load``."""
+    ``model_dump_json()``; the process reads it back with ``load``.
+    ``vtime_socket``: set when the run is in virtual time -- the
+    coordinator's socket (``emulator.vtime``) the process's clock joins."""
+
+    vtime_socket: Optional[str] = None
 
     @classmethod
     def load(cls: type[M], path: str | Path) -> M:

@@ -1,0 +1,323 @@
+"""A member process's side of virtual time: its clock and its ports.
+
+``VirtualClock`` is an ``emulator.clock.Clock``: the loops of the switch,
+the switch pack, the host agent and the agent pack run on it unchanged.
+``now_ns`` is fabric ns (D = 1). ``wait_readable(fds, deadline)`` returns
+at the earliest of the deadline and the next frame due on ``fds``, at that
+exact time, as long as it lies in the current window; past it, the member
+reports to the coordinator and blocks until the next window opens, then
+reads its sockets until it holds every frame sent to it.
+
+``VirtualPort`` wraps a packet socket: ``send`` appends the arrival time
+(``due_ns``, set by the link's ``CommitWire``) as a trailer and counts the
+frame for the report; ``recv``/``recv_into`` give the next frame of the
+port's inbox once its arrival time has come (``BlockingIOError`` before,
+as a non-blocking socket with nothing to read).
+"""
+from __future__ import annotations
+
+import errno
+import heapq
+import os
+import select
+import socket
+import time
+from typing import Callable, Sequence
+
+from . import protocol
+from .protocol import NEVER
+from .trailer import MAGIC, TRAILER, TRAILER_BYTES
+
+# The fabric-time epoch as a Unix time: every virtual run's stamps are the
+# same (pcaps, completions), 2023-11-14T22:13:20Z, as tests' ManualClock.
+VIRTUAL_UNIX_EPOCH_NS = 1_700_000_000_000_000_000
+RX_MAX_BYTES = 9216 + TRAILER_BYTES
+STALL_LIMIT_S = 60.0        # frames announced but never read: the run is broken
+ENDED_IDLE_S = 0.02         # after the end, a loop's wait sleeps this long (until told to stop)
+ENV_SOCKET = "FABRIC_EMU_VTIME"   # the coordinator's socket, for the processes of a run
+
+
+class VirtualTimeError(RuntimeError):
+    """The window protocol broke (a frame lost in the kernel, the coordinator gone mid-window)."""
+
+
+class VirtualPort:
+    """A packet socket under virtual time (see the module docstring)."""
+
+    __slots__ = ("sock", "clock", "fd", "ifname", "index", "inbox", "due_ns", "_seq",
+                 "rx_frames", "tx_frames")
+
+    def __init__(self, sock: socket.socket, clock: "VirtualClock", ifname: str, index: int):
+        self.sock = sock
+        self.clock = clock
+        self.fd = sock.fileno()
+        self.ifname = ifname
+        self.index = index
+        self.inbox: list[tuple[int, int, bytes]] = []   # heap of (arrival ns, seq, frame)
+        self.due_ns: float = 0       # the arrival time of the next frame sent
+        self._seq = 0
+        self.rx_frames = self.tx_frames = 0
+
+    def fileno(self) -> int:
+        return self.fd
+
+    def setblocking(self, flag: bool) -> None:
+        self.sock.setblocking(False)       # reads never block: the inbox is the socket
+
+    def getsockopt(self, *args):
+        return self.sock.getsockopt(*args)
+
+    def setsockopt(self, *args):
+        return self.sock.setsockopt(*args)
+
+    def close(self) -> None:
+        self.sock.close()
+
+    # -- receive ---------------------------------------------------------------
+    def recv(self, bufsize: int = RX_MAX_BYTES) -> bytes:
+        inbox = self.inbox
+        if inbox and inbox[0][0] <= self.clock._now:
+            return heapq.heappop(inbox)[2]
+        raise BlockingIOError(errno.EAGAIN, "no frame due")
+
+    def recv_into(self, buf) -> int:
+        frame = self.recv()
+        n = len(frame)
+        buf[:n] = frame
+        return n
+
+    def next_arrival_ns(self) -> int:
+        return self.inbox[0][0] if self.inbox else NEVER
+
+    def _take(self, frame: bytes, arrival_ns: int) -> None:
+        self._seq += 1
+        self.rx_frames += 1
+        heapq.heappush(self.inbox, (arrival_ns, self._seq, frame))
+
+    # -- send ------------------------------------------------------------------
+    def send(self, frame) -> int:
+        due = self.due_ns
+        arrival = int(due)
+        if arrival < due:                    # a paced NIC's times are fractional: never early
+            arrival += 1
+        self.clock._sent(self.index, arrival)
+        parts = (frame, TRAILER.pack(MAGIC, arrival))
+        for attempt in range(10_000):
+            try:
+                self.sock.sendmsg(parts)
+                break
+            except (BlockingIOError, InterruptedError):
+                pass
+            except OSError as e:
+                if e.errno not in (errno.ENOBUFS, errno.EAGAIN):
+                    raise
+            # the peer's backlog is full: fabric time waits, the wall does not
+            time.sleep(50e-6 if attempt < 1000 else 1e-3)
+        else:
+            raise VirtualTimeError(f"{self.ifname}: the kernel refused a frame for 10 s")
+        self.tx_frames += 1
+        return len(frame)
+
+    def send_at(self, frame, arrival_ns) -> int:
+        self.due_ns = arrival_ns
+        return self.send(frame)
+
+
+class VirtualClock:
+    """The clock of one member process (see the module docstring).
+
+    ``done``: a member whose end matters (an agent) says whether its work is
+    done; the run ends once every such member's is. ``on_end``: called once
+    when the coordinator ends the run (a loop's stop flag)."""
+
+    def __init__(self, socket_path: str, name: str, agent: bool = False,
+                 unix_epoch_ns: int = VIRTUAL_UNIX_EPOCH_NS):
+        self.name = name
+        self.agent = agent
+        self.unix_epoch_ns = unix_epoch_ns
+        self._now = 0
+        self._end = 0                 # the open window's end (exclusive); none open yet
+        self._ports: dict[int, VirtualPort] = {}
+        self._port_list: list[VirtualPort] = []
+        self._sent_n: list[int] = []
+        self._sent_min: list[int] = []
+        self._sent_links: set[int] = set()
+        self.rx_expected = 0
+        self.rx_frames = 0            # trailered frames read from the sockets
+        self.foreign_frames = 0       # frames without our trailer: dropped (counted)
+        self.early_frames = 0         # frames that arrived before now (a protocol bug if ever > 0)
+        self.windows = 0
+        self.ended = False
+        self.done: Callable[[], bool] = lambda: True
+        self.on_end: Callable[[], None] | None = None
+        self._hello_sent = False
+        self._conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self._conn.connect(socket_path)
+
+    @classmethod
+    def from_env(cls, name: str, agent: bool = False) -> "VirtualClock | None":
+        path = os.environ.get(ENV_SOCKET)
+        return cls(path, name, agent) if path else None
+
+    # -- the Clock protocol -------------------------------------------------------
+    def now_ns(self) -> int:
+        return self._now
+
+    def unix_ns(self) -> int:
+        return self.unix_epoch_ns + self._now
+
+    def sleep_until_ns(self, deadline_ns: int) -> None:
+        self.wait_readable((), deadline_ns)
+
+    def wait_readable(self, fds: Sequence[int], deadline_ns: int) -> Sequence[int]:
+        if self.ended:
+            time.sleep(ENDED_IDLE_S)
+            return ()
+        ports = self._ports
+        while True:
+            t = deadline_ns
+            for fd in fds:
+                p = ports.get(fd)
+                if p is not None and p.inbox and p.inbox[0][0] < t:
+                    t = p.inbox[0][0]
+            if t < self._end:
+                if t > self._now:
+                    self._now = int(t) if t == int(t) else int(t) + 1
+                now = self._now
+                return [fd for fd in fds
+                        if (p := ports.get(fd)) is not None and p.inbox and p.inbox[0][0] <= now]
+            self._next_window(t)
+            if self.ended:
+                if self.on_end is not None:
+                    self.on_end()
+                return ()
+
+    # -- ports -------------------------------------------------------------------
+    def attach_port(self, sock: socket.socket, ifname: str) -> VirtualPort:
+        """``sock`` (a packet socket on the veth end ``ifname``) as a port of this member."""
+        if self._hello_sent:
+            raise VirtualTimeError(f"{self.name}: port {ifname} attached after the first window")
+        sock.setblocking(False)
+        port = VirtualPort(sock, self, ifname, len(self._port_list))
+        self._ports[port.fd] = port
+        self._port_list.append(port)
+        self._sent_n.append(0)
+        self._sent_min.append(NEVER)
+        return port
+
+    def _sent(self, index: int, arrival_ns: int) -> None:
+        self._sent_n[index] += 1
+        if arrival_ns < self._sent_min[index]:
+            self._sent_min[index] = arrival_ns
+        self._sent_links.add(index)
+
+    # -- windows -----------------------------------------------------------------
+    def _next_window(self, next_ns: int) -> None:
+        """Report (next event ``next_ns``, what was sent), then wait for the next window."""
+        conn = self._conn
+        if not self._hello_sent:
+            conn.sendall(protocol.hello(self.name, [p.ifname for p in self._port_list], self.agent))
+            self._hello_sent = True
+        conn.sendall(protocol.report(int(next_ns) if next_ns < NEVER else NEVER, self.done(),
+                                     self._take_sent()))
+        msg = conn.recv(64)
+        if not msg or msg[:1] == protocol.END:
+            self.ended = True
+            return
+        end_ns, expected = protocol.parse_go(msg)
+        self._end = end_ns
+        self.rx_expected = expected
+        self.windows += 1
+        self._read_sockets(expected)
+
+    def _take_sent(self) -> list[tuple[int, int, int]]:
+        out = []
+        for i in sorted(self._sent_links):
+            out.append((i, self._sent_n[i], self._sent_min[i]))
+            self._sent_n[i] = 0
+            self._sent_min[i] = NEVER
+        self._sent_links.clear()
+        return out
+
+    def _read_sockets(self, expected: int) -> None:
+        """Read every port's socket until ``expected`` frames of ours came in all."""
+        stalled_since = None
+        ports = self._port_list
+        now = self._now
+        while self.rx_frames < expected:
+            got = 0
+            for p in ports:
+                recv = p.sock.recv
+                while True:
+                    try:
+                        data = recv(RX_MAX_BYTES)
+                    except (BlockingIOError, InterruptedError):
+                        break
+                    n = len(data) - TRAILER_BYTES
+                    if n < 0 or data[n:n + 4] != MAGIC:
+                        self.foreign_frames += 1
+                        continue
+                    arrival = TRAILER.unpack_from(data, n)[1]
+                    if arrival < now:
+                        self.early_frames += 1
+                        arrival = now
+                    p._take(data[:n], arrival)
+                    self.rx_frames += 1
+                    got += 1
+            if self.rx_frames >= expected:
+                return
+            if got:
+                stalled_since = None
+            elif stalled_since is None:
+                stalled_since = time.monotonic()
+            elif time.monotonic() - stalled_since > STALL_LIMIT_S:
+                raise VirtualTimeError(
+                    f"{self.name}: {expected - self.rx_frames} frames sent to it never arrived "
+                    f"(lost in the kernel?)")
+            select.select([p.fd for p in ports], (), (), 0.5)
+
+    def leave(self) -> None:
+        """Say goodbye (with what was sent since the last report) and close.
+        A member that leaves before the end: its peers' frames to it are not waited for."""
+        if self._conn.fileno() < 0:
+            return
+        try:
+            if not self.ended:
+                if not self._hello_sent:
+                    self._conn.sendall(protocol.hello(self.name, [p.ifname for p in self._port_list],
+                                                      self.agent))
+                    self._hello_sent = True
+                self._conn.sendall(protocol.report(NEVER, True, self._take_sent(), bye=True))
+        except OSError:
+            pass
+        finally:
+            self._conn.close()
+
+    def stats(self) -> dict:
+        return {"windows": self.windows, "rx_frames": self.rx_frames,
+                "foreign_frames": self.foreign_frames, "early_frames": self.early_frames,
+                "end_ns": self._now}
+
+
+def process_clock(vtime_socket: str | None, name: str, agent: bool = False, default=None):
+    """The clock of a run's process: its ``VirtualClock`` when the config
+    names a coordinator (a virtual-time run), else ``default`` (the real
+    clock: ``emulator.clock.MONOTONIC``)."""
+    if vtime_socket:
+        return VirtualClock(vtime_socket, name, agent)
+    if default is None:
+        from emulator.clock import MONOTONIC
+        return MONOTONIC
+    return default
+
+
+def join_virtual_time(clock, done, stop_flag: list) -> Callable[[], None]:
+    """Under virtual time (``emulator.vtime``), tell ``clock`` how to ask
+    whether the process's work is ``done`` and to set ``stop_flag`` when the
+    run ends; returns what to call once the loop has ended (the member
+    leaves: nobody waits for it any more). Else nothing to do."""
+    if not hasattr(clock, "leave"):
+        return lambda: None
+    clock.done = done
+    clock.on_end = lambda: stop_flag.__setitem__(0, True)
+    return clock.leave

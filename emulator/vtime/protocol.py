@@ -1,0 +1,63 @@
+"""The messages between the coordinator and its members (one Unix
+SOCK_SEQPACKET connection each: message boundaries kept, no framing).
+
+member -> coordinator
+  HELLO   ``b"H"`` + JSON ``{"name", "ifnames", "agent"}``: the links the
+          member sends and receives on (a veth end's name is both), in the
+          order of its report's link indexes; ``agent``: its end matters
+          (a switch's does not: the run ends when every agent is done).
+  REPORT  ``b"R"`` (or ``b"B"``: the member leaves after this report):
+          next event ns, done flag, then per link it sent on: index,
+          frames, earliest arrival ns.
+coordinator -> member
+  GO      ``b"G"``: the window's end ns (exclusive) and how many frames the
+          member must hold once it has read its sockets (cumulative).
+  END     ``b"E"``: the run is over; time stops.
+"""
+from __future__ import annotations
+
+import json
+import struct
+
+NEVER = 1 << 62
+
+HELLO, REPORT, BYE, GO, END = b"H", b"R", b"B", b"G", b"E"
+_REPORT = struct.Struct("<cqBH")          # kind, next event ns, flags, entries
+_ENTRY = struct.Struct("<HIq")            # link index, frames, earliest arrival ns
+_GO = struct.Struct("<cqQ")               # kind, window end ns, frames expected
+DONE_FLAG = 1
+
+
+def hello(name: str, ifnames: list[str], agent: bool) -> bytes:
+    return HELLO + json.dumps({"name": name, "ifnames": ifnames, "agent": agent}).encode()
+
+
+def parse_hello(msg: bytes) -> dict:
+    if msg[:1] != HELLO:
+        raise ValueError(f"expected HELLO, got {msg[:1]!r}")
+    return json.loads(msg[1:])
+
+
+def report(next_ns: int, done: bool, sent: list[tuple[int, int, int]], bye: bool = False) -> bytes:
+    head = _REPORT.pack(BYE if bye else REPORT, min(next_ns, NEVER), DONE_FLAG if done else 0,
+                        len(sent))
+    return head + b"".join(_ENTRY.pack(*e) for e in sent)
+
+
+def parse_report(msg: bytes) -> tuple[bytes, int, bool, list[tuple[int, int, int]]]:
+    """(kind, next event ns, done, [(link index, frames, earliest arrival ns)])."""
+    kind, next_ns, flags, n = _REPORT.unpack_from(msg)
+    if kind not in (REPORT, BYE):
+        raise ValueError(f"expected REPORT, got {kind!r}")
+    off = _REPORT.size
+    entries = [_ENTRY.unpack_from(msg, off + i * _ENTRY.size) for i in range(n)]
+    return kind, next_ns, bool(flags & DONE_FLAG), entries
+
+
+def go(end_ns: int, expected_rx: int) -> bytes:
+    return _GO.pack(GO, end_ns, expected_rx)
+
+
+def parse_go(msg: bytes) -> tuple[int, int]:
+    _, end_ns, expected = _GO.unpack(msg)
+    return end_ns, expected
