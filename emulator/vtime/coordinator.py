@@ -173,6 +173,11 @@ class Coordinator:
                 sent.append((m, self._take_report(m)))
             for m, entries in sent:              # after every next event is in: arrivals lower them
                 for index, frames, first_ns in entries:
+                    if first_ns < end:
+                        raise RuntimeError(
+                            f"{m.name} sent a frame on {m.ifnames[index]} arriving at {first_ns} ns, "
+                            f"inside the window it was sent in (until {end} ns): a link faster than "
+                            f"the lookahead of {L} ns")
                     r = m.targets[index] if index < len(m.targets) else None
                     if r is None or not r.alive:
                         continue
