@@ -1,7 +1,8 @@
 """The runner's side of virtual time: members register, then windows open one after another.
 
-``Coordinator`` listens on a Unix socket (``path``; members connect to it
-from any network namespace). Each member says hello with the veth ends it
+``Coordinator`` listens on a Unix stream socket (``path``; members connect
+to it from any network namespace, a cluster's remote servers through the
+runner's ssh connection). Each member says hello with the veth ends it
 owns; ``peer_of`` (from the topology) says which member receives what a
 link's other end sends. Once every link end has its member and each has
 reported once, the window loop runs in a thread:
@@ -79,7 +80,7 @@ class Coordinator:
             self._dir = tempfile.mkdtemp(prefix="fabric-emu-vt-")
             path = os.path.join(self._dir, "coordinator")
         self.path = path
-        self._listen = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self._listen = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._listen.bind(path)
         os.chmod(path, 0o600)
         self._listen.listen(256)
@@ -105,7 +106,7 @@ class Coordinator:
                 self._pending.append(conn)
                 continue
             self._pending.remove(s)
-            msg = s.recv(1 << 20)
+            msg = protocol.recv_msg(s)
             if not msg:
                 s.close()
                 continue
@@ -167,7 +168,7 @@ class Coordinator:
             self.now_ns = t
             self.windows += 1
             for m in active:
-                m.conn.send(protocol.go(end, m.expected_rx))
+                protocol.send_msg(m.conn, protocol.go(end, m.expected_rx))
             sent = []
             for m in active:
                 sent.append((m, self._take_report(m)))
@@ -186,7 +187,7 @@ class Coordinator:
                         r.next_ns = first_ns
 
     def _take_report(self, m: Member) -> list[tuple[int, int, int]]:
-        msg = m.conn.recv(65536)
+        msg = protocol.recv_msg(m.conn)
         if not msg:
             m.alive = False
             raise RuntimeError(f"{m.name} went away mid-window")
@@ -202,7 +203,7 @@ class Coordinator:
         for m in self.members:
             if m.alive:
                 try:
-                    m.conn.send(protocol.END)
+                    protocol.send_msg(m.conn, protocol.END)
                 except OSError:
                     pass
         for s in self._pending:

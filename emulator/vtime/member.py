@@ -151,7 +151,7 @@ class VirtualClock:
         self.done: Callable[[], bool] = lambda: True
         self.on_end: Callable[[], None] | None = None
         self._hello_sent = False
-        self._conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self._conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._conn.connect(socket_path)
 
     @classmethod
@@ -216,11 +216,12 @@ class VirtualClock:
         """Report (next event ``next_ns``, what was sent), then wait for the next window."""
         conn = self._conn
         if not self._hello_sent:
-            conn.sendall(protocol.hello(self.name, [p.ifname for p in self._port_list], self.agent))
+            protocol.send_msg(conn, protocol.hello(self.name, [p.ifname for p in self._port_list],
+                                                   self.agent))
             self._hello_sent = True
-        conn.sendall(protocol.report(int(next_ns) if next_ns < NEVER else NEVER, self.done(),
-                                     self._take_sent()))
-        msg = conn.recv(64)
+        protocol.send_msg(conn, protocol.report(int(next_ns) if next_ns < NEVER else NEVER,
+                                                self.done(), self._take_sent()))
+        msg = protocol.recv_msg(conn)
         if not msg or msg[:1] == protocol.END:
             self.ended = True
             return
@@ -284,10 +285,10 @@ class VirtualClock:
         try:
             if not self.ended:
                 if not self._hello_sent:
-                    self._conn.sendall(protocol.hello(self.name, [p.ifname for p in self._port_list],
-                                                      self.agent))
+                    protocol.send_msg(self._conn, protocol.hello(
+                        self.name, [p.ifname for p in self._port_list], self.agent))
                     self._hello_sent = True
-                self._conn.sendall(protocol.report(NEVER, True, self._take_sent(), bye=True))
+                protocol.send_msg(self._conn, protocol.report(NEVER, True, self._take_sent(), bye=True))
         except OSError:
             pass
         finally:

@@ -1,5 +1,7 @@
-"""The messages between the coordinator and its members (one Unix
-SOCK_SEQPACKET connection each: message boundaries kept, no framing).
+"""The messages between the coordinator and its members: one stream
+connection each (a Unix socket; a cluster's remote servers reach it through
+the runner's ssh connection, which forwards streams only), every message
+prefixed by its length (``send_msg``/``recv_msg``).
 
 member -> coordinator
   HELLO   ``b"H"`` + JSON ``{"name", "ifnames", "agent"}``: the links the
@@ -20,6 +22,7 @@ import json
 import struct
 
 NEVER = 1 << 62
+_LEN = struct.Struct("<I")
 
 HELLO, REPORT, BYE, GO, END = b"H", b"R", b"B", b"G", b"E"
 _REPORT = struct.Struct("<cqBH")          # kind, next event ns, flags, entries
@@ -61,3 +64,30 @@ def go(end_ns: int, expected_rx: int) -> bytes:
 def parse_go(msg: bytes) -> tuple[int, int]:
     _, end_ns, expected = _GO.unpack(msg)
     return end_ns, expected
+
+
+def send_msg(sock, payload: bytes) -> None:
+    sock.sendall(_LEN.pack(len(payload)) + payload)
+
+
+def recv_msg(sock) -> bytes:
+    """The next message, b"" if the connection closed (cleanly or mid-message)."""
+    head = _recv_exactly(sock, _LEN.size)
+    if len(head) < _LEN.size:
+        return b""
+    return _recv_exactly(sock, _LEN.unpack(head)[0])
+
+
+def _recv_exactly(sock, n: int) -> bytes:
+    buf = sock.recv(n)
+    if len(buf) == n or not buf:
+        return buf
+    parts = [buf]
+    got = len(buf)
+    while got < n:
+        more = sock.recv(n - got)
+        if not more:
+            return b""
+        parts.append(more)
+        got += len(more)
+    return b"".join(parts)
