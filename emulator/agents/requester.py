@@ -81,6 +81,9 @@ _NAK_STATUS = {NAK_INVALID_REQUEST & 0x1F: WcStatus.REM_INV_REQ_ERR,
                NAK_REMOTE_OP_ERR & 0x1F: WcStatus.REM_OP_ERR}
 
 
+NEVER_NS = 1 << 62
+
+
 def _wc_opcode(w) -> WcOpcode:
     return (WcOpcode.RDMA_WRITE if w.is_write else WcOpcode.RDMA_READ if w.is_read
             else WcOpcode.SEND)
@@ -121,6 +124,10 @@ class Requester:
         # A QP joins at its post and leaves when ``timers`` finds it idle:
         # websearch's NICs have ~40 QPs each, most idle, walked 4 times a pass.
         self.busy: list = []
+        # ``timers`` has nothing to do before this: the earliest armed ACK
+        # timeout, exactly (0: a QP may have gone idle or a timer moved --
+        # ACK progress, a failure --, so the next pass walks ``busy`` again)
+        self._timers_from_ns = 0
 
     # -- work requests -----------------------------------------------------------
     def post(self, qp, wr_id: int, buf, is_write: bool, remote_addr: int, rkey: int,
@@ -206,7 +213,9 @@ class Requester:
     def _arm(self, qp, now: int, timeout_ns: int) -> None:
         """``qp``'s ACK timeout expires ``timeout_ns`` from ``now``, plus
         whatever time PFC holds our data class from now on."""
-        qp.rto_deadline_ns = now + timeout_ns
+        qp.rto_deadline_ns = dl = now + timeout_ns
+        if dl < self._timers_from_ns:
+            self._timers_from_ns = dl
         hold = self.hold
         qp.rto_held_ns = hold.held_ns(now) if hold is not None else 0.0
 
@@ -233,6 +242,7 @@ class Requester:
 
     # -- ACK/NAK -----------------------------------------------------------------------
     def on_ack(self, qp, pkt, now: int) -> None:
+        self._timers_from_ns = 0
         st = self.stats
         syn = pkt.aeth_syndrome
         if syn is None:
@@ -285,6 +295,7 @@ class Requester:
 
     def acked_through(self, qp, una: int, now: int) -> None:
         """Everything of ``qp`` below PSN ``una`` is acknowledged."""
+        self._timers_from_ns = 0
         if una <= qp.snd_una:
             return
         qp.snd_una = una
@@ -329,6 +340,7 @@ class Requester:
 
     def fail(self, qp, status: WcStatus, now: int) -> None:
         """Fail the oldest WQE with ``status`` and flush the rest."""
+        self._timers_from_ns = 0
         qp.state = QpState.ERROR
         qp.rto_deadline_ns = 0
         unix = self.unix_ns()
@@ -353,8 +365,12 @@ class Requester:
         again when the hold ends, or every eighth of a timeout if an XON --
         or a credit -- may end it sooner). The packets we sent before a pause wait in the queues that
         made the switch pause us, so their ACKs are late by about as much."""
+        if now < self._timers_from_ns:
+            return
+        self._timers_from_ns = NEVER_NS  # (a failure in this pass sets it back to 0)
         hold = self.hold
         idle = 0
+        first = NEVER_NS                 # the earliest timeout still armed after this pass
         for qp in self.busy:
             dl = qp.rto_deadline_ns
             if not dl:
@@ -362,9 +378,12 @@ class Requester:
                     idle += 1
                 continue
             if now < dl:
+                if dl < first:
+                    first = dl
                 continue
             if qp.snd_una >= qp.ackreq_max:
                 qp.rto_deadline_ns = 0
+                first = 0                # it may be idle now: the next pass looks
                 continue
             if hold is not None:
                 held = hold.held_ns(now)
@@ -377,6 +396,8 @@ class Requester:
                         dl = max(dl, min(int(resume) + 1, now + (self.rto_for(qp) >> 3)))
                     if dl > now:
                         qp.rto_deadline_ns = dl
+                        if dl < first:
+                            first = dl
                         continue
             self.stats.timeouts += 1
             qp.timeouts += 1
@@ -387,8 +408,11 @@ class Requester:
             self.rewind(qp, qp.snd_una)
             qp.ackreq_max = qp.snd_una   # all void: owed again (and timed, backed off) once resent
             qp.rto_deadline_ns = 0
+            first = 0
         if idle:
             self._drop_idle()
+        if first < self._timers_from_ns:
+            self._timers_from_ns = first
 
     def _drop_idle(self) -> None:
         """Take the QPs with nothing posted unacknowledged and no timer out of
@@ -403,6 +427,9 @@ class Requester:
 
     def next_timer_ns(self, limit: float) -> float:
         """The earliest ACK timeout, at most ``limit``."""
+        first = self._timers_from_ns
+        if first:                        # exact since the last pass
+            return first if first < limit else limit
         for qp in self.busy:
             dl = qp.rto_deadline_ns
             if dl and dl < limit:

@@ -147,7 +147,13 @@ class Transmitter:
         for qp in self.qps:
             if (qp.snd_nxt < qp.next_psn and qp.state == QpState.RTS
                     and qp.snd_nxt - qp.snd_una < qp.window_pkts):
-                t = max(base, qp.next_ok_ns, qp.paused_until_ns)
+                t = qp.next_ok_ns
+                if qp.paused_until_ns > t:
+                    t = qp.paused_until_ns
+                if t <= base:           # none can start before base: the rest need no look
+                    if base < wake:
+                        wake = base
+                    break
                 if t < wake:
                     wake = t
         if not self.wire_idle and wake > slot + self.max_lag_ns:

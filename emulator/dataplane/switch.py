@@ -351,6 +351,8 @@ class EmbeddedSwitch:
                "rx_frames": self.rx_frames, **self.tm.buffer_stats(), "ports": ports}
         if self.logs is not None and not self.logs.events_f.closed:   # not at exit
             out["raw_log_bytes"] = self.logs.sizes()
+        if self.virtual:            # its process's clock: windows, frames not ours
+            out["virtual_time"] = self.clock.stats()
         return out
 
     def snapshot(self, now_ns: int) -> None:

@@ -147,6 +147,7 @@ class VirtualClock:
         self.foreign_frames = 0       # frames without our trailer: dropped (counted)
         self.early_frames = 0         # frames that arrived before now (a protocol bug if ever > 0)
         self.windows = 0
+        self.wait_wall_ns = 0         # blocked for the next window (the others' work, the barrier)
         self.ended = False
         self.done: Callable[[], bool] = lambda: True
         self.on_end: Callable[[], None] | None = None
@@ -221,7 +222,9 @@ class VirtualClock:
             self._hello_sent = True
         protocol.send_msg(conn, protocol.report(int(next_ns) if next_ns < NEVER else NEVER,
                                                 self.done(), self._take_sent()))
+        t0 = time.monotonic_ns()          # wall time: how the run's CPU was spent, never a model input
         msg = protocol.recv_msg(conn)
+        self.wait_wall_ns += time.monotonic_ns() - t0
         if not msg or msg[:1] == protocol.END:
             self.ended = True
             return
@@ -295,9 +298,10 @@ class VirtualClock:
             self._conn.close()
 
     def stats(self) -> dict:
-        return {"windows": self.windows, "rx_frames": self.rx_frames,
+        return {"clock": self.name, "windows": self.windows, "rx_frames": self.rx_frames,
                 "foreign_frames": self.foreign_frames, "early_frames": self.early_frames,
-                "end_ns": self._now}
+                "end_ns": self._now, "wait_wall_s": round(self.wait_wall_ns / 1e9, 3),
+                "cpu_s": round(time.process_time(), 3)}
 
 
 def process_clock(vtime_socket: str | None, name: str, agent: bool = False, default=None):
