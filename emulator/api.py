@@ -32,6 +32,7 @@ from emulator.experiment.model import experiment_from_dict, read_experiment_data
 from emulator.experiment.resolved import Experiment
 from emulator.experiment.overrides import apply_sets
 from emulator.experiment.sweep import value_label
+from emulator.experiment.time_mode import check_time
 
 Sets = Mapping[str, Any] | Iterable[str] | None     # {"a.b": value} or ["a.b=yaml", ...]
 
@@ -236,7 +237,7 @@ def run(exp: Experiment, out: str | Path | None = None, *, dilation: float | str
 
     from emulator.experiment.dilation import run_with_dilation
     from emulator.experiment.outdir import output_dir
-    _check_time(exp, dilation)          # refused before ``out`` exists
+    check_time(exp, dilation_given=dilation is not None)      # refused before ``out`` exists
     out = Path(out or f"results/{exp.name}")
     console = Console(file=io.StringIO()) if quiet else Console(stderr=True)
     with output_dir(out, force=force, force_hint="force=True"):
@@ -264,8 +265,8 @@ def sweep(exp: Experiment | str | Path, grid: Mapping[str, Iterable[Any]],
     keys = list(grid)
     points = [dict(zip(keys, values)) for values in itertools.product(*(list(grid[k]) for k in keys))]
     # every point checked before the first runs (as a file's sweep: is), its clock too
-    exps = [_check_time(experiment_from_dict(apply_sets(base, point), source), dilation)
-            for point in points]
+    exps = [check_time(experiment_from_dict(apply_sets(base, point), source),
+                       dilation_given=dilation is not None) for point in points]
     names = [",".join(f"{k}={value_label(v)}" for k, v in point.items()) for point in points]
     rows = []
     with output_dir(out, force=force, what="sweep", force_hint="force=True") as odir:
@@ -275,14 +276,6 @@ def sweep(exp: Experiment | str | Path, grid: Mapping[str, Iterable[Any]],
             rows.append({**point, **_row(res), "result": res})
             _write_csv(odir.path / SWEEP_CSV, keys, rows)
     return rows
-
-
-def _check_time(exp: Experiment, dilation) -> Experiment:
-    """``exp`` if the clock it asks for can be kept, else its ``ConfigError``
-    (the run resolves its own: ``run_with_dilation``)."""
-    from emulator.experiment.time_mode import planned_target, resolve_time
-    resolve_time(exp, planned_target(exp.spec.target), dilation_given=dilation is not None)
-    return exp
 
 
 def experiment_data(exp: Experiment) -> dict:

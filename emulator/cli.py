@@ -127,7 +127,8 @@ def run(experiment, out_dir, force, target, pcap, pcap_time, time_mode, dilation
     from emulator.experiment.dilation import parse_dilation
     # the input is checked first: a refusal starts nothing and comes within a second
     dilation = parse_dilation(dilation)
-    exp = _check_time(_load(experiment, target, sets), dilation)
+    from emulator.experiment.time_mode import check_time
+    exp = check_time(_load(experiment, target, sets), dilation_given=dilation is not None)
     from emulator.net.forkserver import prestart
     prestart()      # its imports on the other core while this process imports and builds
     from emulator.experiment.outdir import OutputDir
@@ -141,14 +142,6 @@ def run(experiment, out_dir, force, target, pcap, pcap_time, time_mode, dilation
     OutputDir(out, force=force).check()     # a bad --out too (it is opened under the lock)
     with RunLock.acquire(experiment, out):      # one run at a time, sweeps included
         _run(experiment, exp, out, target, pcap, dilation, sets, as_json, force)
-
-
-def _check_time(exp, dilation):
-    """``exp`` if the clock it asks for can be kept (a sweep's every point),
-    else its one-line ``ConfigError``; each run resolves its own."""
-    from emulator.experiment.time_mode import planned_target, resolve_time
-    resolve_time(exp, planned_target(exp.spec.target), dilation_given=dilation is not None)
-    return exp
 
 
 def _run(experiment, exp, out: Path, target, pcap: bool, dilation, sets=(), as_json=False,
@@ -223,6 +216,7 @@ def compare(experiments, out_dir, force, time_mode, dilation):
                                              write_comparison)
     from emulator.experiment.dilation import parse_dilation, run_with_dilation
     from emulator.experiment.outdir import OutputDir, output_dir
+    from emulator.experiment.time_mode import check_time
     from emulator.net.environment import check_environment
     from emulator.net.runlock import RunLock
 
@@ -230,7 +224,8 @@ def compare(experiments, out_dir, force, time_mode, dilation):
         raise click.UsageError("compare needs two experiments or more")
     dilation = parse_dilation(dilation)
     sets = () if time_mode is None else (f"time={time_mode}",)
-    exps = [_check_time(_load(e, sets=sets), dilation) for e in experiments]
+    exps = [check_time(_load(e, sets=sets), dilation_given=dilation is not None)
+            for e in experiments]
     labels = [e.name if [x.name for x in exps].count(e.name) == 1 else f"{e.name}-{i + 1}"
               for i, e in enumerate(exps)]
     out = Path(out_dir or f"results/{comparison_dir_name(labels)}")

@@ -91,6 +91,14 @@ def resolve_time(exp: "Experiment", target: str, *, live: bool = False,
     return dataclasses.replace(exp, spec=exp.spec.model_copy(update=update), sweep_points=points)
 
 
+def check_time(exp: "Experiment", *, dilation_given: bool = False) -> "Experiment":
+    """``exp`` as it is if the clock it asks for can be kept on the target it
+    plans (a sweep's every point), else ``resolve_time``'s ``ConfigError``:
+    what commands check before anything exists (each run resolves its own)."""
+    resolve_time(exp, planned_target(exp.spec.target), dilation_given=dilation_given)
+    return exp
+
+
 def planned_target(target: str) -> str:
     """The target a run of ``target`` (the file's or ``--target``) uses, as
     far as its clock goes: "auto" as the runner resolves it; "bmv2" as
@@ -109,5 +117,5 @@ def run_time_mode(exp: "Experiment") -> str:
     return DILATED if exp.spec.time == "auto" else exp.time_mode
 
 
-__all__ = ["DILATED", "VIRTUAL", "VIRTUAL_CHOSEN_BY", "planned_target", "resolve_time",
+__all__ = ["DILATED", "VIRTUAL", "VIRTUAL_CHOSEN_BY", "check_time", "planned_target", "resolve_time",
            "run_time_mode", "virtual_time_unsupported", "why_not_virtual"]
