@@ -32,6 +32,7 @@ from emulator.experiment.model import experiment_from_dict, read_experiment_data
 from emulator.experiment.resolved import Experiment
 from emulator.experiment.overrides import apply_sets
 from emulator.experiment.sweep import value_label
+from emulator.experiment.time_mode import check_time
 
 Sets = Mapping[str, Any] | Iterable[str] | None     # {"a.b": value} or ["a.b=yaml", ...]
 
@@ -124,7 +125,8 @@ class Result:
     def __repr__(self) -> str:
         s = self.summary
         return (f"Result({s.get('experiment')!r}, complete={s.get('complete')}, "
-                f"fell_behind={s.get('fell_behind')}, dilation={s.get('dilation')})")
+                f"fell_behind={s.get('fell_behind')}, time={self.time!r}, "
+                f"dilation={s.get('dilation')})")
 
     # the run
     @property
@@ -134,6 +136,12 @@ class Result:
     @property
     def fell_behind(self) -> bool:
         return bool(self.summary.get("fell_behind"))
+
+    @property
+    def time(self) -> str:
+        """The clock the run kept: "virtual" or "dilated" (a summary from before
+        virtual time: dilated)."""
+        return self.summary.get("time", "dilated")
 
     @property
     def dilation(self) -> float:
@@ -217,16 +225,19 @@ class Result:
 def run(exp: Experiment, out: str | Path | None = None, *, dilation: float | str | None = None,
         pcap: bool = False, quiet: bool = False, force: bool = False) -> Result:
     """Run ``exp`` (root; builds and tears down its fabric) into ``out``
-    (default ``results/<name>``). ``dilation``: a number, "auto" (measured,
-    cached, rerun higher if behind) or None (the experiment's). ``out`` is
-    new or an earlier run's; ``force``: one holding others' files too (they
-    are kept; ``emulator.experiment.outdir``)."""
+    (default ``results/<name>``) in its time (``time:``; auto: virtual
+    where it runs, ``emulator.experiment.time_mode``). ``dilation``: a
+    number or "auto" (measured, cached, rerun higher if behind) asks for a
+    dilated run; None: the experiment's. ``out`` is new or an earlier run's;
+    ``force``: one holding others' files too (they are kept;
+    ``emulator.experiment.outdir``)."""
     import io
 
     from rich.console import Console
 
     from emulator.experiment.dilation import run_with_dilation
     from emulator.experiment.outdir import output_dir
+    check_time(exp, dilation_given=dilation is not None)      # refused before ``out`` exists
     out = Path(out or f"results/{exp.name}")
     console = Console(file=io.StringIO()) if quiet else Console(stderr=True)
     with output_dir(out, force=force, force_hint="force=True"):
@@ -253,8 +264,9 @@ def sweep(exp: Experiment | str | Path, grid: Mapping[str, Iterable[Any]],
     out = Path(out or f"results/{base.get('name', 'sweep')}-sweep")
     keys = list(grid)
     points = [dict(zip(keys, values)) for values in itertools.product(*(list(grid[k]) for k in keys))]
-    # every point checked before the first runs (as a file's sweep: is)
-    exps = [experiment_from_dict(apply_sets(base, point), source) for point in points]
+    # every point checked before the first runs (as a file's sweep: is), its clock too
+    exps = [check_time(experiment_from_dict(apply_sets(base, point), source),
+                       dilation_given=dilation is not None) for point in points]
     names = [",".join(f"{k}={value_label(v)}" for k, v in point.items()) for point in points]
     rows = []
     with output_dir(out, force=force, what="sweep", force_hint="force=True") as odir:

@@ -75,6 +75,10 @@ def _signal_of(e: KeyboardInterrupt) -> signal.Signals:
 
 
 _SET_HELP = "Override a field of the experiment file: key.path=VALUE (YAML), repeatable."
+_TIME_HELP = ("The clock; overrides the file's 'time' (virtual: every process keeps fabric time, "
+              "no dilation; dilated: the wall clock slowed by the dilation; auto: virtual where "
+              "it runs).")
+_TIME_CHOICE = click.Choice(["auto", "virtual", "dilated"])
 
 
 def _load(experiment, target=None, sets=()):
@@ -102,23 +106,29 @@ def main():
               help="Capture every switch port: DIR/pcap/<port>.pcap and DIR/capture.pcapng.")
 @click.option("--pcap-time", type=click.Choice(["fabric", "wall"]), default="fabric",
               help="Timestamps of the captures: fabric time (default) or wall time.")
+@click.option("--time", "time_mode", type=_TIME_CHOICE, default=None, help=_TIME_HELP)
 @click.option("--dilation", "dilation", default=None, metavar="auto|N",
-              help="Time dilation; overrides the file's 'dilation' (auto: measured and cached).")
+              help="Time dilation, of a dilated run; overrides the file's 'dilation' (auto: "
+                   "measured and cached).")
 @click.option("--set", "sets", multiple=True, metavar="KEY.PATH=VALUE", help=_SET_HELP)
 @click.option("--json", "as_json", is_flag=True,
               help="Print summary.json on stdout (the progress and tables stay on stderr).")
 @click.option("--hpcc-dport", type=click.IntRange(1, 65535), default=None,
               help="The dport fct.txt/flow.txt show (HPCC's fct_analysis.py keeps 100); "
                    "same as --set hpcc.dport=N.")
-def run(experiment, out_dir, force, target, pcap, pcap_time, dilation, sets, as_json, hpcc_dport):
+def run(experiment, out_dir, force, target, pcap, pcap_time, time_mode, dilation, sets, as_json,
+        hpcc_dport):
     """Bring the fabric up, run EXPERIMENT's traffic, write DIR/summary.json, tear down."""
     pcap = "wall" if pcap and pcap_time == "wall" else pcap
     if hpcc_dport is not None:
         sets = (*sets, f"hpcc.dport={hpcc_dport}")
+    if time_mode is not None:
+        sets = (*sets, f"time={time_mode}")
     from emulator.experiment.dilation import parse_dilation
     # the input is checked first: a refusal starts nothing and comes within a second
     dilation = parse_dilation(dilation)
-    exp = _load(experiment, target, sets)
+    from emulator.experiment.time_mode import check_time
+    exp = check_time(_load(experiment, target, sets), dilation_given=dilation is not None)
     from emulator.net.forkserver import prestart
     prestart()      # its imports on the other core while this process imports and builds
     from emulator.experiment.outdir import OutputDir
@@ -191,9 +201,11 @@ def what_failed(summary: dict) -> list[str]:
                    "an earlier comparison's.")
 @click.option("--force", is_flag=True,
               help="Write into an --out that holds others' files too (they are kept).")
+@click.option("--time", "time_mode", type=_TIME_CHOICE, default=None, help=_TIME_HELP)
 @click.option("--dilation", "dilation", default=None, metavar="auto|N",
-              help="Time dilation of every run; overrides the files' (auto: measured and cached).")
-def compare(experiments, out_dir, force, dilation):
+              help="Time dilation of every dilated run; overrides the files' (auto: measured "
+                   "and cached).")
+def compare(experiments, out_dir, force, time_mode, dilation):
     """Run each of EXPERIMENTS (the same work on different fabrics -- RoCE and
     InfiniBand: incast-pfc.yaml incast-ib.yaml) into DIR/<name>/, then write
     DIR/comparison.csv, comparison.json and comparison.png (with flows also
@@ -204,13 +216,16 @@ def compare(experiments, out_dir, force, dilation):
                                              write_comparison)
     from emulator.experiment.dilation import parse_dilation, run_with_dilation
     from emulator.experiment.outdir import OutputDir, output_dir
+    from emulator.experiment.time_mode import check_time
     from emulator.net.environment import check_environment
     from emulator.net.runlock import RunLock
 
     if len(experiments) < 2:
         raise click.UsageError("compare needs two experiments or more")
     dilation = parse_dilation(dilation)
-    exps = [_load(e) for e in experiments]
+    sets = () if time_mode is None else (f"time={time_mode}",)
+    exps = [check_time(_load(e, sets=sets), dilation_given=dilation is not None)
+            for e in experiments]
     labels = [e.name if [x.name for x in exps].count(e.name) == 1 else f"{e.name}-{i + 1}"
               for i, e in enumerate(exps)]
     out = Path(out_dir or f"results/{comparison_dir_name(labels)}")
@@ -298,11 +313,14 @@ def cli(experiment, target, out_dir, force, dilation, sets):
     from emulator.experiment.dilation import dilation_for_cli, parse_dilation, with_dilation
     from emulator.experiment.outdir import OutputDir, output_dir
     from emulator.experiment.runner import fabric_net, resolve_target
+    from emulator.experiment.time_mode import planned_target, resolve_time
     from emulator.net.environment import check_environment
     from emulator.net.runlock import RunLock
 
     exp = _load(experiment, target, sets)
     dilation = parse_dilation(dilation)
+    # the kernel sends a live fabric's traffic: dilated time (time: virtual refused)
+    exp = resolve_time(exp, planned_target(exp.spec.target), live=True)
     if dilation is not None:
         exp = with_dilation(exp, dilation)
     exp = dilation_for_cli(exp, resolve_target(exp.spec.target))     # auto: the cached D
@@ -332,8 +350,8 @@ def p4runtime_banner(exp, addresses: dict[str, str]) -> str:
     high, low = CONTROLLER_ELECTION_ID
     ours, above, shell = (election_id_text(e) for e in (CONTROLLER_ELECTION_ID, (high, low + 1),
                                                           P4RT_SHELL_ELECTION_ID))
-    lines = [f"{exp.fabric.name}: up at dilation {exp.dilation:g}; P4Runtime per switch "
-             "(pip install p4runtime-shell):"]
+    lines = [f"{exp.fabric.name}: up at dilation {exp.dilation:g} (dilated time); P4Runtime per "
+             "switch (pip install p4runtime-shell):"]
     for sw in exp.fabric.switches():
         addr, dev = addresses[sw.name], exp.fabric.device_id(sw.name)
         lines.append(f"  {sw.name:<8} device {dev:<3} {addr:<16} "

@@ -13,9 +13,11 @@
 
 The source is an experiment (``Experiment``, or its file) -- its QoS, buffer
 and MTU are installed -- or a topology (file or dict), which gets the
-experiment defaults. ``target``: "embedded", "bmv2" or "auto"; ``dilation``
-scales link rates and delays as in a run (``auto``: the cached D of the
-experiment, else 10000). One fabric runs at a time on a machine (the run
+experiment defaults. ``target``: "embedded", "bmv2" or "auto". A live
+fabric keeps dilated time: the kernel sends its traffic (ping, a shell's
+commands) on the wall clock, so an experiment's ``time: virtual`` is
+refused. ``dilation`` scales link rates and delays as in a run (``auto``:
+the cached D of the experiment, else 10000). One fabric runs at a time on a machine (the run
 lock): a second one, or a ``fabric-emu run``, is refused with one line.
 
 The controller is each switch's primary P4Runtime client (election id
@@ -40,9 +42,11 @@ class Fabric:
                  out: str | Path | None = None, pcap: bool = False, force: bool = False):
         from emulator.experiment.dilation import dilation_for_cli, with_dilation
         from emulator.experiment.runner import resolve_target
+        from emulator.experiment.time_mode import planned_target, resolve_time
 
         from emulator.api import as_experiment
         exp = as_experiment(source, target=target)
+        exp = resolve_time(exp, planned_target(exp.spec.target), live=True)
         self.target = resolve_target(exp.spec.target)
         self.experiment = dilation_for_cli(with_dilation(exp, dilation), self.target)
         self._tmp = None
@@ -147,7 +151,7 @@ class Fabric:
         data = apply_sets(experiment_data(self.experiment), set)
         if traffic is not None:
             data["traffic"] = traffic
-        data["dilation"] = self.experiment.dilation
+        data["time"], data["dilation"] = self.experiment.time_mode, self.experiment.dilation
         data["qos"] = self.experiment.spec.qos.model_dump()
         exp = experiment_from_dict(data, self.experiment.source)
         self._runs += 1

@@ -23,6 +23,7 @@ CLOS = ("name: t\nclos: {spines: 1, leaves: 2, hosts_per_leaf: 2,\n"
         "       host_link: {rate_gbps: 100, delay_us: 1}, fabric_link: {rate_gbps: 100, delay_us: 1}}\n")
 ONE_GPU = ("name: one\nservers: {count: 1, gpus_per_server: 1, nic_link: {rate_gbps: 100, delay_us: 1}}\n"
            "rail_optimized: {spines: 1, fabric_link: {rate_gbps: 100, delay_us: 1}}\n")
+TWO_GPUS = ONE_GPU.replace("name: one", "name: two").replace("count: 1", "count: 2")
 HEAD = "name: bad\ntopology: topo.yaml\n"
 EXP = HEAD + "traffic: [{pattern: all-to-all, size_bytes: 1000}]\n"
 FLOW = "  - {src: h1, dst: h4, size_bytes: 1000}\n"
@@ -106,6 +107,22 @@ CASES = {
                          False),
     "sweep-value-refused": ({"exp.yaml": EXP + "sweep: {parameter: dilation, values: [1000, .inf]}\n"},
                             [], ["exp.yaml: sweep.values[1]: ", "(got inf)"], False),
+    # the clock: time: virtual where it cannot be kept (emulator/experiment/time_mode.py)
+    "time-bogus": ({"exp.yaml": EXP + "time: wall\n"}, [],
+                   ["exp.yaml: time: must be one of auto, virtual or dilated (got 'wall')"], False),
+    "time-virtual-bmv2": ({"exp.yaml": EXP + "time: virtual\n"}, ["--target", "bmv2"],
+                          ["exp.yaml: time: virtual is not possible with target bmv2",
+                           "cannot be held"], False),
+    "time-virtual-infiniband": ({"exp.yaml": EXP.replace("all-to-all, size_bytes: 1000",
+                                                         "all-to-all, size_bytes: 1024")
+                                 + "time: virtual\n",
+                                 "topo.yaml": CLOS.replace("name: t\n", "name: t\nlink_layer: infiniband\n")},
+                                [], ["exp.yaml: time: virtual is not possible with an InfiniBand fabric"],
+                                False),
+    "set-time-virtual-workload": ({"exp.yaml": HEAD + WORKLOAD,
+                                   "topo.yaml": TWO_GPUS}, ["--set", "time=virtual"],
+                                  ["exp.yaml: time: virtual is not possible with a workload: section"],
+                                  False),
 }
 
 

@@ -44,7 +44,7 @@ from emulator.atomic import atomic_open, atomic_savefig, atomic_write_text
 from emulator.experiment.distributions import slowdown_buckets
 from emulator.topo import Fabric
 
-COLUMNS = ("run", "experiment", "link_layer", "dilation", "complete", "flows",
+COLUMNS = ("run", "experiment", "link_layer", "time", "dilation", "complete", "flows",
            "fct_mean_us", "fct_p50_us", "fct_p99_us", "fct_max_us",
            "slowdown_mean", "slowdown_p50", "slowdown_p95", "slowdown_p99", "slowdown_max",
            "victim_slowdown_max",
@@ -148,7 +148,8 @@ def row(label: str, summary: dict, fabric: Fabric | None = None) -> dict:
     def r(x, nd=2):
         return None if x is None else round(x, nd)
     return {"run": label, "experiment": summary["experiment"],
-            "link_layer": summary.get("link_layer", "roce"), "dilation": summary["dilation"],
+            "link_layer": summary.get("link_layer", "roce"),
+            "time": summary.get("time", "dilated"), "dilation": summary["dilation"],
             "complete": summary["complete"], "flows": len(flows),
             "fct_mean_us": r(sum(fcts) / len(fcts)) if fcts else None,
             "fct_p50_us": r(percentile(fcts, 50)) if fcts else None,

@@ -34,11 +34,13 @@ is measured:
   D); the cache learns that D. A D from the file or ``--dilation N`` is the
   user's: never changed, the verdict just says whether it held.
 
+All of this is for dilated runs (``emulator.experiment.time_mode``): a
+virtual run is one run at D = 1, nothing calibrated, cached or rerun.
 ``summary.json`` records ``dilation`` (the D used), ``dilation_chosen_by``
-(``file``, ``command line``, ``cache``, ``calibration``, or ``rerun``),
-``dilation_reruns`` (the runs that fell behind: D, worst ratio, who; their
-results moved to ``fell-behind-D<D>/``) and,
-with ``auto``, ``dilation_calibration`` (the cache key and measurements).
+(``file``, ``command line``, ``cache``, ``calibration``, ``rerun``, or
+``virtual time``), ``dilation_reruns`` (the runs that fell behind: D, worst
+ratio, who; their results moved to ``fell-behind-D<D>/``) and, with
+``auto``, ``dilation_calibration`` (the cache key and measurements).
 """
 from __future__ import annotations
 
@@ -57,6 +59,7 @@ from emulator.experiment.dilation_cache import (  # noqa: F401  (this module's n
     CACHE_VERSION, DilationCache, cache_key, cache_path, machine_key)
 from emulator.experiment.model import Experiment, experiment_from_dict
 from emulator.experiment.outdir import OutputDir, output_dir
+from emulator.experiment.time_mode import VIRTUAL, VIRTUAL_CHOSEN_BY, planned_target, resolve_time
 from emulator.schema.limits import MAX_DILATION
 
 # up to 256000: a 64-host fabric on two cores needs ~128000-256000 (bench/scale.py)
@@ -344,12 +347,15 @@ def run_with_dilation(exp: Experiment, out_dir: str | Path, console: Console | N
                       run_one: RunOne | None = None, measure: Measure | None = None,
                       cache: DilationCache | None = None, target: str | None = None,
                       force: bool = False) -> dict:
-    """Run ``exp`` at its D (``dilation`` overrides the file's): a number as
-    given; ``auto`` from the cache or a calibration, rerun once higher if the
-    run falls behind. Returns the final run's summary, with the dilation's
-    provenance added (and rewritten into ``summary.json``). ``out_dir`` is
-    new or an earlier run's (``outdir``; ``force``: one holding others' files
-    too, kept)."""
+    """Run ``exp`` in its time (``time_mode.resolve_time``; a ``dilation``
+    given asks for dilated): virtual, once at D = 1; dilated, at its D
+    (``dilation`` overrides the file's): a number as given; ``auto`` from the
+    cache or a calibration, rerun once higher if the run falls behind.
+    Returns the final run's summary, with the dilation's provenance added
+    (and rewritten into ``summary.json``). ``out_dir`` is new or an earlier
+    run's (``outdir``; ``force``: one holding others' files too, kept)."""
+    target = target or planned_target(exp.spec.target)
+    exp = resolve_time(exp, target, dilation_given=dilation is not None)
     with output_dir(out_dir, force=force) as odir:
         return _run_with_dilation(exp, odir, console or Console(stderr=True), pcap, dilation,
                                   run_one, measure, cache, target)
@@ -362,6 +368,8 @@ def _run_with_dilation(exp: Experiment, odir: OutputDir, console: Console, pcap:
     out_dir = odir.path
     run_one_given = run_one is not None
     run_one = run_one or _runner(pcap)
+    if exp.time_mode == VIRTUAL:          # nothing is late: no D to choose, no rerun
+        return _record(run_one(exp, out_dir, console), out_dir, VIRTUAL_CHOSEN_BY, [], None)
     requested = exp.spec.dilation if dilation is None else dilation
     if requested != "auto":
         summary = run_one(with_dilation(exp, requested), out_dir, console)
@@ -369,9 +377,6 @@ def _run_with_dilation(exp: Experiment, odir: OutputDir, console: Console, pcap:
 
     odir.claim(CAL_DIR, BEHIND_DIRS)    # before any run
     cache = cache or DilationCache()
-    if target is None:
-        from emulator.experiment.runner import resolve_target
-        target = resolve_target(exp.spec.target)
     key = cache_key(machine_key(), fabric_key(exp, target))
     entry = cache.get(key)
     if entry is not None:
@@ -417,11 +422,13 @@ def _run_with_dilation(exp: Experiment, odir: OutputDir, console: Console, pcap:
 def run_raised_while_behind(exp: Experiment, out_dir: str | Path, start: float,
                             console: Console | None = None, pcap: bool = False,
                             max_reruns: int = 2, *, run_one: RunOne | None = None) -> dict:
-    """Run ``exp`` at ``start``; while the run falls behind, rerun it (at most
-    ``max_reruns`` times) at ``rerun_dilation``'s higher D. What the test
-    suite uses: no calibration, so a machine that keeps up pays for one run
-    only, and a loaded one still gets results from a run that was not behind
-    (the caller asserts ``fell_behind`` is false). Nothing is cached."""
+    """Run ``exp`` dilated (``time: virtual`` refused) at ``start``; while the
+    run falls behind, rerun it (at most ``max_reruns`` times) at
+    ``rerun_dilation``'s higher D. What the test suite uses: no calibration,
+    so a machine that keeps up pays for one run only, and a loaded one still
+    gets results from a run that was not behind (the caller asserts
+    ``fell_behind`` is false). Nothing is cached."""
+    exp = resolve_time(exp, planned_target(exp.spec.target), dilation_given=True)
     console = console or Console(stderr=True)
     run_one = run_one or _runner(pcap)
     d, reruns = float(start), []

@@ -41,6 +41,13 @@ The run fell behind when any process's ratio (measure / limit) exceeds 1;
 lateness is divided by the dilation D: noise of a fixed wall duration
 shrinks in fabric time as D grows, overload disappears above some D.
 The rule is documented in docs/lossless.md ("Run fidelity").
+
+A virtual run (``emulator.experiment.time_mode``) is late nowhere by
+construction: its verdict keeps the same keys, judges no lateness (rule
+``virtual``: ratios and limits None, ``worst_ratio`` 0) and does not count
+headroom drops against it (with no process late, they are the modelled
+PFC's); frames the emulation lost (``link_losses``, ``socket_drops``) still
+mark it: no clock makes a lost frame's results true.
 """
 from __future__ import annotations
 
@@ -49,6 +56,7 @@ from pathlib import Path
 
 from emulator.control.qos import mtu_frame_bytes
 from emulator.experiment.model import Experiment
+from emulator.experiment.time_mode import VIRTUAL, run_time_mode
 from emulator.wire import WIRE_OVERHEAD_BYTES
 
 # Why the limits are this tight: with ECN and DCQCN on a fully loaded fabric
@@ -81,6 +89,11 @@ RULE = (f"behind if a switch's p99 frame lateness (its worst frame spared if it 
         f"collective lost > {LOST_LIMIT_FRACTION:.0%} of its time to stalls, or a switch "
         f"never read frames sent to it, or the kernel dropped frames at a switch port's or "
         f"a NIC's socket, or a switch dropped a paused lossless class beyond its headroom")
+
+
+VIRTUAL_RULE = VIRTUAL
+# A process's verdict fields measured from its lateness: None in a virtual run.
+_FROM_LATENESS = ("late_fraction", "limit_fabric_ns", "tx_given_up_fabric_ns", "ratio")
 
 
 def hop_ns(exp: Experiment, node: str) -> tuple[int, int]:
@@ -296,8 +309,11 @@ def headroom_drops(ports: list[dict]) -> list[dict]:
 
 
 def add_headroom_drops(summary: dict, drops: list[dict]) -> None:
-    """Fold headroom drops into the verdict (summary ``headroom_drops``)."""
+    """Fold headroom drops into the verdict (summary ``headroom_drops``); a
+    virtual run's are listed, not judged: no process reacted late."""
     summary["headroom_drops"] = drops
+    if summary.get("time") == VIRTUAL:
+        return
     _emulator_losses_behind(summary, [f"headroom {x['node']}:{x['port']}" for x in drops])
 
 
@@ -311,6 +327,8 @@ def run_fidelity(exp: Experiment, switch_stats: dict[str, dict],
                 for sw in exp.fabric.switches()}
     nics = {h: nic_verdict(st, d, hop_ns(exp, h)[0]) for h, st in sorted(nic_stats.items())
             if h in exp.fabric}
+    if run_time_mode(exp) == VIRTUAL:
+        return virtual_fidelity(switches, nics)
     ratios = [v["ratio"] for v in [*switches.values(), *nics.values()] if v["ratio"] is not None]
     worst = max(ratios, default=0.0)
     return {"fell_behind": worst > 1, "worst_ratio": round(worst, 4), "rule": RULE,
@@ -321,12 +339,30 @@ def run_fidelity(exp: Experiment, switch_stats: dict[str, dict],
             "switches": switches, "nics": nics}
 
 
+def _unjudged(verdict: dict) -> dict:
+    """A process's verdict in a virtual run: its counts and timescales, no
+    lateness (None), not behind."""
+    return {k: (None if k in _FROM_LATENESS or "lateness" in k else v)
+            for k, v in verdict.items()} | {"behind": False}
+
+
+def virtual_fidelity(switches: dict[str, dict], nics: dict[str, dict]) -> dict:
+    """``run_fidelity``'s verdict for a virtual run: the same keys, rule
+    ``virtual``, nothing judged from lateness."""
+    return {"fell_behind": False, "worst_ratio": 0.0, "rule": VIRTUAL_RULE,
+            "switch_p99_limit_frames": None, "switch_p99_limit_hops": None,
+            "nic_mean_limit_frames": None, "behind": [],
+            "switches": {n: _unjudged(v) for n, v in switches.items()},
+            "nics": {n: _unjudged(v) for n, v in nics.items()}}
+
+
 def add_collectives_fidelity(summary: dict, block: dict) -> None:
     """Fold the workload's timed phases into the verdict: a row (or the
     training loop) whose ``lost_fraction`` exceeds ``LOST_LIMIT_FRACTION``
-    is distorted, and so is the run."""
+    is distorted, and so is the run. (Not in a virtual run: the time lost
+    is lateness, which it has none of.)"""
     fid = summary.get("fidelity")
-    if fid is None:
+    if fid is None or summary.get("time") == VIRTUAL:
         return
     phases = [(f"{r['collective']} {r['size_bytes']} B", r.get("lost_fraction") or 0.0)
               for r in block.get("results", [])]

@@ -44,26 +44,30 @@ def describe_file(path: str | Path, sets: Iterable[str] = (), target: str | None
 
 
 def describe_experiment(exp: Experiment) -> list[str]:
-    """What a run of ``exp`` would do, a few lines: target, dilation, traffic, workload."""
-    spec = exp.spec
-    lines = [f"  target: {spec.target}"]
+    """What a run of ``exp`` would do, a few lines: target, clock, dilation,
+    traffic, workload. An explicit ``time: virtual`` the run could not keep
+    is its ``ConfigError``."""
+    from emulator.experiment.time_mode import VIRTUAL, planned_target, resolve_time, why_not_virtual
+    target = planned_target(exp.spec.target)
+    asked, exp = exp.spec.time, resolve_time(exp, target)
+    spec, dilated = exp.spec, exp.time_mode != VIRTUAL
+    auto = "auto: " if asked == "auto" else ""
+    lines = [f"  target: {spec.target}",
+             f"  time: dilated ({auto}not virtual with {why_not_virtual(exp, target)})" if dilated
+             and auto else "  time: dilated" if dilated else
+             f"  time: virtual ({auto}every process keeps fabric time, in windows: no dilation)"]
     planned = exp                            # at the D a run would start with, if known
-    if spec.dilation == "auto":
+    if dilated and spec.dilation == "auto":
         # (here: the runner's imports cost a second a file of fixed D does not need)
         from emulator.experiment.dilation import (
             DilationCache, cache_key, fabric_key, machine_key, with_dilation,
         )
-        from emulator.experiment.runner import resolve_target
-        try:
-            target = resolve_target(spec.target)
-        except Exception:                    # bmv2 asked for and absent: the run will say so
-            target = spec.target
         entry = DilationCache().get(cache_key(machine_key(), fabric_key(exp, target)))
         planned = with_dilation(exp, entry["dilation"]) if entry else None
         lines.append("  dilation: auto, " + (
             f"{entry['dilation']:g} cached for this machine and fabric size" if entry else
             "not measured here yet: the first run calibrates it"))
-    else:
+    elif dilated:
         lines.append(f"  dilation: {spec.dilation:g}")
     generated = {g["entry"]: g for g in generated_summary(exp)}
     plain = [f for f in exp.flows if f.entry not in generated]

@@ -77,9 +77,19 @@ class Experiment:
         return self.spec.name
 
     @property
+    def time_mode(self) -> str:
+        """The run's clock, "virtual" or "dilated"; ``time: auto`` is resolved
+        before a run (``emulator.experiment.time_mode.resolve_time``)."""
+        t = self.spec.time
+        if t == "auto":
+            raise FabricEmuError(f"{self.source}: time 'auto' is decided when the experiment "
+                                 "runs (emulator.experiment.time_mode), not before")
+        return t
+
+    @property
     def dilation(self) -> float:
-        """The run's D; ``dilation: auto`` is resolved to a number before a run
-        (``emulator.experiment.dilation.with_dilation``)."""
+        """The run's D (1 in virtual time); ``dilation: auto`` is resolved to a
+        number before a dilated run (``emulator.experiment.dilation.with_dilation``)."""
         d = self.spec.dilation
         if d == "auto":
             raise FabricEmuError(f"{self.source}: dilation 'auto' is chosen when the experiment "
@@ -91,5 +101,9 @@ class Experiment:
         """``limits.wall_s`` is the wall time allowed at a dilation up to
         ``WALL_S_AT_DILATION``; a higher D (chosen by ``auto``, or raised
         after a run fell behind) stretches the same traffic over
-        proportionally more wall time, and gets proportionally more."""
+        proportionally more wall time, and gets proportionally more. A
+        virtual run's is ``limits.wall_s`` as given: its wall time is the
+        CPU its work needs, whatever D the file names."""
+        if self.spec.time == "virtual":
+            return self.spec.limits.wall_s
         return self.spec.limits.wall_s * max(1.0, self.dilation / WALL_S_AT_DILATION)

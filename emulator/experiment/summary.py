@@ -14,6 +14,11 @@ lag above a quarter of an MTU frame time). The numbers behind it:
 p50/p99/max lateness, hop time, limit, ratio to it), ``nics`` (per NIC: mean
 and max lag, MTU frame time, ratio) and ``fidelity`` (rule, limits,
 ``worst_ratio``, who was behind). See docs/lossless.md, "Run fidelity".
+
+``time``: the clock the run kept (``emulator.experiment.time_mode``). A
+virtual run's D is 1 and nothing in it is late: its verdict's rule is
+``virtual`` (``fidelity.virtual_fidelity``). Before version 6 every run was
+dilated.
 """
 from __future__ import annotations
 
@@ -28,13 +33,16 @@ from emulator.experiment.fidelity import (
 from emulator.experiment.ideal_fct import flow_paths, flow_priority, standalone_fct_ns
 from emulator.experiment.model import Experiment
 from emulator.experiment.results_io import read_stats, stats_by_port_priority
+from emulator.experiment.time_mode import VIRTUAL, run_time_mode
 
-SUMMARY_VERSION = 5           # 2: ports[].priorities, flows[].priority/standalone_fct_ns/fct_slowdown
+SUMMARY_VERSION = 6           # 2: ports[].priorities, flows[].priority/standalone_fct_ns/fct_slowdown
                               # 3: fell_behind in fabric time: switches[] lateness, nics[], fidelity
                               #    and flows[].retransmitted_packets/timeouts/naks
                               # 4: fct_slowdown_buckets, queue_depth_dist, generated_traffic
                               #    (emulator/experiment/distributions.py, traffic_gen.py)
                               # 5: ports[].rx_socket_drops, nics[].rx_socket_drops, socket_drops
+                              # 6: time (virtual | dilated); a virtual run's fidelity rule
+                              #    "virtual" (emulator/experiment/time_mode.py)
 # Loss recovery of a flow, from its sender's QP: packets sent again (go-back-N
 # after a NAK or an ACK timeout), ACK timeouts, NAKs received.
 FLOW_RECOVERY_COUNTERS = ("retransmitted_packets", "timeouts", "naks")
@@ -173,7 +181,7 @@ def build_summary(exp: Experiment, target: str, agent_results: dict[str, dict],
         "summary_version": SUMMARY_VERSION,
         "experiment": exp.name, "source": exp.source, "topology": exp.fabric.name,
         "target": target, "link_layer": exp.fabric.link_layer,
-        "dilation": d, "wall_s": round(wall_s, 3),
+        "time": run_time_mode(exp), "dilation": d, "wall_s": round(wall_s, 3),
         "fabric_ns": fabric_ns, "fell_behind": fell_behind,
         "complete": all(f["complete"] for f in flows),
         "lossless_priorities": lossless_priorities(exp),
@@ -213,14 +221,20 @@ def render_summary(summary: dict) -> Table:
     flows = summary["flows"]
     done = [f for f in flows if f["complete"]]
     fcts = sorted(f["fct_ns"] for f in done if f["fct_ns"] is not None)
+    virtual = summary.get("time") == VIRTUAL
     t = Table(title=f"{summary['experiment']} on {summary['target']}: "
                     f"{len(done)}/{len(flows)} flows complete, wall {summary['wall_s']:.1f} s, "
-                    f"fabric {summary['fabric_ns'] / 1000:.1f} µs (dilation {summary['dilation']:g})"
+                    f"fabric {summary['fabric_ns'] / 1000:.1f} µs ("
+                    + ("virtual time" if virtual else f"dilation {summary['dilation']:g}") + ")"
                     + (", FELL BEHIND" if summary["fell_behind"] else ""))
     for col in ("metric", "value"):
         t.add_column(col)
     delivered = sum(f["delivered_bytes"] for f in flows)
-    if "fidelity" in summary:
+    if virtual:
+        t.add_row("fidelity", "virtual time: nothing late by construction" + (
+            f"; frames lost ({', '.join(summary['fidelity']['behind'])})"
+            if summary["fell_behind"] and "fidelity" in summary else ""))
+    elif "fidelity" in summary:
         t.add_row("worst lateness / its limit (behind above 1)",
                   f"{summary['fidelity']['worst_ratio']:.2f}"
                   + (f" ({', '.join(summary['fidelity']['behind'])})" if summary["fell_behind"] else ""))

@@ -14,7 +14,7 @@ import json
 import os
 import stat
 from pathlib import Path
-from typing import Optional
+from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
@@ -174,6 +174,7 @@ class SummaryFile(_Part):
 
     experiment: str
     target: str
+    time: Literal["virtual", "dilated"] = "dilated"     # absent: before version 6, every run dilated
     dilation: float
     wall_s: float
     fabric_ns: float

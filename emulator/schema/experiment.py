@@ -1,12 +1,18 @@
-"""The schema of an experiment file: which fabric, which traffic, how much time dilation.
+"""The schema of an experiment file: which fabric, which traffic, which clock.
 
 ```yaml
 name: demo                          # required; [a-z0-9][a-z0-9-]*, <= 63 chars (results/<name>)
 description: every host writes 1 MiB to every other host
 topology: ../topologies/clos-2x2.yaml   # a path relative to this file, or an inline topology
 target: embedded                    # embedded | bmv2 | auto
-dilation: auto                      # wall time = fabric time x dilation; rates / dilation;
-                                    # auto: measured for this machine and fabric (default 10000)
+time: auto                          # the clock: virtual | dilated | auto (emulator/experiment/time_mode.py)
+                                    # virtual: every process advances fabric time together, in
+                                    #   windows: nothing is late, no dilation (the embedded target);
+                                    # dilated: the wall clock slowed by `dilation` (BMv2, live fabrics);
+                                    # auto: virtual where it runs, else dilated
+dilation: auto                      # dilated time: wall time = fabric time x dilation; rates / dilation;
+                                    # auto: measured for this machine and fabric (default 10000);
+                                    # a virtual run ignores it (D = 1)
 switch:
   buffer_bytes: 4000000             # shared buffer per switch (bytes are not dilated)
   sample_interval_us: 1             # queue-depth sampling period (fabric time)
@@ -42,16 +48,19 @@ traffic:                            # one or more entries (optional with a workl
     min_bytes: 1                    #   [min_bytes, max_bytes] (default: 1 .. 2**31)
     hosts: [h1, h2, h3, h4]         #   sources and destinations (default: every host)
 limits:
-  wall_s: 120                       # give up (and say so) after this much wall time (at D <= 10000; more at a higher D)
+  wall_s: 120                       # give up (and say so) after this much wall time (at D <= 10000; more at a
+                                    # higher D; a virtual run: as given)
 hpcc: {eta: 0.95, dport: 4791}      # HPCC's parameters (emulator/schema/hpcc.py); the dport fct.txt/flow.txt show
 sweep:                              # optional: one run per value, plus sweep.csv/png
   parameter: qos.ecn.kmax_bytes
   values: [20000, 60000, 200000]
 ```
 
-Every fabric quantity is in fabric units (the topology's Gbps and µs); the
-runner divides rates and multiplies times by ``dilation`` to run them, and
-converts every measured time back (``fct_ns`` is fabric nanoseconds).
+Every fabric quantity is in fabric units (the topology's Gbps and µs); in
+dilated time the runner divides rates and multiplies times by ``dilation``
+to run them, and converts every measured time back (``fct_ns`` is fabric
+nanoseconds); in virtual time D is 1 and the processes' clock is fabric
+time. Either way the results are in the same fabric units and files.
 The file is resolved (fabric, flows, workload plan) by
 ``emulator.experiment.model.load_experiment``.
 """
@@ -212,8 +221,12 @@ class ExperimentSpec(StrictSpec):
     description: str = ""
     topology: Union[str, dict]                      # a file (relative to this one) or inline
     target: Literal["embedded", "bmv2", "auto"] = "embedded"
+    # Which clock the run keeps; "auto" is decided when the run starts, for
+    # its target and sections (emulator/experiment/time_mode.py, resolve_time).
+    time: Literal["auto", "virtual", "dilated"] = "auto"
     # A number from 1 to MAX_DILATION, or "auto": chosen per machine and fabric by
     # emulator/experiment/dilation.py (calibrated, cached, rerun if behind).
+    # Dilated runs only: a virtual run's D is 1.
     dilation: Union[Literal["auto"], float] = 10000.0
     switch: SwitchSpec = SwitchSpec()
     nic: NicSpec = NicSpec()

@@ -60,15 +60,29 @@ def test_every_shipped_file_validates_without_root(cli, monkeypatch):
 
 
 def test_validate_prints_the_plan(cli):
-    r = cli("validate", "experiments/demo.yaml", "--set", "dilation=12000")
+    r = cli("validate", "experiments/demo.yaml", "--set", "dilation=12000", "--set", "time=dilated")
     assert r.exit_code == 0, r.output
     out = r.output
     assert "valid experiment 'demo'" in out and "dilation: 12000" in out
+    assert "\n  time: dilated\n" in out
     assert "traffic: 12 flows (12 x write 1,048,576 B)" in out
     assert "wall-time limit: 72 s" in out                      # 60 s x 12000 / 10000
     assert "10.0.1.1" in out and "2-way x1" in out             # addresses, routes summary
-    r = cli("validate", "experiments/demo.yaml")
+    r = cli("validate", "experiments/demo.yaml", "--set", "time=dilated")
     assert "dilation: auto, not measured here yet" in r.output
+
+
+def test_validate_prints_the_clock(cli):
+    """auto: virtual for the demo (no dilation, its wall budget as given),
+    dilated on BMv2 and for a workload, saying why."""
+    r = cli("validate", "experiments/demo.yaml", "--set", "dilation=12000")
+    assert r.exit_code == 0, r.output
+    assert "  time: virtual (auto: " in r.output and "dilation:" not in r.output
+    assert "wall-time limit: 60 s\n" in r.output                # not stretched by a D
+    r = cli("validate", "experiments/demo.yaml", "--target", "bmv2")
+    assert "  time: dilated (auto: not virtual with target bmv2 (BMv2 keeps its own clock" in r.output
+    r = cli("validate", "experiments/allreduce-rail.yaml")
+    assert "  time: dilated (auto: not virtual with a workload: section" in r.output
 
 
 def test_validate_reports_every_bad_file_in_one_line_and_exits_2(cli, tmp_path):

@@ -173,6 +173,11 @@ def test_cache_round_trip_and_unreadable_file(tmp_path):
 
 # ---------------------------------------------------------------- running
 
+def dilated(**extra):
+    """``make_experiment`` in dilated time: what calibration, the cache and reruns are for."""
+    return make_experiment(time="dilated", **extra)
+
+
 class FakeRuns:
     """``run_one``: a run at D is behind when D < ``needs``; writes summary.json."""
 
@@ -199,7 +204,7 @@ def quiet():
 
 
 def test_auto_calibrates_once_then_reuses_the_cache(tmp_path):
-    exp = make_experiment(dilation="auto")
+    exp = dilated(dilation="auto")
     cache = DilationCache(tmp_path / "cache.json")
     runs, m = FakeRuns(needs=0), noise_only(1000)
     s = run_with_dilation(exp, tmp_path / "a", quiet(), run_one=runs, measure=m, cache=cache,
@@ -218,9 +223,9 @@ def test_auto_calibrates_once_then_reuses_the_cache(tmp_path):
 def test_a_bigger_fabric_is_calibrated_anew(tmp_path):
     cache = DilationCache(tmp_path / "cache.json")
     runs = FakeRuns(needs=0)
-    run_with_dilation(make_experiment(dilation="auto"), tmp_path / "a", quiet(), run_one=runs,
+    run_with_dilation(dilated(dilation="auto"), tmp_path / "a", quiet(), run_one=runs,
                       measure=noise_only(1000), cache=cache, target="embedded")
-    more = make_experiment(dilation="auto",
+    more = dilated(dilation="auto",
                            traffic=[{"pattern": "all-to-all", "size_bytes": 1024}])
     m = noise_only(4000)
     s = run_with_dilation(more, tmp_path / "b", quiet(), run_one=runs, measure=m, cache=cache,
@@ -229,7 +234,7 @@ def test_a_bigger_fabric_is_calibrated_anew(tmp_path):
 
 
 def test_a_run_that_falls_behind_is_rerun_once_higher_and_the_cache_learns(tmp_path):
-    exp = make_experiment(dilation="auto")
+    exp = dilated(dilation="auto")
     cache = DilationCache(tmp_path / "cache.json")
     runs = FakeRuns(needs=5000)                      # the machine got busier since calibration
     s = run_with_dilation(exp, tmp_path / "a", quiet(), run_one=runs, measure=noise_only(1000),
@@ -258,8 +263,8 @@ def test_a_run_set_aside_leaves_the_users_files_where_they_were(tmp_path):
     kw = dict(run_one=FakeRuns(needs=5000), measure=noise_only(1000),
               cache=DilationCache(tmp_path / "cache.json"), target="embedded")
     with pytest.raises(OutputError, match="notes.txt"):
-        run_with_dilation(make_experiment(dilation="auto"), out, quiet(), **kw)
-    s = run_with_dilation(make_experiment(dilation="auto"), out, quiet(), force=True, **kw)
+        run_with_dilation(dilated(dilation="auto"), out, quiet(), **kw)
+    s = run_with_dilation(dilated(dilation="auto"), out, quiet(), force=True, **kw)
     assert s["dilation_chosen_by"] == "rerun"
     assert (out / "notes.txt").read_text() == "mine"
     assert sorted(p.name for p in (out / "fell-behind-D2000").iterdir()) == ["summary.json"]
@@ -267,9 +272,9 @@ def test_a_run_set_aside_leaves_the_users_files_where_they_were(tmp_path):
 
 def test_a_fixed_dilation_is_never_changed(tmp_path):
     runs = FakeRuns(needs=5000)
-    s = run_with_dilation(make_experiment(), tmp_path / "a", quiet(), run_one=runs)    # file: 1000
+    s = run_with_dilation(dilated(), tmp_path / "a", quiet(), run_one=runs)    # file: 1000
     assert runs.runs == [1000.0] and s["fell_behind"] and s["dilation_chosen_by"] == "file"
-    s = run_with_dilation(make_experiment(dilation="auto"), tmp_path / "b", quiet(),
+    s = run_with_dilation(dilated(dilation="auto"), tmp_path / "b", quiet(),
                           dilation=2500.0, run_one=runs)
     assert runs.runs[-1] == 2500.0 and s["dilation_chosen_by"] == "command line"
     assert s["dilation_reruns"] == []

@@ -42,7 +42,8 @@ def summary_of(tmp_path, fct_fabric_ns=20_000):
 
 def test_top_level_and_existing_keys_kept(tmp_path):
     exp, s = summary_of(tmp_path)
-    assert s["summary_version"] == SUMMARY_VERSION == 5
+    assert s["summary_version"] == SUMMARY_VERSION == 6
+    assert s["time"] == "dilated"          # never resolved (run_experiment called directly)
     assert s["dilation"] == D and s["fabric_ns"] == 20_000
     # leaf2 released 2 of its 68 frames 3 us (fabric) late, over 2 % of them: its
     # p99 is 3 us, beyond 2 hops (2 x (1102 B at 100 Gbps + 1 us) = 2.18 us)
