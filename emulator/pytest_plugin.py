@@ -114,13 +114,14 @@ def run_experiment(tmp_path):
     ``source``: an experiment file, a dict shaped like one, or an
     ``Experiment``. A numeric D (the experiment's, or ``dilation``) is raised
     while the run falls behind (``run_raised_while_behind``, at most twice):
-    the result is from a run that kept up unless the machine cannot. An
-    experiment that says ``time: virtual`` runs once, in virtual time;
-    ``time: auto`` runs dilated here."""
+    the result is from a run that kept up unless the machine cannot. What
+    keeps virtual time (``time: auto`` or ``virtual``, no ``dilation`` given)
+    runs once, in virtual time: exact, nothing to raise."""
     from rich.console import Console
 
     from emulator.api import Result, as_experiment
     from emulator.experiment.dilation import run_raised_while_behind, run_with_dilation
+    from emulator.experiment.time_mode import keeps_virtual_time
     runs = []
 
     def run(source, set=None, dilation=None, target=None, pcap=False):
@@ -128,7 +129,7 @@ def run_experiment(tmp_path):
         d = exp.spec.dilation if dilation is None else dilation
         out = tmp_path / f"{exp.name}-{len(runs)}"
         console = Console(stderr=True)
-        if exp.spec.time == "virtual" and dilation is None:     # once: nothing to raise
+        if dilation is None and keeps_virtual_time(exp):     # once: nothing to raise
             summary = run_with_dilation(exp, out, console, pcap=pcap)
         elif d == "auto":
             summary = run_with_dilation(exp, out, console, pcap=pcap, dilation="auto")

@@ -55,9 +55,12 @@ _SESSION_DILATION: dict[str, float] = {}
 
 
 def run_shipped(exp, out, **kw) -> dict:
-    """Run a shipped experiment from its test start D (or what the session
-    learned), raised while behind."""
-    from emulator.experiment.dilation import run_raised_while_behind
+    """Run a shipped experiment: once in virtual time where it keeps it, else
+    dilated from its test start D (or what the session learned), raised while behind."""
+    from emulator.experiment.dilation import run_raised_while_behind, run_with_dilation
+    from emulator.experiment.time_mode import keeps_virtual_time
+    if keeps_virtual_time(exp):          # exact: one run, nothing to raise
+        return run_with_dilation(exp, out, **kw)
     if exp.spec.dilation != "auto":
         return run_raised_while_behind(exp, out, exp.spec.dilation, **kw)
     kind = "collectives" if exp.workload is not None else exp.name

@@ -116,7 +116,7 @@ def _run(exp: Experiment, odir: OutputDir, console: Console, pcap: bool | str, t
     phases = WallPhases()
     console.print(f"[bold]{exp.name}[/]: {len(exp.fabric.switches())} switches, "
                   f"{len(exp.fabric.hosts())} hosts, {len(exp.flows)} flows, "
-                  f"dilation {exp.dilation:g}, target {target}")
+                  f"{clock_phrase(exp)}, target {target}")
     # The plots' process imports matplotlib on the CPU the bring-up leaves idle,
     # stopped while the traffic runs (``Plotter.pause``); on a big fabric it
     # starts only once the switches and agents go: its ~45 MB would top the peak.
@@ -154,9 +154,15 @@ def _run(exp: Experiment, odir: OutputDir, console: Console, pcap: bool | str, t
             p.close()
 
 
+def clock_phrase(exp: Experiment) -> str:
+    from emulator.experiment.time_mode import VIRTUAL, run_time_mode
+    return "virtual time" if run_time_mode(exp) == VIRTUAL else f"dilation {exp.dilation:g}"
+
+
 def virtual_time_coordinator(exp: Experiment):
     """The run's ``vtime.Coordinator`` if it runs in virtual time, else None."""
-    if getattr(exp, "time_mode", "dilated") != "virtual":
+    from emulator.experiment.time_mode import VIRTUAL, run_time_mode
+    if run_time_mode(exp) != VIRTUAL:
         return None
     from emulator.vtime.coordinator import Coordinator, lookahead_ns, peer_map
     return Coordinator(peer_map(exp.fabric), lookahead_ns(exp.fabric.links))

@@ -110,6 +110,11 @@ def planned_target(target: str) -> str:
     return resolve_target(target)
 
 
+def keeps_virtual_time(exp: "Experiment") -> bool:
+    """Whether a run of ``exp`` as it is (no dilation given) keeps virtual time."""
+    return resolve_time(exp, planned_target(exp.spec.target)).time_mode == VIRTUAL
+
+
 def run_time_mode(exp: "Experiment") -> str:
     """The clock a run of ``exp`` keeps: its resolved ``time_mode``; one
     never resolved (``run_experiment`` called directly, as tests do) runs
@@ -117,5 +122,6 @@ def run_time_mode(exp: "Experiment") -> str:
     return DILATED if exp.spec.time == "auto" else exp.time_mode
 
 
-__all__ = ["DILATED", "VIRTUAL", "VIRTUAL_CHOSEN_BY", "check_time", "planned_target", "resolve_time",
+__all__ = ["DILATED", "VIRTUAL", "VIRTUAL_CHOSEN_BY", "check_time", "keeps_virtual_time",
+           "planned_target", "resolve_time",
            "run_time_mode", "virtual_time_unsupported", "why_not_virtual"]
