@@ -131,8 +131,9 @@ class Coordinator:
             self._accept_ready(min(left, 0.1))
         for m in self.members:
             m.targets = [self._owner.get(self.peer_of.get(i, ""), None) for i in m.ifnames]
-        for m in self.members:                       # each one's first report: its first event
-            self._take_report(m)
+        # each one's first report: its first event, and what it sent at fabric
+        # time 0 before its first wait (an agent's first frames)
+        self._deliver([(m, self._take_report(m)) for m in self.members], end=0)
 
     # -- the window loop ------------------------------------------------------------
     def start(self, register_timeout_s: float = 120.0) -> None:
@@ -168,23 +169,26 @@ class Coordinator:
             self.now_ns = t
             self.windows += 1
             for m in active:
-                protocol.send_msg(m.conn, protocol.go(end, m.expected_rx))
-            sent = []
-            for m in active:
-                sent.append((m, self._take_report(m)))
-            for m, entries in sent:              # after every next event is in: arrivals lower them
-                for index, frames, first_ns in entries:
-                    if first_ns < end:
-                        raise RuntimeError(
-                            f"{m.name} sent a frame on {m.ifnames[index]} arriving at {first_ns} ns, "
-                            f"inside the window it was sent in (until {end} ns): a link faster than "
-                            f"the lookahead of {L} ns")
-                    r = m.targets[index] if index < len(m.targets) else None
-                    if r is None or not r.alive:
-                        continue
-                    r.expected_rx += frames
-                    if first_ns < r.next_ns:
-                        r.next_ns = first_ns
+                protocol.send_msg(m.conn, protocol.go(t, end, m.expected_rx))
+            self._deliver([(m, self._take_report(m)) for m in active], end)
+
+    def _deliver(self, reports: list[tuple[Member, list]], end: int) -> None:
+        """The frames each report says its member sent: counted for their
+        receivers, whose next event is at most the earliest arrival. After
+        every report's next event is in (a receiver's report would raise it)."""
+        for m, entries in reports:
+            for index, frames, first_ns in entries:
+                if first_ns < end:
+                    raise RuntimeError(
+                        f"{m.name} sent a frame on {m.ifnames[index]} arriving at {first_ns} ns, "
+                        f"inside the window it was sent in (until {end} ns): a link faster than "
+                        f"the lookahead of {self.lookahead_ns} ns")
+                r = m.targets[index] if index < len(m.targets) else None
+                if r is None or not r.alive:
+                    continue
+                r.expected_rx += frames
+                if first_ns < r.next_ns:
+                    r.next_ns = first_ns
 
     def _take_report(self, m: Member) -> list[tuple[int, int, int]]:
         msg = protocol.recv_msg(m.conn)

@@ -228,11 +228,11 @@ class VirtualClock:
         if not msg or msg[:1] == protocol.END:
             self.ended = True
             return
-        end_ns, expected = protocol.parse_go(msg)
+        start_ns, end_ns, expected = protocol.parse_go(msg)
         self._end = end_ns
         self.rx_expected = expected
         self.windows += 1
-        self._read_sockets(expected)
+        self._read_sockets(expected, start_ns)
 
     def _take_sent(self) -> list[tuple[int, int, int]]:
         out = []
@@ -243,11 +243,13 @@ class VirtualClock:
         self._sent_links.clear()
         return out
 
-    def _read_sockets(self, expected: int) -> None:
-        """Read every port's socket until ``expected`` frames of ours came in all."""
+    def _read_sockets(self, expected: int, start_ns: int) -> None:
+        """Read every port's socket until ``expected`` frames of ours came in
+        all. None may arrive before the window's start (``start_ns``): its
+        time would be gone for us already -- a broken protocol, never a
+        result: ``VirtualTimeError``."""
         stalled_since = None
         ports = self._port_list
-        now = self._now
         while self.rx_frames < expected:
             got = 0
             for p in ports:
@@ -262,9 +264,11 @@ class VirtualClock:
                         self.foreign_frames += 1
                         continue
                     arrival = TRAILER.unpack_from(data, n)[1]
-                    if arrival < now:
+                    if arrival < start_ns:
                         self.early_frames += 1
-                        arrival = now
+                        raise VirtualTimeError(
+                            f"{self.name}: a frame on {p.ifname} arrives at {arrival} ns, before "
+                            f"the window that opened at {start_ns} ns")
                     p._take(data[:n], arrival)
                     self.rx_frames += 1
                     got += 1

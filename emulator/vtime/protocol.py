@@ -12,8 +12,8 @@ member -> coordinator
           next event ns, done flag, then per link it sent on: index,
           frames, earliest arrival ns.
 coordinator -> member
-  GO      ``b"G"``: the window's end ns (exclusive) and how many frames the
-          member must hold once it has read its sockets (cumulative).
+  GO      ``b"G"``: the window's start and end ns (exclusive) and how many
+          frames the member must hold once it has read its sockets (cumulative).
   END     ``b"E"``: the run is over; time stops.
 """
 from __future__ import annotations
@@ -27,7 +27,7 @@ _LEN = struct.Struct("<I")
 HELLO, REPORT, BYE, GO, END = b"H", b"R", b"B", b"G", b"E"
 _REPORT = struct.Struct("<cqBH")          # kind, next event ns, flags, entries
 _ENTRY = struct.Struct("<HIq")            # link index, frames, earliest arrival ns
-_GO = struct.Struct("<cqQ")               # kind, window end ns, frames expected
+_GO = struct.Struct("<cqqQ")              # kind, window start ns, end ns, frames expected
 DONE_FLAG = 1
 
 
@@ -57,13 +57,13 @@ def parse_report(msg: bytes) -> tuple[bytes, int, bool, list[tuple[int, int, int
     return kind, next_ns, bool(flags & DONE_FLAG), entries
 
 
-def go(end_ns: int, expected_rx: int) -> bytes:
-    return _GO.pack(GO, end_ns, expected_rx)
+def go(start_ns: int, end_ns: int, expected_rx: int) -> bytes:
+    return _GO.pack(GO, start_ns, end_ns, expected_rx)
 
 
-def parse_go(msg: bytes) -> tuple[int, int]:
-    _, end_ns, expected = _GO.unpack(msg)
-    return end_ns, expected
+def parse_go(msg: bytes) -> tuple[int, int, int]:
+    _, start_ns, end_ns, expected = _GO.unpack(msg)
+    return start_ns, end_ns, expected
 
 
 def send_msg(sock, payload: bytes) -> None:

@@ -113,6 +113,25 @@ def test_frames_are_seen_at_their_arrival_and_idle_stretches_are_skipped(coord_f
     assert a.unix_ns() == VIRTUAL_UNIX_EPOCH_NS + a.now_ns()
 
 
+def test_frames_sent_at_time_zero_before_the_first_wait_are_waited_for(coord_factory):
+    """An agent's first frames go out when it starts, before its loop first
+    waits: its first report carries them, and they wake their receiver."""
+    coord = coord_factory({"a-eth0": "b-eth0", "b-eth0": "a-eth0"}, lookahead=50)
+    a_sock, b_sock = link("a-eth0", "b-eth0")
+    a = VirtualClock(coord.path, "a", agent=True)
+    b = VirtualClock(coord.path, "b", agent=True)
+    pa, pb = a.attach_port(a_sock, "a-eth0"), b.attach_port(b_sock, "b-eth0")
+
+    def eager():
+        pa.send_at(b"first", 60)          # before any wait: fabric time 0
+        return sender(a, pa, [(1000, 1070, b"second")], [])
+
+    out = run_members(coord, {"a": eager, "b": lambda: receiver(b, [pb], 2)})
+    assert coord.error is None
+    got, _ = out["b"]
+    assert [(t, f) for t, _, f in got] == [(60, b"first"), (1070, b"second")]
+
+
 def test_same_time_arrivals_follow_the_loops_port_order_not_the_socket_reads(coord_factory):
     peers = {"a-eth0": "s-eth1", "s-eth1": "a-eth0", "c-eth0": "s-eth2", "s-eth2": "c-eth0"}
     coord = coord_factory(peers, lookahead=10)
@@ -214,9 +233,9 @@ def test_the_run_ends_when_every_agent_is_done_not_at_its_linger(coord_factory):
 def test_protocol_messages_round_trip():
     msg = protocol.report(12345, True, [(0, 3, 777), (2, 1, 999)])
     assert protocol.parse_report(msg) == (protocol.REPORT, 12345, True, [(0, 3, 777), (2, 1, 999)])
-    assert protocol.parse_go(protocol.go(5000, 42)) == (5000, 42)
+    assert protocol.parse_go(protocol.go(4000, 5000, 42)) == (4000, 5000, 42)
     with pytest.raises(ValueError):
-        protocol.parse_report(protocol.go(1, 1) + bytes(4))
+        protocol.parse_report(protocol.go(0, 1, 1) + bytes(4))
 
 
 def test_trailer_round_trip_and_foreign_frames():
