@@ -242,7 +242,7 @@ def _traffic(fnet: FabricNet, exp: Experiment, run_dir: Path, console: Console,
         _wait_with_progress(fnet, agents, exp, console, servers)
         phases.mark("traffic")
         if vt is not None and vt.error:
-            raise RunAborted(vt.error)
+            raise _member_failure(vt.error, agents, servers, fnet)
         fnet.check_alive()      # a switch may die after the last agent ended
     except RunAborted as e:     # a process died: stop the rest, keep what they wrote
         aborted = e
@@ -261,6 +261,22 @@ def _traffic(fnet: FabricNet, exp: Experiment, run_dir: Path, console: Console,
             write_stats_window(fnet.run_dir, run_dir, window_start, fnet.snapshot_switch_stats())
     phases.mark("agents_stop")
     return agents, servers, counters, start_at_unix_ns, t0_ns, aborted
+
+
+def _member_failure(error: str, agents, servers, fnet, grace_s: float = 2.0) -> RunAborted:
+    """Virtual time stopped because a member failed: the process that died,
+    named with its log, once it is seen dead (else the coordinator's line)."""
+    deadline = time.monotonic() + grace_s
+    while True:
+        try:
+            agents.check()
+            servers.check()
+            fnet.check_alive()
+        except RunAborted as e:
+            return e
+        if time.monotonic() > deadline:
+            return RunAborted(error)
+        time.sleep(DONE_POLL_S)
 
 
 def _minus(now: dict, before: dict) -> dict:

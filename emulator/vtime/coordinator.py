@@ -191,7 +191,12 @@ class Coordinator:
                     r.next_ns = first_ns
 
     def _take_report(self, m: Member) -> list[tuple[int, int, int]]:
-        msg = protocol.recv_msg(m.conn)
+        try:
+            msg = protocol.recv_msg(m.conn)
+        except OSError as e:                 # reset: its process died
+            msg = b""
+            m.alive = False
+            raise RuntimeError(f"{m.name} went away mid-window ({e.strerror})") from None
         if not msg:
             m.alive = False
             raise RuntimeError(f"{m.name} went away mid-window")
