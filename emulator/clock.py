@@ -90,6 +90,17 @@ class MonotonicClock:
 MONOTONIC = MonotonicClock()
 
 
+def ceil_ns(t: float) -> int:
+    """A fractional event time (a paced frame's, an NVLink arrival's, a
+    staging copy's end) as the whole ns to wake at: the event is due then,
+    not a ns later when ``t`` is whole; never a ns before, where nothing
+    would be due and the loop would wait again at once -- forever on a
+    clock that moves only when a wait asks it to (``ManualClock``, virtual
+    time's)."""
+    w = int(t)
+    return w if w >= t else w + 1
+
+
 class ManualClock:
     """A clock that tests advance. ``unix_ns`` is ``unix_epoch_ns`` + now."""
 

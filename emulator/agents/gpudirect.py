@@ -36,7 +36,7 @@ from __future__ import annotations
 import dataclasses
 from itertools import islice
 
-from emulator.clock import TimerHeap
+from emulator.clock import TimerHeap, ceil_ns
 
 from .qp import Completion, MemoryRegion, QueuePair, WcOpcode
 
@@ -204,8 +204,8 @@ class GpuNic:
         now = self.clock.now_ns()
         self._run_posts(now)
         t = self.next_event_ns()
-        if t is not None:
-            timeout_s = max(0.0, min(timeout_s, (t - now) / 1e9))
+        if t is not None:       # a copy's end is fractional: a wait shorter than 1 ns is none
+            timeout_s = max(0.0, min(timeout_s, (ceil_ns(t) - now) / 1e9))
         self.nic.run_once(timeout_s, readable)
         self._run_posts(self.clock.now_ns())
 

@@ -20,11 +20,13 @@ the servers' records. Exit 0 when complete, 3 on a failure, 2 on a bad config.
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from emulator.agents.make import make_nic
 from emulator.agents.start_gate import ready_then_start
 from emulator.clock import MONOTONIC, Clock
 from emulator.schema.agent import CollectiveAgentConfig
+from emulator.vtime.member import join_virtual_time, process_clock
 
 from . import bench
 from .agent_io import agent_main
@@ -37,7 +39,10 @@ from .workload import validate_for
 
 
 def run(cfg: CollectiveAgentConfig, path: str = "config", clock: Clock = MONOTONIC) -> dict:
-    """The server's workload; ``clock`` is its NICs', engine's and reader's."""
+    """The server's workload; ``clock`` is its NICs', engine's and reader's
+    (in virtual time the process's ``VirtualClock``: then the process is
+    done, for the coordinator, once its work is; it answers its peers until
+    the run ends, and leaves before its result is written)."""
     spec = cfg.workload
     S, G = cfg.servers, len(cfg.nics)
     validate_for(spec, path, S, G)
@@ -48,6 +53,9 @@ def run(cfg: CollectiveAgentConfig, path: str = "config", clock: Clock = MONOTON
            "training": [], "storage": None}
     st = cfg.storage
     reader = None
+    stop = [False]              # virtual time: the run has ended (the coordinator's END)
+    finished = [False]          # virtual time: this process's work is done
+    leave = lambda: None        # noqa: E731  (virtual time: the process leaves the run)
     try:
         eng = CollectiveEngine(server=cfg.server, servers=S, nics=nics,
                                rank_ips={int(k): v for k, v in cfg.rank_ips.items()},
@@ -55,6 +63,7 @@ def run(cfg: CollectiveAgentConfig, path: str = "config", clock: Clock = MONOTON
                                nvlink_delay_ns=cfg.nvlink.delay_ns,
                                slice_bytes=spec.slice_bytes, slots=spec.slots,
                                staging=staging, clock=clock)
+        eng.stop_flag = stop
         eng.connect(bench.connections_for(S, G, spec.pairs()))
         if st is not None:
             snic = make_nic(st.nic, clock) if st.nic is not None else nics[0]
@@ -76,6 +85,11 @@ def run(cfg: CollectiveAgentConfig, path: str = "config", clock: Clock = MONOTON
         bench.prepare([eng], rows)
         # the common start: a Unix time, the one clock all servers' processes share
         start_at = ready_then_start(f"server{cfg.server}", cfg.ready_path, cfg.start_at_unix_ns)
+        leave = join_virtual_time(clock, lambda: finished[0], stop)
+        # virtual time: into the first window before the first frame goes out
+        # (a frame sent before it would be in no window's count: its receiver
+        # would take it at a time of its own choosing); MONOTONIC: no wait
+        clock.sleep_until_ns(clock.now_ns())
         wait_ns = (start_at or 0) - clock.unix_ns()
         if wait_ns > 0:
             clock.sleep_until_ns(clock.now_ns() + wait_ns)
@@ -107,13 +121,19 @@ def run(cfg: CollectiveAgentConfig, path: str = "config", clock: Clock = MONOTON
         bench.finish_checks([eng])
         wrong = [r["wrong"] for r in out["records"] + out["training"] if r["wrong"]]
         out["complete"] = not wrong and not (reader is not None and reader.wrong_blocks)
-        end_ns = clock.now_ns() + 200_000_000
-        while clock.now_ns() < end_ns:
-            for nic in nics:
-                nic.run_once(0.01)
+        finished[0] = True
+        if hasattr(clock, "leave"):
+            # virtual time: answer until every process is done (the run's end)
+            drive([eng], [], left() + 1, until=lambda: stop[0] or clock.now_ns() >= deadline_ns)
+        else:
+            end_ns = clock.now_ns() + 200_000_000
+            while clock.now_ns() < end_ns:
+                for nic in nics:
+                    nic.run_once(0.01)
     except (TimeoutError, RuntimeError) as e:
         out["error"] = str(e)
     finally:
+        leave()                     # virtual time: nobody waits for this process any more
         if reader is not None:
             out["storage"] = reader.report()
         for nic in nics:
@@ -125,9 +145,14 @@ def run(cfg: CollectiveAgentConfig, path: str = "config", clock: Clock = MONOTON
     return out
 
 
+def _clock(cfg: CollectiveAgentConfig, path: str) -> Clock:
+    """The process's clock: virtual time's when the run has it, else ``MONOTONIC``."""
+    return process_clock(cfg.vtime_socket, f"collectives:{Path(path).stem}", agent=True)
+
+
 def main(argv=None) -> int:
     done = agent_main("emulator.collectives.agent", CollectiveAgentConfig,
-                      lambda cfg, path: run(cfg, path, MONOTONIC), argv)
+                      lambda cfg, path: run(cfg, path, _clock(cfg, path)), argv)
     if isinstance(done, int):
         return done
     cfg, res = done

@@ -13,9 +13,12 @@ GPUDirect RDMA off (``staging``, per GPU): RDMA messages wait for the
 staging copies through host memory (``staging.py``); the loop runs the
 held posts and arrivals from the engine's ``TimerHeap`` when the copies end.
 
-Times are wall ns of the engine's clock (``emulator.clock``: ``MONOTONIC``
-in an agent, shared by every process of the host; the same clock as its
-NICs'); reports divide by the dilation (``report.py``).
+Times are ns of the engine's clock (``emulator.clock``), the same clock as
+its NICs': wall ns (``MONOTONIC``, shared by every process of the host) in
+a dilated run, whose reports divide by the dilation (``report.py``); fabric
+ns in virtual time (``emulator.vtime``: D = 1), where the loop's waits
+return at the exact time of the next event and the run can be ended from
+outside (``CollectiveEngine.stop_flag``).
 """
 from __future__ import annotations
 
@@ -24,7 +27,7 @@ from collections import deque
 import numpy as np
 
 from emulator.agents.qp import WcOpcode
-from emulator.clock import MONOTONIC, Clock, TimerHeap
+from emulator.clock import MONOTONIC, Clock, TimerHeap, ceil_ns
 from emulator.wire import roce_sport
 
 from .nvlink import NvlinkSwitch
@@ -34,7 +37,9 @@ from .transport import NvlinkConn, RdmaConn, TransportError
 QPN_BASE = 0x800              # QP of rank r towards peer p is QPN_BASE + p on r's NIC
 # the loop runs a piece of background work (``CollectiveEngine.background``)
 # instead of waiting when nothing is due for at least this long (clock ns;
-# a piece takes 20-40 us here)
+# a piece takes 20-40 us of CPU here). In virtual time the choice depends on
+# fabric times only and a piece costs no fabric time (the clock moves in
+# waits alone): reruns run the same pieces at the same fabric times.
 BACKGROUND_MIN_IDLE_NS = 100_000
 
 
@@ -188,6 +193,10 @@ class CollectiveEngine:
         # work between a phase and the next (a result's check) stalled the NICs
         self.background: deque = deque()
         self.background_min_idle_ns = BACKGROUND_MIN_IDLE_NS
+        # [True] once the run was ended from outside: in virtual time the
+        # coordinator's END (the wall limit, another process failed), after
+        # which the clock stands still -- ``drive`` gives up instead of waiting
+        self.stop_flag: list[bool] = [False]
 
     def connect(self, pairs) -> None:
         """Open the connections of ``pairs`` = {(a, b, link)} (a < b, global
@@ -265,7 +274,8 @@ def drive(engines: list[CollectiveEngine], runs: list[RankRun], timeout_s: float
     """One event loop for the NICs and NVLink switches of ``engines`` (one
     per server process; several in one process only in tests) until every
     run finished (and ``until()`` is true, if given). Raises TimeoutError (with the stuck connections) or
-    TransportError (a QP failed). Time is the first engine's clock."""
+    TransportError (a QP failed); TimeoutError too once an engine's
+    ``stop_flag`` is set with runs unfinished. Time is the first engine's clock."""
     clock = engines[0].clock
     deadline = clock.now_ns() + int(timeout_s * 1e9)
     nics = [nic for e in engines for nic in e.nics]
@@ -305,6 +315,8 @@ def drive(engines: list[CollectiveEngine], runs: list[RankRun], timeout_s: float
         now = clock.now_ns()
         if now > deadline:
             raise TimeoutError(engines[0].describe(runs))
+        if any(e.stop_flag[0] for e in engines):
+            raise TimeoutError("the run was ended first; " + engines[0].describe(runs))
         limit = min(deadline, now + 50_000_000)
         # Wait on every NIC (and the NVLink switches, staging timers) at once, until the
         # earliest of their next deadlines.
@@ -312,7 +324,7 @@ def drive(engines: list[CollectiveEngine], runs: list[RankRun], timeout_s: float
         events = [sw.next_event_ns() for sw in switches] + [e.timers.next_due_ns() for e in engines]
         for ev in events:
             if ev is not None:
-                wake = min(wake, int(ev) + 1)
+                wake = min(wake, ceil_ns(ev))
         for r in runs:
             if r.wake_ns and not r.finished:
                 wake = min(wake, r.wake_ns)

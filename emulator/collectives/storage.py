@@ -8,6 +8,9 @@ clients, dilated like the server agents')::
     python -m emulator.collectives.storage CONFIG.json
 
 It answers READs until SIGTERM or the deadline, then writes ``{"nic": stats}``.
+In virtual time (``emulator.vtime``) it is a member whose end does not
+matter: it serves until the run ends (the coordinator's END, once every
+collective agent is done).
 Block k holds ``block_pattern(k)``, so a reader checks every byte it got.
 
 Both ends derive QPNs, address and rkey from the experiment (no exchange
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import signal
 import sys
+from pathlib import Path
 
 import numpy as np
 
@@ -27,6 +31,7 @@ from emulator.agents.qp import WcOpcode, WcStatus
 from emulator.agents.start_gate import ready_then_start
 from emulator.clock import MONOTONIC, Clock
 from emulator.schema.agent import StorageAgentConfig
+from emulator.vtime.member import join_virtual_time, process_clock
 from emulator.wire import roce_sport
 
 from .agent_io import agent_main
@@ -127,8 +132,9 @@ class StorageReader:
 
 def serve(cfg: StorageAgentConfig, clock: Clock = MONOTONIC) -> dict:
     nic = make_nic(cfg.nic, clock)
-    stop = []
-    signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+    stop = [False]              # SIGTERM, or virtual time's END
+    signal.signal(signal.SIGTERM, lambda *_: stop.__setitem__(0, True))
+    leave = lambda: None        # noqa: E731  (virtual time: the process leaves the run)
     try:
         target = StorageTarget(nic, cfg.block_bytes, cfg.blocks,
                                storage_latency_ns=cfg.storage_latency_ns,
@@ -138,19 +144,23 @@ def serve(cfg: StorageAgentConfig, clock: Clock = MONOTONIC) -> dict:
         for c in cfg.clients:
             target.serve(nic.create_qp(c.qpn, c.remote_ip, c.remote_qpn, roce_sport(c.qpn)))
         ready_then_start("storage", cfg.ready_path, None)    # serves from now on
+        leave = join_virtual_time(clock, lambda: True, stop)
         deadline_ns = clock.now_ns() + int(cfg.deadline_s * 1e9)
-        while not stop and clock.now_ns() < deadline_ns:
+        while not stop[0] and clock.now_ns() < deadline_ns:
             nic.run_once(0.05)
             nic.poll_cq(1024)           # a responder has no completions; keep the CQ empty
+        leave()
         nic.poll_kernel_stats()         # frames the kernel dropped at its sockets
-        return {"nic": nic.stats.as_dict(), "reason": "signal" if stop else "deadline"}
+        return {"nic": nic.stats.as_dict(), "reason": "signal" if stop[0] else "deadline"}
     finally:
+        leave()
         nic.close()
 
 
 def main(argv=None) -> int:
     done = agent_main("emulator.collectives.storage", StorageAgentConfig,
-                      lambda cfg, path: serve(cfg, MONOTONIC), argv)
+                      lambda cfg, path: serve(cfg, process_clock(cfg.vtime_socket, f"storage:{Path(path).stem}")),
+                      argv)
     return done if isinstance(done, int) else 0
 
 

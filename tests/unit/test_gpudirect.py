@@ -103,3 +103,30 @@ def test_staging_copies_queue_per_direction():
     assert cp.staged_bytes == 1030
     on = StagingCopies(True)
     assert on.stage(10**6, "tx", 7) == 7 and on.copy_ns(10**6) == 0 and on.staged_bytes == 0
+
+
+def test_a_wait_reaches_a_copy_that_ends_inside_a_ns():
+    """A copy's end is fractional: ``run_once`` with a timeout wakes at its
+    ceiling, where the post is due -- not a ns early, where nothing is due
+    and a timeout under 1 ns waits for nothing (the loop of an agent spun at
+    that instant forever on a clock that moves only in waits)."""
+    clock = ManualClock()
+    sa, sb = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    nics = [RoceNic(None, MAC_A, IP_A, MAC_B, rate_bps=RATE, sock=sa, clock=clock),
+            RoceNic(None, MAC_B, IP_B, MAC_A, rate_bps=RATE, sock=sb, clock=clock)]
+    try:
+        qa = nics[0].create_qp(QPN_A, IP_B, QPN_B)
+        g = GpuNic(nics[0], False, staging_rate_bps=3e9, staging_latency_ns=1000)
+        src = g.register_gpu_mr(1000)
+        g.post_write(qa, 1, (src, 0, 1000), 0x1000, 0x55)
+        end = g.next_event_ns()
+        assert end == 1000 + 1000 * 8e9 / 3e9 and end != int(end)     # 3666.66... ns
+        for _ in range(5):
+            if g.next_event_ns() is None:
+                break
+            g.run_once(0.01)
+        assert g.next_event_ns() is None                  # posted to the NIC
+        assert clock.now_ns() == math.ceil(end)
+    finally:
+        for n in nics:
+            n.close()
