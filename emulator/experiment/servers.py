@@ -180,22 +180,10 @@ def render_collectives(block: dict) -> Table:
 
 def plain_hosts(exp: Experiment) -> set[str] | None:
     """Hosts that get a host agent: all without a workload (as always), else
-    only those with plain flows (the server agents own the other NICs). In
-    virtual time also every NIC no server agent drives (a server outside
-    the workload): each link end needs a process that takes what is sent to
-    it, window by window (``emulator.vtime``); with nothing to send it is
-    done at once."""
-    wp = exp.workload
-    if wp is None:
+    only those with plain flows (the server agents own the other NICs)."""
+    if exp.workload is None:
         return None
-    hosts = {f.src for f in exp.flows} | {f.dst for f in exp.flows}
-    if getattr(exp, "time_mode", "dilated") == "virtual":
-        driven = {nic for name in wp.servers for nic in exp.fabric.server(name).nics}
-        driven |= {nic for _, nic in wp.readers}
-        if wp.storage_nic is not None:
-            driven.add(wp.storage_nic)
-        hosts |= {h.name for h in exp.fabric.hosts()} - driven
-    return hosts
+    return {f.src for f in exp.flows} | {f.dst for f in exp.flows}
 
 
 def add_collectives(exp: Experiment, group: ServerGroup, summary: dict, out_dir: Path) -> dict:

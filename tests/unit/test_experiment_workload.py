@@ -86,13 +86,6 @@ def test_plain_flows_beside_a_workload_on_other_servers():
     exp = load_experiment(EXP / "allreduce-rail-congested.yaml")
     assert exp.workload.servers == ("server1", "server3")
     assert plain_hosts(exp) == {"s2n0", "s2n1", "s4n0", "s4n1"}
-    # virtual time waits for what is sent on every link end: the idle NICs of
-    # server2 and server4 get an agent too; the workload's and storage NICs do not
-    object.__setattr__(exp, "time_mode", "virtual")
-    assert plain_hosts(exp) == {f"s{s}n{g}" for s in (2, 4) for g in range(4)}
-    separate = load_experiment(EXP / "checkpoint-separate.yaml")
-    object.__setattr__(separate, "time_mode", "virtual")
-    assert plain_hosts(separate) == set()
 
 
 def test_storage_needs_training_and_a_storage_server():
