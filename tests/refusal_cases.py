@@ -23,7 +23,6 @@ CLOS = ("name: t\nclos: {spines: 1, leaves: 2, hosts_per_leaf: 2,\n"
         "       host_link: {rate_gbps: 100, delay_us: 1}, fabric_link: {rate_gbps: 100, delay_us: 1}}\n")
 ONE_GPU = ("name: one\nservers: {count: 1, gpus_per_server: 1, nic_link: {rate_gbps: 100, delay_us: 1}}\n"
            "rail_optimized: {spines: 1, fabric_link: {rate_gbps: 100, delay_us: 1}}\n")
-TWO_GPUS = ONE_GPU.replace("name: one", "name: two").replace("count: 1", "count: 2")
 HEAD = "name: bad\ntopology: topo.yaml\n"
 EXP = HEAD + "traffic: [{pattern: all-to-all, size_bytes: 1000}]\n"
 FLOW = "  - {src: h1, dst: h4, size_bytes: 1000}\n"
@@ -119,10 +118,6 @@ CASES = {
                                  "topo.yaml": CLOS.replace("name: t\n", "name: t\nlink_layer: infiniband\n")},
                                 [], ["exp.yaml: time: virtual is not possible with an InfiniBand fabric"],
                                 False),
-    "set-time-virtual-workload": ({"exp.yaml": HEAD + WORKLOAD,
-                                   "topo.yaml": TWO_GPUS}, ["--set", "time=virtual"],
-                                  ["exp.yaml: time: virtual is not possible with a workload: section"],
-                                  False),
 }
 
 

@@ -235,7 +235,8 @@ def _traffic(fnet: FabricNet, exp: Experiment, run_dir: Path, console: Console,
             from emulator.vtime.member import VIRTUAL_UNIX_EPOCH_NS
             start_at_unix_ns = start_together(agents, servers, start_at_unix_ns=VIRTUAL_UNIX_EPOCH_NS)
             t0_ns = 0
-            vt.start()
+            vt.start(expected_members=fnet.switch_processes() + len(agents.processes())
+                     + len(servers.processes()))
         phases.mark("agents_ready")
         if on_start is not None:
             on_start()

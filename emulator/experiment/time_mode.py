@@ -37,18 +37,13 @@ VIRTUAL_CHOSEN_BY = "virtual time"
 
 def virtual_time_unsupported(exp: "Experiment") -> str | None:
     """Why virtual time does not run ``exp`` yet (None: it does). It covers
-    plain ``traffic:`` runs of host agents (their ``endpoints:`` parts --
-    host CPU, DPU, staging -- run in the host agent, on its NIC's clock) on
-    an Ethernet (RoCE) fabric on one machine; what starts other processes or
-    spans machines waits for them to keep the window barrier."""
+    host agents (their ``endpoints:`` parts -- host CPU, DPU, staging -- run
+    in the host agent, on its NIC's clock) and a workload's server and
+    storage agents on an Ethernet (RoCE) fabric on one machine."""
     spec = exp.spec
     if exp.fabric.link_layer == "infiniband":
         return (f"an InfiniBand fabric (topology {exp.fabric.name} is link_layer: infiniband; "
                 "its switches do not keep virtual time yet)")
-    if spec.workload is not None:
-        return "a workload: section (its server agents do not keep virtual time yet)"
-    if spec.storage is not None:
-        return "a storage: section (its storage agents do not keep virtual time yet)"
     if spec.cluster is not None:
         return "a cluster: section (the window barrier does not span servers yet)"
     return None

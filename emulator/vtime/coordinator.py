@@ -4,8 +4,10 @@
 to it from any network namespace, a cluster's remote servers through the
 runner's ssh connection). Each member says hello with the veth ends it
 owns; ``peer_of`` (from the topology) says which member receives what a
-link's other end sends. Once every link end has its member and each has
-reported once, the window loop runs in a thread:
+link's other end sends (a NIC no process drives has none: what is sent to
+it is nobody's to wait for). Once every process of the run has joined (the
+runner knows how many) and each has reported once, the window loop runs in
+a thread:
 
     T   = the earliest next event of any member (an idle stretch is skipped)
     end = T + lookahead_ns
@@ -120,14 +122,18 @@ class Coordinator:
         """Link ends no member has claimed yet."""
         return sorted(set(self.peer_of) - set(self._owner))
 
-    def _register_all(self, timeout_s: float) -> None:
+    def _register_all(self, timeout_s: float, expected: int | None) -> None:
+        """Until ``expected`` members said hello (None: until every link end
+        has its member; a NIC no process drives has none, and what is sent
+        to it is nobody's to wait for)."""
         deadline = time.monotonic() + timeout_s
-        while self.missing():
+        while len(self.members) < expected if expected is not None else self.missing():
             if self._stop.is_set():
                 return
             left = deadline - time.monotonic()
             if left <= 0:
-                raise TimeoutError(f"virtual time: no member for {', '.join(self.missing()[:4])}")
+                raise TimeoutError(f"{len(self.members)} of {expected} processes joined; no member "
+                                   f"yet for {', '.join(self.missing()[:4])}")
             self._accept_ready(min(left, 0.1))
         for m in self.members:
             m.targets = [self._owner.get(self.peer_of.get(i, ""), None) for i in m.ifnames]
@@ -136,15 +142,18 @@ class Coordinator:
         self._deliver([(m, self._take_report(m)) for m in self.members], end=0)
 
     # -- the window loop ------------------------------------------------------------
-    def start(self, register_timeout_s: float = 120.0) -> None:
-        self._thread = threading.Thread(target=self._run, args=(register_timeout_s,),
+    def start(self, expected_members: int | None = None, register_timeout_s: float = 120.0) -> None:
+        """Open the windows once ``expected_members`` processes joined (the
+        run's switch and agent processes)."""
+        self._thread = threading.Thread(target=self._run,
+                                        args=(register_timeout_s, expected_members),
                                         name="vtime-coordinator", daemon=True)
         self._thread.start()
 
-    def _run(self, register_timeout_s: float) -> None:
+    def _run(self, register_timeout_s: float, expected: int | None) -> None:
         t0 = time.monotonic()
         try:
-            self._register_all(register_timeout_s)
+            self._register_all(register_timeout_s, expected)
             self._loop()
         except Exception as e:              # a member died, a timeout: the run ends, saying why
             self.error = f"virtual time: {e}"

@@ -11,10 +11,8 @@ import json
 
 import pytest
 
-from emulator.experiment import resolved
-from emulator.experiment.dilation import with_dilation
+from emulator.experiment.dilation import run_with_dilation
 from emulator.experiment.model import experiment_from_dict, read_experiment_data
-from emulator.experiment.runner import run_experiment
 from tests.conftest import REPO
 
 pytestmark = [pytest.mark.fabric, pytest.mark.usefixtures("no_leftovers")]
@@ -29,25 +27,19 @@ def _without_wall(d):
     return d
 
 
-@pytest.fixture
-def in_virtual_time(monkeypatch):
-    # the experiment setting that selects it (``time:``) is not there yet
-    monkeypatch.setattr(resolved.Experiment, "time_mode", property(lambda self: "virtual"),
-                        raising=False)
-
-
 def _run(out) -> dict:
     path = REPO / "experiments" / "allreduce-rail.yaml"
     data = read_experiment_data(path)
     data["workload"]["tests"][0]["sizes"]["max_bytes"] = MAX_BYTES
-    return run_experiment(with_dilation(experiment_from_dict(data, path), 1.0), out)
+    data["time"] = "virtual"
+    return run_with_dilation(experiment_from_dict(data, path), out)
 
 
-def test_allreduce_rail_in_virtual_time_reruns_identically(in_virtual_time, tmp_path):
+def test_allreduce_rail_in_virtual_time_reruns_identically(tmp_path):
     a, b = tmp_path / "a", tmp_path / "b"
     first, second = _run(a), _run(b)
     for s in (first, second):
-        assert s["complete"] and not s["fell_behind"]
+        assert s["complete"] and not s["fell_behind"] and s["time"] == "virtual"
         assert s["virtual_time"]["windows"] > 0
     rows = first["collectives"]["results"]
     assert [r["size_bytes"] for r in rows] == [65536, 262144]
