@@ -23,6 +23,10 @@ what is around the transport differs (the transport code is shared):
   runs ``ib.cc.IbCc`` when it is given ``IbCcParams``.
 * no PFC: nothing pauses the data class; the ACK timeout is stretched by
   the VL's credit stall time instead, as RoCE's is by PFC pauses.
+* virtual time (``emulator.vtime``), as ``RoceNic``: one unfiltered socket,
+  the clock's port; a link packet leaves when it is made, stamped with its
+  arrival (``link.CommitWire``); the first (the initial credit, due at the
+  first turn) waits for the first window to open.
 """
 from __future__ import annotations
 
@@ -36,7 +40,7 @@ from emulator.agents.qp import QueuePair
 from emulator.ib.credits import CreditParams, VlCredits, blocks
 from emulator.ib.frames import IbFrameTemplate, fc_frame, parse_fc, parse_ib, verify_icrc
 from emulator.ib.headers import IB_FRAMING
-from emulator.wire import CNP_PAD_BYTES, ETH_HDR_BYTES, ETH_P_IB_DATA, ETH_P_IB_LINK
+from emulator.wire import CNP_PAD_BYTES, ETH_HDR_BYTES, ETH_P_ALL, ETH_P_IB_DATA, ETH_P_IB_LINK
 
 
 _LINK_HI, _LINK_LO = ETH_P_IB_LINK >> 8, ETH_P_IB_LINK & 0xFF
@@ -89,13 +93,22 @@ class IbNic(RoceNic):
         # the transmitter's credit gate (RoceNic's __init__ asks _link_credit)
         self.vl_credits = VlCredits(self.credit_params, kw.get("clock", MONOTONIC).now_ns())
         super().__init__(ifname, mac, ip, gateway_mac, **kw)
+        self._before_first_window = self.virtual
         self.requester.hold = CreditHold(self.vl_credits)
         self._mac_bytes = bytes.fromhex(mac.replace(":", ""))
         self.vl_errors = 0
 
     # -- the parts RoceNic asks its link layer for ----------------------------
     def _open_sockets(self, rcvbuf_bytes: int, sndbuf_bytes: int, absorb_udp: bool) -> None:
-        """Data packets on one socket, link packets on another (each its ethertype)."""
+        """Data packets on one socket, link packets on another (each its
+        ethertype). Virtual time: one socket for every frame, the clock's
+        port (it must read every frame sent to it: ``_rx_frame`` counts
+        what is not ours)."""
+        if self.virtual:
+            sock = open_packet_socket(self.ifname, None, max(rcvbuf_bytes, 16 << 20),
+                                      sndbuf_bytes, ETH_P_ALL)
+            self.sock = self.clock.attach_port(sock, self.ifname)
+            return
         self.sock = open_packet_socket(self.ifname, None, rcvbuf_bytes, sndbuf_bytes,
                                        ETH_P_IB_DATA)
         try:
@@ -172,6 +185,11 @@ class IbNic(RoceNic):
     def _flow_control(self, now: int) -> None:
         cr = self.vl_credits
         if cr.fc_due(now):
+            if self._before_first_window:
+                # virtual time: the loop's first turn comes before its first
+                # wait, and a frame sent outside a window is counted in none
+                self._before_first_window = False
+                self.clock.sleep_until_ns(now)
             fctbs, fccl = cr.make_fc(now)
             # after the packet being serialized: its blocks are in FCTBS, and
             # the peer resets its ABR to FCTBS -- were the flow-control packet
