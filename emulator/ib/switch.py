@@ -230,12 +230,21 @@ class IbSwitch:
         return nxt
 
     def transmit(self, now_ns: int) -> int:
-        """Serve every port and release its wire; the next time anything is due."""
-        nxt = self._flow_control(now_ns)
-        for port in self.ports.values():
+        """Serve every port, send the flow-control packets due and release
+        the wires; the next time anything is due. Flow control after the
+        ports: the blocks a packet frees as it starts out go back to the
+        port's peer now, not at whatever turn comes next (then its credit
+        would come as late as the loop's next wake-up, which no model says)."""
+        ports = self.ports.values()
+        nxt = now_ns + IDLE_WAKE_NS
+        for port in ports:
             t = port.egress.service(now_ns)
-            if t is not None:
-                nxt = min(nxt, t)
+            if t is not None and t < nxt:
+                nxt = t
+        fc = self._flow_control(now_ns)
+        if fc < nxt:
+            nxt = fc
+        for port in ports:
             if port.wire.in_flight:
                 port.wire.release(now_ns, port.send)
                 if port.wire.in_flight:
