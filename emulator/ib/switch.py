@@ -364,10 +364,11 @@ class IbSwitch:
     def close(self) -> None:
         if self.logs is not None:
             self.logs.close()
-        now = self.clock.now_ns()
         for port in self.pcap_ports:
-            # (virtual time: a packet still on the wire is not captured, as in a dilated run)
-            port.write_captures(now)
+            # virtual time: every packet sent, as the Ethernet switch's pcaps
+            # have them; up to this process's last time instead would differ
+            # with how the switches are packed into processes
+            port.write_captures(1 << 62)
             port.pcap.close()
 
 
