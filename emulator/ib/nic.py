@@ -25,8 +25,7 @@ what is around the transport differs (the transport code is shared):
   the VL's credit stall time instead, as RoCE's is by PFC pauses.
 * virtual time (``emulator.vtime``), as ``RoceNic``: one unfiltered socket,
   the clock's port; a link packet leaves when it is made, stamped with its
-  arrival (``link.CommitWire``); the first (the initial credit, due at the
-  first turn) waits for the first window to open.
+  arrival (``link.CommitWire``).
 """
 from __future__ import annotations
 
@@ -93,7 +92,6 @@ class IbNic(RoceNic):
         # the transmitter's credit gate (RoceNic's __init__ asks _link_credit)
         self.vl_credits = VlCredits(self.credit_params, kw.get("clock", MONOTONIC).now_ns())
         super().__init__(ifname, mac, ip, gateway_mac, **kw)
-        self._before_first_window = self.virtual
         self.requester.hold = CreditHold(self.vl_credits)
         self._mac_bytes = bytes.fromhex(mac.replace(":", ""))
         self.vl_errors = 0
@@ -185,11 +183,6 @@ class IbNic(RoceNic):
     def _flow_control(self, now: int) -> None:
         cr = self.vl_credits
         if cr.fc_due(now):
-            if self._before_first_window:
-                # virtual time: the loop's first turn comes before its first
-                # wait, and a frame sent outside a window is counted in none
-                self._before_first_window = False
-                self.clock.sleep_until_ns(now)
             fctbs, fccl = cr.make_fc(now)
             # after the packet being serialized: its blocks are in FCTBS, and
             # the peer resets its ABR to FCTBS -- were the flow-control packet

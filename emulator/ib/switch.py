@@ -31,9 +31,9 @@ frames the kernel dropped at its socket before the switch read them,
 Virtual time (``emulator.vtime``), as the Ethernet switch: the ports'
 sockets are the clock's ``VirtualPort``s and each wire a ``CommitWire`` (a
 packet leaves when its serialization starts, a flow-control packet when it
-is made, stamped with its arrival); nothing is sent before the first window
-opens (the initial credit goes at the first turn); queue-depth samples stay
-on their grid but are skipped while no depth changed; a port's pcap gets its
+is made, stamped with its arrival); the initial credit goes at the first
+turn, once every process of the run is there; queue-depth samples stay on
+their grid but are skipped while no depth changed; a port's pcap gets its
 sent packets at their arrival, in time order with what it received.
 """
 from __future__ import annotations
@@ -277,8 +277,9 @@ class IbSwitch:
 
     def begin(self) -> None:
         """Start the samples from now; send what is due (the initial credit).
-        Virtual time: at the first turn, in the first window -- a frame sent
-        before it would be counted in none."""
+        Virtual time: at the first turn, after the first wait -- the switch
+        starts before the agents open their sockets, and the first window
+        opens once every process is there (a credit sent before would be lost)."""
         now = self.clock.now_ns()
         self._next_sample = now + self.sample_ns if self.sample_ns else None
         self._wake = now if self.virtual else self._due(now)

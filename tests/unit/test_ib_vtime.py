@@ -51,11 +51,11 @@ def test_the_lookahead_of_link_packets_is_the_delay_alone():
 
 
 # --------------------------------------------------------------------------- the NIC
-def test_a_nics_credit_updates_leave_at_their_exact_times_in_the_first_window_on(coord_factory):
-    """The initial credit is due at the loop's first turn, before its first
-    wait: it goes inside the first window (every frame counted for its
-    receiver); then one every update period, arriving a link delay later --
-    never inside the window it was sent in (the coordinator would end the run)."""
+def test_a_nics_credit_updates_leave_at_their_exact_times(coord_factory):
+    """The initial credit at the loop's first turn (before its first wait:
+    counted for its receiver all the same), then one every update period,
+    arriving a link delay later -- never inside the window it was sent in
+    (the coordinator would end the run)."""
     coord = coord_factory({"h-eth0": "s-eth1", "s-eth1": "h-eth0"}, lookahead_ns(_links(), 0))
     h_sock, s_sock = link("h-eth0", "s-eth1")
     h = VirtualClock(coord.path, "h", agent=True)
@@ -161,7 +161,7 @@ def test_a_switch_returns_the_credit_a_packet_frees_in_the_turn_it_leaves(veth, 
 @needs_root
 def test_a_switch_in_virtual_time_sends_at_exact_times_and_captures_in_time_order(
         veth, tmp_path, coord_factory):  # noqa: F811
-    """The initial credit in the first window, credit updates every period,
+    """The initial credit at 0, credit updates every period,
     a packet forwarded when it arrives, its credit back right behind it; the
     port's pcap holds what it received and sent, in time order."""
     dev_a, dev_b = veth["dev"]["a"], veth["dev"]["b"]
