@@ -165,7 +165,10 @@ def virtual_time_coordinator(exp: Experiment):
     if run_time_mode(exp) != VIRTUAL:
         return None
     from emulator.vtime.coordinator import Coordinator, lookahead_ns, peer_map
-    return Coordinator(peer_map(exp.fabric), lookahead_ns(exp.fabric.links))
+    # InfiniBand's link packets take no serializer time: its lookahead is the delay alone
+    links = exp.fabric.links
+    ahead = lookahead_ns(links, 0) if exp.fabric.link_layer == "infiniband" else lookahead_ns(links)
+    return Coordinator(peer_map(exp.fabric), ahead)
 
 
 def member_clock_totals(run_dir: Path) -> dict:

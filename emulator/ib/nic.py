@@ -23,6 +23,9 @@ what is around the transport differs (the transport code is shared):
   runs ``ib.cc.IbCc`` when it is given ``IbCcParams``.
 * no PFC: nothing pauses the data class; the ACK timeout is stretched by
   the VL's credit stall time instead, as RoCE's is by PFC pauses.
+* virtual time (``emulator.vtime``), as ``RoceNic``: one unfiltered socket,
+  the clock's port; a link packet leaves when it is made, stamped with its
+  arrival (``link.CommitWire``).
 """
 from __future__ import annotations
 
@@ -36,7 +39,7 @@ from emulator.agents.qp import QueuePair
 from emulator.ib.credits import CreditParams, VlCredits, blocks
 from emulator.ib.frames import IbFrameTemplate, fc_frame, parse_fc, parse_ib, verify_icrc
 from emulator.ib.headers import IB_FRAMING
-from emulator.wire import CNP_PAD_BYTES, ETH_HDR_BYTES, ETH_P_IB_DATA, ETH_P_IB_LINK
+from emulator.wire import CNP_PAD_BYTES, ETH_HDR_BYTES, ETH_P_ALL, ETH_P_IB_DATA, ETH_P_IB_LINK
 
 
 _LINK_HI, _LINK_LO = ETH_P_IB_LINK >> 8, ETH_P_IB_LINK & 0xFF
@@ -95,7 +98,15 @@ class IbNic(RoceNic):
 
     # -- the parts RoceNic asks its link layer for ----------------------------
     def _open_sockets(self, rcvbuf_bytes: int, sndbuf_bytes: int, absorb_udp: bool) -> None:
-        """Data packets on one socket, link packets on another (each its ethertype)."""
+        """Data packets on one socket, link packets on another (each its
+        ethertype). Virtual time: one socket for every frame, the clock's
+        port (it must read every frame sent to it: ``_rx_frame`` counts
+        what is not ours)."""
+        if self.virtual:
+            sock = open_packet_socket(self.ifname, None, max(rcvbuf_bytes, 16 << 20),
+                                      sndbuf_bytes, ETH_P_ALL)
+            self.sock = self.clock.attach_port(sock, self.ifname)
+            return
         self.sock = open_packet_socket(self.ifname, None, rcvbuf_bytes, sndbuf_bytes,
                                        ETH_P_IB_DATA)
         try:

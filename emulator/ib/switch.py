@@ -27,9 +27,18 @@ A packet is never dropped for want of buffer: a VL without credit waits
 time, overruns, flow-control packets; drops by reason; per port the
 frames the kernel dropped at its socket before the switch read them,
 ``rx_socket_drops``) go to ``stats_path`` at exit, like the Ethernet switch's.
+
+Virtual time (``emulator.vtime``), as the Ethernet switch: the ports'
+sockets are the clock's ``VirtualPort``s and each wire a ``CommitWire`` (a
+packet leaves when its serialization starts, a flow-control packet when it
+is made, stamped with its arrival); the initial credit goes at the first
+turn, once every process of the run is there; queue-depth samples stay on
+their grid but are skipped while no depth changed; a port's pcap gets its
+sent packets at their arrival, in time order with what it received.
 """
 from __future__ import annotations
 
+import heapq
 import sys
 
 from emulator.agents.packet_socket import SocketRxStats
@@ -45,7 +54,7 @@ from emulator.ib.frames import fc_frame, parse_fc
 from emulator.ib.headers import LRH_BYTES
 from emulator.ib.pipeline import DROP_PORT, IbPipeline
 from emulator.ib.port import IbEgressPort
-from emulator.link import Wire
+from emulator.link import CommitWire, Wire
 from emulator.p4.p4info import IB_P4INFO, P4Info
 from emulator.schema.switch import PortConfig, SwitchConfig
 from emulator.wire import ETH_HDR_BYTES, ETH_P_IB_DATA, ETH_P_IB_LINK
@@ -58,15 +67,19 @@ class IbSwitchPort:
                  pcap: IbPcapWriter | None, send_data):
         self.cfg = cfg
         self.port_no = cfg.port_no
-        self.sock = open_port_socket(cfg.ifname)
-        self.rx_kernel = SocketRxStats(self.sock)    # frames the kernel dropped before we read them
+        sock = open_port_socket(cfg.ifname)
+        self.rx_kernel = SocketRxStats(sock)    # frames the kernel dropped before we read them
+        attach = getattr(clock, "attach_port", None)     # virtual time
+        self.sock = sock if attach is None else attach(sock, cfg.ifname)
         now = clock.now_ns()
         self.credits = {vl: VlCredits(params, now) for vl in vls}
         self.egress = IbEgressPort(cfg.rate_bps, self.credits, send_data,
                                    carrier_bytes=ETH_HDR_BYTES)
-        self.wire = Wire(cfg.delay_ns)
+        self.wire = Wire(cfg.delay_ns) if attach is None else CommitWire(cfg.delay_ns, self.send_at)
         self.pcap = pcap
         self.clock = clock
+        self._captures: list[tuple[int, int, bytes]] = []   # virtual time: sent, not yet written
+        self._captured = 0
         self.send_errors = 0
         self.fc_tx = {vl: 0 for vl in vls}
         self.fc_rx = {vl: 0 for vl in vls}
@@ -81,6 +94,26 @@ class IbSwitchPort:
         if self.pcap is not None:
             self.pcap.write(self.clock.now_ns(), frame)
 
+    def send_at(self, frame, arrival_ns: int) -> None:
+        """Virtual time: hand ``frame`` over now, arriving at ``arrival_ns``
+        (captured then: a dilated run's capture is its release)."""
+        self.sock.due_ns = arrival_ns
+        try:
+            self.sock.send(frame)
+        except OSError:
+            self.send_errors += 1
+        if self.pcap is not None:
+            self._captured += 1
+            heapq.heappush(self._captures, (arrival_ns, self._captured, frame))
+
+    def write_captures(self, until_ns: int) -> None:
+        """Virtual time: write the sent packets that arrived by ``until_ns``
+        (the pcap stays in time order with the packets received)."""
+        captures, write = self._captures, self.pcap.write
+        while captures and captures[0][0] <= until_ns:
+            t, _, frame = heapq.heappop(captures)
+            write(t, frame)
+
 
 class IbSwitch:
     def __init__(self, cfg: SwitchConfig, p4info: P4Info, clock: Clock = MONOTONIC):
@@ -88,6 +121,7 @@ class IbSwitch:
             raise ConfigError(f"switch {cfg.name}: no 'ib' section: not an InfiniBand switch")
         self.cfg = cfg
         self.clock = clock
+        self.virtual = hasattr(clock, "attach_port")     # emulator.vtime
         self.state = SwitchState()
         self.pipeline = IbPipeline(self.state, p4info)
         ib = cfg.ib
@@ -103,6 +137,7 @@ class IbSwitch:
             self.ports[p.port_no] = IbSwitchPort(p, self.vls, self.params, clock, pcap,
                                                  self._sender(p.port_no))
         self._by_fd = {port.sock.fileno(): port for port in self.ports.values()}
+        self.pcap_ports = [port for port in self.ports.values() if port.pcap is not None]
         # queue depths per port and VL, as the Ethernet switch samples its
         # priorities ({sw}.qdepth.csv: its "priority" column is the VL)
         self.sample_ns = cfg.sample_interval_ns if run_dir is not None else 0
@@ -138,6 +173,8 @@ class IbSwitch:
     def receive(self, port: IbSwitchPort, frame, now_ns: int) -> None:
         self.rx_frames += 1
         if port.pcap is not None:
+            if self.virtual:            # what it sent that arrived before: first
+                port.write_captures(now_ns - 1)
             port.pcap.write(now_ns, frame)
         ethertype = (frame[12] << 8) | frame[13] if len(frame) >= 14 else -1
         if ethertype == ETH_P_IB_LINK:
@@ -193,12 +230,21 @@ class IbSwitch:
         return nxt
 
     def transmit(self, now_ns: int) -> int:
-        """Serve every port and release its wire; the next time anything is due."""
-        nxt = self._flow_control(now_ns)
-        for port in self.ports.values():
+        """Serve every port, send the flow-control packets due and release
+        the wires; the next time anything is due. Flow control after the
+        ports: the blocks a packet frees as it starts out go back to the
+        port's peer now, not at whatever turn comes next (then its credit
+        would come as late as the loop's next wake-up, which no model says)."""
+        ports = self.ports.values()
+        nxt = now_ns + IDLE_WAKE_NS
+        for port in ports:
             t = port.egress.service(now_ns)
-            if t is not None:
-                nxt = min(nxt, t)
+            if t is not None and t < nxt:
+                nxt = t
+        fc = self._flow_control(now_ns)
+        if fc < nxt:
+            nxt = fc
+        for port in ports:
             if port.wire.in_flight:
                 port.wire.release(now_ns, port.send)
                 if port.wire.in_flight:
@@ -230,10 +276,13 @@ class IbSwitch:
         return list(self._by_fd)
 
     def begin(self) -> None:
-        """Start the samples from now; send what is due (the initial credit)."""
+        """Start the samples from now; send what is due (the initial credit).
+        Virtual time: at the first turn, after the first wait -- the switch
+        starts before the agents open their sockets, and the first window
+        opens once every process is there (a credit sent before would be lost)."""
         now = self.clock.now_ns()
         self._next_sample = now + self.sample_ns if self.sample_ns else None
-        self._wake = self._due(now)
+        self._wake = now if self.virtual else self._due(now)
 
     def next_wake_ns(self, now: int) -> int:
         """When the loop must take its next turn if no frame arrives first."""
@@ -256,16 +305,39 @@ class IbSwitch:
                 except BlockingIOError:
                     break
                 self.receive(port, frame, now)
-        self._wake = self._due(self.clock.now_ns())
+        now = self.clock.now_ns()
+        self._wake = self._due(now)
+        if self.virtual and self.pcap_ports:
+            for port in self.pcap_ports:
+                port.write_captures(now)
 
     def _due(self, now: int) -> int:
         """A queue-depth sample if one is due, every port served; the next wake."""
         nxt = self._next_sample
-        if nxt is not None and now >= nxt:
-            self._sample(now)
-            self._next_sample = nxt = max(nxt + self.sample_ns, now + 1)   # no catch-up burst
+        if nxt is not None:
+            if self.virtual:
+                if nxt < now:             # samples skipped while idle: back on the grid
+                    nxt += -(-(now - nxt) // self.sample_ns) * self.sample_ns
+                if now >= nxt:
+                    self._sample(now)
+                    nxt += self.sample_ns
+            elif now >= nxt:
+                self._sample(now)
+                nxt = max(nxt + self.sample_ns, now + 1)   # a late loop: no catch-up burst
+            self._next_sample = nxt
         wake = self.transmit(now)
-        return nxt if nxt is not None and nxt < wake else wake
+        if nxt is None or nxt >= wake or (self.virtual and not self._unsampled()):
+            return wake       # (virtual time: a sample that would write nothing is a window)
+        return nxt
+
+    def _unsampled(self) -> bool:
+        """A queue's depth changed since the last sample: one is worth taking."""
+        for port_no, port in self.ports.items():
+            last = self._sampled[port_no]
+            for vl, depth in port.egress.depth_bytes.items():
+                if last.get(vl, 0) != depth:
+                    return True
+        return False
 
     # ------------------------------------------------------------------ stats
     def stats(self) -> dict:
@@ -293,14 +365,18 @@ class IbSwitch:
     def close(self) -> None:
         if self.logs is not None:
             self.logs.close()
-        for port in self.ports.values():
-            if port.pcap is not None:
-                port.pcap.close()
+        for port in self.pcap_ports:
+            # virtual time: every packet sent, as the Ethernet switch's pcaps
+            # have them; up to this process's last time instead would differ
+            # with how the switches are packed into processes
+            port.write_captures(1 << 62)
+            port.pcap.close()
 
 
 def _build(cfg: SwitchConfig) -> tuple[IbSwitch, P4Info, str]:
+    from emulator.vtime.member import process_clock
     p4info = P4Info.load(cfg.p4info_path or IB_P4INFO)
-    switch = IbSwitch(cfg, p4info, MONOTONIC)
+    switch = IbSwitch(cfg, p4info, process_clock(cfg.vtime_socket, cfg.name))
     return switch, p4info, f"{cfg.name}: ready (InfiniBand, {len(switch.vls)} VL)"
 
 
