@@ -112,12 +112,6 @@ CASES = {
     "time-virtual-bmv2": ({"exp.yaml": EXP + "time: virtual\n"}, ["--target", "bmv2"],
                           ["exp.yaml: time: virtual is not possible with target bmv2",
                            "cannot be held"], False),
-    "time-virtual-infiniband": ({"exp.yaml": EXP.replace("all-to-all, size_bytes: 1000",
-                                                         "all-to-all, size_bytes: 1024")
-                                 + "time: virtual\n",
-                                 "topo.yaml": CLOS.replace("name: t\n", "name: t\nlink_layer: infiniband\n")},
-                                [], ["exp.yaml: time: virtual is not possible with an InfiniBand fabric"],
-                                False),
 }
 
 

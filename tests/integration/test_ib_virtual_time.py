@@ -26,19 +26,6 @@ NOT_THE_RUN = {"wall_s", "wall_phases_s", "coordinator_wall_s", "switch_processe
                "members"}
 
 
-@pytest.fixture
-def ib_keeps_virtual_time(monkeypatch):
-    """``virtual_time_unsupported`` still says InfiniBand switches do not
-    keep virtual time (emulator/experiment/time_mode.py is not this
-    branch's): its answer without that refusal, for as long as it gives it."""
-    real = time_mode.virtual_time_unsupported
-
-    def without_ib(exp):
-        why = real(exp)
-        return None if why is not None and why.startswith("an InfiniBand fabric") else why
-    monkeypatch.setattr(time_mode, "virtual_time_unsupported", without_ib)
-
-
 def _run(out, sets):
     path = REPO / "experiments" / "incast-ib.yaml"
     exp = experiment_from_dict(apply_sets(read_experiment_data(path),
@@ -56,8 +43,7 @@ def _stripped(x):
     return x
 
 
-def test_incast_ib_in_virtual_time_is_the_same_run_twice_however_packed(
-        tmp_path, ib_keeps_virtual_time):
+def test_incast_ib_in_virtual_time_is_the_same_run_twice_however_packed(tmp_path):
     a, b = tmp_path / "packed", tmp_path / "one-per-process"
     sa = _run(a, [])
     sb = _run(b, ["switch.per_process=1", "agents.per_process=1"])

@@ -55,7 +55,7 @@ RULES = {
     "bmv2": ("demo", {}, "bmv2", False, False, "dilated"),
     "live-fabric": ("demo", {}, "embedded", True, False, "dilated"),
     "dilation-given": ("demo", {}, "embedded", False, True, "dilated"),
-    "infiniband": ("incast-ib", {}, "embedded", False, False, "dilated"),
+    "infiniband": ("incast-ib", {}, "embedded", False, False, "virtual"),
     "workload": ("allreduce-rail", {}, "embedded", False, False, "virtual"),
     "workload-storage": ("checkpoint-shared", {}, "embedded", False, False, "virtual"),
     "cluster": ("cluster-pods", {}, "embedded", False, False, "dilated"),
@@ -128,8 +128,9 @@ def test_a_virtual_runs_wall_budget_is_not_stretched():
      ["sweep-dcqcn.yaml: time: virtual is not possible with target bmv2"]),
     (["cli", "{d}/demo.yaml", "--set", "time=virtual"],
      ["demo.yaml: time: virtual is not possible with a live fabric"]),
-    (["compare", "{d}/incast-pfc.yaml", "{d}/incast-ib.yaml", "--time", "virtual"],
-     ["incast-ib.yaml: time: virtual is not possible with an InfiniBand fabric"]),
+    (["compare", "{d}/incast-pfc.yaml", "{d}/incast-ib.yaml", "--time", "virtual",
+      "--dilation", "4000"],
+     ["incast-pfc.yaml: time: virtual is not possible with a dilation given on the command line"]),
 ])
 def test_the_cli_refuses_a_virtual_clock_it_cannot_keep_in_one_line(tmp_path, args, words):
     work = tmp_path / "work"
