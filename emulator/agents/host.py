@@ -31,7 +31,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import signal
 import sys
 import time
 
@@ -453,18 +452,6 @@ class HostAgent:
               file=sys.stderr, flush=True)
 
 
-def stop_on_signals() -> list[bool]:
-    """A flag SIGTERM and SIGINT set: the loop ends at its next turn."""
-    stop = [False]
-
-    def on_signal(signum, frame):
-        stop[0] = True
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    return stop
-
-
 def load_agent(path: str, clock=None) -> HostAgent:
     """The agent of config ``path``, its NIC open (on ``clock``; None: the
     config's); ``AgentConfigError`` (one line naming the file) if it cannot be."""
@@ -487,7 +474,7 @@ def main(argv: list[str] | None = None) -> int:
     if len(argv) != 1:
         print("usage: python -m emulator.agents.host CONFIG.json", file=sys.stderr)
         return 2
-    from emulator.net.lifeline import die_with_runner
+    from emulator.net.lifeline import die_with_runner, stop_on_signals
     die_with_runner()
     stop = stop_on_signals()
     try:

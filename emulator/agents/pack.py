@@ -35,7 +35,7 @@ from emulator.schema.agent import AgentPackConfig
 from emulator.errors import FabricEmuError
 
 from .packet_socket import call_together
-from .host import AgentConfigError, HostAgent, load_agent, stop_on_signals
+from .host import AgentConfigError, HostAgent, load_agent
 from .start_gate import all_ready_then_start
 
 IDLE_WAIT_NS = 50_000_000      # the longest the loop sleeps with nothing due
@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     if len(argv) != 1:
         print("usage: python -m emulator.agents.pack PACK.json", file=sys.stderr)
         return 2
-    from emulator.net.lifeline import die_with_runner
+    from emulator.net.lifeline import die_with_runner, stop_on_signals
     die_with_runner()
     stop = stop_on_signals()
     try:

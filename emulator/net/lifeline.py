@@ -64,3 +64,15 @@ def die_with_runner(unsupervised_signal: int | None = None) -> None:
         _die()
 
     threading.Thread(target=watch, name="lifeline", daemon=True).start()
+
+
+def stop_on_signals() -> list[bool]:
+    """A flag SIGTERM and SIGINT set: the loop ends at its next turn."""
+    stop = [False]
+
+    def on_signal(signum, frame):
+        stop[0] = True
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    return stop
