@@ -794,6 +794,8 @@ class RoceNic:
         wake = self.transmitter.next_wake_ns(
             now, limit, gate.tx_ready_ns if gate is not None else 0.0)
         wake = self.requester.next_timer_ns(wake)
+        if self.reaction.enabled:
+            wake = self.reaction.next_timer_ns(wake)
         if gate is not None:
             t = gate.next_rx_ns()
             if t is not None and t < wake:

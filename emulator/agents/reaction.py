@@ -121,6 +121,16 @@ class ReactionPoint:
         if cc.active:
             cc.on_tx(frame_bytes, int(slot_ns))
 
+    def next_timer_ns(self, limit: float) -> float:
+        """The earliest rate-increase timer of a running machine, at most
+        ``limit``: the NIC wakes for it, so a rate goes up at its time, not
+        at whatever wakes the NIC next (a paced QP's next slot at the old rate)."""
+        for qp in self._running:
+            t = qp.cc.next_rate_ns
+            if t < limit:
+                limit = t
+        return limit
+
     def advance(self, now: int) -> None:
         """Run the rate-increase timers that are due (a machine only becomes
         active at a CNP; one that recovered leaves the pass)."""
