@@ -39,13 +39,12 @@ def virtual_time_unsupported(exp: "Experiment") -> str | None:
     """Why virtual time does not run ``exp`` yet (None: it does). It covers
     host agents (their ``endpoints:`` parts -- host CPU, DPU, staging -- run
     in the host agent, on its NIC's clock) and a workload's server and
-    storage agents on an Ethernet (RoCE) fabric on one machine."""
-    spec = exp.spec
+    storage agents on an Ethernet (RoCE) fabric, on one machine or spread
+    over a ``cluster:``'s servers (the window barrier reaches them over the
+    runner's ssh connection: ``emulator.net.cluster``)."""
     if exp.fabric.link_layer == "infiniband":
         return (f"an InfiniBand fabric (topology {exp.fabric.name} is link_layer: infiniband; "
                 "its switches do not keep virtual time yet)")
-    if spec.cluster is not None:
-        return "a cluster: section (the window barrier does not span servers yet)"
     return None
 
 

@@ -10,7 +10,10 @@ network itself:
 - ``ClusterServer``: one machine, reached over one shared ssh connection
   (ControlMaster) that Mininet's node shells reuse; files put and pulled,
   a local port forwarded to a switch's P4Runtime server, which keeps
-  listening on the remote 127.0.0.1 only.
+  listening on the remote 127.0.0.1 only, and, in virtual time, the
+  runner's coordinator socket forwarded the other way: the window barrier
+  spans the servers over the connection the run already holds
+  (``forward_socket``; ``vtime_socket`` is the path its processes join).
 - ``RemoteProcess``: a switch or agent started on a remote server
   (``emulator.net.remote_exec``), a ``subprocess.Popen`` look-alike whose
   signals travel as ``kill`` over ssh.
@@ -26,7 +29,9 @@ Every server runs the same checkout at the same path (``cd`` there, its
 """
 from __future__ import annotations
 
+import contextlib
 import os
+import secrets
 import shlex
 import signal
 import subprocess
@@ -48,6 +53,15 @@ MIRROR_INTERVAL_S = 0.25
 LIVE_FILES = ("*.ready", "*.progress.json", "*.stats.json", "*.result.json")
 # Passed to remote processes: the runner's settings, never its identity.
 _ENV_PREFIX = "FABRIC_EMU_"
+# Where a remote server's processes reach the runner's virtual-time
+# coordinator: a path of its own per run and server, in a directory every
+# machine has (servers may share it, as the test rig's two do).
+REMOTE_SOCKET_DIR = "/tmp"
+
+
+def remote_vtime_socket(run_token: str, server: str) -> str:
+    """Server ``server``'s end of the coordinator's forward in run ``run_token``."""
+    return f"{REMOTE_SOCKET_DIR}/fabric-emu-vt-{run_token}-{server}.sock"
 
 
 class ClusterServer:
@@ -69,6 +83,7 @@ class ClusterServer:
         self.ssh = ["ssh", *self.options, "-o", f"ControlPath={self.control_path}"]
         self._master: subprocess.Popen | None = None
         self.shared_run_dir = False     # set by Cluster.open: the runner's dir is this one's
+        self.forwarded_sockets: list[str] = []     # remote ends of forward_socket
 
     def open(self) -> "ClusterServer":
         if self.is_local:
@@ -154,6 +169,34 @@ class ClusterServer:
             raise FabricEmuError(f"cluster server {self.name}: forwarding port {remote_port} "
                                  f"failed: {out.stderr.decode(errors='replace').strip()}")
         return local_port
+
+    def socket_forward_command(self, remote_path: str, local_path: str) -> list[str]:
+        """The ssh command asking the shared connection to carry connections
+        to ``remote_path`` on this server to the runner's ``local_path``."""
+        return [*self.ssh, "-O", "forward", "-R", f"{remote_path}:{local_path}", self.dest]
+
+    def forward_socket(self, remote_path: str, local_path: str) -> None:
+        """Connections to the Unix socket ``remote_path`` on this server,
+        carried over the shared connection to the runner's ``local_path``
+        (its sshd's AllowStreamLocalForwarding, yes by default, must allow
+        it). The remote file outlives the forward: ``remove_forwarded``."""
+        if self.is_local:
+            raise ValueError(f"cluster server {self.name} is the runner's: nothing to forward")
+        out = subprocess.run(self.socket_forward_command(remote_path, local_path),
+                             capture_output=True, timeout=CONNECT_TIMEOUT_S)
+        if out.returncode != 0:
+            why = " ".join(out.stderr.decode(errors="replace").split()) or f"exit {out.returncode}"
+            raise EnvironmentProblem(
+                f"cluster server {self.name}: forwarding virtual time's socket to {remote_path} "
+                f"there failed: {why} (its sshd needs AllowStreamLocalForwarding yes; "
+                "or say time: dilated)")
+        self.forwarded_sockets.append(remote_path)
+
+    def remove_forwarded(self) -> None:
+        """The socket files ``forward_socket`` left on this server."""
+        paths, self.forwarded_sockets = self.forwarded_sockets, []
+        if paths:
+            self.run(["rm", "-f", *paths], check=False, timeout_s=30)
 
     def wait_port(self, port: int, proc, timeout_s: float, what: str, log: Path) -> None:
         """Until something listens on this server's 127.0.0.1:``port``."""
@@ -242,8 +285,12 @@ class Cluster:
         cluster.gather(); cluster.close()
     """
 
-    def __init__(self, spec: ClusterSpec, fabric, run_dir: Path):
+    def __init__(self, spec: ClusterSpec, fabric, run_dir: Path, vtime_socket: str | None = None):
+        """vtime_socket: the run keeps virtual time; its coordinator's socket
+        here, which ``open`` forwards to every remote server."""
         self.spec, self.fabric, self.run_dir = spec, fabric, Path(run_dir)
+        self.vtime_socket = vtime_socket
+        self.run_token = secrets.token_hex(6)      # this run's remote socket paths
         self._control_dir = tempfile.mkdtemp(prefix="fabric-emu-ssh-")
         self.servers = {s.name: ClusterServer(s, spec.ssh_options, self._control_dir)
                         for s in spec.servers}
@@ -255,6 +302,8 @@ class Cluster:
         try:
             for srv in self.servers.values():
                 srv.open()
+            if self.vtime_socket is not None:      # first: a refusal leaves nothing there
+                self._forward_vtime()
             marker = self.run_dir / ".runner"
             marker.write_text(f"{os.getpid()}-{time.time_ns()}")
             for srv in self.remote_servers():
@@ -262,16 +311,42 @@ class Cluster:
                 srv.shared_run_dir = out.returncode == 0 and out.stdout.decode() == marker.read_text()
                 srv.run(["mkdir", "-p", str(self.run_dir)])
         except BaseException:
+            for srv in self.remote_servers():
+                with contextlib.suppress(FabricEmuError, subprocess.TimeoutExpired, OSError):
+                    srv.remove_forwarded()
             self.close()
             raise
         self._mirror = threading.Thread(target=self._mirror_loop, name="cluster-mirror", daemon=True)
         self._mirror.start()
         return self
 
+    def vtime_sockets(self) -> dict[str, str | None]:
+        """Server name -> the coordinator's socket as its processes reach it:
+        the runner's own here, on a remote server a path of its own per run
+        (``remote_vtime_socket``; ``open`` forwards it); None outside virtual time."""
+        return {name: (self.vtime_socket if srv.is_local or self.vtime_socket is None
+                       else remote_vtime_socket(self.run_token, name))
+                for name, srv in self.servers.items()}
+
+    def vtime_socket_of(self, node: str) -> str | None:
+        """The coordinator's socket as the processes of ``node`` (a switch,
+        a server or one of its NICs) reach it on their server."""
+        return self.vtime_sockets()[self.server_of(node).name]
+
+    def _forward_vtime(self) -> None:
+        """Each remote server's end of the coordinator's socket, forwarded
+        over its shared connection."""
+        for name, path in self.vtime_sockets().items():
+            if not self.servers[name].is_local:
+                self.servers[name].forward_socket(path, self.vtime_socket)
+
     def remote_servers(self) -> list[ClusterServer]:
         return [s for s in self.servers.values() if not s.is_local]
 
     def server_of(self, node: str) -> ClusterServer:
+        """The server of a switch, a server, or a NIC (its server's)."""
+        if node not in self.placement:
+            node = self.fabric.server_of(node).name
         return self.servers[self.placement[node]]
 
     def is_remote(self, node: str) -> bool:
@@ -296,12 +371,14 @@ class Cluster:
     def clean_remote(self) -> None:
         """Each remote server's part of this run, whatever is left of it:
         its processes, its switches' interfaces, and its copy of the run
-        directory once gathered (not when it is the runner's own)."""
+        directory once gathered (not when it is the runner's own), and the
+        socket file of virtual time's forward."""
         for srv in self.remote_servers():
             nodes = [n for n, s in self.placement.items() if s == srv.name]
             ifnames = [p.ifname for sw in self.fabric.switches() if sw.name in nodes
                        for p in self.fabric.ports(sw.name)]
             try:
+                srv.remove_forwarded()
                 srv.run([sys.executable, "-m", "emulator.net.clean", str(self.run_dir),
                          ",".join(nodes), ",".join(ifnames)], check=False, timeout_s=60)
                 if not srv.shared_run_dir:
