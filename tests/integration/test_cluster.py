@@ -8,6 +8,7 @@ runner holds, and a rerun is the same run."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 
 import pytest
@@ -143,14 +144,18 @@ def test_a_killed_runner_takes_its_processes_on_both_servers_and_clean_there_rem
         for t in data["traffic"]:        # long enough to be killed mid-run
             t["size_bytes"] = 32 << 20
         exp.write_text(yaml.safe_dump(data))
-        runner = subprocess.Popen(["ip", "netns", "exec", rig.ns_a, *FABRIC_EMU, "run", exp,
-                                   "--out", out], cwd=REPO, stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.DEVNULL)
+        sockets_before = _b_sockets(rig)
+        console = tmp_path / "console.txt"
+        with console.open("w") as sink:
+            runner = subprocess.Popen(["ip", "netns", "exec", rig.ns_a, *FABRIC_EMU, "run", exp,
+                                       "--out", out], cwd=REPO, stdout=sink, stderr=sink)
         try:
             deadline = time.monotonic() + 120
-            # b's agents' progress, mirrored here: traffic runs on both servers
-            while not all((out / "run" / f"{h}.progress.json").exists() for h in ("h1", "h5")):
-                assert runner.poll() is None and time.monotonic() < deadline, "the run never started"
+            # the runner's progress line counts windows: every process on
+            # both servers joined and fabric time moves
+            while not re.search(r"[1-9]\d* windows", console.read_text()):
+                assert runner.poll() is None and time.monotonic() < deadline, \
+                    "the run never started: " + console.read_text()[-2000:]
                 time.sleep(0.1)
             assert [p for p in _ours(out / "run") if "emulator.net.remote_exec" in p]
         finally:
@@ -160,9 +165,12 @@ def test_a_killed_runner_takes_its_processes_on_both_servers_and_clean_there_rem
         while _ours(out / "run") and time.monotonic() < deadline:
             time.sleep(0.2)
         assert _ours(out / "run") == []          # b's switches and agents too (remote_exec)
-        # b's interfaces outlive the runner, as a crashed local run's would: clean there.
+        # b's interfaces outlive the runner, as a crashed local run's would,
+        # and the socket file of virtual time's forward: clean there.
         assert len(rig.interfaces(rig.ns_b)) > 2
+        assert len(_b_sockets(rig) - sockets_before) == 1
         r = rig.ssh(f"cd {REPO} && {' '.join(FABRIC_EMU)} clean")
         assert r.returncode == 0, r.stderr
         assert sorted(rig.interfaces(rig.ns_b)) == ["feclb", "lo"]
+        assert _b_sockets(rig) <= sockets_before
         assert sorted(rig.interfaces(rig.ns_a)) == ["fecla", "lo"]

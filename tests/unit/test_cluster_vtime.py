@@ -5,6 +5,8 @@ refused in one line naming the server. No sshd needed: the servers are
 never opened (the refusal is ssh's own, with no connection to ask)."""
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
 import socket
 
@@ -88,3 +90,24 @@ def test_a_forward_that_cannot_be_made_is_one_line_naming_the_server_and_leaves_
                           "there failed: ")
     assert "AllowStreamLocalForwarding" in msg
     assert srv.forwarded_sockets == []          # nothing there to remove
+
+
+def test_clean_knows_a_killed_runners_forwarded_socket_from_a_live_ones():
+    """What ``fabric-emu clean`` removes on a server: a forward's socket file
+    nothing listens on any more (its runner was killed), never a live one."""
+    from emulator.net.clean import stale_vtime_sockets
+    dead = remote_vtime_socket(f"test{os.getpid()}", "dead")
+    live = remote_vtime_socket(f"test{os.getpid()}", "live")
+    listener, gone = (socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) for _ in range(2))
+    try:
+        gone.bind(dead)
+        gone.close()                     # its file stays, as sshd leaves it
+        listener.bind(live)
+        listener.listen(1)
+        stale = stale_vtime_sockets()
+        assert dead in stale and live not in stale
+    finally:
+        listener.close()
+        for path in (dead, live):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
