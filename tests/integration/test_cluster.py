@@ -135,6 +135,25 @@ def test_a_placement_naming_an_unknown_node_is_one_line_and_builds_nothing(tmp_p
     assert not (tmp_path / "out").exists()
 
 
+def test_a_server_whose_sshd_refuses_the_forward_is_one_line_and_leaves_nothing(tmp_path):
+    out = tmp_path / "out"
+    with TwoServers(tmp_path / "rig", private_dir=out,
+                    sshd_options=("AllowStreamLocalForwarding no",)) as rig:
+        exp = _experiment(rig, tmp_path)
+        before = _b_sockets(rig)
+        r = rig.run_in_a([*FABRIC_EMU, "run", exp, "--out", out], cwd=REPO, timeout_s=120)
+        assert r.returncode == 2, r.stdout[-2000:] + r.stderr[-2000:]
+        errors = [x for x in r.stderr.splitlines() if x.startswith("fabric-emu:")]
+        assert len(errors) == 1 and r.stderr.strip().endswith(errors[0]), r.stderr
+        line = errors[0]
+        assert re.fullmatch(r"fabric-emu: cluster server b: forwarding virtual time's socket to "
+                            r"/tmp/fabric-emu-vt-[0-9a-f]+-b\.sock there failed: .+", line), line
+        assert _ours(out / "run") == [] and _b_sockets(rig) == before
+        assert sorted(rig.interfaces(rig.ns_a)) == ["fecla", "lo"]
+        assert sorted(rig.interfaces(rig.ns_b)) == ["feclb", "lo"]
+        assert rig.ssh(f"test -e {out / 'run'}").returncode == 1
+
+
 def test_a_killed_runner_takes_its_processes_on_both_servers_and_clean_there_removes_the_rest(tmp_path):
     import time
     out = tmp_path / "out"
