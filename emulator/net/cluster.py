@@ -13,7 +13,8 @@ network itself:
   listening on the remote 127.0.0.1 only, and, in virtual time, the
   runner's coordinator socket forwarded the other way: the window barrier
   spans the servers over the connection the run already holds
-  (``forward_socket``; ``vtime_socket`` is the path its processes join).
+  (``forward_socket``; ``Cluster.vtime_socket_of``: the path a node's
+  processes join by).
 - ``RemoteProcess``: a switch or agent started on a remote server
   (``emulator.net.remote_exec``), a ``subprocess.Popen`` look-alike whose
   signals travel as ``kill`` over ssh.
@@ -21,8 +22,9 @@ network itself:
   mirror that pulls what the runner reads while the run goes (agents'
   ready and progress files, switch stats) unless the run directory is one
   filesystem all servers share; everything else is gathered at the end.
-- Node and link classes (``cluster_nodes.cluster_classes``): the fabric's own switch and
-  host with ``RemoteMixin``, and the tunnel links with this run's ssh options.
+- Node and link classes (``cluster_nodes.cluster_classes``): the fabric's
+  own switch and host with ``RemoteMixin``, and the tunnel links with this
+  run's ssh options.
 
 Every server runs the same checkout at the same path (``cd`` there, its
 ``.venv``); the run directory has the same path on each.
