@@ -36,8 +36,11 @@ def _sh(*argv, **kw) -> subprocess.CompletedProcess:
 
 
 class TwoServers:
-    def __init__(self, tmp: Path, private_dir: Path, tag: str = "fe"):
+    def __init__(self, tmp: Path, private_dir: Path, tag: str = "fe",
+                 sshd_options: tuple[str, ...] = ()):
+        """sshd_options: lines added to b's sshd_config."""
         self.tmp, self.private_dir = Path(tmp), Path(private_dir)
+        self.sshd_options = sshd_options
         self.ns_a, self.ns_b = f"{tag}srva", f"{tag}srvb"
         self.key = self.tmp / "id_ed25519"
         self.known_hosts = self.tmp / "known_hosts"
@@ -79,7 +82,7 @@ class TwoServers:
             f"PidFile {self.tmp / 'sshd.pid'}", "PermitRootLogin prohibit-password",
             "PasswordAuthentication no", "KbdInteractiveAuthentication no", "UsePAM no",
             "StrictModes no", "UseDNS no", "PermitTunnel yes", "AllowTcpForwarding yes",
-            "MaxSessions 200", "MaxStartups 200", "LogLevel ERROR", ""]))
+            "MaxSessions 200", "MaxStartups 200", "LogLevel ERROR", *self.sshd_options, ""]))
         Path("/run/sshd").mkdir(exist_ok=True)      # sshd's privilege separation directory
         # b's own view of private_dir: an empty tmpfs, as on another machine
         self.sshd = subprocess.Popen(

@@ -183,7 +183,7 @@ class AgentProcesses:
         """Write ``cfg`` and start ``python -m module`` on it in ``name``'s host;
         with a ``ready_path`` the agent waits for ``release`` on its stdin."""
         path = self.run_dir / f"{name}.agent.json"
-        self._in_time(cfg).write(path)
+        self._in_time(cfg, name).write(path)
         gated = getattr(cfg, "ready_path", None) is not None
         self.logs[name] = self.run_dir / f"{name}.agent.log"
         self.procs[name] = self.fnet.spawn(name, module, [str(path)], self.logs[name],
@@ -197,11 +197,12 @@ class AgentProcesses:
         members = []
         for name, cfg in cfgs.items():
             path = self.run_dir / f"{name}.agent.json"
-            self._in_time(cfg).write(path)
+            self._in_time(cfg, name).write(path)
             members.append(PackMemberConfig(config=str(path), netns_pid=self.fnet.host(name).pid))
         tag = f"{names[0]}+{len(names) - 1}"
         pack = self.run_dir / f"{tag}.pack.json"
-        self._in_time(AgentPackConfig(members=members, wake_spin_ns=wake_spin_ns)).write(pack)
+        self._in_time(AgentPackConfig(members=members, wake_spin_ns=wake_spin_ns),
+                      names[0]).write(pack)
         log = self.run_dir / f"{tag}.agent.log"
         gated = any(c.ready_path is not None for c in cfgs.values())
         proc = self.fnet.spawn(names[0], "emulator.agents.pack", [str(pack)], log,
@@ -209,9 +210,12 @@ class AgentProcesses:
         for name in names:
             self.procs[name], self.logs[name] = proc, log
 
-    def _in_time(self, cfg: ProcessConfig) -> ProcessConfig:
-        """``cfg`` joining the run's virtual time, if the run has it (``emulator.vtime``)."""
-        path = getattr(self.fnet, "vtime_socket", None)
+    def _in_time(self, cfg: ProcessConfig, name: str) -> ProcessConfig:
+        """``cfg`` of a process in ``name``'s host joining the run's virtual
+        time, if the run has it (``emulator.vtime``), by the coordinator's
+        socket as that host's server reaches it (``FabricNet.vtime_socket_of``)."""
+        of = getattr(self.fnet, "vtime_socket_of", None)
+        path = of(name) if of is not None else None
         return cfg if path is None else cfg.model_copy(update={"vtime_socket": path})
 
     def not_ready(self) -> list[str]:

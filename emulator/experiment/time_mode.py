@@ -39,10 +39,11 @@ def virtual_time_unsupported(exp: "Experiment") -> str | None:
     """Why virtual time does not run ``exp`` yet (None: it does). It covers
     host agents (their ``endpoints:`` parts -- host CPU, DPU, staging -- run
     in the host agent, on its NIC's clock), a workload's server and storage
-    agents, on Ethernet (RoCE) and InfiniBand fabrics, on one machine."""
-    spec = exp.spec
-    if spec.cluster is not None:
-        return "a cluster: section (the window barrier does not span servers yet)"
+    agents, on Ethernet (RoCE) and InfiniBand fabrics, on one machine or
+    spread over a ``cluster:``'s servers (the window barrier reaches them
+    over the runner's ssh connection: ``emulator.net.cluster``): every
+    embedded run. The place to name what a new kind of process cannot keep
+    yet."""
     return None
 
 

@@ -108,14 +108,56 @@ def fabric_interfaces() -> list[str]:
     return names
 
 
+def stale_vtime_sockets() -> list[str]:
+    """Virtual time's coordinator sockets that nothing listens on: a killed
+    runner's own (``emulator.vtime.coordinator``) and, on a cluster's
+    server, the end of its forward there (``emulator.net.cluster``). A
+    live run's are kept (a connection to it is taken and closed unused)."""
+    import glob
+    import socket
+    import stat
+    import tempfile
+
+    from emulator.net.cluster import REMOTE_SOCKET_DIR
+    paths = sorted({*glob.glob(f"{REMOTE_SOCKET_DIR}/fabric-emu-vt-*.sock"),
+                    *glob.glob(os.path.join(tempfile.gettempdir(), "fabric-emu-vt-*", "coordinator"))})
+    stale = []
+    for path in paths:
+        try:
+            if not stat.S_ISSOCK(os.lstat(path).st_mode):
+                continue
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+                s.connect(path)
+        except ConnectionRefusedError:
+            stale.append(path)
+        except OSError:
+            pass
+    return stale
+
+
+def remove_stale_vtime_sockets() -> int:
+    """``stale_vtime_sockets`` removed (a coordinator's directory with its socket)."""
+    n = 0
+    for path in stale_vtime_sockets():
+        try:
+            os.unlink(path)
+            n += 1
+            if os.path.basename(path) == "coordinator":
+                os.rmdir(os.path.dirname(path))
+        except OSError:
+            pass
+    return n
+
+
 def clean() -> dict[str, int]:
     """Remove leftover processes and interfaces (and the plotter's idle
-    cgroup, ``emulator.net.idle_cpu``, once its processes are gone);
-    returns what was removed."""
+    cgroup, ``emulator.net.idle_cpu``, once its processes are gone, and
+    virtual time's sockets nothing listens on); returns what was removed."""
     from emulator.net.idle_cpu import remove_idle_cgroup
     killed = kill_fabric_processes()
     removed = {"processes": killed, "interfaces": delete_interfaces(fabric_interfaces())}
     remove_idle_cgroup()
+    removed["sockets"] = remove_stale_vtime_sockets()
     return removed
 
 

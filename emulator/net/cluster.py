@@ -10,7 +10,11 @@ network itself:
 - ``ClusterServer``: one machine, reached over one shared ssh connection
   (ControlMaster) that Mininet's node shells reuse; files put and pulled,
   a local port forwarded to a switch's P4Runtime server, which keeps
-  listening on the remote 127.0.0.1 only.
+  listening on the remote 127.0.0.1 only, and, in virtual time, the
+  runner's coordinator socket forwarded the other way: the window barrier
+  spans the servers over the connection the run already holds
+  (``forward_socket``; ``Cluster.vtime_socket_of``: the path a node's
+  processes join by).
 - ``RemoteProcess``: a switch or agent started on a remote server
   (``emulator.net.remote_exec``), a ``subprocess.Popen`` look-alike whose
   signals travel as ``kill`` over ssh.
@@ -18,15 +22,18 @@ network itself:
   mirror that pulls what the runner reads while the run goes (agents'
   ready and progress files, switch stats) unless the run directory is one
   filesystem all servers share; everything else is gathered at the end.
-- Node and link classes (``cluster_classes``): the fabric's own switch and
-  host with ``RemoteMixin``, and the tunnel links with this run's ssh options.
+- Node and link classes (``cluster_nodes.cluster_classes``): the fabric's
+  own switch and host with ``RemoteMixin``, and the tunnel links with this
+  run's ssh options.
 
 Every server runs the same checkout at the same path (``cd`` there, its
 ``.venv``); the run directory has the same path on each.
 """
 from __future__ import annotations
 
+import contextlib
 import os
+import secrets
 import shlex
 import signal
 import subprocess
@@ -48,6 +55,15 @@ MIRROR_INTERVAL_S = 0.25
 LIVE_FILES = ("*.ready", "*.progress.json", "*.stats.json", "*.result.json")
 # Passed to remote processes: the runner's settings, never its identity.
 _ENV_PREFIX = "FABRIC_EMU_"
+# Where a remote server's processes reach the runner's virtual-time
+# coordinator: a path of its own per run and server, in a directory every
+# machine has (servers may share it, as the test rig's two do).
+REMOTE_SOCKET_DIR = "/tmp"
+
+
+def remote_vtime_socket(run_token: str, server: str) -> str:
+    """Server ``server``'s end of the coordinator's forward in run ``run_token``."""
+    return f"{REMOTE_SOCKET_DIR}/fabric-emu-vt-{run_token}-{server}.sock"
 
 
 class ClusterServer:
@@ -69,6 +85,7 @@ class ClusterServer:
         self.ssh = ["ssh", *self.options, "-o", f"ControlPath={self.control_path}"]
         self._master: subprocess.Popen | None = None
         self.shared_run_dir = False     # set by Cluster.open: the runner's dir is this one's
+        self.forwarded_sockets: list[str] = []     # remote ends of forward_socket
 
     def open(self) -> "ClusterServer":
         if self.is_local:
@@ -154,6 +171,34 @@ class ClusterServer:
             raise FabricEmuError(f"cluster server {self.name}: forwarding port {remote_port} "
                                  f"failed: {out.stderr.decode(errors='replace').strip()}")
         return local_port
+
+    def socket_forward_command(self, remote_path: str, local_path: str) -> list[str]:
+        """The ssh command asking the shared connection to carry connections
+        to ``remote_path`` on this server to the runner's ``local_path``."""
+        return [*self.ssh, "-O", "forward", "-R", f"{remote_path}:{local_path}", self.dest]
+
+    def forward_socket(self, remote_path: str, local_path: str) -> None:
+        """Connections to the Unix socket ``remote_path`` on this server,
+        carried over the shared connection to the runner's ``local_path``
+        (its sshd's AllowStreamLocalForwarding, yes by default, must allow
+        it). The remote file outlives the forward: ``remove_forwarded``."""
+        if self.is_local:
+            raise ValueError(f"cluster server {self.name} is the runner's: nothing to forward")
+        out = subprocess.run(self.socket_forward_command(remote_path, local_path),
+                             capture_output=True, timeout=CONNECT_TIMEOUT_S)
+        if out.returncode != 0:
+            why = " ".join(out.stderr.decode(errors="replace").split()) or f"exit {out.returncode}"
+            raise EnvironmentProblem(
+                f"cluster server {self.name}: forwarding virtual time's socket to {remote_path} "
+                f"there failed: {why} (its sshd needs AllowStreamLocalForwarding yes; "
+                "or say time: dilated)")
+        self.forwarded_sockets.append(remote_path)
+
+    def remove_forwarded(self) -> None:
+        """The socket files ``forward_socket`` left on this server."""
+        paths, self.forwarded_sockets = self.forwarded_sockets, []
+        if paths:
+            self.run(["rm", "-f", *paths], check=False, timeout_s=30)
 
     def wait_port(self, port: int, proc, timeout_s: float, what: str, log: Path) -> None:
         """Until something listens on this server's 127.0.0.1:``port``."""
@@ -242,8 +287,12 @@ class Cluster:
         cluster.gather(); cluster.close()
     """
 
-    def __init__(self, spec: ClusterSpec, fabric, run_dir: Path):
+    def __init__(self, spec: ClusterSpec, fabric, run_dir: Path, vtime_socket: str | None = None):
+        """vtime_socket: the run keeps virtual time; its coordinator's socket
+        here, which ``open`` forwards to every remote server."""
         self.spec, self.fabric, self.run_dir = spec, fabric, Path(run_dir)
+        self.vtime_socket = vtime_socket
+        self.run_token = secrets.token_hex(6)      # this run's remote socket paths
         self._control_dir = tempfile.mkdtemp(prefix="fabric-emu-ssh-")
         self.servers = {s.name: ClusterServer(s, spec.ssh_options, self._control_dir)
                         for s in spec.servers}
@@ -255,6 +304,8 @@ class Cluster:
         try:
             for srv in self.servers.values():
                 srv.open()
+            if self.vtime_socket is not None:      # first: a refusal leaves nothing there
+                self._forward_vtime()
             marker = self.run_dir / ".runner"
             marker.write_text(f"{os.getpid()}-{time.time_ns()}")
             for srv in self.remote_servers():
@@ -262,16 +313,42 @@ class Cluster:
                 srv.shared_run_dir = out.returncode == 0 and out.stdout.decode() == marker.read_text()
                 srv.run(["mkdir", "-p", str(self.run_dir)])
         except BaseException:
+            for srv in self.remote_servers():
+                with contextlib.suppress(FabricEmuError, subprocess.TimeoutExpired, OSError):
+                    srv.remove_forwarded()
             self.close()
             raise
         self._mirror = threading.Thread(target=self._mirror_loop, name="cluster-mirror", daemon=True)
         self._mirror.start()
         return self
 
+    def vtime_sockets(self) -> dict[str, str | None]:
+        """Server name -> the coordinator's socket as its processes reach it:
+        the runner's own here, on a remote server a path of its own per run
+        (``remote_vtime_socket``; ``open`` forwards it); None outside virtual time."""
+        return {name: (self.vtime_socket if srv.is_local or self.vtime_socket is None
+                       else remote_vtime_socket(self.run_token, name))
+                for name, srv in self.servers.items()}
+
+    def vtime_socket_of(self, node: str) -> str | None:
+        """The coordinator's socket as the processes of ``node`` (a switch,
+        a server or one of its NICs) reach it on their server."""
+        return self.vtime_sockets()[self.server_of(node).name]
+
+    def _forward_vtime(self) -> None:
+        """Each remote server's end of the coordinator's socket, forwarded
+        over its shared connection."""
+        for name, path in self.vtime_sockets().items():
+            if not self.servers[name].is_local:
+                self.servers[name].forward_socket(path, self.vtime_socket)
+
     def remote_servers(self) -> list[ClusterServer]:
         return [s for s in self.servers.values() if not s.is_local]
 
     def server_of(self, node: str) -> ClusterServer:
+        """The server of a switch, a server, or a NIC (its server's)."""
+        if node not in self.placement:
+            node = self.fabric.server_of(node).name
         return self.servers[self.placement[node]]
 
     def is_remote(self, node: str) -> bool:
@@ -296,12 +373,14 @@ class Cluster:
     def clean_remote(self) -> None:
         """Each remote server's part of this run, whatever is left of it:
         its processes, its switches' interfaces, and its copy of the run
-        directory once gathered (not when it is the runner's own)."""
+        directory once gathered (not when it is the runner's own), and the
+        socket file of virtual time's forward."""
         for srv in self.remote_servers():
             nodes = [n for n, s in self.placement.items() if s == srv.name]
             ifnames = [p.ifname for sw in self.fabric.switches() if sw.name in nodes
                        for p in self.fabric.ports(sw.name)]
             try:
+                srv.remove_forwarded()
                 srv.run([sys.executable, "-m", "emulator.net.clean", str(self.run_dir),
                          ",".join(nodes), ",".join(ifnames)], check=False, timeout_s=60)
                 if not srv.shared_run_dir:
@@ -342,7 +421,8 @@ class Cluster:
 
     @cached_property
     def classes(self):
-        """(switch, host, link) classes of this run (``cluster_classes``)."""
+        """(switch, host, link) classes of this run (``cluster_nodes.cluster_classes``)."""
+        from emulator.net.cluster_nodes import cluster_classes
         return cluster_classes(self)
 
     def close(self) -> None:
@@ -397,91 +477,3 @@ def place(spec: ClusterSpec, fabric) -> dict[str, str]:
     for h in hosts:
         out.setdefault(h, out[leaf_of[h]])
     return out
-
-
-def cluster_classes(cluster: Cluster):
-    """(switch class, host class, link class) for Mininet: the fabric's own
-    with ``RemoteMixin``, ssh carrying this run's options."""
-    from mininet.examples.cluster import RemoteGRELink, RemoteMixin, RemoteSSHLink
-
-    from emulator.net.nodes import EmbeddedP4Switch, RoceHost
-
-    class OnServer(RemoteMixin):
-        """``RemoteMixin``, but a node on the runner's machine starts its
-        shell as Mininet's ``Node`` does: ``RemoteMixin`` puts every command
-        in a process group of its own, which makes ``mnexec -d`` fork and
-        the shell's ``Popen`` end at once, so its liveness would be unknown."""
-        sshbase = [*RemoteMixin.sshbase, *cluster.spec.ssh_options]
-
-        def _popen(self, cmd, sudo=True, tt=True, **params):
-            if self.isRemote:
-                return super()._popen(cmd, sudo=sudo, tt=tt, **params)
-            cmd = cmd.split() if isinstance(cmd, str) else list(cmd)
-            if self.user and not sudo and self.user != "root":   # as RemoteMixin: drop to the user
-                cmd = ["sudo", "-E", "-u", self.user, *cmd]
-            return subprocess.Popen(cmd, **params)
-
-    class ClusterP4Switch(OnServer, EmbeddedP4Switch):
-        """An embedded switch on a cluster server: on a remote one its
-        process runs there (``RemoteProcess``) and its P4Runtime port is
-        forwarded here."""
-
-        def start(self, controllers) -> None:
-            if not self.isRemote:
-                return super().start(controllers)
-            cfg_path = self.write_config()
-            srv = cluster.server_of(self.name)
-            srv.put(cfg_path)
-            self.proc = srv.spawn("emulator.dataplane", [str(cfg_path)], self.log_path)
-
-        def wait_started(self) -> None:
-            if not self.isRemote:
-                return super().wait_started()
-            from emulator.net.nodes import READY_TIMEOUT_S
-            srv = cluster.server_of(self.name)
-            srv.wait_port(self.grpc_port, self.proc, READY_TIMEOUT_S, f"switch {self.name}",
-                          self.log_path)
-            self.local_grpc_port = srv.forward(self.grpc_port)
-
-        def request_snapshot(self) -> None:
-            if self.isRemote:     # its last snapshot there would be pulled as this one
-                cluster.server_of(self.name).run(["rm", "-f", str(self.stats_path)], check=False)
-            super().request_snapshot()
-
-        @property
-        def grpc_address(self) -> str:
-            return f"127.0.0.1:{getattr(self, 'local_grpc_port', self.grpc_port)}"
-
-    class ClusterRoceHost(OnServer, RoceHost):
-        pass
-
-    class ClusterSSHLink(RemoteSSHLink):
-        """Mininet's ssh-carried link, its ssh with this run's options."""
-
-        def makeTunnel(self, node1, node2, intfname1, intfname2, addr1=None, addr2=None):
-            if node2.server == LOCAL:
-                return self.makeTunnel(node2, node1, intfname2, intfname1, addr2, addr1)
-            dest = f"{node2.user}@{node2.serverIP}"
-            for node in (node1, node2):
-                out = node.rcmd(f"ip tuntap add dev tap9 mode tap user {node.user}")
-                if out:
-                    raise FabricEmuError(f"cluster link {intfname1}-{intfname2}: tap on {node.server}: {out}")
-            # It dies with the runner (PDEATHSIG), or with a peer gone (keepalives).
-            tunnel = node1.rpopen(["ssh", "-n", *cluster.spec.ssh_options, "-o", "BatchMode=yes",
-                                   "-o", "ServerAliveInterval=2", "-o", "ServerAliveCountMax=3",
-                                   "-o", "Tunnel=Ethernet", "-w", "9:9", dest, "echo @"],
-                                  sudo=False, preexec_fn=set_pdeathsig)
-            ch = tunnel.stdout.read(1).decode(errors="replace")
-            if ch != "@":
-                raise FabricEmuError(f"cluster link {intfname1}-{intfname2}: ssh tunnel to {dest} "
-                                     f"failed: {(ch + tunnel.stdout.read().decode(errors='replace')).strip()} "
-                                     f"(the server's sshd needs PermitTunnel yes)")
-            for node, intf, addr in ((node1, intfname1, addr1), (node2, intfname2, addr2)):
-                self.moveIntf("tap9", node)
-                out = node.cmd("ip link set tap9 name", intf, *(("address", addr) if addr else ()))
-                if out:
-                    raise FabricEmuError(f"cluster link: renaming tap9 to {intf} on {node.server}: {out}")
-            return tunnel
-
-    link = ClusterSSHLink if cluster.spec.link == "ssh" else RemoteGRELink
-    return ClusterP4Switch, ClusterRoceHost, link

@@ -159,15 +159,15 @@ class FabricNet(FabricNodes, FabricHealth):
                           "lossless_priorities": ((self.qos.roce_priority,)
                                                   if self.qos is not None and self.qos.pfc.enabled
                                                   else ())}
-        if self.vtime_socket is not None:
-            switch_options["vtime_socket"] = self.vtime_socket
         net_cls, net_params = Mininet, {}
         if self.cluster_spec is not None:
             from emulator.net.cluster import Cluster
-            self.cluster = Cluster(self.cluster_spec, self.fabric, self.run_dir).open()
+            self.cluster = Cluster(self.cluster_spec, self.fabric, self.run_dir,
+                                   vtime_socket=self.vtime_socket).open()
             net_cls, net_params = self.cluster.mininet_params()
         topo = fabric_topo(self.fabric, self.dilation, self.run_dir, switch_options, ports,
-                           self.target, self.forkserver, self.cluster, self._switch_packs())
+                           self.target, self.forkserver, self.cluster, self._switch_packs(),
+                           vtime_socket_of=self.vtime_socket_of)
         self.net = net_cls(topo=topo, controller=None, autoSetMacs=False, build=False,
                            waitConnected=False, **net_params)
         self.net.build()
@@ -182,6 +182,14 @@ class FabricNet(FabricNodes, FabricHealth):
                 reaction_fabric_ns=self.reaction_fabric_ns(), dilation=self.dilation)
             self.controller.connect()
             self.controller.install()
+
+    def vtime_socket_of(self, node: str) -> str | None:
+        """The coordinator's socket as the processes of ``node`` (a switch, a
+        server or a NIC) reach it: the runner's own, or on a cluster's
+        remote server the end of its forward there; None outside virtual time."""
+        if self.vtime_socket is None or self.cluster is None:
+            return self.vtime_socket
+        return self.cluster.vtime_socket_of(node)
 
     def reaction_fabric_ns(self) -> int:
         """How late a process may react to a frame, for PFC's headroom: its

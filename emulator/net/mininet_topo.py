@@ -52,10 +52,12 @@ def switch_params(fabric: Fabric, name: str, target: str, switch_options: dict,
 
 def fabric_topo(fabric: Fabric, dilation: float, run_dir: Path, switch_options: dict,
                 ports: dict[str, tuple[int, int]], target: str = "embedded", forkserver=None,
-                cluster=None, packs: dict[str, str] | None = None):
+                cluster=None, packs: dict[str, str] | None = None, vtime_socket_of=None):
     """cluster: an ``emulator.net.cluster.Cluster``: its node classes, and
     each node's server as Mininet's cluster edition takes it. packs: switch
-    -> the process it shares (embedded target)."""
+    -> the process it shares (embedded target). vtime_socket_of: switch ->
+    the virtual-time coordinator's socket as its process reaches it (None:
+    the run is dilated; ``FabricNet.vtime_socket_of``)."""
     from mininet.topo import Topo
 
     from emulator.net.nodes import RoceHost
@@ -70,9 +72,11 @@ def fabric_topo(fabric: Fabric, dilation: float, run_dir: Path, switch_options: 
         def build(self):
             for sw in fabric.switches():
                 pack = {"pack": packs[sw.name]} if packs and sw.name in packs else {}
+                vtime = vtime_socket_of(sw.name) if vtime_socket_of is not None else None
+                options = {**switch_options, "dilation": dilation,
+                           **({"vtime_socket": vtime} if vtime is not None else {})}
                 self.addSwitch(sw.name, run_dir=str(run_dir), **where(sw.name), **pack,
-                               **switch_params(fabric, sw.name, target,
-                                               {**switch_options, "dilation": dilation}, ports,
+                               **switch_params(fabric, sw.name, target, options, ports,
                                                forkserver, switch_cls))
             add_servers(self, fabric, host_cls, where)
             add_links(self, fabric)

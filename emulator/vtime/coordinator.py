@@ -63,9 +63,10 @@ class Member:
     name: str
     agent: bool
     ifnames: list[str]
-    targets: list["Member | None"] = field(default_factory=list)   # per link index
+    # per link index: the member receiving what it sends there, and its link index
+    targets: list["tuple[Member, int] | None"] = field(default_factory=list)
     next_ns: int = NEVER
-    expected_rx: int = 0
+    new_rx: dict[int, int] = field(default_factory=dict)    # link index -> frames since its GO
     done: bool = False
     alive: bool = True
 
@@ -136,7 +137,8 @@ class Coordinator:
                                    f"yet for {', '.join(self.missing()[:4])}")
             self._accept_ready(min(left, 0.1))
         for m in self.members:
-            m.targets = [self._owner.get(self.peer_of.get(i, ""), None) for i in m.ifnames]
+            m.targets = [None if (r := self._owner.get(peer := self.peer_of.get(i, ""))) is None
+                         else (r, r.ifnames.index(peer)) for i in m.ifnames]
         # each one's first report: its first event, and what it sent at fabric
         # time 0 before its first wait (an agent's first frames)
         self._deliver([(m, self._take_report(m)) for m in self.members], end=0)
@@ -178,7 +180,8 @@ class Coordinator:
             self.now_ns = t
             self.windows += 1
             for m in active:
-                protocol.send_msg(m.conn, protocol.go(t, end, m.expected_rx))
+                new_rx, m.new_rx = sorted(m.new_rx.items()), {}
+                protocol.send_msg(m.conn, protocol.go(t, end, new_rx))
             self._deliver([(m, self._take_report(m)) for m in active], end)
 
     def _deliver(self, reports: list[tuple[Member, list]], end: int) -> None:
@@ -192,10 +195,11 @@ class Coordinator:
                         f"{m.name} sent a frame on {m.ifnames[index]} arriving at {first_ns} ns, "
                         f"inside the window it was sent in (until {end} ns): a link faster than "
                         f"the lookahead of {self.lookahead_ns} ns")
-                r = m.targets[index] if index < len(m.targets) else None
-                if r is None or not r.alive:
+                target = m.targets[index] if index < len(m.targets) else None
+                if target is None or not target[0].alive:
                     continue
-                r.expected_rx += frames
+                r, r_index = target
+                r.new_rx[r_index] = r.new_rx.get(r_index, 0) + frames
                 if first_ns < r.next_ns:
                     r.next_ns = first_ns
 

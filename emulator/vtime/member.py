@@ -6,7 +6,7 @@ the switch pack, the host agent and the agent pack run on it unchanged.
 at the earliest of the deadline and the next frame due on ``fds``, at that
 exact time, as long as it lies in the current window; past it, the member
 reports to the coordinator and blocks until the next window opens, then
-reads its sockets until it holds every frame sent to it.
+reads its sockets until it holds every frame sent to it, link by link.
 
 ``VirtualPort`` wraps a packet socket: ``send`` appends the arrival time
 (``due_ns``, set by the link's ``CommitWire``) as a trailer and counts the
@@ -142,6 +142,7 @@ class VirtualClock:
         self._sent_n: list[int] = []
         self._sent_min: list[int] = []
         self._sent_links: set[int] = set()
+        self._rx_expected: list[int] = []     # per port: frames sent to it in all (GO)
         self.rx_expected = 0
         self.rx_frames = 0            # trailered frames read from the sockets
         self.foreign_frames = 0       # frames without our trailer: dropped (counted)
@@ -204,6 +205,7 @@ class VirtualClock:
         self._port_list.append(port)
         self._sent_n.append(0)
         self._sent_min.append(NEVER)
+        self._rx_expected.append(0)
         return port
 
     def _sent(self, index: int, arrival_ns: int) -> None:
@@ -228,11 +230,13 @@ class VirtualClock:
         if not msg or msg[:1] == protocol.END:
             self.ended = True
             return
-        start_ns, end_ns, expected = protocol.parse_go(msg)
+        start_ns, end_ns, new_rx = protocol.parse_go(msg)
         self._end = end_ns
-        self.rx_expected = expected
+        for index, frames in new_rx:
+            self._rx_expected[index] += frames
+            self.rx_expected += frames
         self.windows += 1
-        self._read_sockets(expected, start_ns)
+        self._read_sockets(start_ns)
 
     def _take_sent(self) -> list[tuple[int, int, int]]:
         out = []
@@ -243,14 +247,15 @@ class VirtualClock:
         self._sent_links.clear()
         return out
 
-    def _read_sockets(self, expected: int, start_ns: int) -> None:
-        """Read every port's socket until ``expected`` frames of ours came in
-        all. None may arrive before the window's start (``start_ns``): its
-        time would be gone for us already -- a broken protocol, never a
-        result: ``VirtualTimeError``."""
+    def _read_sockets(self, start_ns: int) -> None:
+        """Read the ports' sockets until each port holds every frame sent to
+        it (``_rx_expected``). None may arrive before the window's start
+        (``start_ns``): its time would be gone for us already -- a broken
+        protocol, never a result: ``VirtualTimeError``."""
         stalled_since = None
         ports = self._port_list
-        while self.rx_frames < expected:
+        expected = self._rx_expected
+        while short := [p for p in ports if p.rx_frames < expected[p.index]]:
             got = 0
             for p in ports:
                 recv = p.sock.recv
@@ -272,7 +277,7 @@ class VirtualClock:
                     p._take(data[:n], arrival)
                     self.rx_frames += 1
                     got += 1
-            if self.rx_frames >= expected:
+            if got and all(p.rx_frames >= expected[p.index] for p in short):
                 return
             if got:
                 stalled_since = None
@@ -280,8 +285,8 @@ class VirtualClock:
                 stalled_since = time.monotonic()
             elif time.monotonic() - stalled_since > STALL_LIMIT_S:
                 raise VirtualTimeError(
-                    f"{self.name}: {expected - self.rx_frames} frames sent to it never arrived "
-                    f"(lost in the kernel?)")
+                    f"{self.name}: {expected[short[0].index] - short[0].rx_frames} frames sent "
+                    f"to it on {short[0].ifname} never arrived (lost in the kernel?)")
             select.select([p.fd for p in ports], (), (), 0.5)
 
     def leave(self) -> None:

@@ -12,8 +12,12 @@ member -> coordinator
           next event ns, done flag, then per link it sent on: index,
           frames, earliest arrival ns.
 coordinator -> member
-  GO      ``b"G"``: the window's start and end ns (exclusive) and how many
-          frames the member must hold once it has read its sockets (cumulative).
+  GO      ``b"G"``: the window's start and end ns (exclusive), then per link
+          of the member: its index and how many frames were sent to it since
+          the last GO. The member reads each link's socket until it holds all
+          of that link's (a count per link, not in all: a frame of this
+          window on a fast link must not stand in for an earlier one still
+          crossing a slow link, such as a cluster's tunnel between servers).
   END     ``b"E"``: the run is over; time stops.
 """
 from __future__ import annotations
@@ -27,7 +31,8 @@ _LEN = struct.Struct("<I")
 HELLO, REPORT, BYE, GO, END = b"H", b"R", b"B", b"G", b"E"
 _REPORT = struct.Struct("<cqBH")          # kind, next event ns, flags, entries
 _ENTRY = struct.Struct("<HIq")            # link index, frames, earliest arrival ns
-_GO = struct.Struct("<cqqQ")              # kind, window start ns, end ns, frames expected
+_GO = struct.Struct("<cqqH")              # kind, window start ns, end ns, entries
+_GO_ENTRY = struct.Struct("<HI")          # the member's link index, frames newly sent to it
 DONE_FLAG = 1
 
 
@@ -57,13 +62,18 @@ def parse_report(msg: bytes) -> tuple[bytes, int, bool, list[tuple[int, int, int
     return kind, next_ns, bool(flags & DONE_FLAG), entries
 
 
-def go(start_ns: int, end_ns: int, expected_rx: int) -> bytes:
-    return _GO.pack(GO, start_ns, end_ns, expected_rx)
+def go(start_ns: int, end_ns: int, new_rx: list[tuple[int, int]]) -> bytes:
+    """``new_rx``: (link index, frames sent to the member on it since its last GO)."""
+    return _GO.pack(GO, start_ns, end_ns, len(new_rx)) + b"".join(_GO_ENTRY.pack(*e) for e in new_rx)
 
 
-def parse_go(msg: bytes) -> tuple[int, int, int]:
-    _, start_ns, end_ns, expected = _GO.unpack(msg)
-    return start_ns, end_ns, expected
+def parse_go(msg: bytes) -> tuple[int, int, list[tuple[int, int]]]:
+    """(window start ns, end ns, [(link index, new frames)])."""
+    kind, start_ns, end_ns, n = _GO.unpack_from(msg)
+    if kind != GO:
+        raise ValueError(f"expected GO, got {kind!r}")
+    off = _GO.size
+    return start_ns, end_ns, [_GO_ENTRY.unpack_from(msg, off + i * _GO_ENTRY.size) for i in range(n)]
 
 
 def send_msg(sock, payload: bytes) -> None:

@@ -14,7 +14,7 @@ from emulator.errors import ConfigError, FabricEmuError
 from emulator.experiment.dilation import DilationCache, run_with_dilation
 from emulator.experiment.summary import build_summary, render_summary
 from emulator.experiment.summary_file import read_summary
-from emulator.experiment.time_mode import resolve_time, virtual_time_unsupported
+from emulator.experiment.time_mode import resolve_time
 from tests.conftest import REPO
 from tests.refusal_cases import cli
 from tests.unit.test_results import make_experiment, make_run
@@ -58,7 +58,8 @@ RULES = {
     "infiniband": ("incast-ib", {}, "embedded", False, False, "virtual"),
     "workload": ("allreduce-rail", {}, "embedded", False, False, "virtual"),
     "workload-storage": ("checkpoint-shared", {}, "embedded", False, False, "virtual"),
-    "cluster": ("cluster-pods", {}, "embedded", False, False, "dilated"),
+    # the window barrier spans the servers over the runner's ssh connection
+    "cluster": ("cluster-pods", {}, "embedded", False, False, "virtual"),
     # host CPU / DPU costs run in the host agents, on their NIC's clock: covered
     "endpoints": ("multitenant-nic-vs-dpu", {}, "embedded", False, False, "virtual"),
     "poisson-hpcc": ("websearch-hpcc", {}, "embedded", False, False, "virtual"),
@@ -78,14 +79,6 @@ def test_resolution_rules(case):
     else:
         assert r.spec.dilation == exp.spec.dilation
     assert resolve_time(r, target, live=live, dilation_given=given) == r     # once is enough
-
-
-def test_what_virtual_time_does_not_keep_yet_is_named():
-    reasons = {n: virtual_time_unsupported(shipped(n)) for n in
-               ("demo", "allreduce-rail", "checkpoint-shared", "cluster-pods",
-                "multitenant-nic-vs-dpu")}
-    assert reasons.pop("cluster-pods").startswith("a cluster: section")
-    assert reasons == dict.fromkeys(reasons)        # the rest: None, virtual
 
 
 def test_a_sweeps_points_are_resolved_with_it():
@@ -122,8 +115,6 @@ def test_a_virtual_runs_wall_budget_is_not_stretched():
      ["demo.yaml: time: virtual is not possible with target bmv2"]),
     (["run", "{d}/demo.yaml", "--time", "virtual", "--dilation", "4000"],
      ["demo.yaml: time: virtual is not possible with a dilation given on the command line"]),
-    (["run", "{d}/cluster-pods.yaml", "--set", "time=virtual"],
-     ["cluster-pods.yaml: time: virtual is not possible with a cluster: section"]),
     (["run", "{d}/sweep-dcqcn.yaml", "--time", "virtual", "--target", "bmv2"],
      ["sweep-dcqcn.yaml: time: virtual is not possible with target bmv2"]),
     (["cli", "{d}/demo.yaml", "--set", "time=virtual"],

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -164,6 +165,44 @@ def test_same_time_arrivals_follow_the_loops_port_order_not_the_socket_reads(coo
     assert [(t, i, f) for t, i, f in got] == [(500, "s-eth1", b"from-a"), (500, "s-eth2", b"from-c")]
 
 
+def slow_link(delay_s: float) -> tuple[socket.socket, socket.socket]:
+    """A "veth" whose frames take ``delay_s`` of wall time to cross, in
+    order: a cluster's ssh-carried tap between two servers."""
+    a_end, relay_in = link("a", "r")
+    relay_out, b_end = link("r", "b")
+
+    def relay():
+        while frame := relay_in.recv(65536):
+            time.sleep(delay_s)
+            relay_out.send(frame)
+    threading.Thread(target=relay, daemon=True).start()
+    return a_end, b_end
+
+
+def test_a_frame_late_in_wall_time_is_waited_for_on_its_own_link(coord_factory):
+    """A frame sent in one window over a slow link (a cluster's tunnel) is
+    still on its way when a fast link's frame of the next window arrives:
+    the receiver waits for each link's own frames, never counts the fast
+    one in place of the slow one."""
+    peers = {"a-eth0": "c-eth1", "c-eth1": "a-eth0", "b-eth0": "c-eth2", "c-eth2": "b-eth0"}
+    coord = coord_factory(peers, lookahead=50)
+    a_sock, c1 = slow_link(0.3)
+    b_sock, c2 = link("b-eth0", "c-eth2")
+    a = VirtualClock(coord.path, "a", agent=True)
+    b = VirtualClock(coord.path, "b", agent=True)
+    c = VirtualClock(coord.path, "c", agent=True)
+    pa, pb = a.attach_port(a_sock, "a-eth0"), b.attach_port(b_sock, "b-eth0")
+    pc1, pc2 = c.attach_port(c1, "c-eth1"), c.attach_port(c2, "c-eth2")
+    fast = [(100 * k + 10, 100 * k + 70, b"b%d" % k) for k in range(1, 11)]
+    out = run_members(coord, {"a": lambda: sender(a, pa, [(0, 500, b"slow")], []),
+                              "b": lambda: sender(b, pb, fast, []),
+                              "c": lambda: receiver(c, [pc1, pc2], 11)})
+    assert coord.error is None, coord.error
+    got, stats = out["c"]
+    assert [(t, f) for t, _, f in got] == sorted([(500, b"slow")] + [(t, f) for _, t, f in fast])
+    assert stats["early_frames"] == 0
+
+
 def test_a_frame_stamped_inside_its_window_ends_the_run_saying_so(coord_factory):
     coord = coord_factory({"a-eth0": "b-eth0", "b-eth0": "a-eth0"}, lookahead=1000)
     a_sock, b_sock = link("a-eth0", "b-eth0")
@@ -233,9 +272,13 @@ def test_the_run_ends_when_every_agent_is_done_not_at_its_linger(coord_factory):
 def test_protocol_messages_round_trip():
     msg = protocol.report(12345, True, [(0, 3, 777), (2, 1, 999)])
     assert protocol.parse_report(msg) == (protocol.REPORT, 12345, True, [(0, 3, 777), (2, 1, 999)])
-    assert protocol.parse_go(protocol.go(4000, 5000, 42)) == (4000, 5000, 42)
+    assert protocol.parse_go(protocol.go(4000, 5000, [(0, 42), (3, 1)])) == (4000, 5000,
+                                                                           [(0, 42), (3, 1)])
+    assert protocol.parse_go(protocol.go(0, 1, [])) == (0, 1, [])
     with pytest.raises(ValueError):
-        protocol.parse_report(protocol.go(0, 1, 1) + bytes(4))
+        protocol.parse_report(protocol.go(0, 1, [(0, 1)]) + bytes(4))
+    with pytest.raises(ValueError):
+        protocol.parse_go(msg)
 
 
 def test_trailer_round_trip_and_foreign_frames():
