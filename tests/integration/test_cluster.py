@@ -17,6 +17,7 @@ import yaml
 from tests.cluster_rig import TwoServers, unavailable_reason
 from tests.conftest import FABRIC_EMU, REPO
 from tests.losses import assert_no_drops_no_retransmissions
+from tests.reruns import without_wall
 
 pytestmark = [pytest.mark.fabric, pytest.mark.usefixtures("no_leftovers"),
               pytest.mark.skipif(unavailable_reason() is not None,
@@ -37,14 +38,6 @@ def _ours(run_dir) -> list[str]:
     command line names the run directory."""
     from emulator.net.clean import _cmdlines
     return [cmdline for _, cmdline in _cmdlines() if str(run_dir) in cmdline]
-
-
-def _without_wall(d):
-    if isinstance(d, dict):
-        return {k: _without_wall(v) for k, v in d.items() if "wall" not in k}
-    if isinstance(d, list):
-        return [_without_wall(v) for v in d]
-    return d
 
 
 def _b_sockets(rig: TwoServers) -> set[str]:
@@ -113,7 +106,7 @@ def test_a_fabric_split_over_two_servers_runs_in_virtual_time_and_reruns_identic
         exp = _experiment(rig, tmp_path)
         s1, s2 = _one_run(rig, exp, first), _one_run(rig, exp, second)
     # The same run: summary.json but for its wall fields, every CSV.
-    assert _without_wall(s1) == _without_wall(s2)
+    assert without_wall(s1) == without_wall(s2)
     csvs = sorted(p.name for p in first.glob("*.csv"))
     assert "queue_depth.csv" in csvs and "pfc_events.csv" in csvs
     assert csvs == sorted(p.name for p in second.glob("*.csv"))

@@ -14,17 +14,10 @@ import pytest
 from emulator.experiment.dilation import run_with_dilation
 from emulator.experiment.model import experiment_from_dict, read_experiment_data
 from tests.conftest import REPO
+from tests.reruns import without_wall
 
 pytestmark = [pytest.mark.fabric, pytest.mark.usefixtures("no_leftovers")]
 MAX_BYTES = 262144
-
-
-def _without_wall(d):
-    if isinstance(d, dict):
-        return {k: _without_wall(v) for k, v in d.items() if "wall" not in k}
-    if isinstance(d, list):
-        return [_without_wall(v) for v in d]
-    return d
 
 
 def _run(out) -> dict:
@@ -47,7 +40,7 @@ def test_allreduce_rail_in_virtual_time_reruns_identically(tmp_path):
     # a ring whose bottleneck is one 100 Gbps link: 12.5 GB/s at most; 256 KiB
     # measured 11.57 GB/s (the dilated runs' 11.6)
     assert 10.0 < rows[1]["busbw_GBps"] <= 12.5
-    assert _without_wall(first) == _without_wall(second)
+    assert without_wall(first) == without_wall(second)
     csvs = sorted(p.name for p in a.glob("*.csv"))
     assert "collectives.csv" in csvs
     for name in csvs + ["collectives.txt"]:

@@ -18,20 +18,13 @@ from emulator.experiment.dilation import run_with_dilation
 from emulator.experiment.ideal_fct import frame_sizes
 from emulator.experiment.model import experiment_from_dict, read_experiment_data
 from tests.conftest import REPO
+from tests.reruns import without_wall
 
 pytestmark = [pytest.mark.fabric, pytest.mark.usefixtures("no_leftovers")]
 COUNTERS = ("FabricIngress.rx_port_counter", "FabricIngress.enq_port_counter",
             "FabricIngress.enq_prio_counter", "FabricIngress.pfc_rx_counter",
             "FabricEgress.tx_port_counter", "FabricEgress.tx_prio_counter",
             "FabricEgress.ecn_mark_counter", "FabricEgress.pfc_tx_counter")
-
-
-def _without_wall(d):
-    if isinstance(d, dict):
-        return {k: _without_wall(v) for k, v in d.items() if "wall" not in k}
-    if isinstance(d, list):
-        return [_without_wall(v) for v in d]
-    return d
 
 
 def _run(out: Path) -> dict:
@@ -125,7 +118,7 @@ def test_a_rerun_is_the_same_run_with_a_busy_core_and_a_counter_reader(first, tm
         hog.join(10)
         reader.join(10)
     assert reads, "the monitoring client read nothing while the run went"
-    assert _without_wall(s2) == _without_wall(s1)
+    assert without_wall(s2) == without_wall(s1)
     f1, f2 = _files(out1), _files(out2)
     assert sorted(f1) == sorted(f2) and any(n.endswith(".pcap") for n in f1)
     for name in f1:

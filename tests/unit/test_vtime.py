@@ -63,6 +63,15 @@ def coord_factory():
         c.close()
 
 
+def pair(coord_factory, lookahead: int, b_agent: bool = True):
+    """Two members "a" (an agent) and "b" joined by one link: (coordinator, a, b, a's port, b's port)."""
+    coord = coord_factory({"a-eth0": "b-eth0", "b-eth0": "a-eth0"}, lookahead=lookahead)
+    a_sock, b_sock = link("a-eth0", "b-eth0")
+    a = VirtualClock(coord.path, "a", agent=True)
+    b = VirtualClock(coord.path, "b", agent=b_agent)
+    return coord, a, b, a.attach_port(a_sock, "a-eth0"), b.attach_port(b_sock, "b-eth0")
+
+
 def sender(clock: VirtualClock, port, sends, stamps: list):
     """An agent: sends ``(at_ns, arrival_ns, payload)`` at their times, then waits for the end."""
     sent = [0]
@@ -96,11 +105,7 @@ def receiver(clock: VirtualClock, ports, expect: int | None = None):
 
 
 def test_frames_are_seen_at_their_arrival_and_idle_stretches_are_skipped(coord_factory):
-    coord = coord_factory({"a-eth0": "b-eth0", "b-eth0": "a-eth0"}, lookahead=50)
-    a_sock, b_sock = link("a-eth0", "b-eth0")
-    a = VirtualClock(coord.path, "a", agent=True)
-    b = VirtualClock(coord.path, "b", agent=True)
-    pa, pb = a.attach_port(a_sock, "a-eth0"), b.attach_port(b_sock, "b-eth0")
+    coord, a, b, pa, pb = pair(coord_factory, 50)
     sends = [(0, 50, b"one"), (100, 170, b"two"), (10_000_000, 10_000_060, b"three")]
     stamps = []
     out = run_members(coord, {"a": lambda: sender(a, pa, sends, stamps),
@@ -117,11 +122,7 @@ def test_frames_are_seen_at_their_arrival_and_idle_stretches_are_skipped(coord_f
 def test_frames_sent_at_time_zero_before_the_first_wait_are_waited_for(coord_factory):
     """An agent's first frames go out when it starts, before its loop first
     waits: its first report carries them, and they wake their receiver."""
-    coord = coord_factory({"a-eth0": "b-eth0", "b-eth0": "a-eth0"}, lookahead=50)
-    a_sock, b_sock = link("a-eth0", "b-eth0")
-    a = VirtualClock(coord.path, "a", agent=True)
-    b = VirtualClock(coord.path, "b", agent=True)
-    pa, pb = a.attach_port(a_sock, "a-eth0"), b.attach_port(b_sock, "b-eth0")
+    coord, a, b, pa, pb = pair(coord_factory, 50)
 
     def eager():
         pa.send_at(b"first", 60)          # before any wait: fabric time 0
@@ -204,11 +205,7 @@ def test_a_frame_late_in_wall_time_is_waited_for_on_its_own_link(coord_factory):
 
 
 def test_a_frame_stamped_inside_its_window_ends_the_run_saying_so(coord_factory):
-    coord = coord_factory({"a-eth0": "b-eth0", "b-eth0": "a-eth0"}, lookahead=1000)
-    a_sock, b_sock = link("a-eth0", "b-eth0")
-    a = VirtualClock(coord.path, "a", agent=True)
-    b = VirtualClock(coord.path, "b", agent=True)
-    pa, pb = a.attach_port(a_sock, "a-eth0"), b.attach_port(b_sock, "b-eth0")
+    coord, a, b, pa, pb = pair(coord_factory, 1000)
     # arrival 10 ns after it was sent: shorter than the lookahead, a broken link model
     run_members(coord, {"a": lambda: sender(a, pa, [(0, 10, b"x"), (5000, 6000, b"y")], []),
                         "b": lambda: receiver(b, [pb], 2)})
@@ -217,12 +214,8 @@ def test_a_frame_stamped_inside_its_window_ends_the_run_saying_so(coord_factory)
 
 
 def test_a_frame_without_the_trailer_is_dropped_and_counted(coord_factory):
-    coord = coord_factory({"a-eth0": "b-eth0", "b-eth0": "a-eth0"}, lookahead=50)
-    a_sock, b_sock = link("a-eth0", "b-eth0")
-    a = VirtualClock(coord.path, "a", agent=True)
-    b = VirtualClock(coord.path, "b", agent=True)
-    pa, pb = a.attach_port(a_sock, "a-eth0"), b.attach_port(b_sock, "b-eth0")
-    a_sock.send(b"kernel chatter, no trailer")
+    coord, a, b, pa, pb = pair(coord_factory, 50)
+    pa.sock.send(b"kernel chatter, no trailer")
     out = run_members(coord, {"a": lambda: sender(a, pa, [(0, 100, b"ours")], []),
                               "b": lambda: receiver(b, [pb], 1)})
     got, stats = out["b"]
@@ -248,11 +241,7 @@ def test_a_member_that_dies_mid_run_ends_the_run_with_its_name(coord_factory):
 
 
 def test_the_run_ends_when_every_agent_is_done_not_at_its_linger(coord_factory):
-    coord = coord_factory({"a-eth0": "b-eth0", "b-eth0": "a-eth0"}, lookahead=50)
-    a_sock, b_sock = link("a-eth0", "b-eth0")
-    a = VirtualClock(coord.path, "a", agent=True)
-    b = VirtualClock(coord.path, "b")
-    pa, pb = a.attach_port(a_sock, "a-eth0"), b.attach_port(b_sock, "b-eth0")
+    coord, a, b, pa, pb = pair(coord_factory, 50, b_agent=False)
     ended_at = []
 
     def lingering():
