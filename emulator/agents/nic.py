@@ -805,6 +805,12 @@ class RoceNic:
         w = int(wake)          # a paced frame's due time is fractional: never wake before it
         return w if w == wake else w + 1
 
+    def next_work_ns(self, now: int, limit: int) -> int:
+        """``next_wake_ns`` but for the link layer's periodic upkeep (none on
+        Ethernet; InfiniBand's flow-control updates): when the NIC next has
+        work, as a loop's idle-time choice asks (``collectives.engine.drive``)."""
+        return self.next_wake_ns(now, limit)
+
     def run_once(self, timeout_s: float = 0.0, readable: Sequence[int] | None = None) -> None:
         """Wait up to ``timeout_s`` (not at all if something is due now, less
         if a frame arrives or a timer is due sooner), then process: frames

@@ -313,27 +313,41 @@ def drive(engines: list[CollectiveEngine], runs: list[RankRun], timeout_s: float
                 nic.doorbell(now)
             continue
         now = clock.now_ns()
-        if now > deadline:
+        if now >= deadline:         # (a clock that moves only in waits stays at it)
             raise TimeoutError(engines[0].describe(runs))
         if any(e.stop_flag[0] for e in engines):
             raise TimeoutError("the run was ended first; " + engines[0].describe(runs))
         limit = min(deadline, now + 50_000_000)
         # Wait on every NIC (and the NVLink switches, staging timers) at once, until the
         # earliest of their next deadlines.
-        wake = min([nic.next_wake_ns(now, limit) for nic in nics] + [limit])
-        events = [sw.next_event_ns() for sw in switches] + [e.timers.next_due_ns() for e in engines]
-        for ev in events:
-            if ev is not None:
-                wake = min(wake, ceil_ns(ev))
-        for r in runs:
-            if r.wake_ns and not r.finished:
-                wake = min(wake, r.wake_ns)
+        wake = _next_event_ns(engines, nics, runs, now, limit, True)
         if wake > now:
-            if wake - now >= idle_ns and run_background(engines, 1):
+            # idle time: no work due for a while -- a link layer's upkeep is no
+            # work (InfiniBand's credit updates, every 16 us, would leave none)
+            if (any(e.background for e in engines)
+                    and _next_event_ns(engines, nics, runs, now, limit, False) - now >= idle_ns):
+                run_background(engines, 1)
                 continue
             ready = {}
             for fd in clock.wait_readable(fds, wake):
                 ready.setdefault(nic_of[fd], []).append(fd)
+
+
+def _next_event_ns(engines, nics, runs, now: int, limit: int, upkeep: bool) -> int:
+    """When ``drive``'s loop has something to do next, at most ``limit``:
+    the NICs' deadlines (``upkeep``: with their link layer's periodic
+    packets, else only their work, ``next_work_ns``), NVLink arrivals,
+    staging copies and compute phases that end."""
+    nic_ns = [(nic.next_wake_ns if upkeep else nic.next_work_ns)(now, limit) for nic in nics]
+    wake = min(nic_ns + [limit])
+    events = [e.switch.next_event_ns() for e in engines] + [e.timers.next_due_ns() for e in engines]
+    for ev in events:
+        if ev is not None:
+            wake = min(wake, ceil_ns(ev))
+    for r in runs:
+        if r.wake_ns and not r.finished:
+            wake = min(wake, r.wake_ns)
+    return wake
 
 
 def run_background(engines: list[CollectiveEngine], pieces: int | None = None) -> bool:

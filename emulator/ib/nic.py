@@ -199,6 +199,16 @@ class IbNic(RoceNic):
         fc = self.vl_credits.next_fc_ns()
         return super().next_wake_ns(now, fc if fc < limit else limit)
 
+    def next_work_ns(self, now: int, limit: int) -> int:
+        """Without the periodic flow-control update: it falls due every
+        ``update_period_ns`` (16 us) whether or not anything moves, so a loop
+        that counted it as work would never find itself idle (a server agent's
+        result checks, run in idle time, starved: allreduce-rail-ib in virtual
+        time). Such a loop's piece of work delays an update by that piece at
+        most (no fabric time in virtual time); freed buffer is advertised as
+        soon as reads free ``update_blocks`` anyway (``_flow_control``)."""
+        return super().next_wake_ns(now, limit)
+
     # -- stats -----------------------------------------------------------------
     def update_pause_stats(self, now: int | None = None) -> int:
         """No PFC here: bring the credit stall stats up to date (stalls,

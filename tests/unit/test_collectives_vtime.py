@@ -14,6 +14,7 @@ import pytest
 from tests.rail_nics import rail_nic_pairs
 from emulator.agents.nic import RoceNic
 from emulator.clock import ManualClock
+from emulator.ib.nic import IbNic
 from emulator.collectives import bench, report
 from emulator.collectives.engine import CollectiveEngine, RankRun, drive, quiescent
 from emulator.collectives.schedule import NVLINK, SEND, Op, RankSchedule, finalize
@@ -80,20 +81,85 @@ def test_drive_gives_up_once_the_run_was_ended_from_outside():
             n.close()
 
 
+class _SpinGuard(ManualClock):
+    """A manual clock that fails a loop asking the time too often without
+    a wait (a loop that spins: the clock never moves, nothing ends it)."""
+
+    __slots__ = ("reads",)
+    MAX_READS = 100_000
+
+    def now_ns(self) -> int:
+        self.reads = getattr(self, "reads", 0) + 1
+        if self.reads > self.MAX_READS:
+            raise AssertionError(f"the loop spins at {self._now_ns} ns without waiting")
+        return super().now_ns()
+
+    def wait_readable(self, fds, deadline_ns):
+        self.reads = 0
+        return super().wait_readable(fds, deadline_ns)
+
+
+def test_drive_times_out_at_its_deadline_on_a_clock_that_moves_only_in_waits():
+    """A wait returns at the deadline itself (nothing else due): the loop
+    then gives up, rather than wait for nothing until a later that never comes."""
+    clock = _SpinGuard(T0)
+    nics, ips = rail_nic_pairs(1, 400_000_000, clock)
+    try:
+        eng = CollectiveEngine(server=0, servers=1, nics=[nics[(0, 0)]], rank_ips={0: ips[0]},
+                               nvlink_rate_bps=1e9, nvlink_delay_ns=100, clock=clock)
+        with pytest.raises(TimeoutError, match="collective engine timed out"):
+            drive([eng], [], timeout_s=0.001, until=lambda: False)
+        assert clock.now_ns() == T0 + 1_000_000
+    finally:
+        for n in nics.values():
+            n.close()
+
+
+def test_infiniband_credit_updates_leave_the_loop_idle_time_for_the_result_checks():
+    """A server agent checks its results in its loop's idle time and ends
+    once none is left (``agent.run``). An InfiniBand NIC's periodic credit
+    update (every 16 us) is no work: a loop that counted it would never be
+    idle, and the server never done (allreduce-rail-ib in virtual time)."""
+    clock = _SpinGuard(T0)
+    nics, ips = rail_nic_pairs(2, 10_000_000_000, clock, ib=True)
+    try:
+        engines = [CollectiveEngine(server=s, servers=2, nics=[nics[(s, g)] for g in range(2)],
+                                    rank_ips=ips, nvlink_rate_bps=4e10, nvlink_delay_ns=500,
+                                    slice_bytes=16384, slots=2, clock=clock) for s in (0, 1)]
+        for e in engines:
+            e.connect(bench.connections_for(2, 2, [("all_reduce", "ring")]))
+        recs = bench.measure(engines, "all_reduce", "ring", 64 << 10, iters=1, warmup_iters=0,
+                             background_check=True)
+        assert all(r["wrong"] is None for r in recs)            # left to the idle time
+        assert sum(len(e.background) for e in engines) == 4
+        t0 = clock.now_ns()
+        drive(engines, [], 0.01,
+              until=lambda: quiescent(engines) and not any(e.background for e in engines))
+        assert all(r["wrong"] == 0 for r in recs)
+        assert clock.now_ns() - t0 < 1_000_000                 # the last ACKs, not the deadline
+    finally:
+        for n in nics.values():
+            n.close()
+
+
 RATE = 10_000_000_000
 DELAY_NS = 1000
 G = 2
 
 
-def _virtual_run() -> dict:
+def _virtual_run(ib: bool = False) -> dict:
     """Two servers x 2 GPUs as a server agent runs them in virtual time:
-    in the run once its work is done, answering until the run ends."""
+    in the run once its work is done, answering until the run ends.
+    ``ib``: InfiniBand NICs, HCA to HCA (a link packet takes no serializer
+    time: the window is the delay alone)."""
     peers = {f"s0g{g}": f"s1g{g}" for g in range(G)}
     peers.update({b: a for a, b in peers.items()})
-    coord = Coordinator(peers, lookahead_ns([SimpleNamespace(delay_ns=DELAY_NS, rate_bps=RATE)]))
+    links = [SimpleNamespace(delay_ns=DELAY_NS, rate_bps=RATE)]
+    coord = Coordinator(peers, lookahead_ns(links, 0) if ib else lookahead_ns(links))
     out, errors, nics = {}, [], []
     try:
         ips = {s * G + g: f"10.9.{g}.{s + 1}" for s in (0, 1) for g in range(G)}
+        lids = {ip: rank + 1 for rank, ip in ips.items()}
         macs = {(s, g): f"02:00:00:00:{s:02x}:{g:02x}" for s in (0, 1) for g in range(G)}
         clocks = [VirtualClock(coord.path, f"server{s}", agent=True) for s in (0, 1)]
         per_server = {0: [], 1: []}
@@ -101,8 +167,11 @@ def _virtual_run() -> dict:
             pair = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
             for s in (0, 1):
                 port = clocks[s].attach_port(pair[s], f"s{s}g{g}")
-                nic = RoceNic(None, macs[(s, g)], ips[s * G + g], macs[(1 - s, g)], rate_bps=RATE,
-                              tx_delay_ns=DELAY_NS, sock=port, clock=clocks[s])
+                kw = {"lid": s * G + g + 1, "lids": lids} if ib else {}
+                nic = (IbNic if ib else RoceNic)(None, macs[(s, g)], ips[s * G + g],
+                                                 macs[(1 - s, g)], rate_bps=RATE,
+                                                 tx_delay_ns=DELAY_NS, sock=port,
+                                                 clock=clocks[s], **kw)
                 per_server[s].append(nic)
                 nics.append(nic)
 
@@ -149,8 +218,9 @@ def _virtual_run() -> dict:
             n.close()
 
 
-def test_two_servers_in_virtual_time_rerun_identically():
-    first, second = _virtual_run(), _virtual_run()
+@pytest.mark.parametrize("ib", [False, True], ids=["roce", "infiniband"])
+def test_two_servers_in_virtual_time_rerun_identically(ib):
+    first, second = _virtual_run(ib), _virtual_run(ib)
     assert first == second
     recs = first[0]["records"] + first[1]["records"]
     rows = report.collective_rows(recs, 1.0)
@@ -161,5 +231,6 @@ def test_two_servers_in_virtual_time_rerun_identically():
     assert tr["wrong"] == 0 and tr["step_time_us"]["max"] >= 20
     # the run ended in the window where the later server's work was done, not after a linger
     done_ns = max(first[s]["done_ns"] for s in (0, 1))
-    L = lookahead_ns([SimpleNamespace(delay_ns=DELAY_NS, rate_bps=RATE)])
+    links = [SimpleNamespace(delay_ns=DELAY_NS, rate_bps=RATE)]
+    L = lookahead_ns(links, 0) if ib else lookahead_ns(links)
     assert done_ns - L < first["fabric_ns"] <= done_ns
