@@ -126,13 +126,14 @@ from typing import Callable, Sequence
 
 from emulator import int_md
 from emulator.clock import MONOTONIC, MonotonicClock
-from emulator.link import LATE_BUCKETS, CommitWire, bucket_bounds, lateness_bucket
+from emulator.link import CommitWire, lateness_bucket
 from emulator.wire import (CNP_PAD_BYTES, ETH_P_ALL, ETH_P_IP, ETH_P_PAUSE, RETH_BYTES,
                            ROCE_FRAMING)
 
 from . import roce
 from .dcqcn import Dcqcn, DcqcnParams  # noqa: F401  (re-exported)
 from .host_cpu import CpuGate, CpuServers, TenantFilter
+from .nic_stats import NicStats  # noqa: F401  (re-exported)
 from .notification import NotificationPoint
 from .packet_socket import (
     SocketRxStats, open_packet_socket, open_udp_absorber, set_timer_slack_ns,
@@ -157,39 +158,6 @@ _STAMP_BUF = bytes(_STAMP.size)
 _DATA_OPS = frozenset(REQUEST_OPS) | READ_OPS    # what per-packet CPU work applies to
 _INT_DPORT_HI, _INT_DPORT_LO = int_md.INT_UDP_DPORT >> 8, int_md.INT_UDP_DPORT & 0xFF
 _INT_MIN_FRAME = int_md.INT_OFFSET + int_md.INT_SHIM_BYTES
-
-
-class NicStats:
-    __slots__ = ("tx_packets", "tx_bytes", "tx_data_packets", "tx_data_payload_bytes",
-                 "tx_acks", "tx_naks", "tx_rnr_naks", "tx_retransmits", "tx_enobufs",
-                 "tx_lag_frames", "tx_lag_max_ns", "tx_lag_sum_ns", "tx_given_up_ns",
-                 "rx_late_samples", "rx_late_sum_ns", "rx_late_max_ns", "rx_late_hist",
-                 "rx_stall_ns",
-                 "rx_packets", "rx_bytes", "rx_data_packets", "rx_data_payload_bytes",
-                 "rx_acks", "rx_naks", "rx_rnr_naks",
-                 "cnp_tx", "cnp_rx", "ecn_ce_rx", "pfc_rx", "paused_ns", "rate_changes",
-                 "rx_out_of_order", "rx_duplicates", "rx_icrc_errors", "rx_int_errors", "rx_ignored",
-                 "rx_bad_requests", "timeouts", "nak_rewinds", "completions", "loops",
-                 "rx_batches_max", "rx_socket_drops",
-                 "fc_tx", "fc_rx", "credit_stalls", "credit_stalled_ns",
-                 "tx_read_requests", "tx_read_responses", "rx_read_requests",
-                 "rx_read_responses", "read_rewinds", "tenant_drops", "cpu_rx_drops")
-
-    def __init__(self):
-        for k in self.__slots__:
-            setattr(self, k, 0)
-        self.rx_late_hist = [0] * LATE_BUCKETS   # receive lateness, link.py's log buckets
-
-    def as_dict(self) -> dict:
-        d = {k: getattr(self, k) for k in self.__slots__}
-        d["rx_late_hist"] = [[*bucket_bounds(b), n] for b, n in enumerate(self.rx_late_hist) if n]
-        d["tx_lag_mean_ns"] = d["tx_lag_sum_ns"] // d["tx_lag_frames"] if d["tx_lag_frames"] else 0
-        d["rx_late_mean_ns"] = (d["rx_late_sum_ns"] // d["rx_late_samples"]
-                                if d["rx_late_samples"] else 0)
-        return d
-
-    def __repr__(self):
-        return "NicStats(" + ", ".join(f"{k}={v}" for k, v in self.as_dict().items() if v) + ")"
 
 
 # ---------------------------------------------------------------------------
