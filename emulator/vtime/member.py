@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import errno
 import heapq
-import os
 import select
 import socket
 import time
@@ -34,7 +33,6 @@ VIRTUAL_UNIX_EPOCH_NS = 1_700_000_000_000_000_000
 RX_MAX_BYTES = 9216 + TRAILER_BYTES
 STALL_LIMIT_S = 60.0        # frames announced but never read: the run is broken
 ENDED_IDLE_S = 0.02         # after the end, a loop's wait sleeps this long (until told to stop)
-ENV_SOCKET = "FABRIC_EMU_VTIME"   # the coordinator's socket, for the processes of a run
 
 
 class VirtualTimeError(RuntimeError):
@@ -85,9 +83,6 @@ class VirtualPort:
         n = len(frame)
         buf[:n] = frame
         return n
-
-    def next_arrival_ns(self) -> int:
-        return self.inbox[0][0] if self.inbox else NEVER
 
     def _take(self, frame: bytes, arrival_ns: int) -> None:
         self._seq += 1
@@ -143,7 +138,6 @@ class VirtualClock:
         self._sent_min: list[int] = []
         self._sent_links: set[int] = set()
         self._rx_expected: list[int] = []     # per port: frames sent to it in all (GO)
-        self.rx_expected = 0
         self.rx_frames = 0            # trailered frames read from the sockets
         self.foreign_frames = 0       # frames without our trailer: dropped (counted)
         self.early_frames = 0         # frames that arrived before now (a protocol bug if ever > 0)
@@ -155,11 +149,6 @@ class VirtualClock:
         self._hello_sent = False
         self._conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._conn.connect(socket_path)
-
-    @classmethod
-    def from_env(cls, name: str, agent: bool = False) -> "VirtualClock | None":
-        path = os.environ.get(ENV_SOCKET)
-        return cls(path, name, agent) if path else None
 
     # -- the Clock protocol -------------------------------------------------------
     def now_ns(self) -> int:
@@ -234,7 +223,6 @@ class VirtualClock:
         self._end = end_ns
         for index, frames in new_rx:
             self._rx_expected[index] += frames
-            self.rx_expected += frames
         self.windows += 1
         self._read_sockets(start_ns)
 
@@ -308,6 +296,7 @@ class VirtualClock:
 
     def stats(self) -> dict:
         return {"clock": self.name, "windows": self.windows, "rx_frames": self.rx_frames,
+                "rx_expected": sum(self._rx_expected),
                 "foreign_frames": self.foreign_frames, "early_frames": self.early_frames,
                 "end_ns": self._now, "wait_wall_s": round(self.wait_wall_ns / 1e9, 3),
                 "cpu_s": round(time.process_time(), 3)}

@@ -79,7 +79,7 @@ def test_a_nics_credit_updates_leave_at_their_exact_times(coord_factory):
     assert [(t, parse_fc(f)) for t, _, f in got] == \
         [(k * PERIOD_NS + DELAY_NS, (0, 0, 512)) for k in range(3)]
     assert out["h"] == 4
-    assert s_stats["rx_frames"] == s.rx_expected == 3 and s_stats["early_frames"] == 0
+    assert s_stats["rx_frames"] == s_stats["rx_expected"] == 3 and s_stats["early_frames"] == 0
 
 
 # --------------------------------------------------------------------------- the switch
