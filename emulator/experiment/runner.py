@@ -65,16 +65,16 @@ def resolve_target(target: str) -> str:
 
 
 def fabric_net(exp: Experiment, run_dir: Path, pcap: bool | str = False,
-               target: str = "embedded", vtime_socket: str | None = None) -> FabricNet:
+               target: str = "embedded", vtime=None) -> FabricNet:
     """The experiment's fabric, with its switch buffer, QoS and sampling
-    (``vtime_socket``: in virtual time, the coordinator's)."""
+    (``vtime``: in virtual time, the run's coordinator)."""
     spec = exp.spec
     return FabricNet(exp.fabric, run_dir, dilation=exp.dilation, target=target,
                      buffer_bytes=spec.switch.buffer_bytes, qos=spec.qos,
                      mtu_bytes=spec.nic.mtu_bytes,
                      sample_interval_ns=int(spec.switch.sample_interval_us * 1000 * exp.dilation),
                      pcap=bool(pcap), cluster=spec.cluster, ib_cc=spec.ib_cc,
-                     switches_per_process=spec.switch.per_process, vtime_socket=vtime_socket)
+                     switches_per_process=spec.switch.per_process, vtime=vtime)
 
 
 def run_experiment(exp: Experiment, out_dir: str | Path, console: Console | None = None,
@@ -126,9 +126,7 @@ def _run(exp: Experiment, odir: OutputDir, console: Console, pcap: bool | str, t
         plotter.append(Plotter.start(out_dir, exp.fabric))
     coordinator = virtual_time_coordinator(exp)
     try:
-        with fabric_net(exp, run_dir, pcap, target,
-                        coordinator.path if coordinator is not None else None) as fnet:
-            fnet.vtime = coordinator
+        with fabric_net(exp, run_dir, pcap, target, coordinator) as fnet:
             console.print(f"fabric up and programmed in {phases.mark('bring_up'):.1f} s")
             # BMv2 has only its P4 counters for the per-priority stats
             done = _traffic(fnet, exp, run_dir, console, phases, p4_stats=target == "bmv2",
@@ -226,7 +224,7 @@ def _traffic(fnet: FabricNet, exp: Experiment, run_dir: Path, console: Console,
     agents = AgentGroup(fnet, exp, run_dir, plain_hosts(exp))
     servers = ServerGroup(fnet, exp, run_dir)      # workload: collective/storage agents
     start_at_unix_ns = t0_ns = None
-    vt = getattr(fnet, "vtime", None)              # virtual time's coordinator
+    vt = fnet.vtime                                # virtual time's coordinator (None: dilated)
     try:
         agents.launch_all()
         servers.launch_all()
@@ -372,7 +370,7 @@ def _wait_with_progress(fnet: FabricNet, agents: AgentGroup, exp: Experiment, co
         return agents.running() + (servers.running() if servers is not None else 0)
     n_procs = len(agents.procs) + (len(servers.procs) if servers is not None else 0)
     next_line = t0 + PROGRESS_INTERVAL_S
-    vt = getattr(fnet, "vtime", None)
+    vt = fnet.vtime
     while running() and time.monotonic() < deadline:
         time.sleep(DONE_POLL_S)
         delivered, done = agents.progress()

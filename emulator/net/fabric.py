@@ -48,7 +48,7 @@ class FabricNet(FabricNodes, FabricHealth):
                  buffer_bytes: int = 4_000_000, program: bool = True, qos=None,
                  mtu_bytes: int = 1024, sample_interval_ns: int = 0, pcap: bool = False,
                  target: str = "embedded", cluster=None, ib_cc=None,
-                 switches_per_process: int | str = "auto", vtime_socket: str | None = None):
+                 switches_per_process: int | str = "auto", vtime=None):
         """qos: an ``emulator.control.qos.QosSpec`` to install (None: no traffic
         classes: everything lossy in priority 0). sample_interval_ns: wall
         period of the switches' queue-depth samples (0: none; embedded
@@ -58,8 +58,8 @@ class FabricNet(FabricNodes, FabricHealth):
         servers (``emulator/net/cluster.py``; embedded target).
         switches_per_process: embedded switches per process ("auto" or N:
         ``emulator/net/packing.py``; a cluster's and InfiniBand's: one each).
-        vtime_socket: the run is in virtual time; its coordinator's socket,
-        which every switch and agent process joins (``emulator.vtime``)."""
+        vtime: the run is in virtual time: its ``vtime.Coordinator``, whose
+        socket every switch and agent process joins (``emulator.vtime``)."""
         if target not in TARGETS:
             raise ValueError(f"target must be one of {TARGETS}, not {target!r}")
         self.target = target
@@ -90,9 +90,10 @@ class FabricNet(FabricNodes, FabricHealth):
         self.cluster_spec = cluster
         self.cluster = None        # emulator.net.cluster.Cluster, while up
         self.switches_per_process = switches_per_process
-        if vtime_socket is not None and target != "embedded":
+        if vtime is not None and target != "embedded":
             raise ValueError("virtual time runs the embedded target")
-        self.vtime_socket = vtime_socket
+        self.vtime = vtime
+        self.vtime_socket = vtime.path if vtime is not None else None
 
     # -------------------------------------------------------------- lifecycle
     def start(self) -> "FabricNet":
