@@ -36,18 +36,13 @@ from scapy.fields import BitField, ByteEnumField, ByteField, FieldLenField, Pack
 from scapy.layers.inet import UDP
 from scapy.packet import Packet, bind_layers
 
-from emulator.wire import (
-    BTH_BYTES, ETH_HDR_BYTES, ICRC_BYTES, IPV4_HDR_BYTES, ROCEV2_UDP_DPORT, UDP_HDR_BYTES, UDP_OFFSET,
-    layer_len_bytes,
+# The constants are wire.py's (the one place; tests/unit/test_roce_layers.py
+# checks the lengths against the layers below); importers keep reading them here.
+from emulator.wire import (  # noqa: F401
+    BTH_BYTES, ETH_HDR_BYTES, ICRC_BYTES, INT_HOP_BYTES, INT_KIND_COLLECT, INT_KIND_ECHO,
+    INT_MAX_HOPS, INT_OFFSET, INT_SHIM_BYTES, INT_UDP_DPORT, IPV4_HDR_BYTES, ROCEV2_UDP_DPORT,
+    UDP_HDR_BYTES, UDP_OFFSET, int_bytes,
 )
-
-# UDP destination port that announces an INT shim. Not IANA-assigned for
-# this (INT leaves the value to the operator); next to RoCEv2's 4791.
-# fabric.p4 INT_UDP_DPORT: change both together.
-INT_UDP_DPORT = 4792
-INT_KIND_COLLECT = 1        # a data packet: each switch fills a record
-INT_KIND_ECHO = 2           # an ACK carrying the records back: switches leave it
-INT_MAX_HOPS = 5            # fabric.p4's header stack: a 3-tier CLOS's diameter
 
 
 class IntHop(Packet):
@@ -76,16 +71,6 @@ class IntShim(Packet):
         ShortField("reserved2", 0),
         PacketListField("hops", [], IntHop, count_from=lambda p: p.max_hops),
     ]
-
-
-INT_SHIM_BYTES = layer_len_bytes(IntShim, exclude=("hops",))    # 8
-INT_HOP_BYTES = layer_len_bytes(IntHop)                          # 16
-INT_OFFSET = UDP_OFFSET + UDP_HDR_BYTES                          # 42: the shim, in an untagged frame
-
-
-def int_bytes(max_hops: int) -> int:
-    """Bytes an INT stack of ``max_hops`` records adds to a frame."""
-    return INT_SHIM_BYTES + max_hops * INT_HOP_BYTES
 
 
 def _bind() -> None:

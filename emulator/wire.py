@@ -69,6 +69,8 @@ HEADER_LAYERS = {
     "UDP_HDR_BYTES": ("scapy.layers.inet", "UDP", ()),
     "BTH_BYTES": ("scapy.contrib.roce", "BTH", ("icrc",)),
     "AETH_BYTES": ("scapy.contrib.roce", "AETH", ()),
+    "INT_SHIM_BYTES": ("emulator.int_md", "IntShim", ("hops",)),
+    "INT_HOP_BYTES": ("emulator.int_md", "IntHop", ()),
 }
 
 # Ethernet + IPv4 + UDP + BTH: every RoCEv2 frame starts with these
@@ -113,6 +115,23 @@ CNP_FRAME_BYTES = ROCE_FRAMING.cnp_frame_bytes                               # 7
 IPV4_OFFSET = ETH_HDR_BYTES
 UDP_OFFSET = IPV4_OFFSET + IPV4_HDR_BYTES
 BTH_OFFSET = UDP_OFFSET + UDP_HDR_BYTES
+
+# --- INT for HPCC (``emulator.int_md``: its layers and fast paths) -----------
+# UDP destination port that announces an INT shim. Not IANA-assigned for
+# this (INT leaves the value to the operator); next to RoCEv2's 4791.
+# fabric.p4 INT_UDP_DPORT: change both together.
+INT_UDP_DPORT = 4792
+INT_KIND_COLLECT = 1        # a data packet: each switch fills a record
+INT_KIND_ECHO = 2           # an ACK carrying the records back: switches leave it
+INT_MAX_HOPS = 5            # fabric.p4's header stack: a 3-tier CLOS's diameter
+INT_SHIM_BYTES = 8          # between UDP and the records
+INT_HOP_BYTES = 16          # one switch's record
+INT_OFFSET = UDP_OFFSET + UDP_HDR_BYTES          # 42: the shim, in an untagged frame
+
+
+def int_bytes(max_hops: int) -> int:
+    """Bytes an INT stack of ``max_hops`` records adds to a frame."""
+    return INT_SHIM_BYTES + max_hops * INT_HOP_BYTES
 
 
 def roce_sport(qpn: int) -> int:

@@ -31,11 +31,11 @@ import ipaddress
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from emulator.int_md import INT_MAX_HOPS, INT_UDP_DPORT, int_bytes
 from emulator.p4.ecmp import ecmp_hash
 from emulator.topo import compute_routes, longest_prefix_match
 from emulator.wire import (  # noqa: F401 (ROCEV2_UDP_DPORT re-exported for the HPCC writer)
-    ACK_FRAME_BYTES, RETH_BYTES, ROCE_FRAMING, ROCEV2_UDP_DPORT, Framing, roce_sport,
+    ACK_FRAME_BYTES, INT_MAX_HOPS, INT_UDP_DPORT, RETH_BYTES, ROCE_FRAMING, ROCEV2_UDP_DPORT,
+    Framing, int_bytes, roce_sport,
 )
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -117,20 +117,23 @@ def _run(exp: Experiment, odir: OutputDir, console: Console, pcap: bool | str, t
     console.print(f"[bold]{exp.name}[/]: {len(exp.fabric.switches())} switches, "
                   f"{len(exp.fabric.hosts())} hosts, {len(exp.flows)} flows, "
                   f"{clock_phrase(exp)}, target {target}")
-    # The plots' process imports matplotlib on the CPU the bring-up leaves idle,
-    # stopped while the traffic runs (``Plotter.pause``); on a big fabric it
-    # starts only once the switches and agents go: its ~45 MB would top the peak.
+    # The plots' process imports matplotlib on the CPU the bring-up leaves idle;
+    # on a big fabric it starts only once the switches and agents go: its ~45 MB
+    # would top the peak. A dilated run stops it while the traffic runs
+    # (``Plotter.pause``: its CPU would make them late); in virtual time nothing
+    # can be late, and it goes on in the scheduler's idle class beside them.
     plotter = []
     if not summary_only and (len(exp.fabric.switches()) + len(exp.fabric.hosts())
                              <= PLOTTER_EARLY_MAX_NODES):
         plotter.append(Plotter.start(out_dir, exp.fabric))
     coordinator = virtual_time_coordinator(exp)
+    pause_plotter = plotter[0].pause if plotter and coordinator is None else None
     try:
         with fabric_net(exp, run_dir, pcap, target, coordinator) as fnet:
             console.print(f"fabric up and programmed in {phases.mark('bring_up'):.1f} s")
             # BMv2 has only its P4 counters for the per-priority stats
             done = _traffic(fnet, exp, run_dir, console, phases, p4_stats=target == "bmv2",
-                            on_start=plotter[0].pause if plotter else None)
+                            on_start=pause_plotter)
             # The switches stop (their stats and logs complete); links, shells and the
             # fork server go while the results are written; the context's exit joins.
             # The plots' process goes on after: an InfiniBand switch's flow-control

@@ -31,8 +31,7 @@ from pydantic import AfterValidator, Field, model_validator
 
 from emulator.schema.load import FieldError, ProcessConfig, StrictSpec
 from emulator.schema.workload import WorkloadSpec
-from emulator.int_md import INT_MAX_HOPS
-from emulator.wire import NUM_PRIORITIES
+from emulator.wire import INT_MAX_HOPS, NUM_PRIORITIES
 
 DEFAULT_MR_RKEY = 0x1234       # the rkey of a host's receive memory region
 # Keys of HostAgentConfig that make a NIC an endpoint with per-packet work,

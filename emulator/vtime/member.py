@@ -75,7 +75,10 @@ class VirtualPort:
     def recv(self, bufsize: int = RX_MAX_BYTES) -> bytes:
         inbox = self.inbox
         if inbox and inbox[0][0] <= self.clock._now:
-            return heapq.heappop(inbox)[2]
+            frame = heapq.heappop(inbox)[2]
+            if not inbox:
+                self.clock._pending.discard(self)
+            return frame
         raise BlockingIOError(errno.EAGAIN, "no frame due")
 
     def recv_into(self, buf) -> int:
@@ -88,6 +91,7 @@ class VirtualPort:
         self._seq += 1
         self.rx_frames += 1
         heapq.heappush(self.inbox, (arrival_ns, self._seq, frame))
+        self.clock._pending.add(self)
 
     # -- send ------------------------------------------------------------------
     def send(self, frame) -> int:
@@ -134,6 +138,9 @@ class VirtualClock:
         self._end = 0                 # the open window's end (exclusive); none open yet
         self._ports: dict[int, VirtualPort] = {}
         self._port_list: list[VirtualPort] = []
+        self._pending: set[VirtualPort] = set()     # ports with frames in their inbox
+        self._fds: Sequence[int] | None = None      # the fds of the last wait, and
+        self._fd_rank: dict[int, int] = {}          # each one's place in them
         self._sent_n: list[int] = []
         self._sent_min: list[int] = []
         self._sent_links: set[int] = set()
@@ -164,19 +171,26 @@ class VirtualClock:
         if self.ended:
             time.sleep(ENDED_IDLE_S)
             return ()
-        ports = self._ports
+        if fds is not self._fds:        # a loop waits on the same list until its set changes
+            self._fds = fds
+            self._fd_rank = {fd: i for i, fd in enumerate(fds)}
+        rank = self._fd_rank
         while True:
+            # only the ports with frames waiting, of those waited on: a
+            # switch pack has dozens of ports and few hold a frame at a time
             t = deadline_ns
-            for fd in fds:
-                p = ports.get(fd)
-                if p is not None and p.inbox and p.inbox[0][0] < t:
-                    t = p.inbox[0][0]
+            for p in self._pending:
+                head = p.inbox[0][0]
+                if head < t and p.fd in rank:
+                    t = head
             if t < self._end:
                 if t > self._now:
                     self._now = int(t) if t == int(t) else int(t) + 1
                 now = self._now
-                return [fd for fd in fds
-                        if (p := ports.get(fd)) is not None and p.inbox and p.inbox[0][0] <= now]
+                due = [p.fd for p in self._pending if p.inbox[0][0] <= now and p.fd in rank]
+                if len(due) > 1:            # in the caller's order, as a select's would be
+                    due.sort(key=rank.__getitem__)
+                return due
             self._next_window(t)
             if self.ended:
                 if self.on_end is not None:
