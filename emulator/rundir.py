@@ -212,6 +212,10 @@ class RunDir:
     def capture(self) -> Path:
         return self.path / self.CAPTURE
 
+    def port_capture(self, name: str) -> Path:
+        """A port's capture in ``pcap/`` (``RawDir.pcaps``' name)."""
+        return self.pcap_dir / f"{name}.pcap"
+
     @property
     def sweep_csv(self) -> Path:
         return self.path / self.SWEEP_CSV

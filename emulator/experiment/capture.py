@@ -157,7 +157,7 @@ def write_captures(rd: RunDir, t0_unix_ns: int, dilation: float,
     stamp = _Stamp(t0_unix_ns, dilation, time)
     rd.pcap_dir.mkdir(parents=True, exist_ok=True)
     for name, src in sources.items():
-        write_pcap(rd.pcap_dir / f"{name}.pcap", read_pcap(src), stamp, pcap_linktype(src))
+        write_pcap(rd.port_capture(name), read_pcap(src), stamp, pcap_linktype(src))
     write_pcapng(rd.capture, sources, stamp)
     return {rd.PCAP_DIR: rd.pcap_dir, rd.CAPTURE: rd.capture}
 
