@@ -12,7 +12,6 @@ from emulator.experiment.agents import agent_configs
 from emulator.experiment.endpoint_results import add_endpoint_results, write_hosts_csv
 from emulator.experiment.endpoints import flow_expect, host_params, tenant_numbers
 from emulator.experiment.model import experiment_from_dict, load_experiment
-from emulator.rundir import RunDir
 from emulator.schema.agent import ENDPOINT_KEYS
 from tests.conftest import REPO
 from tests.summaries import run_summary
@@ -185,6 +184,7 @@ def test_summary_counts_foreign_packets_against_tenant_drops(tmp_path):
     assert h["s1n0"]["goodput_gbps"] == pytest.approx(4096 * 8 / 40)   # D = 1000: 40 ns fabric
     assert s["tenants"]["blue"]["dpu"] and not s["tenants"]["red"]["dpu"]
     assert [f["expect"] for f in s["flows"]] == ["delivered", "delivered", "dropped"]
+    from emulator.rundir import RunDir
     written = write_hosts_csv(RunDir(tmp_path), summary)
     rows = (tmp_path / "hosts.csv").read_text() if written else ""
     assert rows.splitlines()[0].startswith("host,server,tenant,dpu,tx_bytes,rx_bytes,tenant_drops")
