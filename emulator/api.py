@@ -33,6 +33,7 @@ from emulator.experiment.resolved import Experiment
 from emulator.experiment.overrides import apply_sets
 from emulator.experiment.sweep import value_label
 from emulator.experiment.time_mode import check_time
+from emulator.rundir import RunDir
 
 Sets = Mapping[str, Any] | Iterable[str] | None     # {"a.b": value} or ["a.b=yaml", ...]
 
@@ -119,7 +120,7 @@ class Result:
         is not a run's summary is ``FabricEmuError`` saying what is wrong."""
         from emulator.experiment.summary_file import read_summary
         p = Path(out_dir)
-        p = p / "summary.json" if p.is_dir() else p
+        p = RunDir(p).summary if p.is_dir() else p
         return cls(read_summary(p), p.parent)
 
     def __repr__(self) -> str:
@@ -244,7 +245,6 @@ def run(exp: Experiment, out: str | Path | None = None, *, dilation: float | str
         return Result(run_with_dilation(exp, out, console, pcap=pcap, dilation=dilation), out)
 
 
-SWEEP_CSV = "sweep.csv"
 SWEEP_CSV_FIELDS = ("complete", "fell_behind", "dilation", "fct_p50_us", "fct_p99_us",
                     "lossless_drops", "drops", "pauses", "ecn_marks", "retransmissions", "busbw_GBps")
 
@@ -270,11 +270,11 @@ def sweep(exp: Experiment | str | Path, grid: Mapping[str, Iterable[Any]],
     names = [",".join(f"{k}={value_label(v)}" for k, v in point.items()) for point in points]
     rows = []
     with output_dir(out, force=force, what="sweep", force_hint="force=True") as odir:
-        odir.claim(SWEEP_CSV, *names)
+        odir.claim(RunDir.SWEEP_CSV, *names)
         for point, e, name in zip(points, exps, names):
             res = run(e, out / name, dilation=dilation, quiet=quiet)
             rows.append({**point, **_row(res), "result": res})
-            _write_csv(odir.path / SWEEP_CSV, keys, rows)
+            _write_csv(RunDir(odir.path).sweep_csv, keys, rows)
     return rows
 
 

@@ -26,6 +26,7 @@ import click  # noqa: E402  (after the signals: its import is most of the start)
 from rich.console import Console  # noqa: E402
 
 from emulator.errors import FabricEmuError  # noqa: E402
+from emulator.rundir import RunDir  # noqa: E402
 
 console = Console(stderr=True)
 
@@ -159,7 +160,8 @@ def _run(experiment, exp, out: Path, target, pcap: bool, dilation, sets=(), as_j
     if exp.spec.sweep is not None:
         data = apply_sets(read_experiment_data(experiment), sets)
         rows = run_sweep(experiment, out, run_one, target=target, data=data, force=force)
-        console.print(f"sweep of {exp.spec.sweep.parameter}: {len(rows)} runs; {out / 'sweep.csv'}")
+        console.print(f"sweep of {exp.spec.sweep.parameter}: {len(rows)} runs; "
+                      f"{RunDir(out).sweep_csv}")
         if as_json:
             click.echo(json.dumps(rows, indent=1))
         return
@@ -167,7 +169,7 @@ def _run(experiment, exp, out: Path, target, pcap: bool, dilation, sets=(), as_j
     if as_json:
         click.echo(json.dumps(summary, indent=1))
     if not summary["complete"]:
-        click.echo(f"fabric-emu: {'; '.join(what_failed(summary))} (see {out / 'summary.json'})",
+        click.echo(f"fabric-emu: {'; '.join(what_failed(summary))} (see {RunDir(out).summary})",
                    err=True)
         sys.exit(1)
 
@@ -212,8 +214,7 @@ def compare(experiments, out_dir, force, time_mode, dilation):
     comparison_fct_slowdown.csv and .png: FCT slowdown by flow-size bucket)."""
     from rich.table import Table
 
-    from emulator.experiment.compare import (COLUMNS, COMPARISON_ENTRIES, bucket_table,
-                                             write_comparison)
+    from emulator.experiment.compare import COLUMNS, bucket_table, write_comparison
     from emulator.experiment.dilation import parse_dilation, run_with_dilation
     from emulator.experiment.outdir import OutputDir, output_dir
     from emulator.experiment.time_mode import check_time
@@ -233,12 +234,13 @@ def compare(experiments, out_dir, force, time_mode, dilation):
     OutputDir(out, force=force).check()
     with RunLock.acquire(experiments[0], out), \
             output_dir(out, force=force, what="compare") as odir:
-        odir.claim(*COMPARISON_ENTRIES, *labels)
-        runs = {label: run_with_dilation(exp, odir.path / label, console, dilation=dilation)
+        odir.claim(*RunDir.COMPARISON, *labels)
+        runs = {label: run_with_dilation(exp, RunDir(odir.path).point(label).path, console,
+                                         dilation=dilation)
                 for label, exp in zip(labels, exps)}
         rows = write_comparison(odir.path, runs,
                                 {label: e.fabric for label, e in zip(labels, exps)})
-    table = Table(title=f"comparison ({out / 'comparison.csv'})")
+    table = Table(title=f"comparison ({RunDir(out).file(RunDir.COMPARISON_CSV)})")
     table.add_column("")
     for r in rows:
         table.add_column(r["run"])
@@ -269,7 +271,7 @@ def compare(experiments, out_dir, force, time_mode, dilation):
             bt.add_row(f"{b['pct_from']}-{b['pct_to']}", *cells)
         console.print(bt)
     if not all(r["complete"] for r in rows):
-        click.echo(f"fabric-emu: a run did not complete (see {out}/*/summary.json)", err=True)
+        click.echo(f"fabric-emu: a run did not complete (see {out}/*/{RunDir.SUMMARY})", err=True)
         sys.exit(1)
 
 

@@ -32,12 +32,14 @@ import statistics
 from pathlib import Path
 
 from emulator.atomic import atomic_open, atomic_write_text
+from emulator.rundir import RunDir
 
 _TIMED = ("time_us", "time_max_us", "algbw_GBps", "busbw_GBps", "wrong")
 CSV_COLUMNS = ("collective", "algorithm", "nranks", "size_bytes", "count", "type", "redop",
                "iters", "warmup_iters", *_TIMED, *(f"inplace_{k}" for k in _TIMED), "lost_fraction")
 # what ``write`` writes into a results directory
-REPORT_FILES = ("collectives.csv", "collectives.json", "collectives.txt", "training.json")
+REPORT_FILES = (RunDir.COLLECTIVES_CSV, RunDir.COLLECTIVES_JSON, RunDir.COLLECTIVES_TXT,
+                RunDir.TRAINING_JSON)
 NCCL_TESTS_JSON_VERSION = 1         # nccl-tests' JSON_FILE_VERSION this shape follows
 
 
@@ -227,10 +229,10 @@ def write(out_dir, rows: list[dict], training: dict | None = None) -> dict[str, 
     """``collectives.csv`` (the rows), ``collectives.json`` (nccl-tests' JSON
     shape), ``collectives.txt`` (nccl-tests' table) and, with a training
     loop, ``training.json`` in ``out_dir``."""
-    d = Path(out_dir)
-    d.mkdir(parents=True, exist_ok=True)
-    paths = {"csv": d / "collectives.csv", "json": d / "collectives.json",
-             "txt": d / "collectives.txt"}
+    rd = RunDir.of(out_dir)
+    rd.path.mkdir(parents=True, exist_ok=True)
+    paths = {"csv": rd.file(rd.COLLECTIVES_CSV), "json": rd.file(rd.COLLECTIVES_JSON),
+             "txt": rd.file(rd.COLLECTIVES_TXT)}
     with atomic_open(paths["csv"], "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=CSV_COLUMNS)
         w.writeheader()
@@ -241,6 +243,6 @@ def write(out_dir, rows: list[dict], training: dict | None = None) -> dict[str, 
     atomic_write_text(paths["json"], json.dumps(nccl_tests_json(rows), indent=1))
     atomic_write_text(paths["txt"], format_table(rows))
     if training is not None:
-        paths["training"] = d / "training.json"
+        paths["training"] = rd.file(rd.TRAINING_JSON)
         atomic_write_text(paths["training"], json.dumps(training, indent=1))
     return paths

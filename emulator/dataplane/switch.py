@@ -53,6 +53,7 @@ from emulator.dataplane.tm import TrafficManager
 from emulator.errors import ConfigError
 from emulator.net.lifeline import die_with_runner
 from emulator.p4.p4info import P4Info
+from emulator.rundir import RawDir
 from emulator.schema.switch import PortConfig, SwitchConfig
 from emulator.wire import CPU_PORT, ETH_P_ALL
 
@@ -92,9 +93,10 @@ class RawLogs:
     """``{sw}.events.csv`` and ``{sw}.qdepth.csv`` (docs/lossless.md), buffered."""
 
     def __init__(self, run_dir: Path, name: str):
-        self.events_f = open(run_dir / f"{name}.events.csv", "w", buffering=1 << 20)
+        raw = RawDir(run_dir)
+        self.events_f = open(raw.log(name, "events"), "w", buffering=1 << 20)
         self.events_f.write("t_ns,port,priority,event,value\n")
-        self.qdepth_f = open(run_dir / f"{name}.qdepth.csv", "w", buffering=1 << 20)
+        self.qdepth_f = open(raw.log(name, "qdepth"), "w", buffering=1 << 20)
         self.qdepth_f.write("t_ns,port,priority,depth_bytes\n")
         self.qdepth = self.qdepth_f.write
 
@@ -175,7 +177,7 @@ class EmbeddedSwitch:
         self.pipeline.pfc_handler = self._pfc_received
         self.ports = {}
         for p in cfg.ports:
-            pcap = PcapWriter(run_dir / f"{p.ifname}.pcap", clock) \
+            pcap = PcapWriter(RawDir(run_dir).port_pcap(p.ifname), clock) \
                 if cfg.pcap and run_dir is not None else None
             self.ports[p.port_no] = SwitchPort(p, self.tm.ports[p.port_no], pcap, clock)
         self._by_fd = {port.sock.fileno(): port for port in self.ports.values()}

@@ -18,6 +18,7 @@ from emulator.net.fabric_health import exit_phrase
 from emulator.net.mininet_topo import dilated_link
 from emulator.net.nodes import stop_processes
 from emulator.net.packing import agent_packs, wake_spin_ns
+from emulator.rundir import RawDir
 from emulator.schema.agent import (
     DEFAULT_MR_RKEY, AgentPackConfig, ExpectConfig, HostAgentConfig, NicConfig, PackMemberConfig,
     QpConfig, SendConfig,
@@ -152,13 +153,13 @@ def agent_configs(exp: Experiment, run_dir: Path, start_at_unix_ns: int | None,
         start_at_unix_ns=start_at_unix_ns, deadline_s=exp.wall_limit_s,
         ready_path=(ready_paths or {}).get(h),
         qps=qps[h], send=send[h], expect=expect[h], mr_rkey=DEFAULT_MR_RKEY,
-        result_path=str(run_dir / f"{h}.result.json"),
+        result_path=str(RawDir(run_dir).result(h)),
         progress_path=str(progress_path(run_dir, h))) for h in names}
 
 
 def progress_path(run_dir: Path, host: str) -> Path:
     """Where host ``host``'s agent keeps ``{"delivered_bytes", "done"}``."""
-    return Path(run_dir) / f"{host}.progress.json"
+    return RawDir(run_dir).progress(host)
 
 
 class AgentProcesses:
@@ -180,15 +181,15 @@ class AgentProcesses:
 
     def ready_path(self, name: str) -> str:
         """The file agent ``name`` creates when it can start (``start_gate``)."""
-        return str(self.run_dir / f"{name}.ready")
+        return str(RawDir(self.run_dir).ready(name))
 
     def launch(self, name: str, cfg: ProcessConfig, module: str) -> None:
         """Write ``cfg`` and start ``python -m module`` on it in ``name``'s host;
         with a ``ready_path`` the agent waits for ``release`` on its stdin."""
-        path = self.run_dir / f"{name}.agent.json"
+        path = RawDir(self.run_dir).agent_config(name)
         self._in_time(cfg, name).write(path)
         gated = getattr(cfg, "ready_path", None) is not None
-        self.logs[name] = self.run_dir / f"{name}.agent.log"
+        self.logs[name] = RawDir(self.run_dir).agent_log(name)
         self.procs[name] = self.fnet.spawn(name, module, [str(path)], self.logs[name],
                                            stdin_pipe=gated)
 
@@ -199,14 +200,14 @@ class AgentProcesses:
         names = list(cfgs)
         members = []
         for name, cfg in cfgs.items():
-            path = self.run_dir / f"{name}.agent.json"
+            path = RawDir(self.run_dir).agent_config(name)
             self._in_time(cfg, name).write(path)
             members.append(PackMemberConfig(config=str(path), netns_pid=self.fnet.host(name).pid))
         tag = f"{names[0]}+{len(names) - 1}"
-        pack = self.run_dir / f"{tag}.pack.json"
+        pack = RawDir(self.run_dir).pack_config(tag)
         self._in_time(AgentPackConfig(members=members, wake_spin_ns=wake_spin_ns),
                       names[0]).write(pack)
-        log = self.run_dir / f"{tag}.agent.log"
+        log = RawDir(self.run_dir).agent_log(tag)
         gated = any(c.ready_path is not None for c in cfgs.values())
         proc = self.fnet.spawn(names[0], "emulator.agents.pack", [str(pack)], log,
                                stdin_pipe=gated)
@@ -271,7 +272,7 @@ class AgentProcesses:
     def results(self) -> dict[str, dict]:
         out = {}
         for name in self.procs:
-            path = self.run_dir / f"{name}.result.json"
+            path = RawDir(self.run_dir).result(name)
             out[name] = json.loads(path.read_text()) if path.exists() else {}
         return out
 

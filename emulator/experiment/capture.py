@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Iterator
 
 from emulator.atomic import atomic_open
+from emulator.rundir import RawDir, RunDir
 
 PCAP_MAGIC_US, PCAP_MAGIC_NS = 0xA1B2C3D4, 0xA1B23C4D
 LINKTYPE_ETHERNET = 1
@@ -80,9 +81,9 @@ def _restamped(data: bytes, ts_ns: int, linktype: int) -> bytes:
     return _ERF_TS.pack(sec << 32 | (nsec << 32) // 1_000_000_000) + data[_ERF_TS.size:]
 
 
-def run_pcaps(run_dir: str | Path) -> dict[str, Path]:
+def run_pcaps(run_dir: str | Path | RawDir) -> dict[str, Path]:
     """Capture name (the file's stem: ``leaf1-eth1``, ``leaf1-eth1_in``) -> pcap of the run."""
-    return {p.stem: p for p in sorted(Path(run_dir).glob("*.pcap"))}
+    return RawDir(run_dir).pcaps()
 
 
 class _Stamp:
@@ -146,26 +147,19 @@ def write_pcapng(path: Path, sources: dict[str, Path], stamp) -> int:
     return n
 
 
-CAPTURE_ENTRIES = ("pcap", "capture.pcapng")      # what write_captures writes
-
-
-def write_captures(run_dir: str | Path, out_dir: str | Path, t0_unix_ns: int, dilation: float,
+def write_captures(rd: RunDir, t0_unix_ns: int, dilation: float,
                    time: str = "fabric") -> dict[str, Path]:
-    """``DIR/pcap/*.pcap`` and ``DIR/capture.pcapng`` from the run's pcaps (none: nothing)."""
-    sources = run_pcaps(run_dir)
+    """``DIR/pcap/*.pcap`` and ``DIR/capture.pcapng`` from the pcaps of the
+    run's raw directory (none: nothing)."""
+    sources = rd.raw.pcaps()
     if not sources:
         return {}
     stamp = _Stamp(t0_unix_ns, dilation, time)
-    out_dir = Path(out_dir)
-    (out_dir / "pcap").mkdir(parents=True, exist_ok=True)
-    files = {}
+    rd.pcap_dir.mkdir(parents=True, exist_ok=True)
     for name, src in sources.items():
-        dst = out_dir / "pcap" / f"{name}.pcap"
-        write_pcap(dst, read_pcap(src), stamp, pcap_linktype(src))
-    files["pcap"] = out_dir / "pcap"
-    files["capture.pcapng"] = out_dir / "capture.pcapng"
-    write_pcapng(files["capture.pcapng"], sources, stamp)
-    return files
+        write_pcap(rd.port_capture(name), read_pcap(src), stamp, pcap_linktype(src))
+    write_pcapng(rd.capture, sources, stamp)
+    return {rd.PCAP_DIR: rd.pcap_dir, rd.CAPTURE: rd.capture}
 
 
 __all__ = ["pcap_linktype", "read_pcap", "run_pcaps", "write_captures", "write_pcap",

@@ -42,6 +42,7 @@ from pathlib import Path
 
 from emulator.atomic import atomic_open, atomic_savefig, atomic_write_text
 from emulator.experiment.distributions import slowdown_buckets
+from emulator.rundir import RunDir
 from emulator.topo import Fabric
 
 COLUMNS = ("run", "experiment", "link_layer", "time", "dilation", "complete", "flows",
@@ -55,8 +56,6 @@ COLUMNS = ("run", "experiment", "link_layer", "time", "dilation", "complete", "f
 P99_MIN_FLOWS = 20          # fewer flows: no p95/p99 (it would be the max)
 MAX_FLOW_BARS = 24          # more flows: comparison.png shows slowdown by size bucket instead
 BUCKET_RUN_COLUMNS = ("flows", "size_max_bytes", "slowdown_p50", "slowdown_p95", "slowdown_p99")
-COMPARISON_ENTRIES = ("comparison.csv", "comparison.json", "comparison.png",
-                      "comparison_fct_slowdown.csv", "comparison_fct_slowdown.png")
 
 
 def percentile(sorted_values: list[float], q: float) -> float:
@@ -176,10 +175,10 @@ def write_comparison(out_dir: Path, runs: dict[str, dict],
                      fabrics: dict[str, Fabric] | None = None) -> list[dict]:
     """``comparison.csv``/``.json``/``.png`` in ``out_dir`` for ``runs``
     (label -> summary); the rows."""
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    rd = RunDir.of(out_dir)
+    rd.path.mkdir(parents=True, exist_ok=True)
     rows = [row(label, s, (fabrics or {}).get(label)) for label, s in runs.items()]
-    with atomic_open(out_dir / "comparison.csv", "w", newline="") as f:
+    with atomic_open(rd.file(rd.COMPARISON_CSV), "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=COLUMNS)
         w.writeheader()
         w.writerows(rows)
@@ -188,17 +187,17 @@ def write_comparison(out_dir: Path, runs: dict[str, dict],
                         for fl in s["flows"]] for label, s in runs.items()}
     buckets = {label: slowdown_buckets(s.get("flows") or []) for label, s in runs.items()}
     queues = {label: s.get("queue_depth_dist") for label, s in runs.items()}
-    atomic_write_text(out_dir / "comparison.json", json.dumps(
+    atomic_write_text(rd.file(rd.COMPARISON_JSON), json.dumps(
         {"runs": rows, "flows": per_flow, "fct_slowdown_buckets": buckets,
          "queue_depth_dist": queues}, indent=1))
-    plot_comparison(out_dir / "comparison.png", runs, rows)
+    plot_comparison(rd.file(rd.COMPARISON_PNG), runs, rows)
     if any(buckets.values()):
         columns, table = bucket_table(runs)
-        with atomic_open(out_dir / "comparison_fct_slowdown.csv", "w", newline="") as f:
+        with atomic_open(rd.file(rd.COMPARISON_SLOWDOWN_CSV), "w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=columns)
             w.writeheader()
             w.writerows(table)
-        plot_slowdown_comparison(out_dir / "comparison_fct_slowdown.png", buckets, rows)
+        plot_slowdown_comparison(rd.file(rd.COMPARISON_SLOWDOWN_PNG), buckets, rows)
     return rows
 
 

@@ -53,13 +53,14 @@ from typing import Callable
 
 from rich.console import Console
 
-from emulator.atomic import atomic_write_text
 from emulator.errors import ConfigError, FabricEmuError
 from emulator.experiment.dilation_cache import (  # noqa: F401  (this module's names too)
     CACHE_VERSION, DilationCache, cache_key, cache_path, machine_key)
 from emulator.experiment.model import Experiment, experiment_from_dict
 from emulator.experiment.outdir import OutputDir, output_dir
+from emulator.experiment.summary_file import RunSummary
 from emulator.experiment.time_mode import VIRTUAL, VIRTUAL_CHOSEN_BY, planned_target, resolve_time
+from emulator.rundir import RunDir
 from emulator.schema.limits import MAX_DILATION
 
 # up to 256000: a 64-host fabric on two cores needs ~128000-256000 (bench/scale.py)
@@ -313,10 +314,7 @@ def _calibration_entry(exp: Experiment, i: int, t: dict) -> dict:
 
 # ------------------------------------------------------------------ running
 
-RunOne = Callable[[Experiment, Path, Console], dict]
-CAL_DIR = "calibration"          # the calibration runs' directories: out_dir/calibration/D=<D>
-BEHIND_DIR = "fell-behind-D{:g}"  # a run that fell behind, set aside for its rerun
-BEHIND_DIRS = "fell-behind-D*"
+RunOne = Callable[[Experiment, Path, Console], dict]     # the summary as written
 
 
 def _runner(pcap: bool, summary_only: bool = False) -> RunOne:
@@ -334,7 +332,7 @@ def measure_by_running(exp: Experiment, out_dir: Path, run_one: RunOne,
     quiet = Console(file=io.StringIO())
 
     def measure(d: float) -> float:
-        s = run_one(with_dilation(cal, d), out_dir / CAL_DIR / f"D={d:g}", quiet)
+        s = run_one(with_dilation(cal, d), RunDir(out_dir).calibration(d).path, quiet)
         r = s["fidelity"]["worst_ratio"]
         console.print(f"  calibration at dilation {d:g}: worst lateness {r:.2f} of its limit"
                       + ("" if s.get("complete") else " (incomplete)"))
@@ -375,7 +373,7 @@ def _run_with_dilation(exp: Experiment, odir: OutputDir, console: Console, pcap:
         summary = run_one(with_dilation(exp, requested), out_dir, console)
         return _record(summary, out_dir, "file" if dilation is None else "command line", [], None)
 
-    odir.claim(CAL_DIR, BEHIND_DIRS)    # before any run
+    odir.claim(RunDir.CALIBRATION, RunDir.BEHIND_GLOB)    # before any run
     cache = cache or DilationCache()
     key = cache_key(machine_key(), fabric_key(exp, target))
     entry = cache.get(key)
@@ -433,7 +431,7 @@ def run_raised_while_behind(exp: Experiment, out_dir: str | Path, start: float,
     run_one = run_one or _runner(pcap)
     d, reruns = float(start), []
     with output_dir(out_dir) as odir:
-        odir.claim(BEHIND_DIRS)
+        odir.claim(RunDir.BEHIND_GLOB)
         summary = run_one(with_dilation(exp, d), odir.path, console)
         while summary["fell_behind"] and len(reruns) < max_reruns:
             r = summary["fidelity"]["worst_ratio"]
@@ -477,18 +475,18 @@ def _set_aside(odir: OutputDir, d: float) -> Path:
     directory but calibrations and runs set aside before; never others'
     files) into ``fell-behind-D<d>``: the rerun starts with no result file
     of the run it replaces."""
-    return odir.set_aside(BEHIND_DIR.format(d), keep=(CAL_DIR, BEHIND_DIRS))
+    return odir.set_aside(RunDir.behind_name(d), keep=(RunDir.CALIBRATION, RunDir.BEHIND_GLOB))
 
 
-def _record(summary: dict, out_dir: Path, how: str, reruns: list, calibration: dict | None) -> dict:
-    summary["dilation_chosen_by"] = how
-    summary["dilation_reruns"] = reruns
+def _record(written: dict, out_dir: Path, how: str, reruns: list, calibration: dict | None) -> dict:
+    """The final run's summary with the dilation's provenance, rewritten."""
+    summary = RunSummary.model_validate(written)
+    summary.dilation_chosen_by, summary.dilation_reruns = how, reruns
     if calibration is not None:
-        summary["dilation_calibration"] = calibration
-    path = out_dir / "summary.json"
-    if path.exists():
-        atomic_write_text(path, json.dumps(summary, indent=1))
-    return summary
+        summary.dilation_calibration = calibration
+    if RunDir(out_dir).summary.exists():
+        summary.write(out_dir)
+    return summary.as_dict()
 
 
 def dilation_for_cli(exp: Experiment, target: str) -> Experiment:

@@ -38,9 +38,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Mapping
 
 from emulator.experiment.results_io import write_csv
+from emulator.rundir import RunDir
 
 if TYPE_CHECKING:  # pragma: no cover
     from emulator.experiment.model import Experiment
+    from emulator.experiment.summary_file import RunSummary
     from emulator.experiment.timeseries import Results
     from emulator.topo import Fabric
 
@@ -50,7 +52,6 @@ BUCKET_COLUMNS = ("bucket", "pct_from", "pct_to", "flows", "size_min_bytes", "si
 QUEUE_COLUMNS = ("node", "port", "peer", "samples", "mean_bytes", "p50_bytes", "p95_bytes",
                  "p99_bytes", "max_bytes")
 MAX_QUEUE_SAMPLES = 2_000_000    # per port; a longer run is sampled more coarsely
-FCT_SLOWDOWN_FILES = ("fct_slowdown.csv", "queue_depth_dist.csv")
 
 
 # ------------------------------------------------------------ FCT slowdown
@@ -179,42 +180,40 @@ def samples_queue_depth(exp: "Experiment", target: str) -> bool:
             and exp.spec.switch.sample_interval_us > 0)
 
 
-def traffic_end_ns(summary: Mapping, fallback: float = 0.0) -> float:
+def traffic_end_ns(flows: Iterable[Mapping], fallback: float = 0.0) -> float:
     """Fabric time of the last flow's completion (from fabric time 0, the
     agents' common start); ``fallback`` without one."""
-    ends = [f["start_ns"] + f["fct_ns"] for f in summary.get("flows", [])
-            if f.get("fct_ns") is not None]
+    ends = [f["start_ns"] + f["fct_ns"] for f in flows if f.get("fct_ns") is not None]
     return max(ends) if ends else fallback
 
 
 # --------------------------------------------------------------- writing
 
-def write_distributions(exp: "Experiment", out_dir: str | Path, summary: dict,
+def write_distributions(exp: "Experiment", rd: RunDir, summary: "RunSummary",
                         results: "Results") -> dict[str, Path]:
     """``fct_slowdown.csv`` and ``queue_depth_dist.csv`` of a run with flows,
     and their summary.json entries (``fct_slowdown_buckets``,
     ``queue_depth_dist``: added to ``summary``); {file name: path}."""
-    if not summary.get("flows"):
+    if not summary.flows:
         return {}
-    out_dir = Path(out_dir)
     files = {}
-    block = bucket_summary(summary["flows"])
-    summary["fct_slowdown_buckets"] = block
-    files["fct_slowdown.csv"] = write_csv(out_dir / "fct_slowdown.csv", BUCKET_COLUMNS,
-                                          block["buckets"])
-    if samples_queue_depth(exp, summary.get("target", "")):
+    block = bucket_summary(summary.flows)
+    summary.fct_slowdown_buckets = block
+    files[rd.FCT_SLOWDOWN_CSV] = write_csv(rd.file(rd.FCT_SLOWDOWN_CSV), BUCKET_COLUMNS,
+                                           block["buckets"])
+    if samples_queue_depth(exp, summary.target):
         interval_ns = exp.spec.switch.sample_interval_us * 1000
         interval_ns = int(interval_ns) if interval_ns == int(interval_ns) else interval_ns
-        end_ns = traffic_end_ns(summary, results.end_ns)
+        end_ns = traffic_end_ns(summary.flows, results.end_ns)
         rows = queue_depth_distribution(exp.fabric, results.queue_depth, end_ns, interval_ns)
-        summary["queue_depth_dist"] = {
+        summary.queue_depth_dist = {
             "interval_ns": interval_ns, "window_ns": round(end_ns),
             "ports": len(rows) - 1, **{k: v for k, v in rows[0].items()
                                        if k not in ("node", "port", "peer")}}
-        files["queue_depth_dist.csv"] = write_csv(out_dir / "queue_depth_dist.csv",
-                                                  QUEUE_COLUMNS, rows)
+        files[rd.QUEUE_DEPTH_DIST_CSV] = write_csv(rd.file(rd.QUEUE_DEPTH_DIST_CSV),
+                                                   QUEUE_COLUMNS, rows)
     else:
-        summary["queue_depth_dist"] = None
+        summary.queue_depth_dist = None
     return files
 
 

@@ -37,11 +37,12 @@ from rich.table import Table
 
 from emulator.experiment.endpoints import DELIVERED, DROPPED, flow_expect, host_params
 from emulator.experiment.results_io import write_csv
+from emulator.rundir import RunDir
 
 if TYPE_CHECKING:  # pragma: no cover
     from emulator.experiment.model import Experiment
+    from emulator.experiment.summary_file import RunSummary
 
-HOSTS_CSV = "hosts.csv"
 HOSTS_CSV_COLUMNS = ("host", "server", "tenant", "dpu", "tx_bytes", "rx_bytes", "tenant_drops",
                      "foreign_tx_packets_to_host", "host_cpu_busy", "host_cpu_busy_active",
                      "dpu_cpu_busy", "goodput_gbps")
@@ -51,13 +52,14 @@ def _busy(cpu: dict | None) -> float | None:
     return None if not cpu else cpu.get("busy_fraction")
 
 
-def add_endpoint_results(exp: "Experiment", agent_results: dict[str, dict], summary: dict) -> None:
+def add_endpoint_results(exp: "Experiment", agent_results: dict[str, dict],
+                         summary: "RunSummary") -> None:
     if exp.spec.endpoints is None:
         return
     d = exp.dilation
     sends = {s["flow_id"]: s for r in agent_results.values() for s in r.get("send", [])}
     flows = {f.flow_id: f for f in exp.flows}
-    for fs in summary["flows"]:
+    for fs in summary.flows:
         f, s = flows[fs["flow_id"]], sends.get(fs["flow_id"], {})
         fs["expect"] = flow_expect(exp, f)
         fs["tx_packets"] = int(s.get("tx_packets", 0))
@@ -72,14 +74,14 @@ def add_endpoint_results(exp: "Experiment", agent_results: dict[str, dict], summ
         res = agent_results.get(h.name) or {}
         p = host_params(exp, h.name)
         ep, nic = res.get("endpoint") or {}, res.get("nic") or {}
-        own = [fs for fs in summary["flows"] if fs["expect"] == DELIVERED
+        own = [fs for fs in summary.flows if fs["expect"] == DELIVERED
                and h.name in (fs["src"], fs["dst"])]
         mine = [sends.get(fs["flow_id"], {}) for fs in own if fs["src"] == h.name]
         hosts.append({
             "host": h.name, "server": p["server"], "tenant": p["tenant"], "dpu": p["dpu"],
             "tx_bytes": int(nic.get("tx_bytes", 0)), "rx_bytes": int(nic.get("rx_bytes", 0)),
             "tenant_drops": int(ep.get("tenant_drops", 0)),
-            "foreign_tx_packets_to_host": sum(fs["tx_packets"] for fs in summary["flows"]
+            "foreign_tx_packets_to_host": sum(fs["tx_packets"] for fs in summary.flows
                                               if fs["expect"] == DROPPED and fs["dst"] == h.name),
             "cpu_rx_drops": int(ep.get("cpu_rx_drops", 0)),
             "host_cpu_busy": _busy(ep.get("host_cpu")),
@@ -87,9 +89,9 @@ def add_endpoint_results(exp: "Experiment", agent_results: dict[str, dict], summ
             "dpu_cpu_busy": _busy(ep.get("dpu_cpu")),
             "goodput_gbps": _span_gbps(mine, d),
         })
-    summary["hosts"] = hosts
-    summary["tenants"] = _tenants(summary, hosts)
-    dropped = [fs for fs in summary["flows"] if fs["expect"] == DROPPED]
+    summary.hosts = hosts
+    summary.tenants = _tenants(summary.flows, hosts)
+    dropped = [fs for fs in summary.flows if fs["expect"] == DROPPED]
     iso = {"foreign_flows": len(dropped),
            "foreign_tx_packets": sum(fs["tx_packets"] for fs in dropped),
            "tenant_drops": sum(h["tenant_drops"] for h in hosts),
@@ -97,10 +99,10 @@ def add_endpoint_results(exp: "Experiment", agent_results: dict[str, dict], summ
                                       for fs in dropped)}
     iso["isolated"] = (all(h["tenant_drops"] == h["foreign_tx_packets_to_host"] for h in hosts)
                        and all(fs["as_expected"] for fs in dropped))
-    summary["isolation"] = iso
-    own_ok = all(fs["complete"] for fs in summary["flows"] if fs["expect"] == DELIVERED)
+    summary.isolation = iso
+    own_ok = all(fs["complete"] for fs in summary.flows if fs["expect"] == DELIVERED)
     # Flows expected dropped never complete; only what was expected to arrive counts.
-    summary["complete"] = (summary["complete"] if not dropped else own_ok) and own_ok \
+    summary.complete = (summary.complete if not dropped else own_ok) and own_ok \
         and iso["isolated"]
 
 
@@ -129,12 +131,12 @@ def _span_gbps(sends: list[dict], d: float) -> float | None:
     return round(sum(s["bytes"] for s in done) * 8 / (span_wall / d), 3) if span_wall > 0 else None
 
 
-def _tenants(summary: dict, hosts: list[dict]) -> dict[str, dict]:
+def _tenants(flows: list[dict], hosts: list[dict]) -> dict[str, dict]:
     out: dict[str, dict] = {}
     by_host = {h["host"]: h for h in hosts}
     for name in dict.fromkeys(h["tenant"] for h in hosts if h["tenant"]):
         members = {h["host"] for h in hosts if h["tenant"] == name}
-        own = [fs for fs in summary["flows"] if fs["expect"] == DELIVERED and fs["src"] in members]
+        own = [fs for fs in flows if fs["expect"] == DELIVERED and fs["src"] in members]
         rates = [fs["bytes"] * 8 / fs["fct_ns"] for fs in own if fs["complete"] and fs["fct_ns"]]
         active = [by_host[m]["host_cpu_busy_active"] for m in sorted(members)
                   if any(m in (fs["src"], fs["dst"]) for fs in own)
@@ -146,12 +148,12 @@ def _tenants(summary: dict, hosts: list[dict]) -> dict[str, dict]:
     return out
 
 
-def write_hosts_csv(out_dir: str | Path, summary: dict) -> dict[str, Path]:
+def write_hosts_csv(rd: RunDir, summary: "RunSummary") -> dict[str, Path]:
     """``hosts.csv``: one row per NIC (``HOSTS_CSV_COLUMNS``); {} without endpoints."""
-    if "hosts" not in summary:
+    if summary.hosts is None:
         return {}
-    rows = [{k: ("" if h[k] is None else h[k]) for k in HOSTS_CSV_COLUMNS} for h in summary["hosts"]]
-    return {HOSTS_CSV: write_csv(Path(out_dir) / HOSTS_CSV, HOSTS_CSV_COLUMNS, rows)}
+    rows = [{k: ("" if h[k] is None else h[k]) for k in HOSTS_CSV_COLUMNS} for h in summary.hosts]
+    return {rd.HOSTS_CSV: write_csv(rd.hosts_csv, HOSTS_CSV_COLUMNS, rows)}
 
 
 def render_endpoints(summary: dict) -> Table | None:

@@ -53,11 +53,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from emulator.control.qos import mtu_frame_bytes
 from emulator.experiment.model import Experiment
 from emulator.experiment.time_mode import VIRTUAL, run_time_mode
+from emulator.rundir import RawDir
 from emulator.wire import WIRE_OVERHEAD_BYTES
+
+if TYPE_CHECKING:  # pragma: no cover
+    from emulator.experiment.summary_file import RunSummary
 
 # Why the limits are this tight: with ECN and DCQCN on a fully loaded fabric
 # (the demo: every host link at 100 %), a late process's catch-up burst is a
@@ -196,7 +201,7 @@ def nic_verdict(nic_stats: dict, d: float, frame_fabric_ns: int) -> dict:
 
 
 def nic_stats_by_host(exp: Experiment, agent_results: dict[str, dict],
-                      run_dir: Path) -> dict[str, dict]:
+                      run_dir: Path | RawDir) -> dict[str, dict]:
     """Fabric host (NIC) -> its ``NicStats``: plain host agents' ``nic``, and the
     workload's server agents' ``nics`` (their NICs in order, then a separate
     storage-read NIC) and storage agent's ``nic`` from their result files."""
@@ -208,7 +213,7 @@ def nic_stats_by_host(exp: Experiment, agent_results: dict[str, dict],
     names = list(wp.servers) + ([wp.storage_server] if wp.storage_server else [])
     for name in names:
         try:
-            res = json.loads((Path(run_dir) / f"{name}.result.json").read_text())
+            res = json.loads(RawDir(run_dir).result(name).read_text())
         except (OSError, ValueError):
             continue
         if isinstance(res.get("nic"), dict) and wp.storage_nic and name == wp.storage_server:
@@ -258,23 +263,23 @@ def link_losses(ports: list[dict], nic_stats: dict[str, dict]) -> list[dict]:
     return out
 
 
-def _mark_behind(summary: dict, names: list[str], ratio: float) -> None:
+def _mark_behind(summary: "RunSummary", names: list[str], ratio: float) -> None:
     """Add what was behind (``names``) and its ratio to the summary's verdict."""
-    fid = summary["fidelity"]
-    fid["behind"] = sorted({*fid["behind"], *names})
-    fid["worst_ratio"] = round(max(fid["worst_ratio"], ratio), 4)
-    summary["fell_behind"] = bool(summary.get("fell_behind")) or fid["worst_ratio"] > 1
+    fid = summary.fidelity
+    fid.behind = sorted({*fid.behind, *names})
+    fid.worst_ratio = round(max(fid.worst_ratio, ratio), 4)
+    summary.fell_behind = summary.fell_behind or fid.worst_ratio > 1
 
 
-def _emulator_losses_behind(summary: dict, names: list[str]) -> None:
+def _emulator_losses_behind(summary: "RunSummary", names: list[str]) -> None:
     """Frames the emulation lost (no real fabric would): the run is behind."""
     if names:
         _mark_behind(summary, names, LINK_LOSS_RATIO)
 
 
-def add_link_losses(summary: dict, losses: list[dict]) -> None:
+def add_link_losses(summary: "RunSummary", losses: list[dict]) -> None:
     """Fold link losses into the verdict (summary ``link_losses``)."""
-    summary["link_losses"] = losses
+    summary.link_losses = losses
     _emulator_losses_behind(summary, [f"link {x['from']}->{x['to']}" for x in losses])
 
 
@@ -291,9 +296,9 @@ def socket_drops(ports: list[dict], nic_stats: dict[str, dict]) -> list[dict]:
     return out
 
 
-def add_socket_drops(summary: dict, drops: list[dict]) -> None:
+def add_socket_drops(summary: "RunSummary", drops: list[dict]) -> None:
     """Fold socket drops into the verdict (summary ``socket_drops``)."""
-    summary["socket_drops"] = drops
+    summary.socket_drops = drops
     _emulator_losses_behind(summary, [f"socket {x['node']}:{x['port']}" for x in drops])
 
 
@@ -308,11 +313,11 @@ def headroom_drops(ports: list[dict]) -> list[dict]:
             for p in ports for e in p.get("priorities", []) if e.get("headroom_drops")]
 
 
-def add_headroom_drops(summary: dict, drops: list[dict]) -> None:
+def add_headroom_drops(summary: "RunSummary", drops: list[dict]) -> None:
     """Fold headroom drops into the verdict (summary ``headroom_drops``); a
     virtual run's are listed, not judged: no process reacted late."""
-    summary["headroom_drops"] = drops
-    if summary.get("time") == VIRTUAL:
+    summary.headroom_drops = drops
+    if summary.time == VIRTUAL:
         return
     _emulator_losses_behind(summary, [f"headroom {x['node']}:{x['port']}" for x in drops])
 
@@ -356,19 +361,18 @@ def virtual_fidelity(switches: dict[str, dict], nics: dict[str, dict]) -> dict:
             "nics": {n: _unjudged(v) for n, v in nics.items()}}
 
 
-def add_collectives_fidelity(summary: dict, block: dict) -> None:
+def add_collectives_fidelity(summary: "RunSummary", block: dict) -> None:
     """Fold the workload's timed phases into the verdict: a row (or the
     training loop) whose ``lost_fraction`` exceeds ``LOST_LIMIT_FRACTION``
     is distorted, and so is the run. (Not in a virtual run: the time lost
     is lateness, which it has none of.)"""
-    fid = summary.get("fidelity")
-    if fid is None or summary.get("time") == VIRTUAL:
+    if summary.time == VIRTUAL:
         return
     phases = [(f"{r['collective']} {r['size_bytes']} B", r.get("lost_fraction") or 0.0)
               for r in block.get("results", [])]
     if block.get("training"):
         phases.append(("training", block["training"].get("lost_fraction") or 0.0))
-    fid["lost_limit_fraction"] = LOST_LIMIT_FRACTION
+    summary.fidelity.lost_limit_fraction = LOST_LIMIT_FRACTION
     ratios = [(name, frac / LOST_LIMIT_FRACTION) for name, frac in phases]
     _mark_behind(summary, [f"collectives: {name}" for name, r in ratios if r > 1],
                  max((r for _, r in ratios), default=0.0))

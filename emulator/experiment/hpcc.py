@@ -69,7 +69,7 @@ from __future__ import annotations
 
 import ipaddress
 from pathlib import Path
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 from emulator.atomic import atomic_write_text
 
@@ -79,6 +79,7 @@ from emulator.experiment.ideal_fct import (
     flow_priority,
     standalone_fct_ns,
 )
+from emulator.rundir import RunDir
 
 if TYPE_CHECKING:  # pragma: no cover
     from emulator.experiment.model import Experiment
@@ -88,7 +89,6 @@ if TYPE_CHECKING:  # pragma: no cover
 QLEN_BUCKET_BYTES = 1000       # HPCC: kb = qlen / 1000
 MAX_QLEN_SAMPLES = 2_000_000   # per port; a longer run is sampled more coarsely
 
-HPCC_FILES = ("fct.txt", "pfc.txt", "qlen.txt", "topology.txt", "flow.txt")
 
 
 # ------------------------------------------------------------ node numbering
@@ -116,52 +116,52 @@ def ip_hex(ip: str) -> str:
 
 # -------------------------------------------------------------------- writers
 
-def write_hpcc(exp: "Experiment", out_dir: str | Path, results: "Results",
-               summary: Mapping | None = None, *, dport: int = ROCEV2_UDP_DPORT,
+def write_hpcc(exp: "Experiment", out_dir: "str | Path | RunDir", results: "Results",
+               flows: Sequence[Mapping] = (), *, dport: int = ROCEV2_UDP_DPORT,
                qlen_interval_ns: float = 100,
                qlen_dump_interval_ns: float | None = None) -> dict[str, Path]:
     """Write fct.txt, pfc.txt, qlen.txt, topology.txt and flow.txt into ``out_dir``.
 
     ``results``: the run's time series (``timeseries.load_results``; only its
-    ``pfc_events``, ``queue_depth`` and ``end_ns`` are read). ``summary``: the
-    run's summary (flows' ``fct_ns``, ``complete``); without it fct.txt is
+    ``pfc_events``, ``queue_depth`` and ``end_ns`` are read). ``flows``: the
+    summary's (their ``fct_ns``, ``complete``); without them fct.txt is
     empty. Returns {file name: path}.
     """
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    rd = RunDir.of(out_dir)
+    rd.path.mkdir(parents=True, exist_ok=True)
     fabric = exp.fabric
     ids = node_ids(fabric)
     written: dict[str, Path] = {}
 
     def put(name: str, lines: list[str]) -> None:
-        path = out_dir / name
+        path = rd.file(name)
         atomic_write_text(path, "".join(line + "\n" for line in lines))
         written[name] = path
 
-    put("fct.txt", fct_lines(exp, summary, dport=dport))
-    put("pfc.txt", pfc_lines(fabric, results.pfc_events))
-    end_ns = max(results.end_ns, _summary_end_ns(summary))
-    put("qlen.txt", qlen_lines(fabric, results.queue_depth, end_ns, qlen_interval_ns,
-                               qlen_dump_interval_ns))
-    put("topology.txt", topology_lines(fabric))
-    put("flow.txt", flow_lines(exp, ids, dport=dport))
+    put(rd.FCT_TXT, fct_lines(exp, flows, dport=dport))
+    put(rd.PFC_TXT, pfc_lines(fabric, results.pfc_events))
+    end_ns = max(results.end_ns, _flows_end_ns(flows))
+    put(rd.QLEN_TXT, qlen_lines(fabric, results.queue_depth, end_ns, qlen_interval_ns,
+                                qlen_dump_interval_ns))
+    put(rd.TOPOLOGY_TXT, topology_lines(fabric))
+    put(rd.FLOW_TXT, flow_lines(exp, ids, dport=dport))
     return written
 
 
-def _summary_end_ns(summary: Mapping | None) -> float:
+def _flows_end_ns(flows: Sequence[Mapping]) -> float:
     end = 0.0
-    for f in (summary or {}).get("flows", []):
+    for f in flows:
         if f.get("fct_ns") is not None:
             end = max(end, f.get("start_ns", 0) + f["fct_ns"])
     return end
 
 
-def fct_lines(exp: "Experiment", summary: Mapping | None, *, dport: int = ROCEV2_UDP_DPORT,
+def fct_lines(exp: "Experiment", flows: Sequence[Mapping], *, dport: int = ROCEV2_UDP_DPORT,
               standalone: Mapping[int, int] | None = None) -> list[str]:
     plan = exp.fabric.addresses
     by_id = {f.flow_id: f for f in exp.flows}
     done = []
-    for s in (summary or {}).get("flows", []):
+    for s in flows:
         f = by_id.get(s.get("flow_id"))
         if f is None or not s.get("complete") or s.get("fct_ns") is None:
             continue
@@ -253,5 +253,5 @@ def flow_lines(exp: "Experiment", ids: Mapping[str, int] | None = None, *,
         f"{ids[f.src]} {ids[f.dst]} {pg} {dport} {f.size_bytes} {f.start_fabric_ns / 1e9:.9f}"
         for f in flows]
 
-__all__ = ["HPCC_FILES", "fct_lines", "flow_lines", "hpcc_ifindex", "ip_hex", "node_ids",
+__all__ = ["fct_lines", "flow_lines", "hpcc_ifindex", "ip_hex", "node_ids",
            "node_type", "pfc_lines", "qlen_lines", "topology_lines", "write_hpcc"]

@@ -45,8 +45,9 @@ from typing import Iterator
 
 from emulator.atomic import atomic_write_text, is_temp_name
 from emulator.errors import OutputError, WriteFailed
+from emulator.rundir import RunDir
 
-MARKER = ".fabric-emu-run"
+MARKER = RunDir.MARKER
 MARKER_MAX_BYTES = 16 << 20     # a manifest lists entries; past this it is not one of ours
 # Trees of the system: a run never writes in them (/var/tmp is a place for users' files).
 SYSTEM_TREES = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/proc",

@@ -13,57 +13,49 @@ layers below them, so there is no import circle)::
       |-- plots            PNG figures from the CSVs      (results_io)
       |     plotter        ... drawn by a process of the run's own (runner's choice)
       ideal_fct          paths, priority and ideal FCT of the flows
+      summary_file       RunSummary: summary.json's model and its one writer
       results_io         raw logs, stats.json, CSV reading and writing
 
 The runner calls ``build_run_summary`` when the agents are done, lets the
 workload's servers add their block (``servers.add_collectives``), then
-``write_run_results``.
+``write_run_results``. The files are where the run directory
+(``emulator.rundir.RunDir``) names them.
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from emulator.atomic import atomic_write_text
-from emulator.collectives.report import REPORT_FILES
-from emulator.experiment.capture import CAPTURE_ENTRIES
-from emulator.experiment.distributions import FCT_SLOWDOWN_FILES, write_distributions
-from emulator.experiment.endpoint_results import HOSTS_CSV, add_endpoint_results, write_hosts_csv
-from emulator.experiment.hpcc import HPCC_FILES, write_hpcc
-from emulator.experiment.plots import PLOT_FILES, write_plots
+from emulator.experiment.distributions import write_distributions
+from emulator.experiment.endpoint_results import add_endpoint_results, write_hosts_csv
+from emulator.experiment.hpcc import write_hpcc
+from emulator.experiment.plots import write_plots
 from emulator.experiment.summary import build_summary
-from emulator.experiment.timeseries import RESULT_COLUMNS, load_results, write_results
+from emulator.experiment.summary_file import RunSummary
+from emulator.experiment.timeseries import load_results, write_results
 from emulator.experiment.traffic_gen import generated_summary
+from emulator.rundir import RunDir
 
 if TYPE_CHECKING:  # pragma: no cover
     from emulator.experiment.model import Experiment
     from emulator.experiment.plotter import Plotter
 
-RAW_DIR = "run"             # the switches' and agents' configs, logs and raw results
-SUMMARY = "summary.json"
-# Every entry a run may write into its results directory: what it claims
-# there (``OutputDir.claim``) before anything is built.
-RESULT_ENTRIES = (RAW_DIR, SUMMARY, *RESULT_COLUMNS, *FCT_SLOWDOWN_FILES, *HPCC_FILES,
-                  *PLOT_FILES, HOSTS_CSV, *REPORT_FILES, "collectives.*", *CAPTURE_ENTRIES)
-
-
 def build_run_summary(exp: "Experiment", target: str, agent_results: dict[str, dict],
-                      counters: dict[tuple[str, int], dict], run_dir: str | Path,
-                      wall_s: float) -> dict:
+                      counters: dict[tuple[str, int], dict], rd: RunDir,
+                      wall_s: float) -> RunSummary:
     """summary.json's content: flows, ports and switches, then the endpoint
     sections (``endpoint_results``; nothing without an ``endpoints:`` section)."""
-    summary = build_summary(exp, target, agent_results, counters, Path(run_dir), wall_s)
+    summary = build_summary(exp, target, agent_results, counters, rd.raw, wall_s)
     add_endpoint_results(exp, agent_results, summary)
     generated = generated_summary(exp)
     if generated:
-        summary["generated_traffic"] = generated
+        summary.generated_traffic = generated
     return summary
 
 
-def write_run_results(exp: "Experiment", run_dir: str | Path, out_dir: str | Path, t0_ns: int,
-                      summary: dict, *, plots: bool = True, hpcc: bool = True,
-                      plotter: "Plotter | None" = None, **hpcc_options) -> dict[str, Path]:
+def write_run_results(exp: "Experiment", rd: RunDir, t0_ns: int, summary: RunSummary, *,
+                      plots: bool = True, hpcc: bool = True, plotter: "Plotter | None" = None,
+                      **hpcc_options) -> dict[str, Path]:
     """Write the results directory of a run from its raw logs and summary.
 
     The time series CSVs, FCT slowdown by size bucket and the queue-depth
@@ -72,21 +64,20 @@ def write_run_results(exp: "Experiment", run_dir: str | Path, out_dir: str | Pat
     ``summary.json``. ``t0_ns``: ``time.monotonic_ns()`` value of the agents'
     common start (``timeseries.monotonic_t0_from_unix``). Returns {file name: path}.
     """
-    out_dir = Path(out_dir)
-    res = load_results(exp, run_dir, t0_ns)      # converted once, for the CSVs and HPCC files
-    files = write_results(exp, run_dir, out_dir, t0_ns, results=res)
-    files.update(write_distributions(exp, out_dir, summary, res))
+    res = load_results(exp, rd.raw, t0_ns)      # converted once, for the CSVs and HPCC files
+    files = write_results(exp, rd.raw, rd, t0_ns, results=res)
+    files.update(write_distributions(exp, rd, summary, res))
     if hpcc:
-        files.update(write_hpcc(exp, out_dir, res, summary, **hpcc_options))
+        files.update(write_hpcc(exp, rd, res, summary.flows, **hpcc_options))
     # The plots read the CSVs back: the converted rows (a 64-host all-to-all's
     # 2.4 M flow-rate rows, a GB) go first, not held beside their copy.
     del res
     if plots:
-        files.update(plotter.plot(out_dir, summary) if plotter is not None
-                     else write_plots(out_dir, summary, fabric=exp.fabric))
-    files.update(write_hosts_csv(out_dir, summary))
-    files[SUMMARY] = atomic_write_text(out_dir / SUMMARY, json.dumps(summary, indent=1))
+        files.update(plotter.plot(rd.path, summary.as_dict()) if plotter is not None
+                     else write_plots(rd.path, summary.as_dict(), fabric=exp.fabric))
+    files.update(write_hosts_csv(rd, summary))
+    files[rd.SUMMARY] = summary.write(rd)
     return files
 
 
-__all__ = ["RAW_DIR", "RESULT_ENTRIES", "SUMMARY", "build_run_summary", "write_run_results"]
+__all__ = ["build_run_summary", "write_run_results"]

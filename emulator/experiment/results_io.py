@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable, Mapping
 
 from emulator.atomic import atomic_open
+from emulator.rundir import RawDir
 
 if TYPE_CHECKING:  # pragma: no cover
     from emulator.experiment.model import Experiment
@@ -36,8 +37,8 @@ RAW_COLUMNS: dict[str, tuple[tuple[str, Callable], ...]] = {
     "int": (("t_ns", int), ("qpn", int), ("hop", int), ("qlen_bytes", int), ("tx_bytes", int),
             ("ts_ns", int), ("rate_mbps", int), ("u", float), ("window_bytes", int)),
 }
-SWITCH_LOGS = ("qdepth", "events")
-HOST_LOGS = ("qp", "cnp", "flows", "pfc", "int")
+SWITCH_LOGS = RawDir.SWITCH_LOGS
+HOST_LOGS = RawDir.HOST_LOGS
 
 
 # ------------------------------------------------------------------ raw logs
@@ -152,15 +153,14 @@ class RawLogs:
     stats: dict[str, dict] = field(default_factory=dict)                     # sw -> stats.json
 
 
-def read_raw_logs(exp: "Experiment", run_dir: str | Path) -> RawLogs:
-    run_dir = Path(run_dir)
+def read_raw_logs(exp: "Experiment", run_dir: str | Path | RawDir) -> RawLogs:
+    rawdir = RawDir(run_dir)
     raw = RawLogs()
     for sw in exp.fabric.switches():
-        raw.switch[sw.name] = {k: read_raw_csv(run_dir / f"{sw.name}.{k}.csv", k)
-                               for k in SWITCH_LOGS}
-        raw.stats[sw.name] = read_stats(run_dir / f"{sw.name}.stats.json")
+        raw.switch[sw.name] = {k: read_raw_csv(rawdir.log(sw.name, k), k) for k in SWITCH_LOGS}
+        raw.stats[sw.name] = read_stats(rawdir.stats(sw.name))
     for h in exp.fabric.hosts():
-        raw.host[h.name] = {k: read_raw_csv(run_dir / f"{h.name}.{k}.csv", k) for k in HOST_LOGS}
+        raw.host[h.name] = {k: read_raw_csv(rawdir.log(h.name, k), k) for k in HOST_LOGS}
     return raw
 
 

@@ -17,13 +17,15 @@ from emulator.experiment.endpoints import dropped_flows
 from emulator.experiment.model import Experiment
 from emulator.experiment.outdir import OutputDir, output_dir
 from emulator.experiment.plotter import Plotter
-from emulator.experiment.results import RAW_DIR, RESULT_ENTRIES, build_run_summary, write_run_results
+from emulator.experiment.results import build_run_summary, write_run_results
 from emulator.experiment.servers import ServerGroup, add_collectives, plain_hosts, render_collectives
 from emulator.experiment.summary import render_slowdown_buckets, render_summary
+from emulator.experiment.summary_file import RunSummary
 from emulator.experiment.timeseries import monotonic_t0_from_unix
 from emulator.errors import ConfigError, EnvironmentProblem, RunAborted, WriteFailed
 from emulator.net import environment
 from emulator.net.fabric import FabricNet
+from emulator.rundir import RawDir, RunDir
 
 PROGRESS_INTERVAL_S = 1.0     # a progress line
 DONE_POLL_S = 0.05            # how soon the end of the traffic is seen
@@ -97,22 +99,23 @@ def run_experiment(exp: Experiment, out_dir: str | Path, console: Console | None
         return _run(exp, odir, console or Console(stderr=True), pcap, target, summary_only)
 
 
-def _fresh_run_dir(odir: OutputDir) -> Path:
-    """The run's raw directory, empty but for others' files: an earlier run's
-    agents' progress and result files would read as this run's ("done"
-    before it starts). Refused before anything is built if someone else's
-    entry holds a name the run writes."""
-    odir.claim(*RESULT_ENTRIES)
-    if (odir.path / RAW_DIR).exists():      # a run before this one in the same open directory
-        odir.remove(RAW_DIR)
-    run_dir = odir.path / RAW_DIR           # configs, logs and raw results of this run
-    run_dir.mkdir(exist_ok=True)            # a user's notes in it stay
-    return run_dir
+def _fresh_run_dir(odir: OutputDir) -> RunDir:
+    """The run's directory, its raw directory empty but for others' files: an
+    earlier run's agents' progress and result files would read as this run's
+    ("done" before it starts). Refused before anything is built if someone
+    else's entry holds a name the run writes."""
+    odir.claim(*RunDir.ENTRIES)
+    rd = RunDir(odir.path)
+    if rd.raw.path.exists():                # a run before this one in the same open directory
+        odir.remove(RunDir.RAW)
+    rd.raw.path.mkdir(exist_ok=True)        # a user's notes in it stay
+    return rd
 
 
 def _run(exp: Experiment, odir: OutputDir, console: Console, pcap: bool | str, target: str,
          summary_only: bool = False) -> dict:
-    run_dir, out_dir = _fresh_run_dir(odir), odir.path
+    rd = _fresh_run_dir(odir)
+    run_dir = rd.raw.path                   # configs, logs and raw results of this run
     phases = WallPhases()
     console.print(f"[bold]{exp.name}[/]: {len(exp.fabric.switches())} switches, "
                   f"{len(exp.fabric.hosts())} hosts, {len(exp.flows)} flows, "
@@ -125,7 +128,7 @@ def _run(exp: Experiment, odir: OutputDir, console: Console, pcap: bool | str, t
     plotter = []
     if not summary_only and (len(exp.fabric.switches()) + len(exp.fabric.hosts())
                              <= PLOTTER_EARLY_MAX_NODES):
-        plotter.append(Plotter.start(out_dir, exp.fabric))
+        plotter.append(Plotter.start(rd.path, exp.fabric))
     coordinator = virtual_time_coordinator(exp)
     pause_plotter = plotter[0].pause if plotter and coordinator is None else None
     try:
@@ -142,9 +145,9 @@ def _run(exp: Experiment, odir: OutputDir, console: Console, pcap: bool | str, t
             for p in plotter:
                 p.resume()
             if not summary_only and not plotter:
-                plotter.append(Plotter.start(out_dir, exp.fabric))
+                plotter.append(Plotter.start(rd.path, exp.fabric))
             phases.mark("teardown")
-            return _results(exp, out_dir, run_dir, console, pcap, target, phases, *done,
+            return _results(exp, rd, console, pcap, target, phases, *done,
                             summary_only=summary_only,
                             plotter=plotter[0] if plotter else None,
                             vtime=coordinator.stats() if coordinator is not None else None)
@@ -172,12 +175,12 @@ def virtual_time_coordinator(exp: Experiment):
     return Coordinator(peer_map(exp.fabric), ahead)
 
 
-def member_clock_totals(run_dir: Path) -> dict:
+def member_clock_totals(run_dir: Path | RawDir) -> dict:
     """Frames the switches' virtual clocks dropped as not ours (no trailer:
     nothing should send any) and took after their arrival time (a protocol
     bug if ever > 0), over every switch process once."""
     clocks = {}
-    for path in sorted(run_dir.glob("*.stats.json")):
+    for path in RawDir(run_dir).stats_files():
         with contextlib.suppress(OSError, ValueError):
             vt = json.loads(path.read_text()).get("virtual_time")
             if vt:
@@ -204,11 +207,11 @@ def run_on_fabric(fnet: FabricNet, exp: Experiment, out_dir: str | Path,
                           "supported yet: run the experiment with fabric-emu run")
     console = console or Console(stderr=True)
     with output_dir(out_dir) as odir:
-        run_dir = _fresh_run_dir(odir)
+        rd = _fresh_run_dir(odir)
         phases = WallPhases()
-        done = _traffic(fnet, exp, run_dir, console, phases, p4_stats=fnet.target == "bmv2",
+        done = _traffic(fnet, exp, rd.raw.path, console, phases, p4_stats=fnet.target == "bmv2",
                         baseline=True)
-        return _results(exp, odir.path, run_dir, console, False, fnet.target, phases, *done)
+        return _results(exp, rd, console, False, fnet.target, phases, *done)
 
 
 def _traffic(fnet: FabricNet, exp: Experiment, run_dir: Path, console: Console,
@@ -292,67 +295,69 @@ def _minus(now: dict, before: dict) -> dict:
             for k, cell in now.items()}
 
 
-def _results(exp: Experiment, out_dir: Path, run_dir: Path, console: Console,
+def _results(exp: Experiment, rd: RunDir, console: Console,
              pcap: bool | str, target: str, phases: WallPhases, agents, servers, counters,
              start_at_unix_ns, t0_ns, aborted, *, summary_only: bool = False,
              plotter: Plotter | None = None, vtime: dict | None = None) -> dict:
     """The run's summary and results files from what ``_traffic`` collected
-    (``summary_only``: summary.json alone, see ``run_experiment``)."""
-    summary = build_run_summary(exp, target, agents.results(), counters, run_dir,
+    (``summary_only``: summary.json alone, see ``run_experiment``); the
+    summary as written."""
+    summary = build_run_summary(exp, target, agents.results(), counters, rd,
                                 wall_s=phases.total_s())
-    summary["wall_phases_s"] = dict(phases.seconds)
+    summary.wall_phases_s = dict(phases.seconds)
     # The agents' common start as a Unix time: fabric time 0 of the results
     # (a wall stamp is start_unix_ns + fabric_ns * dilation).
-    summary["start_unix_ns"] = start_at_unix_ns
+    summary.start_unix_ns = start_at_unix_ns
     if vtime is not None:       # the windows of a virtual-time run (emulator.vtime)
-        summary["virtual_time"] = {**vtime, **member_clock_totals(run_dir)}
+        summary.virtual_time = {**vtime, **member_clock_totals(rd.raw)}
     if aborted:
-        return _keep_partial(exp, servers, summary, run_dir, out_dir, t0_ns, aborted, summary_only)
+        return _keep_partial(exp, servers, summary, rd, t0_ns, aborted, summary_only)
     if summary_only:
-        atomic_write_text(out_dir / "summary.json", json.dumps(summary, indent=1))
-        return summary
+        summary.write(rd)
+        return summary.as_dict()
     # The workload's block goes into the summary before summary.json is written.
-    files = add_collectives(exp, servers, summary, out_dir)
-    files.update(write_run_results(exp, run_dir, out_dir, t0_ns, summary,
+    files = add_collectives(exp, servers, summary, rd)
+    files.update(write_run_results(exp, rd, t0_ns, summary,
                                    dport=exp.spec.hpcc.dport, plotter=plotter))
     if pcap:            # "wall": wall-time stamps; else (True, "fabric") fabric time
-        files.update(write_captures(run_dir, out_dir, start_at_unix_ns, exp.dilation,
+        files.update(write_captures(rd, start_at_unix_ns, exp.dilation,
                                     "wall" if pcap == "wall" else "fabric"))
-    console.print(render_summary(summary))
-    if (buckets := render_slowdown_buckets(summary)) is not None:
+    written = summary.as_dict()
+    console.print(render_summary(written))
+    if (buckets := render_slowdown_buckets(written)) is not None:
         console.print(buckets)
-    if "collectives" in summary:
-        console.print(render_collectives(summary["collectives"]))
-    if (endpoint_table := render_endpoints(summary)) is not None:
+    if summary.collectives is not None:
+        console.print(render_collectives(summary.collectives))
+    if (endpoint_table := render_endpoints(written)) is not None:
         console.print(endpoint_table)
-    console.print(f"results in {out_dir}: summary.json, "
-                  + ", ".join(sorted(p.name for p in files.values() if p.name != "summary.json")))
-    return summary
+    console.print(f"results in {rd}: {rd.SUMMARY}, "
+                  + ", ".join(sorted(p.name for p in files.values() if p.name != rd.SUMMARY)))
+    return written
 
 
-def _keep_partial(exp: Experiment, servers: ServerGroup, summary: dict, run_dir: Path,
-                  out_dir: Path, t0_ns: int, aborted: RunAborted, summary_only: bool = False) -> dict:
+def _keep_partial(exp: Experiment, servers: ServerGroup, summary: RunSummary, rd: RunDir,
+                  t0_ns: int, aborted: RunAborted, summary_only: bool = False) -> dict:
     """summary.json of a run that ended early: what its processes wrote,
     ``complete`` false and ``aborted`` saying why; then raise ``aborted``
     (one line, with where the partial results are). The other results
     files are written as far as the partial raw logs allow (none with
     ``summary_only``)."""
-    summary["complete"] = False
-    summary["aborted"] = str(aborted)
+    summary.complete = False
+    summary.aborted = str(aborted)
     written = False
     if not summary_only:
         try:
-            add_collectives(exp, servers, summary, out_dir)
-            summary["complete"] = False
-            write_run_results(exp, run_dir, out_dir, t0_ns, summary, dport=exp.spec.hpcc.dport)
+            add_collectives(exp, servers, summary, rd)
+            summary.complete = False
+            write_run_results(exp, rd, t0_ns, summary, dport=exp.spec.hpcc.dport)
             written = True
         except WriteFailed:
             raise           # the disk is full: one line says which file
         except Exception:   # a raw log cut short by a killed process: summary.json alone
             pass
     if not written:
-        atomic_write_text(out_dir / "summary.json", json.dumps(summary, indent=1))
-    raise RunAborted(f"{aborted}; partial results in {out_dir / 'summary.json'}")
+        summary.write(rd)
+    raise RunAborted(f"{aborted}; partial results in {rd.summary}")
 
 
 def _wait_with_progress(fnet: FabricNet, agents: AgentGroup, exp: Experiment, console: Console,
@@ -411,12 +416,13 @@ def write_stats_window(fabric_dir: Path, run_dir: Path, start: dict[str, dict],
     ``stats.json`` is its ``end`` snapshot (counters and peaks since
     ``start``), and its raw logs are the rows appended between the two
     snapshots, under the logs' header."""
+    raw, fabric_raw = RawDir(run_dir), RawDir(fabric_dir)
     for name, stats in end.items():
-        atomic_write_text(run_dir / f"{name}.stats.json", json.dumps(stats, indent=1))
+        atomic_write_text(raw.stats(name), json.dumps(stats, indent=1))
         first = start.get(name, {}).get("raw_log_bytes", {})
         for kind, last in stats.get("raw_log_bytes", {}).items():
-            src = fabric_dir / f"{name}.{kind}.csv"
-            with src.open("rb") as f, atomic_open(run_dir / src.name, "wb") as out:
+            src = fabric_raw.log(name, kind)
+            with src.open("rb") as f, atomic_open(raw.log(name, kind), "wb") as out:
                 out.write(f.readline())                   # the header
                 f.seek(max(first.get(kind, 0), f.tell()))
                 out.write(f.read(last - f.tell()))
@@ -442,5 +448,5 @@ def write_p4_counter_stats(controller, run_dir: Path, before: dict | None = None
             "paused_ns": None, "max_depth_bytes": None})
     for sw in controller.conns:
         ports = [{"port": port, "priorities": prios} for port, prios in sorted(by_switch.get(sw, {}).items())]
-        atomic_write_text(run_dir / f"{sw}.stats.json",
+        atomic_write_text(RawDir(run_dir).stats(sw),
                           json.dumps({"source": "fabric.p4 counters", "ports": ports}, indent=1))

@@ -23,11 +23,13 @@ from emulator.experiment.endpoints import agent_keys
 from emulator.experiment.fidelity import add_collectives_fidelity
 from emulator.experiment.resolved import Experiment
 from emulator.experiment.plots import plot_busbw
+from emulator.experiment.summary_file import RunSummary
 from emulator.net.fabric import FabricNet
 from emulator.schema.agent import (
     CollectiveAgentConfig, GpuNicConfig, NvlinkConfig, ReadClientConfig, StorageAgentConfig,
     StorageReaderConfig,
 )
+from emulator.rundir import RawDir, RunDir
 from emulator.schema.load import ProcessConfig
 
 GPU_NIC_KEYS = ("gpudirect", "staging_rate_bps", "staging_latency_ns")
@@ -76,14 +78,14 @@ def server_configs(exp: Experiment, run_dir: Path, start_at_unix_ns: int | None,
             nics=[gpu_nic_config(exp, n) for n in srv.nics], rank_ips=rank_ips,
             nvlink=NvlinkConfig(rate_bps=srv.nvlink_rate_bps / d, delay_ns=srv.nvlink_delay_ns * d),
             workload=workload, start_at_unix_ns=start_at_unix_ns, deadline_s=exp.wall_limit_s,
-            ready_path=gate(srv.name), result_path=str(run_dir / f"{srv.name}.result.json"),
+            ready_path=gate(srv.name), result_path=str(RawDir(run_dir).result(srv.name)),
             storage=readers.get(srv.name))
     if storage:
         out[wp.storage_server] = StorageAgentConfig(
             nic=nic_config(exp, wp.storage_nic), block_bytes=st.block_bytes, blocks=st.blocks,
             storage_latency_ns=int(st.storage_latency_us * 1000 * d), clients=clients,
             deadline_s=exp.wall_limit_s + 30, ready_path=gate(wp.storage_server),
-            result_path=str(run_dir / f"{wp.storage_server}.result.json"))
+            result_path=str(RawDir(run_dir).result(wp.storage_server)))
     return out
 
 
@@ -146,8 +148,8 @@ def collectives_block(exp: Experiment, results: dict[str, dict]) -> dict:
     return out
 
 
-def write_collectives(out_dir: Path, block: dict) -> dict[str, Path]:
-    return report.write(out_dir, block["results"], block["training"])
+def write_collectives(rd: RunDir, block: dict) -> dict[str, Path]:
+    return report.write(rd, block["results"], block["training"])
 
 
 def render_collectives(block: dict) -> Table:
@@ -186,18 +188,19 @@ def plain_hosts(exp: Experiment) -> set[str] | None:
     return {f.src for f in exp.flows} | {f.dst for f in exp.flows}
 
 
-def add_collectives(exp: Experiment, group: ServerGroup, summary: dict, out_dir: Path) -> dict:
-    """summary["collectives"] and the collectives.* files; {} without a workload."""
+def add_collectives(exp: Experiment, group: ServerGroup, summary: RunSummary,
+                    rd: RunDir) -> dict:
+    """The summary's ``collectives`` and the collectives.* files; {} without a workload."""
     if exp.workload is None:
         return {}
     block = collectives_block(exp, group.results())
-    summary["collectives"] = block
+    summary.collectives = block
     add_collectives_fidelity(summary, block)
-    summary["complete"] = bool(summary.get("complete")) and block["complete"]
-    files = {p.name: p for p in write_collectives(out_dir, block).values()}
+    summary.complete = summary.complete and block["complete"]
+    files = {p.name: p for p in write_collectives(rd, block).values()}
     nic = exp.fabric.server(exp.workload.servers[0]).nics[0]
     link_GBps = exp.fabric.links[exp.fabric.ports(nic)[0].link_index].rate_bps / 8e9
-    png = plot_busbw(block["results"], out_dir / "collectives.png", link_GBps)
+    png = plot_busbw(block["results"], rd.file(rd.COLLECTIVES_PNG), link_GBps)
     if png is not None:
         files[png.name] = png
     return files

@@ -33,7 +33,9 @@ from emulator.experiment.fidelity import (
 from emulator.experiment.ideal_fct import flow_paths, flow_priority, standalone_fct_ns
 from emulator.experiment.model import Experiment
 from emulator.experiment.results_io import read_stats, stats_by_port_priority
+from emulator.experiment.summary_file import Fidelity, RunSummary
 from emulator.experiment.time_mode import VIRTUAL, run_time_mode
+from emulator.rundir import RawDir
 
 SUMMARY_VERSION = 6           # 2: ports[].priorities, flows[].priority/standalone_fct_ns/fct_slowdown
                               # 3: fell_behind in fabric time: switches[] lateness, nics[], fidelity
@@ -106,9 +108,42 @@ def _ib_port_entry(stats: dict, port: int, counters: dict, d: float) -> dict:
 
 
 def build_summary(exp: Experiment, target: str, agent_results: dict[str, dict],
-                  counters: dict[tuple[str, int], dict], run_dir: Path, wall_s: float) -> dict:
+                  counters: dict[tuple[str, int], dict], run_dir: Path | RawDir,
+                  wall_s: float) -> RunSummary:
+    """The run's summary from its agents' results, the switches' ``counters``
+    and the raw directory's stats; the endpoint and workload blocks, the
+    runner's and the dilation's keys are added later (``RunSummary``)."""
+    raw = RawDir(run_dir)
+    flows, fabric_ns = _flow_entries(exp, agent_results)
+    stats = {sw.name: read_stats(raw.stats(sw.name)) for sw in exp.fabric.switches()}
+    ports = _port_entries(exp, stats, counters)
+    nic_stats = nic_stats_by_host(exp, agent_results, raw)
+    fid = run_fidelity(exp, stats, nic_stats)
+    switches = [{"node": sw.name, "device_id": exp.fabric.device_id(sw.name),
+                 "tx_packets": sum(p["tx_packets"] for p in ports if p["node"] == sw.name),
+                 **fid["switches"][sw.name]} for sw in exp.fabric.switches()]
+    nics = [{"node": h, **v} for h, v in fid["nics"].items()]
+    fidelity = {k: v for k, v in fid.items() if k not in ("switches", "nics", "fell_behind")}
+    summary = RunSummary(
+        summary_version=SUMMARY_VERSION,
+        experiment=exp.name, source=exp.source, topology=exp.fabric.name,
+        target=target, link_layer=exp.fabric.link_layer,
+        time=run_time_mode(exp), dilation=exp.dilation, wall_s=round(wall_s, 3),
+        fabric_ns=fabric_ns, fell_behind=fid["fell_behind"],
+        complete=all(f["complete"] for f in flows),
+        lossless_priorities=lossless_priorities(exp),
+        flows=flows, ports=ports, switches=switches, nics=nics,
+        fidelity=Fidelity(**fidelity))
+    add_link_losses(summary, link_losses(ports, nic_stats))
+    add_socket_drops(summary, socket_drops(ports, nic_stats))
+    add_headroom_drops(summary, headroom_drops(ports))
+    return summary
+
+
+def _flow_entries(exp: Experiment, agent_results: dict[str, dict]) -> tuple[list[dict], int]:
+    """summary.json's ``flows``, and the fabric time from the first post to
+    the last completion (``fabric_ns``)."""
     d = exp.dilation
-    run_dir = Path(run_dir)
     sent = {}
     received = {}
     for res in agent_results.values():
@@ -144,7 +179,15 @@ def build_summary(exp: Experiment, target: str, agent_results: dict[str, dict],
             # what the sender's QP went through (host agent results)
             **{k: int(s.get(k, 0)) for k in FLOW_RECOVERY_COUNTERS},
         })
-    stats = {sw.name: read_stats(run_dir / f"{sw.name}.stats.json") for sw in exp.fabric.switches()}
+    fabric_ns = round((last_done - first_post) / d) if first_post and last_done else 0
+    return flows, fabric_ns
+
+
+def _port_entries(exp: Experiment, stats: dict[str, dict],
+                  counters: dict[tuple[str, int], dict]) -> list[dict]:
+    """summary.json's ``ports``: every switch port's counters (``counters``:
+    fabric.p4's) and its switch's stats (``stats``: per switch)."""
+    d = exp.dilation
     ports = []
     ib = exp.fabric.link_layer == "infiniband"
     for sw in exp.fabric.switches():
@@ -168,30 +211,7 @@ def build_summary(exp: Experiment, target: str, agent_results: dict[str, dict],
                 "rx_socket_drops": _socket_drops(_port_stats(stats[sw.name], p.port_no)),
                 "priorities": _priority_entries(per_queue, p.port_no, d),
             })
-    nic_stats = nic_stats_by_host(exp, agent_results, run_dir)
-    fid = run_fidelity(exp, stats, nic_stats)
-    switches = [{"node": sw.name, "device_id": exp.fabric.device_id(sw.name),
-                 "tx_packets": sum(p["tx_packets"] for p in ports if p["node"] == sw.name),
-                 **fid["switches"][sw.name]} for sw in exp.fabric.switches()]
-    nics = [{"node": h, **v} for h, v in fid["nics"].items()]
-    fell_behind = fid["fell_behind"]
-    fidelity = {k: v for k, v in fid.items() if k not in ("switches", "nics", "fell_behind")}
-    fabric_ns = round((last_done - first_post) / d) if first_post and last_done else 0
-    summary = {
-        "summary_version": SUMMARY_VERSION,
-        "experiment": exp.name, "source": exp.source, "topology": exp.fabric.name,
-        "target": target, "link_layer": exp.fabric.link_layer,
-        "time": run_time_mode(exp), "dilation": d, "wall_s": round(wall_s, 3),
-        "fabric_ns": fabric_ns, "fell_behind": fell_behind,
-        "complete": all(f["complete"] for f in flows),
-        "lossless_priorities": lossless_priorities(exp),
-        "flows": flows, "ports": ports, "switches": switches, "nics": nics,
-        "fidelity": fidelity,
-    }
-    add_link_losses(summary, link_losses(ports, nic_stats))
-    add_socket_drops(summary, socket_drops(ports, nic_stats))
-    add_headroom_drops(summary, headroom_drops(ports))
-    return summary
+    return ports
 
 
 def lossless_priorities(exp: Experiment) -> list[int]:

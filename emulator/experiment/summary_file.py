@@ -1,12 +1,22 @@
-"""Reading a ``summary.json`` written earlier (``fabric-emu show``, ``Result.load``).
+"""summary.json: the model a run writes (``RunSummary``, its one writer) and
+the check of one read back (``read_summary``: ``fabric-emu show``, ``Result.load``).
 
-The file may be anything by the time it is read: cut short by a full disk
-(before result files were written atomically), edited by hand, another
-program's JSON, a device or a file of gigabytes. ``read_summary`` reads at
-most ``MAX_SUMMARY_BYTES`` (a 64-host all-to-all's summary is a few MB) and
-checks the fields the summary tables read (``SummaryFile``: their types;
-every other field is kept as it is), so that a damaged file is one line
-naming it and what is wrong, never a traceback half-way through a table.
+``RunSummary`` is the summary of this version (``SUMMARY_VERSION``) as the
+run builds it (``experiment.summary``), then adds to it: its top-level keys
+typed, the blocks the run changes typed (``fidelity``), the big per-flow,
+per-port and per-workload blocks kept as the JSON they are. It is written
+once, by ``RunSummary.write`` -- the keys in the order of its fields, a key
+not set absent -- and rewritten only with the dilation's provenance
+(``experiment.dilation``). Its users see summary.json's dict: ``as_dict``.
+
+A file read back may be anything by then: cut short by a full disk (before
+result files were written atomically), edited by hand, another program's
+JSON, a device, a file of gigabytes, or a summary of an earlier version.
+``read_summary`` reads at most ``MAX_SUMMARY_BYTES`` (a 64-host
+all-to-all's summary is a few MB) and checks the fields the summary tables
+read (``SummaryFile``: their types; every other field is kept as it is), so
+that a damaged file is one line naming it and what is wrong, never a
+traceback half-way through a table.
 """
 from __future__ import annotations
 
@@ -14,11 +24,13 @@ import json
 import os
 import stat
 from pathlib import Path
-from typing import Literal, Optional
+from typing import Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
+from emulator.atomic import atomic_write_text
 from emulator.errors import FabricEmuError
+from emulator.rundir import RunDir
 
 MAX_SUMMARY_BYTES = 64 << 20
 
@@ -190,13 +202,94 @@ class SummaryFile(_Part):
     isolation: _Isolation = None            # type: ignore[assignment]
 
 
+# ------------------------------------------------------------------ written
+
+Number = Union[int, float]      # as computed: an int is not made a float (1, not 1.0)
+Block = dict[str, Any]          # a block kept as the JSON it is
+
+
+class _Written(BaseModel):
+    # strict: a value of another type is the run's bug, not a value to convert
+    model_config = ConfigDict(strict=True, validate_assignment=True, extra="forbid")
+
+    def as_dict(self) -> dict:
+        """The keys set, in the order of the fields (summary.json's); the
+        blocks as they are (shared, not copied)."""
+        return {name: (v.as_dict() if isinstance(v, _Written) else v)
+                for name in type(self).model_fields if name in self.model_fields_set
+                for v in (getattr(self, name),)}
+
+
+class Fidelity(_Written):
+    """``fidelity``: the verdict's rule and limits (``experiment.fidelity``), the
+    worst ratio of a lateness to its limit and who was behind; with a
+    workload, the limit of its phases' lost time."""
+
+    worst_ratio: Number
+    rule: str
+    switch_p99_limit_frames: Optional[Number]
+    switch_p99_limit_hops: Optional[Number]
+    nic_mean_limit_frames: Optional[Number]
+    behind: list[str]
+    lost_limit_fraction: Optional[Number] = None
+
+
+class RunSummary(_Written):
+    """summary.json as this version writes it (README.md, "summary.json").
+    A field with a default is absent from the file until set."""
+
+    summary_version: int
+    experiment: str
+    source: str
+    topology: str
+    target: str
+    link_layer: Literal["roce", "infiniband"]
+    time: Literal["virtual", "dilated"]
+    dilation: Number
+    wall_s: Number
+    fabric_ns: int
+    fell_behind: bool
+    complete: bool
+    lossless_priorities: list[int]
+    flows: list[Block]
+    ports: list[Block]
+    switches: list[Block]
+    nics: list[Block]
+    fidelity: Fidelity
+    # what the emulation lost, folded into the verdict (``fidelity.add_*``)
+    link_losses: Optional[list[Block]] = None
+    socket_drops: Optional[list[Block]] = None
+    headroom_drops: Optional[list[Block]] = None
+    # with an ``endpoints:`` section (``experiment.endpoint_results``)
+    hosts: Optional[list[Block]] = None
+    tenants: Optional[dict[str, Block]] = None
+    isolation: Optional[Block] = None
+    generated_traffic: Optional[list[Block]] = None     # poisson entries' (``traffic_gen``)
+    # the runner's: where the wall time went, fabric time 0, virtual time's windows
+    wall_phases_s: Optional[dict[str, Number]] = None
+    start_unix_ns: Optional[int] = None
+    virtual_time: Optional[Block] = None
+    aborted: Optional[str] = None           # why a run ended early
+    collectives: Optional[Block] = None     # a workload's (``experiment.servers``)
+    fct_slowdown_buckets: Optional[Block] = None        # ``experiment.distributions``
+    queue_depth_dist: Optional[Block] = None
+    # the dilation's provenance (``experiment.dilation``)
+    dilation_chosen_by: Optional[str] = None
+    dilation_reruns: Optional[list[Block]] = None
+    dilation_calibration: Optional[Block] = None
+
+    def write(self, where: "str | Path | RunDir") -> Path:
+        """summary.json into the run directory ``where`` (atomically): the one writer."""
+        return atomic_write_text(RunDir.of(where).summary, json.dumps(self.as_dict(), indent=1))
+
+
 def read_summary(path: str | Path) -> dict:
     """A run's summary (``path``: its results directory or the file), checked;
     ``FabricEmuError``, one line naming the file and what is wrong, if it is
     not one."""
     path = Path(path)
     if path.is_dir():
-        path = path / "summary.json"
+        path = RunDir(path).summary
     data = _read_bounded(path)
     if not data.strip():
         raise _bad(path, f"empty ({len(data)} bytes): a run cut short before writing it?")
@@ -242,4 +335,4 @@ def _bad(path: Path, why: str) -> FabricEmuError:
     return FabricEmuError(f"{path}: not a run's summary.json: {why}")
 
 
-__all__ = ["MAX_SUMMARY_BYTES", "SummaryFile", "read_summary"]
+__all__ = ["MAX_SUMMARY_BYTES", "Fidelity", "RunSummary", "SummaryFile", "read_summary"]

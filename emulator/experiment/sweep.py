@@ -46,13 +46,13 @@ from emulator.atomic import atomic_open, atomic_savefig
 from emulator.errors import ConfigError
 from emulator.experiment.model import Experiment, experiment_from_dict, read_experiment_data
 from emulator.experiment.outdir import output_dir
+from emulator.rundir import RunDir
 from emulator.schema.paths import path_tokens, point_name, set_path, value_label  # noqa: F401 (re-exported)
 
 SWEEP_COLUMNS = ("value", "run_dir", "flows", "completed_flows", "complete", "fell_behind",
                  "fabric_us", "fct_mean_us", "fct_p50_us", "fct_p99_us", "slowdown_mean",
                  "slowdown_p99", "ecn_marks", "pauses", "paused_us", "drops", "headroom_drops",
                  "max_queue_bytes")
-SWEEP_FILES = ("sweep.csv", "sweep.png")
 
 RunOne = Callable[[Experiment, Path], Mapping]
 
@@ -151,15 +151,13 @@ def run_summary_paths(out_dir: str | Path) -> list[Path]:
     ``sweep.csv``; a point that left no summary is skipped). Never the
     calibration's runs nor runs set aside after falling behind, which lie
     beside them."""
-    out_dir = Path(out_dir)
-    top = out_dir / "summary.json"
-    if top.exists():
-        return [top]
-    csv_path = out_dir / "sweep.csv"
-    if not csv_path.exists():
+    rd = RunDir.of(out_dir)
+    if rd.summary.exists():
+        return [rd.summary]
+    if not rd.sweep_csv.exists():
         return []
-    with csv_path.open(newline="") as fh:
-        paths = [out_dir / r["run_dir"] / "summary.json" for r in csv.DictReader(fh)]
+    with rd.sweep_csv.open(newline="") as fh:
+        paths = [rd.point(r["run_dir"]).summary for r in csv.DictReader(fh)]
     return [p for p in paths if p.exists()]
 
 
@@ -243,14 +241,14 @@ def run_sweep(path: str | Path, out_dir: str | Path, run_one: RunOne, *,
     data = read_experiment_data(path) if data is None else data
     sweep, points = expand_sweep(data, path, target)
     with output_dir(out_dir, force=force, what="sweep") as odir:
-        odir.claim(*SWEEP_FILES, *(pt.name for pt in points))
+        odir.claim(*RunDir.SWEEP, *(pt.name for pt in points))
         rows: list[dict] = []
-        csv_path = odir.path / SWEEP_FILES[0]
+        rd = RunDir(odir.path)
         for pt in points:
-            summary = run_one(pt.experiment, odir.path / pt.name)
+            summary = run_one(pt.experiment, rd.point(pt.name).path)
             rows.append({"value": pt.value, "run_dir": pt.name, **summary_metrics(summary or {})})
-            write_sweep_csv(csv_path, rows)
-        plot_sweep(odir.path / SWEEP_FILES[1], rows, sweep.parameter)
+            write_sweep_csv(rd.sweep_csv, rows)
+        plot_sweep(rd.sweep_png, rows, sweep.parameter)
     return rows
 
 

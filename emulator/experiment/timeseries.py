@@ -56,20 +56,21 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from emulator.experiment.results_io import RawLogs, read_raw_logs, write_csv
+from emulator.rundir import RunDir
 
 if TYPE_CHECKING:  # pragma: no cover
     from emulator.experiment.model import Experiment
 
 RESULT_COLUMNS: dict[str, tuple[str, ...]] = {
-    "queue_depth.csv": ("time_ns", "node", "port", "priority", "depth_bytes"),
-    "flow_rate.csv": ("time_ns", "flow_id", "src", "dst", "rate_gbps"),
-    "dcqcn_rate.csv": ("time_ns", "host", "qpn", "flow_id", "rate_gbps", "alpha", "event"),
-    "pfc_events.csv": ("time_ns", "node", "port", "peer", "priority", "event", "quanta"),
-    "ecn_marks.csv": ("time_ns", "node", "port", "priority", "depth_bytes"),
-    "cnp.csv": ("time_ns", "host", "qpn", "flow_id", "direction"),
-    "drops.csv": ("time_ns", "node", "port", "priority", "bytes"),
-    "int_hops.csv": ("time_ns", "host", "qpn", "flow_id", "hop", "node", "port", "qlen_bytes",
-                     "tx_bytes", "ts_ns", "rate_gbps", "u", "window_bytes"),
+    RunDir.QUEUE_DEPTH_CSV: ("time_ns", "node", "port", "priority", "depth_bytes"),
+    RunDir.FLOW_RATE_CSV: ("time_ns", "flow_id", "src", "dst", "rate_gbps"),
+    RunDir.DCQCN_RATE_CSV: ("time_ns", "host", "qpn", "flow_id", "rate_gbps", "alpha", "event"),
+    RunDir.PFC_EVENTS_CSV: ("time_ns", "node", "port", "peer", "priority", "event", "quanta"),
+    RunDir.ECN_MARKS_CSV: ("time_ns", "node", "port", "priority", "depth_bytes"),
+    RunDir.CNP_CSV: ("time_ns", "host", "qpn", "flow_id", "direction"),
+    RunDir.DROPS_CSV: ("time_ns", "node", "port", "priority", "bytes"),
+    RunDir.INT_HOPS_CSV: ("time_ns", "host", "qpn", "flow_id", "hop", "node", "port",
+                          "qlen_bytes", "tx_bytes", "ts_ns", "rate_gbps", "u", "window_bytes"),
 }
 PFC_EVENTS = ("pause_tx", "resume_tx", "pause_rx", "resume_rx")
 # Window of the per-flow goodput in flow_rate.csv (fabric ns): ACKs come every
@@ -102,10 +103,10 @@ class Results:
     end_ns: float = 0.0       # the latest fabric time any log reached
 
     def tables(self) -> dict[str, list[dict]]:
-        return {"queue_depth.csv": self.queue_depth, "flow_rate.csv": self.flow_rate,
-                "dcqcn_rate.csv": self.dcqcn_rate, "pfc_events.csv": self.pfc_events,
-                "ecn_marks.csv": self.ecn_marks, "cnp.csv": self.cnp, "drops.csv": self.drops,
-                "int_hops.csv": self.int_hops}
+        return {RunDir.QUEUE_DEPTH_CSV: self.queue_depth, RunDir.FLOW_RATE_CSV: self.flow_rate,
+                RunDir.DCQCN_RATE_CSV: self.dcqcn_rate, RunDir.PFC_EVENTS_CSV: self.pfc_events,
+                RunDir.ECN_MARKS_CSV: self.ecn_marks, RunDir.CNP_CSV: self.cnp,
+                RunDir.DROPS_CSV: self.drops, RunDir.INT_HOPS_CSV: self.int_hops}
 
 
 def _int_hop_row(paths, flows: dict, host: str, qp_flow: dict, r: dict, ft) -> dict:
@@ -233,18 +234,18 @@ def _sort_key(row: dict):
 
 # ------------------------------------------------------------------- writing
 
-def write_results(exp: "Experiment", run_dir: str | Path, out_dir: str | Path, t0_ns: int, *,
-                  results: Results | None = None) -> dict[str, Path]:
+def write_results(exp: "Experiment", run_dir: str | Path, out_dir: "str | Path | RunDir",
+                  t0_ns: int, *, results: Results | None = None) -> dict[str, Path]:
     """Write the CSV time series of a run (see the module docstring) into ``out_dir``.
 
     ``t0_ns``: ``time.monotonic_ns()`` value of the agents' common start (the
     origin of fabric time). ``results``: the raw logs already converted
     (``load_results``); read from ``run_dir`` if not given. Returns {file name: path}.
     """
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    rd = RunDir.of(out_dir)
+    rd.path.mkdir(parents=True, exist_ok=True)
     res = results if results is not None else load_results(exp, run_dir, t0_ns)
-    return {name: write_csv(out_dir / name, RESULT_COLUMNS[name], rows)
+    return {name: write_csv(rd.file(name), RESULT_COLUMNS[name], rows)
             for name, rows in res.tables().items()}
 
 

@@ -56,6 +56,7 @@ from emulator.ib.pipeline import DROP_PORT, IbPipeline
 from emulator.ib.port import IbEgressPort
 from emulator.link import CommitWire, Wire
 from emulator.p4.p4info import IB_P4INFO, P4Info
+from emulator.rundir import RawDir
 from emulator.schema.switch import PortConfig, SwitchConfig
 from emulator.wire import ETH_HDR_BYTES, ETH_P_IB_DATA, ETH_P_IB_LINK
 
@@ -132,7 +133,7 @@ class IbSwitch:
         run_dir = cfg.run_dir
         self.ports: dict[int, IbSwitchPort] = {}
         for p in cfg.ports:
-            pcap = IbPcapWriter(run_dir / f"{p.ifname}.pcap", clock) \
+            pcap = IbPcapWriter(RawDir(run_dir).port_pcap(p.ifname), clock) \
                 if cfg.pcap and run_dir is not None else None
             self.ports[p.port_no] = IbSwitchPort(p, self.vls, self.params, clock, pcap,
                                                  self._sender(p.port_no))

@@ -32,6 +32,7 @@ from emulator.errors import EnvironmentProblem, FabricEmuError
 from emulator.wire import WIRE_OVERHEAD_BYTES
 from emulator.net.lifeline import set_pdeathsig
 from emulator.net.nodes import READY_TIMEOUT_S, StartedSideBySide, stop_process, wait_for_tcp
+from emulator.rundir import RawDir
 
 SWITCH_BINARY = "simple_switch_grpc"
 CLI_BINARY = "simple_switch_CLI"
@@ -182,7 +183,7 @@ class Bmv2Switch(StartedSideBySide, Switch):
         self.port_links = port_links
         self.options = options
         self.proc: subprocess.Popen | None = None
-        self.log_path = self.run_dir / f"{name}.log"
+        self.log_path = RawDir(run_dir).process_log(name)
 
     @property
     def grpc_address(self) -> str:
@@ -191,7 +192,7 @@ class Bmv2Switch(StartedSideBySide, Switch):
     def command(self) -> list[str]:
         cmd = [shutil.which(SWITCH_BINARY) or SWITCH_BINARY, "--device-id", str(self.device_id),
                "--thrift-port", str(self.thrift_port), "--no-p4",
-               "--log-file", str(self.run_dir / f"{self.name}.bmv2"),
+               "--log-file", str(RawDir(self.run_dir).bmv2_log(self.name)),
                "--log-level", self.options.get("log_level", "warn"), "--log-flush"]
         for port_no, intf in sorted(self.intfs.items()):
             if intf.name != "lo":

@@ -46,13 +46,14 @@ from pathlib import Path
 
 from emulator.errors import EnvironmentProblem, FabricEmuError
 from emulator.net.lifeline import RUNNER_PID_ENV, set_pdeathsig
+from emulator.rundir import RawDir
 from emulator.schema.cluster import LOCAL, ClusterServerSpec, ClusterSpec
 from emulator.schema.load import FieldError
 
 CONNECT_TIMEOUT_S = 15.0
 MIRROR_INTERVAL_S = 0.25
 # What the runner reads while a run goes; the rest is gathered at the end.
-LIVE_FILES = ("*.ready", "*.progress.json", "*.stats.json", "*.result.json")
+LIVE_FILES = RawDir.LIVE
 # Passed to remote processes: the runner's settings, never its identity.
 _ENV_PREFIX = "FABRIC_EMU_"
 # Where a remote server's processes reach the runner's virtual-time

@@ -41,6 +41,8 @@ import traceback
 from pathlib import Path
 from typing import BinaryIO
 
+from emulator.rundir import RawDir
+
 from . import netns
 
 # module run as ``python -m`` -> the module whose ``main(argv) -> int`` it calls
@@ -123,7 +125,7 @@ class ForkServer:
         self.env = dict(env)
         self.entry_points = {**ENTRY_POINTS, **{m: m for m in more_entry_points}}
         self._ctl, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        self.log_path = None if run_dir is None else Path(run_dir) / "forkserver.log"
+        self.log_path = None if run_dir is None else RawDir(run_dir).forkserver_log
         # what the server writes before it is adopted (or all of it, never adopted)
         self._early_log = tempfile.TemporaryFile() if run_dir is None else None
         with (open(self.log_path, "w") if self.log_path else os.fdopen(
@@ -143,7 +145,7 @@ class ForkServer:
         run's leftovers checks expect) and children get ``env``. Sent at once,
         handled when the server is ready; the server does not answer it."""
         self.env = dict(env)
-        self.log_path = Path(run_dir) / "forkserver.log"
+        self.log_path = RawDir(run_dir).forkserver_log
         log = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
             with self._lock:

@@ -20,6 +20,7 @@ from pathlib import Path
 from mininet.node import Host, Switch
 
 from emulator.errors import FabricEmuError
+from emulator.rundir import RawDir
 from emulator.schema.switch import (
     PortConfig, SwitchConfig, SwitchPackConfig, snapshot_request_path,
 )
@@ -100,8 +101,8 @@ class EmbeddedP4Switch(StartedSideBySide, Switch):
         self.port_links = port_links
         self.options = options
         self.proc: subprocess.Popen | None = None
-        self.log_path = self.run_dir / f"{name}.log"
-        self.stats_path = self.run_dir / f"{name}.stats.json"
+        self.log_path = RawDir(run_dir).process_log(name)
+        self.stats_path = RawDir(run_dir).stats(name)
 
     @property
     def grpc_address(self) -> str:
@@ -116,7 +117,7 @@ class EmbeddedP4Switch(StartedSideBySide, Switch):
             rate_bps, delay_ns = self.port_links[port_no]
             ports.append(PortConfig(port_no=port_no, ifname=intf.name, rate_bps=rate_bps,
                                     delay_ns=delay_ns))
-        cfg_path = self.run_dir / f"{self.name}.switch.json"
+        cfg_path = RawDir(self.run_dir).switch_config(self.name)
         SwitchConfig(name=self.name, device_id=self.device_id, grpc_port=self.grpc_port,
                      ports=ports, stats_path=str(self.stats_path), **self.options).write(cfg_path)
         return cfg_path
@@ -137,12 +138,12 @@ class EmbeddedP4Switch(StartedSideBySide, Switch):
             if sw.pack is not None:
                 packs.setdefault(sw.pack, []).append(sw)
         for name, members in packs.items():
-            run_dir = members[0].run_dir
-            config = run_dir / f"{name}.pack.json"
-            SwitchPackConfig(members=[str(sw.run_dir / f"{sw.name}.switch.json")
+            raw = RawDir(members[0].run_dir)
+            config = raw.pack_config(name)
+            SwitchPackConfig(members=[str(RawDir(sw.run_dir).switch_config(sw.name))
                                       for sw in members],
                              vtime_socket=members[0].options.get("vtime_socket")).write(config)
-            log = run_dir / f"{name}.log"
+            log = raw.process_log(name)
             proc = members[0].forkserver.spawn("emulator.dataplane.pack", [str(config)], log)
             for sw in members:
                 sw.proc, sw.log_path = proc, log

@@ -24,6 +24,8 @@ import sys
 import time
 from pathlib import Path
 
+from emulator.rundir import RawDir
+
 STAND_DOWN = b"x"
 REAP_LIMIT_S = 10.0       # the lock is held meanwhile: never longer
 
@@ -36,12 +38,12 @@ class Watchdog:
         """nodes: the fabric's Mininet node names; interfaces: its switches'
         ports (root namespace); keep_fds: descriptors the watchdog holds
         until it exits (the run lock)."""
-        spec = run_dir / "watchdog.json"
+        spec = RawDir(run_dir).watchdog
         spec.write_text(json.dumps({"run_dir": str(run_dir), "nodes": nodes,
                                     "interfaces": interfaces, "runner_pid": os.getpid()}))
         r, self._w = os.pipe()     # both ends close-on-exec: no other child inherits them
         try:
-            with open(run_dir / "watchdog.log", "w") as log:
+            with open(RawDir(run_dir).watchdog_log, "w") as log:
                 self.proc = subprocess.Popen(
                     [sys.executable, "-m", "emulator.net.watchdog", str(r), str(spec)],
                     pass_fds=(r, *keep_fds), start_new_session=True,

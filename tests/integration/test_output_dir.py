@@ -14,7 +14,7 @@ import time
 import pytest
 
 from emulator.experiment.outdir import MARKER, read_marker
-from emulator.experiment.results import RESULT_ENTRIES
+from emulator.rundir import RunDir
 from tests.conftest import FABRIC_EMU, REPO, run_cli
 from tests.integration.test_run_lifecycle import (SHORT_BYTES, START_TIMEOUT_S, _experiment,
                                                   _lock_free, mine, wait_for)
@@ -41,7 +41,7 @@ def test_a_rerun_refuses_a_users_files_then_keeps_them_with_force(tmp_path):
     assert first.returncode == 0, first.stderr
     created = {p.name for p in out.iterdir()} - {MARKER}
     # what a run writes is what it claims before it starts (OutputDir.claim)
-    assert all(any(fnmatch.fnmatchcase(n, p) for p in RESULT_ENTRIES) for n in created), created
+    assert all(any(fnmatch.fnmatchcase(n, p) for p in RunDir.ENTRIES) for n in created), created
     first_summary = (out / "summary.json").stat().st_ino     # a rerun's is a new file
     (out / "notes.txt").write_text("mine")
     (out / "run" / "notes.txt").write_text("mine too")

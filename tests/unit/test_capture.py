@@ -8,6 +8,7 @@ from scapy.utils import PcapNgReader, rdpcap
 from emulator.clock import ManualClock
 from emulator.dataplane.pcap import PcapWriter
 from emulator.experiment.capture import read_pcap, write_captures
+from emulator.rundir import RunDir
 
 MS = 1_000_000
 
@@ -28,10 +29,10 @@ def _run_pcaps(run):
 
 
 def test_ports_in_fabric_time_and_one_capture_with_interface_names(tmp_path):
-    run = tmp_path / "run"
-    run.mkdir()
-    t0 = _run_pcaps(run)
-    files = write_captures(run, tmp_path, t0, dilation=1000.0)
+    rd = RunDir(tmp_path)
+    rd.raw.path.mkdir()
+    t0 = _run_pcaps(rd.raw.path)
+    files = write_captures(rd, t0, dilation=1000.0)
     eth1 = rdpcap(str(files["pcap"] / "s1-eth1.pcap"))
     assert [round(float(p.time) * 1e9) for p in eth1] == [10_000, 20_000]     # wall / D
     merged = list(PcapNgReader(str(files["capture.pcapng"])))
@@ -40,12 +41,13 @@ def test_ports_in_fabric_time_and_one_capture_with_interface_names(tmp_path):
 
 
 def test_wall_time_keeps_the_switch_stamps(tmp_path):
-    run = tmp_path / "run"
-    run.mkdir()
-    t0 = _run_pcaps(run)
-    files = write_captures(run, tmp_path / "out", t0, dilation=1000.0, time="wall")
+    rd = RunDir(tmp_path / "out")
+    rd.raw.path.mkdir(parents=True)
+    t0 = _run_pcaps(rd.raw.path)
+    files = write_captures(rd, t0, dilation=1000.0, time="wall")
     assert [t for t, _, _ in read_pcap(files["pcap"] / "s1-eth2.pcap")] == [t0 + 5 * MS]
-    assert write_captures(tmp_path / "out", tmp_path / "none", t0, 1000.0) == {}  # no pcaps
+    none = RunDir(tmp_path / "none")
+    assert write_captures(none, t0, 1000.0) == {} and not none.path.exists()   # no pcaps
 
 
 def test_a_file_cut_short_yields_its_whole_records(tmp_path):
@@ -65,7 +67,8 @@ def test_an_infiniband_run_keeps_its_erf_records_and_their_stamps_follow_fabric_
     from emulator.dataplane.pcap import LINKTYPE_ERF, IbPcapWriter
     from emulator.experiment.capture import pcap_linktype
     from emulator.ib.frames import IbFrameTemplate, fc_frame
-    run = tmp_path / "run"
+    rd = RunDir(tmp_path)
+    run = rd.raw.path
     run.mkdir()
     clock = ManualClock(1_000)
     t0 = clock.unix_ns()
@@ -74,7 +77,7 @@ def test_an_infiniband_run_keeps_its_erf_records_and_their_stamps_follow_fabric_
     w.write(clock.now_ns() + 10 * MS, bytes(tpl.build(0x0A, 7, b"x" * 64)))   # RDMA WRITE ONLY
     w.write(clock.now_ns() + 20 * MS, fc_frame(bytes(6), 0, 0, 64))
     w.close()
-    files = write_captures(run, tmp_path, t0, dilation=1000.0)
+    files = write_captures(rd, t0, dilation=1000.0)
     port = files["pcap"] / "ibleaf-eth1.pcap"
     assert pcap_linktype(port) == LINKTYPE_ERF
     records = list(read_pcap(port))

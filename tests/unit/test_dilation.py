@@ -15,6 +15,7 @@ from emulator.experiment.dilation import (
     start_dilation,
     with_dilation,
 )
+from tests.summaries import run_summary
 from tests.unit.test_results import make_experiment
 
 
@@ -189,11 +190,16 @@ class FakeRuns:
         self.runs.append(d)
         self.fresh.append(not (out / "summary.json").exists())
         behind = d < self.needs
-        s = {"dilation": d, "complete": True, "fell_behind": behind,
-             "fidelity": {"worst_ratio": 1.5 if behind else 0.3, "behind": ["leaf1"] if behind else []}}
         out.mkdir(parents=True, exist_ok=True)
-        (out / "summary.json").write_text(json.dumps(s))
-        return s
+        return written(out, d, 1.5 if behind else 0.3, ["leaf1"] if behind else [])
+
+
+def written(out, dilation: float, ratio: float, behind: list[str]) -> dict:
+    """A run's summary at D with its verdict, written into ``out`` as the runner does."""
+    s = run_summary(dilation=dilation, fell_behind=ratio > 1,
+                    fidelity={"worst_ratio": ratio, "behind": behind})
+    s.write(out)
+    return s.as_dict()
 
 
 def quiet():
@@ -333,8 +339,7 @@ def test_raised_while_behind_reruns_higher_until_not_behind(tmp_path):
     def run_one(exp, out, console):
         seen.append(exp.dilation)
         r = ratios.get(exp.dilation, 0.3)
-        (out / "summary.json").write_text("{}")
-        return {"fell_behind": r > 1, "fidelity": {"worst_ratio": r, "behind": ["leaf1"] if r > 1 else []}}
+        return written(out, exp.dilation, r, ["leaf1"] if r > 1 else [])
 
     s = dil.run_raised_while_behind(make_experiment(), tmp_path, 4000, run_one=run_one)
     assert seen == [4000, d2, rerun_dilation(d2, 1.2)] and d2 > 4000
@@ -345,7 +350,7 @@ def test_raised_while_behind_reruns_higher_until_not_behind(tmp_path):
 
 def test_raised_while_behind_gives_up_after_max_reruns(tmp_path):
     def run_one(exp, out, console):
-        return {"fell_behind": True, "fidelity": {"worst_ratio": 5.0, "behind": ["h1"]}}
+        return written(out, exp.dilation, 5.0, ["h1"])
 
     s = dil.run_raised_while_behind(make_experiment(), tmp_path, 1000, run_one=run_one, max_reruns=1)
     assert s["fell_behind"] and len(s["dilation_reruns"]) == 1

@@ -13,6 +13,7 @@ from emulator.experiment.distributions import (
 from emulator.experiment.results import build_run_summary, write_run_results
 from emulator.experiment.results_io import read_result_csv
 from emulator.experiment.summary import render_slowdown_buckets, render_summary
+from emulator.rundir import RunDir
 from tests.unit.test_results import T0, make_experiment, make_run
 
 
@@ -113,12 +114,12 @@ def test_queue_depth_percentiles_by_hand():
 
 
 def test_a_run_writes_the_buckets_the_queue_distribution_and_the_figure(tmp_path):
-    exp = make_experiment()
-    run_dir = make_run(tmp_path / "run")
-    summary = build_run_summary(exp, "embedded", {}, {}, run_dir, wall_s=1.0)
-    for f, (fct, slow) in zip(summary["flows"], ((4000, 2.0), (2500, 1.25))):
+    exp, rd = make_experiment(), RunDir(tmp_path / "out")
+    make_run(rd.raw.path)
+    summary = build_run_summary(exp, "embedded", {}, {}, rd, wall_s=1.0)
+    for f, (fct, slow) in zip(summary.flows, ((4000, 2.0), (2500, 1.25))):
         f.update(complete=True, fct_ns=fct, fct_slowdown=slow)
-    files = write_run_results(exp, run_dir, tmp_path / "out", T0, summary)
+    files = write_run_results(exp, rd, T0, summary)
     for name in ("fct_slowdown.csv", "queue_depth_dist.csv", "fct_slowdown.png"):
         assert name in files and files[name].exists(), name
     rows = read_result_csv(files["fct_slowdown.csv"])
@@ -137,12 +138,14 @@ def test_a_run_writes_the_buckets_the_queue_distribution_and_the_figure(tmp_path
 
 
 def test_no_queue_distribution_where_the_switches_sample_none(tmp_path):
-    exp = make_experiment()
-    run_dir = make_run(tmp_path / "run")
-    summary = build_run_summary(exp, "bmv2", {}, {}, run_dir, wall_s=1.0)
-    files = write_run_results(exp, run_dir, tmp_path / "out", T0, summary, plots=False)
-    assert summary["queue_depth_dist"] is None and "queue_depth_dist.csv" not in files
+    exp, rd = make_experiment(), RunDir(tmp_path / "out")
+    make_run(rd.raw.path)
+    summary = build_run_summary(exp, "bmv2", {}, {}, rd, wall_s=1.0)
+    files = write_run_results(exp, rd, T0, summary, plots=False)
+    # written as null: the switches sample no depth (not a key the run forgot)
+    assert json.loads(rd.summary.read_text())["queue_depth_dist"] is None
+    assert "queue_depth_dist.csv" not in files
     # incomplete flows: a header alone, no figure
-    assert summary["fct_slowdown_buckets"] == {"step_percent": 5, "flows": 0, "excluded_flows": 2,
+    assert summary.fct_slowdown_buckets == {"step_percent": 5, "flows": 0, "excluded_flows": 2,
                                                "buckets": []}
     assert read_result_csv(files["fct_slowdown.csv"]) == []

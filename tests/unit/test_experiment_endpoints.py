@@ -14,6 +14,7 @@ from emulator.experiment.endpoints import flow_expect, host_params, tenant_numbe
 from emulator.experiment.model import experiment_from_dict, load_experiment
 from emulator.schema.agent import ENDPOINT_KEYS
 from tests.conftest import REPO
+from tests.summaries import run_summary
 
 FILE = REPO / "experiments" / "x.yaml"
 TOPO = {"name": "tenants-4x1",
@@ -166,13 +167,14 @@ def _summary(exp, res):
         flows.append({"flow_id": f.flow_id, "src": f.src, "dst": f.dst, "bytes": f.size_bytes,
                       "delivered_bytes": r.get("delivered_bytes", 0), "complete": bool(r),
                       "fct_ns": 40 if r else None})
-    return {"complete": all(x["complete"] for x in flows), "flows": flows}
+    return run_summary(complete=all(x["complete"] for x in flows), flows=flows)
 
 
 def test_summary_counts_foreign_packets_against_tenant_drops(tmp_path):
     exp = load()
-    s = _summary(exp, res := _results(exp))
-    add_endpoint_results(exp, res, s)
+    summary = _summary(exp, res := _results(exp))
+    add_endpoint_results(exp, res, summary)
+    s = summary.as_dict()
     assert s["complete"] is True                     # the dropped flow does not fail the run
     assert s["isolation"] == {"foreign_flows": 1, "foreign_tx_packets": 5, "tenant_drops": 5,
                               "foreign_acked_bytes": 0, "isolated": True}
@@ -182,7 +184,9 @@ def test_summary_counts_foreign_packets_against_tenant_drops(tmp_path):
     assert h["s1n0"]["goodput_gbps"] == pytest.approx(4096 * 8 / 40)   # D = 1000: 40 ns fabric
     assert s["tenants"]["blue"]["dpu"] and not s["tenants"]["red"]["dpu"]
     assert [f["expect"] for f in s["flows"]] == ["delivered", "delivered", "dropped"]
-    rows = (tmp_path / "hosts.csv").read_text() if write_hosts_csv(tmp_path, s) else ""
+    from emulator.rundir import RunDir
+    written = write_hosts_csv(RunDir(tmp_path), summary)
+    rows = (tmp_path / "hosts.csv").read_text() if written else ""
     assert rows.splitlines()[0].startswith("host,server,tenant,dpu,tx_bytes,rx_bytes,tenant_drops")
     assert len(rows.splitlines()) == 1 + len(exp.fabric.hosts())
 
@@ -194,11 +198,11 @@ def test_summary_says_not_isolated_when_anything_leaks(kw):
     exp = load()
     s = _summary(exp, res := _results(exp, **kw))
     add_endpoint_results(exp, res, s)
-    assert s["isolation"]["isolated"] is False and s["complete"] is False
+    assert s.isolation["isolated"] is False and s.complete is False
 
 
 def test_summary_without_endpoints_is_unchanged():
     exp = load_experiment(REPO / "experiments" / "demo.yaml")
-    s = {"complete": True, "flows": []}
+    s = run_summary()
     add_endpoint_results(exp, {}, s)
-    assert s == {"complete": True, "flows": []}
+    assert s.as_dict() == run_summary().as_dict()

@@ -11,6 +11,7 @@ from emulator.experiment.fidelity import (
     socket_drops, switch_verdict,
 )
 from emulator.link import Wire
+from tests.summaries import run_summary
 from tests.unit.test_results import make_experiment
 
 MS = 1_000_000                       # wall ns
@@ -162,8 +163,8 @@ def test_a_collective_row_is_as_distorted_as_its_worst_rank_lost():
     assert tr["lost_fraction"] == 0.25                   # 1 ms of the 4 ms loop
 
 
-def _summary():
-    return {"fell_behind": False, "fidelity": {"worst_ratio": 0.3, "behind": []}}
+def _summary(worst_ratio=0.3, behind=()):
+    return run_summary(fidelity={"worst_ratio": worst_ratio, "behind": list(behind)})
 
 
 def test_a_collective_that_lost_more_than_the_limit_makes_the_run_behind():
@@ -172,12 +173,13 @@ def test_a_collective_that_lost_more_than_the_limit_makes_the_run_behind():
     above = LOST_LIMIT_FRACTION * 1.2 * 10 * MS
     add_collectives_fidelity(ok, {"results": collective_rows([_record(0, below), _record(1, 0)],
                                                              1.0), "training": None})
-    assert not ok["fell_behind"] and ok["fidelity"]["worst_ratio"] == 0.9
+    assert not ok.fell_behind and ok.fidelity.worst_ratio == 0.9
+    assert ok.fidelity.lost_limit_fraction == LOST_LIMIT_FRACTION
     add_collectives_fidelity(bad, {"results": collective_rows(
         [_record(0, 0, size=4096), _record(1, 0, size=4096), _record(0, above), _record(1, 0)],
         1.0), "training": None})
-    assert bad["fell_behind"] and bad["fidelity"]["worst_ratio"] == 1.2
-    assert bad["fidelity"]["behind"] == ["collectives: all_reduce 65536 B"]
+    assert bad.fell_behind and bad.fidelity.worst_ratio == 1.2
+    assert bad.fidelity.behind == ["collectives: all_reduce 65536 B"]
 
 
 def _port(node, port, peer, tx, rx, pause_tx=0):
@@ -195,13 +197,13 @@ def test_frames_a_switch_never_read_are_link_losses_and_put_the_run_behind():
     losses = link_losses(ports, nics)
     assert losses == [{"from": "h1", "to": "leaf1", "port": 1, "sent": 5000, "received": 4900,
                        "lost": 100}]
-    summary = {"fell_behind": False, "fidelity": {"worst_ratio": 0.2, "behind": []}}
+    summary = _summary(0.2)
     add_link_losses(summary, losses)
-    assert summary["fell_behind"] and summary["fidelity"]["worst_ratio"] == LINK_LOSS_RATIO
-    assert summary["fidelity"]["behind"] == ["link h1->leaf1"]
-    clean = {"fell_behind": False, "fidelity": {"worst_ratio": 0.2, "behind": []}}
+    assert summary.fell_behind and summary.fidelity.worst_ratio == LINK_LOSS_RATIO
+    assert summary.fidelity.behind == ["link h1->leaf1"]
+    clean = _summary(0.2)
     add_link_losses(clean, link_losses(ports[1:], nics))
-    assert not clean["fell_behind"] and clean["link_losses"] == []
+    assert not clean.fell_behind and clean.link_losses == []
 
 
 def test_a_paused_lossless_class_dropped_beyond_its_headroom_puts_the_run_behind():
@@ -210,12 +212,12 @@ def test_a_paused_lossless_class_dropped_beyond_its_headroom_puts_the_run_behind
              {"node": "leaf2", "port": 1, "priorities": [{"priority": 3, "headroom_drops": None}]}]
     drops = headroom_drops(ports)
     assert drops == [{"node": "leaf1", "port": 2, "priority": 3, "headroom_drops": 6}]
-    summary = {"fell_behind": False, "fidelity": {"worst_ratio": 0.2, "behind": []}}
+    summary = _summary(0.2)
     add_headroom_drops(summary, drops)
-    assert summary["fell_behind"] and summary["fidelity"]["behind"] == ["headroom leaf1:2"]
-    clean = {"fell_behind": False, "fidelity": {"worst_ratio": 0.2, "behind": []}}
+    assert summary.fell_behind and summary.fidelity.behind == ["headroom leaf1:2"]
+    clean = _summary(0.2)
     add_headroom_drops(clean, headroom_drops(ports[1:]))
-    assert not clean["fell_behind"]
+    assert not clean.fell_behind
 
 
 def test_frames_the_kernel_dropped_at_a_socket_put_the_run_behind():
@@ -232,14 +234,14 @@ def test_frames_the_kernel_dropped_at_a_socket_put_the_run_behind():
     assert drops == [{"node": "leaf1", "port": 1, "rx_socket_drops": 4224},
                      {"node": "spine1", "port": 2, "rx_socket_drops": 1},
                      {"node": "h2", "port": 0, "rx_socket_drops": 3}]
-    summary = {"fell_behind": False, "fidelity": {"worst_ratio": 0.2, "behind": ["leaf2"]}}
+    summary = _summary(0.2, ["leaf2"])
     add_socket_drops(summary, drops)
-    assert summary["fell_behind"] and summary["fidelity"]["worst_ratio"] == LINK_LOSS_RATIO
-    assert summary["fidelity"]["behind"] == ["leaf2", "socket h2:0", "socket leaf1:1",
-                                             "socket spine1:2"]
-    assert summary["socket_drops"] == drops
-    clean = {"fell_behind": False, "fidelity": {"worst_ratio": 0.2, "behind": []}}
+    assert summary.fell_behind and summary.fidelity.worst_ratio == LINK_LOSS_RATIO
+    assert summary.fidelity.behind == ["leaf2", "socket h2:0", "socket leaf1:1",
+                                       "socket spine1:2"]
+    assert summary.socket_drops == drops
+    clean = _summary(0.2)
     add_socket_drops(clean, socket_drops(ports[1:3], {"h1": nics["h1"]}))
-    assert not clean["fell_behind"] and clean["socket_drops"] == []
-    assert clean["fidelity"] == {"worst_ratio": 0.2, "behind": []}
+    assert not clean.fell_behind and clean.socket_drops == []
+    assert clean.fidelity == _summary(0.2).fidelity
     assert nic_verdict(nics["h2"], 1000.0, FRAME_FABRIC_NS)["rx_socket_drops"] == 3

@@ -9,12 +9,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
 from emulator.net import forkserver
 from emulator.net.forkserver import ForkServer
+from tests.polling import eventually
 
 PROBE = "tests.forkserver_probe"
 
@@ -28,12 +28,10 @@ def fs(tmp_path):
 
 
 def report(log):
-    for _ in range(200):
-        text = log.read_text() if log.exists() else ""
-        if text.strip():
-            return json.loads(text.splitlines()[0])
-        time.sleep(0.02)
-    raise AssertionError(f"the probe wrote nothing to {log}")
+    """What the probe says of itself: the first line it writes to its log."""
+    text = eventually(lambda: log.exists() and log.read_text().strip(),
+                      f"the probe's report in {log}")
+    return json.loads(text.splitlines()[0])
 
 
 def test_child_looks_like_python_dash_m_and_returns_its_status(fs, tmp_path):
@@ -77,11 +75,9 @@ def test_signals_reach_the_child_and_its_status_says_so(fs, tmp_path):
 def test_child_runs_in_the_namespace_of_the_node_it_is_given(fs, tmp_path):
     node = subprocess.Popen(["unshare", "--net", "sleep", "60"])   # a Mininet host's shell, in small
     try:
-        for _ in range(100):
-            ns = os.stat(f"/proc/{node.pid}/ns/net").st_ino
-            if ns != os.stat("/proc/self/ns/net").st_ino:
-                break
-            time.sleep(0.02)
+        mine = os.stat("/proc/self/ns/net").st_ino
+        ns = eventually(lambda: (n := os.stat(f"/proc/{node.pid}/ns/net").st_ino) != mine and n,
+                        "the node in a namespace of its own")
         p = fs.spawn(PROBE, [], tmp_path / "p.log", netns_pid=node.pid)   # stdin: /dev/null
         assert report(tmp_path / "p.log")["netns"] == ns
         assert p.wait(timeout=10) == 0
@@ -98,13 +94,17 @@ def test_children_die_with_the_server(tmp_path):
     p.stdin.flush()
     os.kill(pid, signal.SIGKILL)                      # a crash, not close()
     assert p.wait(timeout=10) == -signal.SIGKILL
-    for _ in range(100):                              # and the child is really gone
-        if not os.path.exists(f"/proc/{p.pid}") or "Z" in open(f"/proc/{p.pid}/stat").read().split()[2]:
-            break
-        time.sleep(0.05)
-    else:
-        raise AssertionError("the child outlived its fork server")
+    eventually(lambda: _gone(p.pid), "the child gone with its fork server")
     server.close()
+
+
+def _gone(pid: int) -> bool:
+    """No process ``pid``, or a zombie (dead, not yet reaped)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
 
 
 def test_an_unknown_module_is_refused_before_anything_starts(fs, tmp_path):

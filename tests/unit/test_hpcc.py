@@ -109,7 +109,7 @@ def test_ecmp_path_uses_the_pipeline_hash():
 
 
 def summary_with_fcts(exp, run_dir, fcts: dict[int, int]):
-    s = build_summary(exp, "embedded", {}, {}, run_dir, wall_s=1.0)
+    s = build_summary(exp, "embedded", {}, {}, run_dir, wall_s=1.0).as_dict()
     for f in s["flows"]:
         if f["flow_id"] in fcts:
             f.update(complete=True, fct_ns=fcts[f["flow_id"]])
@@ -120,7 +120,7 @@ def summary_with_fcts(exp, run_dir, fcts: dict[int, int]):
 def test_fct_txt_layout(tmp_path):
     exp = make_experiment()
     s = summary_with_fcts(exp, make_run(tmp_path / "run"), {0: 30_000, 1: 5_000})
-    files = write_hpcc(exp, tmp_path / "out", load_results(exp, tmp_path / "run", T0), s)
+    files = write_hpcc(exp, tmp_path / "out", load_results(exp, tmp_path / "run", T0), s["flows"])
     lines = files["fct.txt"].read_text().splitlines()
     assert all(FCT_LINE.match(line) for line in lines)
     # completion order: flow 1 (start 1 µs + 5 µs) before flow 0 (30 µs)
@@ -139,7 +139,7 @@ def test_fct_analysis_awk_reads_it(tmp_path):
     exp = make_experiment()
     s = summary_with_fcts(exp, make_run(tmp_path / "run"), {0: 30_000, 1: 5_000})
     path = tmp_path / "fct.txt"
-    path.write_text("".join(x + "\n" for x in fct_lines(exp, s, dport=100)))
+    path.write_text("".join(x + "\n" for x in fct_lines(exp, s["flows"], dport=100)))
     prog = "{if ($4==100 && $6+$7<3000000000) {slow=$7/$8;print slow<1?1:slow, $5}}"
     out = subprocess.run([awk, prog, str(path)], capture_output=True, text=True, check=True)
     got = sorted((float(a), int(b)) for a, b in (l.split() for l in out.stdout.splitlines()))

@@ -12,6 +12,7 @@ set up by hand without them.
 from __future__ import annotations
 
 import re
+import shlex
 import shutil
 import subprocess
 
@@ -40,6 +41,54 @@ def sections(out: str) -> dict[str, list[str]]:
         elif release:
             got[release].append(line.strip())
     return got
+
+
+SEPARATORS = {"|", ";", "&&", "||"}
+
+
+def commands(steps: list[str]) -> list[list[str]]:
+    """The simple commands of ``steps``, split as the shell splits them
+    (quotes and escapes undone; a pipe, ``;``, ``&&`` or ``||`` ends one)."""
+    out = []
+    for step in steps:
+        lex = shlex.shlex(step, posix=True, punctuation_chars="|;&")
+        lex.whitespace_split = True
+        current: list[str] = []
+        for token in lex:
+            if token in SEPARATORS:
+                out.append(current)
+                current = []
+            else:
+                current.append(token)
+        out.append(current)
+    return [c for c in out if c]
+
+
+def _commands_or_none(line: str) -> list[list[str]]:
+    """``commands`` of one line of ``make -n``; none of a line the shell
+    would read with the next (a quote or ``{`` left open)."""
+    try:
+        return commands([line])
+    except ValueError:
+        return []
+
+
+def index_of(cmds: list[list[str]], match) -> int:
+    """Where the first command ``match(cmd)`` is true is, in the plan's order."""
+    found = [i for i, c in enumerate(cmds) if match(c)]
+    assert found, "no such step"
+    return found[0]
+
+
+def make_target(cmd: list[str]) -> tuple[str, dict[str, str]] | None:
+    """(target, variables) of ``make -C /vagrant TARGET [VAR=value ...]``, else None."""
+    if cmd[:3] != ["make", "-C", "/vagrant"] or len(cmd) < 4:
+        return None
+    return cmd[3], dict(a.split("=", 1) for a in cmd[4:] if "=" in a)
+
+
+def makefile_default(name: str) -> str:
+    return re.search(rf"^{name} \?= (\S+)$", (REPO / "Makefile").read_text(), re.M)[1]
 
 
 def supported_releases() -> list[str]:
@@ -94,14 +143,27 @@ def test_the_plan_covers_every_supported_release():
 
 
 def test_packaged_release_uses_p4langs_repository_for_that_release():
+    """p4lang's repository of that release, trusted by its own key only, then
+    its packages; nothing built from source."""
     res = plan("ubuntu-22.04")
     assert res.returncode == 0, res.stderr
-    steps = "\n".join(sections(res.stdout)["ubuntu-22.04"])
+    cmds = commands(sections(res.stdout)["ubuntu-22.04"][1:])
     repo = "https://download.opensuse.org/repositories/home:/p4lang/xUbuntu_22.04"
-    assert f"curl -fsSL '{repo}/Release.key'" in steps
-    assert f"{repo}/ /' > /etc/apt/sources.list.d/home_p4lang.list" in steps
-    assert "apt-get install -y -qq p4lang-pi p4lang-bmv2 p4lang-p4c" in steps
-    assert "git clone" not in steps and "./configure" not in steps
+    key_at = index_of(cmds, lambda c: c[0] == "curl" and f"{repo}/Release.key" in c)
+    dearmor = cmds[key_at + 1]                  # the key, piped into the keyring
+    assert dearmor[:2] == ["gpg", "--dearmor"]
+    keyring = dearmor[dearmor.index("-o") + 1]
+    source_at = index_of(cmds, lambda c: c[0] == "echo" and c[-2] == ">"
+                         and c[-1].startswith("/etc/apt/sources.list.d/"))
+    entry = cmds[source_at][1].split()
+    assert entry[0] == "deb" and entry[1] == f"[signed-by={keyring}]"   # that key, no other
+    assert entry[2].rstrip("/") == repo
+    install_at = index_of(cmds, lambda c: c[:2] == ["apt-get", "install"] and "p4lang-bmv2" in c)
+    assert {"p4lang-pi", "p4lang-bmv2", "p4lang-p4c"} <= set(cmds[install_at])
+    # the package lists are read again once the repository is there, before the install
+    assert any(c[:2] == ["apt-get", "update"] for c in cmds[source_at + 1:install_at])
+    assert key_at < source_at < install_at
+    assert not any(c[:2] == ["git", "clone"] or c[0] == "./configure" for c in cmds)
 
 
 @pytest.mark.parametrize("release", ["ubuntu-24.04", "debian-12"])
@@ -135,12 +197,24 @@ def test_source_releases_build_pinned_release_tags_in_order(release):
 @pytest.mark.parametrize("release", ["ubuntu-22.04", "ubuntu-24.04", "debian-12"])
 def test_the_lab_keeps_its_venv_outside_the_shared_folder_and_checks_before_testing(release):
     steps = sections(plan(release).stdout)[release]
-    project = steps[steps.index("project (the lab):") + 1:]
-    assert project[0] == "echo 'VENV := /opt/fabric-emu/venv' > '/etc/fabric-emu.mk'"
-    assert project[-2:] == ["make -C /vagrant doctor DOCTOR_ARGS=--require\\ bmv2",
-                           "make -C /vagrant test"]
+    project = commands(steps[steps.index("project (the lab):") + 1:])
+    # The venv: set in the machine's make config, the file the Makefile reads,
+    # outside the shared folder (the host's .venv is not the lab's).
+    conf = next(c for c in project if c[0] == "echo" and c[1].startswith("VENV :="))
+    venv = conf[1].split(":=", 1)[1].strip()
+    assert conf[-2:] == [">", makefile_default("MAKE_CONF")]
+    assert venv.startswith("/") and not (venv + "/").startswith("/vagrant/")
+    targets = [t for t in map(make_target, project) if t is not None]
+    names = [name for name, _ in targets]
+    assert project.index(conf) < index_of(project, make_target)     # before any make
+    # set up, then the doctor insisting on BMv2, then the tests, last
+    assert names.index("setup") < names.index("doctor") < names.index("test") == len(names) - 1
+    assert project[-1] == ["make", "-C", "/vagrant", "test"]
+    assert shlex.split(dict(targets)["doctor"]["DOCTOR_ARGS"]) == ["--require", "bmv2"]
     # The toolchain's versions are printed whichever way it came.
-    assert any(s.startswith("p4c --version") and "simple_switch_grpc --version" in s for s in steps)
+    versions = {c[0] for c in commands([s for s in steps[1:] if not s.endswith(":")])
+                if "--version" in c}
+    assert {"p4c", "simple_switch_grpc"} <= versions
 
 
 def test_the_plan_refuses_an_unknown_release_in_one_line():
@@ -157,6 +231,10 @@ def test_the_makefile_takes_the_venv_from_the_machines_config(tmp_path):
     res = subprocess.run(["make", "-n", "-C", str(REPO), "test", f"MAKE_CONF={conf}"],
                          capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
-    assert f"{tmp_path}/lab-venv/bin/python -m pytest -q tests" in res.stdout
-    assert f"touch {tmp_path}/lab-venv/.pip-done" in res.stdout
+    venv = f"{tmp_path}/lab-venv"
+    cmds = [c for line in res.stdout.splitlines() if not line.endswith("\\")
+            for c in _commands_or_none(line)]
+    # the tests run by the venv's python; its install stamps are kept in it
+    assert any(c[:3] == [f"{venv}/bin/python", "-m", "pytest"] for c in cmds)
+    assert any(c[0] == "touch" and c[1].startswith(venv + "/") for c in cmds)
     assert ".venv/" not in res.stdout

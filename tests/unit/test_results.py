@@ -12,6 +12,7 @@ from emulator.experiment.results import build_run_summary, write_run_results
 from emulator.experiment.results_io import read_raw_csv, read_result_csv, stats_by_port_priority
 from emulator.experiment.timeseries import RESULT_COLUMNS, load_results, write_results
 from emulator.link import Wire
+from emulator.rundir import RunDir
 
 REPO = Path(__file__).resolve().parents[2]
 D = 1000                      # dilation of the synthetic run
@@ -256,11 +257,13 @@ def test_end_ns_and_read_back(run):
     assert rows[0] == {"time_ns": 1000, "flow_id": 0, "src": "h1", "dst": "h3", "rate_gbps": 100}
 
 
-def test_write_run_results_writes_csvs_hpcc_plots_and_summary(run):
-    exp, run_dir, out = run
-    summary = build_run_summary(exp, "embedded", {}, {}, run_dir, wall_s=1.0)
-    files = write_run_results(exp, run_dir, out, T0, summary)
-    assert json.loads(files["summary.json"].read_text()) == summary
+def test_write_run_results_writes_csvs_hpcc_plots_and_summary(tmp_path):
+    exp, rd = make_experiment(), RunDir(tmp_path / "out")
+    make_run(rd.raw.path)
+    summary = build_run_summary(exp, "embedded", {}, {}, rd, wall_s=1.0)
+    files = write_run_results(exp, rd, T0, summary)
+    assert files["summary.json"] == rd.summary
+    assert json.loads(rd.summary.read_text()) == summary.as_dict()
     assert "hosts.csv" not in files          # no endpoints: section
     for name in (*RESULT_COLUMNS, "fct.txt", "pfc.txt", "qlen.txt", "queue_depth.png",
                  "throughput.png", "pause_timeline.png"):

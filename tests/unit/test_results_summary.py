@@ -1,4 +1,5 @@
-"""summary.json: per-priority port counters, flow priority and FCT slowdown."""
+"""summary.json: per-priority port counters, flow priority and FCT slowdown, and
+the table ``render_summary`` makes of it."""
 from __future__ import annotations
 
 import json
@@ -33,11 +34,24 @@ def agent_results(fct_fabric_ns: int) -> dict:
 
 
 def summary_of(tmp_path, fct_fabric_ns=20_000):
+    """The experiment and its summary, as summary.json has it."""
     exp = make_experiment()
     run_dir = make_run(tmp_path / "run")
     counters = {("leaf2", 1): {"rx_packets": 1, "tx_packets": 62, "enq_packets": 63}}
     return exp, build_summary(exp, "embedded", agent_results(fct_fabric_ns), counters, run_dir,
-                              wall_s=2.5)
+                              wall_s=2.5).as_dict()
+
+
+def table(summary: dict) -> tuple[str, dict[str, str]]:
+    """What ``render_summary`` shows: its title on one line, and {metric: value}."""
+    from rich.console import Console
+    console = Console(record=True, width=250)
+    console.print(render_summary(summary))
+    lines = console.export_text().splitlines()
+    top = next(i for i, line in enumerate(lines) if line.startswith("┏"))
+    rows = dict((cell.strip() for cell in line.strip("│").split("│"))
+                for line in lines if line.startswith("│"))
+    return " ".join(line.strip() for line in lines[:top]), rows
 
 
 def test_top_level_and_existing_keys_kept(tmp_path):
@@ -58,7 +72,37 @@ def test_top_level_and_existing_keys_kept(tmp_path):
     assert all(set(f) == FLOW_KEYS for f in s["flows"])
     leaf2_1 = next(p for p in s["ports"] if p["node"] == "leaf2" and p["port"] == 1)
     assert leaf2_1["tx_packets"] == 62 and leaf2_1["drops"] == 1 and leaf2_1["peer"] == "h3"
-    render_summary(s)   # still renders
+
+
+def test_the_table_says_what_the_summary_holds(tmp_path):
+    """The title and each row, as a reader of ``fabric-emu run``/``show`` sees them."""
+    _, s = summary_of(tmp_path)
+    title, rows = table(s)
+    assert title == ("unit on embedded: 1/2 flows complete, wall 2.5 s, fabric 20.0 µs "
+                     "(dilation 1000), FELL BEHIND")
+    assert rows["worst lateness / its limit (behind above 1)"] == \
+        f"{s['fidelity']['worst_ratio']:.2f} (leaf2)"
+    assert rows["bytes delivered"] == "40,960 of 61,440"          # flow 1 never arrived
+    assert rows["FCT min / median / max (fabric µs)"] == "20.0 / 20.0 / 20.0"
+    slowdown = s["flows"][0]["fct_slowdown"]
+    assert rows["FCT slowdown median / max (vs alone)"] == f"{slowdown:.2f} / {slowdown:.2f}"
+    assert rows["retransmitted packets / ACK timeouts / NAKs"] == "0 / 0 / 0"
+    assert rows["switch drops (queue / pipeline)"] == "1 / 0"   # leaf2 port 1: 63 in, 62 out
+    assert rows["ECN marks / PFC pauses sent / headroom drops"] == "1 / 2 / 0"
+    assert rows["max queue depth (bytes)"] == "2,500"
+    assert rows["packets via each spine"] == "spine1 0, spine2 0"
+    assert "frames dropped at a socket, unread (emulator losses)" not in rows
+
+
+def test_a_virtual_run_says_so_and_nothing_about_lateness(tmp_path):
+    _, s = summary_of(tmp_path)
+    s = s | {"time": "virtual", "dilation": 1.0, "fell_behind": False}
+    title, rows = table(s)
+    assert title.endswith("fabric 20.0 µs (virtual time)")
+    assert rows["fidelity"] == "virtual time: nothing late by construction"
+    assert not any("lateness" in metric for metric in rows)
+    bmv2 = s | {"target": "bmv2"}
+    assert table(bmv2)[1]["max queue depth (bytes)"] == "not measured on BMv2 (counters only)"
 
 
 def test_frames_dropped_at_sockets_are_in_ports_nics_and_the_verdict(tmp_path):
@@ -73,7 +117,7 @@ def test_frames_dropped_at_sockets_are_in_ports_nics_and_the_verdict(tmp_path):
     (run_dir / "leaf2.stats.json").write_text(json.dumps(stats))
     results = agent_results(20_000)
     results["h1"]["nic"] = {"tx_packets": 10, "rx_socket_drops": 7}
-    s = build_summary(exp, "embedded", results, {}, run_dir, wall_s=2.5)
+    s = build_summary(exp, "embedded", results, {}, run_dir, wall_s=2.5).as_dict()
     ports = {(p["node"], p["port"]): p for p in s["ports"]}
     assert ports[("leaf2", 1)]["rx_socket_drops"] == 4224
     assert ports[("leaf2", 3)]["rx_socket_drops"] == 0
@@ -82,14 +126,8 @@ def test_frames_dropped_at_sockets_are_in_ports_nics_and_the_verdict(tmp_path):
     assert s["socket_drops"] == [{"node": "leaf2", "port": 1, "rx_socket_drops": 4224},
                                  {"node": "h1", "port": 0, "rx_socket_drops": 7}]
     assert s["fell_behind"] and {"socket leaf2:1", "socket h1:0"} <= set(s["fidelity"]["behind"])
-    assert "leaf2:1 4,224" in _rendered(s)
-
-
-def _rendered(summary: dict) -> str:
-    from rich.console import Console
-    console = Console(record=True, width=200)
-    console.print(render_summary(summary))
-    return console.export_text()
+    assert table(s)[1]["frames dropped at a socket, unread (emulator losses)"] == \
+        "leaf2:1 4,224, h1:0 7"
 
 
 def test_ports_per_priority_from_stats(tmp_path):

@@ -82,35 +82,61 @@ def test_one_lock_per_process(lock_env):
             RunLock.acquire("x", "y")
 
 
-def test_acquire_waits_briefly_for_the_holder_to_say_who_it_is(lock_env, tmp_path):
+class Waits:
+    """``runlock``'s clock with its waits seen: ``on_wait`` runs at each (what
+    another process does meanwhile); the time is the real one."""
+
+    def __init__(self, on_wait):
+        self.on_wait, self.seconds = on_wait, []
+        self.monotonic, self.time = time.monotonic, time.time
+
+    def sleep(self, s: float) -> None:
+        self.seconds.append(s)
+        self.on_wait()
+        time.sleep(s)
+
+
+def test_acquire_waits_briefly_for_the_holder_to_say_who_it_is(lock_env, tmp_path, monkeypatch):
     """A holder between flock and writing its info: the refusal still names it."""
     import fcntl
+
+    from emulator.net import runlock
     fd = os.open(tmp_path / LOCK_NAME, os.O_RDWR | os.O_CREAT)
     fcntl.flock(fd, fcntl.LOCK_EX)
-    writer = subprocess.Popen([sys.executable, "-c", (
-        "import os, time; time.sleep(0.3); "
-        f"os.pwrite(os.open({str(tmp_path / LOCK_NAME)!r}, os.O_RDWR), b'{{\"pid\": 1}}', 0)")])
-    t0 = time.monotonic()
+    # the holder writes who it is while acquire waits for it, however long that takes
+    waits = Waits(lambda: os.pwrite(fd, b'{"pid": 1}', 0))
+    monkeypatch.setattr(runlock, "time", waits)
     try:
         with pytest.raises(RunActive) as e:
             RunLock.acquire("x", "y")
-        assert e.value.info == {"pid": 1} and time.monotonic() - t0 < 5
+        assert e.value.info == {"pid": 1} and "pid 1" in str(e.value)
+        assert len(waits.seconds) == 1          # it read nothing, waited, read the holder
     finally:
-        writer.wait()
         os.close(fd)
 
 
-def test_a_new_run_waits_for_a_dead_runs_cleanup_instead_of_refusing(lock_env, tmp_path):
+def test_a_new_run_waits_for_a_dead_runs_cleanup_instead_of_refusing(lock_env, tmp_path,
+                                                                      monkeypatch):
     """A watchdog holding a killed run's lock (its info names a dead pid)
     while it reaps: acquire waits until it lets go."""
+    from emulator.net import runlock
     watchdog = subprocess.Popen([sys.executable, "-c", (
-        "import fcntl, os, time\n"
+        "import fcntl, os, sys\n"
         f"fd = os.open({str(tmp_path / LOCK_NAME)!r}, os.O_RDWR | os.O_CREAT)\n"
         "fcntl.flock(fd, fcntl.LOCK_EX)\n"
         "os.pwrite(fd, b'{\"pid\": 4194305}', 0)\n"
         "print('held', flush=True)\n"
-        "time.sleep(0.5)\n")], stdout=subprocess.PIPE, text=True)
+        "sys.stdin.read()\n")], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert watchdog.stdout.readline().strip() == "held"
+    let_go = []
+
+    def reaped():           # the watchdog is done once acquire has waited for it twice
+        if len(waits.seconds) == 2:
+            let_go.append(True)
+            watchdog.stdin.close()
+            watchdog.wait()
+    waits = Waits(reaped)
+    monkeypatch.setattr(runlock, "time", waits)
     with RunLock.acquire("exp-b.yaml", "results/b"):
-        assert watchdog.poll() is not None           # it had let go first
-    watchdog.wait()
+        assert let_go                                # it had let go first
+    assert len(waits.seconds) >= 2

@@ -11,21 +11,28 @@ import sys
 import time
 from pathlib import Path
 
+import threading
+from types import SimpleNamespace
+
 import pytest
 
 from emulator.agents.start_gate import ready_then_start
+from emulator.clock import ManualClock
 from emulator.errors import RunAborted
 from emulator.experiment.agents import AgentProcesses, start_together
 from emulator.experiment.runner import WallPhases
 from emulator.schema.load import ProcessConfig
+from tests.polling import GENEROUS_S, eventually
 
-# An agent in miniature: reads its config, sleeps as long as it says (its
-# imports), passes the gate, writes the start time it got, exits.
+# An agent in miniature: reads its config, waits until the test's ``hold``
+# file exists if it has one (its imports, as long as the test wants), passes
+# the gate, writes the start time it got, exits.
 AGENT = """
-import json, sys, time
+import json, os, sys, time
 from emulator.agents.start_gate import ready_then_start
 cfg = json.load(open(sys.argv[-1]))
-time.sleep(cfg["import_s"])
+while cfg["hold"] and not os.path.exists(cfg["hold"]):
+    time.sleep(0.005)
 if cfg["die"]:
     sys.exit(cfg["die"])
 start = ready_then_start(cfg["name"], cfg["ready_path"], None)
@@ -36,7 +43,7 @@ open(cfg["out"], "w").write(str(start))
 class GateConfig(ProcessConfig):
     name: str
     ready_path: str | None
-    import_s: float
+    hold: str | None = None
     die: int = 0
     out: str
 
@@ -54,12 +61,36 @@ class Net:
         pass
 
 
-def group(tmp_path: Path, import_s: dict[str, float], die: dict[str, int] | None = None) -> AgentProcesses:
+def group(tmp_path: Path, holds: dict[str, Path | None],
+          die: dict[str, int] | None = None) -> AgentProcesses:
+    """An agent per name of ``holds``, each ready once its hold file exists (None: at once)."""
     g = AgentProcesses(Net(), None, tmp_path)
-    for name, s in import_s.items():
-        g.launch(name, GateConfig(name=name, ready_path=g.ready_path(name), import_s=s,
-                                  die=(die or {}).get(name, 0), out=str(tmp_path / f"{name}.start")), "x")
+    for name, hold in holds.items():
+        g.launch(name, GateConfig(name=name, ready_path=g.ready_path(name),
+                                  hold=None if hold is None else str(hold),
+                                  die=(die or {}).get(name, 0),
+                                  out=str(tmp_path / f"{name}.start")), "x")
     return g
+
+
+class Watched:
+    """A group whose ``not_ready`` the test sees: ``held`` is set once the
+    runner has looked twice and found ``name`` not ready."""
+
+    def __init__(self, group: AgentProcesses, name: str):
+        self.group, self.name, self.looks = group, name, 0
+        self.held = threading.Event()
+
+    def __getattr__(self, attr):
+        return getattr(self.group, attr)
+
+    def not_ready(self):
+        waiting = self.group.not_ready()
+        if self.name in waiting:
+            self.looks += 1
+            if self.looks >= 2:
+                self.held.set()
+        return waiting
 
 
 def test_gate_marks_ready_and_returns_the_start_it_reads(tmp_path):
@@ -86,52 +117,62 @@ def test_gate_ends_the_agent_when_the_runner_closes_stdin(tmp_path, capsys):
 
 
 def test_every_agent_gets_one_start_after_the_slowest_is_ready(tmp_path):
-    # "slow" is ready 0.6 s after "fast": no start may be handed out before
-    # it, and both get the same one, ahead of the moment it was handed out.
+    # "slow" is held until the runner has seen "fast" ready and "slow" not:
+    # no start may be handed out before "slow" is let go, and both get the
+    # same one, ahead of the moment it was handed out.
     for d in ("a", "b"):
         (tmp_path / d).mkdir()
-    a = group(tmp_path / "a", {"fast": 0.0})
-    b = group(tmp_path / "b", {"slow": 0.6})
-    t_launch = time.time_ns()
-    start = start_together(a, b, timeout_s=30)
-    t_release = time.time_ns()
+    hold = tmp_path / "let-slow-go"
+    a = group(tmp_path / "a", {"fast": None})
+    b = Watched(group(tmp_path / "b", {"slow": hold}), "slow")
+    handed: dict[str, int] = {}
+    runner = threading.Thread(target=lambda: handed.update(
+        start=start_together(a, b, timeout_s=GENEROUS_S), t_release=time.time_ns()))
+    runner.start()
+    eventually(lambda: (tmp_path / "a" / "fast.ready").exists(), "fast ready")
+    assert b.held.wait(GENEROUS_S)             # the runner saw slow not ready ...
+    assert "start" not in handed               # ... and handed out nothing
+    t_let_go = time.time_ns()
+    hold.touch()
+    runner.join(GENEROUS_S)
     for g in (a, b):
         for p in g.procs.values():
             assert p.wait(timeout=30) == 0
     got = {int((tmp_path / d / f"{n}.start").read_text()) for d, n in (("a", "fast"), ("b", "slow"))}
-    assert got == {start}
-    assert start - t_launch >= 0.6e9           # not before the slow one was ready
-    assert start > t_release                   # still ahead when handed out
+    assert got == {handed["start"]}
+    assert handed["start"] > t_let_go          # not before the slow one was ready
+    assert handed["start"] > handed["t_release"]    # still ahead when handed out
     assert (tmp_path / "b" / "slow.ready").exists()
 
 
 @pytest.mark.parametrize("status", [1, 3])    # a traceback; even an exit that ends a run well
 def test_an_agent_that_exits_before_the_gate_aborts_the_wait_naming_it(tmp_path, status):
-    g = group(tmp_path, {"ok": 0.0, "bad": 0.0}, die={"bad": status})
-    t = time.monotonic()
-    with pytest.raises(RunAborted, match="agent bad"):
-        start_together(g, timeout_s=30)
-    assert time.monotonic() - t < 10
+    g = group(tmp_path, {"ok": None, "bad": None}, die={"bad": status})
+    with pytest.raises(RunAborted, match="agent bad") as e:
+        start_together(g, timeout_s=GENEROUS_S)
+    assert "exited" in str(e.value) and "not ready" not in str(e.value)    # its exit: no timeout
     g.stop()
     assert g.procs["ok"].returncode != 0       # it left the gate on EOF: no run
 
 
 def test_an_agent_never_ready_times_out_naming_it_and_stop_ends_it(tmp_path):
-    g = group(tmp_path, {"stuck": 30.0})
+    g = group(tmp_path, {"stuck": tmp_path / "never"})
     with pytest.raises(RunAborted, match="agent stuck not ready"):
         start_together(g, timeout_s=0.3)
     g.stop(grace_s=2)
     assert g.procs["stuck"].poll() is not None
 
 
-def test_wall_phases_count_each_phase_from_the_previous_mark():
+def test_wall_phases_count_each_phase_from_the_previous_mark(monkeypatch):
+    from emulator.experiment import runner
+    clock = ManualClock()
+    monkeypatch.setattr(runner, "time", SimpleNamespace(monotonic=lambda: clock.now_ns() / 1e9))
     ph = WallPhases()
-    time.sleep(0.05)
+    clock.advance(50_000_000)
     first = ph.mark("bring_up")
-    time.sleep(0.02)
+    clock.advance(20_000_000)
     ph.mark("traffic")
-    assert list(ph.seconds) == ["bring_up", "traffic"]
-    assert 0.05 <= first < 1
-    assert 0.02 <= ph.seconds["traffic"] < first + 1
-    assert ph.total_s() >= first + ph.seconds["traffic"]
-    json.dumps(ph.seconds)
+    clock.advance(1_234_567)
+    assert ph.seconds == {"bring_up": 0.05, "traffic": 0.02}      # in order, to the ms
+    assert first == 0.05 and ph.total_s() == pytest.approx(0.071234567)
+    assert json.loads(json.dumps(ph.seconds)) == ph.seconds

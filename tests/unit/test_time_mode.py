@@ -17,6 +17,7 @@ from emulator.experiment.summary_file import read_summary
 from emulator.experiment.time_mode import resolve_time
 from tests.conftest import REPO
 from tests.refusal_cases import cli
+from tests.summaries import run_summary
 from tests.unit.test_results import make_experiment, make_run
 from tests.unit.test_results_summary import agent_results
 
@@ -147,11 +148,10 @@ class Runs:
 
     def __call__(self, exp, out, console):
         self.runs.append((exp.time_mode, exp.dilation))
-        s = {"time": exp.time_mode, "dilation": exp.dilation, "complete": True,
-             "fell_behind": False, "fidelity": {"worst_ratio": 0.0, "behind": []}}
+        s = run_summary(time=exp.time_mode, dilation=exp.dilation)
         out.mkdir(parents=True, exist_ok=True)
-        (out / "summary.json").write_text(json.dumps(s))
-        return s
+        s.write(out)
+        return s.as_dict()
 
 
 def no_measure(d):
@@ -195,13 +195,14 @@ def test_a_refused_run_leaves_no_directory(tmp_path):
 def virtual_summary(tmp_path, **extra):
     exp = resolve_time(make_experiment(**extra), "embedded")
     run_dir = make_run(tmp_path / "run")
-    return exp, build_summary(exp, "embedded", agent_results(20_000), {}, run_dir, wall_s=2.5)
+    return exp, build_summary(exp, "embedded", agent_results(20_000), {}, run_dir,
+                              wall_s=2.5).as_dict()
 
 
 def test_a_virtual_runs_verdict_is_rule_virtual_not_behind_same_keys(tmp_path):
     exp, s = virtual_summary(tmp_path)
     dilated = build_summary(make_experiment(), "embedded", agent_results(20_000), {},
-                            tmp_path / "run", wall_s=2.5)
+                            tmp_path / "run", wall_s=2.5).as_dict()
     assert dilated["fell_behind"] and dilated["time"] == "dilated"   # leaf2 late: behind, dilated
     assert s["time"] == "virtual" and s["dilation"] == 1.0 and s["summary_version"] == 6
     assert s["fell_behind"] is False
@@ -226,7 +227,7 @@ def test_a_virtual_run_still_counts_frames_the_emulation_lost(tmp_path):
     stats["ports"][0]["rx_socket_drops"] = 3
     stats["ports"][0]["priorities"][0]["headroom_drops"] = 5
     (run_dir / "leaf2.stats.json").write_text(json.dumps(stats))
-    s = build_summary(exp, "embedded", agent_results(20_000), {}, run_dir, wall_s=2.5)
+    s = build_summary(exp, "embedded", agent_results(20_000), {}, run_dir, wall_s=2.5).as_dict()
     assert s["headroom_drops"] and s["socket_drops"]
     assert s["fidelity"]["behind"] == ["socket leaf2:1"] and s["fell_behind"]
 

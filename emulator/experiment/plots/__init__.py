@@ -35,12 +35,12 @@ from emulator.experiment.plots.fct import (PERCENTILE_MIN_FLOWS, cdf_title, draw
 from emulator.experiment.plots.figure import DPI, MAX_DISTINCT, colours, prewarm
 from emulator.experiment.plots.throughput import FlowRates, plot_throughput, read_flow_rates
 from emulator.experiment.results_io import read_result_csv
+from emulator.rundir import RunDir
 
 if TYPE_CHECKING:  # pragma: no cover
     from emulator.topo import Fabric
 
-PLOT_FILES = ("queue_depth.png", "throughput.png", "pause_timeline.png", "fct_cdf.png",
-              "fct_slowdown.png")
+PLOT_FILES = RunDir.PLOTS
 
 
 def write_plots(results_dir: str | Path, summary: Mapping | None = None,
@@ -56,11 +56,12 @@ def write_plots(results_dir: str | Path, summary: Mapping | None = None,
             parsed[path] = read_result_csv(path)
         return parsed[path]
     draw = {
-        "queue_depth.png": lambda: plot_queue_depth(results_dir, read=read),
-        "throughput.png": lambda: plot_throughput(results_dir, read=read),
-        "pause_timeline.png": lambda: plot_pause_timeline(results_dir, fabric=fabric, read=read),
-        "fct_cdf.png": lambda: plot_fct_cdf(results_dir, summary),
-        "fct_slowdown.png": lambda: plot_fct_slowdown(results_dir, read=read),
+        RunDir.QUEUE_DEPTH_PNG: lambda: plot_queue_depth(results_dir, read=read),
+        RunDir.THROUGHPUT_PNG: lambda: plot_throughput(results_dir, read=read),
+        RunDir.PAUSE_TIMELINE_PNG: lambda: plot_pause_timeline(results_dir, fabric=fabric,
+                                                               read=read),
+        RunDir.FCT_CDF_PNG: lambda: plot_fct_cdf(results_dir, summary),
+        RunDir.FCT_SLOWDOWN_PNG: lambda: plot_fct_slowdown(results_dir, read=read),
     }
     unknown = set(only or ()) - draw.keys()
     if unknown:

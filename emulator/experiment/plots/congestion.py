@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from emulator.experiment.plots.figure import colours, finish_time_axes, new_figure, save
 from emulator.experiment.results_io import read_result_columns, read_result_csv
+from emulator.rundir import RunDir
 from emulator.wire import PFC_QUANTUM_BITS
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -30,8 +31,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 def plot_queue_depth(results_dir: str | Path, out_path: str | Path | None = None,
                      top_n: int = 10, *, read=read_result_csv) -> Path | None:
-    results_dir = Path(results_dir)
-    rows = read(results_dir / "queue_depth.csv")
+    rd = RunDir.of(results_dir)
+    rows = read(rd.file(rd.QUEUE_DEPTH_CSV))
     series: dict[tuple, list[tuple[float, int]]] = {}
     for r in rows:
         series.setdefault((r["node"], r["port"], r["priority"]), []).append(
@@ -54,7 +55,7 @@ def plot_queue_depth(results_dir: str | Path, out_path: str | Path | None = None
         title += f" ({len(shown)} deepest of {len(ranked)} non-empty queues)"
     ax.set_title(title)
     finish_time_axes(ax, "queue depth (KB)", len(shown))
-    return save(fig, Path(out_path or results_dir / "queue_depth.png"))
+    return save(fig, Path(out_path or rd.file(rd.QUEUE_DEPTH_PNG)))
 
 
 def pause_intervals(events: list[dict], fabric: "Fabric | None" = None,
@@ -122,13 +123,13 @@ def pause_intervals(events: list[dict], fabric: "Fabric | None" = None,
 def plot_pause_timeline(results_dir: str | Path, out_path: str | Path | None = None,
                         fabric: "Fabric | None" = None, end_ns: float | None = None,
                         max_rows: int = 40, *, read=read_result_csv) -> Path | None:
-    results_dir = Path(results_dir)
-    events = read(results_dir / "pfc_events.csv")
+    rd = RunDir.of(results_dir)
+    events = read(rd.file(rd.PFC_EVENTS_CSV))
     if not events:
         return None
     if end_ns is None:
-        ends = [max((r["time_ns"] for r in read(results_dir / "queue_depth.csv")), default=0),
-                max((t for t, in read_result_columns(results_dir / "flow_rate.csv", ("time_ns",))),
+        ends = [max((r["time_ns"] for r in read(rd.file(rd.QUEUE_DEPTH_CSV))), default=0),
+                max((t for t, in read_result_columns(rd.file(rd.FLOW_RATE_CSV), ("time_ns",))),
                     default=0)]
         end_ns = max([*ends, max(e["time_ns"] for e in events)])
     iv = pause_intervals(events, fabric, end_ns)
@@ -154,4 +155,4 @@ def plot_pause_timeline(results_dir: str | Path, out_path: str | Path | None = N
     ax.set_title(f"PFC: paused transmitters (sender → peer, priority); "
                  f"{len(iv)} paused, {total / 1000:.1f} µs paused in total")
     ax.grid(True, axis="x", alpha=0.3)
-    return save(fig, Path(out_path or results_dir / "pause_timeline.png"))
+    return save(fig, Path(out_path or rd.file(rd.PAUSE_TIMELINE_PNG)))

@@ -16,12 +16,13 @@ from typing import Mapping
 
 from emulator.experiment.plots.figure import colours, legend, new_figure, save
 from emulator.experiment.results_io import read_result_csv
+from emulator.rundir import RunDir
 
 # percentiles a CDF's title quotes need this many flows to mean anything
 PERCENTILE_MIN_FLOWS = {50: 2, 90: 10, 99: 100}
 
 
-def _slowdowns(summary: Mapping | None, results_dir: Path) -> list[float]:
+def _slowdowns(summary: Mapping | None, rd: RunDir) -> list[float]:
     out = []
     for f in (summary or {}).get("flows", []):
         if f.get("complete") and f.get("fct_slowdown") is not None:
@@ -30,7 +31,7 @@ def _slowdowns(summary: Mapping | None, results_dir: Path) -> list[float]:
             out.append(f["fct_ns"] / f["standalone_fct_ns"])
     if not out and summary is None:           # no summary: HPCC's fct.txt, $7 / $8
         try:
-            for line in (results_dir / "fct.txt").read_text().splitlines():
+            for line in rd.file(rd.FCT_TXT).read_text().splitlines():
                 cols = line.split()
                 if len(cols) >= 8 and float(cols[7]) > 0:
                     out.append(float(cols[6]) / float(cols[7]))
@@ -50,8 +51,8 @@ def cdf_title(slow: list[float]) -> str:
 
 def plot_fct_cdf(results_dir: str | Path, summary: Mapping | None = None,
                  out_path: str | Path | None = None) -> Path | None:
-    results_dir = Path(results_dir)
-    slow = _slowdowns(summary, results_dir)
+    rd = RunDir.of(results_dir)
+    slow = _slowdowns(summary, rd)
     if not slow:
         return None
     n = len(slow)
@@ -67,7 +68,7 @@ def plot_fct_cdf(results_dir: str | Path, summary: Mapping | None = None,
     ax.set_ylim(0, 1.02)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize="small", loc="lower right", frameon=False)
-    return save(fig, Path(out_path or results_dir / "fct_cdf.png"))
+    return save(fig, Path(out_path or rd.file(rd.FCT_CDF_PNG)))
 
 
 # ------------------------------------------------- FCT slowdown by flow size
@@ -132,6 +133,6 @@ def _log_slowdown_axis(ax, values: list[float]) -> None:
 def plot_fct_slowdown(results_dir: str | Path, out_path: str | Path | None = None,
                       *, read=read_result_csv) -> Path | None:
     """``fct_slowdown.png`` from the run's ``fct_slowdown.csv``."""
-    results_dir = Path(results_dir)
-    return plot_slowdown_buckets(out_path or results_dir / "fct_slowdown.png",
-                                 {"": read(results_dir / "fct_slowdown.csv")})
+    rd = RunDir.of(results_dir)
+    return plot_slowdown_buckets(out_path or rd.file(rd.FCT_SLOWDOWN_PNG),
+                                 {"": read(rd.file(rd.FCT_SLOWDOWN_CSV))})

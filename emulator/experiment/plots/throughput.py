@@ -13,14 +13,15 @@ from pathlib import Path
 
 from emulator.experiment.plots.figure import MAX_DISTINCT, colours, finish_time_axes, new_figure, save
 from emulator.experiment.results_io import read_result_columns, read_result_csv
+from emulator.rundir import RunDir
 
 
 def plot_throughput(results_dir: str | Path, out_path: str | Path | None = None,
                     *, read=read_result_csv) -> Path | None:
     """``read`` is not used: flow_rate.csv is streamed into per-flow arrays
     (``read_flow_rates``), never held as a dict per row."""
-    results_dir = Path(results_dir)
-    series = read_flow_rates(results_dir / "flow_rate.csv")
+    rd = RunDir.of(results_dir)
+    series = read_flow_rates(rd.file(rd.FLOW_RATE_CSV))
     if not series:
         return None
     grouped = len(series) > MAX_DISTINCT
@@ -31,7 +32,7 @@ def plot_throughput(results_dir: str | Path, out_path: str | Path | None = None,
     ax.set_title(f"Per-flow goodput (acknowledged bytes), {len(series)} flows"
                  + (f"; summed per receiver ({len(lines)})" if grouped else ""))
     finish_time_axes(ax, "rate (Gbps)", len(lines))
-    return save(fig, Path(out_path or results_dir / "throughput.png"))
+    return save(fig, Path(out_path or rd.file(rd.THROUGHPUT_PNG)))
 
 
 class FlowRates:
