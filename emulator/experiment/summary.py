@@ -237,14 +237,30 @@ def priority_totals(summary: dict) -> dict[str, int]:
     return tot
 
 
+def _what_ran(summary: dict) -> str:
+    """The title's count: flows, or a workload's collectives (a workload has no flows)."""
+    flows = summary["flows"]
+    coll = summary.get("collectives")
+    if flows or coll is None:
+        return f"{sum(1 for f in flows if f['complete'])}/{len(flows)} flows complete"
+    return "collectives " + ("complete" if coll.get("complete") else "INCOMPLETE")
+
+
+def _fabric_time(summary: dict) -> str:
+    """Fabric time of the flows (first post to last completion), else of the
+    whole virtual-time run (a workload's), else nothing to say."""
+    if summary["flows"] or "virtual_time" not in summary:
+        return f"fabric {summary['fabric_ns'] / 1000:.1f} µs" if summary["flows"] else "no flows"
+    return f"fabric {summary['virtual_time']['fabric_ns'] / 1000:.1f} µs in all"
+
+
 def render_summary(summary: dict) -> Table:
     flows = summary["flows"]
     done = [f for f in flows if f["complete"]]
     fcts = sorted(f["fct_ns"] for f in done if f["fct_ns"] is not None)
     virtual = summary.get("time") == VIRTUAL
-    t = Table(title=f"{summary['experiment']} on {summary['target']}: "
-                    f"{len(done)}/{len(flows)} flows complete, wall {summary['wall_s']:.1f} s, "
-                    f"fabric {summary['fabric_ns'] / 1000:.1f} µs ("
+    t = Table(title=f"{summary['experiment']} on {summary['target']}: {_what_ran(summary)}, "
+                    f"wall {summary['wall_s']:.1f} s, " + _fabric_time(summary) + " ("
                     + ("virtual time" if virtual else f"dilation {summary['dilation']:g}") + ")"
                     + (", FELL BEHIND" if summary["fell_behind"] else ""))
     for col in ("metric", "value"):

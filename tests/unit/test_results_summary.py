@@ -169,3 +169,17 @@ def test_flow_priority_follows_qos():
     assert flow_priority(with_qos(None)) == 3
     assert flow_priority(with_qos(SimpleNamespace(roce_priority=4))) == 4
     assert flow_priority(with_qos({"roce_dscp": 10, "dscp_to_priority": {10: 2}})) == 2
+
+
+def test_a_workload_run_counts_its_collectives_and_the_whole_run_s_fabric_time(tmp_path):
+    """A workload has no flows: the title says whether its collectives
+    completed and how long the virtual-time run lasted, not "0/0 flows"."""
+    _, s = summary_of(tmp_path)
+    s = s | {"flows": [], "fabric_ns": 0, "time": "virtual", "dilation": 1.0,
+             "fell_behind": False, "virtual_time": {"fabric_ns": 1_147_812},
+             "collectives": {"complete": True, "results": []}}
+    title, _ = table(s)
+    assert title.startswith("unit on embedded: collectives complete, wall 2.5 s, "
+                            "fabric 1147.8 µs in all (virtual time)")
+    title, _ = table(s | {"collectives": {"complete": False, "results": []}})
+    assert "collectives INCOMPLETE" in title
