@@ -71,6 +71,7 @@ HEADER_LAYERS = {
     "AETH_BYTES": ("scapy.contrib.roce", "AETH", ()),
     "INT_SHIM_BYTES": ("emulator.int_md", "IntShim", ("hops",)),
     "INT_HOP_BYTES": ("emulator.int_md", "IntHop", ()),
+    "IB_FC_PACKET_BYTES": ("emulator.ib.headers", "IBFlowControl", ()),
 }
 
 # Ethernet + IPv4 + UDP + BTH: every RoCEv2 frame starts with these
@@ -145,6 +146,7 @@ def roce_sport(qpn: int) -> int:
 # on an IB link (IBA 6.3): IEEE 802's two Local Experimental Ethertypes.
 ETH_P_IB_DATA = 0x88B5                           # SDP: a data packet, from its LRH
 ETH_P_IB_LINK = 0x88B6                           # LDP: a link (flow-control) packet
+IB_FC_PACKET_BYTES = 6                           # a flow-control packet on the IB wire (IBA 7.9.4)
 IB_CREDIT_BLOCK_BYTES = 64                       # flow control counts 64-byte blocks (IBA 7.9.4)
 IB_CREDIT_MOD = 4096                             # FCTBS, FCCL, ABR: 12-bit counters
 IB_VL15 = 15                                     # management VL: never flow controlled

@@ -168,10 +168,12 @@ def virtual_time_coordinator(exp: Experiment):
     from emulator.experiment.time_mode import VIRTUAL, run_time_mode
     if run_time_mode(exp) != VIRTUAL:
         return None
-    from emulator.vtime.coordinator import Coordinator, lookahead_ns, peer_map
-    # InfiniBand's link packets take no serializer time: its lookahead is the delay alone
+    from emulator.vtime.coordinator import IB_MIN_WIRE_BYTES, Coordinator, lookahead_ns, peer_map
+    # InfiniBand's flow-control packets wait for no serializer: its shortest
+    # time on a link is theirs
     links = exp.fabric.links
-    ahead = lookahead_ns(links, 0) if exp.fabric.link_layer == "infiniband" else lookahead_ns(links)
+    ahead = (lookahead_ns(links, IB_MIN_WIRE_BYTES) if exp.fabric.link_layer == "infiniband"
+             else lookahead_ns(links))
     return Coordinator(peer_map(exp.fabric), ahead)
 
 

@@ -37,7 +37,8 @@ from scapy.layers.l2 import Ether
 from scapy.packet import Packet, bind_layers
 
 from emulator.wire import (
-    BTH_BYTES, ETH_HDR_BYTES, ETH_P_IB_DATA, ETH_P_IB_LINK, Framing, layer_len_bytes,
+    BTH_BYTES, ETH_HDR_BYTES, ETH_P_IB_DATA, ETH_P_IB_LINK, IB_FC_PACKET_BYTES, Framing,
+    layer_len_bytes,
 )
 
 LNH_RAW = 0
@@ -193,7 +194,15 @@ bind_layers(Ether, LRH, type=ETH_P_IB_DATA)
 bind_layers(Ether, IBFlowControl, type=ETH_P_IB_LINK)
 
 LRH_BYTES = layer_len_bytes(LRH, exclude=("vcrc",))        # 8
-FC_PACKET_BYTES = layer_len_bytes(IBFlowControl)            # 6
+FC_PACKET_BYTES = IB_FC_PACKET_BYTES      # wire.py's (test_roce_layers checks it is the layer's)
+
+
+def fc_wire_ns(rate_bps: float) -> int:
+    """A flow-control packet's time on the wire at ``rate_bps``, whole ns
+    rounded up: it does not wait for the serializer (IBA 7.9.4 lets link
+    packets go between packets), but it takes its 6 bytes' time like any
+    symbol stream -- on a link without delay it still arrives after it left."""
+    return -(-FC_PACKET_BYTES * 8 * 10**9 // int(rate_bps))
 # the NIC's frames: carrier + LRH + BTH, ICRC + VCRC after; on an IB wire
 # only the packet (the carrier's 14 bytes are the veth's)
 IB_FRAMING = Framing(ETH_HDR_BYTES + LRH_BYTES + BTH_BYTES, ICRC_BYTES + VCRC_BYTES,

@@ -38,7 +38,7 @@ from emulator.agents.packet_socket import open_packet_socket
 from emulator.agents.qp import QueuePair
 from emulator.ib.credits import CreditParams, VlCredits, blocks
 from emulator.ib.frames import IbFrameTemplate, fc_frame, parse_fc, parse_ib, verify_icrc
-from emulator.ib.headers import IB_FRAMING
+from emulator.ib.headers import IB_FRAMING, fc_wire_ns
 from emulator.wire import CNP_PAD_BYTES, ETH_HDR_BYTES, ETH_P_ALL, ETH_P_IB_DATA, ETH_P_IB_LINK
 
 
@@ -94,6 +94,7 @@ class IbNic(RoceNic):
         super().__init__(ifname, mac, ip, gateway_mac, **kw)
         self.requester.hold = CreditHold(self.vl_credits)
         self._mac_bytes = bytes.fromhex(mac.replace(":", ""))
+        self._fc_wire_ns = fc_wire_ns(self.rate_bps)
         self.vl_errors = 0
 
     # -- the parts RoceNic asks its link layer for ----------------------------
@@ -188,7 +189,7 @@ class IbNic(RoceNic):
             # the peer resets its ABR to FCTBS -- were the flow-control packet
             # to overtake it, the peer would count those blocks twice
             tx = self.transmitter
-            self.transmitter.wire.put(max(now, tx.slot_free_ns),
+            self.transmitter.wire.put(max(now, tx.slot_free_ns) + self._fc_wire_ns,
                                       LinkFrame(fc_frame(self._mac_bytes, self.vl, fctbs, fccl)))
 
     def _timers(self, now: int) -> None:

@@ -51,7 +51,7 @@ from emulator.dataplane.switch import (
 from emulator.errors import ConfigError
 from emulator.ib.credits import CreditParams, VlCredits, blocks
 from emulator.ib.frames import fc_frame, parse_fc
-from emulator.ib.headers import LRH_BYTES
+from emulator.ib.headers import LRH_BYTES, fc_wire_ns
 from emulator.ib.pipeline import DROP_PORT, IbPipeline
 from emulator.ib.port import IbEgressPort
 from emulator.link import CommitWire, Wire
@@ -77,6 +77,7 @@ class IbSwitchPort:
         self.egress = IbEgressPort(cfg.rate_bps, self.credits, send_data,
                                    carrier_bytes=ETH_HDR_BYTES)
         self.wire = Wire(cfg.delay_ns) if attach is None else CommitWire(cfg.delay_ns, self.send_at)
+        self.fc_wire_ns = fc_wire_ns(cfg.rate_bps)
         self.pcap = pcap
         self.clock = clock
         self._captures: list[tuple[int, int, bytes]] = []   # virtual time: sent, not yet written
@@ -224,7 +225,7 @@ class IbSwitch:
                     fctbs, fccl = cr.make_fc(now_ns)
                     # after the packet being serialized, whose blocks FCTBS
                     # counts (the peer resets its ABR to it: never ahead of data)
-                    port.wire.put(max(now_ns, port.egress.busy_until),
+                    port.wire.put(max(now_ns, port.egress.busy_until) + port.fc_wire_ns,
                                   fc_frame(self.mac, vl, fctbs, fccl))
                     port.fc_tx[vl] += 1
                 nxt = min(nxt, cr.next_fc_ns())

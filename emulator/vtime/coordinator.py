@@ -29,21 +29,25 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from emulator.wire import WIRE_OVERHEAD_BYTES
+from emulator.wire import IB_FC_PACKET_BYTES, WIRE_OVERHEAD_BYTES
 
 from . import protocol
 from .protocol import NEVER
 
 MIN_FRAME_BYTES = 60             # an Ethernet frame without FCS, padded (PFC, ACKs are longer)
+# the least time a frame takes on a link, in bytes: Ethernet's smallest frame
+# and its preamble, FCS and gap; InfiniBand's flow-control packet
+ETHERNET_MIN_WIRE_BYTES = MIN_FRAME_BYTES + WIRE_OVERHEAD_BYTES
+IB_MIN_WIRE_BYTES = IB_FC_PACKET_BYTES
 
 
-def lookahead_ns(links, min_frame_bytes: int = MIN_FRAME_BYTES) -> int:
+def lookahead_ns(links, min_wire_bytes: int = ETHERNET_MIN_WIRE_BYTES) -> int:
     """The window: no frame committed at t arrives before t + this, on any
-    link (``links``: ``topo.graph.Link``s, fabric rates and delays)."""
+    link (``links``: ``topo.graph.Link``s, fabric rates and delays): its
+    delay plus the serialization of the shortest thing a link carries."""
     best = NEVER
     for link in links:
-        ser_ns = (min_frame_bytes + WIRE_OVERHEAD_BYTES) * 8e9 / link.rate_bps if min_frame_bytes else 0
-        best = min(best, int(link.delay_ns + ser_ns))
+        best = min(best, int(link.delay_ns + min_wire_bytes * 8e9 / link.rate_bps))
     return max(1, best if best < NEVER else 1)
 
 

@@ -18,7 +18,7 @@ from emulator.ib.nic import IbNic
 from emulator.collectives import bench, report
 from emulator.collectives.engine import CollectiveEngine, RankRun, drive, quiescent
 from emulator.collectives.schedule import NVLINK, SEND, Op, RankSchedule, finalize
-from emulator.vtime.coordinator import Coordinator, lookahead_ns
+from emulator.vtime.coordinator import IB_MIN_WIRE_BYTES, Coordinator, lookahead_ns
 from emulator.vtime.member import VirtualClock, join_virtual_time
 
 T0 = 5_000
@@ -155,7 +155,7 @@ def _virtual_run(ib: bool = False) -> dict:
     peers = {f"s0g{g}": f"s1g{g}" for g in range(G)}
     peers.update({b: a for a, b in peers.items()})
     links = [SimpleNamespace(delay_ns=DELAY_NS, rate_bps=RATE)]
-    coord = Coordinator(peers, lookahead_ns(links, 0) if ib else lookahead_ns(links))
+    coord = Coordinator(peers, lookahead_ns(links, IB_MIN_WIRE_BYTES) if ib else lookahead_ns(links))
     out, errors, nics = {}, [], []
     try:
         ips = {s * G + g: f"10.9.{g}.{s + 1}" for s in (0, 1) for g in range(G)}
@@ -232,5 +232,5 @@ def test_two_servers_in_virtual_time_rerun_identically(ib):
     # the run ended in the window where the later server's work was done, not after a linger
     done_ns = max(first[s]["done_ns"] for s in (0, 1))
     links = [SimpleNamespace(delay_ns=DELAY_NS, rate_bps=RATE)]
-    L = lookahead_ns(links, 0) if ib else lookahead_ns(links)
+    L = lookahead_ns(links, IB_MIN_WIRE_BYTES) if ib else lookahead_ns(links)
     assert done_ns - L < first["fabric_ns"] <= done_ns

@@ -5,8 +5,9 @@ Virtual time: members in threads, as tests/unit/test_vtime.py runs them --
 the coordinator's Unix socket, each member's ``VirtualClock``. The NIC's
 "veth" is a datagram socket pair; the switch's ports are real packet
 sockets on a veth pair (root). The coordinator's window is the links'
-delay alone (``lookahead_ns(links, 0)``): a link packet takes no serializer
-time, and one stamped inside its own window would end the run.
+delay plus a flow-control packet's 6 bytes on the wire (``IB_MIN_WIRE_BYTES``):
+a link packet waits for no serializer, and one stamped inside its own window
+would end the run -- on a link without delay too.
 """
 from __future__ import annotations
 
@@ -27,7 +28,8 @@ from emulator.ib.nic import IbNic
 from emulator.ib.switch import IbSwitch
 from emulator.p4.p4info import IB_P4INFO, P4Info
 from emulator.schema.switch import SwitchConfig
-from emulator.vtime.coordinator import lookahead_ns
+from emulator.ib.headers import fc_wire_ns
+from emulator.vtime.coordinator import IB_MIN_WIRE_BYTES, lookahead_ns
 from emulator.vtime.member import VirtualClock
 from emulator.wire import ETH_HDR_BYTES, ETH_P_ALL
 
@@ -39,29 +41,34 @@ DELAY_NS = 1000
 RATE_BPS = 25_000_000_000
 PERIOD_NS = 10_000
 HOST_LID, SWITCH_DLID = 1, 7
+FC_NS = fc_wire_ns(RATE_BPS)        # 6 bytes at 25 Gb/s: 1.92 ns, 2 in whole ns
 
 
 def _links(delay_ns: int = DELAY_NS):
     return [type("Link", (), {"delay_ns": delay_ns, "rate_bps": RATE_BPS})()]
 
 
-def test_the_lookahead_of_link_packets_is_the_delay_alone():
-    assert lookahead_ns(_links(), 0) == DELAY_NS
-    assert lookahead_ns(_links()) > DELAY_NS          # what a 60-byte frame would allow
+def test_the_lookahead_of_link_packets_is_the_delay_and_their_six_bytes():
+    assert FC_NS == 2
+    assert lookahead_ns(_links(), IB_MIN_WIRE_BYTES) == DELAY_NS + 1     # 1001.92, whole ns
+    assert lookahead_ns(_links()) > DELAY_NS + FC_NS   # what a 60-byte Ethernet frame allows
+    assert lookahead_ns(_links(0), IB_MIN_WIRE_BYTES) == 1
 
 
 # --------------------------------------------------------------------------- the NIC
-def test_a_nics_credit_updates_leave_at_their_exact_times(coord_factory):
+@pytest.mark.parametrize("delay_ns", [DELAY_NS, 0])
+def test_a_nics_credit_updates_leave_at_their_exact_times(coord_factory, delay_ns):
     """The initial credit at the loop's first turn (before its first wait:
     counted for its receiver all the same), then one every update period,
-    arriving a link delay later -- never inside the window it was sent in
-    (the coordinator would end the run)."""
-    coord = coord_factory({"h-eth0": "s-eth1", "s-eth1": "h-eth0"}, lookahead_ns(_links(), 0))
+    arriving its 6 bytes and a link delay later -- never inside the window it
+    was sent in (the coordinator would end the run), on a link without delay too."""
+    coord = coord_factory({"h-eth0": "s-eth1", "s-eth1": "h-eth0"},
+                          lookahead_ns(_links(delay_ns), IB_MIN_WIRE_BYTES))
     h_sock, s_sock = link("h-eth0", "s-eth1")
     h = VirtualClock(coord.path, "h", agent=True)
     s = VirtualClock(coord.path, "s")
     nic = IbNic(None, MAC["a"], "10.99.0.1", MAC["b"], lid=HOST_LID, lids={}, clock=h,
-                sock=h.attach_port(h_sock, "h-eth0"), rate_bps=RATE_BPS, tx_delay_ns=DELAY_NS,
+                sock=h.attach_port(h_sock, "h-eth0"), rate_bps=RATE_BPS, tx_delay_ns=delay_ns,
                 credit=CreditParams(update_period_ns=PERIOD_NS), timer_slack_ns=None,
                 absorb_udp=False)
     ps = s.attach_port(s_sock, "s-eth1")
@@ -77,7 +84,7 @@ def test_a_nics_credit_updates_leave_at_their_exact_times(coord_factory):
     got, s_stats = out["s"]
     assert coord.error is None
     assert [(t, parse_fc(f)) for t, _, f in got] == \
-        [(k * PERIOD_NS + DELAY_NS, (0, 0, 512)) for k in range(3)]
+        [(k * PERIOD_NS + FC_NS + delay_ns, (0, 0, 512)) for k in range(3)]
     assert out["h"] == 4
     assert s_stats["rx_frames"] == s_stats["rx_expected"] == 3 and s_stats["early_frames"] == 0
 
@@ -150,7 +157,7 @@ def test_a_switch_returns_the_credit_a_packet_frees_in_the_turn_it_leaves(veth, 
         assert port.fc_tx[0] == 2
         (fc_due, fc), = [(t, f) for t, f in port.wire.in_flight if parse_fc(f)][-1:]
         # FCTBS: the packet it follows; FCCL: what the peer sent plus the whole buffer free again
-        assert (fc_due, parse_fc(fc)) == (end + DELAY_NS, (0, n, n + 512))
+        assert (fc_due, parse_fc(fc)) == (end + FC_NS + DELAY_NS, (0, n, n + 512))
     finally:
         host.close()
         conn.close()
@@ -165,7 +172,7 @@ def test_a_switch_in_virtual_time_sends_at_exact_times_and_captures_in_time_orde
     a packet forwarded when it arrives, its credit back right behind it; the
     port's pcap holds what it received and sent, in time order."""
     dev_a, dev_b = veth["dev"]["a"], veth["dev"]["b"]
-    coord = coord_factory({dev_a: dev_b, dev_b: dev_a}, lookahead_ns(_links(), 0))
+    coord = coord_factory({dev_a: dev_b, dev_b: dev_a}, lookahead_ns(_links(), IB_MIN_WIRE_BYTES))
     sw_clock = VirtualClock(coord.path, "sw")
     h = VirtualClock(coord.path, "h", agent=True)
     with netns(veth["ns"]["b"]):
@@ -196,7 +203,9 @@ def test_a_switch_in_virtual_time_sends_at_exact_times_and_captures_in_time_orde
                         break
                     got.append((h.now_ns(), parse_fc(f) or len(f)))
             if len(sent) < 2 and h.now_ns() == 3000 * len(sent):
-                sent.append(hp.send_at(frame if sent else _credit(), h.now_ns() + DELAY_NS))
+                # as a NIC would: a packet after its serialization, the credit its 6 bytes
+                sent.append(hp.send_at(frame if sent else _credit(),
+                                       h.now_ns() + (ser_ns if sent else FC_NS) + DELAY_NS))
         return got
 
     try:
@@ -205,15 +214,17 @@ def test_a_switch_in_virtual_time_sends_at_exact_times_and_captures_in_time_orde
         conn.close()
         server.stop(grace=0)
     assert coord.error is None
-    back = 4000 + ser_ns + DELAY_NS          # forwarded at its arrival, 4000
+    arrival = 3000 + ser_ns + DELAY_NS
+    back = arrival + ser_ns + DELAY_NS       # forwarded at its arrival
     fc = (0, n, n + 512)                      # FCTBS: the packet; FCCL: all of the buffer free
-    # the credit the packet freed (made at 4000) restarts the period
-    assert out["h"][:5] == [(DELAY_NS, (0, 0, 512)), (back, len(frame)), (back, fc),
-                            (4000 + PERIOD_NS + DELAY_NS, fc), (4000 + 2 * PERIOD_NS + DELAY_NS, fc)]
+    # the credit the packet freed (made at its arrival) restarts the period
+    period = arrival + FC_NS + DELAY_NS + PERIOD_NS
+    assert out["h"][:5] == [(FC_NS + DELAY_NS, (0, 0, 512)), (back, len(frame)),
+                            (back + FC_NS, fc), (period, fc), (period + PERIOD_NS, fc)]
     stamps = _pcap_stamps(tmp_path / f"{dev_b}.pcap")
-    # the host's credit in, the switch's out, both at 1000: what arrived first
-    assert stamps[:7] == [DELAY_NS, DELAY_NS, 4000, back, back, 4000 + PERIOD_NS + DELAY_NS,
-                          4000 + 2 * PERIOD_NS + DELAY_NS]
+    # the host's credit in, the switch's out, both at 1002: what arrived first
+    assert stamps[:7] == [FC_NS + DELAY_NS, FC_NS + DELAY_NS, arrival, back, back + FC_NS, period,
+                          period + PERIOD_NS]
     assert stamps == sorted(stamps)
 
 

@@ -16,7 +16,7 @@ import pytest
 
 from emulator.link import CommitWire
 from emulator.vtime import protocol
-from emulator.vtime.coordinator import Coordinator, lookahead_ns
+from emulator.vtime.coordinator import IB_MIN_WIRE_BYTES, Coordinator, lookahead_ns
 from emulator.vtime.member import VIRTUAL_UNIX_EPOCH_NS, VirtualClock
 from emulator.vtime.trailer import TRAILER_BYTES, arrival_of, trailer
 
@@ -284,8 +284,9 @@ def test_lookahead_is_the_smallest_links_propagation_plus_a_minimum_frame():
     assert lookahead_ns(links) == 526
     # a link without delay still has the smallest frame's serialization
     assert lookahead_ns([SimpleNamespace(rate_bps=100_000_000_000, delay_ns=0)]) == 6
-    # without a minimum frame (InfiniBand's link packets take no serializer time): >= 1 ns
-    assert lookahead_ns([SimpleNamespace(rate_bps=100_000_000_000, delay_ns=0)], 0) == 1
+    # InfiniBand's shortest, a 6-byte flow-control packet: 0.48 ns, never below 1 ns
+    assert lookahead_ns([SimpleNamespace(rate_bps=100_000_000_000, delay_ns=0)],
+                        IB_MIN_WIRE_BYTES) == 1
 
 
 def test_commit_wire_hands_a_frame_over_at_once_stamped_with_its_arrival():
