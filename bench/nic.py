@@ -21,7 +21,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from emulator.agents.nic import RoceNic, WcStatus  # noqa: E402
+from emulator.nic.nic import RoceNic, WcStatus  # noqa: E402
 
 MAC_A, MAC_B = "02:00:00:00:0a:01", "02:00:00:00:0b:01"
 IP_A, IP_B = "10.0.1.1", "10.0.2.1"

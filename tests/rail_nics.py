@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import socket
 
-from emulator.agents.nic import RoceNic
+from emulator.nic.nic import RoceNic
 from emulator.clock import MONOTONIC, Clock
 from emulator.ib.nic import IbNic
 

@@ -41,8 +41,8 @@ agents get); ``HostCpuParams.dilated`` converts.
 """
 from __future__ import annotations
 
-from .host_cpu import CpuServers, HostCpuParams
-from .qp import MemoryRegion, QueuePair
+from emulator.nic.host_cpu import CpuServers, HostCpuParams
+from emulator.nic.qp import MemoryRegion, QueuePair
 
 PKEY_FULL_MEMBER = 0x8000
 

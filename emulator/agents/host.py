@@ -37,12 +37,12 @@ import time
 from ..atomic import atomic_write_text
 from ..errors import FabricEmuError
 from ..schema.agent import HostAgentConfig
-from .dcqcn import DcqcnParams
-from .hpcc import HpccParams
+from emulator.nic.dcqcn import DcqcnParams
+from emulator.nic.hpcc import HpccParams
 from .dpu import Endpoint
 from .make import make_nic
 from .gpudirect import GpuNic
-from .nic import RNR_TIMER_US, QpState, RoceNic, WcOpcode, WcStatus
+from emulator.nic.nic import RNR_TIMER_US, QpState, RoceNic, WcOpcode, WcStatus
 from .payload import pattern_bytes, pattern_matches, write_layout
 from .run_logs import RunLogs
 from .start_gate import ready_then_start

@@ -6,7 +6,7 @@ from __future__ import annotations
 from emulator.clock import MONOTONIC, Clock
 from emulator.schema.agent import NicConfig
 
-from .nic import RoceNic
+from emulator.nic.nic import RoceNic
 
 
 def make_nic(n: NicConfig, clock: Clock | None = None, **extra) -> RoceNic:
@@ -24,7 +24,7 @@ def make_nic(n: NicConfig, clock: Clock | None = None, **extra) -> RoceNic:
     if ib is None:
         cc = {"dcqcn": n.dcqcn, **extra}
         if n.hpcc is not None:               # HPCC instead of DCQCN, fed by INT
-            from .hpcc import HpccParams
+            from emulator.nic.hpcc import HpccParams
             cc["dcqcn"] = HpccParams.from_config(n.hpcc)
         return RoceNic(n.ifname, n.mac, n.ip, n.gateway_mac, dscp=n.dscp, priority=n.priority,
                        cnp_dscp=n.cnp_dscp, cnp_priority=n.cnp_priority,

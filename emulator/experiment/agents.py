@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from emulator.agents.payload import write_layout
-from emulator.agents.requester import DEFAULT_RTO_FABRIC_NS
+from emulator.nic.requester import DEFAULT_RTO_FABRIC_NS
 from emulator.experiment.endpoints import agent_keys, dropped_flows
 from emulator.experiment.resolved import Experiment
 from emulator.errors import RunAborted
@@ -36,7 +36,7 @@ START_AHEAD_PER_AGENT_S = 0.001    # a ms per agent to write to it and wake it
 
 def rto_fabric_ns(exp: Experiment) -> int:
     """The NICs' ACK timeout in fabric ns: ``nic.rto_us``, else the default
-    (``agents.requester.DEFAULT_RTO_FABRIC_NS``) -- never a function of D."""
+    (``nic.requester.DEFAULT_RTO_FABRIC_NS``) -- never a function of D."""
     us = exp.spec.nic.rto_us
     return DEFAULT_RTO_FABRIC_NS if us is None else int(us * 1000)
 

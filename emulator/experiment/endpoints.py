@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from pathlib import Path
 
-from emulator.agents.host_cpu import HostCpuParams
+from emulator.nic.host_cpu import HostCpuParams
 from emulator.errors import ConfigError
 from emulator.experiment.resolved import Experiment, Flow
 from emulator.schema.endpoints import DELIVERED, DROPPED, CpuCostSpec

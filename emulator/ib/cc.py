@@ -2,8 +2,8 @@
 (IBA Vol. 1, annex A10 "Congestion Control"), one per queue pair.
 
 Pure state machine driven with explicit times (ns of the caller's clock, any
-monotonic origin), as ``emulator.agents.dcqcn`` is, with the same interface
-towards ``emulator.agents.reaction.ReactionPoint``: ``on_cnp(now)``,
+monotonic origin), as ``emulator.nic.dcqcn`` is, with the same interface
+towards ``emulator.nic.reaction.ReactionPoint``: ``on_cnp(now)``,
 ``on_tx(frame_bytes, now)`` (a no-op: IB CC has no byte counter),
 ``advance(now)``, ``rate_bps``, ``active``, ``next_rate_ns``, ``alpha_at(t)``.
 Every change of the rate goes to ``listener(t_ns, event)``, ``event`` one of
@@ -60,7 +60,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from typing import Callable
 
-from emulator.agents.cc_config import integer, number, params_from_config
+from emulator.nic.cc_config import integer, number, params_from_config
 
 CCT_MAX_ENTRIES = 1024           # the spec allows 16384; 1024 is plenty here
 _NEVER_NS = 1 << 62              # next_rate_ns while no timer runs

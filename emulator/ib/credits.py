@@ -1,6 +1,6 @@
 """InfiniBand link-level flow control, one data VL of one port (IBA Vol. 1,
 release 1.4, 7.9.4 "Flow control"): a pure state machine with explicit
-times, as ``emulator.agents.dcqcn`` is, driven by the port that owns it.
+times, as ``emulator.nic.dcqcn`` is, driven by the port that owns it.
 
 Credits count 64-byte blocks (``IB_CREDIT_BLOCK_BYTES``); the counters are
 12 bits (``IB_CREDIT_MOD``), compared modulo 4096 with the spec's window

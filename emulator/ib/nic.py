@@ -32,10 +32,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from emulator.clock import MONOTONIC
-from emulator.agents.frames import LinkFrame
-from emulator.agents.nic import RoceNic
-from emulator.agents.packet_socket import open_packet_socket
-from emulator.agents.qp import QueuePair
+from emulator.nic.frames import LinkFrame
+from emulator.nic.nic import RoceNic
+from emulator.nic.packet_socket import open_packet_socket
+from emulator.nic.qp import QueuePair
 from emulator.ib.credits import CreditParams, VlCredits, blocks
 from emulator.ib.frames import IbFrameTemplate, fc_frame, parse_fc, parse_ib, verify_icrc
 from emulator.ib.headers import IB_FRAMING

@@ -41,7 +41,7 @@ ENDPOINT_KEYS = ("dpu", "tenant", "host_cpu", "dpu_cpu", "storage_qpns")
 
 
 def _dcqcn(d: Optional[dict]) -> Optional[dict]:
-    from emulator.agents.dcqcn import DcqcnParams
+    from emulator.nic.dcqcn import DcqcnParams
     DcqcnParams.from_config(d)
     return d
 
@@ -54,7 +54,7 @@ def _ib_cc(d: Optional[dict]) -> Optional[dict]:
 
 
 def _cpu(d: Optional[dict]) -> Optional[dict]:
-    from emulator.agents.host_cpu import HostCpuParams
+    from emulator.nic.host_cpu import HostCpuParams
     if d is not None:
         try:
             HostCpuParams.from_config(d)
@@ -64,7 +64,7 @@ def _cpu(d: Optional[dict]) -> Optional[dict]:
 
 
 def _hpcc(d: Optional[dict]) -> Optional[dict]:
-    from emulator.agents.hpcc import HpccParams
+    from emulator.nic.hpcc import HpccParams
     if d is not None:
         HpccParams.from_config(d)       # ValueError names the key
     return d

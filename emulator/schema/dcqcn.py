@@ -26,7 +26,7 @@ class DcqcnSpec(StrictSpec):
     cnp_interval_us: float = Field(50.0, ge=0)             # NP: at most one CNP per QP per interval
 
     def agent_params(self, dilation: float, line_rate_bps: int) -> dict:
-        """The agent config's ``dcqcn`` dict (emulator/agents/dcqcn.py's keys):
+        """The agent config's ``dcqcn`` dict (emulator/nic/dcqcn.py's keys):
         times in wall ns (× dilation), rates as fractions of the host's fabric
         line rate ``line_rate_bps`` (dilation-free)."""
         def wall_ns(us: float) -> int:

@@ -99,7 +99,7 @@ class NicSpec(StrictSpec):
     retry_cnt: int = Field(7, ge=1, le=1000)
     # ACK (retransmission) timeout, fabric us, like every NIC timer here and
     # in dcqcn:; the runner gives the agents x D. None: 320 us, IRN's RTO_high
-    # (emulator/agents/requester.py DEFAULT_RTO_FABRIC_NS says why), whatever
+    # (emulator/nic/requester.py DEFAULT_RTO_FABRIC_NS says why), whatever
     # the dilation. A DCQCN-throttled QP waits longer (8 ACK intervals at its
     # rate); time a NIC's data class is PFC-paused does not count.
     rto_us: Optional[float] = Field(None, gt=0)

@@ -1,5 +1,5 @@
 """The experiment file's ``hpcc:`` section (fabric units): HPCC congestion
-control, the sources' reaction point (``emulator.agents.hpcc``; Li et al.,
+control, the sources' reaction point (``emulator.nic.hpcc``; Li et al.,
 "HPCC: High Precision Congestion Control", SIGCOMM 2019), used when the
 experiment says ``cc: hpcc`` -- the switches then write in-band telemetry
 into the data packets (``emulator.int_md``) --, and the UDP port the
@@ -45,12 +45,12 @@ class HpccSpec(StrictSpec):
     dport: int = Field(ROCEV2_UDP_DPORT, ge=1, le=65535)
 
     def agent_params(self, dilation: float, line_rate_bps: int, base_rtt_fabric_ns: int) -> dict:
-        """The agent config's ``hpcc`` dict (``emulator.agents.hpcc.HpccParams``
+        """The agent config's ``hpcc`` dict (``emulator.nic.hpcc.HpccParams``
         keys) for a host of fabric line rate ``line_rate_bps``:
         ``base_rtt_ns`` is T in fabric ns (``base_rtt_us``, or the runner's
         ``base_rtt_fabric_ns`` when that is None); the rate floor a fraction
         of the line rate."""
-        from emulator.agents.hpcc import HpccParams
+        from emulator.nic.hpcc import HpccParams
         if self.base_rtt_us is not None:
             t_fabric_ns = self.base_rtt_us * 1000
         else:

@@ -18,7 +18,7 @@ import json
 import pytest
 
 from emulator.agents.payload import pattern_bytes
-from emulator.agents.nic import WcStatus
+from emulator.nic.nic import WcStatus
 from emulator.clock import MONOTONIC
 from emulator.ib.credits import CreditParams
 from emulator.ib.nic import IbNic

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 
 from tests.rail_nics import rail_nic_pairs
-from emulator.agents.nic import RoceNic
+from emulator.nic.nic import RoceNic
 from emulator.clock import ManualClock
 from emulator.ib.nic import IbNic
 from emulator.collectives import bench, report

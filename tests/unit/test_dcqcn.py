@@ -1,9 +1,9 @@
-"""DCQCN reaction point state machine (emulator.agents.dcqcn), explicit times."""
+"""DCQCN reaction point state machine (emulator.nic.dcqcn), explicit times."""
 from __future__ import annotations
 
 import pytest
 
-from emulator.agents.dcqcn import Dcqcn, DcqcnParams
+from emulator.nic.dcqcn import Dcqcn, DcqcnParams
 
 LINE = 1e9
 US = 1_000

@@ -12,10 +12,10 @@ import time
 import pytest
 
 from emulator import wire
-from emulator.agents import roce
+from emulator.nic import roce
 from emulator.agents.dpu import Endpoint, StorageClient, StorageTarget, tenant_pkey
-from emulator.agents.nic import RoceNic, WcOpcode, WcStatus
-from emulator.agents.roce import parse_roce
+from emulator.nic.nic import RoceNic, WcOpcode, WcStatus
+from emulator.nic.roce import parse_roce
 
 from .test_nic_core import IP_A, IP_B, MAC_A, MAC_B, QPN_A, QPN_B
 from .test_nic_loopback import needs_root, veth  # noqa: F401  (fixture)

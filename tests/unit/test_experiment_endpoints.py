@@ -61,7 +61,7 @@ def test_tenants_dpus_costs_and_dilation_reach_the_agents(tmp_path):
 
 
 def test_rto_is_fabric_time_whatever_the_dilation(tmp_path):
-    from emulator.agents.requester import DEFAULT_RTO_FABRIC_NS
+    from emulator.nic.requester import DEFAULT_RTO_FABRIC_NS
     cfg = agent_configs(load(nic={"rto_us": 100}), tmp_path, 0)
     assert {c.rto_ns for c in cfg.values()} == {100 * 1000 * 1000}       # x D = 1000
     for d in (1, 1000, 20000):        # the default: 320 us of fabric time at any D

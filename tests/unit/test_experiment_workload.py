@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from emulator.agents.nic import RoceNic
+from emulator.nic.nic import RoceNic
 from emulator.collectives.storage import READ_QPN_BASE, StorageReader, block_pattern
 from emulator.agents.dpu import StorageTarget
 from emulator.errors import ConfigError

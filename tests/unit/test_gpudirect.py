@@ -10,7 +10,7 @@ import random
 import socket
 
 from emulator.agents.gpudirect import GpuNic, StagingCopies
-from emulator.agents.nic import RoceNic, WcOpcode, WcStatus
+from emulator.nic.nic import RoceNic, WcOpcode, WcStatus
 from emulator.clock import ManualClock
 
 from .test_nic_core import IP_A, IP_B, MAC_A, MAC_B, QPN_A, QPN_B

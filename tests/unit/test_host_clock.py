@@ -11,7 +11,7 @@ import socket
 
 from emulator.agents.host import HostAgent
 from emulator.agents.run_logs import RunLogs
-from emulator.agents.nic import RoceNic
+from emulator.nic.nic import RoceNic
 from emulator.agents.pack import run_members
 from emulator.clock import ManualClock
 from emulator.schema.agent import HostAgentConfig

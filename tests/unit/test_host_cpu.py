@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from emulator.agents.host_cpu import CpuServers, HostCpuParams
+from emulator.nic.host_cpu import CpuServers, HostCpuParams
 from emulator.errors import ConfigError
 from emulator.schema.agent import HostAgentConfig
 

@@ -1,12 +1,12 @@
-"""HPCC reaction point state machine (emulator.agents.hpcc), explicit times,
+"""HPCC reaction point state machine (emulator.nic.hpcc), explicit times,
 and its experiment-file spec (emulator.schema.hpcc)."""
 from __future__ import annotations
 
 import pytest
 from pydantic import ValidationError
 
-from emulator.agents.hpcc import Hpcc, HpccParams
-from emulator.agents.reaction import ReactionPoint
+from emulator.nic.hpcc import Hpcc, HpccParams
+from emulator.nic.reaction import ReactionPoint
 from emulator.schema.hpcc import HpccSpec
 from tests.unit.test_ib_cc import FakeLogs
 

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from emulator.agents.dcqcn import Dcqcn, DcqcnParams
-from emulator.agents.reaction import ReactionPoint
+from emulator.nic.dcqcn import Dcqcn, DcqcnParams
+from emulator.nic.reaction import ReactionPoint
 from emulator.ib.cc import IbCc, IbCcParams
 
 LINE = 100e9

@@ -8,8 +8,8 @@ import socket
 
 import pytest
 
-from emulator.agents.nic import WcOpcode, WcStatus
-from emulator.agents.roce import RC_WRITE_FIRST, RC_WRITE_LAST, RC_WRITE_MIDDLE
+from emulator.nic.nic import WcOpcode, WcStatus
+from emulator.nic.roce import RC_WRITE_FIRST, RC_WRITE_LAST, RC_WRITE_MIDDLE
 from emulator.ib.cc import IbCcParams
 from emulator.ib.credits import CreditParams, blocks
 from emulator.ib.frames import IbFrameTemplate, fc_frame, parse_fc, parse_ib, verify_icrc

@@ -17,7 +17,7 @@ import struct
 
 import pytest
 
-from emulator.agents.roce import RC_WRITE_ONLY
+from emulator.nic.roce import RC_WRITE_ONLY
 from emulator.clock import ManualClock
 from emulator.control.p4rt_client import SwitchConnection
 from emulator.dataplane.p4rt_server import P4RuntimeServer

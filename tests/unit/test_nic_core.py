@@ -12,9 +12,9 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
 from emulator import wire
-from emulator.agents import roce
-from emulator.agents.nic import QpState, RoceNic, WcOpcode, WcStatus
-from emulator.agents.roce import parse_roce
+from emulator.nic import roce
+from emulator.nic.nic import QpState, RoceNic, WcOpcode, WcStatus
+from emulator.nic.roce import parse_roce
 from tests.nic_sim import SimNicPair, manual_clock
 
 MAC_A, MAC_B = "02:00:00:00:0a:01", "02:00:00:00:0b:01"

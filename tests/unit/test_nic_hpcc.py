@@ -7,9 +7,9 @@ from __future__ import annotations
 from scapy.layers.l2 import Ether
 
 from emulator import int_md
-from emulator.agents.hpcc import Hpcc, HpccParams
-from emulator.agents.nic import WcStatus
-from emulator.agents.roce import RC_ACK, parse_roce
+from emulator.nic.hpcc import Hpcc, HpccParams
+from emulator.nic.nic import WcStatus
+from emulator.nic.roce import RC_ACK, parse_roce
 from emulator.int_md import INT_KIND_COLLECT, INT_KIND_ECHO, IntShim
 from tests.unit.test_nic_core import pairs, pattern  # noqa: F401 (the fixture)
 

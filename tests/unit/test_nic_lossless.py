@@ -17,10 +17,10 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
 from emulator import wire
-from emulator.agents import roce
-from emulator.agents.dcqcn import DcqcnParams
-from emulator.agents.nic import RoceNic, WcStatus
-from emulator.agents.roce import parse_roce, verify_icrc
+from emulator.nic import roce
+from emulator.nic.dcqcn import DcqcnParams
+from emulator.nic.nic import RoceNic, WcStatus
+from emulator.nic.roce import parse_roce, verify_icrc
 from tests.nic_sim import NicLoop, manual_clock
 
 from .test_nic_core import (  # noqa: F401 (pairs: a fixture)

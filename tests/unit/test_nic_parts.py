@@ -7,19 +7,19 @@ import struct
 
 import pytest
 
-from emulator.agents import roce
-from emulator.agents.dcqcn import DcqcnParams
-from emulator.agents.frames import AckFrame, CnpFrame, DataFrame
-from emulator.agents.host_cpu import CpuGate, CpuServers, TenantFilter
-from emulator.agents.nic import NicStats
-from emulator.agents.notification import NotificationPoint
-from emulator.agents.pfc import PfcReceiver
-from emulator.agents.qp import QpState, QueuePair, WcStatus
-from emulator.agents.reaction import ReactionPoint
-from emulator.agents.read import ReadResponder
-from emulator.agents.requester import Requester
-from emulator.agents.responder import Responder
-from emulator.agents.transmitter import Transmitter
+from emulator.nic import roce
+from emulator.nic.dcqcn import DcqcnParams
+from emulator.nic.frames import AckFrame, CnpFrame, DataFrame
+from emulator.nic.host_cpu import CpuGate, CpuServers, TenantFilter
+from emulator.nic.nic import NicStats
+from emulator.nic.notification import NotificationPoint
+from emulator.nic.pfc import PfcReceiver
+from emulator.nic.qp import QpState, QueuePair, WcStatus
+from emulator.nic.reaction import ReactionPoint
+from emulator.nic.read import ReadResponder
+from emulator.nic.requester import Requester
+from emulator.nic.responder import Responder
+from emulator.nic.transmitter import Transmitter
 from emulator.clock import ManualClock
 from emulator.wire import WIRE_OVERHEAD_BYTES
 
@@ -250,7 +250,7 @@ def test_requester_rnr_timer_is_fabric_time():
 def test_responder_places_in_order_naks_a_gap_once_and_coalesces_acks():
     cq, st = [], NicStats()
     mr_buf = bytearray(4096)
-    from emulator.agents.qp import MemoryRegion
+    from emulator.nic.qp import MemoryRegion
     mrs = {9: MemoryRegion(0, 9, mr_buf)}
     rs = Responder(mrs=mrs, mtu_bytes=1024, min_rnr_timer=14, report_remote_writes=True,
                    cq=cq, stats=st, unix_ns=ManualClock().unix_ns)
@@ -469,7 +469,7 @@ def test_receive_lateness_is_the_kernel_stamp_against_now_and_stalls_count_beyon
     import socket
     import time
 
-    from emulator.agents.nic import RoceNic
+    from emulator.nic.nic import RoceNic
     from emulator.clock import MonotonicClock
 
     class SevenMsLate(MonotonicClock):

@@ -9,9 +9,9 @@ import pytest
 from scapy.layers.l2 import Ether
 
 from emulator import wire
-from emulator.agents import roce
-from emulator.agents.nic import WcOpcode, WcStatus
-from emulator.agents.roce import AETH, BTH, RETH, parse_roce
+from emulator.nic import roce
+from emulator.nic.nic import WcOpcode, WcStatus
+from emulator.nic.roce import AETH, BTH, RETH, parse_roce
 
 from .test_nic_core import IP_A, IP_B, MAC_A, MAC_B, QPN_A, pairs  # noqa: F401  (fixture)
 from .test_nic_loopback import add_loss, needs_root, veth  # noqa: F401  (fixture)

@@ -10,10 +10,10 @@ import struct
 
 import pytest
 
-from emulator.agents import roce
-from emulator.agents.nic import WcStatus
-from emulator.agents.requester import DEFAULT_RTO_FABRIC_NS
-from emulator.agents.roce import parse_roce
+from emulator.nic import roce
+from emulator.nic.nic import WcStatus
+from emulator.nic.requester import DEFAULT_RTO_FABRIC_NS
+from emulator.nic.roce import parse_roce
 from tests.nic_sim import DelayLine
 
 from .test_nic_core import (  # noqa: F401 (pairs: a fixture)
@@ -208,7 +208,7 @@ def test_host_agent_result_and_summary_count_recovery(tmp_path):
 
     from emulator.agents.host import HostAgent
     from emulator.agents.run_logs import RunLogs
-    from emulator.agents.nic import RoceNic
+    from emulator.nic.nic import RoceNic
     from emulator.experiment.summary import render_summary
     from emulator.schema.agent import HostAgentConfig
     from tests.nic_sim import NicLoop, manual_clock

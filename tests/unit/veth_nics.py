@@ -11,7 +11,7 @@ import ctypes
 import os
 from contextlib import contextmanager
 
-from emulator.agents.nic import RoceNic
+from emulator.nic.nic import RoceNic
 from emulator.clock import MONOTONIC
 from tests.nic_sim import SimNicPair
 

@@ -211,7 +211,7 @@ class RoceNic:
         its data frames carry that many empty records for the switches to
         fill, and its frame sizes count them (its ACKs echo as many); the
         records that come back in ACKs go to the reaction point (HPCC's,
-        ``agents.hpcc``). Any NIC is an INT sink: a data frame's records
+        ``nic.hpcc``). Any NIC is an INT sink: a data frame's records
         go back in the QP's ACKs."""
         if rate_bps <= 0 or mtu_bytes < 256 or mtu_bytes > 9000 or mtu_bytes % 4:
             raise ValueError("rate_bps must be > 0 and mtu_bytes a multiple of 4 in 256..9000")

@@ -2,8 +2,8 @@
 SIGCOMM 2019, section 3 and Algorithm 1), one per queue pair.
 
 Pure state machine driven with explicit times (ns of the caller's clock, any
-monotonic origin), as ``emulator.agents.dcqcn`` is, with the same interface
-towards ``emulator.agents.reaction.ReactionPoint`` (``on_cnp(now)``,
+monotonic origin), as ``emulator.nic.dcqcn`` is, with the same interface
+towards ``emulator.nic.reaction.ReactionPoint`` (``on_cnp(now)``,
 ``on_tx(frame_bytes, now)``, ``advance(now)``, ``rate_bps``, ``active``,
 ``next_rate_ns``, ``alpha_at(t)``) plus the one event HPCC reacts to:
 ``on_ack(now, ack_seq, snd_nxt, hops)``, an ACK carrying the in-band
