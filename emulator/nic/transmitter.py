@@ -35,9 +35,8 @@ from __future__ import annotations
 import errno
 
 from emulator import int_md
-from emulator.ib.credits import blocks
 from emulator.link import Wire
-from emulator.wire import CNP_PAD_BYTES, ROCE_FRAMING, Framing
+from emulator.wire import CNP_PAD_BYTES, ROCE_FRAMING, Framing, ib_credit_blocks
 
 from .frames import AckFrame, CnpFrame, DataFrame, LinkFrame, ReadRequestFrame, ReadResponseFrame
 from .qp import QpState
@@ -309,7 +308,7 @@ class Transmitter:
                         st.tx_lag_sum_ns += int(lag)
                         st.tx_lag_frames += 1
                     if credit is not None:
-                        nblocks = blocks(flen + overhead)
+                        nblocks = ib_credit_blocks(flen + overhead)
                         if not credit.try_send(nblocks, slot):   # a stall starts at slot
                             self.held = held = (frame, flen, nblocks)
                             self.wire_idle = True
