@@ -30,7 +30,7 @@ def make_nic(n: NicConfig, clock: Clock | None = None, **extra) -> RoceNic:
                        cnp_dscp=n.cnp_dscp, cnp_priority=n.cnp_priority,
                        cnp_interval_ns=n.cnp_interval_ns, int_max_hops=n.int_max_hops,
                        **{**common, **cc})
-    from emulator.ib.cc import IbCcParams
+    from emulator.nic.ib_cc import IbCcParams
     from emulator.ib.credits import CreditParams
     from emulator.ib.nic import IbNic
     for ethernet_only in ("honor_pfc", "dcqcn", "int_max_hops"):

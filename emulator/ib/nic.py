@@ -20,7 +20,7 @@ what is around the transport differs (the transport code is shared):
 * congestion: a request that arrives with FECN set is "congestion
   experienced" (``IbPacket.ecn``): the notification point returns a CNP
   (BTH opcode 0x81 with BECN, annex A10) and the sender's reaction point
-  runs ``ib.cc.IbCc`` when it is given ``IbCcParams``.
+  runs ``nic.ib_cc.IbCc`` when it is given ``IbCcParams``.
 * no PFC: nothing pauses the data class; the ACK timeout is stretched by
   the VL's credit stall time instead, as RoCE's is by PFC pauses.
 * virtual time (``emulator.vtime``), as ``RoceNic``: one unfiltered socket,

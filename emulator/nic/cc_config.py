@@ -1,6 +1,6 @@
 """A congestion-control state machine's parameters from its agent-config
 dict: the one reading that ``DcqcnParams``, ``HpccParams`` and
-``emulator.ib.cc.IbCcParams`` share (missing keys take the dataclass's
+``emulator.nic.ib_cc.IbCcParams`` share (missing keys take the dataclass's
 defaults, an unknown key or a bad value is a ValueError naming
 ``section.key``, then the params' own ``validate()``)."""
 from __future__ import annotations

@@ -104,7 +104,7 @@ class DcqcnParams:
     def machine(self, line_bps: float,
                 listener: Callable[[int, str], None] | None = None) -> "Dcqcn":
         """The state machine of one QP (``ReactionPoint.attach``; the same
-        method as ``emulator.ib.cc.IbCcParams.machine``)."""
+        method as ``emulator.nic.ib_cc.IbCcParams.machine``)."""
         return Dcqcn(self, line_bps, listener)
 
 

@@ -1,6 +1,6 @@
 """Reaction point of the NIC: one congestion-control state machine per QP,
 made by ``params.machine(line_bps, listener)`` -- a ``dcqcn.Dcqcn`` (Zhu et
-al., SIGCOMM 2015, figure 8) for ``DcqcnParams``, an ``emulator.ib.cc.IbCc``
+al., SIGCOMM 2015, figure 8) for ``DcqcnParams``, an ``emulator.nic.ib_cc.IbCc``
 (IBA annex A10; the log's alpha column then carries the CCTI) for
 ``IbCcParams``, an ``hpcc.Hpcc`` (Li et al., SIGCOMM 2019; the alpha column
 carries its U) for ``HpccParams`` -- fed with the CNPs (BECNs) the QP

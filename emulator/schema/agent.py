@@ -47,7 +47,7 @@ def _dcqcn(d: Optional[dict]) -> Optional[dict]:
 
 
 def _ib_cc(d: Optional[dict]) -> Optional[dict]:
-    from emulator.ib.cc import IbCcParams
+    from emulator.nic.ib_cc import IbCcParams
     if d is not None:
         IbCcParams.from_config(d)
     return d
@@ -89,7 +89,7 @@ class IbNicConfig(StrictSpec):
     """What makes a NIC an InfiniBand one (``emulator.ib.nic.IbNic``): its
     LID, the path records of its peers (IP -> LID, from the subnet
     manager's sweep), its SL and data VL, its receive buffer and flow-control
-    updates (wall ns), and IB congestion control (``ib.cc.IbCcParams`` keys;
+    updates (wall ns), and IB congestion control (``nic.ib_cc.IbCcParams`` keys;
     None: none)."""
     lid: int = Field(ge=1, le=0xBFFF)
     lids: dict[str, int]

@@ -1,6 +1,6 @@
 """InfiniBand congestion control as an experiment file gives it (``ib_cc:``;
 IBA Vol. 1, annex A10): the switches' FECN marking and the sources' CCTI
-machine (``emulator.ib.cc``). Off unless ``enabled``; an InfiniBand fabric
+machine (``emulator.nic.ib_cc``). Off unless ``enabled``; an InfiniBand fabric
 then relies on credits alone, as a subnet without a congestion-control
 manager does.
 
@@ -12,7 +12,7 @@ ib_cc:
   ccti_increase: 1             # per BECN (OpenSM's default)
   ccti_timer: 150              # x 1.024 us of fabric time between CCTI decrements (OpenSM's)
   ccti_min: 0
-  cct: [[0, 0], [2, 1], ...]   # (shift, multiplier) entries; default: ib.cc's 128-entry table
+  cct: [[0, 0], [2, 1], ...]   # (shift, multiplier) entries; default: nic.ib_cc's 128-entry table
 ```
 """
 from __future__ import annotations
@@ -39,10 +39,10 @@ class IbCcSpec(StrictSpec):
         return self
 
     def agent_params(self) -> dict:
-        """The agent config's ``ib.cc`` dict (``ib.cc.IbCcParams`` keys): the
+        """The agent config's ``nic.ib_cc`` dict (``nic.ib_cc.IbCcParams`` keys): the
         timer stays in the spec's units (fabric time); the NIC's ``dilation``
         makes it wall (``agents.make``)."""
-        from emulator.ib.cc import IbCcParams
+        from emulator.nic.ib_cc import IbCcParams
         keys = {"ccti_increase": self.ccti_increase, "ccti_timer": self.ccti_timer,
                 "ccti_min": self.ccti_min}
         if self.cct is not None:

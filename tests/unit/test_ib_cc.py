@@ -1,11 +1,11 @@
-"""IB congestion control, the CA's reaction side (emulator.ib.cc), explicit times."""
+"""IB congestion control, the CA's reaction side (emulator.nic.ib_cc), explicit times."""
 from __future__ import annotations
 
 import pytest
 
 from emulator.nic.dcqcn import Dcqcn, DcqcnParams
 from emulator.nic.reaction import ReactionPoint
-from emulator.ib.cc import IbCc, IbCcParams
+from emulator.nic.ib_cc import IbCc, IbCcParams
 
 LINE = 100e9
 T150 = 1024 * 150                 # the default CCTI timer: 153.6 us

@@ -10,7 +10,7 @@ import pytest
 
 from emulator.nic.nic import WcOpcode, WcStatus
 from emulator.nic.roce import RC_WRITE_FIRST, RC_WRITE_LAST, RC_WRITE_MIDDLE
-from emulator.ib.cc import IbCcParams
+from emulator.nic.ib_cc import IbCcParams
 from emulator.ib.credits import CreditParams, blocks
 from emulator.ib.frames import IbFrameTemplate, fc_frame, parse_fc, parse_ib, verify_icrc
 from emulator.ib.headers import IB_FRAMING, check_crcs

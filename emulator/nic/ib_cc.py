@@ -60,7 +60,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from typing import Callable
 
-from emulator.nic.cc_config import integer, number, params_from_config
+from .cc_config import integer, number, params_from_config
 
 CCT_MAX_ENTRIES = 1024           # the spec allows 16384; 1024 is plenty here
 _NEVER_NS = 1 << 62              # next_rate_ns while no timer runs
