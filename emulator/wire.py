@@ -44,6 +44,8 @@ MIN_FRAME_BYTES = 60                             # without FCS
 
 # --- PFC (IEEE 802.1Qbb) ----------------------------------------------------
 NUM_PRIORITIES = 8                               # 802.1p classes = queues per port
+INT_MAX_HOPS = 5             # INT records a packet holds at most (int_md): fabric.p4's header
+                             # stack, a 3-tier CLOS's diameter
 PFC_DST_MAC = bytes.fromhex("0180c2000001")
 PFC_OPCODE = 0x0101
 PFC_QUANTUM_BITS = 512                           # one pause quantum: 512 bit times

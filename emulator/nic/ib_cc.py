@@ -22,84 +22,26 @@ with Port_Control QP-based, so the state is per QP)::
     rate:         the QP waits the inter-packet delay CCT[CCTI] after each
                   packet.
 
-This is what Linux's hfi1 driver does (drivers/infiniband/hw/hfi1):
-``process_becn()`` in rc.c raises the CCTI, capped at ``ccti_limit``, and
-starts the timer only "if (!hrtimer_active(...))" ("ccti_timer is in units
-of 1.024 usec", ``nsec = 1024 * ccti_timer``): a BECN never postpones a
-pending decrement. ``cca_timer_fn()`` in init.c decrements the CCTI and
-restarts while it is above ``ccti_min``. (hfi1 keeps its CCTI per service
-level and paces the whole port at the largest; we take the spec's QP-based
-variant.)
-
-A CCT entry is 16 bits: CCT_Shift (bits 15..14) and CCT_Multiplier (bits
-13..0). hfi1's ``set_link_ipg()`` (init.c) turns it into a delay:
-``ipd = (max_pkt_time >> shift) * multiplier``, max_pkt_time being the time
-of a maximum-size packet at the line rate. The delay is thus the fraction
-multiplier / 2**shift of a full packet's time, and a QP sending full packets
-back to back with that gap runs at ``line / (1 + multiplier / 2**shift)``
-(computed exactly here, without hfi1's integer truncation). Entry 0 is
-normally (0, 0): no delay, the line rate.
-
-Parameters (``IbCcParams``; the agent config's ``ib_cc`` dict uses the same
-names): ``ccti_increase`` 1, ``ccti_timer`` 150 (153.6 us), ``ccti_min`` 0
-are OpenSM's defaults (its congestion-control configuration; its
-``trigger_threshold`` only decides what the CA logs, so we have none).
-OpenSM ships an empty CCT, i.e. CC off; the default table here is ours, not
-the spec's: 128 entries, entry i = (shift 2, multiplier i), a delay of i/4
-packet times, so one BECN takes a QP to 80% of its line rate, four to 50%,
-the last entry (127) to ~3%. ``ccti_timer`` stays in the spec's unit of
-fabric time; ``dilation`` (clock ns per fabric ns, the experiment's D, as
-``RoceNic``'s) makes ``ccti_timer_ns`` a time on the caller's clock, so that
-the config dict alone, like the ``dcqcn`` dict's wall-ns timers, says when
-the timer fires. Rates are fractions of the QP's line rate: dilation-free.
-
-The per-QP log's ``alpha`` column carries the CCTI for IB CC (``alpha_at``).
+The model in full: docs/nic.md, "ib_cc".
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass
 from typing import Callable
 
-from .cc_config import integer, number, params_from_config
-
-CCT_MAX_ENTRIES = 1024           # the spec allows 16384; 1024 is plenty here
 _NEVER_NS = 1 << 62              # next_rate_ns while no timer runs
 
 
-def _default_cct() -> tuple[tuple[int, int], ...]:
-    return tuple((2, i) for i in range(128))
-
-
-def _is_int(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _ib_cc_value(k: str, v):
-    """One ``ib_cc`` key's value: the CCT as [shift, multiplier] pairs, the
-    dilation a number, every other key an integer (the spec's fields)."""
-    if k == "cct":
-        if not isinstance(v, (list, tuple)) or not all(
-                isinstance(e, (list, tuple)) and len(e) == 2 for e in v):
-            raise ValueError(f"ib_cc.cct: expected a list of [shift, multiplier] pairs, got {v!r}")
-        return tuple(tuple(e) for e in v)
-    if k == "dilation":
-        return number("ib_cc", k, v)
-    return integer("ib_cc", k, v)
-
-
-@dataclass
+@dataclass(frozen=True)
 class IbCcParams:
-    enabled: bool = True
-    ccti_increase: int = 1            # CCTI steps per BECN (8 bits in the spec)
-    ccti_timer: int = 150             # CCTI decrement period, units of 1.024 us of fabric time
-    ccti_min: int = 0                 # the CCTI never goes below (8 bits in the spec)
-    cct: tuple[tuple[int, int], ...] = _default_cct()  # (CCT_Shift, CCT_Multiplier) per index
-    dilation: float = 1.0             # clock ns per fabric ns (scales ccti_timer_ns)
-
-    @property
-    def ccti_timer_ns(self) -> int:
-        """The CCTI timer's period in ns of the caller's clock."""
-        return round(1024 * self.ccti_timer * self.dilation)
+    """One NIC's IB CC parameters (``nic.wall.ib_cc_params``; their
+    defaults and bounds are ``schema.ib_cc.IbCcSpec``'s)."""
+    enabled: bool
+    ccti_increase: int                 # CCTI steps per BECN
+    ccti_timer: int                    # CCTI decrement period, units of 1.024 us of fabric time
+    ccti_timer_ns: int                 # the same on the NIC's clock
+    ccti_min: int                      # the CCTI never goes below
+    cct: tuple[tuple[int, int], ...]   # (CCT_Shift, CCT_Multiplier) per index
 
     @property
     def ccti_limit(self) -> int:
@@ -112,54 +54,16 @@ class IbCcParams:
         CCTI; ``DcqcnParams.alpha_init``'s counterpart)."""
         return float(self.ccti_min)
 
-    def scaled(self, dilation: float) -> "IbCcParams":
-        """A copy whose timer runs ``dilation`` times slower (fabric -> wall)."""
-        p = replace(self, dilation=self.dilation * dilation)
-        p.validate()
-        return p
-
     def machine(self, line_bps: float,
                 listener: Callable[[int, str], None] | None = None) -> "IbCc":
         """The state machine of one QP (``ReactionPoint.attach``)."""
         return IbCc(self, line_bps, listener)
 
-    @classmethod
-    def from_config(cls, d: dict | None) -> "IbCcParams":
-        """Build from the agent config's ``ib_cc`` dict (missing keys take the
-        defaults; ``cct`` as a list of [shift, multiplier] pairs). Raises
-        ValueError on an unknown key or a bad value."""
-        return params_from_config(cls, d, "ib_cc", _ib_cc_value)
-
-    def validate(self) -> None:
-        # bounds of the spec's fields (Congestion Setting: CCTI_Increase and
-        # CCTI_Min 8 bits, CCTI_Timer 16 bits); ccti_timer 0 would never let
-        # the rate recover
-        for k, lo, hi in (("ccti_increase", 1, 255), ("ccti_timer", 1, 65535),
-                          ("ccti_min", 0, 255)):
-            v = getattr(self, k)
-            if not _is_int(v) or not lo <= v <= hi:
-                raise ValueError(f"ib_cc.{k} must be an integer in {lo}..{hi}, got {v!r}")
-        n = len(self.cct)
-        if not 1 <= n <= CCT_MAX_ENTRIES:
-            raise ValueError(f"ib_cc.cct must have 1..{CCT_MAX_ENTRIES} entries, got {n}")
-        for i, e in enumerate(self.cct):
-            s, m = e
-            if not _is_int(s) or not 0 <= s <= 3:
-                raise ValueError(f"ib_cc.cct[{i}]: shift must be 0..3 (2 bits), got {s!r}")
-            if not _is_int(m) or not 0 <= m <= 0x3FFF:
-                raise ValueError(f"ib_cc.cct[{i}]: multiplier must be 0..16383 (14 bits), "
-                                 f"got {m!r}")
-        if self.ccti_min >= n:
-            raise ValueError(f"ib_cc.ccti_min ({self.ccti_min}) must be < the table's "
-                             f"{n} entries")
-        if isinstance(self.dilation, bool) or not self.dilation >= 1:
-            raise ValueError(f"ib_cc.dilation must be >= 1, got {self.dilation!r}")
-
     def as_dict(self) -> dict:
-        """The ``from_config`` form (``cct`` as lists, for JSON)."""
-        d = {f.name: getattr(self, f.name) for f in fields(self)}
-        d["cct"] = [list(e) for e in self.cct]
-        return d
+        """For the host agent's result (``cct`` as lists, for JSON)."""
+        return {"enabled": self.enabled, "ccti_increase": self.ccti_increase,
+                "ccti_timer": self.ccti_timer, "ccti_timer_ns": self.ccti_timer_ns,
+                "ccti_min": self.ccti_min, "cct": [list(e) for e in self.cct]}
 
 
 class IbCc:

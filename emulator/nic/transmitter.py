@@ -18,24 +18,14 @@ plus the link's delay (``tx_delay_ns``), as at a switch port; frames already
 serialized are on the wire and leave even if their class is paused since.
 Bytes are built only then (``frames``), from the current message buffers.
 
-Link layers (``framing``): frame sizes and the wire's overhead are
-RoCE's (``wire.ROCE_FRAMING``) or InfiniBand's. On InfiniBand a frame also
-needs credit (``credit``: the ``ib.credits.VlCredits`` of the NIC's one
-data VL; None on Ethernet): the next frame, once chosen, waits as the head
-of the VL (``held``) until a flow-control packet grants its blocks --
-everything behind it waits too, one VL being one FIFO; the wait is the VL's
-stall time. Link packets (``LinkFrame``: flow control) take no credit and
-no serializer time, as at a switch port.
-
-Per-QP pacing state lives on the QP: ``next_ok_ns`` (its rate limiter),
-``last_tx_slot`` / ``last_tx_flen`` (re-timed when its rate changes).
+The model in full: docs/nic.md, "transmitter".
 """
 from __future__ import annotations
 
 import errno
 
 from emulator import int_md
-from emulator.link import Wire
+from emulator.link import CommitWire, Wire
 from emulator.wire import CNP_PAD_BYTES, ROCE_FRAMING, Framing, ib_credit_blocks
 
 from .frames import AckFrame, CnpFrame, DataFrame, LinkFrame, ReadRequestFrame, ReadResponseFrame
@@ -61,8 +51,13 @@ class Transmitter:
     def __init__(self, *, sock, rate_bps: int, mtu_bytes: int, ack_every_n: int,
                  max_lag_ns: int, tx_delay_ns: int, priority: int, cnp_priority: int,
                  max_outstanding_pkts: int, pause_until_ns: list, requester, read_responder,
-                 cnp_queue, ack_queue, stats, logs=None, framing: Framing = ROCE_FRAMING,
-                 credit=None):
+                 cnp_queue, ack_queue, stats, cnp_template, logs=None,
+                 framing: Framing = ROCE_FRAMING, credit=None, int_max_hops: int = 0,
+                 on_data_tx=None, commit_wire: bool = False):
+        """``cnp_template``: qp -> the template of its CNPs; ``int_max_hops``
+        > 0: data frames carry INT; ``on_data_tx``: the reaction point's
+        ``on_tx`` (None: off); ``commit_wire``: virtual time -- a frame
+        leaves when committed, stamped with its arrival (``link.CommitWire``)."""
         self.sock = sock
         self.rate_bps = rate_bps
         self.mtu_bytes = mtu_bytes
@@ -78,7 +73,8 @@ class Transmitter:
         self.qps = requester.busy                # data QPs with work, round-robin
         self.stats = stats
         self.logs = logs
-        self.wire = Wire(int(tx_delay_ns))
+        self.wire = CommitWire(int(tx_delay_ns), self._send_committed) if commit_wire else \
+            Wire(int(tx_delay_ns))
         self.framing = framing
         self.overhead_bytes = framing.wire_overhead_bytes
         self.credit = credit                     # InfiniBand: VlCredits of our data VL
@@ -89,11 +85,18 @@ class Transmitter:
         self._retry = None                       # the frame the socket refused
         self._rr = 0
         self._now = 0
-        # set by the NIC (None: off): the CPU gate's ``tx``, the reaction point's ``on_tx``
-        self.cpu_gate = None
-        self.on_data_tx = None
-        self.cnp_template = None                 # qp -> the template of its CNPs (set by the NIC)
-        self.int_max_hops = 0                    # > 0: data frames carry INT (set by the NIC)
+        self.on_data_tx = on_data_tx
+        self.cnp_template = cnp_template
+        self.int_max_hops = int_max_hops
+        self.cpu_gate = None                     # the CPU gate's ``tx`` (set_cpu_gate; None: off)
+
+    def set_cpu_gate(self, gate_tx) -> None:
+        """Hold frames until ``gate_tx`` says their CPU work is done (None: no gate)."""
+        self.cpu_gate = gate_tx
+
+    def _send_committed(self, f, arrival_ns) -> None:
+        self.sock.due_ns = arrival_ns
+        self._send(f)
 
     # -- rates -------------------------------------------------------------------------
     def frame_time_ns(self, frame_bytes: int, rate_bps: float | None = None) -> float:

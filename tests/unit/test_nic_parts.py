@@ -7,8 +7,10 @@ import struct
 
 import pytest
 
+from tests.nics import roce_nic
 from emulator.nic import roce
-from emulator.nic.dcqcn import DcqcnParams
+from emulator.nic.wall import dcqcn_params
+from emulator.schema.dcqcn import DcqcnSpec
 from emulator.nic.frames import AckFrame, CnpFrame, DataFrame
 from emulator.nic.host_cpu import CpuGate, CpuServers, TenantFilter
 from emulator.nic.nic import NicStats
@@ -92,7 +94,7 @@ def test_notification_point_one_cnp_per_interval_per_qp():
 
 def test_reaction_point_cuts_and_recovers_on_its_timer():
     changes = []
-    rp = ReactionPoint(DcqcnParams(rate_timer_ns=1000, alpha_timer_ns=1000),
+    rp = ReactionPoint(dcqcn_params(DcqcnSpec(rate_increase_timer_us=1.0, alpha_update_us=1.0), 1.0, 40e9),
                        lambda qp, r, t, ev: changes.append((qp.qpn, r, t, ev)))
     qp = make_qp()
     rp.attach(qp, RATE, 0)
@@ -106,7 +108,7 @@ def test_reaction_point_cuts_and_recovers_on_its_timer():
 
 def test_the_timer_pass_walks_only_qps_a_cnp_set_running_until_they_recover():
     changes = []
-    rp = ReactionPoint(DcqcnParams(rate_timer_ns=1000, alpha_timer_ns=1000),
+    rp = ReactionPoint(dcqcn_params(DcqcnSpec(rate_increase_timer_us=1.0, alpha_update_us=1.0), 1.0, 40e9),
                        lambda qp, r, t, ev: changes.append((qp.qpn, r, t, ev)))
     qps = [make_qp(n, n + 100) for n in range(1, 41)]
     for qp in qps:
@@ -287,10 +289,9 @@ def transmitter(delay_ns=0, **kw):
                      max_lag_ns=500_000, tx_delay_ns=delay_ns, priority=3, cnp_priority=6,
                      max_outstanding_pkts=1 << 20, pause_until_ns=pfc.until_ns, requester=rq,
                      read_responder=ReadResponder(rs, {}, 1024, st), cnp_queue=np_.out,
-                     ack_queue=rs.out, stats=st)
-    tx.cnp_template = lambda qp: roce.FrameTemplate(
-        MAC_A, qp.tpl_dst_mac, IP_A, qp.remote_ip, qp.udp_sport, qp.remote_qpn, dscp=48,
-        ecn=roce.ECN_NOT_ECT, max_payload_bytes=16)
+                     ack_queue=rs.out, stats=st, cnp_template=lambda qp: roce.FrameTemplate(
+                         MAC_A, qp.tpl_dst_mac, IP_A, qp.remote_ip, qp.udp_sport, qp.remote_qpn,
+                         dscp=48, ecn=roce.ECN_NOT_ECT, max_payload_bytes=16))
     return tx, rq, sock, pfc, rs, np_
 
 
@@ -485,7 +486,7 @@ def test_receive_lateness_is_the_kernel_stamp_against_now_and_stalls_count_beyon
     peer.bind(("127.0.0.1", 0))
     rx.connect(peer.getsockname())
     peer.connect(rx.getsockname())
-    nic = RoceNic(None, MAC_A, IP_A, MAC_B, sock=rx, max_lag_ns=2_000_000, clock=SevenMsLate(),
+    nic = roce_nic(None, MAC_A, IP_A, MAC_B, sock=rx, max_lag_ns=2_000_000, clock=SevenMsLate(),
                   absorb_udp=False)
     try:
         peer.send(bytes(64))

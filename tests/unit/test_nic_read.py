@@ -120,7 +120,7 @@ def test_read_over_veth(veth, lossy):  # noqa: F811
 
 def test_read_responses_obey_pfc(solos):  # noqa: F811
     rate = 20_000_000
-    s = solos(rate_bps=rate, cnp_interval_ns=None)
+    s = solos(rate_bps=rate, dcqcn={"cnp_interval_us": None})
     size = 512 * 1024                      # 512 responses, ~220 ms at 20 Mbit/s
     disk = s.nic.register_mr(size, addr=1 << 20, rkey=10, buf=pattern(size, 5))
     tpl = roce.FrameTemplate(MAC_B, MAC_A, IP_B, IP_A, 1000 + QPN_B, QPN_A)
