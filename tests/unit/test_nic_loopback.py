@@ -282,13 +282,15 @@ def test_agent_rejects_bad_config(tmp_path):
 RX_SCRIPT = r"""
 import json, sys, time
 from emulator.nic.nic import RoceNic
+from emulator.schema.nic import NicConfig
 class Logs:
     def __init__(self): self.pfc_rows = []
     def qp(self, *a): pass
     def cnp(self, *a): pass
     def pfc(self, *a): self.pfc_rows.append(a[1:])
 logs = Logs()
-nic = RoceNic(sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], rate_bps=10_000_000, logs=logs)
+nic = RoceNic(NicConfig(ifname=sys.argv[1], mac=sys.argv[2], ip=sys.argv[3],
+                        gateway_mac=sys.argv[4], rate_bps=10_000_000), logs=logs)
 nic.create_qp(32, sys.argv[5], 16)
 nic.register_mr(4096, addr=0, rkey=9)
 print("READY", flush=True)
