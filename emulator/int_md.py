@@ -37,8 +37,8 @@ from scapy.layers.inet import UDP
 from scapy.packet import Packet, bind_layers
 
 from emulator.wire import (
-    BTH_BYTES, ETH_HDR_BYTES, ICRC_BYTES, IPV4_HDR_BYTES, ROCEV2_UDP_DPORT, UDP_HDR_BYTES, UDP_OFFSET,
-    layer_len_bytes,
+    BTH_BYTES, ETH_HDR_BYTES, ICRC_BYTES, INT_MAX_HOPS, IPV4_HDR_BYTES, ROCEV2_UDP_DPORT,
+    UDP_HDR_BYTES, UDP_OFFSET, layer_len_bytes,
 )
 
 # UDP destination port that announces an INT shim. Not IANA-assigned for
@@ -47,7 +47,6 @@ from emulator.wire import (
 INT_UDP_DPORT = 4792
 INT_KIND_COLLECT = 1        # a data packet: each switch fills a record
 INT_KIND_ECHO = 2           # an ACK carrying the records back: switches leave it
-INT_MAX_HOPS = 5            # fabric.p4's header stack: a 3-tier CLOS's diameter
 
 
 class IntHop(Packet):

@@ -44,6 +44,8 @@ MIN_FRAME_BYTES = 60                             # without FCS
 
 # --- PFC (IEEE 802.1Qbb) ----------------------------------------------------
 NUM_PRIORITIES = 8                               # 802.1p classes = queues per port
+INT_MAX_HOPS = 5             # INT records a packet holds at most (int_md): fabric.p4's header
+                             # stack, a 3-tier CLOS's diameter
 PFC_DST_MAC = bytes.fromhex("0180c2000001")
 PFC_OPCODE = 0x0101
 PFC_QUANTUM_BITS = 512                           # one pause quantum: 512 bit times
@@ -128,6 +130,12 @@ ETH_P_IB_DATA = 0x88B5                           # SDP: a data packet, from its 
 ETH_P_IB_LINK = 0x88B6                           # LDP: a link (flow-control) packet
 IB_CREDIT_BLOCK_BYTES = 64                       # flow control counts 64-byte blocks (IBA 7.9.4)
 IB_CREDIT_MOD = 4096                             # FCTBS, FCCL, ABR: 12-bit counters
+
+
+def ib_credit_blocks(packet_bytes: int) -> int:
+    """Credit blocks an InfiniBand packet uses: its length (LRH through
+    VCRC) in 64-byte blocks, rounded up (IBA 7.9.4.1)."""
+    return -(-packet_bytes // IB_CREDIT_BLOCK_BYTES)
 IB_VL15 = 15                                     # management VL: never flow controlled
 
 # --- The switch ports (p4src/fabric.p4) --------------------------------------
