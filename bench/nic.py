@@ -21,7 +21,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from emulator.agents.nic import RoceNic, WcStatus  # noqa: E402
+from emulator.nic.nic import RoceNic, WcStatus  # noqa: E402
+from emulator.schema.nic import NicConfig  # noqa: E402
 
 MAC_A, MAC_B = "02:00:00:00:0a:01", "02:00:00:00:0b:01"
 IP_A, IP_B = "10.0.1.1", "10.0.2.1"
@@ -34,8 +35,8 @@ def one_run(size_bytes: int, mtu_bytes: int) -> tuple[float, int]:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
         s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
     kw = dict(rate_bps=10**13, mtu_bytes=mtu_bytes, rto_ns=10**10, timer_slack_ns=None)
-    a = RoceNic(None, MAC_A, IP_A, MAC_B, sock=sa, **kw)
-    b = RoceNic(None, MAC_B, IP_B, MAC_A, sock=sb, **kw)
+    a = RoceNic(NicConfig(mac=MAC_A, ip=IP_A, gateway_mac=MAC_B, **kw), sock=sa)
+    b = RoceNic(NicConfig(mac=MAC_B, ip=IP_B, gateway_mac=MAC_A, **kw), sock=sb)
     try:
         qa = a.create_qp(0x11, IP_B, 0x22)
         b.create_qp(0x22, IP_A, 0x11)

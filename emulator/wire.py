@@ -149,6 +149,12 @@ ETH_P_IB_LINK = 0x88B6                           # LDP: a link (flow-control) pa
 IB_FC_PACKET_BYTES = 6                           # a flow-control packet on the IB wire (IBA 7.9.4)
 IB_CREDIT_BLOCK_BYTES = 64                       # flow control counts 64-byte blocks (IBA 7.9.4)
 IB_CREDIT_MOD = 4096                             # FCTBS, FCCL, ABR: 12-bit counters
+
+
+def ib_credit_blocks(packet_bytes: int) -> int:
+    """Credit blocks an InfiniBand packet uses: its length (LRH through
+    VCRC) in 64-byte blocks, rounded up (IBA 7.9.4.1)."""
+    return -(-packet_bytes // IB_CREDIT_BLOCK_BYTES)
 IB_VL15 = 15                                     # management VL: never flow controlled
 
 # --- The switch ports (p4src/fabric.p4) --------------------------------------

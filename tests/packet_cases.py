@@ -31,7 +31,7 @@ from scapy.layers.l2 import ARP, Ether
 from scapy.packet import Raw
 from scapy.utils import checksum
 
-from emulator.agents.roce import BTH, RETH
+from emulator.nic.roce import BTH, RETH
 from emulator.int_md import INT_KIND_COLLECT, INT_KIND_ECHO, INT_UDP_DPORT, IntHop, IntShim
 from emulator.control.controller import switch_entities
 from emulator.dataplane.malformed import Malformed, malformed_cell

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import socket
 
-from emulator.agents.nic import RoceNic
+from tests.nics import ib_nic, roce_nic
+from emulator.nic.nic import RoceNic
 from emulator.clock import MONOTONIC, Clock
 from emulator.ib.nic import IbNic
 
@@ -20,7 +21,7 @@ def rail_nic_pairs(G: int, rate_bps: int, clock: Clock = MONOTONIC, ib: bool = F
     macs = {(s, g): f"02:00:00:00:{s:02x}:{g:02x}" for s in range(S) for g in range(G)}
     ips = {s * G + g: f"10.9.{g}.{s + 1}" for s in range(S) for g in range(G)}
     lids = {ip: rank + 1 for rank, ip in ips.items()}
-    make = IbNic if ib else RoceNic
+    make = ib_nic if ib else roce_nic
 
     def ib_kw(rank: int) -> dict:
         return {"lid": rank + 1, "lids": lids} if ib else {}

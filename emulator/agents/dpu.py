@@ -21,28 +21,14 @@ dropped before any QP sees them (``stats.tenant_drops``), so they are never
 ACKed or NAKed. No tenant: P_Key 0xFFFF (the default partition, what a NIC
 without an endpoint sends) and no filter.
 
-Per-packet costs of a QP (transmit and receive alike): firewall +
-crypto (+ crypto per payload byte) + storage (only on QPs marked with
-``mark_storage``, e.g. by ``StorageTarget.serve`` or on a storage client's
-QPs). QPs created after the ``Endpoint`` must be passed to ``apply`` (or
-made with ``Endpoint.create_qp``).
-
-``StorageTarget`` registers a "disk" memory region of ``blocks`` blocks of
-``block_bytes``; a client reads block k with an RDMA READ of
-``block_bytes`` at ``base_addr + k * block_bytes`` under the target's rkey
-(``StorageClient.read_block``). ``storage_latency_ns`` delays the first
-response of each READ (the device's service time, pipelined: READs queued
-on one QP are answered in order, each one at least that long after it
-arrived). On a plain-NIC target the storage-protocol work costs host CPU per
-packet (requests in, responses out); on a DPU target it does not.
-
-Costs and latencies handed in are wall ns (fabric ns x D, as every time the
-agents get); ``HostCpuParams.dilated`` converts.
+The model in full: docs/nic.md, "dpu".
 """
 from __future__ import annotations
 
-from .host_cpu import CpuServers, HostCpuParams
-from .qp import MemoryRegion, QueuePair
+from emulator.nic.host_cpu import CpuServers
+from emulator.nic.qp import MemoryRegion, QueuePair
+from emulator.nic.wall import cpu_params
+from emulator.schema.nic import HostCpuConfig
 
 PKEY_FULL_MEMBER = 0x8000
 
@@ -54,22 +40,17 @@ def tenant_pkey(tenant: int) -> int:
     return PKEY_FULL_MEMBER | tenant
 
 
-def _params(p) -> HostCpuParams:
-    return p if isinstance(p, HostCpuParams) else HostCpuParams.from_config(p)
-
-
 class Endpoint:
     """A host's NIC with its per-packet work placed on the host CPU (plain
     NIC) or on a DPU; see the module docstring."""
 
     def __init__(self, nic, *, dpu: bool = False, tenant: int | None = None,
-                 host_cpu: HostCpuParams | dict | None = None,
-                 dpu_cpu: HostCpuParams | dict | None = None):
+                 host_cpu: HostCpuConfig | None = None, dpu_cpu: HostCpuConfig | None = None):
         self.nic = nic
         self.dpu = bool(dpu)
         self.tenant = tenant
-        self.host_params = _params(host_cpu)
-        self.dpu_params = _params(dpu_cpu) if dpu else None
+        self.host_params = cpu_params(host_cpu or HostCpuConfig(), nic.dilation)
+        self.dpu_params = cpu_params(dpu_cpu or HostCpuConfig(), nic.dilation) if dpu else None
         clock = nic.clock
         self.host_cpu = CpuServers(self.host_params.cores, "host", clock)
         self.dpu_cpu = CpuServers(self.dpu_params.cores, "dpu", clock) if dpu else None

@@ -38,7 +38,7 @@ from itertools import islice
 
 from emulator.clock import TimerHeap, ceil_ns
 
-from .qp import Completion, MemoryRegion, QueuePair, WcOpcode
+from emulator.nic.qp import Completion, MemoryRegion, QueuePair, WcOpcode
 
 
 class StagingCopies:

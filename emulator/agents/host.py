@@ -37,12 +37,12 @@ import time
 from ..atomic import atomic_write_text
 from ..errors import FabricEmuError
 from ..schema.agent import HostAgentConfig
-from .dcqcn import DcqcnParams
-from .hpcc import HpccParams
+from emulator.nic.dcqcn import DcqcnParams
+from emulator.nic.hpcc import HpccParams
 from .dpu import Endpoint
 from .make import make_nic
 from .gpudirect import GpuNic
-from .nic import RNR_TIMER_US, QpState, RoceNic, WcOpcode, WcStatus
+from emulator.nic.nic import RNR_TIMER_US, QpState, RoceNic, WcOpcode, WcStatus
 from .payload import pattern_bytes, pattern_matches, write_layout
 from .run_logs import RunLogs
 from .start_gate import ready_then_start
@@ -57,15 +57,12 @@ class HostAgent:
         ``clock``: the process's (a pack's members share one); None: the config's."""
         self.cfg = cfg
         self.host = cfg.host
-        self.dcqcn = DcqcnParams.from_config(cfg.dcqcn)
         self.sample_interval_ns = cfg.sample_interval_ns or 1_000_000
         if logs is None:
             logs = RunLogs(os.path.dirname(cfg.result_path), self.host)
         self.logs = logs
         try:
-            self.nic = nic or make_nic(cfg, clock, ack_every_n=cfg.ack_every_n,
-                                       verify_icrc=cfg.verify_icrc, honor_pfc=cfg.honor_pfc,
-                                       dcqcn=self.dcqcn, logs=logs)
+            self.nic = nic or make_nic(cfg, clock, logs=logs)
         except BaseException:
             logs.close()
             raise
@@ -239,7 +236,7 @@ class HostAgent:
             return None if wall_ns is None else round(wall_ns / d)
         nic.poll_kernel_stats()
         nic.update_pause_stats()
-        params = nic.dcqcn                  # the reaction point's: DCQCN's, HPCC's or IB CC's
+        params = nic.cc_params              # the reaction point's: DCQCN's, HPCC's or IB CC's
         if isinstance(params, DcqcnParams):
             cc = {"dcqcn": params.as_dict()}
             cc_fabric = {"dcqcn_alpha_timer_ns": fabric_ns(params.alpha_timer_ns),

@@ -34,7 +34,7 @@ from emulator.clock import Clock, MonotonicClock
 from emulator.schema.agent import AgentPackConfig
 from emulator.errors import FabricEmuError
 
-from .packet_socket import call_together
+from emulator.nic.packet_socket import call_together
 from .host import AgentConfigError, HostAgent, load_agent
 from .start_gate import all_ready_then_start
 

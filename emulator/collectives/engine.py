@@ -26,7 +26,7 @@ from collections import deque
 
 import numpy as np
 
-from emulator.agents.qp import WcOpcode
+from emulator.nic.qp import WcOpcode
 from emulator.clock import MONOTONIC, Clock, TimerHeap, ceil_ns
 from emulator.wire import roce_sport
 

@@ -27,7 +27,7 @@ import numpy as np
 
 from emulator.agents.dpu import StorageClient, StorageTarget
 from emulator.agents.make import make_nic
-from emulator.agents.qp import WcOpcode, WcStatus
+from emulator.nic.qp import WcOpcode, WcStatus
 from emulator.agents.start_gate import ready_then_start
 from emulator.clock import MONOTONIC, Clock
 from emulator.schema.agent import StorageAgentConfig

@@ -34,7 +34,7 @@ from collections import deque
 
 import numpy as np
 
-from emulator.agents.qp import WcOpcode, WcStatus
+from emulator.nic.qp import WcOpcode, WcStatus
 from emulator.clock import MONOTONIC, Clock
 
 DATA, CREDIT = 1, 2

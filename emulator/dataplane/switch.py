@@ -43,7 +43,7 @@ from collections import deque
 from typing import Callable
 from pathlib import Path
 
-from emulator.agents.packet_socket import SocketRxStats, call_together
+from emulator.nic.packet_socket import SocketRxStats, call_together
 from emulator.clock import MONOTONIC, Clock
 from emulator.link import CommitWire
 from emulator.dataplane.pcap import PcapWriter

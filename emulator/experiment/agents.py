@@ -15,7 +15,6 @@ from emulator.experiment.resolved import Experiment
 from emulator.errors import RunAborted
 from emulator.net.fabric import FabricNet
 from emulator.net.fabric_health import exit_phrase
-from emulator.net.mininet_topo import dilated_link
 from emulator.net.nodes import stop_processes
 from emulator.net.packing import agent_packs, wake_spin_ns
 from emulator.rundir import RawDir
@@ -36,63 +35,61 @@ START_AHEAD_PER_AGENT_S = 0.001    # a ms per agent to write to it and wake it
 
 def rto_fabric_ns(exp: Experiment) -> int:
     """The NICs' ACK timeout in fabric ns: ``nic.rto_us``, else the default
-    (``agents.requester.DEFAULT_RTO_FABRIC_NS``) -- never a function of D."""
+    (``nic.requester.DEFAULT_RTO_FABRIC_NS``) -- never a function of D."""
     us = exp.spec.nic.rto_us
     if us is not None:
         return int(us * 1000)
     # here, not at the top: the NIC model imports Scapy (0.35 s), which the runner never uses
-    from emulator.agents.requester import DEFAULT_RTO_FABRIC_NS
+    from emulator.nic.requester import DEFAULT_RTO_FABRIC_NS
     return DEFAULT_RTO_FABRIC_NS
 
 
 def nic_fields(exp: Experiment, nic: str) -> dict:
-    """What an agent needs to drive one NIC (host node): its interface and
-    addresses, link rate and delay (dilated), and the NIC-side transport
-    timers, QoS, CNP and DCQCN settings of the experiment -- the fields of
-    ``NicConfig``, which host agents and server agents share. Every timer
-    is a fabric value x D here (wall ns), like the link delay."""
-    fabric, plan, d, spec = exp.fabric, exp.fabric.addresses, exp.dilation, exp.spec
+    """What an agent needs to drive one NIC (host node): the fields of its
+    ``schema.nic.NicConfig``, which host agents and server agents share --
+    its interface and addresses, its link's rate and delay, the experiment's
+    transport timers, QoS, CNP and congestion-control settings, all in fabric
+    units (the NIC puts them on its clock, ``nic.wall``)."""
+    fabric, plan, spec = exp.fabric, exp.fabric.addresses, exp.spec
     port = fabric.ports(nic)[0]
-    rate_bps, delay_ns = dilated_link(fabric, nic, port.port_no, d)
+    link = fabric.links[port.link_index]
     return {"ifname": port.ifname, "mac": plan.host_mac(nic), "ip": plan.host_ip(nic),
-            "gateway_mac": plan.gateway_mac(nic), "rate_bps": rate_bps, "tx_delay_ns": delay_ns,
-            "mtu_bytes": spec.nic.mtu_bytes, "retry_cnt": spec.nic.retry_cnt,
-            "rto_ns": int(rto_fabric_ns(exp) * d), "dilation": d,
+            "gateway_mac": plan.gateway_mac(nic), "rate_bps": link.rate_bps,
+            "tx_delay_ns": link.delay_ns, "mtu_bytes": spec.nic.mtu_bytes,
+            "retry_cnt": spec.nic.retry_cnt, "rto_ns": rto_fabric_ns(exp),
+            "dilation": exp.dilation,
             "dscp": spec.qos.roce_dscp, "priority": spec.qos.roce_priority,
             "cnp_dscp": spec.qos.cnp_dscp, "cnp_priority": spec.qos.cnp_priority,
-            "cnp_interval_ns": spec.dcqcn.cnp_interval_ns(d),
-            **cc_fields(exp, fabric.links[port.link_index].rate_bps),
+            **cc_fields(exp),
             "ib": ib_nic_fields(exp, nic) if fabric.link_layer == "infiniband" else None}
 
 
 def ib_nic_fields(exp: Experiment, nic: str) -> dict:
     """An InfiniBand NIC's ``IbNicConfig``: its LID and its peers' (the
     subnet manager's sweep, the one that programs the switches), the link
-    layer's buffer and update period (dilated) as the switches have them
-    (``net.mininet_topo.ib_link_config``), and IB congestion control if on."""
+    layer's buffer and update period as the switches have them
+    (``schema.switch.IbLinkConfig``'s defaults, fabric), and IB congestion
+    control if on."""
     from emulator.ib.sm import path_records
-    from emulator.net.mininet_topo import ib_link_config
-    fabric, d, cc = exp.fabric, exp.dilation, exp.spec.ib_cc
+    fabric, cc = exp.fabric, exp.spec.ib_cc
     lids = path_records(fabric)
-    link = ib_link_config(d)
     return {"lid": lids[fabric.addresses.host_ip(nic)], "lids": lids,
-            "buffer_blocks": link["buffer_blocks"], "update_blocks": link["update_blocks"],
-            "update_period_ns": link["update_period_ns"],
-            "cc": cc.agent_params() if cc.enabled else None}
+            "cc": cc if cc.enabled else None}
 
 
-def cc_fields(exp: Experiment, line_rate_bps: int) -> dict:
+def cc_fields(exp: Experiment) -> dict:
     """The NIC's congestion control (``cc:``): DCQCN's parameters (off with
-    ``cc: none``), or HPCC's with the INT records its data frames reserve."""
-    spec, d = exp.spec, exp.dilation
-    dcqcn = spec.dcqcn.agent_params(d, line_rate_bps)
-    if spec.cc != "dcqcn":
-        dcqcn["enabled"] = False
+    ``cc: none``), or HPCC's with the INT records its data frames reserve
+    and its T (the fabric's largest base RTT unless the file gives it)."""
+    spec = exp.spec
+    dcqcn = spec.dcqcn if spec.cc == "dcqcn" else spec.dcqcn.model_copy(update={"enabled": False})
     if spec.cc != "hpcc":
         return {"dcqcn": dcqcn}
     hops, rtt_ns = _int_path_facts(exp)
-    return {"dcqcn": dcqcn, "int_max_hops": hops,
-            "hpcc": spec.hpcc.agent_params(d, line_rate_bps, rtt_ns)}
+    hpcc = spec.hpcc
+    if hpcc.base_rtt_us is None:
+        hpcc = hpcc.model_copy(update={"base_rtt_us": rtt_ns / 1000})
+    return {"dcqcn": dcqcn, "int_max_hops": hops, "hpcc": hpcc}
 
 
 _int_facts: tuple = (None, None)     # (experiment, its facts): one per run, asked per NIC

@@ -5,27 +5,28 @@ which flows tenancy drops (``flow_expect``), and the checks against the
 fabric (``check_endpoints``).
 
 Units: fabric ns per packet (per byte) and fabric Gbps/µs in the file; the
-agent configs get them dilated (``HostCpuParams.dilated``: x D; rates / D).
+agent configs get the CPU costs in fabric units (the NIC's config,
+``schema.nic.HostCpuConfig``: ``nic.wall`` dilates them) and the staging
+path dilated (x D; rates / D).
 """
 from __future__ import annotations
 
-from dataclasses import asdict
 from pathlib import Path
 
-from emulator.agents.host_cpu import HostCpuParams
 from emulator.errors import ConfigError
 from emulator.experiment.resolved import Experiment, Flow
 from emulator.schema.endpoints import DELIVERED, DROPPED, CpuCostSpec
 from emulator.schema.experiment import ExperimentSpec
+from emulator.schema.nic import HostCpuConfig
 from emulator.topo import Fabric
 
 __all__ = ["DELIVERED", "DROPPED", "agent_keys", "check_endpoints", "dropped_flows", "flow_expect",
            "host_params", "host_tenant", "tenant_numbers"]
 
 
-def cost_params(spec: CpuCostSpec, base: HostCpuParams) -> HostCpuParams:
+def cost_params(spec: CpuCostSpec, base: HostCpuConfig) -> HostCpuConfig:
     """``base`` with the keys ``spec`` sets (unset keys inherit)."""
-    return HostCpuParams(**{**asdict(base), **spec.model_dump(exclude_none=True)})
+    return base.model_copy(update=spec.model_dump(exclude_none=True))
 
 
 # ----------------------------------------------------------------- resolution
@@ -55,13 +56,13 @@ def flow_expect(exp: Experiment, flow: Flow) -> str:
 
 def host_params(exp: Experiment, host: str) -> dict:
     """The resolved endpoint of one NIC, fabric units: server, tenant, dpu,
-    host_cpu / dpu_cpu (``HostCpuParams``), gpudirect, staging."""
+    host_cpu / dpu_cpu (``schema.nic.HostCpuConfig``), gpudirect, staging."""
     ep = exp.spec.endpoints
     assert ep is not None
     server = exp.fabric.server_of(host)
     r = {"server": server.name, "tenant": host_tenant(exp, host), "dpu": server.dpu,
-         "host_cpu": cost_params(ep.host_cpu, HostCpuParams()),
-         "dpu_cpu": cost_params(ep.dpu_cpu, HostCpuParams()),
+         "host_cpu": cost_params(ep.host_cpu, HostCpuConfig()),
+         "dpu_cpu": cost_params(ep.dpu_cpu, HostCpuConfig()),
          "gpudirect": ep.gpudirect, "staging": ep.staging}
     for o in ep.overrides:
         if not ((o.servers and server.name in o.servers) or (o.hosts and host in o.hosts)
@@ -78,16 +79,15 @@ def host_params(exp: Experiment, host: str) -> dict:
 
 
 def agent_keys(exp: Experiment, host: str) -> dict:
-    """The host agent's endpoint config keys (``emulator/agents/host.py``),
-    dilated; {} without an ``endpoints:`` section (agents as before)."""
+    """The host agent's endpoint config keys (``emulator/agents/host.py``;
+    the staging path dilated); {} without an ``endpoints:`` section."""
     if exp.spec.endpoints is None:
         return {}
     d = exp.dilation
     p = host_params(exp, host)
     tenants = tenant_numbers(exp.fabric)
     out = {"dpu": p["dpu"], "tenant": tenants[p["tenant"]] if p["tenant"] else None,
-           "host_cpu": p["host_cpu"].dilated(d).as_dict(),
-           "dpu_cpu": p["dpu_cpu"].dilated(d).as_dict()}
+           "host_cpu": p["host_cpu"], "dpu_cpu": p["dpu_cpu"]}
     if p["gpudirect"] is not None:
         out.update(gpudirect=p["gpudirect"],
                    staging_rate_bps=p["staging"].rate_gbps * 1e9 / d,

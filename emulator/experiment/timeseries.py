@@ -38,7 +38,7 @@ directory::
     every ``drop`` event of a switch.
 ``int_hops.csv``     ``time_ns,host,qpn,flow_id,hop,node,port,qlen_bytes,tx_bytes,ts_ns,rate_gbps,u,window_bytes``
     HPCC (``cc: hpcc``): the INT records of a sample of the ACKs a sender
-    received (one in ``agents.reaction.INT_LOG_EVERY`` per QP), one row per
+    received (one in ``nic.reaction.INT_LOG_EVERY`` per QP), one row per
     switch the data packet crossed -- ``hop`` 0 the first; ``node``/``port``
     the egress port that wrote it, from the flow's path --: queue length
     left at dequeue, the port's tx-bytes counter, its timestamp (fabric ns;

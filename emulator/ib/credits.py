@@ -1,6 +1,6 @@
 """InfiniBand link-level flow control, one data VL of one port (IBA Vol. 1,
 release 1.4, 7.9.4 "Flow control"): a pure state machine with explicit
-times, as ``emulator.agents.dcqcn`` is, driven by the port that owns it.
+times, as ``emulator.nic.dcqcn`` is, driven by the port that owns it.
 
 Credits count 64-byte blocks (``IB_CREDIT_BLOCK_BYTES``); the counters are
 12 bits (``IB_CREDIT_MOD``), compared modulo 4096 with the spec's window
@@ -34,15 +34,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from emulator.wire import IB_CREDIT_BLOCK_BYTES, IB_CREDIT_MOD
+from emulator.wire import IB_CREDIT_MOD
+from emulator.wire import ib_credit_blocks as blocks  # noqa: F401  (re-exported)
 
 _HALF = IB_CREDIT_MOD // 2          # 2048: the most credit one advertisement grants
-
-
-def blocks(packet_bytes: int) -> int:
-    """Credit blocks a packet uses: its length (LRH through VCRC) in 64-byte
-    blocks, rounded up (7.9.4.1)."""
-    return -(-packet_bytes // IB_CREDIT_BLOCK_BYTES)
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""The InfiniBand NIC's fast path, as ``emulator.agents.roce`` is RoCE's:
+"""The InfiniBand NIC's fast path, as ``emulator.nic.roce`` is RoCE's:
 ``IbFrameTemplate`` built once per QP with Scapy (``emulator.ib.headers``:
 the carrier, the LRH, the BTH) and patched per packet with
 ``struct.pack_into``; ``parse_ib`` decodes a received carrier frame with a
@@ -22,7 +22,7 @@ from typing import NamedTuple
 from scapy.contrib.roce import BTH
 from scapy.layers.l2 import Ether
 
-from emulator.agents.roce import (
+from emulator.nic.roce import (
     _EXT_LEN, ECN_CE, ECN_ECT0, PSN_MASK, RC_ACK, RC_SEND_ONLY, read_ext_headers, write_transport,
 )
 from emulator.ib.headers import (

@@ -10,7 +10,7 @@ and the carrier frame (IBA Vol. 1, release 1.4, chapter 7).
 * ICRC (7.8.1): CRC-32 (zlib's) over the packet from the LRH through the
   payload, with the fields a switch may change replaced by ones: the LRH's
   VL (switches remap SL to VL per hop), the BTH's Resv8a byte (FECN, BECN
-  and 6 reserved bits); stored little-endian, as ``emulator.agents.roce``
+  and 6 reserved bits); stored little-endian, as ``emulator.nic.roce``
   and the Linux rxe driver store RoCE's.
 * VCRC (7.8.2): CRC-16 (polynomial 0x100B, seed 0xFFFF, inverted, the
   ICRC's bit order) over every byte from the LRH through the ICRC; each hop

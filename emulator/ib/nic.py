@@ -20,7 +20,7 @@ what is around the transport differs (the transport code is shared):
 * congestion: a request that arrives with FECN set is "congestion
   experienced" (``IbPacket.ecn``): the notification point returns a CNP
   (BTH opcode 0x81 with BECN, annex A10) and the sender's reaction point
-  runs ``ib.cc.IbCc`` when it is given ``IbCcParams``.
+  runs ``nic.ib_cc.IbCc`` when it is given ``IbCcParams``.
 * no PFC: nothing pauses the data class; the ACK timeout is stretched by
   the VL's credit stall time instead, as RoCE's is by PFC pauses.
 * virtual time (``emulator.vtime``), as ``RoceNic``: one unfiltered socket,
@@ -29,13 +29,12 @@ what is around the transport differs (the transport code is shared):
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 from emulator.clock import MONOTONIC
-from emulator.agents.frames import LinkFrame
-from emulator.agents.nic import RoceNic
-from emulator.agents.packet_socket import open_packet_socket
-from emulator.agents.qp import QueuePair
+from emulator.nic.frames import LinkFrame
+from emulator.nic.nic import RoceNic
+from emulator.nic.packet_socket import open_packet_socket
+from emulator.nic.wall import wall_ns
+from emulator.nic.qp import QueuePair
 from emulator.ib.credits import CreditParams, VlCredits, blocks
 from emulator.ib.frames import IbFrameTemplate, fc_frame, parse_fc, parse_ib, verify_icrc
 from emulator.ib.headers import IB_FRAMING, fc_wire_ns
@@ -65,35 +64,30 @@ class CreditHold:
 
 
 class IbNic(RoceNic):
-    """An InfiniBand port with ``RoceNic``'s API. ``lid``: ours; ``lids``:
-    IP -> LID of every peer (path records); ``sl``/``vl``: our packets' SL
-    and the data VL this port runs; ``credit``: our receive buffer and how
-    we advertise it (wall ns, dilated by the caller); ``cc``: ``IbCcParams``
-    for the reaction point (None: no congestion control). Other keywords
-    are ``RoceNic``'s (its ``dscp``/``ecn``/``priority`` and PFC ones have
-    no meaning here)."""
+    """An InfiniBand port with ``RoceNic``'s API, for a config with ``ib``
+    (``schema.nic.IbNicConfig``): ``lid`` ours, ``lids`` IP -> LID of every
+    peer (path records), ``sl``/``vl`` our packets' SL and the data VL this
+    port runs, our receive buffer and how we advertise it, and IB CC for the
+    reaction point (``cc``; None: none). The config's ``dscp``/``ecn``/
+    ``priority`` and PFC keys have no meaning here."""
 
     FRAMING = IB_FRAMING
+    PFC = False
 
-    def __init__(self, ifname: str | None, mac: str, ip: str, gateway_mac: str, *,
-                 lid: int, lids: Mapping[str, int], sl: int = 0, vl: int = 0,
-                 credit: CreditParams | None = None, cc=None, **kw):
-        if not 0 < lid < 0xC000:
-            raise ValueError(f"LID {lid} is not a unicast LID (1..0xBFFF)")
-        if not 0 <= sl < 16 or not 0 <= vl < 15:
-            raise ValueError("sl must be 0..15 and vl a data VL, 0..14")
-        self.lid, self.sl, self.vl = lid, sl, vl
-        self.lids = dict(lids)
-        self.credit_params = credit or CreditParams()
-        kw["honor_pfc"] = False
-        kw.setdefault("cnp_interval_ns", 0)         # every FECN is answered (hfi1 does)
-        if cc is not None:
-            kw["dcqcn"] = cc
+    def __init__(self, config, *, clock=MONOTONIC, sock=None, logs=None):
+        ib = config.ib
+        if ib is None:
+            raise ValueError("an IbNic's config needs its ib part")
+        self.lid, self.sl, self.vl = ib.lid, ib.sl, ib.vl
+        self.lids = dict(ib.lids)
+        self.credit_params = CreditParams(
+            buffer_blocks=ib.buffer_blocks, update_blocks=ib.update_blocks,
+            update_period_ns=wall_ns(ib.update_period_ns, config.dilation))
         # the transmitter's credit gate (RoceNic's __init__ asks _link_credit)
-        self.vl_credits = VlCredits(self.credit_params, kw.get("clock", MONOTONIC).now_ns())
-        super().__init__(ifname, mac, ip, gateway_mac, **kw)
+        self.vl_credits = VlCredits(self.credit_params, clock.now_ns())
+        super().__init__(config, clock=clock, sock=sock, logs=logs)
         self.requester.hold = CreditHold(self.vl_credits)
-        self._mac_bytes = bytes.fromhex(mac.replace(":", ""))
+        self._mac_bytes = bytes.fromhex(config.mac.replace(":", ""))
         self._fc_wire_ns = fc_wire_ns(self.rate_bps)
         self.vl_errors = 0
 

@@ -41,7 +41,7 @@ from __future__ import annotations
 import heapq
 import sys
 
-from emulator.agents.packet_socket import SocketRxStats
+from emulator.nic.packet_socket import SocketRxStats
 from emulator.clock import MONOTONIC, Clock
 from emulator.dataplane.pcap import IbPcapWriter
 from emulator.dataplane.state import SwitchState

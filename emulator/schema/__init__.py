@@ -5,6 +5,7 @@
     workload.py     their workload: and storage: sections
     endpoints.py    their endpoints: section
     agent.py        the agent processes' JSON configs (host, collective, storage)
+    nic.py          the one config of a NIC (fabric units), part of each agent's
     switch.py       the embedded switch process's JSON config
     load.py         the YAML loader and the one translator of validation errors
                     into ``ConfigError("FILE", "field.path", "reason")``

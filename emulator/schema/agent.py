@@ -10,120 +10,28 @@ by the agents -- the same models on both sides:
 * ``StorageAgentConfig``: ``python -m emulator.collectives.storage``, the
   storage target (both written by ``emulator/experiment/servers.py``).
 
-Every rate and time here is wall time: the runner has dilated it (fabric
-rate / D, fabric time x D); bytes are not dilated. The NIC's transport
-timers (``rto_ns``, ``cnp_interval_ns``, the ``dcqcn`` timers) are fabric
-values of the experiment's ``nic:`` / ``dcqcn:`` x D; ``dilation`` (D) is
-there for the times the NIC takes from the protocol (RNR timer codes) and
-to report in fabric time. Conventions (payload pattern, WRITE layout) are
+The NIC part of each (``schema.nic.NicConfig``) is in fabric units, handed
+as is to the NIC, which puts it on its clock; the agents' own times here
+(``start_offset_ns``, ``sample_interval_ns``, the staging path) are wall
+time, dilated by the runner. Conventions (payload pattern, WRITE layout) are
 documented in ``emulator/agents/payload.py``, the host agent's result in
 docs/lossless.md.
-
-Value checks that the agents' parameter classes own (``DcqcnParams``,
-``HostCpuParams``, ``tenant_pkey``) are theirs: the validators call them,
-imported when a config is validated, so the schema stays importable alone.
 """
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Optional
+from typing import Literal, Optional
 
-from pydantic import AfterValidator, Field, model_validator
+from pydantic import Field, model_validator
 
 from emulator.schema.load import FieldError, ProcessConfig, StrictSpec
+from emulator.schema.nic import NicConfig
 from emulator.schema.workload import WorkloadSpec
-from emulator.wire import INT_MAX_HOPS, NUM_PRIORITIES
 
 DEFAULT_MR_RKEY = 0x1234       # the rkey of a host's receive memory region
 # Keys of HostAgentConfig that make a NIC an endpoint with per-packet work,
 # a tenant or storage QPs (``agents/dpu.py``); all None: a plain NIC.
 ENDPOINT_KEYS = ("dpu", "tenant", "host_cpu", "dpu_cpu", "storage_qpns")
-
-
-def _dcqcn(d: Optional[dict]) -> Optional[dict]:
-    from emulator.agents.dcqcn import DcqcnParams
-    DcqcnParams.from_config(d)
-    return d
-
-
-def _ib_cc(d: Optional[dict]) -> Optional[dict]:
-    from emulator.ib.cc import IbCcParams
-    if d is not None:
-        IbCcParams.from_config(d)
-    return d
-
-
-def _cpu(d: Optional[dict]) -> Optional[dict]:
-    from emulator.agents.host_cpu import HostCpuParams
-    if d is not None:
-        try:
-            HostCpuParams.from_config(d)
-        except TypeError as e:          # (a value its dataclass cannot take)
-            raise ValueError(str(e)) from None
-    return d
-
-
-def _hpcc(d: Optional[dict]) -> Optional[dict]:
-    from emulator.agents.hpcc import HpccParams
-    if d is not None:
-        HpccParams.from_config(d)       # ValueError names the key
-    return d
-
-
-def _tenant(t: Optional[int]) -> Optional[int]:
-    from emulator.agents.dpu import tenant_pkey
-    if t is not None:
-        tenant_pkey(t)
-    return t
-
-
-Priority = Annotated[int, Field(ge=0, le=NUM_PRIORITIES - 1)]
-Dscp = Annotated[int, Field(ge=0, le=63)]
-DcqcnKeys = Annotated[Optional[dict[str, Any]], AfterValidator(_dcqcn)]
-CpuKeys = Annotated[Optional[dict[str, Any]], AfterValidator(_cpu)]
-IbCcKeys = Annotated[Optional[dict[str, Any]], AfterValidator(_ib_cc)]
-HpccKeys = Annotated[Optional[dict[str, Any]], AfterValidator(_hpcc)]
-
-
-class IbNicConfig(StrictSpec):
-    """What makes a NIC an InfiniBand one (``emulator.ib.nic.IbNic``): its
-    LID, the path records of its peers (IP -> LID, from the subnet
-    manager's sweep), its SL and data VL, its receive buffer and flow-control
-    updates (wall ns), and IB congestion control (``ib.cc.IbCcParams`` keys;
-    None: none)."""
-    lid: int = Field(ge=1, le=0xBFFF)
-    lids: dict[str, int]
-    sl: int = Field(0, ge=0, le=15)
-    vl: int = Field(0, ge=0, le=14)
-    buffer_blocks: int = Field(512, ge=1, le=2048)
-    update_blocks: int = Field(16, ge=1)
-    update_period_ns: int = Field(16_000, gt=0)
-    cc: IbCcKeys = None
-
-
-class NicConfig(StrictSpec):
-    """One RoCEv2 NIC: addresses, link, QoS marking, CNPs, DCQCN -- or, with
-    ``ib``, an InfiniBand one (the Ethernet-only keys then unused)."""
-    ifname: str
-    mac: str
-    ip: str
-    gateway_mac: str                         # destination MAC of every frame it sends
-    rate_bps: int = Field(10_000_000, gt=0)
-    tx_delay_ns: int = Field(0, ge=0)        # the link's propagation delay
-    mtu_bytes: int = Field(1024, gt=0)
-    retry_cnt: int = Field(7, ge=1)
-    # ACK timeout, wall: fabric ns x dilation (None: requester.DEFAULT_RTO_FABRIC_NS x dilation)
-    rto_ns: Optional[int] = Field(None, gt=0)
-    dilation: float = Field(1.0, ge=1)       # D: wall ns per fabric ns
-    dscp: Dscp = 26                          # data, ACK/NAK
-    priority: Priority = 3                   # their PFC class
-    cnp_dscp: Dscp = 48
-    cnp_priority: Priority = 6
-    cnp_interval_ns: Optional[int] = Field(50_000, ge=0)   # <= 1 CNP per QP per interval; None: none
-    dcqcn: DcqcnKeys = None                  # dcqcn.DcqcnParams keys; None: its defaults
-    # hpcc.HpccParams keys: HPCC is the reaction point instead of DCQCN
-    hpcc: HpccKeys = None
-    int_max_hops: int = Field(0, ge=0, le=INT_MAX_HOPS)   # > 0: data frames carry INT (HPCC)
-    ib: Optional[IbNicConfig] = None         # set: an InfiniBand NIC
+TENANT_MAX = 0x7FFE            # BTH P_Key 0x8000|tenant: 0x7FFF is the default partition's
 
 
 class GpuNicConfig(NicConfig):
@@ -176,9 +84,6 @@ class HostAgentConfig(ProcessConfig, GpuNicConfig):
     ``qpn`` in ``send`` and ``expect`` is always a *local* QP from ``qps``;
     ``sq_psn`` of a QP must equal ``rq_psn`` of its peer QP (both default 0)."""
     host: str
-    ack_every_n: int = Field(16, ge=1)
-    verify_icrc: bool = True
-    honor_pfc: bool = True                           # obey received PFC frames
     sample_interval_ns: Optional[int] = Field(None, gt=0)   # flows.csv rows; None: 1 ms
     mr_rkey: int = DEFAULT_MR_RKEY
     mr_addr: int = 0
@@ -194,9 +99,7 @@ class HostAgentConfig(ProcessConfig, GpuNicConfig):
     progress_path: Optional[str] = None
     # Endpoint features (ENDPOINT_KEYS; all None: a plain NIC).
     dpu: Optional[bool] = None                       # True: per-packet work on the card
-    tenant: Annotated[Optional[int], AfterValidator(_tenant)] = None   # BTH P_Key 0x8000|tenant
-    host_cpu: CpuKeys = None                         # host_cpu.HostCpuParams keys
-    dpu_cpu: CpuKeys = None
+    tenant: Optional[int] = Field(None, ge=1, le=TENANT_MAX)   # BTH P_Key 0x8000|tenant
     storage_qpns: Optional[list[int]] = None         # local QPs carrying storage traffic
 
     @model_validator(mode="after")

@@ -1,11 +1,19 @@
-"""DCQCN parameters as an experiment file gives them (fabric units).
+"""DCQCN parameters as an experiment file gives them (fabric units); the
+same model is the ``dcqcn`` part of a NIC's config (``schema.nic``).
 
 Defaults are the values of Zhu et al., "Congestion Control for Large-Scale
-RDMA Deployments", SIGCOMM 2015. ``agent_params()`` converts them to what a
-host agent runs with: times × dilation (wall ns), rates as fractions of the
-line rate (dilation-free).
+RDMA Deployments", SIGCOMM 2015, for a 40 Gbit/s NIC (table 1 and section
+3.1: g = 1/256, K = 55 us, T = 55 us, B = 10 MB (taken as 10 MiB), F = 5,
+R_AI = 40 Mbit/s), with R_HAI = 200 Mbit/s and R_min = 100 Mbit/s (not given
+in the paper: the values of its authors' ns-3 code, bobzhuyb/ns3-rdma) and
+alpha = 1 before the first CNP (Mellanox's initial_alpha_value 1023/1023;
+the first CNP halves the rate). ``enabled: false`` keeps the QPs at line
+rate (CNPs are still counted). The NIC converts them (``nic.wall``): times
+x dilation, rates as fractions of its fabric line rate.
 """
 from __future__ import annotations
+
+from typing import Optional
 
 from pydantic import Field
 
@@ -23,27 +31,5 @@ class DcqcnSpec(StrictSpec):
     rate_ai_gbps: float = Field(0.04, gt=0)                # R_AI: additive increase (40 Mb/s)
     rate_hai_gbps: float = Field(0.2, gt=0)                # R_HAI: hyper increase
     min_rate_gbps: float = Field(0.1, gt=0)
-    cnp_interval_us: float = Field(50.0, ge=0)             # NP: at most one CNP per QP per interval
-
-    def agent_params(self, dilation: float, line_rate_bps: int) -> dict:
-        """The agent config's ``dcqcn`` dict (emulator/agents/dcqcn.py's keys):
-        times in wall ns (× dilation), rates as fractions of the host's fabric
-        line rate ``line_rate_bps`` (dilation-free)."""
-        def wall_ns(us: float) -> int:
-            return int(us * 1000 * dilation)
-
-        def frac(gbps: float) -> float:
-            return min(1.0, gbps * 1e9 / line_rate_bps)
-
-        return {
-            "enabled": self.enabled, "g": self.g, "alpha_init": self.alpha_init,
-            "alpha_timer_ns": wall_ns(self.alpha_update_us),
-            "rate_timer_ns": wall_ns(self.rate_increase_timer_us),
-            "byte_counter_bytes": self.byte_counter_bytes,
-            "fast_recovery_steps": self.fast_recovery_steps,
-            "rai_frac": frac(self.rate_ai_gbps), "rhai_frac": frac(self.rate_hai_gbps),
-            "min_rate_frac": frac(self.min_rate_gbps),
-        }
-
-    def cnp_interval_ns(self, dilation: float) -> int:
-        return int(self.cnp_interval_us * 1000 * dilation)
+    # NP: at most one CNP per QP per interval (null: the NIC sends no CNPs)
+    cnp_interval_us: Optional[float] = Field(50.0, ge=0)

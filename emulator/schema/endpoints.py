@@ -37,7 +37,7 @@ and each receiver's ``tenant_drops`` equals the foreign packets sent to it
 flow between a tenant and a tenant-less host is rejected.
 
 Units: fabric ns per packet (per byte) and fabric Gbps/µs here; the agent
-configs get them dilated (``HostCpuParams.dilated``: x D; rates / D).
+configs get them as ``schema.nic.HostCpuConfig`` (the NIC dilates them).
 Resolution (who gets which costs, the agents' keys) is
 ``emulator.experiment.endpoints``.
 """
@@ -49,19 +49,20 @@ from pydantic import Field, NonNegativeFloat, model_validator
 
 from emulator.schema.limits import FabricUs, RateGbps
 from emulator.schema.load import StrictSpec
+from emulator.schema.nic import BacklogPkts, CpuCores
 
 DELIVERED, DROPPED = "delivered", "dropped"
 FlowExpect = Literal["delivered", "dropped"]
 
 
 class CpuCostSpec(StrictSpec):
-    """Per-packet costs in fabric ns (``host_cpu.HostCpuParams``); unset keys inherit."""
-    cores: Optional[int] = Field(None, ge=1, le=1024)
+    """Per-packet costs in fabric ns (``schema.nic.HostCpuConfig``); unset keys inherit."""
+    cores: Optional[CpuCores] = None
     firewall_ns_per_packet: Optional[NonNegativeFloat] = None
     crypto_ns_per_packet: Optional[NonNegativeFloat] = None
     crypto_ns_per_byte: Optional[NonNegativeFloat] = None
     storage_ns_per_packet: Optional[NonNegativeFloat] = None
-    rx_backlog_pkts: Optional[int] = Field(None, ge=1)
+    rx_backlog_pkts: Optional[BacklogPkts] = None
 
 
 class StagingSpec(StrictSpec):

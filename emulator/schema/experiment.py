@@ -72,6 +72,7 @@ from pydantic import Discriminator, Field, PositiveInt, Tag, field_validator, mo
 
 from emulator.schema.cluster import ClusterSpec
 from emulator.schema.dcqcn import DcqcnSpec
+from emulator.schema.nic import DEFAULT_MTU_BYTES, DEFAULT_RETRY_CNT, RetryCnt
 from emulator.schema.hpcc import HpccSpec
 from emulator.schema.ib_cc import IbCcSpec
 from emulator.schema.qos import QosSpec
@@ -93,15 +94,15 @@ class SwitchSpec(StrictSpec):
 
 
 class NicSpec(StrictSpec):
-    mtu_bytes: Literal[256, 512, 1024, 2048, 4096] = 1024
-    # Retransmission timeouts in a row before a QP gives up (IB retry_cnt; a
-    # lossy incast can shut one sender out for long: raise it there).
-    retry_cnt: int = Field(7, ge=1, le=1000)
+    """The experiment's ``nic:`` section: the transport fields of every
+    NIC's config (``schema.nic.NicConfig``), with the same bounds and defaults."""
+    mtu_bytes: Literal[256, 512, 1024, 2048, 4096] = DEFAULT_MTU_BYTES
+    retry_cnt: RetryCnt = DEFAULT_RETRY_CNT
     # ACK (retransmission) timeout, fabric us, like every NIC timer here and
-    # in dcqcn:; the runner gives the agents x D. None: 320 us, IRN's RTO_high
-    # (emulator/agents/requester.py DEFAULT_RTO_FABRIC_NS says why), whatever
-    # the dilation. A DCQCN-throttled QP waits longer (8 ACK intervals at its
-    # rate); time a NIC's data class is PFC-paused does not count.
+    # in dcqcn:. None: 320 us, IRN's RTO_high (emulator/nic/requester.py
+    # DEFAULT_RTO_FABRIC_NS says why), whatever the dilation. A
+    # DCQCN-throttled QP waits longer (8 ACK intervals at its rate); time a
+    # NIC's data class is PFC-paused does not count.
     rto_us: Optional[float] = Field(None, gt=0)
 
 

@@ -1,5 +1,5 @@
 """The experiment file's ``hpcc:`` section (fabric units): HPCC congestion
-control, the sources' reaction point (``emulator.agents.hpcc``; Li et al.,
+control, the sources' reaction point (``emulator.nic.hpcc``; Li et al.,
 "HPCC: High Precision Congestion Control", SIGCOMM 2019), used when the
 experiment says ``cc: hpcc`` -- the switches then write in-band telemetry
 into the data packets (``emulator.int_md``) --, and the UDP port the
@@ -11,16 +11,17 @@ hpcc:
   eta: 0.95                 # target utilisation (the paper's)
   max_stage: 5              # per-RTT additive increases before a multiplicative one (the paper's)
   expected_flows: 16        # N: W_AI = W_init (1 - eta) / N unless w_ai_bytes is given
+                            # (16: a rack's incast; HPCC's ns-3 run.py amounts to N = 125)
   w_ai_bytes: null          # W_AI in bytes; null: from expected_flows
   base_rtt_us: null         # T in fabric us; null: the largest base RTT of the flows (HPCC's GLOBAL_T)
   min_rate_gbps: 0.1        # rate floor (ns-3's MinRate, 100 Mb/s)
   dport: 4791               # what fct.txt / flow.txt show (analysis/fct_analysis.py keeps 100)
 ```
 
-``agent_params()`` converts it to what a host agent runs with
-(``HpccParams``' keys): T in fabric ns (the clock of the INT records), the
-dilation (the NIC's line rate is the fabric's / D), the rate floor as a
-fraction of the line rate and W_AI in bytes.
+The same model is the ``hpcc`` part of a NIC's config (``schema.nic``),
+with ``base_rtt_us`` filled in by the runner; the NIC makes
+``nic.hpcc.HpccParams`` of it (``nic.wall``): T in fabric ns (the clock of
+the INT records), the rate floor as a fraction of the line rate.
 """
 from __future__ import annotations
 
@@ -43,28 +44,3 @@ class HpccSpec(StrictSpec):
     # whatever the packets carry): HPCC's analysis/fct_analysis.py keeps only
     # the flows of dport 100 (-t 0) or 200 (-t 1), so 100 lets it read our runs.
     dport: int = Field(ROCEV2_UDP_DPORT, ge=1, le=65535)
-
-    def agent_params(self, dilation: float, line_rate_bps: int, base_rtt_fabric_ns: int) -> dict:
-        """The agent config's ``hpcc`` dict (``emulator.agents.hpcc.HpccParams``
-        keys) for a host of fabric line rate ``line_rate_bps``:
-        ``base_rtt_ns`` is T in fabric ns (``base_rtt_us``, or the runner's
-        ``base_rtt_fabric_ns`` when that is None); the rate floor a fraction
-        of the line rate."""
-        from emulator.agents.hpcc import HpccParams
-        if self.base_rtt_us is not None:
-            t_fabric_ns = self.base_rtt_us * 1000
-        else:
-            t_fabric_ns = base_rtt_fabric_ns
-        if not t_fabric_ns > 0:
-            raise ValueError(f"hpcc: the base RTT must be > 0, got {t_fabric_ns!r} ns")
-        keys = {
-            "enabled": True, "eta": self.eta, "max_stage": self.max_stage,
-            "w_ai_bytes": self.w_ai_bytes, "expected_flows": self.expected_flows,
-            "base_rtt_ns": max(1, round(t_fabric_ns)), "dilation": float(dilation),
-            "min_rate_frac": min(1.0, self.min_rate_gbps * 1e9 / line_rate_bps),
-        }
-        try:
-            HpccParams.from_config(keys)
-        except (TypeError, ValueError) as e:
-            raise ValueError(str(e)) from None
-        return keys

@@ -24,6 +24,7 @@ from typing import Optional
 from pydantic import Field, field_validator
 
 from emulator.schema.load import ProcessConfig, StrictSpec
+from emulator.schema.nic import IbLinkLayer
 from emulator.wire import MAX_SWITCH_PORTS
 
 DEFAULT_BUFFER_BYTES = 4_000_000
@@ -38,14 +39,12 @@ class PortConfig(StrictSpec):
     buffer_bytes: Optional[int] = Field(None, gt=0)   # old per-port FIFO limit: summed into the shared buffer
 
 
-class IbLinkConfig(StrictSpec):
+class IbLinkConfig(IbLinkLayer):
     """An InfiniBand switch's link layer (``python -m emulator.ib.switch``):
     data VLs per port and each VL's receive buffer and flow-control updates
-    (``emulator.ib.credits.CreditParams``; wall ns, already dilated)."""
+    (``emulator.ib.credits.CreditParams``; here ``update_period_ns`` is wall
+    ns, already dilated by the runner, ``net.mininet_topo.ib_link_config``)."""
     vls: int = Field(1, description="data VLs per port: 1, 2, 4 or 8")
-    buffer_blocks: int = Field(512, ge=1, le=2048)     # per VL and port, 64-byte blocks
-    update_blocks: int = Field(16, ge=1)
-    update_period_ns: int = Field(16_000, gt=0)
 
     @field_validator("vls")
     @classmethod

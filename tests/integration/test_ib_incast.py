@@ -17,10 +17,10 @@ import json
 
 import pytest
 
+from tests.nics import ib_nic
 from emulator.agents.payload import pattern_bytes
-from emulator.agents.nic import WcStatus
+from emulator.nic.nic import WcStatus
 from emulator.clock import MONOTONIC
-from emulator.ib.credits import CreditParams
 from emulator.ib.nic import IbNic
 from emulator.p4.p4info import IB_P4INFO, P4Info
 from tests.nic_sim import NicLoop
@@ -62,11 +62,11 @@ def incast(tmp_path):
                          for p in PORTS])               # LID p lives behind port p
         lids = {ip(p): p for p in PORTS}
         for p in PORTS:
-            nics.append(IbNic(None, mac(p), ip(p), "ff:ff:ff:ff:ff:ff", lid=p, lids=lids,
+            nics.append(ib_nic(None, mac(p), ip(p), "ff:ff:ff:ff:ff:ff", lid=p, lids=lids,
                               rate_bps=RATE_BPS, mtu_bytes=1024, sock=rig.socks[p],
                               rto_ns=30_000_000_000, clock=MONOTONIC,
-                              credit=CreditParams(buffer_blocks=BUFFER_BLOCKS,
-                                                  update_blocks=16, update_period_ns=1_000_000)))
+                              buffer_blocks=BUFFER_BLOCKS, update_blocks=16,
+                              update_period_ns=1_000_000))
         yield rig, nics, tmp_path
     finally:
         rig.close()

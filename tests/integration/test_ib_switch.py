@@ -24,7 +24,7 @@ from scapy.contrib.roce import BTH
 from scapy.layers.l2 import Ether
 from scapy.packet import Raw
 
-from emulator.agents.roce import RC_WRITE_ONLY, RETH
+from emulator.nic.roce import RC_WRITE_ONLY, RETH
 from emulator.ib.headers import LRH, IBFlowControl, check_crcs, vcrc
 from emulator.ib.pipeline import DROP_LINK_PACKET, DROP_NO_LFT_ENTRY, DROP_NOT_IB
 from emulator.p4.p4info import IB_P4INFO

@@ -12,7 +12,8 @@ from types import SimpleNamespace
 import pytest
 
 from tests.rail_nics import rail_nic_pairs
-from emulator.agents.nic import RoceNic
+from tests.nics import ib_nic, roce_nic
+from emulator.nic.nic import RoceNic
 from emulator.clock import ManualClock
 from emulator.ib.nic import IbNic
 from emulator.collectives import bench, report
@@ -168,7 +169,7 @@ def _virtual_run(ib: bool = False) -> dict:
             for s in (0, 1):
                 port = clocks[s].attach_port(pair[s], f"s{s}g{g}")
                 kw = {"lid": s * G + g + 1, "lids": lids} if ib else {}
-                nic = (IbNic if ib else RoceNic)(None, macs[(s, g)], ips[s * G + g],
+                nic = (ib_nic if ib else roce_nic)(None, macs[(s, g)], ips[s * G + g],
                                                  macs[(1 - s, g)], rate_bps=RATE,
                                                  tx_delay_ns=DELAY_NS, sock=port,
                                                  clock=clocks[s], **kw)

@@ -1,24 +1,29 @@
-"""DCQCN reaction point state machine (emulator.agents.dcqcn), explicit times."""
+"""DCQCN reaction point state machine (emulator.nic.dcqcn), explicit times."""
 from __future__ import annotations
+
+from dataclasses import replace
 
 import pytest
 
-from emulator.agents.dcqcn import Dcqcn, DcqcnParams
+from emulator.nic.dcqcn import Dcqcn
+from emulator.nic.wall import dcqcn_params
+from emulator.schema.dcqcn import DcqcnSpec
 
 LINE = 1e9
 US = 1_000
+# the paper's parameters, for its 40 Gbit/s NIC (the fractions of the line rate)
+PAPER = dcqcn_params(DcqcnSpec(), 1.0, 40e9)
 
 
 def rp(**kw):
     events = []
-    p = DcqcnParams(**kw)
-    p.validate()
+    p = replace(PAPER, **kw)
     cc = Dcqcn(p, LINE, listener=lambda t, ev: events.append((t, ev)))
     return cc, events
 
 
 def test_paper_defaults():
-    p = DcqcnParams()
+    p = PAPER
     assert (p.g, p.alpha_timer_ns, p.rate_timer_ns, p.byte_counter_bytes,
             p.fast_recovery_steps) == (1 / 256, 55 * US, 55 * US, 10 << 20, 5)
     assert p.rai_frac == pytest.approx(0.001) and p.rhai_frac == pytest.approx(0.005)
@@ -156,13 +161,9 @@ def test_advance_catches_up_missed_timer_events_at_their_times():
     assert [t for t, e in ev if e == "rate_timer"] == [5 + 10 * US, 5 + 20 * US, 5 + 30 * US]
 
 
-def test_params_from_config():
-    p = DcqcnParams.from_config({"enabled": False, "g": 0.5, "rate_timer_ns": 550_000.0,
-                                 "rai_frac": 0.01})
-    assert (p.enabled, p.g, p.rate_timer_ns, p.rai_frac) == (False, 0.5, 550_000, 0.01)
-    assert p.alpha_timer_ns == 55_000                   # default kept
-    assert DcqcnParams.from_config(None) == DcqcnParams()
-    for bad in ({"gain": 1}, {"g": 0}, {"enabled": 1}, {"rai_frac": 2}, {"rate_timer_ns": "1"},
-                {"min_rate_frac": 0}, {"fast_recovery_steps": 2.5}, []):
-        with pytest.raises(ValueError):
-            DcqcnParams.from_config(bad)
+def test_params_from_the_spec_put_times_on_the_clock_and_rates_as_fractions():
+    p = dcqcn_params(DcqcnSpec(enabled=False, g=0.5, rate_increase_timer_us=550.0,
+                               rate_ai_gbps=0.1), 10.0, 10e9)
+    assert (p.enabled, p.g, p.rate_timer_ns, p.rai_frac) == (False, 0.5, 5_500_000, 0.01)
+    assert p.alpha_timer_ns == 550_000                  # the default, dilated
+    assert dcqcn_params(DcqcnSpec(min_rate_gbps=20.0), 1.0, 10e9).min_rate_frac == 1.0

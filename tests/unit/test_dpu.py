@@ -11,11 +11,13 @@ import time
 
 import pytest
 
+from emulator.schema.nic import HostCpuConfig
+from tests.nics import roce_nic
 from emulator import wire
-from emulator.agents import roce
+from emulator.nic import roce
 from emulator.agents.dpu import Endpoint, StorageClient, StorageTarget, tenant_pkey
-from emulator.agents.nic import RoceNic, WcOpcode, WcStatus
-from emulator.agents.roce import parse_roce
+from emulator.nic.nic import RoceNic, WcOpcode, WcStatus
+from emulator.nic.roce import parse_roce
 
 from .test_nic_core import IP_A, IP_B, MAC_A, MAC_B, QPN_A, QPN_B
 from .test_nic_loopback import needs_root, veth  # noqa: F401  (fixture)
@@ -37,7 +39,7 @@ def test_tenant_isolation_over_veth(veth, dpu):  # noqa: F811
     p = VethPair(veth, 50_000_000)
     try:
         # host a: tenant 1 (DPU or plain NIC with a host firewall); b: tenant 1 too
-        ea = Endpoint(p.a, dpu=dpu, tenant=1, host_cpu={"firewall_ns_per_packet": fw_ns})
+        ea = Endpoint(p.a, dpu=dpu, tenant=1, host_cpu=HostCpuConfig(firewall_ns_per_packet=fw_ns))
         Endpoint(p.b, dpu=True, tenant=1)
         qa2 = p.a.create_qp(QPN["a"] + 1, IP["b"], 77)   # its peer QP 77 does not exist
         ea.apply(qa2)
@@ -92,8 +94,8 @@ class Duo(SimNicPair):
             s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
             s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
         kw = dict(rate_bps=rate_bps, rto_ns=2_000 * MS, clock=clock)
-        self.a = RoceNic(None, MAC_A, IP_A, MAC_B, sock=sa, **kw)
-        self.b = RoceNic(None, MAC_B, IP_B, MAC_A, sock=sb, **kw)
+        self.a = roce_nic(None, MAC_A, IP_A, MAC_B, sock=sa, **kw)
+        self.b = roce_nic(None, MAC_B, IP_B, MAC_A, sock=sb, **kw)
         self.qa = self.a.create_qp(QPN_A, IP_B, QPN_B)
         self.qb = self.b.create_qp(QPN_B, IP_A, QPN_A)
         self.ea = Endpoint(self.a, **endpoint_kw)
@@ -109,8 +111,8 @@ def drive(dpu: bool, cores: int = 1):
     per second, host CPU busy fraction over the transfer, dpu busy)."""
     cost_ns = 400_000
     size = 1 << 20
-    d = Duo(100_000_000, {"dpu": dpu, "host_cpu": {"cores": cores,
-                                                     "crypto_ns_per_packet": cost_ns}})
+    d = Duo(100_000_000, {"dpu": dpu, "host_cpu": HostCpuConfig(cores=cores,
+                                                                  crypto_ns_per_packet=cost_ns)})
     try:
         src = d.a.register_mr(size, buf=pattern(size, 3))
         dst = d.b.register_mr(size)
@@ -149,7 +151,7 @@ def test_storage_target_serves_blocks_by_read(dpu):
     cost_ns = 300_000                                # storage protocol work per packet
     lat_ns = 20 * MS
     # a = storage server, b = client
-    d = Duo(100_000_000, {"dpu": dpu, "host_cpu": {"storage_ns_per_packet": cost_ns}})
+    d = Duo(100_000_000, {"dpu": dpu, "host_cpu": HostCpuConfig(storage_ns_per_packet=cost_ns)})
     try:
         disk = StorageTarget(d.a, blk, nblk, storage_latency_ns=lat_ns, endpoint=d.ea,
                              buf=pattern(blk * nblk, 8))

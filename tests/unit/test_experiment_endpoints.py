@@ -12,6 +12,7 @@ from emulator.experiment.agents import agent_configs
 from emulator.experiment.endpoint_results import add_endpoint_results, write_hosts_csv
 from emulator.experiment.endpoints import flow_expect, host_params, tenant_numbers
 from emulator.experiment.model import experiment_from_dict, load_experiment
+from emulator.nic.wall import cpu_params, nic_wall
 from emulator.schema.agent import ENDPOINT_KEYS
 from tests.conftest import REPO
 from tests.summaries import run_summary
@@ -54,20 +55,24 @@ def test_tenants_dpus_costs_and_dilation_reach_the_agents(tmp_path):
     cfg = agent_configs(exp, tmp_path, 0)
     assert (cfg["s1n0"].tenant, cfg["s1n0"].dpu) == (1, True)
     assert (cfg["s4n0"].tenant, cfg["s4n0"].dpu) == (2, False)
-    hc = cfg["s3n0"].host_cpu                        # fabric ns x D = wall ns
-    assert hc["firewall_ns_per_packet"] == 300_000 and hc["crypto_ns_per_packet"] == 800_000
-    assert hc["cores"] == 1 and cfg["s3n0"].dpu_cpu["crypto_ns_per_packet"] == 0
+    hc = cfg["s3n0"].host_cpu                        # fabric ns: the NIC dilates them
+    assert hc.firewall_ns_per_packet == 300 and hc.crypto_ns_per_packet == 800
+    assert hc.cores == 1 and cfg["s3n0"].dpu_cpu.crypto_ns_per_packet == 0
+    wall = cpu_params(hc, cfg["s3n0"].dilation)     # x D = 1000 on the NIC's clock
+    assert wall.firewall_ns_per_packet == 300_000 and wall.crypto_ns_per_packet == 800_000
     assert cfg["s2n0"].staging_rate_bps == 200e9 / 1000
     assert cfg["s2n0"].staging_latency_ns == 5_000 * 1000 and cfg["s2n0"].gpudirect is False
 
 
 def test_rto_is_fabric_time_whatever_the_dilation(tmp_path):
-    from emulator.agents.requester import DEFAULT_RTO_FABRIC_NS
+    from emulator.nic.requester import DEFAULT_RTO_FABRIC_NS
     cfg = agent_configs(load(nic={"rto_us": 100}), tmp_path, 0)
-    assert {c.rto_ns for c in cfg.values()} == {100 * 1000 * 1000}       # x D = 1000
+    assert {c.rto_ns for c in cfg.values()} == {100 * 1000}              # fabric ns
+    assert {nic_wall(c).rto_ns for c in cfg.values()} == {100 * 1000 * 1000}   # x D = 1000
     for d in (1, 1000, 20000):        # the default: 320 us of fabric time at any D
         cfg = agent_configs(load(dilation=d), tmp_path, 0)
-        assert {(c.rto_ns / d, c.dilation) for c in cfg.values()} == {(DEFAULT_RTO_FABRIC_NS, d)}
+        assert {(nic_wall(c).rto_ns / d, c.dilation) for c in cfg.values()} == \
+            {(DEFAULT_RTO_FABRIC_NS, d)}
     with pytest.raises(ConfigError, match="nic.rto_us"):
         load(nic={"rto_us": 0})
 

@@ -10,7 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from emulator.agents.nic import RoceNic
+from emulator.nic.wall import nic_wall
+from tests.nics import roce_nic
+from emulator.nic.nic import RoceNic
 from emulator.collectives.storage import READ_QPN_BASE, StorageReader, block_pattern
 from emulator.agents.dpu import StorageTarget
 from emulator.errors import ConfigError
@@ -122,8 +124,10 @@ def test_server_configs_are_dilated_and_agree_on_both_ends(tmp_path):
     cfg = server_configs(exp, tmp_path, 123)
     s1, s2, st = cfg["server1"], cfg["server2"], cfg["storage1"]
     assert [n.ifname for n in s1.nics] == [f"s1n{i}-eth0" for i in range(4)]
-    assert s1.nics[0].rate_bps == int(100e9 / d)
-    assert s1.nics[0].tx_delay_ns == int(1000 * d)
+    assert s1.nics[0].rate_bps == int(100e9) and s1.nics[0].dilation == d   # fabric: the NIC
+    assert s1.nics[0].tx_delay_ns == 1000                                   # dilates them
+    assert nic_wall(s1.nics[0]).rate_bps == int(100e9 / d)
+    assert nic_wall(s1.nics[0]).tx_delay_ns == int(1000 * d)
     assert s1.nvlink.model_dump() == {"rate_bps": 7200e9 / d, "delay_ns": 250 * d}
     assert s1.rank_ips == s2.rank_ips and s1.rank_ips["4"] == exp.fabric.addresses.host_ip("s2n0")
     assert (s1.server, s2.server, s1.servers) == (0, 1, 2)
@@ -140,9 +144,9 @@ def test_server_configs_are_dilated_and_agree_on_both_ends(tmp_path):
 
 def _nic_pair(rate_bps):
     sa, sb = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
-    a = RoceNic(None, "02:00:00:00:0a:01", "10.99.0.1", "02:00:00:00:0b:01", rate_bps=rate_bps,
+    a = roce_nic(None, "02:00:00:00:0a:01", "10.99.0.1", "02:00:00:00:0b:01", rate_bps=rate_bps,
                 sock=sa, rto_ns=2_000_000_000)
-    b = RoceNic(None, "02:00:00:00:0b:01", "10.99.0.2", "02:00:00:00:0a:01", rate_bps=rate_bps,
+    b = roce_nic(None, "02:00:00:00:0b:01", "10.99.0.2", "02:00:00:00:0a:01", rate_bps=rate_bps,
                 sock=sb, rto_ns=2_000_000_000)
     return a, b
 

@@ -9,8 +9,9 @@ import math
 import random
 import socket
 
+from tests.nics import roce_nic
 from emulator.agents.gpudirect import GpuNic, StagingCopies
-from emulator.agents.nic import RoceNic, WcOpcode, WcStatus
+from emulator.nic.nic import RoceNic, WcOpcode, WcStatus
 from emulator.clock import ManualClock
 
 from .test_nic_core import IP_A, IP_B, MAC_A, MAC_B, QPN_A, QPN_B
@@ -30,8 +31,8 @@ def run_write(gpudirect: bool) -> dict:
     for s in (sa, sb):
         s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
         s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
-    nics = [RoceNic(None, MAC_A, IP_A, MAC_B, rate_bps=RATE, sock=sa, rto_ns=300 * MS, clock=clock),
-            RoceNic(None, MAC_B, IP_B, MAC_A, rate_bps=RATE, sock=sb, rto_ns=300 * MS, clock=clock)]
+    nics = [roce_nic(None, MAC_A, IP_A, MAC_B, rate_bps=RATE, sock=sa, rto_ns=300 * MS, clock=clock),
+            roce_nic(None, MAC_B, IP_B, MAC_A, rate_bps=RATE, sock=sb, rto_ns=300 * MS, clock=clock)]
     try:
         qa = nics[0].create_qp(QPN_A, IP_B, QPN_B)
         nics[1].create_qp(QPN_B, IP_A, QPN_A)
@@ -112,8 +113,8 @@ def test_a_wait_reaches_a_copy_that_ends_inside_a_ns():
     that instant forever on a clock that moves only in waits)."""
     clock = ManualClock()
     sa, sb = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
-    nics = [RoceNic(None, MAC_A, IP_A, MAC_B, rate_bps=RATE, sock=sa, clock=clock),
-            RoceNic(None, MAC_B, IP_B, MAC_A, rate_bps=RATE, sock=sb, clock=clock)]
+    nics = [roce_nic(None, MAC_A, IP_A, MAC_B, rate_bps=RATE, sock=sa, clock=clock),
+            roce_nic(None, MAC_B, IP_B, MAC_A, rate_bps=RATE, sock=sb, clock=clock)]
     try:
         qa = nics[0].create_qp(QPN_A, IP_B, QPN_B)
         g = GpuNic(nics[0], False, staging_rate_bps=3e9, staging_latency_ns=1000)

@@ -9,9 +9,10 @@ import csv
 import select
 import socket
 
+from tests.nics import roce_nic
 from emulator.agents.host import HostAgent
 from emulator.agents.run_logs import RunLogs
-from emulator.agents.nic import RoceNic
+from emulator.nic.nic import RoceNic
 from emulator.agents.pack import run_members
 from emulator.clock import ManualClock
 from emulator.schema.agent import HostAgentConfig
@@ -42,7 +43,7 @@ def make_agents(tmp_path, clock):
             expect=[{**flow, "qpn": qpn}] if h == "b" else [],
             result_path=str(tmp_path / f"{h}.result.json"))
         logs = RunLogs(str(tmp_path), h)
-        nic = RoceNic(None, mac, ip, gw, rate_bps=RATE_BPS, sock=ShimSock(sock), logs=logs,
+        nic = roce_nic(None, mac, ip, gw, rate_bps=RATE_BPS, sock=ShimSock(sock), logs=logs,
                       clock=clock)
         agents[h] = HostAgent(cfg, nic=nic, logs=logs)
     return agents, start_at

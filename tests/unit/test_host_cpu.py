@@ -7,7 +7,11 @@ import subprocess
 
 import pytest
 
-from emulator.agents.host_cpu import CpuServers, HostCpuParams
+from pydantic import ValidationError
+
+from emulator.nic.host_cpu import CpuServers
+from emulator.nic.wall import cpu_params
+from emulator.schema.nic import HostCpuConfig
 from emulator.errors import ConfigError
 from emulator.schema.agent import HostAgentConfig
 
@@ -21,12 +25,12 @@ def test_cpu_servers_are_a_fcfs_queue():
     assert c.admit(5, 10) == 20                                 # waits for a core
     assert c.admit(100, 1) == 101                               # idle cores start at arrival
     assert c.busy_ns == 31 and c.busy_fraction(101) == pytest.approx(31 / 202)
-    p = HostCpuParams.from_config({"crypto_ns_per_packet": 100, "cores": 4}).dilated(10)
+    p = cpu_params(HostCpuConfig(crypto_ns_per_packet=100, cores=4), 10)
     assert p.crypto_ns_per_packet == 1000 and p.cores == 4 and p.any_cost()
-    assert not HostCpuParams().any_cost()
+    assert not cpu_params(HostCpuConfig(), 10).any_cost()
     for bad in ({"cores": 0}, {"firewall_ns_per_packet": -1}, {"bogus": 1}):
-        with pytest.raises(ValueError):
-            HostCpuParams.from_config(bad)
+        with pytest.raises(ValidationError):
+            HostCpuConfig(**bad)
 
 
 @pytest.mark.parametrize("extra", [{"tenant": 0}, {"dpu": 1}, {"host_cpu": {"cores": 0}},

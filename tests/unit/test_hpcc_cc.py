@@ -1,12 +1,15 @@
-"""HPCC reaction point state machine (emulator.agents.hpcc), explicit times,
+"""HPCC reaction point state machine (emulator.nic.hpcc), explicit times,
 and its experiment-file spec (emulator.schema.hpcc)."""
 from __future__ import annotations
+
+from dataclasses import replace
 
 import pytest
 from pydantic import ValidationError
 
-from emulator.agents.hpcc import Hpcc, HpccParams
-from emulator.agents.reaction import ReactionPoint
+from emulator.nic.hpcc import Hpcc
+from emulator.nic.wall import hpcc_params
+from emulator.nic.reaction import ReactionPoint
 from emulator.schema.hpcc import HpccSpec
 from tests.unit.test_ib_cc import FakeLogs
 
@@ -14,13 +17,17 @@ LINE = 100e9
 T = 10_000                         # base RTT, ns
 BT = LINE * T / 8e9                # B x T = W_init: 125,000 bytes
 WRAP = 1 << 32
+# the paper's parameters for a 100 Gbit/s NIC, T = 10 us
+PAPER = hpcc_params(HpccSpec(base_rtt_us=T / 1000), 1.0, LINE)
+
+
+def HpccParams(**kw):
+    return replace(PAPER, **kw)
 
 
 def cc_of(**kw):
     events = []
-    kw.setdefault("base_rtt_ns", T)
     p = HpccParams(**kw)
-    p.validate()
     cc = Hpcc(p, LINE, listener=lambda t, ev: events.append((t, ev)))
     return cc, events
 
@@ -45,12 +52,10 @@ def start(cc, links, snd_nxt=100, now=0, qlen=0):
 
 # -- parameters and start -----------------------------------------------------------------
 def test_paper_defaults_and_initial_state():
-    p = HpccParams()
-    assert (p.enabled, p.eta, p.max_stage, p.w_ai_bytes, p.expected_flows) == (
-        True, 0.95, 5, None, 16)
+    p = PAPER
+    assert (p.enabled, p.eta, p.max_stage, p.w_ai_bytes, p.expected_flows, p.base_rtt_ns) == (
+        True, 0.95, 5, None, 16, T)
     assert p.min_rate_frac == pytest.approx(100e6 / 100e9) and p.alpha_init == 0.0
-    with pytest.raises(ValueError, match="base_rtt_ns"):      # T has no default
-        p.validate()
     cc, ev = cc_of()
     assert cc.w_init_bytes == pytest.approx(BT) == 125_000    # W_init = B x T
     assert cc.window_bytes == cc.wc_bytes == cc.w_init_bytes
@@ -254,88 +259,36 @@ def test_cnp_tx_and_advance_do_nothing_but_count():
 
 
 # -- parameters ---------------------------------------------------------------------------
-@pytest.mark.parametrize("kw, msg", [
-    ({"eta": 0}, "eta"),
-    ({"eta": 1.01}, "eta"),
-    ({"max_stage": -1}, "max_stage"),
-    ({"max_stage": 2.5}, "max_stage"),
-    ({"expected_flows": 0}, "expected_flows"),
-    ({"w_ai_bytes": 0}, "w_ai_bytes"),
-    ({"min_rate_frac": 0}, "min_rate_frac"),
-    ({"min_rate_frac": 1.5}, "min_rate_frac"),
-    ({"alpha_init": -1}, "alpha_init"),
-    ({"base_rtt_ns": 0}, "base_rtt_ns"),
-    ({"base_rtt_ns": -5, "enabled": False}, "base_rtt_ns"),
-])
-def test_validation(kw, msg):
-    kw = {"base_rtt_ns": T, **kw}
-    with pytest.raises(ValueError, match=msg):
-        HpccParams(**kw).validate()
-
-
-def test_disabled_needs_no_base_rtt():
-    HpccParams(enabled=False).validate()
-    with pytest.raises(ValueError, match="base_rtt_ns"):
-        Hpcc(HpccParams(enabled=False), LINE)
+def test_the_machine_needs_a_line_rate():
     with pytest.raises(ValueError, match="line_bps"):
-        Hpcc(HpccParams(base_rtt_ns=T), 0)
+        Hpcc(PAPER, 0)
+    with pytest.raises(ValueError, match="base_rtt_ns"):
+        Hpcc(replace(PAPER, base_rtt_ns=0), LINE)
 
 
-def test_from_config():
-    p = HpccParams.from_config({"eta": 0.9, "max_stage": 3, "base_rtt_ns": 8000.0,
-                                "w_ai_bytes": None, "expected_flows": 100})
-    assert (p.eta, p.max_stage, p.base_rtt_ns, p.w_ai_bytes, p.expected_flows) == (
-        0.9, 3, 8000, None, 100)
-    assert isinstance(p.base_rtt_ns, int)
-    assert HpccParams.from_config(p.as_dict()) == p
-    assert HpccParams.from_config(None) == HpccParams()
-    with pytest.raises(ValueError, match=r"hpcc\.etta: unknown key"):
-        HpccParams.from_config({"etta": 0.9, "base_rtt_ns": T})
-    with pytest.raises(ValueError, match="hpcc.enabled: expected true/false"):
-        HpccParams.from_config({"enabled": 1, "base_rtt_ns": T})
-    with pytest.raises(ValueError, match="hpcc.eta: expected a number"):
-        HpccParams.from_config({"eta": "0.9", "base_rtt_ns": T})
-    with pytest.raises(ValueError, match="hpcc.base_rtt_ns: expected a number"):
-        HpccParams.from_config({"base_rtt_ns": None})
-    with pytest.raises(ValueError, match="base_rtt_ns must be >= 1"):
-        HpccParams.from_config({"eta": 0.9})
-    with pytest.raises(ValueError, match="must be an object"):
-        HpccParams.from_config([("eta", 0.9)])
-
-
-# -- the experiment file's spec -----------------------------------------------------------
-def test_spec_agent_params_keep_fabric_time_and_carry_the_dilation():
+def test_params_from_the_spec_keep_fabric_time_and_carry_the_dilation():
     spec = HpccSpec(base_rtt_us=8.0, min_rate_gbps=0.5)
-    d1 = spec.agent_params(1.0, int(LINE), 99_999)
-    d = spec.agent_params(1000.0, int(LINE), 99_999)
-    assert d1["base_rtt_ns"] == d["base_rtt_ns"] == 8000          # fabric ns, the INT clock
-    assert (d1["dilation"], d["dilation"]) == (1.0, 1000.0)
-    for k in ("enabled", "eta", "max_stage", "w_ai_bytes", "expected_flows", "min_rate_frac"):
-        assert d[k] == d1[k]
-    assert d["enabled"] is True
-    assert d["min_rate_frac"] == pytest.approx(0.005) and d["w_ai_bytes"] is None
-    p = HpccParams.from_config(d)
-    assert set(d) == set(HpccParams().as_dict()) - {"alpha_init"}
+    p1, p = hpcc_params(spec, 1.0, LINE), hpcc_params(spec, 1000.0, LINE)
+    assert p1.base_rtt_ns == p.base_rtt_ns == 8000          # fabric ns, the INT clock
+    assert (p1.dilation, p.dilation) == (1.0, 1000.0)
+    assert replace(p, dilation=1.0) == p1
+    assert p.enabled is True and p.w_ai_bytes is None
+    assert p.min_rate_frac == pytest.approx(0.005)
+    assert hpcc_params(HpccSpec(base_rtt_us=1.0), 1.0, 50e6).min_rate_frac == 1.0   # capped
     # the NIC runs at line / D: the same windows in bytes, the rate / D
-    a, b = HpccParams.from_config(d1).machine(LINE), p.machine(LINE / 1000)
+    a, b = p1.machine(LINE), p.machine(LINE / 1000)
     assert b.w_init_bytes == pytest.approx(a.w_init_bytes) == 100_000
     assert b.w_ai_bytes == pytest.approx(a.w_ai_bytes)
     assert b.rate_bps == LINE / 1000
 
 
-def test_spec_base_rtt_from_the_runner_and_bounds():
+def test_spec_defaults_and_bounds():
     spec = HpccSpec()
     assert (spec.eta, spec.max_stage, spec.w_ai_bytes, spec.expected_flows,
             spec.base_rtt_us, spec.min_rate_gbps, spec.dport) == (0.95, 5, None, 16, None, 0.1, 4791)
-    d = HpccSpec(w_ai_bytes=80.0).agent_params(10.0, int(LINE), 12_345)
-    assert d["base_rtt_ns"] == 12_345 and d["w_ai_bytes"] == 80.0
-    assert d["min_rate_frac"] == pytest.approx(0.001)
-    assert HpccSpec().agent_params(1.0, int(50e6), 1000)["min_rate_frac"] == 1.0  # capped
-    with pytest.raises(ValueError, match="base RTT"):
-        HpccSpec().agent_params(10.0, int(LINE), 0)
-    for bad in ({"eta": 1.5}, {"max_stage": -1}, {"expected_flows": 0}, {"w_ai_bytes": 0.0},
-                {"base_rtt_us": 0.0}, {"min_rate_gbps": 0.0}, {"eta": "0.9"}, {"etta": 0.9},
-                {"enabled": True}):
+    for bad in ({"eta": 1.5}, {"eta": 0.0}, {"max_stage": -1}, {"expected_flows": 0},
+                {"w_ai_bytes": 0.0}, {"base_rtt_us": 0.0}, {"min_rate_gbps": 0.0},
+                {"eta": "0.9"}, {"etta": 0.9}, {"enabled": True}):
         with pytest.raises(ValidationError):
             HpccSpec(**bad)
 

@@ -28,20 +28,22 @@ def exp(**kw):
 def test_hpcc_nics_get_hpcc_int_and_every_packet_acked():
     e = exp(cc="hpcc", hpcc={"eta": 0.9})
     f = nic_fields(e, "h2")
-    assert f["dcqcn"]["enabled"] is False
+    assert f["dcqcn"].enabled is False
     assert f["int_max_hops"] == 3                       # leaf, spine, leaf
-    h = f["hpcc"]
-    assert h["eta"] == 0.9 and h["dilation"] == 1000.0
-    assert h["base_rtt_ns"] == base_rtt_ns(e) > 0       # fabric ns: not x D
+    assert f["hpcc"].eta == 0.9 and f["dilation"] == 1000.0
     from emulator.experiment.agents import agent_configs
+    from emulator.nic.wall import nic_wall
     cfgs = agent_configs(e, REPO / "results" / "unused", None)
     assert {c.ack_every_n for c in cfgs.values()} == {1}
+    h = nic_wall(cfgs["h2"]).cc                         # the NIC's HPCC parameters
+    assert h.eta == 0.9 and h.dilation == 1000.0
+    assert h.base_rtt_ns == base_rtt_ns(e) > 0          # fabric ns: not x D
 
 
 def test_dcqcn_and_none():
-    assert cc_fields(exp(), 25 * 10**9)["dcqcn"]["enabled"] is True
-    none = cc_fields(exp(cc="none"), 25 * 10**9)
-    assert none["dcqcn"]["enabled"] is False and "hpcc" not in none
+    assert cc_fields(exp())["dcqcn"].enabled is True
+    none = cc_fields(exp(cc="none"))
+    assert none["dcqcn"].enabled is False and "hpcc" not in none
 
 
 def test_base_rtt_is_the_longest_flows_round_trip_with_int_bytes():

@@ -1,20 +1,33 @@
-"""IB congestion control, the CA's reaction side (emulator.ib.cc), explicit times."""
+"""IB congestion control, the CA's reaction side (emulator.nic.ib_cc), explicit times."""
 from __future__ import annotations
 
-import pytest
+from dataclasses import replace
 
-from emulator.agents.dcqcn import Dcqcn, DcqcnParams
-from emulator.agents.reaction import ReactionPoint
-from emulator.ib.cc import IbCc, IbCcParams
+import pytest
+from pydantic import ValidationError
+
+from emulator.nic.dcqcn import Dcqcn
+from emulator.nic.ib_cc import IbCc
+from emulator.nic.reaction import ReactionPoint
+from emulator.nic.wall import dcqcn_params, ib_cc_params
+from emulator.schema.dcqcn import DcqcnSpec
+from emulator.schema.ib_cc import IbCcSpec
 
 LINE = 100e9
 T150 = 1024 * 150                 # the default CCTI timer: 153.6 us
+DEFAULTS = ib_cc_params(IbCcSpec(), 1.0)
+
+
+def IbCcParams(**kw):
+    """The defaults with ``kw`` changed (``ccti_timer`` sets the clock's too, D = 1)."""
+    if "ccti_timer" in kw:
+        kw["ccti_timer_ns"] = 1024 * kw["ccti_timer"]
+    return replace(DEFAULTS, **kw)
 
 
 def cc_of(**kw):
     events = []
     p = IbCcParams(**kw)
-    p.validate()
     cc = IbCc(p, LINE, listener=lambda t, ev: events.append((t, ev)))
     return cc, events
 
@@ -119,10 +132,10 @@ def test_on_tx_is_a_noop():
 
 
 def test_dilation_scales_only_the_timer():
-    p = IbCcParams(ccti_timer=150, dilation=10.0)
+    p = ib_cc_params(IbCcSpec(ccti_timer=150), 10.0)
     assert p.ccti_timer_ns == 10 * T150
-    q = IbCcParams().scaled(1000)
-    assert q.ccti_timer_ns == 1000 * T150 and q.ccti_timer == 150 and q.dilation == 1000
+    q = ib_cc_params(IbCcSpec(), 1000.0)
+    assert q.ccti_timer_ns == 1000 * T150 and q.ccti_timer == 150
     cc = IbCc(q, LINE / 1000)                                    # the dilated line rate
     cc.on_cnp(0)
     assert cc.rate_bps == LINE / 1000 * 0.8 and cc.next_rate_ns == 1000 * T150
@@ -133,40 +146,33 @@ def test_dilation_scales_only_the_timer():
     ({"ccti_timer": 0}, "ccti_timer"),
     ({"ccti_timer": 65536}, "ccti_timer"),
     ({"ccti_min": -1}, "ccti_min"),
-    ({"ccti_min": 4, "cct": ((0, 0),) * 4}, "ccti_min"),
-    ({"cct": ()}, "1..1024 entries"),
-    ({"cct": ((0, 0),) * 1025}, "1..1024 entries"),
-    ({"cct": ((0, 0), (4, 1))}, r"cct\[1\]: shift"),
-    ({"cct": ((0, 0), (0, 16384))}, r"cct\[1\]: multiplier"),
-    ({"cct": ((0, 0), (0, -1))}, r"cct\[1\]: multiplier"),
-    ({"dilation": 0.5}, "dilation"),
+    ({"ccti_min": 4, "cct": [[0, 0]] * 4}, "ccti_min"),
+    ({"ccti_min": 128}, "ccti_min"),                     # the default table has 128
+    ({"cct": []}, "cct"),
+    ({"cct": [[0, 0]] * 1025}, "cct"),
+    ({"cct": [[0, 0], [4, 1]]}, r"cct\.1\.0"),
+    ({"cct": [[0, 0], [0, 16384]]}, r"cct\.1\.1"),
+    ({"cct": [[0, 0], [0, -1]]}, r"cct\.1\.1"),
+    ({"cct": [[0, 0, 0]]}, "cct"),
+    ({"ccti_timer": 1.5}, "ccti_timer"),
+    ({"ccti_incr": 2}, "ccti_incr"),
 ])
-def test_validation(kw, msg):
-    with pytest.raises(ValueError, match=msg):
-        IbCcParams(**kw).validate()
+def test_spec_bounds(kw, msg):
+    import json
+    with pytest.raises(ValidationError, match=msg):
+        IbCcSpec.model_validate_json(json.dumps(kw))
 
 
-def test_from_config():
-    p = IbCcParams.from_config({"ccti_increase": 2, "ccti_timer": 10,
-                                "cct": [[0, 0], [1, 1], [3, 7]]})
+def test_params_from_the_spec():
+    p = ib_cc_params(IbCcSpec.model_validate_json(
+        '{"ccti_increase": 2, "ccti_timer": 10, "cct": [[0, 0], [1, 1], [3, 7]]}'), 1.0)
     assert (p.ccti_increase, p.ccti_timer, p.cct) == (2, 10, ((0, 0), (1, 1), (3, 7)))
-    assert IbCcParams.from_config(p.as_dict()) == p                 # as_dict round-trips
-    assert IbCcParams.from_config(None) == IbCcParams()
-    with pytest.raises(ValueError, match=r"ib_cc\.ccti_incr: unknown key"):
-        IbCcParams.from_config({"ccti_incr": 2})
-    with pytest.raises(ValueError, match="ib_cc.enabled"):
-        IbCcParams.from_config({"enabled": 1})
-    with pytest.raises(ValueError, match="ib_cc.ccti_timer: expected an integer"):
-        IbCcParams.from_config({"ccti_timer": 1.5})
-    with pytest.raises(ValueError, match="ib_cc.cct: expected a list"):
-        IbCcParams.from_config({"cct": [[0, 0, 0]]})
-    with pytest.raises(ValueError, match="ccti_min"):
-        IbCcParams.from_config({"ccti_min": 3, "cct": [[0, 0], [0, 1]]})
+    assert p.ccti_timer_ns == 10_240 and p.ccti_limit == 2
 
 
 def test_machine_builds_the_right_state_machine():
     assert isinstance(IbCcParams().machine(LINE), IbCc)
-    d = DcqcnParams().machine(LINE)
+    d = dcqcn_params(DcqcnSpec(), 1.0, LINE).machine(LINE)
     assert isinstance(d, Dcqcn) and d.rate_bps == LINE
 
 

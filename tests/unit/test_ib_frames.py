@@ -11,7 +11,7 @@ from scapy.contrib.roce import AETH, BTH
 from scapy.layers.l2 import Ether
 from scapy.packet import Raw
 
-from emulator.agents.roce import RC_ACK, RC_SEND_ONLY_IMM, RC_WRITE_FIRST, RC_WRITE_ONLY, RETH, ImmDt
+from emulator.nic.roce import RC_ACK, RC_SEND_ONLY_IMM, RC_WRITE_FIRST, RC_WRITE_ONLY, RETH, ImmDt
 from emulator.ib.frames import IbFrameTemplate, parse_ib
 from emulator.ib.headers import LRH, check_crcs
 from emulator.wire import ETH_P_IB_DATA

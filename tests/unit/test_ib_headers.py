@@ -15,7 +15,7 @@ from scapy.contrib.roce import AETH, BTH, GRH
 from scapy.layers.l2 import Ether
 from scapy.packet import Raw
 
-from emulator.agents.roce import RC_ACK, RC_WRITE_ONLY, RETH
+from emulator.nic.roce import RC_ACK, RC_WRITE_ONLY, RETH
 from emulator.clock import ManualClock
 from emulator.dataplane.pcap import IbPcapWriter
 from emulator.ib.headers import (

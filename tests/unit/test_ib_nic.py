@@ -8,10 +8,10 @@ import socket
 
 import pytest
 
-from emulator.agents.nic import WcOpcode, WcStatus
-from emulator.agents.roce import RC_WRITE_FIRST, RC_WRITE_LAST, RC_WRITE_MIDDLE
-from emulator.ib.cc import IbCcParams
-from emulator.ib.credits import CreditParams, blocks
+from tests.nics import ib_nic
+from emulator.nic.nic import WcOpcode, WcStatus
+from emulator.nic.roce import RC_WRITE_FIRST, RC_WRITE_LAST, RC_WRITE_MIDDLE
+from emulator.ib.credits import blocks
 from emulator.ib.frames import IbFrameTemplate, fc_frame, parse_fc, parse_ib, verify_icrc
 from emulator.ib.headers import IB_FRAMING, check_crcs
 from emulator.ib.nic import IbNic
@@ -36,7 +36,7 @@ def socket_pair():
 
 def nic(sock, mac, ip, lid, peer_mac, clock, **kw):
     kw.setdefault("rto_ns", 300_000_000)
-    return IbNic(None, mac, ip, peer_mac, lid=lid, lids=LIDS, rate_bps=RATE, mtu_bytes=MTU,
+    return ib_nic(None, mac, ip, peer_mac, lid=lid, lids=LIDS, rate_bps=RATE, mtu_bytes=MTU,
                  sock=sock, clock=clock, **kw)
 
 
@@ -44,7 +44,7 @@ def back_to_back(buffer_blocks: int, delay_ns: int):
     """Two NICs on one link, each with a QP to the other: (clock, a, b, qa, qb)."""
     clock = manual_clock()
     sa, sb = socket_pair()
-    kw = {"credit": CreditParams(buffer_blocks=buffer_blocks), "tx_delay_ns": delay_ns}
+    kw = {"buffer_blocks": buffer_blocks, "tx_delay_ns": delay_ns}
     a = nic(sa, MAC_A, IP_A, LID_A, MAC_B, clock, **kw)
     b = nic(sb, MAC_B, IP_B, LID_B, MAC_A, clock, **kw)
     return clock, a, b, a.create_qp(0x11, IP_B, 0x22), b.create_qp(0x22, IP_A, 0x11)
@@ -170,7 +170,7 @@ def test_a_flow_control_packet_counts_exactly_the_blocks_sent_before_it_on_the_w
     sn, sp = socket_pair()
     sp.setblocking(False)
     a = nic(sn, MAC_A, IP_A, LID_A, MAC_B, clock, tx_delay_ns=3_000,
-            credit=CreditParams(update_blocks=1, update_period_ns=3_000))   # an update mid-frame
+            update_blocks=1, update_period_ns=3_000)   # an update mid-frame
     port = SwitchPort(sp, clock)
     loop = NicLoop([a], clock, peers=[sp], on_peer_frame=port.on_frame)
     qa = a.create_qp(0x11, IP_B, 0x22)
@@ -210,7 +210,7 @@ def test_time_without_credit_does_not_count_against_the_ack_timeout():
 def test_a_fecn_marked_request_is_answered_with_a_becn_cnp_and_ib_cc_slows_the_sender():
     clock = manual_clock()
     sa, sb = socket_pair()
-    cc = IbCcParams()
+    cc = {"enabled": True}                            # IB CC with its defaults
     a = nic(sa, MAC_A, IP_A, LID_A, MAC_B, clock, cc=cc)
     b = nic(sb, MAC_B, IP_B, LID_B, MAC_A, clock, cc=cc)
     qa = a.create_qp(0x11, IP_B, 0x22)

@@ -13,7 +13,7 @@ from scapy.contrib.roce import BTH
 from scapy.layers.l2 import Ether
 from scapy.packet import Raw
 
-from emulator.agents.roce import RC_WRITE_ONLY, RETH
+from emulator.nic.roce import RC_WRITE_ONLY, RETH
 from emulator.control.p4rt_client import SwitchConnection
 from emulator.dataplane.p4rt_server import P4RuntimeServer
 from emulator.dataplane.state import SwitchState

@@ -18,11 +18,12 @@ import struct
 
 import pytest
 
-from emulator.agents.roce import RC_WRITE_ONLY
+from tests.nics import ib_nic
+from emulator.nic.roce import RC_WRITE_ONLY
 from emulator.clock import ManualClock
 from emulator.control.p4rt_client import SwitchConnection
 from emulator.dataplane.p4rt_server import P4RuntimeServer
-from emulator.ib.credits import CreditParams, blocks
+from emulator.ib.credits import blocks
 from emulator.ib.frames import IbFrameTemplate, fc_frame, parse_fc
 from emulator.ib.nic import IbNic
 from emulator.ib.switch import IbSwitch
@@ -67,9 +68,9 @@ def test_a_nics_credit_updates_leave_at_their_exact_times(coord_factory, delay_n
     h_sock, s_sock = link("h-eth0", "s-eth1")
     h = VirtualClock(coord.path, "h", agent=True)
     s = VirtualClock(coord.path, "s")
-    nic = IbNic(None, MAC["a"], "10.99.0.1", MAC["b"], lid=HOST_LID, lids={}, clock=h,
+    nic = ib_nic(None, MAC["a"], "10.99.0.1", MAC["b"], lid=HOST_LID, lids={}, clock=h,
                 sock=h.attach_port(h_sock, "h-eth0"), rate_bps=RATE_BPS, tx_delay_ns=delay_ns,
-                credit=CreditParams(update_period_ns=PERIOD_NS), timer_slack_ns=None,
+                update_period_ns=PERIOD_NS, timer_slack_ns=None,
                 absorb_udp=False)
     ps = s.attach_port(s_sock, "s-eth1")
     assert nic.max_lag_ns == 0                        # no catch-up: never late

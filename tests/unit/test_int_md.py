@@ -11,7 +11,7 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
 from emulator import int_md
-from emulator.agents.roce import RC_ACK, RC_WRITE_ONLY, FrameTemplate, parse_roce, verify_icrc
+from emulator.nic.roce import RC_ACK, RC_WRITE_ONLY, FrameTemplate, parse_roce, verify_icrc
 from emulator.dataplane.ipv4_checks import ipv4_checksum_ok
 from emulator.int_md import (
     INT_HOP_BYTES, INT_KIND_COLLECT, INT_KIND_ECHO, INT_MAX_HOPS, INT_OFFSET, INT_SHIM_BYTES,

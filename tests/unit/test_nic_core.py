@@ -11,10 +11,11 @@ from scapy.compat import raw
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
+from tests.nics import roce_nic
 from emulator import wire
-from emulator.agents import roce
-from emulator.agents.nic import QpState, RoceNic, WcOpcode, WcStatus
-from emulator.agents.roce import parse_roce
+from emulator.nic import roce
+from emulator.nic.nic import QpState, RoceNic, WcOpcode, WcStatus
+from emulator.nic.roce import parse_roce
 from tests.nic_sim import SimNicPair, manual_clock
 
 MAC_A, MAC_B = "02:00:00:00:0a:01", "02:00:00:00:0b:01"
@@ -62,8 +63,8 @@ class Pair(SimNicPair):
             s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
             s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
         self.sock_a, self.sock_b = ShimSock(a, hook_ab, clock), ShimSock(b, hook_ba, clock)
-        self.a = RoceNic(None, MAC_A, IP_A, MAC_B, rate_bps=rate_bps, sock=self.sock_a, **nic_kw)
-        self.b = RoceNic(None, MAC_B, IP_B, MAC_A, rate_bps=rate_bps, sock=self.sock_b, **nic_kw)
+        self.a = roce_nic(None, MAC_A, IP_A, MAC_B, rate_bps=rate_bps, sock=self.sock_a, **nic_kw)
+        self.b = roce_nic(None, MAC_B, IP_B, MAC_A, rate_bps=rate_bps, sock=self.sock_b, **nic_kw)
         self.qa = self.a.create_qp(QPN_A, IP_B, QPN_B, sq_psn=sq_psn_a, rq_psn=sq_psn_b)
         self.qb = self.b.create_qp(QPN_B, IP_A, QPN_A, sq_psn=sq_psn_b, rq_psn=sq_psn_a)
         self._init_loop(clock)

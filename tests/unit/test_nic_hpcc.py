@@ -7,9 +7,9 @@ from __future__ import annotations
 from scapy.layers.l2 import Ether
 
 from emulator import int_md
-from emulator.agents.hpcc import Hpcc, HpccParams
-from emulator.agents.nic import WcStatus
-from emulator.agents.roce import RC_ACK, parse_roce
+from emulator.nic.hpcc import Hpcc
+from emulator.nic.nic import WcStatus
+from emulator.nic.roce import RC_ACK, parse_roce
 from emulator.int_md import INT_KIND_COLLECT, INT_KIND_ECHO, IntShim
 from tests.unit.test_nic_core import pairs, pattern  # noqa: F401 (the fixture)
 
@@ -39,12 +39,13 @@ class FakeSwitch:
 
 
 def hpcc_pair(pairs, qlen_bytes, logged=True):
-    params = HpccParams(base_rtt_ns=T_NS)
+    # the rate floor: ns-3's MinRate default, 0.001 of the line
+    hpcc = {"base_rtt_us": T_NS / 1000, "min_rate_gbps": RATE_BPS * 0.001 / 1e9}
     sw = {}
 
     def hook_ab(frame):
         return sw["sw"].hook(frame)
-    p = pairs(rate_bps=RATE_BPS, hook_ab=hook_ab, dcqcn=params, int_max_hops=HOPS, ack_every_n=1)
+    p = pairs(rate_bps=RATE_BPS, hook_ab=hook_ab, hpcc=hpcc, int_max_hops=HOPS, ack_every_n=1)
     sw["sw"] = FakeSwitch(p.sock_a.clock, qlen_bytes)
     p.sock_b.logging = logged
     return p, sw["sw"]

@@ -16,7 +16,7 @@ from emulator import wire
 from emulator.control.qos import mtu_frame_bytes
 from emulator.experiment.fidelity import nic_verdict
 from emulator.wire import WIRE_OVERHEAD_BYTES
-from emulator.agents import roce
+from emulator.nic import roce
 from emulator.agents.payload import pattern_bytes, pattern_matches, write_layout
 
 # root, namespaces and veths: tests/conftest.py skips it, saying why, for
@@ -281,14 +281,16 @@ def test_agent_rejects_bad_config(tmp_path):
 
 RX_SCRIPT = r"""
 import json, sys, time
-from emulator.agents.nic import RoceNic
+from emulator.nic.nic import RoceNic
+from emulator.schema.nic import NicConfig
 class Logs:
     def __init__(self): self.pfc_rows = []
     def qp(self, *a): pass
     def cnp(self, *a): pass
     def pfc(self, *a): self.pfc_rows.append(a[1:])
 logs = Logs()
-nic = RoceNic(sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], rate_bps=10_000_000, logs=logs)
+nic = RoceNic(NicConfig(ifname=sys.argv[1], mac=sys.argv[2], ip=sys.argv[3],
+                        gateway_mac=sys.argv[4], rate_bps=10_000_000), logs=logs)
 nic.create_qp(32, sys.argv[5], 16)
 nic.register_mr(4096, addr=0, rkey=9)
 print("READY", flush=True)
@@ -302,7 +304,7 @@ import socket, sys
 from scapy.compat import raw
 from scapy.layers.inet import IP, UDP, TCP
 from scapy.layers.l2 import ARP, Ether
-from emulator.agents import roce
+from emulator.nic import roce
 dev, src_mac, dst_mac, src_ip, dst_ip = sys.argv[1:6]
 tpl = lambda dip: roce.FrameTemplate(src_mac, dst_mac, src_ip, dip, 49152, 32)
 good = bytes(tpl(dst_ip).build(roce.RC_WRITE_ONLY, 0, b"abcd", ack_req=True, reth=(0, 9, 4)))

@@ -16,11 +16,11 @@ from scapy.contrib.roce import BTH, CNPPadding
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
+from tests.nics import roce_nic
 from emulator import wire
-from emulator.agents import roce
-from emulator.agents.dcqcn import DcqcnParams
-from emulator.agents.nic import RoceNic, WcStatus
-from emulator.agents.roce import parse_roce, verify_icrc
+from emulator.nic import roce
+from emulator.nic.nic import RoceNic, WcStatus
+from emulator.nic.roce import parse_roce, verify_icrc
 from tests.nic_sim import NicLoop, manual_clock
 
 from .test_nic_core import (  # noqa: F401 (pairs: a fixture)
@@ -29,6 +29,8 @@ from .test_nic_core import (  # noqa: F401 (pairs: a fixture)
 
 QPN_A2, QPN_B2 = 0x33, 0x44
 MS = 1_000_000
+# DCQCN's rates as the paper's fractions of a 40 Gbit/s line, for a 100 Mbit/s one
+SLOW_RATES_100M = {"rate_ai_gbps": 0.0001, "rate_hai_gbps": 0.0005, "min_rate_gbps": 0.00025}
 
 
 class MemLogs:
@@ -72,7 +74,7 @@ class Solo:
         self.peer = b
         b.setblocking(False)
         self.logs = MemLogs()
-        self.nic = RoceNic(None, MAC_A, IP_A, MAC_B, rate_bps=rate_bps, sock=self.shim,
+        self.nic = roce_nic(None, MAC_A, IP_A, MAC_B, rate_bps=rate_bps, sock=self.shim,
                            logs=self.logs, **kw)
         self.qps = [self.nic.create_qp(l, IP_B, r) for l, r in qps]
         self.mr = self.nic.register_mr(1 << 16, addr=0, rkey=9)
@@ -153,7 +155,7 @@ def check_cnp(frame: bytes, dst_qpn: int, cnp_dscp=48):
 # notification point
 # ---------------------------------------------------------------------------
 def test_ce_marked_data_sends_one_cnp_per_interval_per_qp(solos):
-    s = solos(qps=((QPN_A, QPN_B), (QPN_A2, QPN_B2)), cnp_interval_ns=150 * MS).start()
+    s = solos(qps=((QPN_A, QPN_B), (QPN_A2, QPN_B2)), dcqcn={"cnp_interval_us": 150_000.0}).start()
     s.send_ce_write(QPN_B, ce=False)                        # not marked: no CNP
     assert s.wait(lambda: s.nic.stats.rx_data_packets == 1)
     s.run_for(0.02)
@@ -193,7 +195,8 @@ def inject_cnp(p, dst_qpn, src_ip=IP_B):
 def test_cnp_lowers_that_qps_rate_and_the_pacer_follows(pairs):
     rate = 100_000_000
     logs = MemLogs()
-    frozen = {"rate_timer_ns": 10**12, "byte_counter_bytes": 10**12}   # no recovery
+    frozen = {"rate_increase_timer_us": 1e9, "byte_counter_bytes": 10**12,   # no recovery
+              **SLOW_RATES_100M}
     p = pairs(rate_bps=rate, dcqcn=frozen, logs=logs)
     q2a = p.a.create_qp(QPN_A2, IP_B, QPN_B2)
     p.b.create_qp(QPN_B2, IP_A, QPN_A2)
@@ -254,10 +257,10 @@ def test_marking_and_loss_recover_under_dcqcn(pairs):
         f[15] |= roce.ECN_CE
         return bytes(f)
 
-    dc = {"rate_timer_ns": 2 * MS, "alpha_timer_ns": 2 * MS, "byte_counter_bytes": 32 * 1024,
-          "rai_frac": 0.05, "rhai_frac": 0.1}
-    p = pairs(rate_bps=100_000_000, hook_ab=mark_and_drop, dcqcn=dc, cnp_interval_ns=3 * MS,
-              rto_ns=40_000_000)
+    dc = {"rate_increase_timer_us": 2000.0, "alpha_update_us": 2000.0,
+          "byte_counter_bytes": 32 * 1024, "rate_ai_gbps": 0.005, "rate_hai_gbps": 0.01,
+          "min_rate_gbps": 0.00025, "cnp_interval_us": 3000.0}
+    p = pairs(rate_bps=100_000_000, hook_ab=mark_and_drop, dcqcn=dc, rto_ns=40_000_000)
     size = n * 1024
     src = p.a.register_mr(size, buf=pattern(size, 9))
     dst = p.b.register_mr(size, addr=0, rkey=9)
@@ -278,7 +281,7 @@ def test_marking_and_loss_recover_under_dcqcn(pairs):
 # ---------------------------------------------------------------------------
 def test_pfc_pauses_data_not_cnps_for_the_quanta_time(solos):
     rate = 20_000_000
-    s = solos(rate_bps=rate, cnp_interval_ns=0)
+    s = solos(rate_bps=rate, dcqcn={"cnp_interval_us": 0.0})
     size = 1 << 20                                          # ~450 ms at 20 Mbit/s
     src = s.nic.register_mr(size, buf=pattern(size))
     qp = s.qps[0]
@@ -402,8 +405,9 @@ def test_agent_writes_raw_logs_and_counters(tmp_path):
     for h, (mac, ip, gw, rip, qpn, rqpn, sock) in side.items():
         cfg = {"host": h, "ifname": "none", "mac": mac, "ip": ip, "gateway_mac": gw,
                "rate_bps": rate, "start_at_unix_ns": start, "deadline_s": 10, "linger_s": 0.1,
-               "cnp_interval_ns": 2 * MS, "sample_interval_ns": 5 * MS,
-               "dcqcn": {"rate_timer_ns": 1 * MS, "alpha_timer_ns": 1 * MS},
+               "sample_interval_ns": 5 * MS,
+               "dcqcn": {"rate_increase_timer_us": 1000.0, "alpha_update_us": 1000.0,
+                         "cnp_interval_us": 2000.0, **SLOW_RATES_100M},
                "qps": [{"qpn": qpn, "remote_ip": rip, "remote_qpn": rqpn}],
                "send": [{"flow_id": 7, "qpn": qpn, "size_bytes": size}] if h == "a" else [],
                "expect": [{"flow_id": 7, "qpn": qpn, "size_bytes": size}] if h == "b" else [],
@@ -411,9 +415,7 @@ def test_agent_writes_raw_logs_and_counters(tmp_path):
         (tmp_path / f"{h}.json").write_text(json.dumps(cfg))
         cfg = HostAgentConfig.load(tmp_path / f"{h}.json")
         logs = RunLogs(str(tmp_path), h)
-        nic = RoceNic(None, mac, ip, gw, rate_bps=rate, sock=sock, logs=logs,
-                      cnp_interval_ns=cfg.cnp_interval_ns,
-                      dcqcn=DcqcnParams.from_config(cfg.dcqcn))
+        nic = RoceNic(cfg, sock=sock, logs=logs)
         agents[h] = HostAgent(cfg, nic=nic, logs=logs)
     ok = {}
     threads = [threading.Thread(target=lambda h=h: ok.__setitem__(h, agents[h].run()))

@@ -7,19 +7,21 @@ import struct
 
 import pytest
 
-from emulator.agents import roce
-from emulator.agents.dcqcn import DcqcnParams
-from emulator.agents.frames import AckFrame, CnpFrame, DataFrame
-from emulator.agents.host_cpu import CpuGate, CpuServers, TenantFilter
-from emulator.agents.nic import NicStats
-from emulator.agents.notification import NotificationPoint
-from emulator.agents.pfc import PfcReceiver
-from emulator.agents.qp import QpState, QueuePair, WcStatus
-from emulator.agents.reaction import ReactionPoint
-from emulator.agents.read import ReadResponder
-from emulator.agents.requester import Requester
-from emulator.agents.responder import Responder
-from emulator.agents.transmitter import Transmitter
+from tests.nics import roce_nic
+from emulator.nic import roce
+from emulator.nic.wall import dcqcn_params
+from emulator.schema.dcqcn import DcqcnSpec
+from emulator.nic.frames import AckFrame, CnpFrame, DataFrame
+from emulator.nic.host_cpu import CpuGate, CpuServers, TenantFilter
+from emulator.nic.nic import NicStats
+from emulator.nic.notification import NotificationPoint
+from emulator.nic.pfc import PfcReceiver
+from emulator.nic.qp import QpState, QueuePair, WcStatus
+from emulator.nic.reaction import ReactionPoint
+from emulator.nic.read import ReadResponder
+from emulator.nic.requester import Requester
+from emulator.nic.responder import Responder
+from emulator.nic.transmitter import Transmitter
 from emulator.clock import ManualClock
 from emulator.wire import WIRE_OVERHEAD_BYTES
 
@@ -92,7 +94,7 @@ def test_notification_point_one_cnp_per_interval_per_qp():
 
 def test_reaction_point_cuts_and_recovers_on_its_timer():
     changes = []
-    rp = ReactionPoint(DcqcnParams(rate_timer_ns=1000, alpha_timer_ns=1000),
+    rp = ReactionPoint(dcqcn_params(DcqcnSpec(rate_increase_timer_us=1.0, alpha_update_us=1.0), 1.0, 40e9),
                        lambda qp, r, t, ev: changes.append((qp.qpn, r, t, ev)))
     qp = make_qp()
     rp.attach(qp, RATE, 0)
@@ -106,7 +108,7 @@ def test_reaction_point_cuts_and_recovers_on_its_timer():
 
 def test_the_timer_pass_walks_only_qps_a_cnp_set_running_until_they_recover():
     changes = []
-    rp = ReactionPoint(DcqcnParams(rate_timer_ns=1000, alpha_timer_ns=1000),
+    rp = ReactionPoint(dcqcn_params(DcqcnSpec(rate_increase_timer_us=1.0, alpha_update_us=1.0), 1.0, 40e9),
                        lambda qp, r, t, ev: changes.append((qp.qpn, r, t, ev)))
     qps = [make_qp(n, n + 100) for n in range(1, 41)]
     for qp in qps:
@@ -250,7 +252,7 @@ def test_requester_rnr_timer_is_fabric_time():
 def test_responder_places_in_order_naks_a_gap_once_and_coalesces_acks():
     cq, st = [], NicStats()
     mr_buf = bytearray(4096)
-    from emulator.agents.qp import MemoryRegion
+    from emulator.nic.qp import MemoryRegion
     mrs = {9: MemoryRegion(0, 9, mr_buf)}
     rs = Responder(mrs=mrs, mtu_bytes=1024, min_rnr_timer=14, report_remote_writes=True,
                    cq=cq, stats=st, unix_ns=ManualClock().unix_ns)
@@ -287,10 +289,9 @@ def transmitter(delay_ns=0, **kw):
                      max_lag_ns=500_000, tx_delay_ns=delay_ns, priority=3, cnp_priority=6,
                      max_outstanding_pkts=1 << 20, pause_until_ns=pfc.until_ns, requester=rq,
                      read_responder=ReadResponder(rs, {}, 1024, st), cnp_queue=np_.out,
-                     ack_queue=rs.out, stats=st)
-    tx.cnp_template = lambda qp: roce.FrameTemplate(
-        MAC_A, qp.tpl_dst_mac, IP_A, qp.remote_ip, qp.udp_sport, qp.remote_qpn, dscp=48,
-        ecn=roce.ECN_NOT_ECT, max_payload_bytes=16)
+                     ack_queue=rs.out, stats=st, cnp_template=lambda qp: roce.FrameTemplate(
+                         MAC_A, qp.tpl_dst_mac, IP_A, qp.remote_ip, qp.udp_sport, qp.remote_qpn,
+                         dscp=48, ecn=roce.ECN_NOT_ECT, max_payload_bytes=16))
     return tx, rq, sock, pfc, rs, np_
 
 
@@ -469,7 +470,7 @@ def test_receive_lateness_is_the_kernel_stamp_against_now_and_stalls_count_beyon
     import socket
     import time
 
-    from emulator.agents.nic import RoceNic
+    from emulator.nic.nic import RoceNic
     from emulator.clock import MonotonicClock
 
     class SevenMsLate(MonotonicClock):
@@ -485,7 +486,7 @@ def test_receive_lateness_is_the_kernel_stamp_against_now_and_stalls_count_beyon
     peer.bind(("127.0.0.1", 0))
     rx.connect(peer.getsockname())
     peer.connect(rx.getsockname())
-    nic = RoceNic(None, MAC_A, IP_A, MAC_B, sock=rx, max_lag_ns=2_000_000, clock=SevenMsLate(),
+    nic = roce_nic(None, MAC_A, IP_A, MAC_B, sock=rx, max_lag_ns=2_000_000, clock=SevenMsLate(),
                   absorb_udp=False)
     try:
         peer.send(bytes(64))

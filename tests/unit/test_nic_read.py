@@ -9,9 +9,9 @@ import pytest
 from scapy.layers.l2 import Ether
 
 from emulator import wire
-from emulator.agents import roce
-from emulator.agents.nic import WcOpcode, WcStatus
-from emulator.agents.roce import AETH, BTH, RETH, parse_roce
+from emulator.nic import roce
+from emulator.nic.nic import WcOpcode, WcStatus
+from emulator.nic.roce import AETH, BTH, RETH, parse_roce
 
 from .test_nic_core import IP_A, IP_B, MAC_A, MAC_B, QPN_A, pairs  # noqa: F401  (fixture)
 from .test_nic_loopback import add_loss, needs_root, veth  # noqa: F401  (fixture)
@@ -120,7 +120,7 @@ def test_read_over_veth(veth, lossy):  # noqa: F811
 
 def test_read_responses_obey_pfc(solos):  # noqa: F811
     rate = 20_000_000
-    s = solos(rate_bps=rate, cnp_interval_ns=None)
+    s = solos(rate_bps=rate, dcqcn={"cnp_interval_us": None})
     size = 512 * 1024                      # 512 responses, ~220 ms at 20 Mbit/s
     disk = s.nic.register_mr(size, addr=1 << 20, rkey=10, buf=pattern(size, 5))
     tpl = roce.FrameTemplate(MAC_B, MAC_A, IP_B, IP_A, 1000 + QPN_B, QPN_A)

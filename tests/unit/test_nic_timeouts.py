@@ -10,10 +10,11 @@ import struct
 
 import pytest
 
-from emulator.agents import roce
-from emulator.agents.nic import WcStatus
-from emulator.agents.requester import DEFAULT_RTO_FABRIC_NS
-from emulator.agents.roce import parse_roce
+from tests.nics import roce_nic
+from emulator.nic import roce
+from emulator.nic.nic import WcStatus
+from emulator.nic.requester import DEFAULT_RTO_FABRIC_NS
+from emulator.nic.roce import parse_roce
 from tests.nic_sim import DelayLine
 
 from .test_nic_core import (  # noqa: F401 (pairs: a fixture)
@@ -29,7 +30,7 @@ US = 1000
 def pair_at(pairs, d=D, **kw):
     """Two NICs on a 100 Gbit/s fabric link at dilation ``d``, with the
     default ACK timeout (``rto_ns`` not given)."""
-    return pairs(rate_bps=FABRIC_RATE // d, rto_ns=None, dilation=d, **kw)
+    return pairs(rate_bps=FABRIC_RATE, rto_ns=None, dilation=d, **kw)
 
 
 def data_psn(frame):
@@ -208,7 +209,7 @@ def test_host_agent_result_and_summary_count_recovery(tmp_path):
 
     from emulator.agents.host import HostAgent
     from emulator.agents.run_logs import RunLogs
-    from emulator.agents.nic import RoceNic
+    from emulator.nic.nic import RoceNic
     from emulator.experiment.summary import render_summary
     from emulator.schema.agent import HostAgentConfig
     from tests.nic_sim import NicLoop, manual_clock
@@ -231,14 +232,13 @@ def test_host_agent_result_and_summary_count_recovery(tmp_path):
     for h, (mac, ip, gw, rip, qpn, rqpn, sock) in ends.items():
         flow = [{"flow_id": 7, "qpn": qpn, "size_bytes": size}]
         cfg = HostAgentConfig(
-            host=h, ifname="none", mac=mac, ip=ip, gateway_mac=gw, rate_bps=FABRIC_RATE // D,
+            host=h, ifname="none", mac=mac, ip=ip, gateway_mac=gw, rate_bps=FABRIC_RATE,
             dilation=D, qps=[{"qpn": qpn, "remote_ip": rip, "remote_qpn": rqpn}],
             send=flow if h == "a" else [], expect=flow if h == "b" else [],
             result_path=str(tmp_path / f"{h}.result.json"),
             progress_path=str(tmp_path / f"{h}.progress.json"))
         logs = RunLogs(str(tmp_path), h)
-        nic = RoceNic(None, mac, ip, gw, rate_bps=cfg.rate_bps, sock=sock, logs=logs,
-                      dilation=cfg.dilation, rto_ns=cfg.rto_ns, clock=clock)
+        nic = RoceNic(cfg, sock=sock, logs=logs, clock=clock)
         agents[h] = HostAgent(cfg, nic=nic, logs=logs)
     a, b = agents["a"], agents["b"]
     # what HostAgent.run does at the flow's start

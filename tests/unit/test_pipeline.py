@@ -19,7 +19,7 @@ from scapy.compat import raw
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
-from emulator.agents.roce import BTH, RETH, verify_icrc
+from emulator.nic.roce import BTH, RETH, verify_icrc
 from emulator.control.p4rt_client import SwitchConnection
 from emulator.dataplane.p4rt_server import P4RuntimeServer
 from emulator.dataplane.pipeline import DROP_PORT, FabricPipeline

@@ -1,4 +1,4 @@
-"""RoCEv2 layers, ICRC and the fast build/parse path (emulator.agents.roce)."""
+"""RoCEv2 layers, ICRC and the fast build/parse path (emulator.nic.roce)."""
 from __future__ import annotations
 
 import importlib
@@ -13,8 +13,8 @@ from scapy.layers.l2 import ARP, Dot1Q, Ether
 from scapy.packet import Raw
 
 from emulator import wire
-from emulator.agents import roce
-from emulator.agents.roce import (
+from emulator.nic import roce
+from emulator.nic.roce import (
     AETH, BTH, DETH, RETH, CNPPadding, FrameTemplate, ImmDt, icrc, int_to_ip, ip_to_int,
     parse_roce, verify_icrc,
 )

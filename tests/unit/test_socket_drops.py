@@ -18,8 +18,8 @@ import socket
 
 import pytest
 
-from emulator.agents import roce
-from emulator.agents.packet_socket import SocketRxStats, open_packet_socket
+from emulator.nic import roce
+from emulator.nic.packet_socket import SocketRxStats, open_packet_socket
 from emulator.clock import MONOTONIC
 from emulator.dataplane.pfc import pause_frame
 from emulator.schema.switch import SwitchConfig

@@ -11,7 +11,8 @@ import ctypes
 import os
 from contextlib import contextmanager
 
-from emulator.agents.nic import RoceNic
+from tests.nics import roce_nic
+from emulator.nic.nic import RoceNic
 from emulator.clock import MONOTONIC
 from tests.nic_sim import SimNicPair
 
@@ -42,7 +43,7 @@ def open_nic(env, side: str, rate_bps: int, **kw) -> RoceNic:
     peer = "b" if side == "a" else "a"
     kw.setdefault("rto_ns", 300_000_000)
     with netns(env["ns"][side]):
-        return RoceNic(env["dev"][side], MAC[side], IP[side], MAC[peer], rate_bps=rate_bps,
+        return roce_nic(env["dev"][side], MAC[side], IP[side], MAC[peer], rate_bps=rate_bps,
                        mtu_bytes=1024, timer_slack_ns=None, **kw)
 
 

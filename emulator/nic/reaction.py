@@ -1,6 +1,6 @@
 """Reaction point of the NIC: one congestion-control state machine per QP,
 made by ``params.machine(line_bps, listener)`` -- a ``dcqcn.Dcqcn`` (Zhu et
-al., SIGCOMM 2015, figure 8) for ``DcqcnParams``, an ``emulator.ib.cc.IbCc``
+al., SIGCOMM 2015, figure 8) for ``DcqcnParams``, an ``emulator.nic.ib_cc.IbCc``
 (IBA annex A10; the log's alpha column then carries the CCTI) for
 ``IbCcParams``, an ``hpcc.Hpcc`` (Li et al., SIGCOMM 2019; the alpha column
 carries its U) for ``HpccParams`` -- fed with the CNPs (BECNs) the QP
@@ -14,24 +14,18 @@ hands it to the pacer and the requester) and to ``logs.qp``. With
 its line rate; CNPs are still logged."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 from emulator.int_md import unpack_hops
 
-from .dcqcn import DcqcnParams
 
 INT_LOG_EVERY = 8          # the INT records of one ACK in this many are logged (per QP)
-
-if TYPE_CHECKING:
-    from emulator.ib.cc import IbCcParams
-
-    from .hpcc import HpccParams
 
 
 class ReactionPoint:
     __slots__ = ("params", "logs", "on_rate", "max_window_pkts", "_running", "_int_acks")
 
-    def __init__(self, params: DcqcnParams | IbCcParams | HpccParams, on_rate: Callable, logs=None,
+    def __init__(self, params, on_rate: Callable, logs=None,
                  max_window_pkts: int = 1 << 30):
         """``max_window_pkts``: the NIC's own bound on a QP's packets in
         flight, which a machine's window never raises."""

@@ -154,8 +154,7 @@ class Responder:
         qp.rx_pos = end
         st.rx_data_payload_bytes += plen
         qp.epsn += 1
-        qp.nak_sent = False
-        qp.dup_acked = False
+        qp.nak_sent = qp.dup_acked = False
         if last:
             qp.msn = (qp.msn + 1) & PSN_MASK
             qp.rx_kind = -1

@@ -18,26 +18,15 @@ plus the link's delay (``tx_delay_ns``), as at a switch port; frames already
 serialized are on the wire and leave even if their class is paused since.
 Bytes are built only then (``frames``), from the current message buffers.
 
-Link layers (``framing``): frame sizes and the wire's overhead are
-RoCE's (``wire.ROCE_FRAMING``) or InfiniBand's. On InfiniBand a frame also
-needs credit (``credit``: the ``ib.credits.VlCredits`` of the NIC's one
-data VL; None on Ethernet): the next frame, once chosen, waits as the head
-of the VL (``held``) until a flow-control packet grants its blocks --
-everything behind it waits too, one VL being one FIFO; the wait is the VL's
-stall time. Link packets (``LinkFrame``: flow control) take no credit and
-no serializer time, as at a switch port.
-
-Per-QP pacing state lives on the QP: ``next_ok_ns`` (its rate limiter),
-``last_tx_slot`` / ``last_tx_flen`` (re-timed when its rate changes).
+The model in full: docs/nic.md, "transmitter".
 """
 from __future__ import annotations
 
 import errno
 
 from emulator import int_md
-from emulator.ib.credits import blocks
-from emulator.link import Wire
-from emulator.wire import CNP_PAD_BYTES, ROCE_FRAMING, Framing
+from emulator.link import CommitWire, Wire
+from emulator.wire import CNP_PAD_BYTES, ROCE_FRAMING, Framing, ib_credit_blocks
 
 from .frames import AckFrame, CnpFrame, DataFrame, LinkFrame, ReadRequestFrame, ReadResponseFrame
 from .qp import QpState
@@ -62,8 +51,13 @@ class Transmitter:
     def __init__(self, *, sock, rate_bps: int, mtu_bytes: int, ack_every_n: int,
                  max_lag_ns: int, tx_delay_ns: int, priority: int, cnp_priority: int,
                  max_outstanding_pkts: int, pause_until_ns: list, requester, read_responder,
-                 cnp_queue, ack_queue, stats, logs=None, framing: Framing = ROCE_FRAMING,
-                 credit=None):
+                 cnp_queue, ack_queue, stats, cnp_template, logs=None,
+                 framing: Framing = ROCE_FRAMING, credit=None, int_max_hops: int = 0,
+                 on_data_tx=None, commit_wire: bool = False):
+        """``cnp_template``: qp -> the template of its CNPs; ``int_max_hops``
+        > 0: data frames carry INT; ``on_data_tx``: the reaction point's
+        ``on_tx`` (None: off); ``commit_wire``: virtual time -- a frame
+        leaves when committed, stamped with its arrival (``link.CommitWire``)."""
         self.sock = sock
         self.rate_bps = rate_bps
         self.mtu_bytes = mtu_bytes
@@ -79,7 +73,8 @@ class Transmitter:
         self.qps = requester.busy                # data QPs with work, round-robin
         self.stats = stats
         self.logs = logs
-        self.wire = Wire(int(tx_delay_ns))
+        self.wire = CommitWire(int(tx_delay_ns), self._send_committed) if commit_wire else \
+            Wire(int(tx_delay_ns))
         self.framing = framing
         self.overhead_bytes = framing.wire_overhead_bytes
         self.credit = credit                     # InfiniBand: VlCredits of our data VL
@@ -90,11 +85,18 @@ class Transmitter:
         self._retry = None                       # the frame the socket refused
         self._rr = 0
         self._now = 0
-        # set by the NIC (None: off): the CPU gate's ``tx``, the reaction point's ``on_tx``
-        self.cpu_gate = None
-        self.on_data_tx = None
-        self.cnp_template = None                 # qp -> the template of its CNPs (set by the NIC)
-        self.int_max_hops = 0                    # > 0: data frames carry INT (set by the NIC)
+        self.on_data_tx = on_data_tx
+        self.cnp_template = cnp_template
+        self.int_max_hops = int_max_hops
+        self.cpu_gate = None                     # the CPU gate's ``tx`` (set_cpu_gate; None: off)
+
+    def set_cpu_gate(self, gate_tx) -> None:
+        """Hold frames until ``gate_tx`` says their CPU work is done (None: no gate)."""
+        self.cpu_gate = gate_tx
+
+    def _send_committed(self, f, arrival_ns) -> None:
+        self.sock.due_ns = arrival_ns
+        self._send(f)
 
     # -- rates -------------------------------------------------------------------------
     def frame_time_ns(self, frame_bytes: int, rate_bps: float | None = None) -> float:
@@ -196,134 +198,140 @@ class Transmitter:
                 self._send(frame)
             except _SocketFull:
                 return
-        st = self.stats
         wire = self.wire
         in_flight = wire.in_flight
-        put = wire.put
         send = self._send
-        ctrl = self.ack_queue
-        cnpq = self.cnp_queue
-        rate = self.rate_bps
-        pause_until = self.pause_until_ns
-        prio, cnp_prio = self.priority, self.cnp_priority
-        rd = self.read_responder
-        rdq = rd.qps
-        gate = self.cpu_gate
-        take = self.requester.take
-        on_data_tx = self.on_data_tx
-        overhead = self.overhead_bytes
-        ack_flen, cnp_flen = self.framing.ack_frame_bytes, self.framing.cnp_frame_bytes
-        credit, held = self.credit, self.held
+        serialize = self._serialize_one
         try:
             for _ in range(self.TX_BURST):
                 # frames whose serialization and propagation are over leave now
                 if in_flight and in_flight[0][0] <= now:
                     wire.release(now, send)
-                # serialize the next frame if its slot has come
-                slot = self.slot_free_ns
-                given_up = 0.0
-                if self.wire_idle:
-                    if slot < now:
-                        slot = float(now)
-                elif slot < now - self.max_lag_ns:
-                    # served too late to catch up: the time beyond the window
-                    # is lost to the schedule (run fidelity counts it) -- if a
-                    # frame was waiting for it; a wire with nothing to send was idle
-                    given_up = now - self.max_lag_ns - slot
-                    slot = float(now - self.max_lag_ns)
-                if slot > now:
+                if not serialize(now):
                     break
-                if held is not None:
-                    # InfiniBand: our VL's head waits until credit for it came
-                    frame, flen, nblocks = held
-                    if not credit.can_send(nblocks):
-                        self.wire_idle = True
-                        break
-                    if slot < credit.credit_ns:
-                        slot = credit.credit_ns
-                    credit.try_send(nblocks, slot)
-                    self.held = held = None
-                else:
-                    # strict priority (CNP, then ACK/NAK, then data), skipping paused
-                    # classes; a frame of a class that was paused starts no earlier
-                    # than the pause's end
-                    data_ok = now >= pause_until[prio]
-                    if cnpq and now >= pause_until[cnp_prio]:
-                        frame = cnpq.popleft()
-                        if slot < pause_until[cnp_prio]:
-                            slot = pause_until[cnp_prio]
-                        flen = cnp_flen
-                    elif ctrl and data_ok:
-                        frame = ctrl.popleft()
-                        if slot < pause_until[prio]:
-                            slot = pause_until[prio]
-                        flen = ack_flen
-                    else:
-                        if not data_ok:
-                            self.wire_idle = True
-                            break
-                        if slot < pause_until[prio]:
-                            slot = pause_until[prio]
-                        got = rd.take(slot, now, gate) if rdq else None
-                        if got is not None:
-                            frame, flen, slot = got
-                            qp = frame.qp
-                        else:
-                            qp = self._pick_data(slot)
-                            if qp is None:
-                                self.wire_idle = True
-                                break
-                            if given_up and qp.next_ok_ns > self.slot_free_ns:
-                                # a paced QP could not have sent before next_ok_ns
-                                given_up = max(0.0, now - self.max_lag_ns - qp.next_ok_ns)
-                            if gate is not None:     # the CPU must have done this packet's work
-                                w, k, plen = self.requester.peek(qp)
-                                slot = gate(qp, slot, now, w.post_ns, 0 if w.is_read else plen)
-                                if slot < 0:
-                                    self.wire_idle = True
-                                    break
-                            frame, flen = take(qp)
-                            # No frame starts before its work request was posted. A
-                            # wire last seen busy went idle at its frame's end if
-                            # nobody served it then (a loop woken for something else
-                            # later): that slot would send a credit posted after it
-                            # early and read as lag (allreduce-rail: 300 of 364).
-                            posted = frame.wqe.post_ns
-                            if posted > slot:
-                                given_up = 0.0 if posted >= now - self.max_lag_ns \
-                                    else now - self.max_lag_ns - posted
-                                slot = float(posted)
-                        # per-QP pacing and DCQCN's byte counter
-                        if qp.rate_bps:
-                            qp.next_ok_ns = max(qp.next_ok_ns, slot) + \
-                                (flen + overhead) * 8e9 / qp.rate_bps
-                        qp.last_tx_slot = slot
-                        qp.last_tx_flen = flen
-                        if on_data_tx is not None:
-                            on_data_tx(qp, flen, slot)
-                        # the lag of data-bearing frames: what a late loop bursts
-                        # into a queue (ACKs and CNPs mostly leave an idle wire)
-                        lag = now - slot
-                        if lag > st.tx_lag_max_ns:
-                            st.tx_lag_max_ns = int(lag)
-                        st.tx_lag_sum_ns += int(lag)
-                        st.tx_lag_frames += 1
-                    if credit is not None:
-                        nblocks = blocks(flen + overhead)
-                        if not credit.try_send(nblocks, slot):   # a stall starts at slot
-                            self.held = held = (frame, flen, nblocks)
-                            self.wire_idle = True
-                            break
-                if given_up:
-                    st.tx_given_up_ns += int(given_up)
-                self.wire_idle = False
-                end = slot + (flen + overhead) * 8e9 / rate
-                self.slot_free_ns = end
-                put(end, frame)
             if in_flight and in_flight[0][0] <= now:
                 wire.release(now, send)
         except _SocketFull:
             return
+
+    def _serialize_one(self, now: int) -> bool:
+        """Serialize the next frame if its slot has come and a frame may go:
+        True when one went on the wire, False when nothing more goes now."""
+        slot = self.slot_free_ns
+        given_up = 0.0
+        if self.wire_idle:
+            if slot < now:
+                slot = float(now)
+        elif slot < now - self.max_lag_ns:
+            # served too late to catch up: the time beyond the window
+            # is lost to the schedule (run fidelity counts it) -- if a
+            # frame was waiting for it; a wire with nothing to send was idle
+            given_up = now - self.max_lag_ns - slot
+            slot = float(now - self.max_lag_ns)
+        if slot > now:
+            return False
+        credit = self.credit
+        if self.held is not None:
+            # InfiniBand: our VL's head waits until credit for it came
+            frame, flen, nblocks = self.held
+            if not credit.can_send(nblocks):
+                self.wire_idle = True
+                return False
+            if slot < credit.credit_ns:
+                slot = credit.credit_ns
+            credit.try_send(nblocks, slot)
+            self.held = None
+        else:
+            got = self._next_frame(slot, now, given_up)
+            if got is None:
+                self.wire_idle = True
+                return False
+            frame, flen, slot, given_up = got
+            if credit is not None:
+                nblocks = ib_credit_blocks(flen + self.overhead_bytes)
+                if not credit.try_send(nblocks, slot):   # a stall starts at slot
+                    self.held = (frame, flen, nblocks)
+                    self.wire_idle = True
+                    return False
+        if given_up:
+            self.stats.tx_given_up_ns += int(given_up)
+        self.wire_idle = False
+        end = slot + (flen + self.overhead_bytes) * 8e9 / self.rate_bps
+        self.slot_free_ns = end
+        self.wire.put(end, frame)
+        return True
+
+    def _next_frame(self, slot: float, now: int, given_up: float):
+        """Strict priority (CNP, then ACK/NAK, then data), skipping paused
+        classes; a frame of a class that was paused starts no earlier than
+        the pause's end. (frame, its length, slot, time given up), or None."""
+        pause_until = self.pause_until_ns
+        prio, cnp_prio = self.priority, self.cnp_priority
+        data_ok = now >= pause_until[prio]
+        cnpq = self.cnp_queue
+        if cnpq and now >= pause_until[cnp_prio]:
+            if slot < pause_until[cnp_prio]:
+                slot = pause_until[cnp_prio]
+            return cnpq.popleft(), self.framing.cnp_frame_bytes, slot, given_up
+        ctrl = self.ack_queue
+        if ctrl and data_ok:
+            if slot < pause_until[prio]:
+                slot = pause_until[prio]
+            return ctrl.popleft(), self.framing.ack_frame_bytes, slot, given_up
+        if not data_ok:
+            return None
+        if slot < pause_until[prio]:
+            slot = pause_until[prio]
+        return self._next_data(slot, now, given_up)
+
+    def _next_data(self, slot: float, now: int, given_up: float):
+        """The next data-bearing frame: a READ response, else the next data
+        QP's frame once its CPU work is done; paced, counted, or None."""
+        gate = self.cpu_gate
+        rd = self.read_responder
+        got = rd.take(slot, now, gate) if rd.qps else None
+        if got is not None:
+            frame, flen, slot = got
+            qp = frame.qp
+        else:
+            qp = self._pick_data(slot)
+            if qp is None:
+                return None
+            if given_up and qp.next_ok_ns > self.slot_free_ns:
+                # a paced QP could not have sent before next_ok_ns
+                given_up = max(0.0, now - self.max_lag_ns - qp.next_ok_ns)
+            if gate is not None:     # the CPU must have done this packet's work
+                w, k, plen = self.requester.peek(qp)
+                slot = gate(qp, slot, now, w.post_ns, 0 if w.is_read else plen)
+                if slot < 0:
+                    return None
+            frame, flen = self.requester.take(qp)
+            # No frame starts before its work request was posted. A wire last
+            # seen busy went idle at its frame's end if nobody served it then
+            # (a loop woken for something else later): that slot would send a
+            # credit posted after it early and read as lag.
+            posted = frame.wqe.post_ns
+            if posted > slot:
+                given_up = 0.0 if posted >= now - self.max_lag_ns \
+                    else now - self.max_lag_ns - posted
+                slot = float(posted)
+        # per-QP pacing and DCQCN's byte counter
+        if qp.rate_bps:
+            qp.next_ok_ns = max(qp.next_ok_ns, slot) + \
+                (flen + self.overhead_bytes) * 8e9 / qp.rate_bps
+        qp.last_tx_slot = slot
+        qp.last_tx_flen = flen
+        if self.on_data_tx is not None:
+            self.on_data_tx(qp, flen, slot)
+        # the lag of data-bearing frames: what a late loop bursts into a queue
+        # (ACKs and CNPs mostly leave an idle wire)
+        st = self.stats
+        lag = now - slot
+        if lag > st.tx_lag_max_ns:
+            st.tx_lag_max_ns = int(lag)
+        st.tx_lag_sum_ns += int(lag)
+        st.tx_lag_frames += 1
+        return frame, flen, slot, given_up
 
     # -- the socket --------------------------------------------------------------------
     def _build(self, f):

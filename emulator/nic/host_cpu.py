@@ -5,81 +5,25 @@ Firewalling, encryption and storage-protocol work cost CPU time per packet
 (and, for encryption, optionally per payload byte) on transmit and on
 receive of the packets they apply to:
 
-* transmit: a data frame (WRITE/SEND packet, READ request, READ response)
-  may not start on the wire before a core has done its work. The work of a
-  packet starts when a core is free and the packet exists (its WQE was
-  posted / its READ was accepted); the pacer holds the frame until the work
-  is done. With 1 core of c ns per packet a host drives at most 1/c packets
-  per second, whatever the link rate; k cores prepare k packets in parallel.
-* receive: a data-bearing packet for one of our QPs (request or READ
-  response) is handed to the responder/requester only when a core has done
-  its work (start = max(arrival, a core free)); at most ``rx_backlog_pkts``
-  wait for the CPU, more are dropped (``stats.cpu_rx_drops``, like an
-  overflowing receive ring: go-back-N recovers). Each QP's packets are
-  delivered in arrival order. ACK/NAKs, CNPs and PFC frames are the NIC's
-  own business and cost nothing.
-* tenant filter (``rx_partition``, set by ``dpu.Endpoint``): a received
-  RoCE frame whose BTH P_Key is not of our partition is dropped and counted
-  (``stats.tenant_drops``) before any QP sees it, so it is never ACKed; on a
-  plain NIC the filter is host software and each inspected frame costs
-  ``filter_ns`` of CPU work (a DPU does it on the card for free).
-
-Which processor (the host CPU or a DPU's cores), and how much each QP's
-packets cost, is set by ``dpu.Endpoint``; a NIC without it has no
-``CpuGate`` and no ``TenantFilter`` and pays nothing per packet.
-
-Parts: ``CpuServers`` (the cores), ``CpuGate`` (the transmit gate and the
-receive queue, a ``clock.TimerHeap`` of packets by the time their work
-ends), ``TenantFilter`` (the partition check).
-
-Times: the NIC's clock (wall ns), passed in as ``now``. Configured costs are fabric ns per packet;
-the caller multiplies them by the dilation factor D before handing them in
-(``HostCpuParams.dilated``), like every other time the agents get. Busy
-fractions (busy time / elapsed time) are the same in wall and fabric time.
+The model in full: docs/nic.md, "host_cpu".
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 
 from emulator.clock import MONOTONIC, TimerHeap
 
 
-@dataclass
+@dataclass(frozen=True)
 class HostCpuParams:
-    """Per-packet CPU costs (fabric ns) and the number of cores."""
-    cores: int = 1
-    firewall_ns_per_packet: float = 0.0
-    crypto_ns_per_packet: float = 0.0
-    crypto_ns_per_byte: float = 0.0
-    storage_ns_per_packet: float = 0.0
-    rx_backlog_pkts: int = 1024
-
-    @classmethod
-    def from_config(cls, d: dict | None) -> "HostCpuParams":
-        d = dict(d or {})
-        names = {f.name for f in fields(cls)}
-        bad = set(d) - names
-        if bad:
-            raise ValueError(f"unknown key(s) {sorted(bad)}")
-        p = cls(**d)
-        if isinstance(p.cores, bool) or not isinstance(p.cores, int) or p.cores < 1:
-            raise ValueError("cores must be an integer >= 1")
-        if not isinstance(p.rx_backlog_pkts, int) or p.rx_backlog_pkts < 1:
-            raise ValueError("rx_backlog_pkts must be an integer >= 1")
-        for f in ("firewall_ns_per_packet", "crypto_ns_per_packet", "crypto_ns_per_byte",
-                  "storage_ns_per_packet"):
-            v = getattr(p, f)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
-                raise ValueError(f"{f} must be a number >= 0")
-        return p
-
-    def dilated(self, d: float) -> "HostCpuParams":
-        """The same costs in wall time at dilation factor ``d``."""
-        x = HostCpuParams(**asdict(self))
-        for f in ("firewall_ns_per_packet", "crypto_ns_per_packet", "crypto_ns_per_byte",
-                  "storage_ns_per_packet"):
-            setattr(x, f, getattr(self, f) * d)
-        return x
+    """Per-packet CPU costs on the NIC's clock and the number of cores
+    (``nic.wall.cpu_params``, from the config's ``schema.nic.HostCpuConfig``)."""
+    cores: int
+    firewall_ns_per_packet: float
+    crypto_ns_per_packet: float
+    crypto_ns_per_byte: float
+    storage_ns_per_packet: float
+    rx_backlog_pkts: int
 
     def any_cost(self) -> bool:
         return bool(self.firewall_ns_per_packet or self.crypto_ns_per_packet

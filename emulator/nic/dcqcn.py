@@ -10,93 +10,27 @@ reported to ``listener(t_ns, event)`` with ``event`` one of ``cnp``,
 
 The algorithm (paper's notation; Rc current rate, Rt target rate)::
 
-    CNP:            Rt = Rc;  Rc = max(R_min, Rc * (1 - alpha/2));
-                    alpha = (1 - g) * alpha + g;
-                    restart the alpha timer (K) and the rate-increase
-                    timer (T), clear the byte counter and both stage
-                    counters.
-    alpha timer:    every K without a CNP: alpha = (1 - g) * alpha.
-    rate increase:  an event every T (timer) and every B bytes sent (byte
-                    counter: data frames as serialized, Ethernet header to
-                    ICRC, retransmissions included); each bumps its own
-                    stage counter (T_i, BC_i),
-                    then
-                      fast recovery    max(T_i, BC_i) <= F:  Rt unchanged
-                      additive incr.   else if min(T_i, BC_i) <= F:  Rt += R_AI
-                      hyper increase   else: Rt += (min(T_i, BC_i) - F) * R_HAI
-                    and Rc = (Rt + Rc) / 2; Rt and Rc are capped at the line
-                    rate. So the first F events after a cut are fast-recovery
-                    steps ("F successive iterations" in the paper), and the
-                    hyper increase needs both counters past F (timer *and*
-                    bytes: a sender that sends little recovers only
-                    additively).
-
-The state machine is dormant (no timers, Rc = line rate) until the first
-CNP and goes dormant again when Rc is back at the line rate. The alpha timer
-is evaluated lazily (alpha is a closed form of the time since the last CNP),
-which is exactly equivalent to a timer firing every K.
-
-Parameters (``DcqcnParams``; the agent config's ``dcqcn`` dict uses the same
-names): times in ns and rates as fractions of the QP's line rate, so that
-with time dilation only the times are scaled. Defaults are the paper's values
-for a 40 Gbit/s NIC (table 1 and section 3.1: g = 1/256, K = 55 us,
-T = 55 us, B = 10 MB (taken as 10 MiB), F = 5, R_AI = 40 Mbit/s), with R_HAI = 200 Mbit/s and
-R_min = 100 Mbit/s (not given in the paper: the values of its authors' ns-3
-code, bobzhuyb/ns3-rdma) and alpha = 1 before the first CNP (Mellanox's
-initial_alpha_value 1023/1023; the first CNP halves the rate).
-In the host agent's config (``dcqcn``, every key optional) the times are
-wall ns (already multiplied by the dilation factor); ``enabled: false``
-keeps the QPs at line rate (CNPs are still counted).
+The model in full: docs/nic.md, "dcqcn".
 """
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from typing import Callable
 
-from .cc_config import number, params_from_config
 
-_LINE_40G = 40e9
-
-
-@dataclass
+@dataclass(frozen=True)
 class DcqcnParams:
-    enabled: bool = True
-    g: float = 1 / 256                    # alpha gain
-    alpha_init: float = 1.0               # alpha before the first CNP
-    alpha_timer_ns: int = 55_000          # K: alpha decays every K without a CNP
-    rate_timer_ns: int = 55_000           # T: rate-increase timer period
-    byte_counter_bytes: int = 10 << 20    # B: rate-increase event every B bytes sent
-    fast_recovery_steps: int = 5          # F
-    rai_frac: float = 40e6 / _LINE_40G    # R_AI, fraction of line rate (0.001)
-    rhai_frac: float = 200e6 / _LINE_40G  # R_HAI, fraction of line rate (0.005)
-    min_rate_frac: float = 100e6 / _LINE_40G  # R_min, fraction of line rate (0.0025)
-
-    @classmethod
-    def from_config(cls, d: dict | None) -> "DcqcnParams":
-        """Build from the agent config's ``dcqcn`` dict (missing keys take
-        the defaults). Raises ValueError on an unknown key or a bad value."""
-        return params_from_config(cls, d, "dcqcn", lambda k, v: number("dcqcn", k, v))
-
-    def validate(self) -> None:
-        if not 0 < self.g <= 1:
-            raise ValueError("dcqcn.g must be in (0, 1]")
-        if not 0 <= self.alpha_init <= 1:
-            raise ValueError("dcqcn.alpha_init must be in [0, 1]")
-        for k in ("alpha_timer_ns", "rate_timer_ns", "byte_counter_bytes"):
-            if getattr(self, k) <= 0:
-                raise ValueError(f"dcqcn.{k} must be > 0")
-        f = self.fast_recovery_steps
-        if f < 0 or int(f) != f:
-            raise ValueError("dcqcn.fast_recovery_steps must be an integer >= 0")
-        for k in ("rai_frac", "rhai_frac"):
-            if not 0 <= getattr(self, k) <= 1:
-                raise ValueError(f"dcqcn.{k} must be in [0, 1]")
-        if not 0 < self.min_rate_frac <= 1:
-            raise ValueError("dcqcn.min_rate_frac must be in (0, 1]")
-        self.alpha_timer_ns = int(self.alpha_timer_ns)
-        self.rate_timer_ns = int(self.rate_timer_ns)
-        self.byte_counter_bytes = int(self.byte_counter_bytes)
-        self.fast_recovery_steps = int(self.fast_recovery_steps)
+    """One NIC's DCQCN parameters on its clock (``nic.wall.dcqcn_params``)."""
+    enabled: bool
+    g: float                      # alpha gain
+    alpha_init: float             # alpha before the first CNP
+    alpha_timer_ns: int           # K: alpha decays every K without a CNP
+    rate_timer_ns: int            # T: rate-increase timer period
+    byte_counter_bytes: int       # B: rate-increase event every B bytes sent
+    fast_recovery_steps: int      # F
+    rai_frac: float               # R_AI, fraction of line rate
+    rhai_frac: float              # R_HAI, fraction of line rate
+    min_rate_frac: float          # R_min, fraction of line rate
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -104,7 +38,7 @@ class DcqcnParams:
     def machine(self, line_bps: float,
                 listener: Callable[[int, str], None] | None = None) -> "Dcqcn":
         """The state machine of one QP (``ReactionPoint.attach``; the same
-        method as ``emulator.ib.cc.IbCcParams.machine``)."""
+        method as ``emulator.nic.ib_cc.IbCcParams.machine``)."""
         return Dcqcn(self, line_bps, listener)
 
 

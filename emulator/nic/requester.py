@@ -1,38 +1,7 @@
 """RC requester of the NIC (IBA 9.7, go-back-N as ConnectX/rxe do it):
 work requests in, data frames out on demand, ACK/NAKs in, completions out.
 
-* ``post``: a SEND/WRITE/READ work request becomes a WQE holding the next
-  ``npkts`` PSNs; packets are not stored but rebuilt from the message buffer
-  when (re)sent.
-* ``take``: the transmitter asks for a QP's next frame (``DataFrame``, or a
-  ``ReadRequestFrame`` asking for all of a READ's remaining responses) and
-  the send pointer moves past it; AckReq is set on the last packet of a
-  message and on every packet whose PSN+1 is a multiple of ``ack_every_n``.
-  ``sent``: a request that asks for a response (AckReq, a READ) leaving
-  the wire arms the ACK timeout -- the responder owes nothing for packets
-  without AckReq until the next one that has it, which the requester always
-  sends unless it cannot send at all, so a sender slower than its link (a
-  busy CPU, a low rate) does not time out before it has asked for an ACK.
-* ``on_ack``: an ACK for PSN p completes every message whose packets are all
-  <= p; a NAK (PSN sequence error) for p acknowledges < p and restarts
-  sending at p; an RNR NAK holds the QP for its timer; remote errors fail
-  the QP. Only READ responses acknowledge a READ (``read.read_limit``).
-* ``timers``: with no ACK progress for the ACK timeout while a response is
-  owed, sending restarts at the oldest unacknowledged PSN; the timeout
-  doubles per consecutive expiry (up to 8x) and after ``retry_cnt`` the QP
-  fails. The timeout counts only time in which the data class may
-  send: time the link layer held it (``hold``: PFC pauses, or an
-  InfiniBand VL's credit stalls) is added to the deadline (no retry
-  counted).
-
-The ACK timeout is fabric time (see ``DEFAULT_RTO_FABRIC_NS``): the caller
-gives ``rto_ns`` on its clock, fabric ns x ``dilation``; RNR timer codes
-(IBA table 45, fabric time on the wire) wait code time x ``dilation``.
-
-State lives on the ``QueuePair`` (its requester fields); completions go to
-``cq``, counters to ``stats`` and, per QP, ``qp.retransmits`` /
-``qp.timeouts`` / ``qp.naks``. Times are explicit ``now`` arguments; wall
-stamps of completions come from ``unix_ns()`` (the NIC's clock).
+The model in full: docs/nic.md, "requester".
 """
 from __future__ import annotations
 
@@ -50,30 +19,10 @@ from .roce import (
 )
 
 # The default ACK timeout (IBA's local ACK timeout), in fabric ns: IRN's
-# RTO_high, 320 us (Mittal et al., "Revisiting Network Support for RDMA",
-# SIGCOMM 2018; its RTO_low, 100 us for <= 3 packets in flight, is not
-# modelled). It lies between the IBA timeout codes 6 and 7 a ConnectX QP can
-# be given (4.096 us x 2^code: 262 us, 524 us). Why this value, and why it
-# is not a function of the dilation or the CPU:
-# * it must not fire while packets wait in queues or behind PFC pauses. The
-#   shipped fabrics hold a few hundred KB in front of a bottleneck at most
-#   (PFC XOFF 32 KB + headroom per ingress port and priority): a 15-to-1
-#   incast's queues drain in ~100-200 us at 100 Gbit/s; the 5-to-1 incasts
-#   at 25 Gbit/s hold at most ~0.4 MB over their three hops (~130 us; 150 KB
-#   measured in front of the receiver). 320 us is well past that, so with
-#   zero drops nothing is retransmitted (experiments/demo.yaml and
-#   incast-pfc.yaml: none). Time our own data class is paused does not
-#   count at all (``Requester.timers``);
-# * loss recovery stays NAK-driven (go-back-N from the first out-of-order
-#   packet), as on ConnectX: the timeout only covers a lost tail or a lost
-#   retransmission, so a lossy run pays it a few times per flow at most
-#   (experiments/incast-nopfc.yaml, 5 x 256 KiB, ~3000 drops: 1-3 timeouts
-#   per flow, 12-20 NAKs in all; 17-19 s of wall time at D = 4000, where a
-#   timeout is 1.3 s, 30-46 s at 16000);
-# * the timeouts NICs are usually given are far longer (perftest's default
-#   code 14 = 67 ms, NCCL_IB_TIMEOUT's 20 = 4.3 s): sized for a dead link,
-#   under dilation they would turn every tail loss into minutes of wall time.
-# ``nic.rto_us`` in an experiment overrides it (fabric us).
+# RTO_high, 320 us (Mittal et al., SIGCOMM 2018), not a function of the
+# dilation or the CPU: past the queueing and PFC delays of the shipped
+# fabrics, so only a real loss times out. Why, with the measurements:
+# docs/design-notes.md, "The default ACK timeout". ``nic.rto_us`` overrides it.
 DEFAULT_RTO_FABRIC_NS = 320_000
 
 _NAK_STATUS = {NAK_INVALID_REQUEST & 0x1F: WcStatus.REM_INV_REQ_ERR,

@@ -2,8 +2,8 @@
 SIGCOMM 2019, section 3 and Algorithm 1), one per queue pair.
 
 Pure state machine driven with explicit times (ns of the caller's clock, any
-monotonic origin), as ``emulator.agents.dcqcn`` is, with the same interface
-towards ``emulator.agents.reaction.ReactionPoint`` (``on_cnp(now)``,
+monotonic origin), as ``emulator.nic.dcqcn`` is, with the same interface
+towards ``emulator.nic.reaction.ReactionPoint`` (``on_cnp(now)``,
 ``on_tx(frame_bytes, now)``, ``advance(now)``, ``rate_bps``, ``active``,
 ``next_rate_ns``, ``alpha_at(t)``) plus the one event HPCC reacts to:
 ``on_ack(now, ack_seq, snd_nxt, hops)``, an ACK carrying the in-band
@@ -18,118 +18,30 @@ only counted, and the per-QP log's alpha column carries U (``alpha_at``).
 The algorithm (Algorithm 1; T the base RTT, B a link's rate, W_c the
 reference window)::
 
-    MeasureInflight(ack):       for each link i of the path:
-                                  txRate = (ack.L[i].txBytes - L[i].txBytes)
-                                           / (ack.L[i].ts - L[i].ts)
-                                  u' = min(ack.L[i].qlen, L[i].qlen) / (ack.L[i].B * T)
-                                       + txRate / ack.L[i].B
-                                  the largest u' is u, its ts difference tau
-                                tau = min(tau, T)
-                                U = (1 - tau/T) U + (tau/T) u
-    ComputeWind(U, updateWc):   if U >= eta or incStage >= maxStage:
-                                  W = W_c / (U/eta) + W_AI
-                                  if updateWc: incStage = 0; W_c = W
-                                else:
-                                  W = W_c + W_AI
-                                  if updateWc: incStage += 1; W_c = W
-    NewAck(ack):                if ack.seq > lastUpdateSeq:       (once per RTT)
-                                  W = ComputeWind(MeasureInflight(ack), True)
-                                  lastUpdateSeq = snd_nxt
-                                else:                             (every other ACK)
-                                  W = ComputeWind(MeasureInflight(ack), False)
-                                R = W / T;  L = ack.L
-
-Details the paper leaves open follow its authors' ns-3 code
-(alibaba-edu/High-Precision-Congestion-Control, simulation/src/point-to-point/
-model/rdma-hw.cc, ``HandleAckHp`` and ``UpdateRateHp`` with the single-rate
-``MULTI_RATE 0`` its run.py configures): the first ACK of a QP only stores the
-hop records and sets lastUpdateSeq = snd_nxt; U is updated on every ACK
-(including the ones that leave W_c alone, ns-3's "fast react"); W is clamped
-between a minimum and W_init (= line rate x T) before it is used and before
-it becomes W_c; lastUpdateSeq only moves forward. The counters wrap
-(ns-3's ``IntHop::GetBytesDelta``/``GetTimeDelta`` in
-simulation/src/network/utils/int-header.h, 20 and 24 bits there; 32 bits
-here: differences are taken mod 2**32). Ours on top: a record list whose
-length differs from the stored one (the path changed) is stored without
-reacting; a hop whose two records have the same ts (or that reports no
-rate) gives no sample and keeps its old record; an ACK with no sample
-changes nothing (not even lastUpdateSeq: the next ACK makes the per-RTT
-update); the largest u' includes 0 (an idle path lets U decay, where ns-3,
-starting from u = 0 with a strict >, would keep U).
-
-Parameters (``HpccParams``; the agent config's ``hpcc`` dict uses the same
-names). eta = 0.95 and maxStage = 5 are the paper's (section 3.3; also the
-ns-3 defaults TargetUtil 0.95 and MiThresh 5). W_AI defaults to the paper's
-rule W_init (1 - eta) / N, N the number of concurrent flows a link should
-carry with a near-zero queue (``expected_flows``): N of the flows adding W_AI
-each per RTT exactly fill the 1 - eta headroom. We take N = 16 (an incast of
-a rack's worth of QPs; convergence to fairness slows in proportion to N).
-The authors' ns-3 run.py uses RATE_AI = B/2500 (10 Mb/s per 25 Gb/s), i.e.
-N = 125: set ``expected_flows: 125`` to match it. The floor of the rate is
-``min_rate_frac`` of the line rate, 0.001 (the ns-3 MinRate default,
-100 Mb/s, of a 100 Gb/s NIC). T (``base_rtt_ns``) has no default: the
-caller computes it (HPCC's GLOBAL_T, the fabric's largest base RTT).
-Units: the algorithm runs in fabric units, the INT records' (T and the hop
-timestamps in fabric ns, hop rates in fabric bit/s), so that windows are
-real bytes and the 32-bit timestamps wrap as the switches wrote them;
-``line_bps`` and ``rate_bps`` are the NIC's, which a dilated run slows D
-times (``dilation``: the fabric line rate is line_bps x D). ``now_ns`` only
-stamps the listener's events, on the NIC's clock.
+The model in full: docs/nic.md, "hpcc".
 """
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from typing import Callable, Sequence
 
-from .cc_config import number, params_from_config
 
 _NEVER_NS = 1 << 62              # next_rate_ns: HPCC runs no timer
 _WRAP = 1 << 32                  # tx_bytes and ts of a hop record are 32-bit counters
 
 
-@dataclass
+@dataclass(frozen=True)
 class HpccParams:
-    enabled: bool = True
-    eta: float = 0.95                     # target utilisation
-    max_stage: int = 5                    # per-RTT additive increases before a multiplicative one
-    w_ai_bytes: float | None = None       # W_AI; None: W_init (1 - eta) / expected_flows
-    expected_flows: int = 16              # N of W_AI's default
-    base_rtt_ns: int = 0                  # T, fabric ns, the INT records' clock (required when enabled)
-    min_rate_frac: float = 0.001          # rate floor, fraction of line rate (100 Mb/s of 100G)
-    alpha_init: float = 0.0               # what the log's alpha column (U) shows before any ACK
-    dilation: float = 1.0                 # NIC clock ns per fabric ns: line_bps x this is fabric
-
-    @classmethod
-    def from_config(cls, d: dict | None) -> "HpccParams":
-        """Build from the agent config's ``hpcc`` dict (missing keys take the
-        defaults). Raises ValueError on an unknown key or a bad value."""
-        return params_from_config(
-            cls, d, "hpcc",
-            lambda k, v: v if (k == "w_ai_bytes" and v is None) else number("hpcc", k, v))
-
-    def validate(self) -> None:
-        if not 0 < self.eta <= 1:
-            raise ValueError("hpcc.eta must be in (0, 1]")
-        for k, lo in (("max_stage", 0), ("expected_flows", 1)):
-            v = getattr(self, k)
-            if v < lo or int(v) != v:
-                raise ValueError(f"hpcc.{k} must be an integer >= {lo}")
-        if self.w_ai_bytes is not None and not self.w_ai_bytes > 0:
-            raise ValueError("hpcc.w_ai_bytes must be > 0 (or null: computed)")
-        if not 0 < self.min_rate_frac <= 1:
-            raise ValueError("hpcc.min_rate_frac must be in (0, 1]")
-        if not 0 <= self.alpha_init:
-            raise ValueError("hpcc.alpha_init must be >= 0")
-        if self.enabled and not self.base_rtt_ns >= 1:
-            raise ValueError("hpcc.base_rtt_ns must be >= 1 (T, the base RTT in fabric ns) "
-                             "when enabled")
-        if not self.dilation >= 1:
-            raise ValueError("hpcc.dilation must be >= 1")
-        if self.base_rtt_ns < 0:
-            raise ValueError("hpcc.base_rtt_ns must be >= 0")
-        self.max_stage = int(self.max_stage)
-        self.expected_flows = int(self.expected_flows)
-        self.base_rtt_ns = round(self.base_rtt_ns)
+    """One NIC's HPCC parameters (``nic.wall.hpcc_params``)."""
+    enabled: bool
+    eta: float                    # target utilisation
+    max_stage: int                # per-RTT additive increases before a multiplicative one
+    w_ai_bytes: float | None      # W_AI; None: W_init (1 - eta) / expected_flows
+    expected_flows: int           # N of W_AI's default
+    base_rtt_ns: int              # T, fabric ns, the INT records' clock
+    min_rate_frac: float          # rate floor, fraction of line rate
+    dilation: float               # NIC clock ns per fabric ns: line_bps x this is fabric
+    alpha_init: float = 0.0       # what the log's alpha column (U) shows before any ACK (not a knob)
 
     def as_dict(self) -> dict:
         return asdict(self)

@@ -18,23 +18,7 @@ for a later request may overtake responses still queued at the responder
 (ACKs have their own priority in the pacer), so the requester acknowledges
 nothing past the oldest unanswered READ response (``read_limit``).
 
-Go-back-N, like WRITE: a response past a gap (one was lost) rewinds the
-requester once to the missing PSN -- it re-sends a READ request for the rest
-of that READ (RETH address + k x mtu, length - k x mtu, PSN first + k) and
-everything after it; later out-of-order responses are dropped until the
-missing one comes. A lost request or a lost last response is recovered by
-the ACK timeout, which rewinds to the oldest unacknowledged PSN. The
-responder treats a READ request behind its expected PSN as a duplicate to
-re-execute (IBA 9.9.4.2): it forgets what it still had queued for that QP
-from that PSN on (the requester re-sends all of it) and answers again.
-
-Responses are data-class frames (``priority``/``dscp``): PFC pauses them,
-the QP's DCQCN rate (and ``rate_bps`` cap) paces them, a CE-marked response
-makes the requester send a CNP to the responder's QP. In the pacer they go
-after CNPs and ACK/NAKs and before the NIC's own requests (a response
-completes someone's outstanding READ); QPs with responses are served
-round-robin. A region's ``read_latency_ns`` (a storage target's service
-time) delays the first response of each READ from its arrival.
+The model in full: docs/nic.md, "read".
 """
 from __future__ import annotations
 

@@ -1,0 +1,406 @@
+"""A software RoCEv2 NIC with a verbs-like API: RC queue pairs on AF_PACKET.
+
+One ``RoceNic`` owns one interface (a raw ``AF_PACKET`` socket bound to it,
+or a test's socket) and is driven by its caller's thread through
+``run_once`` / ``run_until``: there are no threads inside. Its config is a
+``schema.nic.NicConfig`` (fabric units), handed as is; ``nic.wall`` puts it
+on the NIC's clock. Each pass of the loop: receive (``nic_rx``: drain the
+sockets, check, dispatch by destination QP), timers (retransmission, RNR,
+the reaction point's, CPU work done), transmit (``transmitter``: the pacer
+and the link).
+
+Parts (htsim style: small parts that hand frames on, time owned by the
+caller and passed in as ``now``): ``qp`` (QueuePair, Completion,
+MemoryRegion), ``frames``, ``requester`` (WQEs, ACK/NAKs, go-back-N, ACK
+timeouts), ``responder`` (PSN check, placement, coalesced ACK/NAKs),
+``read`` (RDMA READ), ``transmitter``, ``pfc`` (pause reception),
+``notification`` / ``reaction`` (CNPs and per-QP rate control: DCQCN, HPCC,
+IB CC), ``host_cpu`` (CPU gate, tenant filter), ``packet_socket`` and
+``nic_link`` (sockets), ``nic_rx`` (receive). ``RoceNic`` owns and wires
+them and keeps the verbs API.
+
+Time: the ``clock`` given (``emulator.clock``; a test's ``ManualClock``, or
+virtual time's): ``*_ns`` values are its ``now_ns()``, completions'
+``*_unix_ns`` its ``unix_ns()``. The protocol's own times (the RNR timer
+codes) are fabric time, which the NIC multiplies by its ``dilation``.
+The model, in full: docs/nic.md.
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections import deque
+from typing import Callable, Sequence
+
+from emulator import int_md
+from emulator.clock import MONOTONIC
+from emulator.wire import CNP_PAD_BYTES, RETH_BYTES, ROCE_FRAMING
+
+from . import roce
+from .host_cpu import CpuGate, CpuServers, TenantFilter
+from .nic_link import NicLink
+from .nic_rx import NicReceive
+from .nic_stats import NicStats  # noqa: F401  (re-exported)
+from .notification import NotificationPoint
+from .pfc import PfcReceiver
+from .qp import (  # noqa: F401  (re-exported)
+    RNR_TIMER_US, Completion, MemoryRegion, QpState, QueuePair, WcOpcode, WcStatus, _RecvWqe,
+)
+from .reaction import ReactionPoint
+from .read import ReadRequester, ReadResponder
+from .requester import Requester
+from .responder import Responder
+from .roce import (  # noqa: F401  (re-exported)
+    AETH_ACK, AETH_TYPE_MASK, CNP_OPCODE, ECN_CE, ECN_ECT0, ECN_NOT_ECT, PSN_HALF, PSN_MASK,
+    RC_ACK, RC_READ_REQUEST, FrameTemplate, ip_to_int, parse_roce, verify_icrc,
+)
+from .transmitter import Transmitter
+from .wall import nic_wall
+
+
+class RoceNic(NicLink, NicReceive):
+    """A software RoCEv2 RNIC on one interface. Not thread-safe. Owns the
+    parts (see the module docstring), demultiplexes received frames to them
+    and runs the event loop."""
+
+    FRAMING = ROCE_FRAMING   # the link layer's frame sizes (ib.nic.IbNic: InfiniBand's)
+    PFC = True               # the link layer pauses by PFC (InfiniBand: by credit)
+
+    def __init__(self, config, *, clock=MONOTONIC, sock=None, logs=None):
+        """``config``: a ``schema.nic.NicConfig``. ``clock``: where every part
+        gets its time (``emulator.clock``). ``sock``: use this connected
+        datagram socket (send, recv_into, fileno; e.g. one end of an AF_UNIX
+        socketpair) instead of opening AF_PACKET on ``config.ifname`` -- for
+        tests; it carries PFC frames too. ``logs``: an object with ``qp(t_ns,
+        qpn, rate_bps, alpha, event)``, ``cnp(t_ns, local_qpn, remote_qpn,
+        direction)`` and ``pfc(t_ns, priority, quanta)`` (``agents.run_logs``), or None.
+        Hooks: ``on_ecn_ce`` / ``on_cnp`` (called with (qp, pkt) for every
+        CE-marked request packet to a known QP, every CNP)."""
+        if config.ifname is None and sock is None:
+            raise ValueError("a NIC needs an interface (ifname) or a socket")
+        self.config = config
+        self.wall = w = nic_wall(config)
+        self.clock = clock
+        self.dilation = config.dilation
+        self.ifname, self.mac, self.ip = config.ifname, config.mac, config.ip
+        self.ip_int = ip_to_int(config.ip)
+        self.gateway_mac = config.gateway_mac
+        self.rate_bps = w.rate_bps
+        self.mtu_bytes = config.mtu_bytes
+        self.dscp, self.ecn = config.dscp, config.ecn
+        self.tx_delay_ns = w.tx_delay_ns
+        self.ack_every_n = config.ack_every_n
+        self.int_max_hops = config.int_max_hops
+        self.framing = framing = self.FRAMING if not self.int_max_hops else dataclasses.replace(
+            self.FRAMING, hdr_bytes=self.FRAMING.hdr_bytes + int_md.int_bytes(self.int_max_hops))
+        max_frame_ns = (framing.frame_bytes(RETH_BYTES, self.mtu_bytes)
+                        + framing.wire_overhead_bytes) * 8e9 / self.rate_bps
+        self.rto_ns = w.rto_ns
+        self.retry_cnt = config.retry_cnt
+        # virtual time (emulator.vtime): never late, so no catch-up window
+        self.virtual = hasattr(clock, "attach_port")
+        self.max_lag_ns = 0 if self.virtual else int(
+            config.max_lag_ns if config.max_lag_ns is not None else max(500_000, 4 * max_frame_ns))
+        self.verify_icrc = config.verify_icrc
+        self.priority, self.cnp_priority = config.priority, config.cnp_priority
+        self.cnp_dscp = config.cnp_dscp
+        self.honor_pfc = self.PFC and config.honor_pfc
+        self.cc_params = w.cc        # the reaction point's: DCQCN's, HPCC's or IB CC's
+        self.logs = logs
+        self.stats = NicStats()
+        self.on_ecn_ce: Callable[[QueuePair, roce.RocePacket], None] | None = None
+        self.on_cnp: Callable[[QueuePair, roce.RocePacket], None] | None = None
+        # BTH P_Key of our frames (dpu: a tenant's partition; 0xFFFF: default)
+        self.pkey = 0xFFFF
+        self.last_rx_ns = 0                  # clock time of the last received frame
+        self._qps: dict[int, QueuePair] = {}
+        self._mrs: dict[int, MemoryRegion] = {}
+        self._next_rkey = 0x100
+        self._next_addr = 0x10000000
+        self._cq: deque[Completion] = deque()
+        self._make_parts(config)
+        self._open_link(config, sock)
+        self._make_transmitter()
+
+    def _make_parts(self, config) -> None:
+        """Requester, responder, READs, PFC, notification and reaction points."""
+        st, logs, mtu, unix_ns = self.stats, self.logs, self.mtu_bytes, self.clock.unix_ns
+        self._max_out = max_out = min(config.max_outstanding_pkts, PSN_HALF - 1)
+        self.pfc = PfcReceiver(self.rate_bps, (self.priority, self.cnp_priority),
+                               honor=self.honor_pfc, logs=logs)
+        self.requester = Requester(
+            link_rate_bps=self.rate_bps, mtu_bytes=mtu, ack_every_n=self.ack_every_n,
+            rto_ns=self.rto_ns, retry_cnt=self.retry_cnt, rnr_retry=config.rnr_retry,
+            max_outstanding_pkts=max_out, cq=self._cq, stats=st, unix_ns=unix_ns,
+            dilation=self.dilation, hold=self.pfc.hold(self.priority), framing=self.framing)
+        self.responder = Responder(
+            mrs=self._mrs, mtu_bytes=mtu, min_rnr_timer=config.min_rnr_timer,
+            report_remote_writes=config.report_remote_writes, cq=self._cq, stats=st,
+            unix_ns=unix_ns)
+        self.read_responder = ReadResponder(self.responder, self._mrs, mtu, st, self.framing)
+        self.read_requester = ReadRequester(self.requester, mtu, st)
+        self.notification = NotificationPoint(self.wall.cnp_interval_ns)
+        self.cnp_interval_ns = self.notification.interval_ns
+        self.reaction = ReactionPoint(self.cc_params, self._on_rate_change, logs,
+                                      max_window_pkts=max_out)
+        self.cpu_gate: CpuGate | None = None          # host_cpu: off unless configured
+        self.tenant_filter: TenantFilter | None = None
+        self._rx_hook = None
+
+    def _make_transmitter(self) -> None:
+        self.transmitter = Transmitter(
+            sock=self.sock, rate_bps=self.rate_bps, mtu_bytes=self.mtu_bytes,
+            ack_every_n=self.ack_every_n, max_lag_ns=self.max_lag_ns,
+            tx_delay_ns=self.tx_delay_ns, priority=self.priority,
+            cnp_priority=self.cnp_priority, max_outstanding_pkts=self._max_out,
+            pause_until_ns=self.pfc.until_ns, requester=self.requester,
+            read_responder=self.read_responder, cnp_queue=self.notification.out,
+            ack_queue=self.responder.out, stats=self.stats, cnp_template=self._cnp_template,
+            logs=self.logs, framing=self.framing, credit=self._link_credit(),
+            int_max_hops=self.int_max_hops,
+            on_data_tx=self.reaction.on_tx if self.cc_params.enabled else None,
+            commit_wire=self.virtual)
+
+    # -- verbs ---------------------------------------------------------------
+    def register_mr(self, size_bytes: int, *, addr: int | None = None, rkey: int | None = None,
+                    buf: bytearray | None = None) -> MemoryRegion:
+        """Register ``size_bytes`` of memory (``buf`` or a new zeroed
+        bytearray) at virtual address ``addr`` (default: NIC-assigned) with
+        ``rkey`` (default: NIC-assigned)."""
+        if buf is None:
+            buf = bytearray(size_bytes)
+        elif len(buf) != size_bytes:
+            raise ValueError("len(buf) != size_bytes")
+        if rkey is None:
+            while self._next_rkey in self._mrs:
+                self._next_rkey += 1
+            rkey = self._next_rkey
+            self._next_rkey += 1
+        if rkey in self._mrs:
+            raise ValueError(f"rkey 0x{rkey:x} already registered")
+        if addr is None:
+            addr = self._next_addr
+            self._next_addr += (size_bytes + 0xFFFF) & ~0xFFFF
+        mr = MemoryRegion(addr, rkey & 0xFFFFFFFF, buf)
+        self._mrs[mr.rkey] = mr
+        return mr
+
+    def deregister_mr(self, mr: MemoryRegion):
+        self._mrs.pop(mr.rkey, None)
+
+    def create_qp(self, qpn: int, remote_ip: str, remote_qpn: int, udp_sport: int | None = None,
+                  *, sq_psn: int = 0, rq_psn: int = 0, rate_bps: int | None = None,
+                  remote_mac: str | None = None) -> QueuePair:
+        """An RC QP already connected (RTS). ``sq_psn`` must equal the
+        peer's ``rq_psn`` and vice versa (exchanged out of band)."""
+        if not 0 < qpn <= PSN_MASK or not 0 < remote_qpn <= PSN_MASK:
+            raise ValueError("QP numbers are 24-bit and nonzero")
+        if qpn in self._qps:
+            raise ValueError(f"QP {qpn} exists")
+        if udp_sport is None:
+            udp_sport = 49152 + ((qpn * 2654435761 ^ remote_qpn) & 0x3FFF)
+        if rate_bps is not None and rate_bps <= 0:
+            raise ValueError("a QP's rate_bps must be > 0 (or None: line rate)")
+        dst_mac = remote_mac or self.gateway_mac
+        tpl = self._qp_template(dst_mac, remote_ip, udp_sport, remote_qpn)
+        qp = QueuePair(qpn, remote_ip, remote_qpn, udp_sport, sq_psn, rq_psn, rate_bps,
+                       dst_mac, tpl, self.mtu_bytes)
+        qp.window_pkts = self.transmitter.max_outstanding_pkts
+        self._qps[qpn] = qp
+        self.requester.qps.append(qp)
+        self.reaction.attach(qp, self.qp_line_rate_bps(qp), self.clock.now_ns())
+        return qp
+
+    def _qp_template(self, dst_mac: str, remote_ip: str, udp_sport: int, remote_qpn: int):
+        """The frame template of a new QP's packets."""
+        return FrameTemplate(self.mac, dst_mac, self.ip, remote_ip, udp_sport, remote_qpn,
+                             dscp=self.dscp, ecn=self.ecn, max_payload_bytes=self.mtu_bytes,
+                             pkey=self.pkey)
+
+    def _cnp_template(self, qp: QueuePair) -> FrameTemplate:
+        """The template of the CNPs ``qp`` sends its peer (made at the first):
+        its data template in the CNP class, not ECN-capable."""
+        return qp.tpl.variant(dscp=self.cnp_dscp, ecn=ECN_NOT_ECT, max_payload_bytes=CNP_PAD_BYTES)
+
+    def qp_line_rate_bps(self, qp: QueuePair) -> float:
+        """The most a QP may send: the link rate, or its cap if lower."""
+        cap = qp.cap_bps
+        return self.rate_bps if cap is None or cap > self.rate_bps else cap
+
+    def _on_rate_change(self, qp: QueuePair, rate_bps: float, t_ns: int, event: str) -> None:
+        """DCQCN moved ``qp``'s current rate: the pacer follows; a cut (CNP)
+        stretches the running ACK timeout."""
+        self.transmitter.set_qp_rate(qp, rate_bps)
+        if event == "cnp":
+            self.requester.rate_cut(qp, t_ns)
+        self.stats.rate_changes += 1
+
+    def _check_local(self, mr, off, length):
+        if off < 0 or length < 0 or off + length > mr.size_bytes:
+            raise ValueError("local range outside the memory region")
+
+    def post_write(self, qp: QueuePair, wr_id: int, local: tuple[MemoryRegion, int, int],
+                   remote_addr: int, rkey: int, *, signaled: bool = True) -> None:
+        """RDMA WRITE ``local`` = (mr, offset, length) to ``remote_addr`` under ``rkey``."""
+        mr, off, length = local
+        self._check_local(mr, off, length)
+        self.requester.post(qp, wr_id, mr.mv[off:off + length], True, remote_addr, rkey,
+                            signaled, self.clock.now_ns())
+
+    def post_send(self, qp: QueuePair, wr_id: int, data, *, signaled: bool = True) -> None:
+        """SEND ``data``: bytes-like, or (mr, offset, length)."""
+        if isinstance(data, tuple):
+            mr, off, length = data
+            data = mr.mv[off:off + length]
+        elif not isinstance(data, memoryview):
+            data = memoryview(data)
+        self.requester.post(qp, wr_id, data, False, 0, 0, signaled, self.clock.now_ns())
+
+    def post_read(self, qp: QueuePair, wr_id: int, local: tuple[MemoryRegion, int, int],
+                  remote_addr: int, rkey: int, *, signaled: bool = True) -> None:
+        """RDMA READ ``local[2]`` bytes at ``remote_addr`` under ``rkey`` into
+        ``local`` = (mr, offset, length); completes (``RDMA_READ``) when the
+        last response has been placed."""
+        mr, off, length = local
+        self._check_local(mr, off, length)
+        self.requester.post(qp, wr_id, mr.mv[off:off + length], False, remote_addr, rkey,
+                            signaled, self.clock.now_ns(), is_read=True)
+
+    def post_recv(self, qp: QueuePair, wr_id: int, size: int, buf=None) -> None:
+        """Post a receive buffer of ``size`` bytes (``buf``: a writable
+        buffer to use, else a new bytearray) for one incoming SEND."""
+        r = _RecvWqe()
+        r.wr_id, r.size = wr_id, size
+        r.buf = memoryview(buf if buf is not None else bytearray(size))
+        if len(r.buf) < size:
+            raise ValueError("buf shorter than size")
+        r.post_ns, r.post_unix_ns = self.clock.now_ns(), self.clock.unix_ns()
+        qp.rq.append(r)
+
+    def poll_cq(self, max_n: int = 64) -> list[Completion]:
+        out = []
+        cq = self._cq
+        while cq and len(out) < max_n:
+            out.append(cq.popleft())
+        return out
+
+    def qp(self, qpn: int) -> QueuePair:
+        return self._qps[qpn]
+
+    @property
+    def qps(self) -> list[QueuePair]:
+        return list(self.requester.qps)
+
+    def frame_time_ns(self, frame_len: int, rate_bps: int | None = None) -> float:
+        """Serialization time of a frame of ``frame_len`` bytes (as handed to
+        AF_PACKET) including the 24 bytes of wire overhead."""
+        return self.transmitter.frame_time_ns(frame_len, rate_bps)
+
+    def idle(self) -> bool:
+        """Nothing left to send or to be acknowledged."""
+        if not self.transmitter.idle() or (self.cpu_gate is not None and self.cpu_gate.rxq):
+            return False
+        return self.requester.idle()
+
+
+    # -- per-packet CPU work and tenant filter (host_cpu, set by dpu.Endpoint) --
+    def set_packet_cpu(self, cpu: CpuServers | None, rx_backlog_pkts: int = 1024) -> None:
+        """Charge per-packet work (the QPs' ``cpu_*`` costs) to ``cpu``
+        (None: nobody, no per-packet cost)."""
+        self.cpu_gate = None if cpu is None else CpuGate(cpu, rx_backlog_pkts, self.stats)
+        self.transmitter.set_cpu_gate(None if cpu is None else self.cpu_gate.tx)
+        self._update_rx_hook()
+
+    def set_partition(self, pkey: int | None, filter_cpu: CpuServers | None = None,
+                      filter_ns: float = 0.0) -> None:
+        """Tag our frames with BTH P_Key ``pkey`` and accept only frames of
+        its partition (None: default P_Key 0xFFFF, accept all). Inspecting a
+        frame costs ``filter_ns`` on ``filter_cpu`` (a host-software filter)."""
+        self.pkey = 0xFFFF if pkey is None else pkey
+        self.tenant_filter = None if pkey is None else \
+            TenantFilter(pkey, filter_cpu, filter_ns, self.stats)
+        for qp in self.requester.qps:
+            qp.tpl.pkey = self.pkey
+            if qp.cnp_tpl is not None:
+                qp.cnp_tpl.pkey = self.pkey
+        self._update_rx_hook()
+
+
+    # -- event loop ----------------------------------------------------------
+    def _timers(self, now: int) -> None:
+        gate = self.cpu_gate
+        if gate is not None and gate.rxq:    # received packets whose CPU work is done
+            self._cpu_rx_release(now)
+        if self.reaction.enabled:
+            self.reaction.advance(now)
+        self.requester.timers(now)
+
+    @property
+    def rx_fds(self) -> tuple[int, ...]:
+        """File descriptors to wait on for frames (an outer loop driving
+        several NICs waits on all of them, then calls ``run_once(0)``)."""
+        return self._rx_fds
+
+    def next_wake_ns(self, now: int, limit: int) -> int:
+        """Clock time by which ``run_once`` must run again (timers, paced
+        frames, frames on the wire, pause expiry), at most ``limit``."""
+        gate = self.cpu_gate
+        wake = self.transmitter.next_wake_ns(
+            now, limit, gate.tx_ready_ns if gate is not None else 0.0)
+        wake = self.requester.next_timer_ns(wake)
+        if self.reaction.enabled:
+            wake = self.reaction.next_timer_ns(wake)
+        if gate is not None:
+            t = gate.next_rx_ns()
+            if t is not None and t < wake:
+                wake = t
+        if wake <= now:
+            return now
+        w = int(wake)          # a paced frame's due time is fractional: never wake before it
+        return w if w == wake else w + 1
+
+    def next_work_ns(self, now: int, limit: int) -> int:
+        """``next_wake_ns`` but for the link layer's periodic upkeep (none on
+        Ethernet; InfiniBand's flow-control updates): when the NIC next has
+        work, as a loop's idle-time choice asks (``collectives.engine.drive``)."""
+        return self.next_wake_ns(now, limit)
+
+    def run_once(self, timeout_s: float = 0.0, readable: Sequence[int] | None = None) -> None:
+        """Wait up to ``timeout_s`` (not at all if something is due now, less
+        if a frame arrives or a timer is due sooner), then process: frames
+        received, timers, what the transmitter has due. One pass per call:
+        the loop's caller (``HostAgent.step``) changes nothing the NIC would
+        see between a pass and the next wait but what it posts, and a post
+        makes the next wait zero. ``readable``: the caller waited itself (a
+        loop over several NICs, ``rx_fds``) and these of ours have frames:
+        no wait, only those are read."""
+        clock = self.clock
+        now = clock.now_ns()
+        self.stats.loops += 1
+        if readable is None and timeout_s > 0:
+            wake = self.next_wake_ns(now, now + int(timeout_s * 1e9))
+            if wake > now:
+                readable = clock.wait_readable(self._rx_fds, wake)
+                now = clock.now_ns()
+        self._rx_drain(now, readable)
+        self._timers(now)
+        self.transmitter.service(now)
+
+    def doorbell(self, now: int | None = None) -> None:
+        """Serialize what new posts made sendable, now (``run_once`` does it
+        too, after reading what came in): a loop over several NICs rings each
+        after its posts, so a credit waits for no other NIC's receive."""
+        self.transmitter.service(self.clock.now_ns() if now is None else now)
+
+    def run_until(self, predicate: Callable[[], bool], timeout_s: float,
+                  poll_s: float = 0.05) -> bool:
+        """Run the loop until ``predicate()`` is true (-> True) or
+        ``timeout_s`` seconds passed (-> False)."""
+        clock = self.clock
+        end = clock.now_ns() + int(timeout_s * 1e9)
+        while True:
+            if predicate():
+                return True
+            left = end - clock.now_ns()
+            if left <= 0:
+                return False
+            self.run_once(min(poll_s, left / 1e9))
