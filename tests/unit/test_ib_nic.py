@@ -13,7 +13,7 @@ from emulator.nic.nic import WcOpcode, WcStatus
 from emulator.nic.roce import RC_WRITE_FIRST, RC_WRITE_LAST, RC_WRITE_MIDDLE
 from emulator.ib.credits import blocks
 from emulator.ib.frames import IbFrameTemplate, fc_frame, parse_fc, parse_ib, verify_icrc
-from emulator.ib.headers import IB_FRAMING, check_crcs
+from emulator.ib.headers import IB_FRAMING, check_crcs, fc_wire_ns
 from emulator.ib.nic import IbNic
 from emulator.wire import ETH_HDR_BYTES, ETH_P_IB_DATA
 from tests.nic_sim import NicLoop, manual_clock
@@ -132,7 +132,8 @@ def test_a_sender_stalls_exactly_while_it_has_no_credit():
     a.post_write(qa, 1, (mr, 0, len(payload)), 0x1000, 0x77)
     loop.run_for(0.001)
     assert port.data == []                             # no credit yet: nothing sent
-    assert port.fc[0] == (t0, (0, 0, 512))             # but its own buffer advertised at once
+    # but its own buffer advertised at once: a flow-control packet's 6 bytes later
+    assert port.fc[0] == (t0 + fc_wire_ns(RATE), (0, 0, 512)) and fc_wire_ns(RATE) == 48
 
     first = IB_FRAMING.frame_bytes(16, MTU) - ETH_HDR_BYTES    # WRITE FIRST: RETH + 1 KiB
     middle = IB_FRAMING.frame_bytes(0, MTU) - ETH_HDR_BYTES
