@@ -138,6 +138,18 @@ class ClusterServer:
                                  f"exited {out.returncode}: {out.stderr.decode(errors='replace').strip()}")
         return out
 
+    def check_gretap(self) -> None:
+        """``link: gre`` needs the kernel's gretap (ip_gre) on every server:
+        tried in a throwaway network namespace, where nothing is left; one
+        line if it is missing (Mininet's link would fail mid-build, its
+        interfaces gone under the starting fabric)."""
+        out = self.run(["unshare", "--net", "ip", "link", "add", "fe-gre-probe", "type", "gretap",
+                        "local", "127.0.0.1", "remote", "127.0.0.2"], check=False)
+        if out.returncode != 0:
+            why = " ".join(out.stderr.decode(errors="replace").split()) or f"exit {out.returncode}"
+            raise EnvironmentProblem(f"cluster server {self.name}: its kernel cannot make the gretap "
+                                     f"links that link: gre needs ({why}); say link: ssh")
+
     def put(self, path: Path) -> None:
         """The runner's file ``path``, to the same path on this server."""
         if self.is_local or self.shared_run_dir:
@@ -305,6 +317,9 @@ class Cluster:
         try:
             for srv in self.servers.values():
                 srv.open()
+            if self.spec.link == "gre":
+                for srv in self.servers.values():
+                    srv.check_gretap()
             if self.vtime_socket is not None:      # first: a refusal leaves nothing there
                 self._forward_vtime()
             marker = self.run_dir / ".runner"

@@ -186,3 +186,35 @@ def test_a_killed_runner_takes_its_processes_on_both_servers_and_clean_there_rem
         assert sorted(rig.interfaces(rig.ns_b)) == ["feclb", "lo"]
         assert _b_sockets(rig) <= sockets_before
         assert sorted(rig.interfaces(rig.ns_a)) == ["fecla", "lo"]
+
+
+def _kernel_has_gretap() -> bool:
+    """Asked the kernel directly, in a throwaway network namespace."""
+    return subprocess.run(["unshare", "--net", "ip", "link", "add", "g", "type", "gretap",
+                           "local", "127.0.0.1", "remote", "127.0.0.2"],
+                          capture_output=True).returncode == 0
+
+
+def test_gre_links_run_where_the_kernel_has_gretap_and_are_refused_in_one_line_where_not(tmp_path):
+    """``link: gre``: Mininet's gretap links between the servers, in virtual
+    time like ssh's; on a kernel without gretap, one line naming the server
+    before anything is built (not an interface vanishing mid-build)."""
+    out = tmp_path / "out"
+    with TwoServers(tmp_path / "rig", private_dir=out) as rig:
+        data = yaml.safe_load(_experiment(rig, tmp_path).read_text())
+        data["cluster"]["link"] = "gre"
+        exp = tmp_path / "gre.yaml"
+        exp.write_text(yaml.safe_dump(data))
+        if _kernel_has_gretap():
+            s = _one_run(rig, exp, out)
+            assert s["complete"]
+            return
+        r = rig.run_in_a([*FABRIC_EMU, "run", exp, "--out", out], cwd=REPO, timeout_s=120)
+        assert r.returncode == 2, r.stdout[-2000:] + r.stderr[-2000:]
+        errors = [x for x in r.stderr.splitlines() if x.startswith("fabric-emu:")]
+        assert len(errors) == 1 and r.stderr.strip().endswith(errors[0]), r.stderr
+        assert "cluster server a: its kernel cannot make the gretap links" in errors[0]
+        assert errors[0].endswith("say link: ssh")
+        assert _ours(out / "run") == []
+        assert sorted(rig.interfaces(rig.ns_a)) == ["fecla", "lo"]
+        assert sorted(rig.interfaces(rig.ns_b)) == ["feclb", "lo"]
