@@ -18,6 +18,7 @@ from emulator.net.fabric_health import exit_phrase
 from emulator.net.nodes import stop_processes
 from emulator.net.packing import agent_packs, wake_spin_ns
 from emulator.rundir import RawDir
+from emulator.schema.nic import DEFAULT_RTO_FABRIC_NS
 from emulator.schema.agent import (
     DEFAULT_MR_RKEY, AgentPackConfig, ExpectConfig, HostAgentConfig, NicConfig, PackMemberConfig,
     QpConfig, SendConfig,
@@ -35,13 +36,9 @@ START_AHEAD_PER_AGENT_S = 0.001    # a ms per agent to write to it and wake it
 
 def rto_fabric_ns(exp: Experiment) -> int:
     """The NICs' ACK timeout in fabric ns: ``nic.rto_us``, else the default
-    (``nic.requester.DEFAULT_RTO_FABRIC_NS``) -- never a function of D."""
+    (``schema.nic.DEFAULT_RTO_FABRIC_NS``) -- never a function of D."""
     us = exp.spec.nic.rto_us
-    if us is not None:
-        return int(us * 1000)
-    # here, not at the top: the NIC model imports Scapy (0.35 s), which the runner never uses
-    from emulator.nic.requester import DEFAULT_RTO_FABRIC_NS
-    return DEFAULT_RTO_FABRIC_NS
+    return DEFAULT_RTO_FABRIC_NS if us is None else int(us * 1000)
 
 
 def nic_fields(exp: Experiment, nic: str) -> dict:

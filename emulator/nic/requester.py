@@ -18,13 +18,6 @@ from .roce import (
     NAK_REMOTE_ACCESS_ERR, NAK_REMOTE_OP_ERR, PSN_HALF, PSN_MASK,
 )
 
-# The default ACK timeout (IBA's local ACK timeout), in fabric ns: IRN's
-# RTO_high, 320 us (Mittal et al., SIGCOMM 2018), not a function of the
-# dilation or the CPU: past the queueing and PFC delays of the shipped
-# fabrics, so only a real loss times out. Why, with the measurements:
-# docs/design-notes.md, "The default ACK timeout". ``nic.rto_us`` overrides it.
-DEFAULT_RTO_FABRIC_NS = 320_000
-
 _NAK_STATUS = {NAK_INVALID_REQUEST & 0x1F: WcStatus.REM_INV_REQ_ERR,
                NAK_REMOTE_ACCESS_ERR & 0x1F: WcStatus.REM_ACCESS_ERR,
                NAK_REMOTE_OP_ERR & 0x1F: WcStatus.REM_OP_ERR}

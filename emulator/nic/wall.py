@@ -15,7 +15,6 @@ from .dcqcn import DcqcnParams
 from .host_cpu import HostCpuParams
 from .hpcc import HpccParams
 from .ib_cc import IbCcParams
-from .requester import DEFAULT_RTO_FABRIC_NS
 
 IB_CC_TIMER_UNIT_NS = 1024       # CCTI_Timer counts 1.024 us (IBA annex A10)
 
@@ -45,7 +44,7 @@ class NicWall:
 def nic_wall(config) -> NicWall:
     d = config.dilation
     ib = config.ib
-    rto = DEFAULT_RTO_FABRIC_NS if config.rto_ns is None else config.rto_ns
+    rto = config.rto_ns
     if ib is not None:
         cc = ib_cc_params(ib.cc, d) if ib.cc is not None and ib.cc.enabled else \
             dcqcn_params(config.dcqcn, d, config.rate_bps, enabled=False)

@@ -99,7 +99,7 @@ class NicSpec(StrictSpec):
     mtu_bytes: Literal[256, 512, 1024, 2048, 4096] = DEFAULT_MTU_BYTES
     retry_cnt: RetryCnt = DEFAULT_RETRY_CNT
     # ACK (retransmission) timeout, fabric us, like every NIC timer here and
-    # in dcqcn:. None: 320 us, IRN's RTO_high (emulator/nic/requester.py
+    # in dcqcn:. None: 320 us, IRN's RTO_high (emulator/schema/nic.py
     # DEFAULT_RTO_FABRIC_NS says why), whatever the dilation. A
     # DCQCN-throttled QP waits longer (8 ACK intervals at its rate); time a
     # NIC's data class is PFC-paused does not count.

@@ -65,7 +65,7 @@ def test_tenants_dpus_costs_and_dilation_reach_the_agents(tmp_path):
 
 
 def test_rto_is_fabric_time_whatever_the_dilation(tmp_path):
-    from emulator.nic.requester import DEFAULT_RTO_FABRIC_NS
+    from emulator.schema.nic import DEFAULT_RTO_FABRIC_NS
     cfg = agent_configs(load(nic={"rto_us": 100}), tmp_path, 0)
     assert {c.rto_ns for c in cfg.values()} == {100 * 1000}              # fabric ns
     assert {nic_wall(c).rto_ns for c in cfg.values()} == {100 * 1000 * 1000}   # x D = 1000

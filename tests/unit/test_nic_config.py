@@ -14,7 +14,7 @@ from emulator.nic.dcqcn import DcqcnParams
 from emulator.nic.hpcc import HpccParams
 from emulator.nic.ib_cc import IbCcParams
 from emulator.nic.nic import RoceNic
-from emulator.nic.requester import DEFAULT_RTO_FABRIC_NS
+from emulator.schema.nic import DEFAULT_RTO_FABRIC_NS
 from emulator.nic.wall import nic_wall
 from emulator.schema.agent import HostAgentConfig
 from emulator.schema.endpoints import CpuCostSpec

@@ -57,6 +57,8 @@ class Pair(SimNicPair):
     def __init__(self, rate_bps=200_000_000, hook_ab=None, hook_ba=None, sq_psn_a=0, sq_psn_b=0,
                  **nic_kw):
         nic_kw.setdefault("rto_ns", 300_000_000)
+        if nic_kw["rto_ns"] is None:          # the NIC config's default
+            del nic_kw["rto_ns"]
         clock = nic_kw.setdefault("clock", manual_clock())
         a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
         for s in (a, b):

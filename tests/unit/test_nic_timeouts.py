@@ -13,7 +13,7 @@ import pytest
 from tests.nics import roce_nic
 from emulator.nic import roce
 from emulator.nic.nic import WcStatus
-from emulator.nic.requester import DEFAULT_RTO_FABRIC_NS
+from emulator.schema.nic import DEFAULT_RTO_FABRIC_NS
 from emulator.nic.roce import parse_roce
 from tests.nic_sim import DelayLine
 
