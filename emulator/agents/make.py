@@ -39,5 +39,6 @@ def make_nic(n: NicConfig, clock: Clock | None = None, **extra) -> RoceNic:
     return IbNic(n.ifname, n.mac, n.ip, n.gateway_mac, lid=ib.lid, lids=ib.lids, sl=ib.sl,
                  vl=ib.vl, cc=cc, credit=CreditParams(buffer_blocks=ib.buffer_blocks,
                                                       update_blocks=ib.update_blocks,
-                                                      update_period_ns=ib.update_period_ns),
+                                                      update_period_ns=ib.update_period_ns,
+                                                      peer_buffer_blocks=ib.peer_buffer_blocks),
                  **common, **extra)

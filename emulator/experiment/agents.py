@@ -65,7 +65,14 @@ def ib_nic_fields(exp: Experiment, nic: str) -> dict:
     """An InfiniBand NIC's ``IbNicConfig``: its LID and its peers' (the
     subnet manager's sweep, the one that programs the switches), the link
     layer's buffer and update period (dilated) as the switches have them
-    (``net.mininet_topo.ib_link_config``), and IB congestion control if on."""
+    (``net.mininet_topo.ib_link_config``), and IB congestion control if on.
+    The switch port's buffer is the NIC's credit at the start: the link came
+    up before the run, as a real one carries no data before its ends have
+    exchanged credit. Without it the NIC waited for the port's first
+    flow-control packet: a link delay in virtual time (every flow then
+    released at one instant), 0-16 us in a dilated run (the port's credit
+    sent at its start is lost, its next one comes a period later, and the
+    agents are ready ~30 ms of wall time before the start)."""
     from emulator.ib.sm import path_records
     from emulator.net.mininet_topo import ib_link_config
     fabric, d, cc = exp.fabric, exp.dilation, exp.spec.ib_cc
@@ -74,6 +81,7 @@ def ib_nic_fields(exp: Experiment, nic: str) -> dict:
     return {"lid": lids[fabric.addresses.host_ip(nic)], "lids": lids,
             "buffer_blocks": link["buffer_blocks"], "update_blocks": link["update_blocks"],
             "update_period_ns": link["update_period_ns"],
+            "peer_buffer_blocks": link["buffer_blocks"],
             "cc": cc.agent_params() if cc.enabled else None}
 
 

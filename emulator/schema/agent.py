@@ -89,8 +89,9 @@ class IbNicConfig(StrictSpec):
     """What makes a NIC an InfiniBand one (``emulator.ib.nic.IbNic``): its
     LID, the path records of its peers (IP -> LID, from the subnet
     manager's sweep), its SL and data VL, its receive buffer and flow-control
-    updates (wall ns), and IB congestion control (``ib.cc.IbCcParams`` keys;
-    None: none)."""
+    updates (wall ns), its switch port's buffer (the credit it holds at the
+    start: the link came up before the run), and IB congestion control
+    (``ib.cc.IbCcParams`` keys; None: none)."""
     lid: int = Field(ge=1, le=0xBFFF)
     lids: dict[str, int]
     sl: int = Field(0, ge=0, le=15)
@@ -98,6 +99,7 @@ class IbNicConfig(StrictSpec):
     buffer_blocks: int = Field(512, ge=1, le=2048)
     update_blocks: int = Field(16, ge=1)
     update_period_ns: int = Field(16_000, gt=0)
+    peer_buffer_blocks: int = Field(0, ge=0, le=2048)
     cc: IbCcKeys = None
 
 
