@@ -66,11 +66,18 @@ def ib_nic_fields(exp: Experiment, nic: str) -> dict:
     subnet manager's sweep, the one that programs the switches), the link
     layer's buffer and update period as the switches have them
     (``schema.switch.IbLinkConfig``'s defaults, fabric), and IB congestion
-    control if on."""
+    control if on. The switch port's buffer is the NIC's credit at the
+    start: the link came up before the run, as a real one carries no data
+    before its ends have exchanged credit. Without it the NIC waited for the
+    port's first flow-control packet: a link delay in virtual time (every
+    flow then released at one instant), 0-16 us in a dilated run (the port's
+    credit sent at its start is lost, its next one comes a period later)."""
     from emulator.ib.sm import path_records
+    from emulator.schema.switch import IbLinkConfig
     fabric, cc = exp.fabric, exp.spec.ib_cc
     lids = path_records(fabric)
     return {"lid": lids[fabric.addresses.host_ip(nic)], "lids": lids,
+            "peer_buffer_blocks": IbLinkConfig().buffer_blocks,
             "cc": cc if cc.enabled else None}
 
 

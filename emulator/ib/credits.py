@@ -8,11 +8,13 @@ of 2048. Each end of a link holds, per data VL:
 
 * the transmitter's side: ``fctbs``, the Flow Control Total Blocks Sent
   since the link came up, and ``fccl``, the Flow Control Credit Limit its
-  peer last advertised. A packet of ``n`` blocks may go only while
-  ``(FCCL - (FCTBS + n)) mod 4096 <= 2048`` (7.9.4.3): the sender never
-  puts on the wire more than the receiver has buffer for. No credit, no
-  packet: the VL stalls, which is where a credit-based fabric's
-  backpressure comes from (PFC's counterpart, without a drop, ever).
+  peer last advertised (before any: ``peer_buffer_blocks``, the peer's
+  empty buffer, on a link that came up before the run). A packet of ``n``
+  blocks may go only while ``(FCCL - (FCTBS + n)) mod 4096 <= 2048``
+  (7.9.4.3): the sender never puts on the wire more than the receiver has
+  buffer for. No credit, no packet: the VL stalls, which is where a
+  credit-based fabric's backpressure comes from (PFC's counterpart,
+  without a drop, ever).
 * the receiver's side: ``abr``, the Adjusted Blocks Received (every data
   packet's blocks, and reset to the sender's FCTBS by each flow-control
   packet: lost packets do not leak credit), and the blocks of buffer free.
@@ -45,10 +47,15 @@ class CreditParams:
     buffer_blocks: int = 512            # receive buffer of the VL: 32 KiB
     update_blocks: int = 16             # freed blocks that prompt an update (1 KiB)
     update_period_ns: int = 16_000      # an update at least this often (65,536 symbols at EDR)
+    # the credit held before the peer's first flow-control packet: its empty
+    # buffer, when the link came up before the run (0: none until that packet)
+    peer_buffer_blocks: int = 0
 
     def __post_init__(self):
         if self.buffer_blocks < 1:
             raise ValueError(f"buffer_blocks must be at least 1 (got {self.buffer_blocks})")
+        if self.peer_buffer_blocks < 0:
+            raise ValueError(f"peer_buffer_blocks must be >= 0 (got {self.peer_buffer_blocks})")
         if self.update_blocks < 1:
             raise ValueError(f"update_blocks must be at least 1 (got {self.update_blocks})")
         if self.update_period_ns <= 0:
@@ -63,9 +70,11 @@ class VlCredits:
 
     def __init__(self, params: CreditParams | None = None, now_ns: int = 0):
         self.params = params or CreditParams()
-        # transmitter: nothing sent, no credit until the peer's first packet
+        # transmitter: nothing sent; the credit of the peer's empty buffer
+        # (what its flow-control packets at link-up said), else none until
+        # its first one
         self.fctbs = 0
-        self.fccl = 0
+        self.fccl = min(self.params.peer_buffer_blocks, _HALF)
         self.credit_ns = now_ns             # when the last FCCL came
         # receiver
         self.abr = 0

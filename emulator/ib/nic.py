@@ -82,7 +82,8 @@ class IbNic(RoceNic):
         self.lids = dict(ib.lids)
         self.credit_params = CreditParams(
             buffer_blocks=ib.buffer_blocks, update_blocks=ib.update_blocks,
-            update_period_ns=wall_ns(ib.update_period_ns, config.dilation))
+            update_period_ns=wall_ns(ib.update_period_ns, config.dilation),
+            peer_buffer_blocks=ib.peer_buffer_blocks)
         # the transmitter's credit gate (RoceNic's __init__ asks _link_credit)
         self.vl_credits = VlCredits(self.credit_params, clock.now_ns())
         super().__init__(config, clock=clock, sock=sock, logs=logs)

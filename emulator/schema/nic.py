@@ -79,6 +79,9 @@ class IbNicConfig(IbLinkLayer):
     lids: dict[str, int]
     sl: int = Field(0, ge=0, le=15)
     vl: int = Field(0, ge=0, le=14)
+    # the credit held before the switch port's first flow-control packet: its
+    # empty buffer, the link having come up before the run (0: none until then)
+    peer_buffer_blocks: int = Field(0, ge=0, le=2048)
     cc: Optional[IbCcSpec] = None
 
 

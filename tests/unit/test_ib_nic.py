@@ -163,6 +163,35 @@ def test_a_sender_stalls_exactly_while_it_has_no_credit():
     assert a.stats.tx_retransmits == 0
 
 
+def test_a_nic_whose_link_came_up_before_the_run_sends_at_once_on_its_peers_buffer():
+    # The switch port's credit sent at its own start finds no NIC yet: the
+    # NIC holds the port's empty buffer as credit from the start (a link
+    # carries no data before its ends exchanged credit). Without it the
+    # first packet waited for the port's next flow-control packet: a link
+    # delay in virtual time, up to an update period in a dilated run.
+    clock = manual_clock()
+    sn, sp = socket_pair()
+    sp.setblocking(False)
+    first = IB_FRAMING.frame_bytes(16, MTU) - ETH_HDR_BYTES    # WRITE FIRST: RETH + 1 KiB
+    middle = IB_FRAMING.frame_bytes(0, MTU) - ETH_HDR_BYTES
+    peer_blocks = blocks(first) + 2 * blocks(middle)          # the port's buffer: three packets
+    a = nic(sn, MAC_A, IP_A, LID_A, MAC_B, clock,
+            peer_buffer_blocks=peer_blocks)
+    port = SwitchPort(sp, clock)
+    loop = NicLoop([a], clock, peers=[sp], on_peer_frame=port.on_frame)
+    qa = a.create_qp(0x11, IP_B, 0x22)
+    mr = a.register_mr(10 * MTU, buf=bytearray(10 * MTU))
+    t0 = clock.now_ns()
+    a.post_write(qa, 1, (mr, 0, 10 * MTU), 0x1000, 0x77)
+    loop.run_for(0.001)
+    # no flow-control packet came: the first three go back to back from the post, then a stall
+    assert [parse_ib(f).opcode for _, f in port.data] == \
+        [RC_WRITE_FIRST, RC_WRITE_MIDDLE, RC_WRITE_MIDDLE]
+    assert [t for t, _ in port.data] == [t0 + (first + k * middle) * 8 for k in range(3)]
+    a.update_pause_stats()
+    assert a.vl_credits.credit_blocks() == 0 and a.stats.credit_stalls == 1
+
+
 def test_a_flow_control_packet_counts_exactly_the_blocks_sent_before_it_on_the_wire():
     # The peer resets its ABR to our FCTBS: a flow-control packet that
     # overtook a packet already counted would make it count those blocks

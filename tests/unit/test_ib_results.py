@@ -57,3 +57,17 @@ def test_an_ib_port_reports_its_vls_credit_stalls_in_fabric_time_and_overruns_as
     assert entry["credit_stalled_ns"] == 4_000 and entry["vls"][0]["stalled_ns"] == 4_000
     assert entry["drops"] == 1 and entry["fecn_marks"] == 2 and entry["rx_packets"] == 4
     assert _ib_port_entry(stats, 9, {}, d=1)["tx_packets"] == 0          # a port not in the stats
+
+
+def test_every_ib_nic_starts_holding_its_switch_ports_buffer_as_credit(tmp_path):
+    # the links came up before the run: a NIC's first packet waits for no
+    # flow-control packet (in virtual time it waited a link delay, in a
+    # dilated run up to an update period: the port's credit sent at its own
+    # start found no NIC yet)
+    from emulator.experiment.agents import agent_configs
+    from emulator.schema.switch import IbLinkConfig
+    spec = {"name": "x", "dilation": 100, "topology": str(IB_TOPO),
+            "traffic": [{"src": "h4", "dst": "h1", "op": "write", "size_bytes": 1 << 20}]}
+    exp = experiment_from_dict(spec, REPO / "experiments/x.yaml")
+    cfgs = agent_configs(exp, tmp_path, 0)
+    assert {c.ib.peer_buffer_blocks for c in cfgs.values()} == {IbLinkConfig().buffer_blocks}
