@@ -24,6 +24,7 @@ from emulator.schema.agent import (
 )
 from emulator.schema.load import ProcessConfig
 from emulator.wire import roce_sport
+from emulator.ib.sm import path_records
 
 # Exit statuses of an agent that ended by itself: done (0), or done with
 # flows incomplete (3); anything else (a traceback, a signal) is a death.
@@ -70,7 +71,6 @@ def ib_nic_fields(exp: Experiment, nic: str) -> dict:
     layer's buffer and update period as the switches have them
     (``schema.switch.IbLinkConfig``'s defaults, fabric), and IB congestion
     control if on."""
-    from emulator.ib.sm import path_records
     fabric, cc = exp.fabric, exp.spec.ib_cc
     lids = path_records(fabric)
     return {"lid": lids[fabric.addresses.host_ip(nic)], "lids": lids,
