@@ -1,9 +1,8 @@
 """``fabric-emu``: run experiments, look at fabrics, clean up after a crash."""
 from __future__ import annotations
 
-# Each command imports what it runs inside its function (a function-level
-# import here is on purpose): --help, clean and topo show load neither Mininet,
-# gRPC nor the runner.
+# Each command imports what it runs, in its function (on purpose): --help, clean
+# and topo show load neither Mininet, gRPC nor the runner.
 
 import os
 import signal
