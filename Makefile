@@ -78,6 +78,10 @@ bench: setup
 doctor: setup
 	$(VENV)/bin/fabric-emu doctor $(DOCTOR_ARGS)
 
+# The package's layers (pyproject.toml [tool.importlinter]); make test runs it too.
+lint: setup
+	$(VENV)/bin/lint-imports
+
 clean-fabric: setup
 	$(VENV)/bin/fabric-emu clean
 

@@ -20,6 +20,9 @@ accessors (``Result.summary`` keeps the whole dict).
 """
 from __future__ import annotations
 
+# Functions import the layers below them when called (a function-level import
+# here is on purpose): ``import emulator`` stays light for loading an experiment.
+
 import csv
 import itertools
 import statistics

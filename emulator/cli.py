@@ -1,6 +1,9 @@
 """``fabric-emu``: run experiments, look at fabrics, clean up after a crash."""
 from __future__ import annotations
 
+# Each command imports what it runs, in its function (on purpose): --help, clean
+# and topo show load neither Mininet, gRPC nor the runner.
+
 import os
 import signal
 import sys

@@ -16,6 +16,9 @@ unless ``require=("bmv2",)`` (the lab's provisioning asks for it).
 """
 from __future__ import annotations
 
+# Each check imports what it probes (function-level imports on purpose): a
+# machine missing a part still gets every other finding.
+
 import importlib.metadata as md
 import re
 import shutil
@@ -152,7 +155,7 @@ def check_pipeline() -> Finding:
     from emulator.control.p4rt_client import P4RuntimeError, SwitchConnection
     from emulator.errors import FabricEmuError
     from emulator.net.bmv2 import SWITCH_BINARY
-    from emulator.net.lifeline import set_pdeathsig
+    from emulator.lifeline import set_pdeathsig
     from emulator.net.nodes import free_tcp_ports, stop_process, wait_for_tcp
     from emulator.p4.build import bmv2_json
     from emulator.p4.p4info import P4Info

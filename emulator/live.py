@@ -28,6 +28,9 @@ switch naming the other's id, and ``set_qos`` is refused with one line
 """
 from __future__ import annotations
 
+# Methods import the layers below them when called (a function-level import
+# here is on purpose): ``import emulator`` stays light.
+
 import contextlib
 import dataclasses
 import tempfile

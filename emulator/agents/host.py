@@ -43,6 +43,8 @@ from .dpu import Endpoint
 from .make import make_nic
 from .gpudirect import GpuNic
 from emulator.nic.nic import RNR_TIMER_US, QpState, RoceNic, WcOpcode, WcStatus
+from emulator.lifeline import die_with_runner, stop_on_signals
+from emulator.vtime.member import join_virtual_time
 from .payload import pattern_bytes, pattern_matches, write_layout
 from .run_logs import RunLogs
 from .start_gate import ready_then_start
@@ -340,7 +342,6 @@ class HostAgent:
         self.ready_unix_ns = clock.unix_ns()
         self.begin(ready_then_start(self.host, self.cfg.ready_path, self.cfg.start_at_unix_ns))
         io = self.io
-        from emulator.vtime.member import join_virtual_time
         leave = join_virtual_time(clock, self.all_done, stop_flag)
         try:
             while (wake := self.step(stop_flag[0])) is not None:
@@ -471,7 +472,6 @@ def main(argv: list[str] | None = None) -> int:
     if len(argv) != 1:
         print("usage: python -m emulator.agents.host CONFIG.json", file=sys.stderr)
         return 2
-    from emulator.net.lifeline import die_with_runner, stop_on_signals
     die_with_runner()
     stop = stop_on_signals()
     try:

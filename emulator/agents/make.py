@@ -7,16 +7,17 @@ from __future__ import annotations
 from emulator.clock import MONOTONIC, Clock
 from emulator.nic.nic import RoceNic
 from emulator.schema.nic import NicConfig
+from emulator.vtime.member import process_clock
 
 
 def make_nic(n: NicConfig, clock: Clock | None = None, logs=None) -> RoceNic:
     """``clock``: None: the process's, from its config (``vtime.member.process_clock``:
     virtual time's, or ``MONOTONIC``). ``logs``: the NIC's (``agents.run_logs``)."""
     if clock is None:
-        from emulator.vtime.member import process_clock
         clock = process_clock(getattr(n, "vtime_socket", None), n.ifname, agent=True,
                               default=MONOTONIC)
     if n.ib is None:
         return RoceNic(n, clock=clock, logs=logs)
-    from emulator.ib.nic import IbNic        # (ib/ sits above nic/: imported when asked for)
+    # here, not at the top: only an InfiniBand fabric's agents load the IB link layer
+    from emulator.ib.nic import IbNic
     return IbNic(n, clock=clock, logs=logs)

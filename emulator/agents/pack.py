@@ -10,7 +10,7 @@ in one (``net/packing.py`` says which)::
 ``PACK.json`` is ``emulator.schema.agent.AgentPackConfig``: a
 ``HostAgentConfig`` file per member and the pid of a process in that
 member's host (its Mininet shell). Each member's NIC is opened in its own
-host's network namespace (``net.netns.network_of``: its sockets stay
+host's network namespace (``emulator.netns.network_of``: its sockets stay
 there), so the members are what ``host.py`` would have run, frame for frame;
 only the loop is shared: one ``select`` waits on all their sockets until
 the earliest timer of any (polling its last ``wake_spin_ns`` when the run's
@@ -35,6 +35,9 @@ from emulator.schema.agent import AgentPackConfig
 from emulator.errors import FabricEmuError
 
 from emulator.nic.packet_socket import call_together
+from emulator.lifeline import die_with_runner, stop_on_signals
+from emulator.netns import network_of
+from emulator.vtime.member import join_virtual_time, process_clock
 from .host import AgentConfigError, HostAgent, load_agent
 from .start_gate import all_ready_then_start
 
@@ -45,7 +48,6 @@ def open_members(cfg: AgentPackConfig, clock: Clock | None = None) -> list[HostA
     """Every member's agent, its NIC opened in its own host's network
     namespace; ``AgentConfigError`` for the first that cannot be (the
     NICs already open are closed)."""
-    from emulator.net.netns import network_of
     agents: list[HostAgent] = []
     try:
         for m in cfg.members:
@@ -74,7 +76,6 @@ def run_members(agents: list[HostAgent], stop_flag: list[bool],
         a.ready_unix_ns = now_unix
     start_at = all_ready_then_start([(a.host, a.cfg.ready_path) for a in agents],
                                     agents[0].cfg.start_at_unix_ns)
-    from emulator.vtime.member import join_virtual_time
     leave = join_virtual_time(clock, lambda: all(a.all_done() for a in agents), stop_flag)
     for a in agents:
         a.begin(start_at)
@@ -140,12 +141,10 @@ def main(argv: list[str] | None = None) -> int:
     if len(argv) != 1:
         print("usage: python -m emulator.agents.pack PACK.json", file=sys.stderr)
         return 2
-    from emulator.net.lifeline import die_with_runner, stop_on_signals
     die_with_runner()
     stop = stop_on_signals()
     try:
         cfg = AgentPackConfig.load(argv[0])
-        from emulator.vtime.member import process_clock
         clock = process_clock(cfg.vtime_socket, f"agents:{Path(argv[0]).stem}", agent=True,
                               default=MonotonicClock(spin_ns=cfg.wake_spin_ns))
         agents = open_members(cfg, clock)

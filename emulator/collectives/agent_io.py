@@ -12,6 +12,7 @@ from typing import Callable, TypeVar
 from emulator.atomic import atomic_write_text
 from emulator.errors import FabricEmuError
 from emulator.schema.load import ProcessConfig
+from emulator.lifeline import die_with_runner
 
 C = TypeVar("C", bound=ProcessConfig)
 
@@ -24,7 +25,6 @@ def agent_main(module: str, config: type[C], run: Callable[[C, str], dict],
     if len(argv) != 1:
         print(f"usage: python -m {module} CONFIG.json", file=sys.stderr)
         return 2
-    from emulator.net.lifeline import die_with_runner
     die_with_runner()
     try:
         cfg = config.load(argv[0])

@@ -25,7 +25,8 @@ from p4.v1 import p4runtime_pb2
 from emulator.control.p4rt_client import NotPrimaryError, SwitchConnection
 from emulator.control.qos import QosSpec, int_port_entities, qos_entities
 from emulator.dataplane.malformed import MALFORMED_SLOTS, Malformed
-from emulator.p4.p4info import P4Info
+from emulator.ib.sm import lft_entries, sweep
+from emulator.p4.p4info import IB_P4INFO, P4Info
 from emulator.topo import Fabric, compute_routes, ecmp_groups, nexthop_members
 from emulator.wire import CPU_PORT
 
@@ -78,7 +79,6 @@ def ib_switch_entities(fabric: Fabric, p4info: P4Info, switch: str, subnet,
     """The P4Runtime entities of one InfiniBand switch (``p4src/ib.p4``):
     the subnet manager's LFT, then -- IB congestion control on
     (``schema.ib_cc``) -- every port's FECN threshold and marking rate."""
-    from emulator.ib.sm import lft_entries
     ents = {"routes": lft_entries(subnet, switch, p4info)}
     if ib_cc is not None and ib_cc.enabled:
         ents["qos"] = [p4info.table_entry(
@@ -92,7 +92,6 @@ def ib_switch_entities(fabric: Fabric, p4info: P4Info, switch: str, subnet,
 def program_p4info(fabric: Fabric) -> P4Info:
     """The P4Info of the program a fabric's switches run: fabric.p4's, or
     ib.p4's on an InfiniBand fabric."""
-    from emulator.p4.p4info import IB_P4INFO
     return P4Info.load(IB_P4INFO) if fabric.link_layer == "infiniband" else P4Info.load()
 
 
@@ -138,7 +137,6 @@ class FabricController:
         InfiniBand fabric the controller is its subnet manager: LIDs and
         up/down LFTs from ``ib.sm.sweep`` (no PFC or ECN to install)."""
         if self.fabric.link_layer == "infiniband":
-            from emulator.ib.sm import sweep
             subnet = sweep(self.fabric)
             ents = {name: ib_switch_entities(self.fabric, self.p4info, name, subnet, self.ib_cc)
                     for name in self.conns}

@@ -8,15 +8,12 @@ and delay × D.
 """
 from __future__ import annotations
 
-from emulator.p4.p4info import P4Info
+from emulator.p4.p4info import PFC_SESSION_BASE, P4Info  # noqa: F401  (re-exported)
 from emulator.schema.qos import (  # noqa: F401 (the specs it installs; frame sizes and defaults are theirs)
     DEFAULT_XOFF_BYTES, ROCE_FRAME_OVERHEAD_BYTES, EcnSpec, PfcSpec, QosSpec, mtu_frame_bytes,
 )
 from emulator.topo import Fabric
 from emulator.wire import PFC_QUANTUM_BITS
-
-# Clone session of port p for the pause frames fabric.p4 makes on BMv2.
-PFC_SESSION_BASE = 512
 
 
 def headroom_bytes(rate_bps: int, delay_ns: int, mtu_bytes: int, reaction_fabric_ns: int) -> int:

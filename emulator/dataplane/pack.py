@@ -9,7 +9,9 @@ several::
 
 ``PACK.json`` is ``emulator.schema.switch.SwitchPackConfig``: a
 ``SwitchConfig`` file per member. Each member is the ``EmbeddedSwitch``
-(or, with an ``ib`` section, the ``ib.switch.IbSwitch``) its config describes, with its own P4Runtime server on its own port, its
+its config describes (a pack with InfiniBand members runs as ``python -m
+emulator.ib.pack``, which builds those as ``IbSwitch``es and otherwise is
+this module), with its own P4Runtime server on its own port, its
 own stats and raw logs; only the loop is shared: one ``select`` over every
 member's ports until the earliest thing due in any, then each member with
 frames waiting or something due takes its turn (``EmbeddedSwitch.turn``),
@@ -31,29 +33,32 @@ from pathlib import Path
 
 from emulator.clock import MONOTONIC
 from emulator.errors import ConfigError
-from emulator.net.lifeline import die_with_runner
+from emulator.lifeline import die_with_runner
 from emulator.p4.p4info import P4Info
 from emulator.schema.switch import SwitchConfig, SwitchPackConfig, snapshot_request_path
+from emulator.vtime.member import process_clock
 
 from .switch import EmbeddedSwitch, close_together, write_atomic
 
 
-def build_members(cfg: SwitchPackConfig, clock=MONOTONIC) -> list[tuple]:
-    """Every member switch, its sockets open, on the pack's ``clock``;
-    ``ConfigError`` for the first bad one (the sockets of those before it closed)."""
+def ethernet_switch(scfg: SwitchConfig, clock) -> tuple[EmbeddedSwitch, P4Info]:
+    """The member ``scfg`` describes and its P4Info: an Ethernet switch."""
+    if scfg.ib is not None:
+        raise ConfigError(scfg.name, "ib", "an InfiniBand switch runs in python -m emulator.ib.pack")
+    p4info = P4Info.load(scfg.p4info_path) if scfg.p4info_path else P4Info.load()
+    return EmbeddedSwitch(scfg, p4info, clock), p4info
+
+
+def build_members(cfg: SwitchPackConfig, clock=MONOTONIC, make_switch=ethernet_switch) -> list[tuple]:
+    """Every member switch (``make_switch(scfg, clock) -> (switch, p4info)``),
+    its sockets open, on the pack's ``clock``; ``ConfigError`` for the first
+    bad one (the sockets of those before it closed)."""
     members = []
     try:
         for path in cfg.members:
             scfg = SwitchConfig.load(path)
             try:
-                if scfg.ib is not None:        # an InfiniBand switch: ib.p4, credits
-                    from emulator.ib.switch import IbSwitch
-                    from emulator.p4.p4info import IB_P4INFO
-                    p4info = P4Info.load(scfg.p4info_path or IB_P4INFO)
-                    sw = IbSwitch(scfg, p4info, clock)
-                else:
-                    p4info = P4Info.load(scfg.p4info_path) if scfg.p4info_path else P4Info.load()
-                    sw = EmbeddedSwitch(scfg, p4info, clock)
+                sw, p4info = make_switch(scfg, clock)
             except OSError as e:
                 raise ConfigError(path, "ports", f"cannot open them: {e}") from None
             members.append((sw, scfg, p4info))
@@ -95,17 +100,17 @@ def run(switches: list[EmbeddedSwitch], stopped, clock=MONOTONIC) -> None:
                 wakes[sw] = sw.next_wake_ns(clock())
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, make_switch=ethernet_switch,
+         module: str = "emulator.dataplane.pack") -> int:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
-        print("usage: python -m emulator.dataplane.pack PACK.json", file=sys.stderr)
+        print(f"usage: python -m {module} PACK.json", file=sys.stderr)
         return 2
     die_with_runner(unsupervised_signal=signal.SIGTERM)
     try:
         cfg = SwitchPackConfig.load(argv[0])
-        from emulator.vtime.member import process_clock
         clock = process_clock(cfg.vtime_socket, f"pack:{Path(argv[0]).stem}")
-        members = build_members(cfg, clock)
+        members = build_members(cfg, clock, make_switch)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -51,11 +51,12 @@ from emulator.dataplane.pipeline import DROP_PORT, FabricPipeline
 from emulator.dataplane.state import SwitchState
 from emulator.dataplane.tm import TrafficManager
 from emulator.errors import ConfigError
-from emulator.net.lifeline import die_with_runner
+from emulator.lifeline import die_with_runner
 from emulator.p4.p4info import P4Info
 from emulator.rundir import RawDir
 from emulator.schema.switch import PortConfig, SwitchConfig
 from emulator.wire import CPU_PORT, ETH_P_ALL
+from emulator.vtime.member import process_clock
 
 SOL_PACKET = 263
 PACKET_QDISC_BYPASS = 20
@@ -400,7 +401,6 @@ def switch_main(argv: list[str] | None, module: str,
 
 
 def _build(cfg: SwitchConfig) -> tuple[EmbeddedSwitch, P4Info, str]:
-    from emulator.vtime.member import process_clock
     p4info = P4Info.load(cfg.p4info_path) if cfg.p4info_path else P4Info.load()
     switch = EmbeddedSwitch(cfg, p4info, process_clock(cfg.vtime_socket, cfg.name))
     signal.signal(signal.SIGUSR1, switch.request_snapshot)

@@ -24,7 +24,9 @@ from emulator.schema.agent import (
     QpConfig, SendConfig,
 )
 from emulator.schema.load import ProcessConfig
+from emulator.schema.switch import IbLinkConfig
 from emulator.wire import roce_sport
+from emulator.ib.sm import path_records
 
 # Exit statuses of an agent that ended by itself: done (0), or done with
 # flows incomplete (3); anything else (a traceback, a signal) is a death.
@@ -72,8 +74,6 @@ def ib_nic_fields(exp: Experiment, nic: str) -> dict:
     port's first flow-control packet: a link delay in virtual time (every
     flow then released at one instant), 0-16 us in a dilated run (the port's
     credit sent at its start is lost, its next one comes a period later)."""
-    from emulator.ib.sm import path_records
-    from emulator.schema.switch import IbLinkConfig
     fabric, cc = exp.fabric, exp.spec.ib_cc
     lids = path_records(fabric)
     return {"lid": lids[fabric.addresses.host_ip(nic)], "lids": lids,

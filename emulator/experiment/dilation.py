@@ -62,6 +62,7 @@ from emulator.experiment.summary_file import RunSummary
 from emulator.experiment.time_mode import VIRTUAL, VIRTUAL_CHOSEN_BY, planned_target, resolve_time
 from emulator.rundir import RunDir
 from emulator.schema.limits import MAX_DILATION
+from emulator.schema.workload import TestSpec
 
 # up to 256000: a 64-host fabric on two cores needs ~128000-256000 (bench/scale.py)
 LADDER = (500, 750, 1000, 1500, 2000, 3000, 4000, 6000, 8000, 12000, 16000, 24000, 32000,
@@ -281,7 +282,6 @@ def _shorten_workload(data: dict) -> None:
     8000; its full run then fell behind at 8000 and held at 24000) --
     shortened: every test's largest size once, no warm-up;
     ``CAL_TRAINING_STEPS`` training steps; the storage blocks in proportion."""
-    from emulator.schema.workload import TestSpec
     wl = data["workload"]
     for t in wl.get("tests") or []:
         t.update(sizes=[max(TestSpec.model_validate(t).size_list())], iters=1, warmup_iters=0)

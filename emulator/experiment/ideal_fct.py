@@ -37,6 +37,7 @@ from emulator.wire import (  # noqa: F401 (ROCEV2_UDP_DPORT re-exported for the 
     ACK_FRAME_BYTES, INT_MAX_HOPS, INT_UDP_DPORT, RETH_BYTES, ROCE_FRAMING, ROCEV2_UDP_DPORT,
     Framing, int_bytes, roce_sport,
 )
+from emulator.ib.sm import sweep
 
 if TYPE_CHECKING:  # pragma: no cover
     from emulator.experiment.model import Experiment, Flow
@@ -72,7 +73,6 @@ class FabricPaths:
         self.dport = dport
         self.int_hops_memo: tuple | None = None   # (experiment, int_max_hops of it)
         if fabric.link_layer == "infiniband":      # the subnet manager's LFTs
-            from emulator.ib.sm import sweep
             self.routes, self.subnet = None, sweep(fabric)
         else:
             self.routes, self.subnet = compute_routes(fabric), None
@@ -135,6 +135,7 @@ def link_framing(fabric: "Fabric", int_max_hops: int = 0) -> Framing:
     """The frames of a fabric's link layer (``wire.Framing``); with
     ``int_max_hops`` records of INT in every data frame and ACK (HPCC)."""
     if fabric.link_layer == "infiniband":
+        # here, not at the top: ib.headers defines Scapy layers, which the runner never imports
         from emulator.ib.headers import IB_FRAMING
         return IB_FRAMING
     if int_max_hops:

@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Iterator
 
+from emulator import __version__
 from emulator.atomic import atomic_write_text, is_temp_name
 from emulator.errors import OutputError, WriteFailed
 from emulator.rundir import RunDir
@@ -414,7 +415,6 @@ class OutputDir:
             pass
 
     def _write_marker(self, state: str, entries: list[str] | None = None) -> None:
-        from emulator import __version__
         atomic_write_text(self.path / MARKER, json.dumps({
             "tool": "fabric-emu", "version": __version__, "what": self.what, "state": state,
             "pid": os.getpid(), "pid_start": process_start(os.getpid()),

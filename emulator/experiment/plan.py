@@ -20,6 +20,7 @@ from emulator.experiment.resolved import WALL_S_AT_DILATION, Experiment
 from emulator.experiment.traffic_gen import generated_summary
 from emulator.schema.load import read_yaml
 from emulator.topo import fabric_from_dict, render_fabric
+from emulator.errors import ConfigError
 
 _EXPERIMENT_KEYS = ("topology", "traffic", "workload")
 
@@ -34,7 +35,6 @@ def describe_file(path: str | Path, sets: Iterable[str] = (), target: str | None
     data = read_yaml(path, "experiment or topology file")
     if not is_experiment(data):
         if list(sets):
-            from emulator.errors import ConfigError
             raise ConfigError("--set", "", "applies to experiment files, not to a topology")
         fabric = fabric_from_dict(data, source=str(path))
         return f"{path}: valid topology\n" + render_fabric(fabric, width=width)
@@ -96,6 +96,7 @@ def describe_experiment(exp: Experiment) -> list[str]:
         lines.append(f"  sweep: {spec.sweep.parameter} over {len(exp.sweep_points)} values, a run each "
                      "(every one checked)")
     if spec.cluster is not None:
+        # here, not at the top: only an experiment with a cluster: section loads the cluster layer
         from emulator.net.cluster import place
         placed = place(spec.cluster, exp.fabric)
         for srv in spec.cluster.servers:

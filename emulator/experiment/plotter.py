@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Mapping
 
 from emulator.net.idle_cpu import enter_idle, leave_idle, remove_idle_cgroup
-from emulator.net.lifeline import child_env
+from emulator.lifeline import child_env, die_with_runner, set_pdeathsig
 
 PIPE_DEFAULT_BYTES = 65536
 EXIT_WAIT_S = 2.0         # after its answer, for its exit (then close() kills it)
@@ -161,7 +161,6 @@ def _draw(results_dir: str, summary, fabric, names) -> dict[str, str]:
 
 
 def main() -> int:
-    from emulator.net.lifeline import die_with_runner, set_pdeathsig
     # started by a test, not a runner: SIGKILL with the parent all the same (a
     # paused plotter would never see its stdin close)
     die_with_runner(unsupervised_signal=signal.SIGKILL)

@@ -26,6 +26,9 @@ from emulator.errors import ConfigError, EnvironmentProblem, RunAborted, WriteFa
 from emulator.net import environment
 from emulator.net.fabric import FabricNet
 from emulator.rundir import RawDir, RunDir
+from emulator.net.runlock import RunLock
+from emulator.vtime.coordinator import IB_MIN_WIRE_BYTES, Coordinator, lookahead_ns, peer_map
+from emulator.vtime.member import VIRTUAL_UNIX_EPOCH_NS
 
 PROGRESS_INTERVAL_S = 1.0     # a progress line
 DONE_POLL_S = 0.05            # how soon the end of the traffic is seen
@@ -57,6 +60,7 @@ def resolve_target(target: str) -> str:
     where it is not is an error naming what is missing."""
     if target == "embedded":
         return target
+    # here, not at the top: the BMv2 target's parts (Thrift CLI, p4c) only where it is asked for
     from emulator.net.bmv2 import bmv2_unavailable_reason
     reason = bmv2_unavailable_reason()
     if target == "auto":
@@ -88,7 +92,6 @@ def run_experiment(exp: Experiment, out_dir: str | Path, console: Console | None
     leaves raw logs of gigabytes that would take minutes to convert).
     ``out_dir`` is new or an earlier run's (``outdir``); ``force``: one
     holding others' files too (kept)."""
-    from emulator.net.runlock import RunLock
     environment.check_environment()   # before anything is written or built
     target = resolve_target(exp.spec.target)
     with contextlib.ExitStack() as stack:
@@ -168,7 +171,6 @@ def virtual_time_coordinator(exp: Experiment):
     from emulator.experiment.time_mode import VIRTUAL, run_time_mode
     if run_time_mode(exp) != VIRTUAL:
         return None
-    from emulator.vtime.coordinator import IB_MIN_WIRE_BYTES, Coordinator, lookahead_ns, peer_map
     # InfiniBand's flow-control packets wait for no serializer: its shortest
     # time on a link is theirs
     links = exp.fabric.links
@@ -241,7 +243,6 @@ def _traffic(fnet: FabricNet, exp: Experiment, run_dir: Path, console: Console,
             # Raw logs stamp the monotonic clock; results count fabric time from here.
             t0_ns = monotonic_t0_from_unix(start_at_unix_ns)
         else:                   # fabric time 0 on every virtual clock, then the windows
-            from emulator.vtime.member import VIRTUAL_UNIX_EPOCH_NS
             start_at_unix_ns = start_together(agents, servers, start_at_unix_ns=VIRTUAL_UNIX_EPOCH_NS)
             t0_ns = 0
             vt.start(expected_members=fnet.switch_processes() + len(agents.processes())

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING
 from emulator.experiment.flow_sizes import DISTRIBUTIONS
 from emulator.schema.limits import MAX_MESSAGE_BYTES
 from emulator.schema.load import FieldError
+from emulator.schema.experiment import PoissonTrafficSpec
 
 if TYPE_CHECKING:  # pragma: no cover
     from emulator.experiment.resolved import Experiment
@@ -136,7 +137,6 @@ def generated_summary(exp: "Experiment") -> list[dict]:
     offer -- their bytes over the entry's hosts' link capacity in the window
     (``offered_load``; per source host: ``offered_load_min``/``_max``), which
     the Poisson draw makes close to ``load``, not equal."""
-    from emulator.schema.experiment import PoissonTrafficSpec
     out = []
     for i, t in enumerate(exp.spec.traffic or ()):
         if not isinstance(t, PoissonTrafficSpec):

@@ -29,6 +29,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from emulator.topo.graph import Fabric
+from emulator.p4.p4info import IB_P4INFO, P4Info
 
 TIER = {"host": 0, "leaf": 1, "spine": 2, "superspine": 3}
 MAX_UNICAST_LID = 0xBFFF          # 0x0001-0xBFFF unicast; 0xC000- multicast; 0xFFFF permissive
@@ -154,7 +155,6 @@ def lft_entries(subnet: Subnet, switch: str, p4info=None) -> list:
     (``p4src/ib.p4``): DLID -> forward(port), its own LID excepted (port 0
     is the switch's management port, not a P4 port: the controller, not the
     pipeline, answers what is sent to it)."""
-    from emulator.p4.p4info import IB_P4INFO, P4Info
     info = P4Info.coerce(p4info if p4info is not None else IB_P4INFO)
     own = subnet.lid[switch]
     return [info.table_entry("lft", {"dlid": dlid}, ("forward", {"port": port}))

@@ -59,6 +59,7 @@ from emulator.p4.p4info import IB_P4INFO, P4Info
 from emulator.rundir import RawDir
 from emulator.schema.switch import PortConfig, SwitchConfig
 from emulator.wire import ETH_HDR_BYTES, ETH_P_IB_DATA, ETH_P_IB_LINK
+from emulator.vtime.member import process_clock
 
 IDLE_WAKE_NS = 50_000_000
 
@@ -376,7 +377,6 @@ class IbSwitch:
 
 
 def _build(cfg: SwitchConfig) -> tuple[IbSwitch, P4Info, str]:
-    from emulator.vtime.member import process_clock
     p4info = P4Info.load(cfg.p4info_path or IB_P4INFO)
     switch = IbSwitch(cfg, p4info, process_clock(cfg.vtime_socket, cfg.name))
     return switch, p4info, f"{cfg.name}: ready (InfiniBand, {len(switch.vls)} VL)"

@@ -30,9 +30,10 @@ from mininet.node import Switch
 
 from emulator.errors import EnvironmentProblem, FabricEmuError
 from emulator.wire import WIRE_OVERHEAD_BYTES
-from emulator.net.lifeline import set_pdeathsig
+from emulator.lifeline import set_pdeathsig
 from emulator.net.nodes import READY_TIMEOUT_S, StartedSideBySide, stop_process, wait_for_tcp
 from emulator.rundir import RawDir
+from emulator.p4.build import compile_unavailable_reason
 
 SWITCH_BINARY = "simple_switch_grpc"
 CLI_BINARY = "simple_switch_CLI"
@@ -53,7 +54,6 @@ def bmv2_unavailable_reason() -> str | None:
         return f"{CLI_BINARY} is not installed next to {SWITCH_BINARY} (BMv2's Thrift CLI sets queue rates)"
     if _cli_env().get("_missing"):
         return _cli_env()["_missing"]
-    from emulator.p4.build import compile_unavailable_reason
     return compile_unavailable_reason()
 
 

@@ -19,7 +19,7 @@ import time
 # Command lines of the processes a run starts.
 OWN_PROCESS_PATTERNS = (
     re.compile(r"-m emulator\.dataplane\b"),          # one switch, or several (.pack)
-    re.compile(r"-m emulator\.ib\.switch\b"),         # InfiniBand switches (emulator/ib/switch.py)
+    re.compile(r"-m emulator\.ib\.(switch|pack)\b"),   # InfiniBand switches (emulator/ib/switch.py, pack.py)
     re.compile(r"-m emulator\.agents\.(host|pack)\b"),   # one NIC, or several (agents/pack.py)
     re.compile(r"-m emulator\.collectives\.(agent|storage)\b"),   # server agents
     re.compile(r"-m emulator\.experiment\.plotter\b"),   # the run's plots (experiment/plotter.py)

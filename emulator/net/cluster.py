@@ -45,7 +45,7 @@ from functools import cached_property
 from pathlib import Path
 
 from emulator.errors import EnvironmentProblem, FabricEmuError
-from emulator.net.lifeline import RUNNER_PID_ENV, set_pdeathsig
+from emulator.lifeline import RUNNER_PID_ENV, set_pdeathsig
 from emulator.rundir import RawDir
 from emulator.schema.cluster import LOCAL, ClusterServerSpec, ClusterSpec
 from emulator.schema.load import FieldError

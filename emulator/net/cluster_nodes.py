@@ -7,7 +7,7 @@ import subprocess
 from typing import TYPE_CHECKING
 
 from emulator.errors import FabricEmuError
-from emulator.net.lifeline import set_pdeathsig
+from emulator.lifeline import set_pdeathsig
 from emulator.schema.cluster import LOCAL
 
 if TYPE_CHECKING:  # pragma: no cover

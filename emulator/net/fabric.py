@@ -20,13 +20,16 @@ import subprocess
 import threading
 from pathlib import Path
 
+from emulator.control.controller import FabricController, program_p4info
 from emulator.errors import EnvironmentProblem, FabricEmuError, RunAborted
+from emulator.lifeline import child_env
 from emulator.net import environment
 from emulator.net.environment import check_environment, check_interfaces_free, environment_problem
 from emulator.net.fabric_health import FabricHealth, exit_phrase
 from emulator.net.fabric_nodes import FabricNodes
 from emulator.net.mininet_topo import dilated_link, fabric_topo, ib_link_config
 from emulator.net.wake_latency import WakeLatencyRequest
+from emulator.schema.qos import mtu_frame_bytes
 from emulator.topo import Fabric
 
 __all__ = ["REACTION_WALL_NS", "TARGETS", "FabricNet", "check_environment", "dilated_link",
@@ -134,10 +137,10 @@ class FabricNet(FabricNodes, FabricHealth):
     def _build(self) -> None:
         from mininet.net import Mininet
 
-        from emulator.control.controller import FabricController, program_p4info
         from emulator.net.nodes import free_tcp_ports
         device_config = b""
         if self.target == "bmv2":
+            # here, not at the top: the BMv2 target's parts only where it is asked for
             from emulator.net.bmv2 import bmv2_unavailable_reason
             from emulator.p4.build import bmv2_json
             reason = bmv2_unavailable_reason()
@@ -146,11 +149,9 @@ class FabricNet(FabricNodes, FabricHealth):
             device_config = bmv2_json().read_bytes()
         self._trap_signals()
         from emulator.net.forkserver import for_run
-        from emulator.net.lifeline import child_env
         # Its imports run while Mininet builds the namespaces and links (the
         # CLI started it even earlier: forkserver.prestart).
         self.forkserver = for_run(self.run_dir, child_env())
-        from emulator.control.qos import mtu_frame_bytes
         # gRPC and Thrift port of every switch, all distinct.
         free = iter(free_tcp_ports(2 * len(self.fabric.switches())))
         ports = {sw.name: (next(free), next(free)) for sw in self.fabric.switches()}

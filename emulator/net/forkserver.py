@@ -41,15 +41,16 @@ import traceback
 from pathlib import Path
 from typing import BinaryIO
 
+from emulator import netns
+from emulator.lifeline import child_env, die_with_runner, set_pdeathsig
 from emulator.rundir import RawDir
-
-from . import netns
 
 # module run as ``python -m`` -> the module whose ``main(argv) -> int`` it calls
 ENTRY_POINTS = {
     "emulator.dataplane": "emulator.dataplane.switch",
     "emulator.dataplane.pack": "emulator.dataplane.pack",
     "emulator.ib.switch": "emulator.ib.switch",
+    "emulator.ib.pack": "emulator.ib.pack",
     "emulator.agents.host": "emulator.agents.host",
     "emulator.agents.pack": "emulator.agents.pack",
     "emulator.collectives.agent": "emulator.collectives.agent",
@@ -237,7 +238,6 @@ def prestart() -> None:
     never taken is discarded at exit."""
     global _prestarted
     if _prestarted is None:
-        from emulator.net.lifeline import child_env
         _prestarted = ForkServer(None, child_env())
         atexit.register(_discard_prestarted)
 
@@ -298,7 +298,6 @@ def _child(req: dict, fds: list[int], server_fds: list[int], server_pid: int,
         stdin_fd, log_fd, report_fd = fds
         os.close(report_fd)
         os.setsid()
-        from emulator.net.lifeline import set_pdeathsig
         set_pdeathsig(signal.SIGKILL)
         if os.getppid() != server_pid:       # the server died before prctl took effect
             os._exit(1)
@@ -358,7 +357,6 @@ def _adopt(msg: bytes, fds: list[int]) -> None:
 
 
 def serve(ctl: socket.socket, entry_points: dict[str, str]) -> None:
-    from emulator.net.lifeline import die_with_runner
     die_with_runner()
     for module in sorted(set(entry_points.values())):
         importlib.import_module(module)

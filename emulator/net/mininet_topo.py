@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from emulator.topo import Fabric
+from emulator.schema.switch import IbLinkConfig
 
 
 def dilated_link(fabric: Fabric, node: str, port_no: int, dilation: float) -> tuple[int, int]:
@@ -23,7 +24,6 @@ def dilated_link(fabric: Fabric, node: str, port_no: int, dilation: float) -> tu
 def ib_link_config(dilation: float) -> dict:
     """An InfiniBand switch's link layer (``IbLinkConfig``): the schema's
     buffers and update thresholds, its update period dilated (wall ns)."""
-    from emulator.schema.switch import IbLinkConfig
     cfg = IbLinkConfig()
     return {**cfg.model_dump(), "update_period_ns": int(cfg.update_period_ns * dilation)}
 

@@ -144,7 +144,9 @@ class EmbeddedP4Switch(StartedSideBySide, Switch):
                                       for sw in members],
                              vtime_socket=members[0].options.get("vtime_socket")).write(config)
             log = raw.process_log(name)
-            proc = members[0].forkserver.spawn("emulator.dataplane.pack", [str(config)], log)
+            module = ("emulator.ib.pack" if any(sw.options.get("ib") for sw in members)
+                      else "emulator.dataplane.pack")
+            proc = members[0].forkserver.spawn(module, [str(config)], log)
             for sw in members:
                 sw.proc, sw.log_path = proc, log
         return super().batchStartup(switches)

@@ -23,7 +23,7 @@ import signal
 import subprocess
 import sys
 
-from emulator.net.lifeline import RUNNER_PID_ENV
+from emulator.lifeline import RUNNER_PID_ENV
 
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1)
 

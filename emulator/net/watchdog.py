@@ -1,7 +1,7 @@
 """The watchdog of one fabric: removes it when its runner dies without tearing it down.
 
 Switches and agents die with the runner by themselves
-(``emulator.net.lifeline``) and Mininet's host namespaces with their
+(``emulator.lifeline``) and Mininet's host namespaces with their
 processes, but the switch-to-switch veths live in the root namespace and
 outlive everything. So ``FabricNet`` starts ``python -m emulator.net.watchdog``
 before it builds anything, in its own session (out of reach of the

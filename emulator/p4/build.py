@@ -20,7 +20,7 @@ from google.protobuf import text_format
 from p4.config.v1 import p4info_pb2
 
 from emulator.errors import EnvironmentProblem
-from emulator.p4.p4info import DEFAULT_P4INFO, REPO_ROOT, P4Info
+from emulator.p4.p4info import DEFAULT_P4INFO, PFC_SESSION_BASE, REPO_ROOT, P4Info
 
 P4_SOURCE = REPO_ROOT / "p4src" / "fabric.p4"
 BUILD_DIR = REPO_ROOT / "build"
@@ -44,8 +44,7 @@ def contract_differences(generated: p4info_pb2.P4Info, source: Path = P4_SOURCE,
     kinds), actions and params, table sizes, action profiles, counters and
     packet-I/O metadata (``P4Info.differences``), plus the clone sessions the
     controller installs for PFC, which P4Info does not describe: the program's
-    ``PFC_SESSION_BASE`` must be ``control.qos``'s."""
-    from emulator.control.qos import PFC_SESSION_BASE
+    ``PFC_SESSION_BASE`` must be ``p4info``'s, which the controller installs."""
     committed = P4Info.load(contract)
     diffs = committed.differences(generated)
     if not any(t.preamble.alias == "pfc_config" for t in committed.proto.tables):

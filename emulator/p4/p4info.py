@@ -30,6 +30,9 @@ if TYPE_CHECKING:
 REPO_ROOT = Path(__file__).parents[2]
 DEFAULT_P4INFO = REPO_ROOT / "p4src" / "fabric.p4info.txtpb"
 IB_P4INFO = REPO_ROOT / "p4src" / "ib.p4info.txtpb"        # p4src/ib.p4's (InfiniBand)
+# Clone session of port p for the pause frames fabric.p4 makes on BMv2:
+# PFC_SESSION_BASE + p (p4src/fabric.p4 #defines it; p4.build checks they agree).
+PFC_SESSION_BASE = 512
 
 
 class P4Info:

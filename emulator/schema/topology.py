@@ -109,7 +109,7 @@ from pydantic import AfterValidator, Field, model_validator
 
 from emulator.schema.limits import DelayUs, RateGbps, name_problem
 from emulator.schema.load import FieldError, StrictSpec
-from emulator.topo.graph import DEFAULT_HOST_PREFIX, DEFAULT_STORAGE_PREFIX, Role
+from emulator.schema.vocabulary import DEFAULT_HOST_PREFIX, DEFAULT_STORAGE_PREFIX, Role
 
 # Hosts a plane can address: 254 leaves (a spine's ports), 253 hosts on each
 # leaf's /24. Counts are bounded by it before the fabric is expanded.

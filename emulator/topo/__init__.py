@@ -18,7 +18,7 @@ The file format is ``emulator.schema.topology`` (and the server form -- multi-NI
 GPU servers, rails, storage planes -- ``emulator.topo.servers``).
 
 The names below are loaded on first use, so that importing one module of
-the package (the schema imports ``emulator.topo.graph``) does not import
+the package (``emulator.ib.sm`` imports ``emulator.topo.graph``) does not import
 the builder above it.
 """
 from __future__ import annotations

@@ -2,7 +2,7 @@
 pipeline's size limits a fabric must fit.
 
 This is the bottom of the topology layer: it imports nothing of the package
-but ``emulator.wire``, so the file schema (``emulator.schema.topology``),
+but ``emulator.wire`` and ``emulator.schema.vocabulary``, so the file schema (``emulator.schema.topology``),
 the address plan, the routes and the builder can all stand on it.
 
 The model is immutable; every unit is in the name. Planes: every node has
@@ -24,17 +24,15 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Callable, Literal, Optional, Union, get_args
 
+from emulator.schema.vocabulary import DEFAULT_HOST_PREFIX, DEFAULT_STORAGE_PREFIX, Role  # noqa: F401
 from emulator.wire import CPU_PORT, MAX_SWITCH_PORTS  # noqa: F401  (re-exported limits)
 
-Role = Literal["superspine", "spine", "leaf", "host"]
 ROLES: tuple[str, ...] = get_args(Role)
 ServerRole = Literal["compute", "storage"]
 
 # Planes: independently routed switch graphs with their own address prefix.
 COMPUTE_PLANE = "compute"        # every fabric has it; the only plane of the plain forms
 STORAGE_PLANE = "storage"        # the optional separate storage network
-DEFAULT_HOST_PREFIX = "10.0.0.0/16"       # the compute plane's
-DEFAULT_STORAGE_PREFIX = "10.1.0.0/16"
 
 HOST_PORT_NO = 0                 # a host's only port: <host>-eth0
 FIRST_SWITCH_PORT = 1            # switch ports: <sw>-eth1.. = P4 ports 1..

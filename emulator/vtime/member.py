@@ -22,6 +22,7 @@ import select
 import socket
 import time
 from typing import Callable, Sequence
+from emulator.clock import MONOTONIC
 
 from . import protocol
 from .protocol import NEVER
@@ -323,7 +324,6 @@ def process_clock(vtime_socket: str | None, name: str, agent: bool = False, defa
     if vtime_socket:
         return VirtualClock(vtime_socket, name, agent)
     if default is None:
-        from emulator.clock import MONOTONIC
         return MONOTONIC
     return default
 

@@ -13,13 +13,13 @@ import pytest
 
 from tests.conftest import REPO
 
-CHILD = ("import time; from emulator.net.lifeline import die_with_runner; die_with_runner(); "
+CHILD = ("import time; from emulator.lifeline import die_with_runner; die_with_runner(); "
          "print('alive', flush=True); time.sleep(120)")
 # The runner: starts the child (directly, or through a shell that stays its
 # parent), reports the child's pid, then sleeps until killed.
 RUNNER = """
 import subprocess, sys, time
-from emulator.net.lifeline import child_env
+from emulator.lifeline import child_env
 cmd = [sys.executable, "-c", sys.argv[1]]
 if sys.argv[2] == "shell":
     cmd = ["sh", "-c", '"$0" -c "$1"; true', *cmd[:1], sys.argv[1]]
