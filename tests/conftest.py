@@ -84,8 +84,9 @@ def run_incast_pfc_virtual(out: Path) -> dict:
 @pytest.fixture(scope="session")
 def incast_pfc_virtual(tmp_path_factory) -> tuple[dict, Path]:
     """One run of ``run_incast_pfc_virtual`` for the session: test_lossless's
-    embedded incast under PFC and test_virtual_time's exact run were the
-    same run twice (virtual time: bit for bit), each asserting its part."""
+    embedded incast under PFC and its pause frames in the pcaps, and
+    test_virtual_time's exact run, were the same run three times (virtual
+    time: bit for bit), each asserting its part."""
     out = tmp_path_factory.mktemp("incast-pfc-virtual") / "out"
     return run_incast_pfc_virtual(out), out
 
