@@ -71,6 +71,26 @@ def run_shipped(exp, out, **kw) -> dict:
     return summary
 
 
+def run_incast_pfc_virtual(out: Path) -> dict:
+    """experiments/incast-pfc.yaml in virtual time, with pcaps."""
+    from emulator.experiment.dilation import run_with_dilation
+    from emulator.experiment.model import experiment_from_dict, read_experiment_data
+    path = REPO / "experiments" / "incast-pfc.yaml"
+    data = read_experiment_data(path)
+    data["time"] = "virtual"
+    return run_with_dilation(experiment_from_dict(data, path), out, pcap=True)
+
+
+@pytest.fixture(scope="session")
+def incast_pfc_virtual(tmp_path_factory) -> tuple[dict, Path]:
+    """One run of ``run_incast_pfc_virtual`` for the session: test_lossless's
+    embedded incast under PFC and its pause frames in the pcaps, and
+    test_virtual_time's exact run, were the same run three times (virtual
+    time: bit for bit), each asserting its part."""
+    out = tmp_path_factory.mktemp("incast-pfc-virtual") / "out"
+    return run_incast_pfc_virtual(out), out
+
+
 def run_cli(*args, timeout=300, **kw) -> subprocess.CompletedProcess:
     return subprocess.run([*FABRIC_EMU, *map(str, args)], cwd=REPO, capture_output=True,
                           text=True, timeout=timeout, **kw)

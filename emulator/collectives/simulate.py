@@ -8,6 +8,7 @@ deadlock or a wrong result.
 """
 from __future__ import annotations
 
+import bisect
 import random
 from collections import deque
 
@@ -25,16 +26,22 @@ def run(schedules: dict[int, RankSchedule], inputs: dict[int, np.ndarray], slots
     for r, x in inputs.items():       # input_at: (buffer, first element) of an in-place rank
         buf, first = (input_at or {}).get(r, ("in", 0))
         bufs[r][buf][first:first + x.size] = x
-    done = {r: [False] * len(s.ops) for r, s in schedules.items()}
+    # what may run, wire permitting: per rank the ops not done whose deps
+    # are, in op order (the order the random choice draws from)
+    waiting = {r: [len(op.deps) for op in s.ops] for r, s in schedules.items()}
+    dependents = {r: [[] for _ in s.ops] for r, s in schedules.items()}
+    for r, s in schedules.items():
+        for i, op in enumerate(s.ops):
+            for j in op.deps:
+                dependents[r][j].append(i)
+    free = {r: [i for i, n in enumerate(w) if n == 0] for r, w in waiting.items()}
     wire: dict[tuple[int, int], deque] = {}
     left = sum(len(s.ops) for s in schedules.values())
     while left:
         ready = []
         for r, s in schedules.items():
-            d = done[r]
-            for i, op in enumerate(s.ops):
-                if d[i] or not all(d[j] for j in op.deps):
-                    continue
+            for i in free[r]:
+                op = s.ops[i]
                 if op.kind == SEND and len(wire.get((r, op.peer), ())) >= slots:
                     continue
                 if op.kind == RECV and not wire.get((op.peer, r)):
@@ -58,7 +65,11 @@ def run(schedules: dict[int, RankSchedule], inputs: dict[int, np.ndarray], slots
         elif op.kind == COPY:
             sa = op.src_off // ELEM_BYTES
             bufs[r][op.buf][a:b] = bufs[r][op.src_buf][sa:sa + b - a]
-        done[r][i] = True
+        free[r].remove(i)
+        for k in dependents[r][i]:
+            waiting[r][k] -= 1
+            if waiting[r][k] == 0:
+                bisect.insort(free[r], k)
         left -= 1
     if any(wire.values()):
         raise RuntimeError("messages left unreceived")

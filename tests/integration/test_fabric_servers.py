@@ -30,11 +30,12 @@ def test_rail_2x4_same_rail_and_cross_rail_pings(tmp_path):
 
         src = plan.host_ip("s1n0")
         # Same rail: NIC 0 to NIC 0 crosses rail leaf1 only (TTL 64 - 1), no spine.
-        out = server1.cmd(f"ping -c2 -W3 -I {src} {plan.host_ip('s2n0')}")
+        # (-i 0.2: the second echo 0.2 s after the first, not 1 s; -W as before)
+        out = server1.cmd(f"ping -c2 -i 0.2 -W3 -I {src} {plan.host_ip('s2n0')}")
         assert "ttl=63" in out, out
         assert _spine_rx_packets(fnet) == 0
         # Cross rail: from NIC 0's address to NIC 3 goes leaf1 -> spine -> leaf4.
-        out = server1.cmd(f"ping -c2 -W3 -I {src} {plan.host_ip('s2n3')}")
+        out = server1.cmd(f"ping -c2 -i 0.2 -W3 -I {src} {plan.host_ip('s2n3')}")
         assert "ttl=61" in out, out
         assert _spine_rx_packets(fnet) >= 4          # 2 requests + 2 replies through spines
         # Without a source address the kernel picks the rail's own NIC: one hop.
@@ -51,10 +52,10 @@ def test_storage_plane_is_separate_for_real(tmp_path):
     with FabricNet(fabric, tmp_path, dilation=1000, program=True) as fnet:
         server1 = fnet.host("server1")
         # The storage NIC reaches storage1 through the storage leaf.
-        out = server1.cmd(f"ping -c2 -W3 -I {plan.host_ip('s1st')} {storage_ip}")
+        out = server1.cmd(f"ping -c2 -i 0.2 -W3 -I {plan.host_ip('s1st')} {storage_ip}")
         assert "ttl=63" in out, out
         # A GPU NIC has no route to the storage plane: its leaf drops the packets.
-        out = server1.cmd(f"ping -c2 -W2 -I {plan.host_ip('s1n0')} {storage_ip}")
+        out = server1.cmd(f"ping -c2 -i 0.2 -W2 -I {plan.host_ip('s1n0')} {storage_ip}")
         assert " 0 received" in out, out
         counters = fnet.controller.read_port_counters()
         leaf1_drops = sum(c.get("pipeline_drop_packets", 0)

@@ -52,8 +52,11 @@ def test_an_infiniband_clos_runs_rdma_writes_on_the_subnet_managers_routes(tmp_p
         try:
             agents.launch_all()
             start_together(agents)
+            # as the runner waits (``_wait_with_progress``): until every
+            # agent says it is done (its sends ACKed, its expects placed)
             deadline = time.monotonic() + 60
-            while agents.running() and time.monotonic() < deadline:
+            while agents.running() and agents.progress()[1] < len(agents.procs):
+                assert time.monotonic() < deadline, "the agents never said they were done"
                 time.sleep(0.05)
         finally:
             agents.stop()

@@ -1,7 +1,9 @@
 """Tenants and DPUs for real: experiments with an ``endpoints:`` section run
 through the runner under Mininet (embedded switches, RoCE agents, one
 namespace per server). Tenant blue's two servers have DPUs, tenant red's
-two have plain NICs; every server has one NIC on one leaf."""
+two have plain NICs; every server has one NIC on one leaf. In virtual
+time: the host CPU and DPU models keep fabric time either way, and a
+foreign QP's timeouts cost no wall time there."""
 from __future__ import annotations
 
 import json
@@ -10,6 +12,7 @@ import pytest
 
 from emulator.experiment.model import experiment_from_dict
 from emulator.experiment.runner import run_experiment
+from emulator.experiment.time_mode import VIRTUAL, resolve_time
 from tests.conftest import REPO
 
 pytestmark = [pytest.mark.fabric, pytest.mark.usefixtures("no_leftovers")]
@@ -21,11 +24,13 @@ TOPO = {"name": "tenants-4x1",
 
 
 def _run(tmp_path, traffic, endpoints, **extra) -> dict:
-    data = {"name": "tenancy", "topology": TOPO, "dilation": 10000,
+    data = {"name": "tenancy", "topology": TOPO, "time": "virtual",
             "qos": {"pfc": {"enabled": True}, "ecn": {"enabled": False}},
             "dcqcn": {"enabled": False}, "endpoints": endpoints, "traffic": traffic,
             "limits": {"wall_s": 40}, **extra}
     exp = experiment_from_dict(data, REPO / "experiments" / "tenancy-test.yaml", target="embedded")
+    exp = resolve_time(exp, "embedded")
+    assert exp.time_mode == VIRTUAL
     return run_experiment(exp, tmp_path)
 
 

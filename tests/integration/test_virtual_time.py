@@ -14,10 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from emulator.experiment.dilation import run_with_dilation
 from emulator.experiment.ideal_fct import frame_sizes
 from emulator.experiment.model import experiment_from_dict, read_experiment_data
-from tests.conftest import REPO
+from tests.conftest import REPO, run_incast_pfc_virtual
 from tests.reruns import without_wall
 
 pytestmark = [pytest.mark.fabric, pytest.mark.usefixtures("no_leftovers")]
@@ -27,22 +26,14 @@ COUNTERS = ("FabricIngress.rx_port_counter", "FabricIngress.enq_port_counter",
             "FabricEgress.ecn_mark_counter", "FabricEgress.pfc_tx_counter")
 
 
-def _run(out: Path) -> dict:
-    path = REPO / "experiments" / "incast-pfc.yaml"
-    data = read_experiment_data(path)
-    data["time"] = "virtual"
-    return run_with_dilation(experiment_from_dict(data, path), out, pcap=True)
-
-
 def _files(out: Path) -> dict[str, bytes]:
     names = [p for p in out.rglob("*") if p.suffix in (".csv", ".pcap", ".pcapng")]
     return {str(p.relative_to(out)): p.read_bytes() for p in names}
 
 
 @pytest.fixture(scope="module")
-def first(tmp_path_factory) -> tuple[dict, Path]:
-    out = tmp_path_factory.mktemp("vt") / "first"
-    return _run(out), out
+def first(incast_pfc_virtual) -> tuple[dict, Path]:
+    return incast_pfc_virtual            # test_lossless asserts on it too
 
 
 def test_incast_pfc_in_virtual_time_is_exact(first):
@@ -111,7 +102,7 @@ def test_a_rerun_is_the_same_run_with_a_busy_core_and_a_counter_reader(first, tm
     reader = threading.Thread(target=_monitor, args=(out2 / "run", tstop, reads), daemon=True)
     reader.start()
     try:
-        s2 = _run(out2)
+        s2 = run_incast_pfc_virtual(out2)
     finally:
         stop.set()
         tstop.set()
