@@ -1,7 +1,7 @@
-"""The NIC a config describes (``schema.nic.NicConfig``): a ``RoceNic``, or
-an ``ib.nic.IbNic`` when the config has ``ib`` -- one factory for the host
-agents and the collective and storage agents, which also picks the
-process's clock."""
+"""The NIC a config describes (``schema.nic.NicConfig``): a ``RoceNic`` on
+Ethernet's link layer, or on InfiniBand's (``ib.link.IbLink``) when the
+config has ``ib`` -- one factory for the host agents and the collective and
+storage agents, which also picks the process's clock."""
 from __future__ import annotations
 
 from emulator.clock import MONOTONIC, Clock
@@ -18,5 +18,5 @@ def make_nic(n: NicConfig, clock: Clock | None = None, logs=None) -> RoceNic:
                               default=MONOTONIC)
     if n.ib is None:
         return RoceNic(n, clock=clock, logs=logs)
-    from emulator.ib.nic import IbNic        # (ib/ sits above nic/: imported when asked for)
-    return IbNic(n, clock=clock, logs=logs)
+    from emulator.ib.link import IbLink      # (ib/ sits above nic/: imported when asked for)
+    return RoceNic(n, clock=clock, logs=logs, link=IbLink(n, clock))

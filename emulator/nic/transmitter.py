@@ -94,6 +94,11 @@ class Transmitter:
         """Hold frames until ``gate_tx`` says their CPU work is done (None: no gate)."""
         self.cpu_gate = gate_tx
 
+    def put_link_frame(self, data: bytes, now: int, wire_ns: float) -> None:
+        """A link packet (``data``, built) goes on the wire now, after the
+        frame being serialized, taking ``wire_ns`` and no credit."""
+        self.wire.put(max(now, self.slot_free_ns) + wire_ns, LinkFrame(data))
+
     def _send_committed(self, f, arrival_ns) -> None:
         self.sock.due_ns = arrival_ns
         self._send(f)

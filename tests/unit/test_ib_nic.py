@@ -67,7 +67,7 @@ def test_an_rdma_write_crosses_a_credit_controlled_link_intact():
     # the sender ran out of credit and waited, and nothing was lost or sent again
     a.update_pause_stats()
     assert a.stats.credit_stalls >= 2 and a.stats.credit_stalled_ns > 40_000
-    assert a.stats.tx_retransmits == 0 and b.vl_credits.overruns == 0
+    assert a.stats.tx_retransmits == 0 and b.link.credits.overruns == 0
     assert a.stats.fc_rx > 0 and b.stats.fc_tx > 0
 
 
@@ -92,7 +92,7 @@ def test_send_and_read_run_over_infiniband_as_over_roce():
     assert bytes(recv.data) == message
     assert bytes(local.buf) == bytes(remote.buf)
     assert a.stats.tx_retransmits == 0 and b.stats.tx_retransmits == 0
-    assert a.vl_credits.overruns == 0 and b.vl_credits.overruns == 0
+    assert a.link.credits.overruns == 0 and b.link.credits.overruns == 0
 
 
 class SwitchPort:
@@ -249,5 +249,5 @@ def test_frames_on_another_vl_or_for_another_lid_are_not_taken():
         tpl = IbFrameTemplate(MAC_A, MAC_B, args["slid"], args["dlid"], 0x22, vl=kw.get("vl", 0))
         sa.send(bytes(tpl.build(RC_WRITE_LAST, 0, b"x" * 8)))
     loop.run_for(0.0001)
-    assert b.vl_errors == 1 and b.stats.rx_ignored == 2 and b.stats.rx_packets == 0
+    assert b.link.vl_errors == 1 and b.stats.rx_ignored == 2 and b.stats.rx_packets == 0
     assert ETH_P_IB_DATA == 0x88B5
