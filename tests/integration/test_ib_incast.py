@@ -21,7 +21,6 @@ from tests.nics import ib_nic
 from emulator.agents.payload import pattern_bytes
 from emulator.nic.nic import WcStatus
 from emulator.clock import MONOTONIC
-from emulator.ib.nic import IbNic
 from emulator.p4.p4info import IB_P4INFO, P4Info
 from tests.nic_sim import NicLoop
 from tests.switch_rig import SwitchRig, requires_netns

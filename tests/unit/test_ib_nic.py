@@ -1,7 +1,8 @@
-"""The InfiniBand NIC (``emulator/ib/nic.py``) on a ``ManualClock``: two
-NICs back to back over a socketpair (an HCA-to-HCA link: each one's flow
-control is the other's credit), and one NIC facing a test that plays its
-switch port and hands out credit by hand."""
+"""The InfiniBand NIC (a ``RoceNic`` given ``emulator/ib/link.py``'s
+``IbLink``) on a ``ManualClock``: two NICs back to back over a socketpair
+(an HCA-to-HCA link: each one's flow control is the other's credit), and
+one NIC facing a test that plays its switch port and hands out credit by
+hand."""
 from __future__ import annotations
 
 import socket
@@ -9,12 +10,13 @@ import socket
 import pytest
 
 from tests.nics import ib_nic
+from emulator.nic.host_cpu import CpuServers
 from emulator.nic.nic import WcOpcode, WcStatus
 from emulator.nic.roce import RC_WRITE_FIRST, RC_WRITE_LAST, RC_WRITE_MIDDLE
 from emulator.ib.credits import blocks
 from emulator.ib.frames import IbFrameTemplate, fc_frame, parse_fc, parse_ib, verify_icrc
 from emulator.ib.headers import IB_FRAMING, check_crcs, fc_wire_ns
-from emulator.ib.nic import IbNic
+from emulator.ib.link import IbLink
 from emulator.wire import ETH_HDR_BYTES, ETH_P_IB_DATA
 from tests.nic_sim import NicLoop, manual_clock
 
@@ -251,3 +253,22 @@ def test_frames_on_another_vl_or_for_another_lid_are_not_taken():
     loop.run_for(0.0001)
     assert b.link.vl_errors == 1 and b.stats.rx_ignored == 2 and b.stats.rx_packets == 0
     assert ETH_P_IB_DATA == 0x88B5
+
+
+def test_the_infiniband_link_runs_no_host_parts_and_pauses_nothing():
+    clock = manual_clock()
+    sa, sb = socket_pair()
+    a = nic(sa, MAC_A, IP_A, LID_A, MAC_B, clock)
+    assert isinstance(a.link, IbLink) and a.framing == IB_FRAMING and not a.honor_pfc
+    with pytest.raises(ValueError, match="host-CPU"):
+        a.set_packet_cpu(CpuServers(clock=clock))
+    with pytest.raises(ValueError, match="tenant partitions"):
+        a.set_partition(5)
+    a.set_packet_cpu(None)
+    a.set_partition(None)
+    assert a.cpu_gate is None and a.tenant_filter is None and a.pkey == 0xFFFF
+    assert not any(a.paused(p) for p in range(8)) and a.update_pause_stats() == 0
+    with pytest.raises(ValueError, match="ib part"):
+        IbLink(a.config.model_copy(update={"ib": None}), clock)
+    a.close()
+    sb.close()
