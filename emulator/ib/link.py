@@ -62,6 +62,7 @@ class IbLink(LinkLayer):
     ``dscp``/``ecn``/``priority`` and PFC keys have no meaning here."""
 
     framing = IB_FRAMING
+    upkeep = True
 
     def __init__(self, config, clock):
         super().__init__()

@@ -37,11 +37,13 @@ _INT_MIN_FRAME = int_md.INT_OFFSET + int_md.INT_SHIM_BYTES
 
 class LinkLayer:
     """The interface (see the module docstring). ``host_parts``: the host-CPU
-    model and tenant partitions run over this link."""
+    model and tenant partitions run over this link; ``upkeep``: it has
+    periodic upkeep (else the NIC's loop never asks ``timers``/``upkeep_ns``)."""
 
     framing: Framing
     honor_pfc = False
     host_parts = False
+    upkeep = False
     credit = None
 
     def __init__(self):

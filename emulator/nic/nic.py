@@ -79,6 +79,7 @@ class RoceNic(NicLink, NicReceive):
             raise ValueError("a NIC needs an interface (ifname) or a socket")
         self.config = config
         self.link = link = EthernetLink(config) if link is None else link
+        self._link_upkeep = link.upkeep
         self.wall = w = nic_wall(config)
         self.clock = clock
         self.dilation = config.dilation
@@ -327,7 +328,8 @@ class RoceNic(NicLink, NicReceive):
 
     # -- event loop ----------------------------------------------------------
     def _timers(self, now: int) -> None:
-        self.link.timers(now)
+        if self._link_upkeep:
+            self.link.timers(now)
         gate = self.cpu_gate
         if gate is not None and gate.rxq:    # received packets whose CPU work is done
             self._cpu_rx_release(now)
@@ -345,7 +347,7 @@ class RoceNic(NicLink, NicReceive):
         """Clock time by which ``run_once`` must run again (timers, paced
         frames, frames on the wire, pause expiry, the link's upkeep), at
         most ``limit``."""
-        return self.next_work_ns(now, self.link.upkeep_ns(limit))
+        return self.next_work_ns(now, self.link.upkeep_ns(limit) if self._link_upkeep else limit)
 
     def next_work_ns(self, now: int, limit: int) -> int:
         """``next_wake_ns`` but for the link layer's periodic upkeep (none on
