@@ -10,7 +10,6 @@ import socket
 from tests.nics import ib_nic, roce_nic
 from emulator.nic.nic import RoceNic
 from emulator.clock import MONOTONIC, Clock
-from emulator.ib.nic import IbNic
 
 
 def rail_nic_pairs(G: int, rate_bps: int, clock: Clock = MONOTONIC, ib: bool = False

@@ -1,7 +1,7 @@
-"""The NIC a config describes (``schema.nic.NicConfig``): a ``RoceNic``, or
-an ``ib.nic.IbNic`` when the config has ``ib`` -- one factory for the host
-agents and the collective and storage agents, which also picks the
-process's clock."""
+"""The NIC a config describes (``schema.nic.NicConfig``): a ``RoceNic`` on
+Ethernet's link layer, or on InfiniBand's (``ib.link.IbLink``) when the
+config has ``ib`` -- one factory for the host agents and the collective and
+storage agents, which also picks the process's clock."""
 from __future__ import annotations
 
 from emulator.clock import MONOTONIC, Clock
@@ -19,5 +19,5 @@ def make_nic(n: NicConfig, clock: Clock | None = None, logs=None) -> RoceNic:
     if n.ib is None:
         return RoceNic(n, clock=clock, logs=logs)
     # here, not at the top: only an InfiniBand fabric's agents load the IB link layer
-    from emulator.ib.nic import IbNic
-    return IbNic(n, clock=clock, logs=logs)
+    from emulator.ib.link import IbLink
+    return RoceNic(n, clock=clock, logs=logs, link=IbLink(n, clock))

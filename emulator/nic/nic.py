@@ -33,15 +33,15 @@ from typing import Callable, Sequence
 
 from emulator import int_md
 from emulator.clock import MONOTONIC
-from emulator.wire import CNP_PAD_BYTES, RETH_BYTES, ROCE_FRAMING
+from emulator.wire import RETH_BYTES
 
 from . import roce
 from .host_cpu import CpuGate, CpuServers, TenantFilter
+from .link_layer import EthernetLink, LinkLayer
 from .nic_link import NicLink
 from .nic_rx import NicReceive
 from .nic_stats import NicStats  # noqa: F401  (re-exported)
 from .notification import NotificationPoint
-from .pfc import PfcReceiver
 from .qp import (  # noqa: F401  (re-exported)
     RNR_TIMER_US, Completion, MemoryRegion, QpState, QueuePair, WcOpcode, WcStatus, _RecvWqe,
 )
@@ -62,10 +62,8 @@ class RoceNic(NicLink, NicReceive):
     parts (see the module docstring), demultiplexes received frames to them
     and runs the event loop."""
 
-    FRAMING = ROCE_FRAMING   # the link layer's frame sizes (ib.nic.IbNic: InfiniBand's)
-    PFC = True               # the link layer pauses by PFC (InfiniBand: by credit)
-
-    def __init__(self, config, *, clock=MONOTONIC, sock=None, logs=None):
+    def __init__(self, config, *, clock=MONOTONIC, sock=None, logs=None,
+                 link: LinkLayer | None = None):
         """``config``: a ``schema.nic.NicConfig``. ``clock``: where every part
         gets its time (``emulator.clock``). ``sock``: use this connected
         datagram socket (send, recv_into, fileno; e.g. one end of an AF_UNIX
@@ -73,11 +71,15 @@ class RoceNic(NicLink, NicReceive):
         tests; it carries PFC frames too. ``logs``: an object with ``qp(t_ns,
         qpn, rate_bps, alpha, event)``, ``cnp(t_ns, local_qpn, remote_qpn,
         direction)`` and ``pfc(t_ns, priority, quanta)`` (``agents.run_logs``), or None.
-        Hooks: ``on_ecn_ce`` / ``on_cnp`` (called with (qp, pkt) for every
-        CE-marked request packet to a known QP, every CNP)."""
+        ``link``: the link layer (``link_layer``; None: ``EthernetLink``,
+        ``ib.link.IbLink`` for InfiniBand). Hooks: ``on_ecn_ce`` / ``on_cnp``
+        (called with (qp, pkt) for every CE-marked request packet to a known
+        QP, every CNP)."""
         if config.ifname is None and sock is None:
             raise ValueError("a NIC needs an interface (ifname) or a socket")
         self.config = config
+        self.link = link = EthernetLink(config) if link is None else link
+        self._link_upkeep = link.upkeep
         self.wall = w = nic_wall(config)
         self.clock = clock
         self.dilation = config.dilation
@@ -90,8 +92,9 @@ class RoceNic(NicLink, NicReceive):
         self.tx_delay_ns = w.tx_delay_ns
         self.ack_every_n = config.ack_every_n
         self.int_max_hops = config.int_max_hops
-        self.framing = framing = self.FRAMING if not self.int_max_hops else dataclasses.replace(
-            self.FRAMING, hdr_bytes=self.FRAMING.hdr_bytes + int_md.int_bytes(self.int_max_hops))
+        base = link.framing
+        self.framing = framing = base if not self.int_max_hops else dataclasses.replace(
+            base, hdr_bytes=base.hdr_bytes + int_md.int_bytes(self.int_max_hops))
         max_frame_ns = (framing.frame_bytes(RETH_BYTES, self.mtu_bytes)
                         + framing.wire_overhead_bytes) * 8e9 / self.rate_bps
         self.rto_ns = w.rto_ns
@@ -103,7 +106,7 @@ class RoceNic(NicLink, NicReceive):
         self.verify_icrc = config.verify_icrc
         self.priority, self.cnp_priority = config.priority, config.cnp_priority
         self.cnp_dscp = config.cnp_dscp
-        self.honor_pfc = self.PFC and config.honor_pfc
+        self.honor_pfc = link.honor_pfc
         self.cc_params = w.cc        # the reaction point's: DCQCN's, HPCC's or IB CC's
         self.logs = logs
         self.stats = NicStats()
@@ -122,16 +125,16 @@ class RoceNic(NicLink, NicReceive):
         self._make_transmitter()
 
     def _make_parts(self, config) -> None:
-        """Requester, responder, READs, PFC, notification and reaction points."""
+        """The link layer bound; requester, responder, READs, notification and
+        reaction points."""
         st, logs, mtu, unix_ns = self.stats, self.logs, self.mtu_bytes, self.clock.unix_ns
         self._max_out = max_out = min(config.max_outstanding_pkts, PSN_HALF - 1)
-        self.pfc = PfcReceiver(self.rate_bps, (self.priority, self.cnp_priority),
-                               honor=self.honor_pfc, logs=logs)
+        self.link.attach(self)
         self.requester = Requester(
             link_rate_bps=self.rate_bps, mtu_bytes=mtu, ack_every_n=self.ack_every_n,
             rto_ns=self.rto_ns, retry_cnt=self.retry_cnt, rnr_retry=config.rnr_retry,
             max_outstanding_pkts=max_out, cq=self._cq, stats=st, unix_ns=unix_ns,
-            dilation=self.dilation, hold=self.pfc.hold(self.priority), framing=self.framing)
+            dilation=self.dilation, hold=self.link.hold(self.priority), framing=self.framing)
         self.responder = Responder(
             mrs=self._mrs, mtu_bytes=mtu, min_rnr_timer=config.min_rnr_timer,
             report_remote_writes=config.report_remote_writes, cq=self._cq, stats=st,
@@ -152,10 +155,10 @@ class RoceNic(NicLink, NicReceive):
             ack_every_n=self.ack_every_n, max_lag_ns=self.max_lag_ns,
             tx_delay_ns=self.tx_delay_ns, priority=self.priority,
             cnp_priority=self.cnp_priority, max_outstanding_pkts=self._max_out,
-            pause_until_ns=self.pfc.until_ns, requester=self.requester,
+            pause_until_ns=self.link.pause_until_ns, requester=self.requester,
             read_responder=self.read_responder, cnp_queue=self.notification.out,
-            ack_queue=self.responder.out, stats=self.stats, cnp_template=self._cnp_template,
-            logs=self.logs, framing=self.framing, credit=self._link_credit(),
+            ack_queue=self.responder.out, stats=self.stats, cnp_template=self.link.cnp_template,
+            logs=self.logs, framing=self.framing, credit=self.link.credit,
             int_max_hops=self.int_max_hops,
             on_data_tx=self.reaction.on_tx if self.cc_params.enabled else None,
             commit_wire=self.virtual)
@@ -201,7 +204,7 @@ class RoceNic(NicLink, NicReceive):
         if rate_bps is not None and rate_bps <= 0:
             raise ValueError("a QP's rate_bps must be > 0 (or None: line rate)")
         dst_mac = remote_mac or self.gateway_mac
-        tpl = self._qp_template(dst_mac, remote_ip, udp_sport, remote_qpn)
+        tpl = self.link.qp_template(dst_mac, remote_ip, udp_sport, remote_qpn)
         qp = QueuePair(qpn, remote_ip, remote_qpn, udp_sport, sq_psn, rq_psn, rate_bps,
                        dst_mac, tpl, self.mtu_bytes)
         qp.window_pkts = self.transmitter.max_outstanding_pkts
@@ -209,17 +212,6 @@ class RoceNic(NicLink, NicReceive):
         self.requester.qps.append(qp)
         self.reaction.attach(qp, self.qp_line_rate_bps(qp), self.clock.now_ns())
         return qp
-
-    def _qp_template(self, dst_mac: str, remote_ip: str, udp_sport: int, remote_qpn: int):
-        """The frame template of a new QP's packets."""
-        return FrameTemplate(self.mac, dst_mac, self.ip, remote_ip, udp_sport, remote_qpn,
-                             dscp=self.dscp, ecn=self.ecn, max_payload_bytes=self.mtu_bytes,
-                             pkey=self.pkey)
-
-    def _cnp_template(self, qp: QueuePair) -> FrameTemplate:
-        """The template of the CNPs ``qp`` sends its peer (made at the first):
-        its data template in the CNP class, not ECN-capable."""
-        return qp.tpl.variant(dscp=self.cnp_dscp, ecn=ECN_NOT_ECT, max_payload_bytes=CNP_PAD_BYTES)
 
     def qp_line_rate_bps(self, qp: QueuePair) -> float:
         """The most a QP may send: the link rate, or its cap if lower."""
@@ -306,6 +298,11 @@ class RoceNic(NicLink, NicReceive):
     def set_packet_cpu(self, cpu: CpuServers | None, rx_backlog_pkts: int = 1024) -> None:
         """Charge per-packet work (the QPs' ``cpu_*`` costs) to ``cpu``
         (None: nobody, no per-packet cost)."""
+        if not self.link.host_parts:
+            if cpu is not None:
+                raise ValueError("the host-CPU and DPU models run on RoCE NICs only, "
+                                 "not on InfiniBand")
+            return
         self.cpu_gate = None if cpu is None else CpuGate(cpu, rx_backlog_pkts, self.stats)
         self.transmitter.set_cpu_gate(None if cpu is None else self.cpu_gate.tx)
         self._update_rx_hook()
@@ -315,6 +312,10 @@ class RoceNic(NicLink, NicReceive):
         """Tag our frames with BTH P_Key ``pkey`` and accept only frames of
         its partition (None: default P_Key 0xFFFF, accept all). Inspecting a
         frame costs ``filter_ns`` on ``filter_cpu`` (a host-software filter)."""
+        if not self.link.host_parts:
+            if pkey is not None:
+                raise ValueError("tenant partitions run on RoCE NICs only, not on InfiniBand")
+            return
         self.pkey = 0xFFFF if pkey is None else pkey
         self.tenant_filter = None if pkey is None else \
             TenantFilter(pkey, filter_cpu, filter_ns, self.stats)
@@ -327,6 +328,8 @@ class RoceNic(NicLink, NicReceive):
 
     # -- event loop ----------------------------------------------------------
     def _timers(self, now: int) -> None:
+        if self._link_upkeep:
+            self.link.timers(now)
         gate = self.cpu_gate
         if gate is not None and gate.rxq:    # received packets whose CPU work is done
             self._cpu_rx_release(now)
@@ -342,7 +345,18 @@ class RoceNic(NicLink, NicReceive):
 
     def next_wake_ns(self, now: int, limit: int) -> int:
         """Clock time by which ``run_once`` must run again (timers, paced
-        frames, frames on the wire, pause expiry), at most ``limit``."""
+        frames, frames on the wire, pause expiry, the link's upkeep), at
+        most ``limit``."""
+        return self.next_work_ns(now, self.link.upkeep_ns(limit) if self._link_upkeep else limit)
+
+    def next_work_ns(self, now: int, limit: int) -> int:
+        """``next_wake_ns`` but for the link layer's periodic upkeep (none on
+        Ethernet; InfiniBand's flow-control updates, due every
+        ``update_period_ns`` whether or not anything moves): when the NIC next
+        has work, as a loop's idle-time choice asks (``collectives.engine.drive``).
+        A loop that counted the upkeep as work would never find itself idle;
+        its piece of work delays an update by that piece at most, and freed
+        buffer is advertised as soon as reads free ``update_blocks`` anyway."""
         gate = self.cpu_gate
         wake = self.transmitter.next_wake_ns(
             now, limit, gate.tx_ready_ns if gate is not None else 0.0)
@@ -357,12 +371,6 @@ class RoceNic(NicLink, NicReceive):
             return now
         w = int(wake)          # a paced frame's due time is fractional: never wake before it
         return w if w == wake else w + 1
-
-    def next_work_ns(self, now: int, limit: int) -> int:
-        """``next_wake_ns`` but for the link layer's periodic upkeep (none on
-        Ethernet; InfiniBand's flow-control updates): when the NIC next has
-        work, as a loop's idle-time choice asks (``collectives.engine.drive``)."""
-        return self.next_wake_ns(now, limit)
 
     def run_once(self, timeout_s: float = 0.0, readable: Sequence[int] | None = None) -> None:
         """Wait up to ``timeout_s`` (not at all if something is due now, less

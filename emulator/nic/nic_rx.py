@@ -1,8 +1,8 @@
 """The NIC's receive path (``RoceNic`` is made of this and
-``nic_link.NicLink``): draining the sockets, per-frame checks (PFC frames,
-the INT sink, ICRC, the host-CPU hook), and dispatch of a RoCE packet to the
-part that owns it (requester, responder, READ, notification and reaction
-points)."""
+``nic_link.NicLink``): draining the sockets into the link layer's
+``rx_frame`` (``link_layer``: link frames, framing checks), the host-CPU
+hook, and dispatch of a RoCE packet to the part that owns it (requester,
+responder, READ, notification and reaction points)."""
 from __future__ import annotations
 
 import fcntl
@@ -16,14 +16,12 @@ from .qp import QueuePair
 from .read import READ_OPS
 from .responder import REQUEST_OPS
 from .roce import AETH_ACK, AETH_TYPE_MASK, CNP_OPCODE, ECN_CE, RC_ACK, RC_READ_REQUEST, \
-    parse_roce, verify_icrc
+    parse_roce
 
 SIOCGSTAMPNS = 0x8907                 # linux/sockios.h: last frame's receive stamp
 _STAMP = struct.Struct("qq")         # struct timespec
 _STAMP_BUF = bytes(_STAMP.size)
 _DATA_OPS = frozenset(REQUEST_OPS) | READ_OPS    # what per-packet CPU work applies to
-_INT_DPORT_HI, _INT_DPORT_LO = int_md.INT_UDP_DPORT >> 8, int_md.INT_UDP_DPORT & 0xFF
-_INT_MIN_FRAME = int_md.INT_OFFSET + int_md.INT_SHIM_BYTES
 
 
 class NicReceive:
@@ -73,9 +71,9 @@ class NicReceive:
 
     def _rx_drain_sock(self, sock, now: int) -> int:
         """Read what ``sock`` holds (at most ``RX_BATCH`` frames) into
-        ``_rx_frame``; returns how many frames."""
+        the link layer's ``rx_frame``; returns how many frames."""
         buf, mv = self._rxbuf, self._rxmv
-        on_frame = self._rx_frame
+        on_frame = self.link.rx_frame
         recv_into = sock.recv_into
         n_batch = 0
         for _ in range(self.RX_BATCH):
@@ -89,46 +87,15 @@ class NicReceive:
             on_frame(mv[:n], n, now)
         return n_batch
 
-    def _rx_frame(self, frame, n: int, now: int) -> None:
-        """One received frame (a view of ``n`` bytes, valid until the next
-        read): a PFC frame, or a RoCE packet for one of our QPs."""
+    def deliver(self, qp: QueuePair, pkt, n: int, now: int) -> None:
+        """A packet of ``n`` bytes for ``qp`` that the link layer checked:
+        counted, and handed to its part."""
         st = self.stats
-        if frame[12] == 0x88 and frame[13] == 0x08 and n >= 34:
-            if self.pfc.on_frame(frame, now):
-                st.pfc_rx += 1
-            else:
-                st.rx_ignored += 1
-            return
-        stack = None
-        if n > _INT_MIN_FRAME and frame[37] == _INT_DPORT_LO and frame[36] == _INT_DPORT_HI \
-                and int_md.is_int(frame):
-            # the INT sink: the packet as its source built it, and the records
-            stack = int_md.strip(frame)
-            if stack is None:
-                st.rx_int_errors += 1
-                return
-            frame = stack.frame
-        pkt = parse_roce(frame)
-        if pkt is None or pkt.dst_ip != self.ip_int:
-            st.rx_ignored += 1
-            return
-        if self.verify_icrc and not verify_icrc(frame):
-            st.rx_icrc_errors += 1
-            return
-        hook = self._rx_hook                 # tenant filter / CPU work (host_cpu); None: off
-        if hook is not None and hook(frame, pkt, now):
-            return                           # dropped, or held until the CPU delivers it
-        qp = self._qps.get(pkt.dst_qp)
-        if qp is None or pkt.src_ip != qp.remote_ip_int:
-            st.rx_ignored += 1
-            return
         st.rx_packets += 1
         st.rx_bytes += n
         self._dispatch(qp, pkt, now)
-        if stack is not None:
-            self._rx_int(qp, pkt, stack, now)
 
-    def _rx_int(self, qp: QueuePair, pkt, stack, now: int) -> None:
+    def rx_int(self, qp: QueuePair, pkt, stack, now: int) -> None:
         """A received INT stack: a data packet's goes back in the QP's ACKs;
         an ACK's to the reaction point (after the ACK moved the QP on)."""
         if stack.kind == int_md.INT_KIND_COLLECT:

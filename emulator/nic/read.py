@@ -29,7 +29,7 @@ from emulator.wire import AETH_BYTES, ROCE_FRAMING, Framing
 from .frames import ReadResponseFrame
 from .qp import QpState
 from .roce import (
-    AETH_ACK_SYNDROME, NAK_INVALID_REQUEST, NAK_PSN_SEQ_ERR, NAK_REMOTE_ACCESS_ERR, PSN_HALF,
+    NAK_INVALID_REQUEST, NAK_PSN_SEQ_ERR, NAK_REMOTE_ACCESS_ERR, PSN_HALF,
     PSN_MASK, RC_READ_REQUEST, RC_READ_RESPONSE_FIRST, RC_READ_RESPONSE_LAST,
     RC_READ_RESPONSE_MIDDLE, RC_READ_RESPONSE_ONLY,
 )
@@ -42,32 +42,6 @@ class ReadJob:
     """Responder: one READ to answer. ``mv`` is the requested bytes; response
     k (0 <= k < npkts) has PSN ``psn + k`` (unwrapped)."""
     __slots__ = ("mv", "length", "psn", "npkts", "k", "msn", "ready_ns")
-
-
-def build_read_request(f, mtu_bytes: int):
-    """The bytes of a ``ReadRequestFrame``."""
-    w = f.wqe
-    off = f.k * mtu_bytes
-    return f.qp.tpl.build(RC_READ_REQUEST, f.psn,
-                          reth=(w.remote_addr + off, w.rkey, w.length - off))
-
-
-def build_read_response(f, mtu_bytes: int):
-    """The bytes of a ``ReadResponseFrame``."""
-    j, k = f.job, f.k
-    n = j.npkts
-    off = k * mtu_bytes
-    end = min(off + mtu_bytes, j.length)
-    tpl = f.qp.tpl
-    if n == 1:
-        op = RC_READ_RESPONSE_ONLY
-    elif k == 0:
-        op = RC_READ_RESPONSE_FIRST
-    elif k == n - 1:
-        op = RC_READ_RESPONSE_LAST
-    else:
-        return tpl.build(RC_READ_RESPONSE_MIDDLE, f.psn, j.mv[off:end])
-    return tpl.build(op, f.psn, j.mv[off:end], aeth=(AETH_ACK_SYNDROME, j.msn))
 
 
 def oldest_read(qp):

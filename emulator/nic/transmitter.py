@@ -16,7 +16,8 @@ and counted in ``tx_given_up_ns`` for the run's fidelity).
 A frame leaves -- is handed to the socket -- when its serialization ends
 plus the link's delay (``tx_delay_ns``), as at a switch port; frames already
 serialized are on the wire and leave even if their class is paused since.
-Bytes are built only then (``frames``), from the current message buffers.
+Bytes are built only then, by the frame itself (``frames``: ``build`` and
+``sent``), from the current message buffers.
 
 The model in full: docs/nic.md, "transmitter".
 """
@@ -24,16 +25,11 @@ from __future__ import annotations
 
 import errno
 
-from emulator import int_md
 from emulator.link import CommitWire, Wire
-from emulator.wire import CNP_PAD_BYTES, ROCE_FRAMING, Framing, ib_credit_blocks
+from emulator.wire import ROCE_FRAMING, Framing, ib_credit_blocks
 
-from .frames import AckFrame, CnpFrame, DataFrame, LinkFrame, ReadRequestFrame, ReadResponseFrame
+from .frames import LinkFrame
 from .qp import QpState
-from .read import build_read_request, build_read_response
-from .roce import AETH_ACK_SYNDROME, CNP_OPCODE, RC_ACK
-
-_CNP_PAD = bytes(CNP_PAD_BYTES)
 _BLOCKED_RETRY_NS = 100_000              # socket full: try again this much later
 
 
@@ -93,6 +89,11 @@ class Transmitter:
     def set_cpu_gate(self, gate_tx) -> None:
         """Hold frames until ``gate_tx`` says their CPU work is done (None: no gate)."""
         self.cpu_gate = gate_tx
+
+    def put_link_frame(self, data: bytes, now: int, wire_ns: float) -> None:
+        """A link packet (``data``, built) goes on the wire now, after the
+        frame being serialized, taking ``wire_ns`` and no credit."""
+        self.wire.put(max(now, self.slot_free_ns) + wire_ns, LinkFrame(data))
 
     def _send_committed(self, f, arrival_ns) -> None:
         self.sock.due_ns = arrival_ns
@@ -334,52 +335,10 @@ class Transmitter:
         return frame, flen, slot, given_up
 
     # -- the socket --------------------------------------------------------------------
-    def _build(self, f):
-        t = type(f)
-        if t is LinkFrame:
-            return f.data
-        qp = f.qp
-        if t is DataFrame:
-            w, k, psn = f.wqe, f.k, f.psn
-            n = w.npkts
-            mtu = self.mtu_bytes
-            off = k * mtu
-            end = off + mtu
-            if end > w.length:
-                end = w.length
-            if n == 1:
-                op = w.ops[3]
-            elif k == 0:
-                op = w.ops[0]
-            elif k == n - 1:
-                op = w.ops[2]
-            else:
-                op = w.ops[1]
-            reth = (w.remote_addr, w.rkey, w.length) if (w.is_write and k == 0) else None
-            frame = qp.tpl.build(op, psn, w.buf[off:end], ack_req=f.ack_req, reth=reth)
-            if self.int_max_hops:            # the INT source: room for every switch's record
-                return int_md.insert(frame, int_md.INT_KIND_COLLECT, self.int_max_hops)
-            return frame
-        if t is AckFrame:
-            frame = qp.tpl.build(RC_ACK, f.psn, aeth=(f.syndrome, f.msn))
-            echo = qp.int_echo
-            if echo is not None:             # the INT sink: the records go back to the sender
-                return int_md.insert(frame, int_md.INT_KIND_ECHO, echo[0], echo[1])
-            return frame
-        if t is ReadResponseFrame:
-            return build_read_response(f, self.mtu_bytes)
-        if t is ReadRequestFrame:
-            return build_read_request(f, self.mtu_bytes)
-        tpl = qp.cnp_tpl
-        if tpl is None:
-            tpl = qp.cnp_tpl = self.cnp_template(qp)
-        return tpl.build(CNP_OPCODE, 0, _CNP_PAD, becn=True)
-
     def _send(self, f) -> None:
         """Build and send frame ``f`` now; raises ``_SocketFull`` (the frame
         kept for a retry in 100 us) if the socket has no room."""
-        frame = self._build(f)
-        st = self.stats
+        frame = f.build(self)
         now = self._now
         try:
             self.sock.send(frame)
@@ -389,32 +348,7 @@ class Transmitter:
             if e.errno in (errno.ENOBUFS, errno.EAGAIN):
                 self._blocked(f, now)
             raise
-        t = type(f)
-        if t is LinkFrame:
-            st.fc_tx += 1
-            return
-        st.tx_packets += 1
-        st.tx_bytes += len(frame)
-        if t is DataFrame:
-            qp = f.qp
-            st.tx_data_packets += 1
-            qp.tx_data_packets += 1
-            plen = f.wqe.length - f.k * self.mtu_bytes
-            st.tx_data_payload_bytes += plen if plen < self.mtu_bytes else self.mtu_bytes
-            self.requester.sent(qp, now, f.psn + 1, f.ack_req)
-        elif t is AckFrame:
-            if f.syndrome == AETH_ACK_SYNDROME:
-                st.tx_acks += 1
-        elif t is CnpFrame:
-            st.cnp_tx += 1
-            if self.logs is not None:
-                self.logs.cnp(now, f.qp.qpn, f.qp.remote_qpn, "tx")
-        elif t is ReadRequestFrame:
-            st.tx_read_requests += 1
-            self.requester.sent(f.qp, now, f.psn + f.wqe.npkts - f.k, True)
-        else:
-            st.tx_read_responses += 1
-            st.tx_data_payload_bytes += min(self.mtu_bytes, f.job.length - f.k * self.mtu_bytes)
+        f.sent(self, len(frame), now)
 
     def _blocked(self, f, now: int):
         self.stats.tx_enobufs += 1

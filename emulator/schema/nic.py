@@ -1,5 +1,5 @@
 """The one config of a NIC: ``NicConfig``, handed as is to
-``emulator.nic.nic.RoceNic`` (or, with ``ib``, to ``emulator.ib.nic.IbNic``).
+``emulator.nic.nic.RoceNic`` (with ``ib``, on ``emulator.ib.link.IbLink``).
 
 Units are the fabric's, as the experiment file gives them: rates in fabric
 bit/s, times in fabric ns, ``dilation`` D the wall ns per fabric ns of the

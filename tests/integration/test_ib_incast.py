@@ -21,7 +21,6 @@ from tests.nics import ib_nic
 from emulator.agents.payload import pattern_bytes
 from emulator.nic.nic import WcStatus
 from emulator.clock import MONOTONIC
-from emulator.ib.nic import IbNic
 from emulator.p4.p4info import IB_P4INFO, P4Info
 from tests.nic_sim import NicLoop
 from tests.switch_rig import SwitchRig, requires_netns
@@ -99,7 +98,7 @@ def test_a_15_to_1_incast_loses_no_data_packet_and_the_senders_wait_for_credit(i
     # no data packet lost: nothing was sent twice, nothing timed out, no socket dropped
     assert sum(s.tx_retransmits + s.timeouts for s in senders) == 0
     assert all(n.stats.rx_socket_drops == 0 for n in nics)
-    assert receiver.vl_credits.overruns == 0
+    assert receiver.link.credits.overruns == 0
     assert receiver.stats.rx_data_packets == SENDERS * FLOW_BYTES // 1024
     # the fifteen waited for credit: backpressure, not loss
     assert sum(s.credit_stalls for s in senders) >= SENDERS

@@ -15,7 +15,6 @@ from tests.rail_nics import rail_nic_pairs
 from tests.nics import ib_nic, roce_nic
 from emulator.nic.nic import RoceNic
 from emulator.clock import ManualClock
-from emulator.ib.nic import IbNic
 from emulator.collectives import bench, report
 from emulator.collectives.engine import CollectiveEngine, RankRun, drive, quiescent
 from emulator.collectives.schedule import NVLINK, SEND, Op, RankSchedule, finalize

@@ -1,7 +1,8 @@
-"""The InfiniBand NIC (``emulator/ib/nic.py``) on a ``ManualClock``: two
-NICs back to back over a socketpair (an HCA-to-HCA link: each one's flow
-control is the other's credit), and one NIC facing a test that plays its
-switch port and hands out credit by hand."""
+"""The InfiniBand NIC (a ``RoceNic`` given ``emulator/ib/link.py``'s
+``IbLink``) on a ``ManualClock``: two NICs back to back over a socketpair
+(an HCA-to-HCA link: each one's flow control is the other's credit), and
+one NIC facing a test that plays its switch port and hands out credit by
+hand."""
 from __future__ import annotations
 
 import socket
@@ -9,12 +10,13 @@ import socket
 import pytest
 
 from tests.nics import ib_nic
+from emulator.nic.host_cpu import CpuServers
 from emulator.nic.nic import WcOpcode, WcStatus
 from emulator.nic.roce import RC_WRITE_FIRST, RC_WRITE_LAST, RC_WRITE_MIDDLE
 from emulator.ib.credits import blocks
 from emulator.ib.frames import IbFrameTemplate, fc_frame, parse_fc, parse_ib, verify_icrc
 from emulator.ib.headers import IB_FRAMING, check_crcs, fc_wire_ns
-from emulator.ib.nic import IbNic
+from emulator.ib.link import IbLink
 from emulator.wire import ETH_HDR_BYTES, ETH_P_IB_DATA
 from tests.nic_sim import NicLoop, manual_clock
 
@@ -67,7 +69,7 @@ def test_an_rdma_write_crosses_a_credit_controlled_link_intact():
     # the sender ran out of credit and waited, and nothing was lost or sent again
     a.update_pause_stats()
     assert a.stats.credit_stalls >= 2 and a.stats.credit_stalled_ns > 40_000
-    assert a.stats.tx_retransmits == 0 and b.vl_credits.overruns == 0
+    assert a.stats.tx_retransmits == 0 and b.link.credits.overruns == 0
     assert a.stats.fc_rx > 0 and b.stats.fc_tx > 0
 
 
@@ -92,7 +94,7 @@ def test_send_and_read_run_over_infiniband_as_over_roce():
     assert bytes(recv.data) == message
     assert bytes(local.buf) == bytes(remote.buf)
     assert a.stats.tx_retransmits == 0 and b.stats.tx_retransmits == 0
-    assert a.vl_credits.overruns == 0 and b.vl_credits.overruns == 0
+    assert a.link.credits.overruns == 0 and b.link.credits.overruns == 0
 
 
 class SwitchPort:
@@ -189,7 +191,7 @@ def test_a_nic_whose_link_came_up_before_the_run_sends_at_once_on_its_peers_buff
         [RC_WRITE_FIRST, RC_WRITE_MIDDLE, RC_WRITE_MIDDLE]
     assert [t for t, _ in port.data] == [t0 + (first + k * middle) * 8 for k in range(3)]
     a.update_pause_stats()
-    assert a.vl_credits.credit_blocks() == 0 and a.stats.credit_stalls == 1
+    assert a.link.credits.credit_blocks() == 0 and a.stats.credit_stalls == 1
 
 
 def test_a_flow_control_packet_counts_exactly_the_blocks_sent_before_it_on_the_wire():
@@ -278,5 +280,24 @@ def test_frames_on_another_vl_or_for_another_lid_are_not_taken():
         tpl = IbFrameTemplate(MAC_A, MAC_B, args["slid"], args["dlid"], 0x22, vl=kw.get("vl", 0))
         sa.send(bytes(tpl.build(RC_WRITE_LAST, 0, b"x" * 8)))
     loop.run_for(0.0001)
-    assert b.vl_errors == 1 and b.stats.rx_ignored == 2 and b.stats.rx_packets == 0
+    assert b.link.vl_errors == 1 and b.stats.rx_ignored == 2 and b.stats.rx_packets == 0
     assert ETH_P_IB_DATA == 0x88B5
+
+
+def test_the_infiniband_link_runs_no_host_parts_and_pauses_nothing():
+    clock = manual_clock()
+    sa, sb = socket_pair()
+    a = nic(sa, MAC_A, IP_A, LID_A, MAC_B, clock)
+    assert isinstance(a.link, IbLink) and a.framing == IB_FRAMING and not a.honor_pfc
+    with pytest.raises(ValueError, match="host-CPU"):
+        a.set_packet_cpu(CpuServers(clock=clock))
+    with pytest.raises(ValueError, match="tenant partitions"):
+        a.set_partition(5)
+    a.set_packet_cpu(None)
+    a.set_partition(None)
+    assert a.cpu_gate is None and a.tenant_filter is None and a.pkey == 0xFFFF
+    assert not any(a.paused(p) for p in range(8)) and a.update_pause_stats() == 0
+    with pytest.raises(ValueError, match="ib part"):
+        IbLink(a.config.model_copy(update={"ib": None}), clock)
+    a.close()
+    sb.close()

@@ -25,7 +25,6 @@ from emulator.control.p4rt_client import SwitchConnection
 from emulator.dataplane.p4rt_server import P4RuntimeServer
 from emulator.ib.credits import blocks
 from emulator.ib.frames import IbFrameTemplate, fc_frame, parse_fc
-from emulator.ib.nic import IbNic
 from emulator.ib.switch import IbSwitch
 from emulator.p4.p4info import IB_P4INFO, P4Info
 from emulator.schema.switch import SwitchConfig

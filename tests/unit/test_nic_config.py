@@ -21,6 +21,7 @@ from emulator.schema.endpoints import CpuCostSpec
 from emulator.schema.experiment import NicSpec
 from emulator.schema.nic import HostCpuConfig, IbNicConfig, NicConfig
 from emulator.schema.switch import IbLinkConfig
+from emulator.wire import ROCE_FRAMING
 
 ADDR = {"mac": "02:00:00:00:00:01", "ip": "10.0.0.1", "gateway_mac": "02:00:00:00:00:02"}
 
@@ -100,8 +101,8 @@ def test_the_nic_takes_the_config_as_is_and_wires_its_parts_at_construction():
         assert nic.config is cfg and nic.rate_bps == cfg.rate_bps
         tx = nic.transmitter
         assert tx.int_max_hops == 3 and tx.on_data_tx == nic.reaction.on_tx
-        assert tx.cnp_template == nic._cnp_template
-        assert nic.framing.hdr_bytes > RoceNic.FRAMING.hdr_bytes       # room for INT
+        assert tx.cnp_template == nic.link.cnp_template
+        assert nic.framing.hdr_bytes > ROCE_FRAMING.hdr_bytes       # room for INT
     finally:
         nic.close()
         b.close()
