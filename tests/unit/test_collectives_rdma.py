@@ -74,7 +74,7 @@ def run_servers(env, workload, dilation=DILATION, start_in_s=1.5, timeout_s=40):
     for s in range(S):
         cfg = {"server": s, "servers": S, "dilation": dilation,
                "nics": [{"ifname": env["dev"][(s, g)], "mac": mac(s, g), "ip": ip(s, g),
-                         "gateway_mac": mac(1 - s, g), "rate_bps": int(LINK_GBPS * 1e9 / dilation),
+                         "gateway_mac": mac(1 - s, g), "rate_bps": int(LINK_GBPS * 1e9),   # fabric
                          "mtu_bytes": MTU} for g in range(G)],
                "rank_ips": {str(r * G + g): ip(r, g) for r in range(S) for g in range(G)},
                "nvlink": {"rate_bps": int(NVLINK_GBPS * 1e9 / dilation), "delay_ns": 500 * dilation},
