@@ -9,7 +9,6 @@ thresholds out of order, a workload without GPUs, a sweep of nothing)."""
 from __future__ import annotations
 
 import os
-import resource
 import socket
 import subprocess
 import sys
@@ -138,9 +137,13 @@ def write_case(d: Path, files: dict) -> None:
             s.close()
 
 
-def limit_memory() -> None:
-    # a reader that regressed to reading /dev/zero whole stops here, not at the machine's memory
-    resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
+# A reader that regressed to reading /dev/zero whole stops at this much address
+# space, not at the machine's memory. Set by prlimit(1) around the command, not
+# by a preexec_fn: Python code in the child between fork and exec, while this
+# pytest process has threads (gRPC's, from earlier tests), aborted it at times
+# (SIGABRT within 0.05 s, before the CLI ran).
+MEMORY_LIMIT_BYTES = 4 << 30
+LIMIT_MEMORY = ["prlimit", f"--as={MEMORY_LIMIT_BYTES}", "--"]
 
 
 def cli(args: list[str], cwd: Path, cache: Path) -> tuple[subprocess.CompletedProcess, float]:
@@ -148,8 +151,8 @@ def cli(args: list[str], cwd: Path, cache: Path) -> tuple[subprocess.CompletedPr
     with the default size limit and its own cache; (result, seconds)."""
     env = {k: v for k, v in os.environ.items() if k != MAX_CONFIG_BYTES_ENV}
     t0 = time.monotonic()
-    res = subprocess.run([sys.executable, "-m", "emulator.cli", *args], cwd=cwd, capture_output=True,
-                         text=True, timeout=60, preexec_fn=limit_memory,
+    res = subprocess.run([*LIMIT_MEMORY, sys.executable, "-m", "emulator.cli", *args], cwd=cwd,
+                         capture_output=True, text=True, timeout=60,
                          env={**env, "PYTHONPATH": str(REPO), "XDG_CACHE_HOME": str(cache)})
     return res, time.monotonic() - t0
 
