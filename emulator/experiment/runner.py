@@ -32,6 +32,7 @@ from emulator.vtime.member import VIRTUAL_UNIX_EPOCH_NS
 
 PROGRESS_INTERVAL_S = 1.0     # a progress line
 DONE_POLL_S = 0.05            # how soon the end of the traffic is seen
+VIRTUAL_POLL_S = 0.25         # a virtual run's end is an event: this only paces the health checks
 PLOTTER_EARLY_MAX_NODES = 24   # switches + hosts: the plots' process starts before the bring-up
 
 
@@ -383,13 +384,21 @@ def _wait_with_progress(fnet: FabricNet, agents: AgentGroup, exp: Experiment, co
     next_line = t0 + PROGRESS_INTERVAL_S
     vt = fnet.vtime
     while running() and time.monotonic() < deadline:
-        time.sleep(DONE_POLL_S)
-        delivered, done = agents.progress()
-        # (in virtual time the coordinator ends the run, at a fabric time of its own)
-        if vt is None and agents.procs and done == len(agents.procs) and agents.running():
-            agents.stop()
-        if vt is not None and vt.ended.is_set() and vt.error:
-            return
+        if vt is not None:
+            # the coordinator ends the run, at a fabric time of its own: no
+            # progress files to read, and the switches' and agents' CPU is
+            # what the wait must not take
+            if not vt.ended.is_set():
+                vt.ended.wait(VIRTUAL_POLL_S)
+            elif vt.error:
+                return
+            else:                       # ended: the agents are leaving
+                time.sleep(DONE_POLL_S)
+        else:
+            time.sleep(DONE_POLL_S)
+            delivered, done = agents.progress()
+            if agents.procs and done == len(agents.procs) and agents.running():
+                agents.stop()
         if time.monotonic() < next_line:
             continue
         next_line += PROGRESS_INTERVAL_S
