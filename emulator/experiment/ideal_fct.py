@@ -72,6 +72,8 @@ class FabricPaths:
         self.fabric = fabric
         self.dport = dport
         self.int_hops_memo: tuple | None = None   # (experiment, int_max_hops of it)
+        self._routes_memo: dict[tuple[str, str], object] = {}
+        self._hops_memo: dict[tuple[str, int], Hop] = {}
         if fabric.link_layer == "infiniband":      # the subnet manager's LFTs
             self.routes, self.subnet = None, sweep(fabric)
         else:
@@ -96,7 +98,7 @@ class FabricPaths:
                 return hops
             if not fabric.node(cur).is_switch:
                 break
-            route = longest_prefix_match(self.routes[cur], dip)
+            route = self._route(cur, dip)
             if route is None:
                 break
             # The controller installs an ECMP group's members in next-hop (port)
@@ -123,10 +125,22 @@ class FabricPaths:
             hops.append(self._hop(node, subnet.lft[node][dlid]))
         return hops
 
+    def _route(self, switch: str, dip: str):
+        """The switch's route to ``dip`` (an LPM over its routes), once per
+        pair: every flow of an all-to-all asks each switch on its path."""
+        key = (switch, dip)
+        if key not in self._routes_memo:
+            self._routes_memo[key] = longest_prefix_match(self.routes[switch], dip)
+        return self._routes_memo[key]
+
     def _hop(self, node: str, port_no: int) -> Hop:
-        port = self.fabric.port(node, port_no)
-        link = self.fabric.links[port.link_index]
-        return Hop(node, port_no, port.peer, link.rate_bps, link.delay_ns)
+        key = (node, port_no)
+        hop = self._hops_memo.get(key)
+        if hop is None:
+            port = self.fabric.port(node, port_no)
+            link = self.fabric.links[port.link_index]
+            hop = self._hops_memo[key] = Hop(node, port_no, port.peer, link.rate_bps, link.delay_ns)
+        return hop
 
 
 # ----------------------------------------------------------- standalone FCT
