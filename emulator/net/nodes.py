@@ -206,10 +206,12 @@ class RoceHost(Host):
         gateway_ip, gateway_mac -- for a server with several NICs; without
         it, gateway_ip/gateway_mac apply to the default interface."""
         r = super().config(**params)
-        self.cmd("sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1")
-        # The agent reads RoCE frames from a raw socket; the kernel drops them
-        # before UDP would answer "port unreachable".
-        self.cmd("iptables -t raw -A PREROUTING -p udp --dport 4791 -j DROP")
+        # Before any other NIC comes up (IPv6 would talk on the fabric); the
+        # agent reads RoCE frames from a raw socket, and the kernel drops them
+        # before UDP would answer "port unreachable". One shell round trip.
+        self.cmd("sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1; "
+                 "iptables -t raw -A PREROUTING -p udp --dport 4791 -j DROP")
+        cmds = []         # the routes, in one round trip too: a host's bring-up is these
         if nics is None and gateway_ip and gateway_mac:
             intf = self.defaultIntf()
             nics = [{"ifname": intf.name, "cidr": f"{intf.ip}/{intf.prefixLen}",
@@ -226,7 +228,7 @@ class RoceHost(Host):
             # A reply leaves by the NIC owning its source address (the tables
             # below), not always the NIC the main table would pick for the
             # peer: check reverse paths loosely.
-            self.cmd("sysctl -qw net.ipv4.conf.all.rp_filter=2 net.ipv4.conf.default.rp_filter=2")
+            cmds.append("sysctl -qw net.ipv4.conf.all.rp_filter=2 net.ipv4.conf.default.rp_filter=2")
         routed = set()
         for i, nic in enumerate(nics):
             dev, gw = nic["ifname"], nic["gateway_ip"]
@@ -234,15 +236,16 @@ class RoceHost(Host):
             # Static ARP: the fabric routes, it does not answer ARP. Even
             # hosts of the same leaf subnet are reached through the leaf
             # (its /32 routes), as in a routed-to-the-host fabric.
-            self.cmd(f"ip neigh replace {gw} lladdr {nic['gateway_mac']} dev {dev} nud permanent")
-            self.cmd(f"ip route del {addr.network} dev {dev} proto kernel")
+            cmds.append(f"ip neigh replace {gw} lladdr {nic['gateway_mac']} dev {dev} nud permanent")
+            cmds.append(f"ip route del {addr.network} dev {dev} proto kernel")
             if addr.network not in routed:   # NICs sharing a leaf: the first one's route
-                self.cmd(f"ip route replace {addr.network} via {gw} dev {dev} onlink")
+                cmds.append(f"ip route replace {addr.network} via {gw} dev {dev} onlink")
                 routed.add(addr.network)
             if len(nics) > 1:
                 # Source-based routing: traffic from NIC i's address leaves by
                 # NIC i ("ping -I <its IP>"), as on a multi-rail GPU server.
                 table = 100 + i
-                self.cmd(f"ip route replace default via {gw} dev {dev} onlink table {table}")
-                self.cmd(f"ip rule add from {addr.ip} table {table} priority {1000 + i}")
+                cmds.append(f"ip route replace default via {gw} dev {dev} onlink table {table}")
+                cmds.append(f"ip rule add from {addr.ip} table {table} priority {1000 + i}")
+        self.cmd("; ".join(cmds))
         return r
