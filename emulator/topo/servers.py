@@ -108,8 +108,37 @@ def expand_servers(spec: FabricSpec, ctx: BuildContext):
                                         "domain joining a server's GPUs)")
     nv_rate = s.nvlink.rate_bps if s.nvlink else 0
     nv_delay = s.nvlink.delay_ns if s.nvlink else 0
+    nodes, uplinks, n_leaves, leaf_of = _compute_switches(spec, ctx)
+    host_links: list[tuple[int, DraftLink]] = []     # (leaf number, link)
+    for k in range(1, s.count + 1):
+        for i in range(s.gpus_per_server):
+            nodes.append(DraftNode(nic_name(k, i), "host", "servers.count"))
+            host_links.append((leaf_of(k, i), DraftLink.of(nic_name(k, i), f"leaf{leaf_of(k, i)}",
+                                                    s.nic_link, "servers.nic_link")))
+    # Leaf by leaf (stable: server by server, NIC by NIC), then the uplinks.
+    links = [l for _, l in sorted(host_links, key=lambda t: t[0])] + uplinks
 
-    # Compute switches and the leaf of each server's NIC i.
+    separate = spec.storage_plane is not None
+    servers = [Server(f"server{k}", "compute", s.gpus_per_server,
+                      tuple(nic_name(k, i) for i in range(s.gpus_per_server)),
+                      nv_rate, nv_delay, dpu=tenants[k - 1][1], tenant=tenants[k - 1][0],
+                      storage_nic=storage_nic_name(k, tenants[k - 1][1]) if separate else None)
+               for k in range(1, s.count + 1)]
+    _add_storage(spec, ctx, nodes, links, servers, n_leaves)
+    for n in nodes:
+        if len(n.name) > MAX_NODE_NAME:
+            raise ctx.err(n.where, f"too large: it would name a node {n.name!r}, longer than "
+                                   f"{MAX_NODE_NAME} characters (interface names <node>-ethN "
+                                   f"must fit 15)")
+    rails = tuple(f"leaf{j}" for j in range(1, n_leaves + 1)) if spec.rail_optimized else ()
+    return nodes, links, tuple(servers), rails
+
+
+def _compute_switches(spec: FabricSpec, ctx: BuildContext):
+    """-> (switch nodes, their links, number of leaves, leaf_of(server k, NIC i)):
+    the compute plane's switches and the leaf number of each server's NIC i."""
+    s = spec.servers
+    assert s is not None
     if spec.rail_optimized is not None:
         ro = spec.rail_optimized
         if s.count % ro.units:
@@ -145,22 +174,14 @@ def expand_servers(spec: FabricSpec, ctx: BuildContext):
 
         def leaf_of(k: int, i: int) -> int:
             return (k - 1) // per_leaf + 1
-    host_links: list[tuple[int, DraftLink]] = []     # (leaf number, link)
-    for k in range(1, s.count + 1):
-        for i in range(s.gpus_per_server):
-            nodes.append(DraftNode(nic_name(k, i), "host", "servers.count"))
-            host_links.append((leaf_of(k, i), DraftLink.of(nic_name(k, i), f"leaf{leaf_of(k, i)}",
-                                                    s.nic_link, "servers.nic_link")))
-    # Leaf by leaf (stable: server by server, NIC by NIC), then the uplinks.
-    links = [l for _, l in sorted(host_links, key=lambda t: t[0])] + uplinks
+    return nodes, uplinks, n_leaves, leaf_of
 
+
+def _add_storage(spec: FabricSpec, ctx: BuildContext, nodes: list[DraftNode],
+                 links: list[DraftLink], servers: list[Server], n_leaves: int) -> None:
+    """The storage servers, into ``servers``; their NICs and links into ``nodes`` and
+    ``links``: on the compute leaves (shared plane) or on a storage plane of their own."""
     separate = spec.storage_plane is not None
-    servers = [Server(f"server{k}", "compute", s.gpus_per_server,
-                      tuple(nic_name(k, i) for i in range(s.gpus_per_server)),
-                      nv_rate, nv_delay, dpu=tenants[k - 1][1], tenant=tenants[k - 1][0],
-                      storage_nic=storage_nic_name(k, tenants[k - 1][1]) if separate else None)
-               for k in range(1, s.count + 1)]
-
     st = spec.storage_servers
     storage_nics: list[str] = []     # storage servers' NICs, server by server
     if st is not None:
@@ -181,14 +202,6 @@ def expand_servers(spec: FabricSpec, ctx: BuildContext):
         nodes[first_host:first_host] = [n for n in nodes_s if n.role != "host"]
         nodes += [n for n in nodes_s if n.role == "host"]
         links += links_s
-
-    for n in nodes:
-        if len(n.name) > MAX_NODE_NAME:
-            raise ctx.err(n.where, f"too large: it would name a node {n.name!r}, longer than "
-                                   f"{MAX_NODE_NAME} characters (interface names <node>-ethN "
-                                   f"must fit 15)")
-    rails = tuple(f"leaf{j}" for j in range(1, n_leaves + 1)) if spec.rail_optimized else ()
-    return nodes, links, tuple(servers), rails
 
 
 def _storage_plane(spec: FabricSpec, ctx: BuildContext, access_nics: list[str],
