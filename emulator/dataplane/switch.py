@@ -416,6 +416,8 @@ def serve(switch, cfg: SwitchConfig, p4info: P4Info, banner: str) -> int:
     ``stats``, ``state``) behind its P4Runtime server until SIGTERM/SIGINT;
     its stats to ``cfg.stats_path`` at exit. ``banner`` starts the line that
     says it is ready (what the Mininet node and the tests wait for)."""
+    # deferred: the fork server preloads this module; gRPC (the P4Runtime server) is
+    # loaded in the switch process it forks, not in the process that forks
     from emulator.dataplane.p4rt_server import P4RuntimeServer
     signal.signal(signal.SIGTERM, switch.stop)
     signal.signal(signal.SIGINT, switch.stop)

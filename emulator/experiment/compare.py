@@ -206,6 +206,7 @@ def plot_slowdown_comparison(path: Path, buckets: dict[str, list[dict]],
     """The HPCC paper's two views of a run, the runs side by side: FCT
     slowdown by flow-size bucket (p95 solid, p50 dashed, log scale), and the
     egress queue-depth percentiles (sampled, every switch port pooled)."""
+    # deferred: matplotlib (and the plots built on it) only when a figure is drawn
     from emulator.experiment.plots import colours, draw_slowdown_buckets
     import matplotlib
     matplotlib.use("Agg")
@@ -234,7 +235,7 @@ def plot_slowdown_comparison(path: Path, buckets: dict[str, list[dict]],
 def plot_comparison(path: Path, runs: dict[str, dict], rows: list[dict]) -> Path:
     """Per-flow FCT slowdown, the runs' bars side by side; and each run's
     held time (pauses or credit stalls)."""
-    import matplotlib
+    import matplotlib       # deferred: only when a figure is drawn
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2),
@@ -244,7 +245,7 @@ def plot_comparison(path: Path, runs: dict[str, dict], rows: list[dict]) -> Path
     first = next(iter(runs.values()))
     coll = (first.get("collectives") or {}).get("results") or []
     if len(first["flows"]) > MAX_FLOW_BARS:   # too many for a bar each: by size bucket
-        from emulator.experiment.plots import draw_slowdown_buckets
+        from emulator.experiment.plots import draw_slowdown_buckets     # deferred: as matplotlib
         draw_slowdown_buckets(ax1, {label: b for label in labels
                                     if (b := slowdown_buckets(runs[label]["flows"]))})
         ax1.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)

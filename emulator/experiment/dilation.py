@@ -60,6 +60,7 @@ from emulator.experiment.model import Experiment, experiment_from_dict
 from emulator.experiment.outdir import OutputDir, output_dir
 from emulator.experiment.summary_file import RunSummary
 from emulator.experiment.time_mode import VIRTUAL, VIRTUAL_CHOSEN_BY, planned_target, resolve_time
+from emulator.experiment.traffic_gen import entry_hosts, host_rate_bps
 from emulator.rundir import RunDir
 from emulator.schema.limits import MAX_DILATION
 from emulator.schema.workload import TestSpec
@@ -303,7 +304,6 @@ def _calibration_entry(exp: Experiment, i: int, t: dict) -> dict:
     its slowest host offers ``CAL_POISSON_BYTES`` in."""
     if t.get("pattern") != "poisson":
         return dict(t, size_bytes=min(t["size_bytes"], CAL_FLOW_BYTES))
-    from emulator.experiment.traffic_gen import entry_hosts, host_rate_bps
     spec = exp.spec.traffic[i]
     rate = min(host_rate_bps(exp.fabric, h) for h in entry_hosts(spec, exp.fabric))
     window_us = CAL_POISSON_BYTES * 8e6 / (rate * spec.load)
@@ -318,7 +318,8 @@ RunOne = Callable[[Experiment, Path, Console], dict]     # the summary as writte
 
 
 def _runner(pcap: bool, summary_only: bool = False) -> RunOne:
-    from emulator.experiment.runner import run_experiment   # needs Mininet: import late
+    # deferred: the runner needs Mininet and the fabric layer; plan (validate) imports this module
+    from emulator.experiment.runner import run_experiment
     return lambda e, out, console: run_experiment(e, out, console, pcap=pcap,
                                                   summary_only=summary_only)
 

@@ -34,6 +34,9 @@ switches sample no depth: BMv2, InfiniBand, ``sample_interval_us: 0``.
 """
 from __future__ import annotations
 
+# Deferred imports: NumPy where it is used: the runner imports this module, and
+# NumPy is a tenth of a second or more of its start.
+
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Mapping
 

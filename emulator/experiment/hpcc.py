@@ -79,6 +79,7 @@ from emulator.experiment.ideal_fct import (
     flow_priority,
     standalone_fct_ns,
 )
+from emulator.experiment.distributions import port_depths_at
 from emulator.rundir import RunDir
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -197,7 +198,7 @@ def pfc_lines(fabric: "Fabric", pfc_events: list[dict]) -> list[str]:
 
 def qlen_lines(fabric: "Fabric", queue_depth: list[dict], end_ns: float,
                interval_ns: float = 100, dump_interval_ns: float | None = None) -> list[str]:
-    import numpy as np
+    import numpy as np      # deferred: as in distributions.py, NumPy only where it is used
 
     ids = node_ids(fabric)
     if interval_ns <= 0:
@@ -206,7 +207,6 @@ def qlen_lines(fabric: "Fabric", queue_depth: list[dict], end_ns: float,
     if end_ns / interval_ns > MAX_QLEN_SAMPLES:
         interval_ns = end_ns / MAX_QLEN_SAMPLES
     samples = np.arange(0.0, end_ns + interval_ns / 2, interval_ns)
-    from emulator.experiment.distributions import port_depths_at
     buckets: dict[tuple[int, int], np.ndarray] = {
         (ids[sw], hpcc_ifindex(fabric, sw, port)): depth // QLEN_BUCKET_BYTES
         for (sw, port), depth in port_depths_at(fabric, queue_depth, samples).items()}

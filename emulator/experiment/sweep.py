@@ -175,7 +175,7 @@ def plot_sweep(path: str | Path, rows: list[Mapping], parameter: str) -> Path | 
     """Metrics against the parameter (numeric axis if every value is a number)."""
     if not rows:
         return None
-    from matplotlib.figure import Figure
+    from matplotlib.figure import Figure     # deferred: matplotlib only when a figure is drawn
 
     values = [r["value"] for r in rows]
     numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)

@@ -31,6 +31,9 @@ Every server runs the same checkout at the same path (``cd`` there, its
 """
 from __future__ import annotations
 
+# Deferred imports: Mininet (net.nodes, its cluster edition, cluster_nodes) only
+# when a fabric is built: validating an experiment places its nodes here too.
+
 import contextlib
 import os
 import secrets
