@@ -10,41 +10,9 @@ directory::
     fabric rate    = dilated rate x D        (Gbps; bits per fabric ns)
     bytes, quanta, priorities, ports: unchanged
 
-``queue_depth.csv``  ``time_ns,node,port,priority,depth_bytes``
-    every ``{sw}.qdepth.csv`` row (the switch logs a queue when its depth
-    changed since the previous sample).
-``flow_rate.csv``    ``time_ns,flow_id,src,dst,rate_gbps``
-    goodput of each flow from its ``{host}.flows.csv`` acked-bytes samples:
-    ``8 x delta acked_bytes / delta time_ns`` over each sampling interval,
-    stamped at the interval's end (a flow's first sample gives no rate).
-``dcqcn_rate.csv``   ``time_ns,host,qpn,flow_id,rate_gbps,alpha,event``
-    every DCQCN rate change of ``{host}.qp.csv``; ``rate_gbps`` is the
-    logged (dilated) ``rate_bps`` x D / 1e9; ``flow_id`` is the flow whose
-    QP on that host is ``qpn`` (``Flow.src_qpn`` on ``Flow.src``, or
-    ``dst_qpn`` on ``dst``), empty if none.
-``pfc_events.csv``   ``time_ns,node,port,peer,priority,event,quanta``
-    ``pause_tx``/``resume_tx``/``pause_rx``/``resume_rx`` of the switches'
-    ``{sw}.events.csv``, and the hosts' received pause frames
-    (``{host}.pfc.csv``: ``pause_rx`` if quanta > 0 else ``resume_rx``, on
-    the host's port 0). ``peer`` is the node at the other end of the port;
-    ``quanta`` is the pause time of the frame (0 for a resume).
-``ecn_marks.csv``    ``time_ns,node,port,priority,depth_bytes``
-    every ``ecn_mark`` event (the depth the marked packet found).
-``cnp.csv``          ``time_ns,host,qpn,flow_id,direction``
-    every CNP a host sent (``tx``: the notification point, the flow's
-    receiver) or received (``rx``: the reaction point, its sender); ``qpn``
-    is the host's local QP.
-``drops.csv``        ``time_ns,node,port,priority,bytes``
-    every ``drop`` event of a switch.
-``int_hops.csv``     ``time_ns,host,qpn,flow_id,hop,node,port,qlen_bytes,tx_bytes,ts_ns,rate_gbps,u,window_bytes``
-    HPCC (``cc: hpcc``): the INT records of a sample of the ACKs a sender
-    received (one in ``nic.reaction.INT_LOG_EVERY`` per QP), one row per
-    switch the data packet crossed -- ``hop`` 0 the first; ``node``/``port``
-    the egress port that wrote it, from the flow's path --: queue length
-    left at dequeue, the port's tx-bytes counter, its timestamp (fabric ns;
-    both wrap at 2**32), its rate; and the sender's U and window after
-    reacting to it.
-
+``queue_depth.csv``, ``flow_rate.csv``, ``dcqcn_rate.csv``, ``pfc_events.csv``,
+``ecn_marks.csv``, ``cnp.csv``, ``drops.csv``, ``int_hops.csv``: their columns and
+sources in ``docs/lossless.md``, "Result CSVs".
 Every file is written, with its header, even when no log had rows for it.
 Reading the raw logs (tolerant of partly written ones) and the CSV number
 format are ``results_io``'s.

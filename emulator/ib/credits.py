@@ -2,23 +2,9 @@
 release 1.4, 7.9.4 "Flow control"): a pure state machine with explicit
 times, as ``emulator.nic.dcqcn`` is, driven by the port that owns it.
 
-Credits count 64-byte blocks (``IB_CREDIT_BLOCK_BYTES``); the counters are
-12 bits (``IB_CREDIT_MOD``), compared modulo 4096 with the spec's window
-of 2048. Each end of a link holds, per data VL:
-
-* the transmitter's side: ``fctbs``, the Flow Control Total Blocks Sent
-  since the link came up, and ``fccl``, the Flow Control Credit Limit its
-  peer last advertised (before any: ``peer_buffer_blocks``, the peer's
-  empty buffer, on a link that came up before the run). A packet of ``n``
-  blocks may go only while ``(FCCL - (FCTBS + n)) mod 4096 <= 2048``
-  (7.9.4.3): the sender never puts on the wire more than the receiver has
-  buffer for. No credit, no packet: the VL stalls, which is where a
-  credit-based fabric's backpressure comes from (PFC's counterpart,
-  without a drop, ever).
-* the receiver's side: ``abr``, the Adjusted Blocks Received (every data
-  packet's blocks, and reset to the sender's FCTBS by each flow-control
-  packet: lost packets do not leak credit), and the blocks of buffer free.
-  It advertises ``FCCL = ABR + min(free, 2048)`` (mod 4096).
+Credits count 64-byte blocks in 12-bit counters: the transmitter's FCTBS and FCCL,
+the receiver's ABR, and the rule a packet waits on (``docs/lossless.md``,
+"InfiniBand credits").
 
 A flow-control packet (``emulator.ib.headers.IBFlowControl``) carries both
 halves of its sender's state for one VL: its FCTBS (for the peer's ABR) and

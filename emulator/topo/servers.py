@@ -5,66 +5,9 @@ several NICs; each NIC is a ``host`` node of the fabric as in the plain
 forms (one port to its leaf, its own IP, MAC, gateway). This module expands
 the server form into those nodes and links plus the ``Server`` records.
 
-Rail-optimized compute fabric, with a storage server on its own plane::
-
-    name: rail-2x4-storage-separate
-    servers:
-      count: 2                           # compute servers server1, server2
-      gpus_per_server: 4                 # GPU i <-> NIC i (local rank i)
-      nvlink: {rate_gbps: 7200, delay_us: 0.25}   # NVLink/NVSwitch domain;
-                                         #   required with more than one GPU
-      nic_link: {rate_gbps: 100, delay_us: 1}
-      dpu: false                         # optional; default for every server
-      tenants:                           # optional; consecutive servers each
-        - {name: blue, count: 1, dpu: true}   # dpu overrides servers.dpu
-        - {name: red, count: 1}
-    rail_optimized:                      # or clos: (below)
-      spines: 2
-      units: 1                           # optional: scalable units of rail leaves
-      fabric_link: {rate_gbps: 100, delay_us: 1}
-    storage_servers:                     # optional: storage1, storage2, ...
-      count: 1
-      nics_per_server: 1                 # optional, default 1
-      nic_link: {rate_gbps: 100, delay_us: 1}
-      dpu: false
-    storage_plane:                       # optional: a separate storage network
-      leaves: 1
-      spines: 1
-      access_link: {rate_gbps: 100, delay_us: 1}   # each compute server's storage NIC
-      fabric_link: {rate_gbps: 100, delay_us: 1}
-    addressing:                          # optional; these are the defaults
-      host_prefix: 10.0.0.0/16           # the compute plane
-      storage_prefix: 10.1.0.0/16        # only with storage_plane
-
-Compute fabric. ``rail_optimized``: one leaf per rail, ``leaf1..leafG``; rail
-i (leaf i+1) joins NIC i of every server, and every leaf links to every
-spine ``spine1..``. With ``units: U`` (default 1) the servers form U
-scalable units of count/U consecutive servers, each with its own G rail
-leaves (unit u: ``leaf{(u-1)G+1..uG}``), every rail leaf linked to every
-spine: same-rank traffic inside a unit crosses one leaf, between units
-leaf -> spine -> leaf. ``clos`` with servers (``spines``, ``leaves``,
-``fabric_link``, optional ``servers_per_leaf``, default
-ceil(count / leaves); ``pods``, ``super_spines``, ``super_link`` as in
-the plain form): a server's NICs all sit on one leaf, servers filling
-leaves in order. On every compute leaf the ports face its servers' NICs
-(server by server, NIC by NIC), then spine1..spineS.
-
-Storage. Without ``storage_plane`` the storage servers share the compute
-fabric: their NICs attach round-robin to the compute leaves (the m-th
-storage NIC to leaf (m mod L) + 1) after the spine ports, and compute
-servers reach them through their GPU NICs. With ``storage_plane`` they sit
-on a separate network of switches ``sleaf1..``, ``sspine1..`` with its own
-prefix, and every compute server gets one more NIC on it: its storage NIC
-(or, with ``dpu: true``, its DPU's port). The storage plane's endpoints
-(the compute servers' storage NICs, then the storage servers' NICs) fill its
-leaves in order, ceil(n / leaves) per leaf. No route joins the planes.
-Comparing the two files that differ only in ``storage_plane`` compares a
-shared with a separate storage network.
-
-Names. Compute server k is ``server<k>``; its NIC i is the host ``s<k>n<i>``
-(interface ``s<k>n<i>-eth0``), its storage NIC ``s<k>st`` or DPU port
-``s<k>dpu``. Storage server k is ``storage<k>`` with NICs ``st<k>n<j>``.
-Node names stay within 8 characters, so interface names fit Linux's 15.
+The fields, the compute fabric (rail-optimized or CLOS), the storage servers (on the
+compute fabric or a plane of their own) and node names: ``docs/design-notes.md``,
+"The server form of a topology file".
 """
 from __future__ import annotations
 
