@@ -82,6 +82,13 @@ class VlCredits:
         """May a packet of ``n_blocks`` go now (7.9.4.3)?"""
         return (self.fccl - (self.fctbs + n_blocks)) % IB_CREDIT_MOD <= _HALF
 
+    def send_at_ns(self, n_blocks: int) -> int | None:
+        """When a packet of ``n_blocks`` held for credit may start, as far as the
+        credit goes: when the FCCL that allows it came; None while none does."""
+        if (self.fccl - (self.fctbs + n_blocks)) % IB_CREDIT_MOD <= _HALF:
+            return self.credit_ns
+        return None
+
     def try_send(self, n_blocks: int, now_ns: int) -> bool:
         """Send a packet if the credit allows: count its blocks and end a stall;
         else start (or continue) a stall. Returns whether it may go."""
