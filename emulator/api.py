@@ -20,10 +20,11 @@ accessors (``Result.summary`` keeps the whole dict).
 """
 from __future__ import annotations
 
-# Functions import the layers below them when called (a function-level import
-# here is on purpose): ``import emulator`` stays light for loading an experiment.
+# Deferred imports: functions import the layers below them when called:
+# ``import emulator`` stays light for loading an experiment.
 
 import csv
+import io
 import itertools
 import statistics
 from dataclasses import dataclass
@@ -32,11 +33,15 @@ from typing import Any, Iterable, Mapping
 
 from emulator.atomic import atomic_open
 from emulator.experiment.model import experiment_from_dict, read_experiment_data
-from emulator.experiment.resolved import Experiment
+from emulator.experiment.outdir import output_dir
 from emulator.experiment.overrides import apply_sets
+from emulator.experiment.resolved import Experiment
 from emulator.experiment.sweep import value_label
 from emulator.experiment.time_mode import check_time
 from emulator.rundir import RunDir
+from emulator.schema.experiment import ExperimentSpec
+from emulator.schema.load import read_yaml
+from emulator.topo import fabric_from_dict, load_fabric
 
 Sets = Mapping[str, Any] | Iterable[str] | None     # {"a.b": value} or ["a.b=yaml", ...]
 
@@ -60,8 +65,6 @@ def as_experiment(source, *, set: Sets = None, target: str | None = None) -> Exp
     file shaped like an experiment (``set`` applied); a topology (dict or
     file) as an experiment with the file defaults and no traffic."""
     from emulator.experiment.plan import is_experiment
-    from emulator.schema.load import read_yaml
-    from emulator.topo import fabric_from_dict, load_fabric
 
     if isinstance(source, Experiment):
         return source
@@ -81,7 +84,6 @@ def _no_traffic(fabric, topology: str | dict, source: str, target: str | None) -
     """A topology (its file's absolute path, or its data) as an experiment
     with the file defaults (switch buffer, NIC MTU, QoS) and no traffic:
     what a live fabric is brought up with (``Fabric.run`` adds traffic)."""
-    from emulator.schema.experiment import ExperimentSpec
     spec = ExperimentSpec.model_construct(name=fabric.name, topology=topology,
                                           **({"target": target} if target else {}))
     return Experiment(spec=spec, fabric=fabric, flows=(), source=source)
@@ -89,7 +91,6 @@ def _no_traffic(fabric, topology: str | dict, source: str, target: str | None) -
 
 def load_topology(path: str | Path):
     """A topology file as the resolved ``Fabric`` (nodes, links, addresses, routes)."""
-    from emulator.topo import load_fabric
     return load_fabric(path)
 
 
@@ -235,12 +236,9 @@ def run(exp: Experiment, out: str | Path | None = None, *, dilation: float | str
     dilated run; None: the experiment's. ``out`` is new or an earlier run's;
     ``force``: one holding others' files too (they are kept;
     ``emulator.experiment.outdir``)."""
-    import io
-
     from rich.console import Console
 
     from emulator.experiment.dilation import run_with_dilation
-    from emulator.experiment.outdir import output_dir
     check_time(exp, dilation_given=dilation is not None)      # refused before ``out`` exists
     out = Path(out or f"results/{exp.name}")
     console = Console(file=io.StringIO()) if quiet else Console(stderr=True)
@@ -259,7 +257,6 @@ def sweep(exp: Experiment | str | Path, grid: Mapping[str, Iterable[Any]],
     product) on the experiment; each run in ``out/<k=v,...>``, one row per run
     (the parameters, then ``SWEEP_CSV_FIELDS``, and ``result``: its Result)
     and ``out/sweep.csv``. ``out`` and ``force`` as ``run``'s."""
-    from emulator.experiment.outdir import output_dir
     if isinstance(exp, (str, Path)):
         base, source = read_experiment_data(exp), Path(exp)
     else:

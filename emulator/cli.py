@@ -1,8 +1,8 @@
 """``fabric-emu``: run experiments, look at fabrics, clean up after a crash."""
 from __future__ import annotations
 
-# Each command imports what it runs, in its function (on purpose): --help, clean
-# and topo show load neither Mininet, gRPC nor the runner.
+# Deferred imports: each command imports what it runs, in its function: --help,
+# clean and topo show load neither Mininet, gRPC nor the runner.
 
 import os
 import signal
@@ -458,8 +458,6 @@ def doctor(require):
               help="Clean even while a run is active: its fabric goes, and the run ends.")
 def clean(force):
     """Remove leftover switch/agent processes, Mininet shells and veths after a crash."""
-    import os
-
     from emulator.net.clean import clean as do_clean
     from emulator.net.runlock import RunActive, RunLock
 

@@ -16,8 +16,8 @@ unless ``require=("bmv2",)`` (the lab's provisioning asks for it).
 """
 from __future__ import annotations
 
-# Each check imports what it probes (function-level imports on purpose): a
-# machine missing a part still gets every other finding.
+# Deferred imports: each check imports what it probes: a machine missing a
+# part still gets every other finding.
 
 import importlib.metadata as md
 import re

@@ -32,6 +32,7 @@ from __future__ import annotations
 import struct
 from typing import NamedTuple
 
+from scapy.contrib.roce import BTH
 from scapy.fields import BitField, ByteEnumField, ByteField, FieldLenField, PacketListField, ShortField
 from scapy.layers.inet import UDP
 from scapy.packet import Packet, bind_layers
@@ -74,7 +75,6 @@ class IntShim(Packet):
 
 
 def _bind() -> None:
-    from scapy.contrib.roce import BTH
     bind_layers(UDP, IntShim, dport=INT_UDP_DPORT)
     bind_layers(IntShim, BTH)
 

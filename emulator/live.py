@@ -28,8 +28,8 @@ switch naming the other's id, and ``set_qos`` is refused with one line
 """
 from __future__ import annotations
 
-# Methods import the layers below them when called (a function-level import
-# here is on purpose): ``import emulator`` stays light.
+# Deferred imports: methods import the layers below them when called:
+# ``import emulator`` stays light.
 
 import contextlib
 import dataclasses

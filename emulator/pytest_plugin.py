@@ -23,8 +23,8 @@ marked ``fabric`` by itself.
 """
 from __future__ import annotations
 
-# pytest loads this plugin in every session wherever the package is installed:
-# the fixtures import the emulator (function-level imports) only when a test uses them.
+# Deferred imports: pytest loads this plugin in every session wherever the package
+# is installed: the fixtures import the emulator only when a test uses them.
 
 import pytest
 

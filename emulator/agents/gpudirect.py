@@ -22,14 +22,7 @@ Use it where a collective engine would use the NIC::
     for c in g.poll_cq(): ...                # completions, staging included
     g.ready_ns(n, "tx")                      # when a copy of n bytes asked now ends
 
-A completion of a staged operation has ``post_ns`` = when it was asked for
-(before the copy) and ``complete_ns`` = when the data is usable (after the
-copy), so ``complete_ns - post_ns`` includes the staging. With
-``gpudirect=True`` every call goes straight to the NIC.
-
-Rates and times are wall (fabric x D, like all the agents' parameters),
-read from the NIC's clock (``nic.clock``, ``emulator.clock``), so that staged
-and unstaged completions share one time line.
+Completion times and units: ``docs/nic.md``, "gpudirect: completion times and units".
 """
 from __future__ import annotations
 

@@ -18,6 +18,6 @@ def make_nic(n: NicConfig, clock: Clock | None = None, logs=None) -> RoceNic:
                               default=MONOTONIC)
     if n.ib is None:
         return RoceNic(n, clock=clock, logs=logs)
-    # here, not at the top: only an InfiniBand fabric's agents load the IB link layer
+    # deferred: only an InfiniBand fabric's agents load the IB link layer
     from emulator.ib.link import IbLink
     return RoceNic(n, clock=clock, logs=logs, link=IbLink(n, clock))

@@ -44,76 +44,33 @@ def run(cfg: CollectiveAgentConfig, path: str = "config", clock: Clock = MONOTON
     done, for the coordinator, once its work is; it answers its peers until
     the run ends, and leaves before its result is written)."""
     spec = cfg.workload
-    S, G = cfg.servers, len(cfg.nics)
-    validate_for(spec, path, S, G)
-    D = cfg.dilation
+    validate_for(spec, path, cfg.servers, len(cfg.nics))
     staging = [staging_from_config(n.model_dump()) for n in cfg.nics]   # before opening sockets
     nics = [make_nic(n, clock) for n in cfg.nics]
     out = {"server": cfg.server, "complete": False, "error": None, "records": [],
            "training": [], "storage": None}
-    st = cfg.storage
     reader = None
     stop = [False]              # virtual time: the run has ended (the coordinator's END)
     finished = [False]          # virtual time: this process's work is done
     leave = lambda: None        # noqa: E731  (virtual time: the process leaves the run)
     try:
-        eng = CollectiveEngine(server=cfg.server, servers=S, nics=nics,
+        eng = CollectiveEngine(server=cfg.server, servers=cfg.servers, nics=nics,
                                rank_ips={int(k): v for k, v in cfg.rank_ips.items()},
                                nvlink_rate_bps=cfg.nvlink.rate_bps,
                                nvlink_delay_ns=cfg.nvlink.delay_ns,
                                slice_bytes=spec.slice_bytes, slots=spec.slots,
                                staging=staging, clock=clock)
         eng.stop_flag = stop
-        eng.connect(bench.connections_for(S, G, spec.pairs()))
-        if st is not None:
-            snic = make_nic(st.nic, clock) if st.nic is not None else nics[0]
-            if snic is not nics[0]:
-                nics.append(snic)           # closed and reported with the others
-            reader = StorageReader(snic, st.qpn, st.target_ip, st.block_bytes, st.blocks,
-                                   st.queue_depth)
-            eng.attach(snic, reader.qpn, reader)
-        # every input (and expected output) is a slice of one array: built for the
-        # largest before the start, not inside the event loop when a row grows
-        periodic_inputs(max([s for t in spec.tests for s in t.size_list()]
-                            + [spec.training.size_bytes if spec.training else 0]) // ELEM_BYTES)
-        # and every schedule: built between two phases, one stalled the NICs for 0.5-1 ms
-        rows = [(t.collective, t.algorithm or spec.algorithm, size, in_place)
-                for t in spec.tests for size in t.size_list() for in_place in (False, True)]
-        if spec.training is not None:
-            rows.append((spec.training.collective, spec.training.algorithm or spec.algorithm,
-                         spec.training.size_bytes, False))
-        bench.prepare([eng], rows)
+        eng.connect(bench.connections_for(cfg.servers, len(cfg.nics), spec.pairs()))
+        reader = _storage_reader(cfg, eng, nics, clock)
+        _prepare(spec, eng)
         # the common start: a Unix time, the one clock all servers' processes share
         start_at = ready_then_start(f"server{cfg.server}", cfg.ready_path, cfg.start_at_unix_ns)
         leave = join_virtual_time(clock, lambda: finished[0], stop)
-        # virtual time: into the first window before the first frame goes out
-        # (a frame sent before it would be in no window's count: its receiver
-        # would take it at a time of its own choosing); MONOTONIC: no wait
-        clock.sleep_until_ns(clock.now_ns())
-        wait_ns = (start_at or 0) - clock.unix_ns()
-        if wait_ns > 0:
-            clock.sleep_until_ns(clock.now_ns() + wait_ns)
-        deadline_ns = clock.now_ns() + int(cfg.deadline_s * 1e9)
+        deadline_ns = _wait_for_start(clock, start_at) + int(cfg.deadline_s * 1e9)
         left = lambda: max(0.1, (deadline_ns - clock.now_ns()) / 1e9)   # noqa: E731
-        for t in spec.tests:
-            alg = t.algorithm or spec.algorithm
-            for size in t.size_list():
-                # nccl-tests' two halves of a row; as there, the warm-up runs once,
-                # before the out-of-place half
-                for in_place, warmup in ((False, t.warmup_iters), (True, 0)):
-                    out["records"] += bench.measure([eng], t.collective, alg, size, t.iters,
-                                                    warmup, spec.check, left(), in_place,
-                                                    background_check=True)
-        if spec.training is not None:
-            tr = spec.training
-            if reader is not None:
-                reader.start()              # reads run for as long as the training loop
-            out["training"] = bench.train([eng], tr.collective, tr.algorithm or spec.algorithm,
-                                          tr.size_bytes, tr.steps, tr.warmup_steps,
-                                          int(tr.compute_us * 1000 * D), spec.check, left(),
-                                          background_check=True)
-            if reader is not None:
-                reader.stop()
+        _run_tests(spec, eng, out, left)
+        _run_training(spec, eng, out, left, reader, cfg.dilation)
         # the last credits and ACKs are still in flight: let them land (the
         # results' checks run meanwhile), then keep answering a little (a
         # peer's last WRITE may need our ACK again)
@@ -122,27 +79,109 @@ def run(cfg: CollectiveAgentConfig, path: str = "config", clock: Clock = MONOTON
         wrong = [r["wrong"] for r in out["records"] + out["training"] if r["wrong"]]
         out["complete"] = not wrong and not (reader is not None and reader.wrong_blocks)
         finished[0] = True
-        if hasattr(clock, "leave"):
-            # virtual time: answer until every process is done (the run's end)
-            drive([eng], [], left() + 1, until=lambda: stop[0] or clock.now_ns() >= deadline_ns)
-        else:
-            end_ns = clock.now_ns() + 200_000_000
-            while clock.now_ns() < end_ns:
-                for nic in nics:
-                    nic.run_once(0.01)
+        _answer_peers(clock, eng, nics, left, stop, deadline_ns)
     except (TimeoutError, RuntimeError) as e:
         out["error"] = str(e)
     finally:
         leave()                     # virtual time: nobody waits for this process any more
-        if reader is not None:
-            out["storage"] = reader.report()
-        for nic in nics:
-            nic.poll_kernel_stats()     # frames the kernel dropped at its sockets, before as_dict
-        out["nics"] = [nic.stats.as_dict() for nic in nics]
-        out["gpudirect"] = [None if cp is None else cp.report() for cp in staging]
-        for nic in nics:
-            nic.close()
+        _report(out, reader, nics, staging)
     return out
+
+
+def _storage_reader(cfg: CollectiveAgentConfig, eng: CollectiveEngine, nics: list,
+                    clock: Clock) -> StorageReader | None:
+    """The checkpoint reader, if the config has one, attached to the engine (on a NIC
+    of its own, appended to ``nics`` to be closed and reported, or on NIC 0)."""
+    st = cfg.storage
+    if st is None:
+        return None
+    snic = make_nic(st.nic, clock) if st.nic is not None else nics[0]
+    if snic is not nics[0]:
+        nics.append(snic)           # closed and reported with the others
+    reader = StorageReader(snic, st.qpn, st.target_ip, st.block_bytes, st.blocks,
+                           st.queue_depth)
+    eng.attach(snic, reader.qpn, reader)
+    return reader
+
+
+def _prepare(spec, eng: CollectiveEngine) -> None:
+    """Build every input and schedule before the start, not inside the event loop."""
+    # every input (and expected output) is a slice of one array: built for the
+    # largest before the start, not inside the event loop when a row grows
+    periodic_inputs(max([s for t in spec.tests for s in t.size_list()]
+                        + [spec.training.size_bytes if spec.training else 0]) // ELEM_BYTES)
+    # and every schedule: built between two phases, one stalled the NICs for 0.5-1 ms
+    rows = [(t.collective, t.algorithm or spec.algorithm, size, in_place)
+            for t in spec.tests for size in t.size_list() for in_place in (False, True)]
+    if spec.training is not None:
+        rows.append((spec.training.collective, spec.training.algorithm or spec.algorithm,
+                     spec.training.size_bytes, False))
+    bench.prepare([eng], rows)
+
+
+def _wait_for_start(clock: Clock, start_at: int | None) -> int:
+    """Sleep until the common start (Unix ns; None: now); returns ``clock``'s time then."""
+    # virtual time: into the first window before the first frame goes out
+    # (a frame sent before it would be in no window's count: its receiver
+    # would take it at a time of its own choosing); MONOTONIC: no wait
+    clock.sleep_until_ns(clock.now_ns())
+    wait_ns = (start_at or 0) - clock.unix_ns()
+    if wait_ns > 0:
+        clock.sleep_until_ns(clock.now_ns() + wait_ns)
+    return clock.now_ns()
+
+
+def _run_tests(spec, eng: CollectiveEngine, out: dict, left) -> None:
+    """nccl-tests' rows: each size out of place, then in place; records into ``out``."""
+    for t in spec.tests:
+        alg = t.algorithm or spec.algorithm
+        for size in t.size_list():
+            # nccl-tests' two halves of a row; as there, the warm-up runs once,
+            # before the out-of-place half
+            for in_place, warmup in ((False, t.warmup_iters), (True, 0)):
+                out["records"] += bench.measure([eng], t.collective, alg, size, t.iters,
+                                                warmup, spec.check, left(), in_place,
+                                                background_check=True)
+
+
+def _run_training(spec, eng: CollectiveEngine, out: dict, left, reader, D) -> None:
+    """The training loop, if any, with the checkpoint reads running alongside."""
+    if spec.training is None:
+        return
+    tr = spec.training
+    if reader is not None:
+        reader.start()              # reads run for as long as the training loop
+    out["training"] = bench.train([eng], tr.collective, tr.algorithm or spec.algorithm,
+                                  tr.size_bytes, tr.steps, tr.warmup_steps,
+                                  int(tr.compute_us * 1000 * D), spec.check, left(),
+                                  background_check=True)
+    if reader is not None:
+        reader.stop()
+
+
+def _answer_peers(clock: Clock, eng: CollectiveEngine, nics: list, left, stop: list,
+                  deadline_ns: int) -> None:
+    """After this server's work: keep answering its peers (their last frames may need it)."""
+    if hasattr(clock, "leave"):
+        # virtual time: answer until every process is done (the run's end)
+        drive([eng], [], left() + 1, until=lambda: stop[0] or clock.now_ns() >= deadline_ns)
+    else:
+        end_ns = clock.now_ns() + 200_000_000
+        while clock.now_ns() < end_ns:
+            for nic in nics:
+                nic.run_once(0.01)
+
+
+def _report(out: dict, reader, nics: list, staging: list) -> None:
+    """The storage, NIC and GPUDirect reports into ``out``; the NICs closed."""
+    if reader is not None:
+        out["storage"] = reader.report()
+    for nic in nics:
+        nic.poll_kernel_stats()     # frames the kernel dropped at its sockets, before as_dict
+    out["nics"] = [nic.stats.as_dict() for nic in nics]
+    out["gpudirect"] = [None if cp is None else cp.report() for cp in staging]
+    for nic in nics:
+        nic.close()
 
 
 def _clock(cfg: CollectiveAgentConfig, path: str) -> Clock:

@@ -8,6 +8,8 @@ and delay × D.
 """
 from __future__ import annotations
 
+from p4.v1 import p4runtime_pb2 as pb
+
 from emulator.p4.p4info import PFC_SESSION_BASE, P4Info  # noqa: F401  (re-exported)
 from emulator.schema.qos import (  # noqa: F401 (the specs it installs; frame sizes and defaults are theirs)
     DEFAULT_XOFF_BYTES, ROCE_FRAME_OVERHEAD_BYTES, EcnSpec, PfcSpec, QosSpec, mtu_frame_bytes,
@@ -49,7 +51,6 @@ def pfc_port_params(rate_bps: int, pfc: PfcSpec, dilation: float) -> dict:
 
 def clone_sessions(fabric: Fabric, switch: str) -> list:
     """One clone session per port: where fabric.p4 sends the pauses it makes."""
-    from p4.v1 import p4runtime_pb2 as pb
     return [pb.PacketReplicationEngineEntry(clone_session_entry=pb.CloneSessionEntry(
         session_id=PFC_SESSION_BASE + p.port_no,
         replicas=[pb.Replica(egress_port=p.port_no, instance=1)]))

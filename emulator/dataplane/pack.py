@@ -130,6 +130,8 @@ def main(argv: list[str] | None = None, make_switch=ethernet_switch,
     signal.signal(signal.SIGTERM, on_stop)
     signal.signal(signal.SIGINT, on_stop)
     signal.signal(signal.SIGUSR1, on_snapshot)
+    # deferred: the fork server preloads this module; gRPC (the P4Runtime server) is
+    # loaded in the switch process it forks, not in the process that forks
     from emulator.dataplane.p4rt_server import P4RuntimeServer
     servers = []
     try:

@@ -14,16 +14,8 @@ output holds on BMv2 and on this target alike:
               applied by the traffic manager (``tm.py``) at enqueue/dequeue;
               packet-in to the CPU port
 
-Tables come from ``SwitchState`` (what the controller wrote over P4Runtime).
-The P4 ingress is a pure function of a few header fields, so its outcome is
-cached per flow key and the cache is flushed whenever the state's generation
-changes. Per packet, the hot path is then: the malformed-packet checks that
-the key does not cover (total length, header checksum), build the key, one
-dict lookup, rewrite MACs/TTL/checksum in a bytearray. The outcome
-(``Verdict``) also carries what the traffic manager needs: the priority, the
-PFC thresholds of (ingress port, priority) if that class is lossless, and the
-ECN thresholds of (egress port, priority); ``FabricPipeline.verdict`` holds
-the last one.
+Tables come from ``SwitchState``; the ingress outcome is cached per flow key
+(``docs/design-notes.md``, "The embedded pipeline's flow cache").
 
 Here: ingress itself (``FabricPipeline``: the flow cache, the fast and slow
 paths, MAC control, packet-out), its outcome (``Verdict``) and the

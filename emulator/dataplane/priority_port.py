@@ -28,6 +28,8 @@ if TYPE_CHECKING:  # serve() is handed the traffic manager that owns the port
 NEVER = 1 << 62                # a time no event reaches
 _INT_HI, _INT_LO = INT_UDP_DPORT >> 8, INT_UDP_DPORT & 0xFF
 _INT_MIN_FRAME = INT_OFFSET + INT_SHIM_BYTES
+# the highest set bit of a priority mask: an index per frame, not a method call
+_HIGHEST = tuple(mask.bit_length() - 1 for mask in range(1 << NUM_PRIORITIES))
 
 # log(t_ns, port, priority, event, value): the raw events of docs/lossless.md
 EventLog = Callable[[int, int, int, str, int], None]
@@ -133,32 +135,23 @@ class PriorityPort:
         return None
 
     def serve(self, now_ns: int, tm: "TrafficManager") -> None:
-        """Put on the wire every frame whose turn has come by ``now_ns``.
-
-        At each start time ``t``: a pending MAC control frame first, else the
-        highest-priority non-paused queue; an idle link jumps to the next
-        pause expiry or control frame, or to ``now_ns``. A frame leaves the
-        buffer when its serialization starts: its ingress cell is released
-        (headroom first), XON goes out if the cell is back at or below XON,
-        and the egress counters count it. (The TM's accounting is inlined:
-        this is the per-packet path.)
-        """
+        """Put on the wire every frame whose turn has come by ``now_ns``: at each start
+        time a pending MAC control frame first, else the highest non-paused queue; an idle
+        link jumps to the next pause expiry or control frame, or to ``now_ns``. A frame
+        leaves the buffer as its serialization starts: its cell is released (headroom first,
+        XON if back at XON) and the egress counters count it -- inlined: per-packet path."""
         t = self.busy_until
         if t > now_ns:
             return
-        queues, depth, ctrl = self.queues, self.depth, self.ctrl
-        wire = self.wire
-        in_flight, delay = wire.in_flight, wire.delay_ns
-        ns_per_byte = self.ns_per_byte
-        buf = tm.buffer
+        # the loop's state in locals (one attribute lookup per call, not per frame)
+        queues, depth, ctrl, wire, ns_per_byte = (self.queues, self.depth, self.ctrl, self.wire,
+                                                  self.ns_per_byte)
+        in_flight, delay, buf = wire.in_flight, wire.delay_ns, tm.buffer
         headroom_used, ingress_bytes, xoff = buf.headroom_used, buf.ingress_bytes, buf.xoff
-        tx, tx_prio = tm.tx, tm.tx_prio
-        tx_packets, tx_bytes = self.tx_packets, self.tx_bytes
-        no = self.port_no
+        tx, tx_prio, tx_packets, tx_bytes = tm.tx, tm.tx_prio, self.tx_packets, self.tx_bytes
+        no, int_cfg, int_tx_bytes = self.port_no, self.int_cfg, self.int_tx_bytes
         base = no * NUM_PRIORITIES
         freed = 0                                   # shared bytes released
-        int_cfg = self.int_cfg
-        int_tx_bytes = self.int_tx_bytes
         while t <= now_ns:
             if ctrl and ctrl[0][0] <= t:
                 frame = ctrl.popleft()[1]
@@ -171,25 +164,21 @@ class PriorityPort:
                 paused = self.paused
             eligible = self.nonempty & ~paused
             if eligible:
-                p = eligible.bit_length() - 1
+                p = _HIGHEST[eligible]
                 q = queues[p]
                 frame, cell = q.popleft()
                 if not q:
                     self.nonempty &= ~(1 << p)
                 size = len(frame)
                 depth[p] -= size
-                # SharedBuffer.release, inlined.
+                # SharedBuffer.release, inlined (no headroom used: the else frees it all)
                 used = headroom_used[cell]
-                if used:
-                    if used >= size:
-                        headroom_used[cell] = used - size
-                    else:
-                        headroom_used[cell] = 0
-                        freed += size - used
+                if used >= size:
+                    headroom_used[cell] = used - size
                 else:
-                    freed += size
-                count = ingress_bytes[cell] - size
-                ingress_bytes[cell] = count
+                    headroom_used[cell] = 0
+                    freed += size - used
+                ingress_bytes[cell] = count = ingress_bytes[cell] - size
                 if xoff[cell] and count <= buf.xon_bytes[cell] and not headroom_used[cell]:
                     xoff[cell] = False
                     tm._send_pfc(t, cell, 0)
@@ -203,8 +192,7 @@ class PriorityPort:
                 int_tx_bytes += size
                 if (int_cfg is not None and size > _INT_MIN_FRAME and frame[36] == _INT_HI
                         and frame[37] == _INT_LO and frame[23] == 17):
-                    # fabric.p4's egress: this port's INT record, at the
-                    # dequeue time in fabric ns (int_port's factor, per wall us)
+                    # fabric.p4's egress INT record; dequeue time in fabric ns (int_port's factor)
                     if type(frame) is not bytearray:
                         frame = bytearray(frame)
                     push_hop(frame, depth[p], int_tx_bytes, t * int_cfg[1] // 65_536_000, int_cfg[0])
@@ -223,8 +211,7 @@ class PriorityPort:
                 t = now_ns
                 break
             t = nxt
-        self.busy_until = t
-        self.int_tx_bytes = int_tx_bytes
+        self.busy_until, self.int_tx_bytes = t, int_tx_bytes
         if freed:
             buf.shared_used -= freed
 

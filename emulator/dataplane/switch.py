@@ -18,16 +18,8 @@ server's gRPC threads only touch ``SwitchState`` under its lock):
     is dropped by the kernel: read from the socket with the stats, per port
     ``rx_socket_drops`` (``SwitchPort``).
 
-The loop sleeps until the next frame's serialization slot or release time, a
-pause expiry, a PFC refresh or a queue-depth sample, so an idle switch costs
-nothing and a busy one never sends early. It reads the time and waits only
-through its clock (``emulator.clock``): ``MONOTONIC`` in the switch process,
-a ``ManualClock`` in tests, which then run the loop without sleeping. In a
-virtual-time run (``emulator.vtime``) it is the process's ``VirtualClock``:
-the ports' sockets become its ``VirtualPort``s, each wire a ``CommitWire``
-(a frame leaves when its serialization starts, stamped with its arrival),
-and queue-depth samples are skipped while no depth has changed (they would
-write nothing, and each is a window).
+Its loop sleeps until its next event, through its clock (``emulator.clock``; in virtual
+time: ``docs/virtual-time.md``, "The embedded switch's loop and its clock").
 
 Config: ``emulator.schema.switch.SwitchConfig`` (JSON, written by the
 Mininet node; rates and delays already dilated).
@@ -416,6 +408,8 @@ def serve(switch, cfg: SwitchConfig, p4info: P4Info, banner: str) -> int:
     ``stats``, ``state``) behind its P4Runtime server until SIGTERM/SIGINT;
     its stats to ``cfg.stats_path`` at exit. ``banner`` starts the line that
     says it is ready (what the Mininet node and the tests wait for)."""
+    # deferred: the fork server preloads this module; gRPC (the P4Runtime server) is
+    # loaded in the switch process it forks, not in the process that forks
     from emulator.dataplane.p4rt_server import P4RuntimeServer
     signal.signal(signal.SIGTERM, switch.stop)
     signal.signal(signal.SIGINT, switch.stop)

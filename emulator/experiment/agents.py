@@ -11,6 +11,7 @@ from pathlib import Path
 
 from emulator.agents.payload import write_layout
 from emulator.experiment.endpoints import agent_keys, dropped_flows
+from emulator.experiment.ideal_fct import base_rtt_ns, int_max_hops
 from emulator.experiment.resolved import Experiment
 from emulator.errors import RunAborted
 from emulator.net.fabric import FabricNet
@@ -103,7 +104,6 @@ def _int_path_facts(exp: Experiment) -> tuple[int, int]:
     """(INT records a source reserves, HPCC's T in fabric ns) of ``exp``."""
     global _int_facts
     if _int_facts[0] is not exp:
-        from emulator.experiment.ideal_fct import base_rtt_ns, int_max_hops
         _int_facts = (exp, (int_max_hops(exp), base_rtt_ns(exp)))
     return _int_facts[1]
 

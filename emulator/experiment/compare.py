@@ -3,27 +3,9 @@ figure (``fabric-emu compare A.yaml B.yaml``; RoCE against InfiniBand is
 what it is for: ``experiments/incast-pfc.yaml`` against
 ``experiments/incast-ib.yaml``, and the other ``*-ib.yaml`` twins).
 
-From each run's ``summary.json``, fabric time throughout:
-
-* FCTs (µs): mean, p50, p99 (with enough flows), max; slowdowns (FCT over
-  the flow's standalone FCT on its own link layer): mean and max; the
-  victims' (flows into a host no other flow goes to, e.g. hol-victim's
-  h6 -> h3) max slowdown -- head-of-line blocking's cost;
-* losslessness: drops and retransmitted packets (both 0 on a lossless run);
-  the time lossless traffic was held: PFC pause time on Ethernet (every
-  port and priority, summed), credit-stall time on InfiniBand (every port
-  and VL): the same backpressure, measured where each fabric applies it;
-  the deepest switch queue (bytes);
-* the busiest link's utilisation over the run (bytes sent / (run time x
-  rate)) and the fabric time of the whole run;
-* with a collective workload, its busbw at its largest size (nccl-tests'
-  out-of-place column: ``collectives.results``).
-
-* slowdown percentiles over every flow (p50; p95 and p99 with enough
-  flows), and the egress queue-depth percentiles the run sampled (every
-  switch port pooled: summary.json's ``queue_depth_dist``);
-* FCT slowdown by flow-size bucket (``distributions.slowdown_buckets``, as
-  HPCC's fct_analysis.py): a table of its own, one row per bucket.
+From each run's ``summary.json``, in fabric time: FCTs and slowdowns, drops and
+retransmissions, held time (PFC pauses or credit stalls), the deepest queue, the busiest
+link, busbw (every column: ``docs/design-notes.md``, "fabric-emu compare: the columns").
 
 ``comparison.csv`` (one row per run), ``comparison.json`` (the rows, each
 run's per-flow FCTs, slowdown buckets and queue-depth distribution),
@@ -206,10 +188,11 @@ def plot_slowdown_comparison(path: Path, buckets: dict[str, list[dict]],
     """The HPCC paper's two views of a run, the runs side by side: FCT
     slowdown by flow-size bucket (p95 solid, p50 dashed, log scale), and the
     egress queue-depth percentiles (sampled, every switch port pooled)."""
+    # deferred: matplotlib (and the plots built on it) only when a figure is drawn
     from emulator.experiment.plots import colours, draw_slowdown_buckets
     import matplotlib
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt     # deferred: as matplotlib, after its backend is set
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 4.8), gridspec_kw={"width_ratios": [2, 1]})
     draw_slowdown_buckets(ax1, {k: v for k, v in buckets.items() if v})
     ax1.legend(fontsize=8)
@@ -234,9 +217,9 @@ def plot_slowdown_comparison(path: Path, buckets: dict[str, list[dict]],
 def plot_comparison(path: Path, runs: dict[str, dict], rows: list[dict]) -> Path:
     """Per-flow FCT slowdown, the runs' bars side by side; and each run's
     held time (pauses or credit stalls)."""
-    import matplotlib
+    import matplotlib       # deferred: only when a figure is drawn
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt     # deferred: as matplotlib, after its backend is set
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2),
                                    gridspec_kw={"width_ratios": [3, 1]})
     labels = list(runs)
@@ -244,7 +227,7 @@ def plot_comparison(path: Path, runs: dict[str, dict], rows: list[dict]) -> Path
     first = next(iter(runs.values()))
     coll = (first.get("collectives") or {}).get("results") or []
     if len(first["flows"]) > MAX_FLOW_BARS:   # too many for a bar each: by size bucket
-        from emulator.experiment.plots import draw_slowdown_buckets
+        from emulator.experiment.plots import draw_slowdown_buckets     # deferred: as matplotlib
         draw_slowdown_buckets(ax1, {label: b for label in labels
                                     if (b := slowdown_buckets(runs[label]["flows"]))})
         ax1.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)

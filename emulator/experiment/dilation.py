@@ -1,39 +1,9 @@
 """``dilation: auto``: the time dilation D this machine sustains for an
 experiment, measured, cached, and corrected by a rerun when a run falls behind.
 
-Choosing D is a trade: a low D runs fast, but the Python switches and NICs
-must then keep a tighter schedule; too low and they fall behind
-(``emulator.experiment.fidelity``) and the results are distorted. What is
-too low depends on the machine, its load, the fabric and the traffic, so it
-is measured:
-
-* calibration: a scaled-down copy of the experiment (same fabric, its
-  traffic with flows capped at ``CAL_FLOW_BYTES``; a ``poisson`` entry at
-  its load for the time its hosts offer ``CAL_POISSON_BYTES`` in; a workload
-  run as itself, shortened: each test's largest size once, two training
-  steps, as many storage blocks as those steps overlap) runs at a few D on ``LADDER``, from
-  ``START_DILATION`` for a fabric of the demo's size, proportionally
-  higher for larger ones (``start_dilation``). Each run gives the
-  verdict's ``worst_ratio`` (worst lateness / its limit; behind above 1). The smallest D whose ratio is at
-  most 1 / ``MARGIN`` is chosen. Lateness from noise scales as 1 / D while
-  a run keeps up, so a good ratio r at D predicts r x D / D' at D': the
-  search jumps down to that guess (at most / ``DOWN_JUMP_MAX``), up at
-  most x ``UP_JUMP_MAX`` from a behind run, and bisects between the highest bad and lowest good D
-  when a guess fails (at most ``MAX_CALIBRATION_RUNS`` runs); a reading
-  just above the aim on the step below the choice is noise as often as
-  not, and is measured once more (``REMEASURE_ABOVE_AIM``; that step is
-  read in any case: every choice is bracketed by a reading), as is a bad
-  reading at a D above one that read better: lateness does not grow with D
-  (``REMEASURE_CONTRADICTIONS``).
-* cache: the choice is kept in ``$XDG_CACHE_HOME/fabric-emu/dilation.json``
-  (default ``~/.cache``), keyed by the machine (hostname, CPU count and
-  model) and the fabric's size (switches, servers, NICs, flows, target): a
-  bigger fabric or another machine is calibrated anew.
-* rerun: a run at an ``auto`` D that still falls behind (the machine got
-  busier) is rerun once at a higher D (predicted as above, at least twice
-  D); the cache learns that D. A D from the file or ``--dilation N`` is the
-  user's: never changed, the verdict just says whether it held.
-
+A low D runs fast but may fall behind; what is too low is measured: calibration runs
+on a ladder of D, a cache per machine and fabric size, one rerun higher when a run
+falls behind (``docs/dilated-time.md``, "dilation: auto -- calibration, cache, rerun").
 All of this is for dilated runs (``emulator.experiment.time_mode``): a
 virtual run is one run at D = 1, nothing calibrated, cached or rerun.
 ``summary.json`` records ``dilation`` (the D used), ``dilation_chosen_by``
@@ -60,6 +30,7 @@ from emulator.experiment.model import Experiment, experiment_from_dict
 from emulator.experiment.outdir import OutputDir, output_dir
 from emulator.experiment.summary_file import RunSummary
 from emulator.experiment.time_mode import VIRTUAL, VIRTUAL_CHOSEN_BY, planned_target, resolve_time
+from emulator.experiment.traffic_gen import entry_hosts, host_rate_bps
 from emulator.rundir import RunDir
 from emulator.schema.limits import MAX_DILATION
 from emulator.schema.workload import TestSpec
@@ -303,7 +274,6 @@ def _calibration_entry(exp: Experiment, i: int, t: dict) -> dict:
     its slowest host offers ``CAL_POISSON_BYTES`` in."""
     if t.get("pattern") != "poisson":
         return dict(t, size_bytes=min(t["size_bytes"], CAL_FLOW_BYTES))
-    from emulator.experiment.traffic_gen import entry_hosts, host_rate_bps
     spec = exp.spec.traffic[i]
     rate = min(host_rate_bps(exp.fabric, h) for h in entry_hosts(spec, exp.fabric))
     window_us = CAL_POISSON_BYTES * 8e6 / (rate * spec.load)
@@ -318,7 +288,8 @@ RunOne = Callable[[Experiment, Path, Console], dict]     # the summary as writte
 
 
 def _runner(pcap: bool, summary_only: bool = False) -> RunOne:
-    from emulator.experiment.runner import run_experiment   # needs Mininet: import late
+    # deferred: the runner needs Mininet and the fabric layer; plan (validate) imports this module
+    from emulator.experiment.runner import run_experiment
     return lambda e, out, console: run_experiment(e, out, console, pcap=pcap,
                                                   summary_only=summary_only)
 

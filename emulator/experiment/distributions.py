@@ -1,38 +1,14 @@
 """A run as the HPCC paper reports one: FCT slowdown by flow-size bucket, and
 the distribution of the switches' egress queue depths.
 
-**FCT slowdown by flow-size bucket** (``slowdown_buckets``), as HPCC's
-``analysis/fct_analysis.py`` computes its figures' lines: the completed
-flows, each with its slowdown (``fct_ns / standalone_fct_ns``, summary.json's
-``fct_slowdown``) clamped to at least 1 (fct_analysis.py's ``slow<1?1:slow``;
-see ``ideal_fct.py`` for why a flow may come out marginally under its
-ideal), sorted by size (then slowdown), are cut into groups of ``step``
-percent of the flows: group k holds the flows ``[k step n / 100, (k + 1)
-step n / 100)`` in that order (integer division; an empty group is left
-out). Per group: its flows, its smallest and largest size (the largest is
-what fct_analysis.py prints, and the x axis of the paper's figures), and
-the p50 / p95 / p99 of its slowdowns taken as fct_analysis.py's
-``get_pctl`` does -- the sorted values' element ``int(len x p)`` -- plus
-the mean and max. (fct_analysis.py also drops the last line of its input:
-not here.) Written as ``fct_slowdown.csv`` and summary.json's
-``fct_slowdown_buckets`` (``{"step_percent", "flows", "excluded_flows",
-"buckets": [rows]}``; ``excluded_flows``: flows that did not complete);
-``plots.plot_slowdown_buckets`` draws ``fct_slowdown.png``.
-
-**Queue depth distribution** (``queue_depth_distribution``), as HPCC's
-``monitor_buffer`` samples it (and ``qlen.txt`` bins it): each switch
-port's egress bytes, summed over its priority queues, sampled every
-``switch.sample_interval_us`` from fabric time 0 to the last flow's
-completion (the depth at a sample is the last the switch logged, 0 before
-any: ``{sw}.qdepth.csv`` logs changes). Per port and pooled over every
-switch port: samples, mean, p50 / p95 / p99 (nearest rank) and max of the
-samples (the sampled max; ``max_depth_bytes`` of ``ports[].priorities`` is
-the exact peak per queue). Written as ``queue_depth_dist.csv`` (a row
-``all`` first, then one per port) and summary.json's ``queue_depth_dist``
-(the pooled row, with ``interval_ns`` and ``window_ns``). None where the
-switches sample no depth: BMv2, InfiniBand, ``sample_interval_us: 0``.
+``slowdown_buckets``: FCT slowdown by flow-size bucket, as HPCC's ``fct_analysis.py``;
+``queue_depth_distribution``: switch ports' egress depths sampled as HPCC's
+``monitor_buffer`` (definitions: ``docs/design-notes.md``, "HPCC-style distributions").
 """
 from __future__ import annotations
+
+# Deferred imports: NumPy where it is used: the runner imports this module, and
+# NumPy is a tenth of a second or more of its start.
 
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Mapping

@@ -1,46 +1,10 @@
 """Run fidelity: did the emulation keep the fabric's schedule closely enough
 for its results to be true? (``summary.json``'s ``fell_behind``.)
 
-Every switch port and every NIC keeps an absolute schedule: a frame that the
-process serves late still gets its scheduled serialization slot, goes out in
-a catch-up burst, and the schedule continues. So a short scheduler hiccup
-shifts a few frames by their lateness and is forgotten, while a process that
-cannot keep up accumulates lateness for as long as the load lasts. What
-distorts results is the second: many frames late by a sizeable part of the
-time a frame needs to cross a hop. The verdict therefore compares a high
-percentile of lateness, in FABRIC time, with the fabric's own timescales:
-
-* switch: p99 of its frames' release lateness (every port's ``Wire``
-  histogram, ``emulator.link``) > ``SWITCH_P99_LIMIT_FRAMES`` x its MTU
-  frame's serialization time or ``SWITCH_P99_LIMIT_HOPS`` x its hop time
-  (that + link delay), its fastest port, whichever is smaller. A late port
-  sends a catch-up burst of about lateness / frame time frames, which the
-  next hop queues: the frame count is what ECN sees. Spikes touch under
-  1 % of the frames and leave p99 alone; a switch that cannot keep up is
-  late on most frames, by growing amounts.
-* NIC: mean lag of its transmitter behind its schedule, over its
-  data-bearing frames (``tx_lag_sum_ns / tx_lag_frames``, the stats the
-  agents write; ACKs and CNPs mostly leave an idle wire and burst nothing) > ``NIC_MEAN_LIMIT_FRAMES`` x
-  its MTU frame's serialization time. The NIC catches up at most a few
-  frames (``max_lag_ns``) and gives up lost time beyond that
-  (``tx_given_up_ns``), so its lag is bounded by a few frame times; its
-  mean lag tracks the time given up (measured: see the constant).
-* timed collective phase: the share of its time a NIC lost to its process
-  being late beyond the catch-up window (transmit time given up, receive
-  stalls: ``RoceNic.lost_ns``) > ``LOST_LIMIT_FRACTION``
-  (``add_collectives_fidelity``, fed by ``collectives.bench``).
-* frames the emulation lost, which no wire or PFC fabric loses: frames sent
-  into a switch that it never read (``link_losses``), frames the kernel
-  dropped at a switch port's or a NIC's packet socket because the process
-  did not read them in time (``socket_drops``) and drops of a paused
-  lossless class beyond its headroom (``headroom_drops``).
-
-The run fell behind when any process's ratio (measure / limit) exceeds 1;
-``worst_ratio`` is the largest ratio (the dilation chooser,
-``emulator.experiment.dilation``, aims below 1 / its margin). Wall
-lateness is divided by the dilation D: noise of a fixed wall duration
-shrinks in fabric time as D grows, overload disappears above some D.
-The rule is documented in docs/lossless.md ("Run fidelity").
+Each process's lateness, in fabric time, is compared with the fabric's own timescales,
+and frames the emulation lost count against the run; it fell behind when any ratio
+(measure / limit) exceeds 1. The rules, and why: ``docs/lossless.md``, "Run fidelity:
+the rules".
 
 A virtual run (``emulator.experiment.time_mode``) is late nowhere by
 construction: its verdict keeps the same keys, judges no lateness (rule

@@ -10,60 +10,9 @@ start), as integers; sizes are bytes. The input is a run's time series
 (``timeseries.load_results``), its summary and the experiment: nothing
 here reads a log.
 
-Node ids (HPCC numbers its nodes 0..N-1 and tags each host 0 / switch 1):
-the fabric's hosts first, in ``fabric.hosts()`` order (id 0..H-1), then its
-switches in ``fabric.switches()`` order -- leaves then spines, i.e. device
-id order -- (id H..H+S-1). ``node_ids(fabric)`` returns this map; it is
-stable for a given topology file. Interface indices (HPCC's ``ifindex``:
-device 0 is the loopback, NICs 1..) are the P4 port number on a switch
-(ports are numbered from 1 in link order, as HPCC numbers devices) and 1 on
-a host (its only NIC, our ``<host>-eth0``).
-
-``fct.txt`` -- third.cc ``qp_finish``, ``"%08x %08x %u %u %lu %lu %lu %lu"``::
-
-    sip dip sport dport size start_ns fct_ns standalone_fct_ns
-
-  one line per *completed* flow, in completion order (as HPCC writes them
-  when the QP completes). ``sip``/``dip``: the hosts' real IPv4 addresses as
-  8 lower-case hex digits (10.0.1.2 -> ``0a000102``; HPCC's
-  ``ip_to_node_id`` does not apply, use ``node_ids``); ``sport``: the QP's
-  UDP source port (49152 + QPN); ``dport``: 4791 (RoCEv2) unless
-  ``write_hpcc(dport=...)`` says otherwise -- fct_analysis.py's ``-t 0``
-  keeps only ``dport == 100`` (``-t 1``: 200), so pass ``dport=100`` to
-  analyse with its defaults; ``size``: message bytes; ``start_ns``: the
-  flow's scheduled start; ``fct_ns``: summary ``fct_ns`` (post to last ACK);
-  ``standalone_fct_ns``: summary ``standalone_fct_ns``, else
-  ``ideal_fct.standalone_fct_ns()``.
-
-``pfc.txt`` -- third.cc ``get_pfc``, ``"%lu %u %u %u %u"``::
-
-    time_ns node_id node_type ifindex type
-
-  one line per PFC frame *received* (HPCC traces ``QbbPfc`` in the receiving
-  device: the node whose transmission is paused): switches' ``pause_rx`` /
-  ``resume_rx`` events and hosts' ``pfc.csv`` rows; ``type`` 1 = pause
-  (quanta > 0), 0 = resume (quanta 0); ``node_type`` 0 host, 1 switch.
-  Sorted by time.
-
-``qlen.txt`` -- third.cc ``monitor_buffer``: every ``qlen_interval_ns``
-  (HPCC's QLEN_MON_INTERVAL, default 100 ns) the egress bytes of every switch
-  port, summed over its 8 priority queues, are binned in 1 KB buckets
-  (``bucket = bytes // 1000``, HPCC's ``qlen / 1000``); the cumulative
-  histograms are dumped as::
-
-      time: <t_ns>
-      <node_id> <ifindex> <count of bucket 0> <count of bucket 1> ...
-
-  one line per switch port (node id, then port, ascending), every
-  ``qlen_dump_interval_ns`` (HPCC's fixed 100 ms; default here: one dump at
-  the end of the run). The queue depth between samples is the last value
-  the switch logged (``{sw}.qdepth.csv`` logs changes), 0 before any.
-
-Two HPCC *input* files describe the same fabric and traffic, so the HPCC
-simulator can rerun the experiment for comparison: ``topology.txt``
-(``node_num switch_num link_num`` / switch ids / ``src dst <rate>Gbps
-<delay>ms 0`` per link, in link order so the ifindex numbering matches) and
-``flow.txt`` (``flow_num`` / ``src dst 3 <dport> <size> <start_s>``).
+Node ids, interface indices and the layouts of ``fct.txt``, ``pfc.txt``, ``qlen.txt``
+and of the input files ``topology.txt`` and ``flow.txt``: ``docs/design-notes.md``,
+"HPCC simulator formats".
 """
 from __future__ import annotations
 
@@ -79,6 +28,7 @@ from emulator.experiment.ideal_fct import (
     flow_priority,
     standalone_fct_ns,
 )
+from emulator.experiment.distributions import port_depths_at
 from emulator.rundir import RunDir
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -197,7 +147,7 @@ def pfc_lines(fabric: "Fabric", pfc_events: list[dict]) -> list[str]:
 
 def qlen_lines(fabric: "Fabric", queue_depth: list[dict], end_ns: float,
                interval_ns: float = 100, dump_interval_ns: float | None = None) -> list[str]:
-    import numpy as np
+    import numpy as np      # deferred: as in distributions.py, NumPy only where it is used
 
     ids = node_ids(fabric)
     if interval_ns <= 0:
@@ -206,7 +156,6 @@ def qlen_lines(fabric: "Fabric", queue_depth: list[dict], end_ns: float,
     if end_ns / interval_ns > MAX_QLEN_SAMPLES:
         interval_ns = end_ns / MAX_QLEN_SAMPLES
     samples = np.arange(0.0, end_ns + interval_ns / 2, interval_ns)
-    from emulator.experiment.distributions import port_depths_at
     buckets: dict[tuple[int, int], np.ndarray] = {
         (ids[sw], hpcc_ifindex(fabric, sw, port)): depth // QLEN_BUCKET_BYTES
         for (sw, port), depth in port_depths_at(fabric, queue_depth, samples).items()}

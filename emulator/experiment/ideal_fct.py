@@ -149,7 +149,7 @@ def link_framing(fabric: "Fabric", int_max_hops: int = 0) -> Framing:
     """The frames of a fabric's link layer (``wire.Framing``); with
     ``int_max_hops`` records of INT in every data frame and ACK (HPCC)."""
     if fabric.link_layer == "infiniband":
-        # here, not at the top: ib.headers defines Scapy layers, which the runner never imports
+        # deferred: ib.headers defines Scapy layers, which the runner never imports
         from emulator.ib.headers import IB_FRAMING
         return IB_FRAMING
     if int_max_hops:

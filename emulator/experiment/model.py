@@ -168,7 +168,7 @@ def _check_cc(spec: ExperimentSpec, fabric: Fabric, path: Path) -> None:
 def _check_cluster(spec: ExperimentSpec, fabric: Fabric, path: Path) -> None:
     """Every node placed on a server (``emulator.net.cluster.place``); the
     embedded target only (a BMv2 switch is not started over ssh)."""
-    # here, not at the top: only an experiment with a cluster: section loads the cluster layer
+    # deferred: only an experiment with a cluster: section loads the cluster layer
     from emulator.net.cluster import place
     if spec.target == "bmv2":
         raise ConfigError(path, "cluster", "a fabric spread over servers runs the embedded target")

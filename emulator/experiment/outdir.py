@@ -21,13 +21,7 @@ directory, the one type that creates, checks, clears and records it:
 * clearing: the earlier run's entries, and only those, are removed when
   the directory is opened (its raw logs would read as this run's); a user's
   ``notes.txt`` beside them, or in ``run/``, stays.
-* nested: a sweep's points, ``compare``'s runs and the calibration runs of
-  ``dilation: auto`` are output directories of their own inside an open one
-  (each with its marker, named as one entry of the parent's manifest).
-
-A run killed before it closed its directory (SIGKILL) left a marker that is
-still ``open``: it names the entries that were there before it, not its own,
-so everything else in the directory is taken as the killed run's.
+* nested and killed runs: ``docs/design-notes.md``, "Output directories".
 """
 from __future__ import annotations
 

@@ -17,6 +17,7 @@ from typing import Iterable
 from emulator.experiment.model import experiment_from_dict
 from emulator.experiment.overrides import apply_sets
 from emulator.experiment.resolved import WALL_S_AT_DILATION, Experiment
+from emulator.experiment.time_mode import VIRTUAL, planned_target, resolve_time, why_not_virtual
 from emulator.experiment.traffic_gen import generated_summary
 from emulator.schema.load import read_yaml
 from emulator.topo import fabric_from_dict, render_fabric
@@ -47,7 +48,6 @@ def describe_experiment(exp: Experiment) -> list[str]:
     """What a run of ``exp`` would do, a few lines: target, clock, dilation,
     traffic, workload. An explicit ``time: virtual`` the run could not keep
     is its ``ConfigError``."""
-    from emulator.experiment.time_mode import VIRTUAL, planned_target, resolve_time, why_not_virtual
     target = planned_target(exp.spec.target)
     asked, exp = exp.spec.time, resolve_time(exp, target)
     spec, dilated = exp.spec, exp.time_mode != VIRTUAL
@@ -58,7 +58,7 @@ def describe_experiment(exp: Experiment) -> list[str]:
              f"  time: virtual ({auto}every process keeps fabric time, in windows: no dilation)"]
     planned = exp                            # at the D a run would start with, if known
     if dilated and spec.dilation == "auto":
-        # (here: the runner's imports cost a second a file of fixed D does not need)
+        # deferred: dilation imports the runner's layers (a second) a fixed D does not need
         from emulator.experiment.dilation import (
             DilationCache, cache_key, fabric_key, machine_key, with_dilation,
         )
@@ -96,7 +96,7 @@ def describe_experiment(exp: Experiment) -> list[str]:
         lines.append(f"  sweep: {spec.sweep.parameter} over {len(exp.sweep_points)} values, a run each "
                      "(every one checked)")
     if spec.cluster is not None:
-        # here, not at the top: only an experiment with a cluster: section loads the cluster layer
+        # deferred: only an experiment with a cluster: section loads the cluster layer
         from emulator.net.cluster import place
         placed = place(spec.cluster, exp.fabric)
         for srv in spec.cluster.servers:

@@ -42,6 +42,7 @@ from typing import Mapping
 
 from emulator.net.idle_cpu import enter_idle, leave_idle, remove_idle_cgroup
 from emulator.lifeline import child_env, die_with_runner, set_pdeathsig
+from emulator.experiment.plots import prewarm, write_plots
 
 PIPE_DEFAULT_BYTES = 65536
 EXIT_WAIT_S = 2.0         # after its answer, for its exit (then close() kills it)
@@ -108,7 +109,6 @@ class Plotter:
 
     def plot(self, results_dir: str | Path, summary: Mapping) -> dict[str, Path]:
         """Draw the run's figures (``plots.write_plots``): {file name: path}."""
-        from emulator.experiment.plots import write_plots
         drawn: dict[str, str] = {}
         # The traffic is over: the figures are what the run waits for now (the
         # fabric's teardown goes on beside them and must not starve them).
@@ -155,7 +155,6 @@ def process_state(pid: int) -> str:
 
 
 def _draw(results_dir: str, summary, fabric, names) -> dict[str, str]:
-    from emulator.experiment.plots import write_plots
     return {k: str(v) for k, v in write_plots(results_dir, summary, fabric=fabric,
                                               only=names).items()}
 
@@ -164,7 +163,6 @@ def main() -> int:
     # started by a test, not a runner: SIGKILL with the parent all the same (a
     # paused plotter would never see its stdin close)
     die_with_runner(unsupervised_signal=signal.SIGKILL)
-    from emulator.experiment.plots import prewarm
     prewarm()
     stdin = sys.stdin.buffer
     try:

@@ -21,6 +21,7 @@ from emulator.experiment.results import build_run_summary, write_run_results
 from emulator.experiment.servers import ServerGroup, add_collectives, plain_hosts, render_collectives
 from emulator.experiment.summary import render_slowdown_buckets, render_summary
 from emulator.experiment.summary_file import RunSummary
+from emulator.experiment.time_mode import VIRTUAL, run_time_mode
 from emulator.experiment.timeseries import monotonic_t0_from_unix
 from emulator.errors import ConfigError, EnvironmentProblem, RunAborted, WriteFailed
 from emulator.net import environment
@@ -61,7 +62,7 @@ def resolve_target(target: str) -> str:
     where it is not is an error naming what is missing."""
     if target == "embedded":
         return target
-    # here, not at the top: the BMv2 target's parts (Thrift CLI, p4c) only where it is asked for
+    # deferred: the BMv2 target's parts (Thrift CLI, p4c) only where it is asked for
     from emulator.net.bmv2 import bmv2_unavailable_reason
     reason = bmv2_unavailable_reason()
     if target == "auto":
@@ -163,13 +164,11 @@ def _run(exp: Experiment, odir: OutputDir, console: Console, pcap: bool | str, t
 
 
 def clock_phrase(exp: Experiment) -> str:
-    from emulator.experiment.time_mode import VIRTUAL, run_time_mode
     return "virtual time" if run_time_mode(exp) == VIRTUAL else f"dilation {exp.dilation:g}"
 
 
 def virtual_time_coordinator(exp: Experiment):
     """The run's ``vtime.Coordinator`` if it runs in virtual time, else None."""
-    from emulator.experiment.time_mode import VIRTUAL, run_time_mode
     if run_time_mode(exp) != VIRTUAL:
         return None
     # InfiniBand's flow-control packets wait for no serializer: its shortest

@@ -60,7 +60,7 @@ def server_configs(exp: Experiment, run_dir: Path, start_at_unix_ns: int | None,
     st = spec.storage
     storage = st is not None and wp.storage_server is not None
     if storage:
-        # here, not at the top: the storage agent's module brings NumPy, 30 ms of every run's start
+        # deferred: the storage agent's module brings NumPy, 30 ms of every run's start
         from emulator.collectives.storage import READ_QPN_BASE
         target_ip = fabric.addresses.host_ip(wp.storage_nic)
         for j, (name, nic) in enumerate(wp.readers):

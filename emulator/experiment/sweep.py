@@ -13,19 +13,7 @@ so every value is checked before the first run),
 runs each with the caller's ``run_one(exp, out_dir / "<parameter>=<value>")``
 (the runner; it returns the run's summary dict), and writes into ``out_dir``:
 
-``sweep.csv``, one row per run, in value order::
-
-    value, run_dir, flows, completed_flows, complete, fell_behind, fabric_us,
-    fct_mean_us, fct_p50_us, fct_p99_us, slowdown_mean, slowdown_p99,
-    ecn_marks, pauses, paused_us, drops, headroom_drops, max_queue_bytes
-
-  FCT statistics are over completed flows, in fabric µs; percentiles are
-  nearest-rank (p99 of fewer than 100 flows is the largest); ``ecn_marks``,
-  ``pauses`` (PFC pause frames sent), ``paused_us`` (egress time paused),
-  ``headroom_drops`` and ``max_queue_bytes`` (deepest queue) come from the
-  ports' per-priority counters (summed / max over every switch port and
-  priority); ``drops`` is the ports' traffic-manager drops. Empty cells: no
-  data (no completed flow, no per-priority counters).
+``sweep.csv``, one row per run, in value order (columns: ``docs/design-notes.md``, "sweep.csv").
 
 ``sweep.png``: those metrics against the parameter.
 
@@ -175,7 +163,7 @@ def plot_sweep(path: str | Path, rows: list[Mapping], parameter: str) -> Path | 
     """Metrics against the parameter (numeric axis if every value is a number)."""
     if not rows:
         return None
-    from matplotlib.figure import Figure
+    from matplotlib.figure import Figure     # deferred: matplotlib only when a figure is drawn
 
     values = [r["value"] for r in rows]
     numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)

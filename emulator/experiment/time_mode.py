@@ -99,7 +99,8 @@ def planned_target(target: str) -> str:
     refusal comes first, being the file's)."""
     if target != "auto":
         return target
-    from emulator.experiment.runner import resolve_target    # Mininet's imports: late
+    # deferred: the runner needs Mininet and the fabric layer, which imports this module
+    from emulator.experiment.runner import resolve_target
     return resolve_target(target)
 
 

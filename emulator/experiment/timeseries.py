@@ -10,51 +10,21 @@ directory::
     fabric rate    = dilated rate x D        (Gbps; bits per fabric ns)
     bytes, quanta, priorities, ports: unchanged
 
-``queue_depth.csv``  ``time_ns,node,port,priority,depth_bytes``
-    every ``{sw}.qdepth.csv`` row (the switch logs a queue when its depth
-    changed since the previous sample).
-``flow_rate.csv``    ``time_ns,flow_id,src,dst,rate_gbps``
-    goodput of each flow from its ``{host}.flows.csv`` acked-bytes samples:
-    ``8 x delta acked_bytes / delta time_ns`` over each sampling interval,
-    stamped at the interval's end (a flow's first sample gives no rate).
-``dcqcn_rate.csv``   ``time_ns,host,qpn,flow_id,rate_gbps,alpha,event``
-    every DCQCN rate change of ``{host}.qp.csv``; ``rate_gbps`` is the
-    logged (dilated) ``rate_bps`` x D / 1e9; ``flow_id`` is the flow whose
-    QP on that host is ``qpn`` (``Flow.src_qpn`` on ``Flow.src``, or
-    ``dst_qpn`` on ``dst``), empty if none.
-``pfc_events.csv``   ``time_ns,node,port,peer,priority,event,quanta``
-    ``pause_tx``/``resume_tx``/``pause_rx``/``resume_rx`` of the switches'
-    ``{sw}.events.csv``, and the hosts' received pause frames
-    (``{host}.pfc.csv``: ``pause_rx`` if quanta > 0 else ``resume_rx``, on
-    the host's port 0). ``peer`` is the node at the other end of the port;
-    ``quanta`` is the pause time of the frame (0 for a resume).
-``ecn_marks.csv``    ``time_ns,node,port,priority,depth_bytes``
-    every ``ecn_mark`` event (the depth the marked packet found).
-``cnp.csv``          ``time_ns,host,qpn,flow_id,direction``
-    every CNP a host sent (``tx``: the notification point, the flow's
-    receiver) or received (``rx``: the reaction point, its sender); ``qpn``
-    is the host's local QP.
-``drops.csv``        ``time_ns,node,port,priority,bytes``
-    every ``drop`` event of a switch.
-``int_hops.csv``     ``time_ns,host,qpn,flow_id,hop,node,port,qlen_bytes,tx_bytes,ts_ns,rate_gbps,u,window_bytes``
-    HPCC (``cc: hpcc``): the INT records of a sample of the ACKs a sender
-    received (one in ``nic.reaction.INT_LOG_EVERY`` per QP), one row per
-    switch the data packet crossed -- ``hop`` 0 the first; ``node``/``port``
-    the egress port that wrote it, from the flow's path --: queue length
-    left at dequeue, the port's tx-bytes counter, its timestamp (fabric ns;
-    both wrap at 2**32), its rate; and the sender's U and window after
-    reacting to it.
-
+``queue_depth.csv``, ``flow_rate.csv``, ``dcqcn_rate.csv``, ``pfc_events.csv``,
+``ecn_marks.csv``, ``cnp.csv``, ``drops.csv``, ``int_hops.csv``: their columns and
+sources in ``docs/lossless.md``, "Result CSVs".
 Every file is written, with its header, even when no log had rows for it.
 Reading the raw logs (tolerant of partly written ones) and the CSV number
 format are ``results_io``'s.
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from emulator.experiment.ideal_fct import flow_paths
 from emulator.experiment.results_io import RawLogs, read_raw_logs, write_csv
 from emulator.rundir import RunDir
 
@@ -139,7 +109,6 @@ def load_results(exp: "Experiment", run_dir: str | Path, t0_ns: int,
     """Read the run directory's raw logs and convert them to fabric units."""
     raw = raw if raw is not None else read_raw_logs(exp, run_dir)
     d = float(exp.dilation)
-    fabric = exp.fabric
     res = Results()
     end = 0.0
 
@@ -150,34 +119,13 @@ def load_results(exp: "Experiment", run_dir: str | Path, t0_ns: int,
             end = x
         return x
 
-    def peer_of(node: str, port: int) -> str:
-        try:
-            return fabric.port(node, port).peer
-        except KeyError:
-            return ""
-
     for sw, logs in raw.switch.items():
-        for r in logs["qdepth"]:
-            res.queue_depth.append({"time_ns": ft(r["t_ns"]), "node": sw, "port": r["port"],
-                                    "priority": r["priority"], "depth_bytes": r["depth_bytes"]})
-        for r in logs["events"]:
-            ev, t = r["event"], ft(r["t_ns"])
-            base = {"time_ns": t, "node": sw, "port": r["port"]}
-            if ev in PFC_EVENTS:
-                res.pfc_events.append({**base, "peer": peer_of(sw, r["port"]),
-                                       "priority": r["priority"], "event": ev,
-                                       "quanta": int(r["value"]) if ev.startswith("pause") else 0})
-            elif ev == "ecn_mark":
-                res.ecn_marks.append({**base, "priority": r["priority"],
-                                      "depth_bytes": int(r["value"])})
-            elif ev == "drop":
-                res.drops.append({**base, "priority": r["priority"], "bytes": int(r["value"])})
-
+        _switch_rows(res, exp.fabric, sw, logs, ft)
     qp_flow = qp_flow_map(exp)
     flows = {f.flow_id: f for f in exp.flows}
     paths = None
     for host, logs in raw.host.items():
-        port = fabric.ports(host)[0]
+        port = exp.fabric.ports(host)[0]
         for r in logs["pfc"]:
             q = r["quanta"]
             res.pfc_events.append({"time_ns": ft(r["t_ns"]), "node": host, "port": port.port_no,
@@ -189,7 +137,6 @@ def load_results(exp: "Experiment", run_dir: str | Path, t0_ns: int,
                                    "rate_gbps": r["rate_bps"] * d / 1e9, "alpha": r["alpha"],
                                    "event": r["event"]})
         if logs["int"] and paths is None:
-            from emulator.experiment.ideal_fct import flow_paths
             paths = flow_paths(exp)
         for r in logs["int"]:
             res.int_hops.append(_int_hop_row(paths, flows, host, qp_flow, r, ft))
@@ -197,33 +144,63 @@ def load_results(exp: "Experiment", run_dir: str | Path, t0_ns: int,
             res.cnp.append({"time_ns": ft(r["t_ns"]), "host": host, "qpn": r["local_qpn"],
                             "flow_id": qp_flow.get((host, r["local_qpn"]), ""),
                             "direction": r["direction"]})
-        by_flow: dict[int, list[tuple[float, int]]] = {}
-        for r in logs["flows"]:
-            by_flow.setdefault(r["flow_id"], []).append((ft(r["t_ns"]), r["acked_bytes"]))
-        for fid, samples in by_flow.items():
-            samples.sort()
-            f = flows.get(fid)
-            # ACKs come every few packets, so acked bytes grow in steps: the
-            # rate at each sample is taken over a trailing window of at least
-            # RATE_WINDOW_NS and at least RATE_WINDOW_ACKS typical ACK gaps
-            # (a slow flow's ACKs are far apart).
-            window = _rate_window_ns(samples)
-            j = 0
-            for i, (t_b, b_b) in enumerate(samples):
-                if i == 0:
-                    continue
-                while j < i - 1 and t_b - samples[j + 1][0] >= window:
-                    j += 1
-                t_a, b_a = samples[j]
-                if t_b <= t_a:
-                    continue
-                res.flow_rate.append({"time_ns": t_b, "flow_id": fid,
-                                      "src": f.src if f else host, "dst": f.dst if f else "",
-                                      "rate_gbps": max(0, b_b - b_a) * 8 / (t_b - t_a)})
+        _flow_rate_rows(res, flows, host, logs["flows"], ft)
     for rows in res.tables().values():
         rows.sort(key=_sort_key)
     res.end_ns = end
     return res
+
+
+def _switch_rows(res: Results, fabric, sw: str, logs: dict, ft) -> None:
+    """A switch's queue depth samples and port events (PFC, ECN marks, drops) into ``res``."""
+    def peer_of(node: str, port: int) -> str:
+        try:
+            return fabric.port(node, port).peer
+        except KeyError:
+            return ""
+
+    for r in logs["qdepth"]:
+        res.queue_depth.append({"time_ns": ft(r["t_ns"]), "node": sw, "port": r["port"],
+                                "priority": r["priority"], "depth_bytes": r["depth_bytes"]})
+    for r in logs["events"]:
+        ev, t = r["event"], ft(r["t_ns"])
+        base = {"time_ns": t, "node": sw, "port": r["port"]}
+        if ev in PFC_EVENTS:
+            res.pfc_events.append({**base, "peer": peer_of(sw, r["port"]),
+                                   "priority": r["priority"], "event": ev,
+                                   "quanta": int(r["value"]) if ev.startswith("pause") else 0})
+        elif ev == "ecn_mark":
+            res.ecn_marks.append({**base, "priority": r["priority"],
+                                  "depth_bytes": int(r["value"])})
+        elif ev == "drop":
+            res.drops.append({**base, "priority": r["priority"], "bytes": int(r["value"])})
+
+
+def _flow_rate_rows(res: Results, flows: dict, host: str, acked: list, ft) -> None:
+    """Each flow's rate over time, from a host's (time, acked bytes) samples, into ``res``."""
+    by_flow: dict[int, list[tuple[float, int]]] = {}
+    for r in acked:
+        by_flow.setdefault(r["flow_id"], []).append((ft(r["t_ns"]), r["acked_bytes"]))
+    for fid, samples in by_flow.items():
+        samples.sort()
+        f = flows.get(fid)
+        # ACKs come every few packets, so acked bytes grow in steps: the
+        # rate at each sample is taken over a trailing window of at least
+        # RATE_WINDOW_NS and at least RATE_WINDOW_ACKS typical ACK gaps
+        # (a slow flow's ACKs are far apart).
+        window = _rate_window_ns(samples)
+        j = 0
+        for i, (t_b, b_b) in enumerate(samples):
+            if i == 0:
+                continue
+            while j < i - 1 and t_b - samples[j + 1][0] >= window:
+                j += 1
+            t_a, b_a = samples[j]
+            if t_b <= t_a:
+                continue
+            res.flow_rate.append({"time_ns": t_b, "flow_id": fid,
+                                  "src": f.src if f else host, "dst": f.dst if f else "",
+                                  "rate_gbps": max(0, b_b - b_a) * 8 / (t_b - t_a)})
 
 
 def _sort_key(row: dict):
@@ -257,7 +234,6 @@ def monotonic_t0_from_unix(start_at_unix_ns: int) -> int:
     Call this in the runner's process, close to the start (the two clocks
     drift only under NTP slewing).
     """
-    import time
     return time.monotonic_ns() + (int(start_at_unix_ns) - time.time_ns())
 
 

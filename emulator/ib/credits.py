@@ -2,23 +2,9 @@
 release 1.4, 7.9.4 "Flow control"): a pure state machine with explicit
 times, as ``emulator.nic.dcqcn`` is, driven by the port that owns it.
 
-Credits count 64-byte blocks (``IB_CREDIT_BLOCK_BYTES``); the counters are
-12 bits (``IB_CREDIT_MOD``), compared modulo 4096 with the spec's window
-of 2048. Each end of a link holds, per data VL:
-
-* the transmitter's side: ``fctbs``, the Flow Control Total Blocks Sent
-  since the link came up, and ``fccl``, the Flow Control Credit Limit its
-  peer last advertised (before any: ``peer_buffer_blocks``, the peer's
-  empty buffer, on a link that came up before the run). A packet of ``n``
-  blocks may go only while ``(FCCL - (FCTBS + n)) mod 4096 <= 2048``
-  (7.9.4.3): the sender never puts on the wire more than the receiver has
-  buffer for. No credit, no packet: the VL stalls, which is where a
-  credit-based fabric's backpressure comes from (PFC's counterpart,
-  without a drop, ever).
-* the receiver's side: ``abr``, the Adjusted Blocks Received (every data
-  packet's blocks, and reset to the sender's FCTBS by each flow-control
-  packet: lost packets do not leak credit), and the blocks of buffer free.
-  It advertises ``FCCL = ABR + min(free, 2048)`` (mod 4096).
+Credits count 64-byte blocks in 12-bit counters: the transmitter's FCTBS and FCCL,
+the receiver's ABR, and the rule a packet waits on (``docs/lossless.md``,
+"InfiniBand credits").
 
 A flow-control packet (``emulator.ib.headers.IBFlowControl``) carries both
 halves of its sender's state for one VL: its FCTBS (for the peer's ABR) and
@@ -95,6 +81,13 @@ class VlCredits:
     def can_send(self, n_blocks: int) -> bool:
         """May a packet of ``n_blocks`` go now (7.9.4.3)?"""
         return (self.fccl - (self.fctbs + n_blocks)) % IB_CREDIT_MOD <= _HALF
+
+    def send_at_ns(self, n_blocks: int) -> int | None:
+        """When a packet of ``n_blocks`` held for credit may start, as far as the
+        credit goes: when the FCCL that allows it came; None while none does."""
+        if (self.fccl - (self.fctbs + n_blocks)) % IB_CREDIT_MOD <= _HALF:
+            return self.credit_ns
+        return None
 
     def try_send(self, n_blocks: int, now_ns: int) -> bool:
         """Send a packet if the credit allows: count its blocks and end a stall;

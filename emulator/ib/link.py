@@ -152,7 +152,7 @@ class IbLink(LinkLayer):
         if nic.verify_icrc and not verify_icrc(frame):
             st.rx_icrc_errors += 1
             return
-        qp = nic._qps.get(pkt.dst_qp)        # (no host-CPU hook: RoCE only)
+        qp = nic.qp_by_qpn.get(pkt.dst_qp)        # (no host-CPU hook: RoCE only)
         if qp is None or pkt.slid != qp.tpl.dlid:
             st.rx_ignored += 1
             return

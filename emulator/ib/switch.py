@@ -23,18 +23,8 @@ arbitration, credit gating, serialization at the port's rate) and a
                               first at start: the initial credit)
 
 A packet is never dropped for want of buffer: a VL without credit waits
-(``stalled_ns``). Stats (per port and VL: packets, bytes, stalls, stall
-time, overruns, flow-control packets; drops by reason; per port the
-frames the kernel dropped at its socket before the switch read them,
-``rx_socket_drops``) go to ``stats_path`` at exit, like the Ethernet switch's.
-
-Virtual time (``emulator.vtime``), as the Ethernet switch: the ports'
-sockets are the clock's ``VirtualPort``s and each wire a ``CommitWire`` (a
-packet leaves when its serialization starts, a flow-control packet when it
-is made, stamped with its arrival); the initial credit goes at the first
-turn, once every process of the run is there; queue-depth samples stay on
-their grid but are skipped while no depth changed; a port's pcap gets its
-sent packets at their arrival, in time order with what it received.
+(``stalled_ns``). Its stats, and virtual time: ``docs/virtual-time.md``, "The
+InfiniBand switch: stats and virtual time".
 """
 from __future__ import annotations
 

@@ -10,11 +10,18 @@ and its watchdog (``emulator.net.watchdog``).
 """
 from __future__ import annotations
 
+import glob
 import os
 import re
 import signal
+import socket
+import stat
 import subprocess
+import sys
+import tempfile
 import time
+
+from emulator.net.idle_cpu import remove_idle_cgroup
 
 # Command lines of the processes a run starts.
 OWN_PROCESS_PATTERNS = (
@@ -113,11 +120,8 @@ def stale_vtime_sockets() -> list[str]:
     runner's own (``emulator.vtime.coordinator``) and, on a cluster's
     server, the end of its forward there (``emulator.net.cluster``). A
     live run's are kept (a connection to it is taken and closed unused)."""
-    import glob
-    import socket
-    import stat
-    import tempfile
-
+    # deferred: net.cluster brings the schema layer (pydantic): ``fabric-emu clean``
+    # and the watchdog's reaper stay light
     from emulator.net.cluster import REMOTE_SOCKET_DIR
     paths = sorted({*glob.glob(f"{REMOTE_SOCKET_DIR}/fabric-emu-vt-*.sock"),
                     *glob.glob(os.path.join(tempfile.gettempdir(), "fabric-emu-vt-*", "coordinator"))})
@@ -153,7 +157,6 @@ def clean() -> dict[str, int]:
     """Remove leftover processes and interfaces (and the plotter's idle
     cgroup, ``emulator.net.idle_cpu``, once its processes are gone, and
     virtual time's sockets nothing listens on); returns what was removed."""
-    from emulator.net.idle_cpu import remove_idle_cgroup
     killed = kill_fabric_processes()
     removed = {"processes": killed, "interfaces": delete_interfaces(fabric_interfaces())}
     remove_idle_cgroup()
@@ -165,7 +168,6 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m emulator.net.clean RUN_DIR NODES IFNAMES`` (comma-separated):
     one run's part on one server of a cluster, removed by the runner over
     ssh (``emulator.net.cluster``) -- only that run's, never another's."""
-    import sys
     run_dir, nodes, ifnames = (sys.argv[1:] if argv is None else argv)
     kill_processes(lambda: run_processes(run_dir, [n for n in nodes.split(",") if n]))
     delete_interfaces([n for n in ifnames.split(",") if n])

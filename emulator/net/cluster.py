@@ -22,14 +22,16 @@ network itself:
   mirror that pulls what the runner reads while the run goes (agents'
   ready and progress files, switch stats) unless the run directory is one
   filesystem all servers share; everything else is gathered at the end.
-- Node and link classes (``cluster_nodes.cluster_classes``): the fabric's
-  own switch and host with ``RemoteMixin``, and the tunnel links with this
-  run's ssh options.
+- Node and link classes (``cluster_nodes.cluster_classes``): the fabric's own switch
+  and host with ``RemoteMixin``, and the tunnel links with this run's ssh options.
 
 Every server runs the same checkout at the same path (``cd`` there, its
 ``.venv``); the run directory has the same path on each.
 """
 from __future__ import annotations
+
+# Deferred imports: Mininet (net.nodes, its cluster edition, cluster_nodes) only
+# when a fabric is built: validating an experiment places its nodes here too.
 
 import contextlib
 import os

@@ -1,13 +1,20 @@
 """Mininet's node and link classes for a fabric spread over servers
 (``emulator/net/cluster.py``): the fabric's own switch and host with
-``RemoteMixin``, and the ssh-carried link with this run's ssh options."""
+``RemoteMixin``, and the ssh-carried link with this run's ssh options.
+
+Made per run (the classes close over the run's ``Cluster``); ``Cluster.classes``
+imports this module only when a run is spread over servers, so importing Mininet
+at the top here costs a one-machine run nothing."""
 from __future__ import annotations
 
 import subprocess
 from typing import TYPE_CHECKING
 
+from mininet.examples.cluster import RemoteGRELink, RemoteMixin, RemoteSSHLink
+
 from emulator.errors import FabricEmuError
 from emulator.lifeline import set_pdeathsig
+from emulator.net.nodes import READY_TIMEOUT_S, EmbeddedP4Switch, RoceHost
 from emulator.schema.cluster import LOCAL
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -17,10 +24,17 @@ if TYPE_CHECKING:  # pragma: no cover
 def cluster_classes(cluster: "Cluster"):
     """(switch class, host class, link class) for Mininet: the fabric's own
     with ``RemoteMixin``, ssh carrying this run's options."""
-    from mininet.examples.cluster import RemoteGRELink, RemoteMixin, RemoteSSHLink
+    on_server = _on_server_class(cluster)
 
-    from emulator.net.nodes import EmbeddedP4Switch, RoceHost
+    class ClusterRoceHost(on_server, RoceHost):
+        pass
 
+    link = _ssh_link_class(cluster) if cluster.spec.link == "ssh" else RemoteGRELink
+    return _switch_class(cluster, on_server), ClusterRoceHost, link
+
+
+def _on_server_class(cluster: "Cluster") -> type:
+    """``RemoteMixin`` with this run's ssh options, local nodes started as Mininet's."""
     class OnServer(RemoteMixin):
         """``RemoteMixin``, but a node on the runner's machine starts its
         shell as Mininet's ``Node`` does: ``RemoteMixin`` puts every command
@@ -36,7 +50,12 @@ def cluster_classes(cluster: "Cluster"):
                 cmd = ["sudo", "-E", "-u", self.user, *cmd]
             return subprocess.Popen(cmd, **params)
 
-    class ClusterP4Switch(OnServer, EmbeddedP4Switch):
+    return OnServer
+
+
+def _switch_class(cluster: "Cluster", on_server: type) -> type:
+    """The embedded switch on a cluster server."""
+    class ClusterP4Switch(on_server, EmbeddedP4Switch):
         """An embedded switch on a cluster server: on a remote one its
         process runs there (``RemoteProcess``) and its P4Runtime port is
         forwarded here."""
@@ -52,7 +71,6 @@ def cluster_classes(cluster: "Cluster"):
         def wait_started(self) -> None:
             if not self.isRemote:
                 return super().wait_started()
-            from emulator.net.nodes import READY_TIMEOUT_S
             srv = cluster.server_of(self.name)
             srv.wait_port(self.grpc_port, self.proc, READY_TIMEOUT_S, f"switch {self.name}",
                           self.log_path)
@@ -67,9 +85,11 @@ def cluster_classes(cluster: "Cluster"):
         def grpc_address(self) -> str:
             return f"127.0.0.1:{getattr(self, 'local_grpc_port', self.grpc_port)}"
 
-    class ClusterRoceHost(OnServer, RoceHost):
-        pass
+    return ClusterP4Switch
 
+
+def _ssh_link_class(cluster: "Cluster") -> type:
+    """Mininet's ssh-carried link with this run's ssh options."""
     class ClusterSSHLink(RemoteSSHLink):
         """Mininet's ssh-carried link, its ssh with this run's options."""
 
@@ -98,5 +118,4 @@ def cluster_classes(cluster: "Cluster"):
                     raise FabricEmuError(f"cluster link: renaming tap9 to {intf} on {node.server}: {out}")
             return tunnel
 
-    link = ClusterSSHLink if cluster.spec.link == "ssh" else RemoteGRELink
-    return ClusterP4Switch, ClusterRoceHost, link
+    return ClusterSSHLink

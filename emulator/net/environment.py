@@ -25,7 +25,7 @@ def environment_problem() -> str | None:
     if os.geteuid() != 0:
         return "building a fabric needs root (network namespaces, veths): run as root or with sudo"
     try:
-        import mininet.net  # noqa: F401
+        import mininet.net  # noqa: F401  (deferred: the probe: can Mininet be imported?)
     except ImportError:
         return ("Mininet's Python module is not importable: run 'make setup' "
                 "(apt-get install mininet; the venv sees Debian's python3 packages)")

@@ -20,15 +20,24 @@ import subprocess
 import threading
 from pathlib import Path
 
+from mininet.log import setLogLevel
+from mininet.net import Mininet
+
 from emulator.control.controller import FabricController, program_p4info
 from emulator.errors import EnvironmentProblem, FabricEmuError, RunAborted
 from emulator.lifeline import child_env
 from emulator.net import environment
+from emulator.net.clean import delete_interfaces, fabric_interfaces, kill_processes, run_processes
+from emulator.net.cluster import Cluster
 from emulator.net.environment import check_environment, check_interfaces_free, environment_problem
 from emulator.net.fabric_health import FabricHealth, exit_phrase
 from emulator.net.fabric_nodes import FabricNodes
+from emulator.net.forkserver import for_run
 from emulator.net.mininet_topo import dilated_link, fabric_topo, ib_link_config
+from emulator.net.nodes import free_tcp_ports
+from emulator.net.runlock import RunLock
 from emulator.net.wake_latency import WakeLatencyRequest
+from emulator.net.watchdog import Watchdog
 from emulator.schema.qos import mtu_frame_bytes
 from emulator.topo import Fabric
 
@@ -101,11 +110,6 @@ class FabricNet(FabricNodes, FabricHealth):
     # -------------------------------------------------------------- lifecycle
     def start(self) -> "FabricNet":
         environment.check_environment()
-        from mininet.log import setLogLevel
-
-        from emulator.net.clean import fabric_interfaces
-        from emulator.net.runlock import RunLock
-        from emulator.net.watchdog import Watchdog
 
         setLogLevel("error")
         if RunLock.held() is None:     # not taken by the CLI for a whole run or sweep
@@ -135,12 +139,9 @@ class FabricNet(FabricNodes, FabricHealth):
         return self
 
     def _build(self) -> None:
-        from mininet.net import Mininet
-
-        from emulator.net.nodes import free_tcp_ports
         device_config = b""
         if self.target == "bmv2":
-            # here, not at the top: the BMv2 target's parts only where it is asked for
+            # deferred: the BMv2 target's parts only where it is asked for
             from emulator.net.bmv2 import bmv2_unavailable_reason
             from emulator.p4.build import bmv2_json
             reason = bmv2_unavailable_reason()
@@ -148,7 +149,6 @@ class FabricNet(FabricNodes, FabricHealth):
                 raise EnvironmentProblem(f"target bmv2: {reason}")
             device_config = bmv2_json().read_bytes()
         self._trap_signals()
-        from emulator.net.forkserver import for_run
         # Its imports run while Mininet builds the namespaces and links (the
         # CLI started it even earlier: forkserver.prestart).
         self.forkserver = for_run(self.run_dir, child_env())
@@ -163,7 +163,6 @@ class FabricNet(FabricNodes, FabricHealth):
                                                   else ())}
         net_cls, net_params = Mininet, {}
         if self.cluster_spec is not None:
-            from emulator.net.cluster import Cluster
             self.cluster = Cluster(self.cluster_spec, self.fabric, self.run_dir,
                                    vtime_socket=self.vtime_socket).open()
             net_cls, net_params = self.cluster.mininet_params()
@@ -256,7 +255,6 @@ class FabricNet(FabricNodes, FabricHealth):
         self._teardown_thread.start()
 
     def _teardown(self) -> None:
-        from emulator.net.clean import delete_interfaces, kill_processes, run_processes
         try:
             if self.controller is not None:
                 controller, self.controller = self.controller, None

@@ -17,6 +17,9 @@ import signal
 import time
 from pathlib import Path
 
+from emulator.net.nodes import stop_process, stop_processes
+from emulator.net.packing import switch_packs
+
 
 class FabricNodes:
     """Nodes, processes and switch stats of a ``FabricNet`` (a mixin of it)."""
@@ -54,7 +57,6 @@ class FabricNodes:
         InfiniBand) on one machine only."""
         if self.target != "embedded" or self.cluster_spec is not None:
             return {}
-        from emulator.net.packing import switch_packs
         out = {}
         for group in switch_packs([sw.name for sw in self.fabric.switches()],
                                   self.switches_per_process):
@@ -86,12 +88,10 @@ class FabricNodes:
     @staticmethod
     def _stop_switches(net) -> None:
         """All switch processes at once (a stopped one is left as it is)."""
-        from emulator.net.nodes import stop_processes
         stop_processes([getattr(sw, "proc", None) for sw in net.switches])
 
     @staticmethod
     def _stop_broken(net) -> None:
-        from emulator.net.nodes import stop_process
         for sw in net.switches:
             stop_process(getattr(sw, "proc", None))
         for node in net.hosts + net.switches:

@@ -275,7 +275,7 @@ def _profiled(entry, req: dict) -> int:
     """``entry(args)`` under cProfile; its stats to $FABRIC_EMU_PROFILE/
     MODULE.ARG.PID.prof (``python -m pstats`` reads them): where a run's
     switches and agents spend their CPU, the process's own, in place."""
-    import cProfile
+    import cProfile     # deferred: only when FABRIC_EMU_PROFILE asks for a profile
     prof = cProfile.Profile()
     try:
         return prof.runcall(entry, req["args"])
@@ -308,7 +308,7 @@ def _child(req: dict, fds: list[int], server_fds: list[int], server_pid: int,
         os.close(log_fd)
         if req["netns_pid"]:
             netns.enter(int(req["netns_pid"]))
-        import setproctitle
+        import setproctitle     # deferred: only in the fork server's processes (see serve)
         setproctitle.setproctitle(req["title"])
         os.chdir(req["cwd"])
         os.environ.clear()
@@ -337,7 +337,7 @@ def _child(req: dict, fds: list[int], server_fds: list[int], server_pid: int,
 def _adopt(msg: bytes, fds: list[int]) -> None:
     """Log to the run's file from now on; name the run on the command line.
     A failure is logged, not answered: the runner reads no answer to this."""
-    import setproctitle
+    import setproctitle     # deferred: only in the fork server's processes (see serve)
     try:
         run_dir = json.loads(msg)["adopt"]
         sys.stdout.flush()
@@ -360,6 +360,8 @@ def serve(ctl: socket.socket, entry_points: dict[str, str]) -> None:
     die_with_runner()
     for module in sorted(set(entry_points.values())):
         importlib.import_module(module)
+    # deferred: the runner imports this module too, and its own process title is
+    # not to be touched; setproctitle is loaded in the fork server only.
     import setproctitle
     # Set up here, while argv and environ lie as the kernel laid them out:
     # a child that changed its environment first could not move them.

@@ -3,26 +3,11 @@
 A run's switches and agents wake every few hundred microseconds of wall time
 and must run at once: their lateness is the run's fidelity. A helper that
 works during the traffic (the plotter importing matplotlib) must give way
-to them the instant one wakes. A nice value does not do that here:
-
-* every switch and agent leads its own session, so with
-  ``CONFIG_SCHED_AUTOGROUP`` each is an autogroup of its own, and the
-  scheduler shares the CPU between groups before it looks at nice values:
-  a niced helper (or a niced thread of the runner) takes its group's full
-  share;
-* even an autogroup niced to 19 (``/proc/self/autogroup``) keeps the CPU
-  it was given until its slice ends (EEVDF's run-to-parity), so a waking
-  switch waits behind it.
-
-The scheduler's idle class does: a task in a cgroup with ``cpu.idle`` = 1
-is preempted at once by any other wakeup and gets the CPU only when nothing
-else wants it (Linux 5.15+, cgroup v1 and v2). Measured on the demo at
-D = 6000 with the plotter importing during the traffic (2 cores, worst
-lateness ratio over 4 runs): in an idle cgroup 0.53-0.65, without any
-helper 0.56-0.62, in an autogroup niced to 19 0.94-1.18. Not free either:
-at D = 4000 with the fabric packed (one process of agents, one of
-switches), 0.43-0.70 with the plotter importing, 0.38-0.65 without (the
-import is 0.7 s of CPU; a waking switch still has to preempt it).
+to them the instant one wakes. A nice value does not do that here (autogroups,
+EEVDF's run-to-parity: ``docs/design-notes.md``, "The idle cgroup"); the
+scheduler's idle class does: a task in a cgroup with ``cpu.idle`` = 1 is
+preempted at once by any other wakeup and gets the CPU only when nothing else
+wants it (Linux 5.15+, cgroup v1 and v2).
 
     back = enter_idle(pid)     # the process into the idle cgroup (None: not possible)
     ...                        # its work nobody waits for

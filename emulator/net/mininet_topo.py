@@ -11,8 +11,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from emulator.topo import Fabric
+from mininet.topo import Topo
+
+from emulator.net.nodes import EmbeddedP4Switch, RoceHost
 from emulator.schema.switch import IbLinkConfig
+from emulator.topo import Fabric
 
 
 def dilated_link(fabric: Fabric, node: str, port_no: int, dilation: float) -> tuple[int, int]:
@@ -32,8 +35,7 @@ def switch_params(fabric: Fabric, name: str, target: str, switch_options: dict,
                   ports: dict[str, tuple[int, int]], forkserver=None, switch_cls=None) -> dict:
     """Mininet addSwitch parameters of one switch on a target; ports: name ->
     (gRPC port, Thrift port)."""
-    from emulator.net.bmv2 import Bmv2Switch
-    from emulator.net.nodes import EmbeddedP4Switch
+    from emulator.net.bmv2 import Bmv2Switch   # deferred: BMv2's parts only where it is asked for
     common = {"device_id": fabric.device_id(name), "grpc_port": ports[name][0],
               "port_links": {p.port_no: dilated_link(fabric, name, p.port_no, switch_options["dilation"])
                              for p in fabric.ports(name)}}
@@ -58,9 +60,7 @@ def fabric_topo(fabric: Fabric, dilation: float, run_dir: Path, switch_options: 
     -> the process it shares (embedded target). vtime_socket_of: switch ->
     the virtual-time coordinator's socket as its process reaches it (None:
     the run is dilated; ``FabricNet.vtime_socket_of``)."""
-    from mininet.topo import Topo
 
-    from emulator.net.nodes import RoceHost
     switch_cls, host_cls = None, RoceHost
     if cluster is not None:
         switch_cls, host_cls, _ = cluster.classes

@@ -24,6 +24,7 @@ import sys
 import time
 from pathlib import Path
 
+from emulator.net.clean import delete_interfaces, kill_processes, run_processes
 from emulator.rundir import RawDir
 
 STAND_DOWN = b"x"
@@ -73,7 +74,6 @@ class Watchdog:
 
 def reap(spec: dict) -> tuple[int, int]:
     """SIGKILL the run's processes, delete its interfaces; (processes, interfaces)."""
-    from emulator.net.clean import delete_interfaces, kill_processes, run_processes
     killed = kill_processes(lambda: run_processes(spec["run_dir"], spec["nodes"]), grace_s=0)
     removed = delete_interfaces(spec["interfaces"])
     return killed, removed

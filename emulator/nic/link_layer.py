@@ -145,10 +145,10 @@ class EthernetLink(LinkLayer):
         if nic.verify_icrc and not verify_icrc(frame):
             st.rx_icrc_errors += 1
             return
-        hook = nic._rx_hook                  # tenant filter / CPU work (host_cpu); None: off
+        hook = nic.rx_hook                   # tenant filter / CPU work (host_cpu); None: off
         if hook is not None and hook(frame, pkt, now):
             return                           # dropped, or held until the CPU delivers it
-        qp = nic._qps.get(pkt.dst_qp)
+        qp = nic.qp_by_qpn.get(pkt.dst_qp)
         if qp is None or pkt.src_ip != qp.remote_ip_int:
             st.rx_ignored += 1
             return

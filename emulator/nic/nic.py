@@ -115,7 +115,9 @@ class RoceNic(NicLink, NicReceive):
         # BTH P_Key of our frames (dpu: a tenant's partition; 0xFFFF: default)
         self.pkey = 0xFFFF
         self.last_rx_ns = 0                  # clock time of the last received frame
-        self._qps: dict[int, QueuePair] = {}
+        # QPs by local QPN: the link layer delivers a frame to its QP from here
+        # (read only outside create_qp)
+        self.qp_by_qpn: dict[int, QueuePair] = {}
         self._mrs: dict[int, MemoryRegion] = {}
         self._next_rkey = 0x100
         self._next_addr = 0x10000000
@@ -147,7 +149,9 @@ class RoceNic(NicLink, NicReceive):
                                       max_window_pkts=max_out)
         self.cpu_gate: CpuGate | None = None          # host_cpu: off unless configured
         self.tenant_filter: TenantFilter | None = None
-        self._rx_hook = None
+        # what the link layer calls on a received frame before delivering it: None, or
+        # hook(frame, pkt, now) -> True when consumed (tenant filter, host CPU work)
+        self.rx_hook = None
 
     def _make_transmitter(self) -> None:
         self.transmitter = Transmitter(
@@ -197,7 +201,7 @@ class RoceNic(NicLink, NicReceive):
         peer's ``rq_psn`` and vice versa (exchanged out of band)."""
         if not 0 < qpn <= PSN_MASK or not 0 < remote_qpn <= PSN_MASK:
             raise ValueError("QP numbers are 24-bit and nonzero")
-        if qpn in self._qps:
+        if qpn in self.qp_by_qpn:
             raise ValueError(f"QP {qpn} exists")
         if udp_sport is None:
             udp_sport = 49152 + ((qpn * 2654435761 ^ remote_qpn) & 0x3FFF)
@@ -208,7 +212,7 @@ class RoceNic(NicLink, NicReceive):
         qp = QueuePair(qpn, remote_ip, remote_qpn, udp_sport, sq_psn, rq_psn, rate_bps,
                        dst_mac, tpl, self.mtu_bytes)
         qp.window_pkts = self.transmitter.max_outstanding_pkts
-        self._qps[qpn] = qp
+        self.qp_by_qpn[qpn] = qp
         self.requester.qps.append(qp)
         self.reaction.attach(qp, self.qp_line_rate_bps(qp), self.clock.now_ns())
         return qp
@@ -276,7 +280,7 @@ class RoceNic(NicLink, NicReceive):
         return out
 
     def qp(self, qpn: int) -> QueuePair:
-        return self._qps[qpn]
+        return self.qp_by_qpn[qpn]
 
     @property
     def qps(self) -> list[QueuePair]:

@@ -35,7 +35,7 @@ class NicReceive:
 
     def _update_rx_hook(self) -> None:
         on = self.cpu_gate is not None or self.tenant_filter is not None
-        self._rx_hook = self._cpu_rx_hook if on else None
+        self.rx_hook = self._cpu_rx_hook if on else None
 
     def _cpu_rx_hook(self, frame, pkt, now: int) -> bool:
         """True when the frame is consumed here: dropped (other tenant, CPU
@@ -46,7 +46,7 @@ class NicReceive:
         gate = self.cpu_gate
         if gate is None or pkt.opcode not in _DATA_OPS:
             return False
-        qp = self._qps.get(pkt.dst_qp)
+        qp = self.qp_by_qpn.get(pkt.dst_qp)
         if qp is None or pkt.src_ip != qp.remote_ip_int:
             return False
         return gate.rx_admit(frame, pkt, qp, now)
@@ -162,7 +162,7 @@ class NicReceive:
         n = 0
         for frame in self.cpu_gate.rx_due(now):
             pkt = parse_roce(frame)
-            qp = self._qps.get(pkt.dst_qp)
+            qp = self.qp_by_qpn.get(pkt.dst_qp)
             if qp is None:
                 continue
             st.rx_packets += 1

@@ -60,8 +60,9 @@ def read_limit(qp) -> int:
 
 class ReadResponder:
     """Answers READ requests: jobs per QP (``qp.rd_jobs``), QPs with
-    responses to send round-robin in ``qps``; the transmitter asks for the
-    next response with ``take``. PSN checks and NAKs go through the
+    responses to send round-robin in ``busy`` (the transmitter's seam, as the
+    requester's ``busy``: not empty, a response waits); the transmitter asks for
+    the next response with ``take``. PSN checks and NAKs go through the
     ``responder`` (one expected PSN per QP for every request)."""
 
     def __init__(self, responder, mrs: dict, mtu_bytes: int, stats,
@@ -71,7 +72,7 @@ class ReadResponder:
         self.mtu_bytes = mtu_bytes
         self.framing = framing
         self.stats = stats
-        self.qps: deque = deque()
+        self.busy: deque = deque()      # never rebound: the transmitter holds it
 
     def on_request(self, qp, pkt, now: int) -> None:
         st = self.stats
@@ -108,7 +109,7 @@ class ReadResponder:
         j.mv, j.length, j.psn, j.npkts, j.k = mr.mv[base:base + dlen], dlen, psn, npkts, 0
         j.msn, j.ready_ns = qp.msn, now + mr.read_latency_ns
         if not qp.rd_jobs:
-            self.qps.append(qp)
+            self.busy.append(qp)
         qp.rd_jobs.append(j)
 
     def _drop_jobs(self, qp, psn: int) -> None:
@@ -117,15 +118,15 @@ class ReadResponder:
         jobs = qp.rd_jobs
         while jobs and jobs[-1].psn + jobs[-1].npkts > psn:
             jobs.pop()
-        if not jobs and qp in self.qps:
-            self.qps.remove(qp)
+        if not jobs and qp in self.busy:
+            self.busy.remove(qp)
 
     def take(self, slot: float, now: int, gate=None):
         """The next READ response allowed at ``slot`` (its QP's pacing,
         ``qp.next_ok_ns``, and its job's ready time permitting): (frame,
         frame length, slot), or None. ``gate``: the CPU gate (may move the
         slot later, or hold the frame: None)."""
-        rdq = self.qps
+        rdq = self.busy
         mtu = self.mtu_bytes
         for _ in range(len(rdq)):
             qp = rdq[0]
@@ -163,7 +164,7 @@ class ReadResponder:
     def next_ready_ns(self, base: float) -> float:
         """Earliest time a queued response may go, no earlier than ``base``."""
         t = float("inf")
-        for qp in self.qps:
+        for qp in self.busy:
             x = max(base, qp.next_ok_ns, qp.rd_jobs[0].ready_ns) if qp.rd_jobs else base
             if x < t:
                 t = x

@@ -274,7 +274,7 @@ _FAST_PATH = frozenset({"FrameTemplate", "RocePacket", "parse_roce", "read_ext_h
 
 def __getattr__(name: str):
     if name in _FAST_PATH:
-        from . import roce_frames
+        from . import roce_frames   # deferred: roce_frames imports this module
         value = getattr(roce_frames, name)
         globals()[name] = value
         return value

@@ -64,6 +64,7 @@ class Transmitter:
         self.pause_until_ns = pause_until_ns     # PfcReceiver.until_ns (read only)
         self.requester = requester
         self.read_responder = read_responder
+        self.read_busy = read_responder.busy     # QPs with READ responses to send
         self.cnp_queue = cnp_queue               # CnpFrames (NotificationPoint.out)
         self.ack_queue = ack_queue               # AckFrames (Responder.out)
         self.qps = requester.busy                # data QPs with work, round-robin
@@ -115,7 +116,7 @@ class Transmitter:
     def idle(self) -> bool:
         """Nothing queued here or on the wire."""
         return not (self.ack_queue or self.cnp_queue or self.wire.in_flight
-                    or self.read_responder.qps or self._retry is not None
+                    or self.read_busy or self._retry is not None
                     or self.held is not None)
 
     def next_wake_ns(self, now: int, limit: float, cpu_ready_ns: float = 0.0) -> float:
@@ -131,9 +132,9 @@ class Transmitter:
             # flow-control packet's arrival wakes the loop)
             if self.wire.in_flight:
                 wake = min(wake, max(self.wire.in_flight[0][0], blocked))
-            cr = self.credit
-            if cr.can_send(self.held[2]):
-                wake = min(wake, max(slot, blocked, cr.credit_ns))
+            ready = self.credit.send_at_ns(self.held[2])
+            if ready is not None:
+                wake = min(wake, max(slot, blocked, ready))
             return wake
         if self.cnp_queue:
             wake = min(wake, max(slot, blocked, pause[self.cnp_priority]))
@@ -145,7 +146,7 @@ class Transmitter:
             wake = min(wake, blocked)
         # data may start once the wire, socket, PFC and the CPU allow
         base = max(slot, blocked, data_resume, cpu_ready_ns)
-        if self.read_responder.qps:
+        if self.read_busy:
             wake = min(wake, self.read_responder.next_ready_ns(base))
         for qp in self.qps:
             if (qp.snd_nxt < qp.next_psn and qp.state == QpState.RTS
@@ -235,11 +236,12 @@ class Transmitter:
         if self.held is not None:
             # InfiniBand: our VL's head waits until credit for it came
             frame, flen, nblocks = self.held
-            if not credit.can_send(nblocks):
+            ready = credit.send_at_ns(nblocks)
+            if ready is None:
                 self.wire_idle = True
                 return False
-            if slot < credit.credit_ns:
-                slot = credit.credit_ns
+            if slot < ready:
+                slot = ready
             credit.try_send(nblocks, slot)
             self.held = None
         else:
@@ -289,8 +291,7 @@ class Transmitter:
         """The next data-bearing frame: a READ response, else the next data
         QP's frame once its CPU work is done; paced, counted, or None."""
         gate = self.cpu_gate
-        rd = self.read_responder
-        got = rd.take(slot, now, gate) if rd.qps else None
+        got = self.read_responder.take(slot, now, gate) if self.read_busy else None
         if got is not None:
             frame, flen, slot = got
             qp = frame.qp

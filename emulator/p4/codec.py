@@ -14,16 +14,10 @@ client sends and what the target accepts cannot drift apart.
     assert codec.encode_table_entry(entry) == te
 
 Match values given to ``table_entry(match={...})``, per the field's match type
-(values: see ``emulator.p4.values``):
-
-    exact    -> value
-    lpm      -> (value, prefix_len)  or "10.0.1.0/24"
-    ternary  -> (value, mask)
-    range    -> (low, high)
-    optional -> value
-
-"Don't care" matches (lpm prefix 0, ternary mask 0, full range, ``None``)
-are omitted from the message, as P4Runtime requires.
+(values: see ``emulator.p4.values``): exact -> value; lpm -> (value, prefix_len)
+or "10.0.1.0/24"; ternary -> (value, mask); range -> (low, high); optional -> value.
+"Don't care" matches (lpm prefix 0, ternary mask 0, full range, ``None``) are
+omitted from the message, as P4Runtime requires.
 
 The codec is one class in parts, one module each: ``EntityBuilders``
 (``emulator.p4.builders``: the controller's builders and readers),

@@ -14,27 +14,10 @@ endpoints:                          # absent: plain NICs, no P_Keys, no costs (a
     - {hosts: [s4n1], gpudirect: false}
 ```
 
-Who does the per-packet work and which tenant a NIC belongs to come from
-the topology, not from here: every NIC of a server with ``dpu: true`` (its
-GPU NICs and its storage port) is a DPU, which runs firewall, crypto and
-storage work on the card (``dpu_cpu`` costs, no host CPU); on a plain NIC the
-same work costs ``host_cpu`` time per packet sent and received, and the
-``cores`` serve that NIC's packets (each NIC's agent models its own cores).
-
-Tenancy (``emulator/agents/dpu.py``): tenant number = position of the tenant
-in the topology's ``servers.tenants`` (1, 2, ...); its NICs tag every frame
-with BTH P_Key 0x8000|n and drop (count, never ACK) frames of another
-partition. A flow between two tenants is therefore *expected to be
-dropped*: the sender tags with its own tenant's P_Key (a misbehaving or
-foreign sender aiming at a real QP and memory region of the other tenant)
-and the receiver's filter discards every packet. Such a flow must say so
-with ``expect: dropped`` (a ``pattern`` flow crossing tenants is expected
-dropped implicitly); ``expect: dropped`` on a flow within a tenant is an
-error. The summary checks the expectation: a dropped flow placed nothing,
-and each receiver's ``tenant_drops`` equals the foreign packets sent to it
-(``emulator/experiment/endpoint_results.py``). Servers without a tenant
-(e.g. storage) keep the default partition 0xFFFF, which tenants drop too: a
-flow between a tenant and a tenant-less host is rejected.
+Who does the per-packet work (a DPU's cores, or ``host_cpu`` time on a plain NIC)
+and which tenant a NIC belongs to come from the topology; tenants' NICs tag their
+frames with their P_Key and drop other partitions' (a flow between tenants says
+``expect: dropped``): ``docs/nic.md``, "Endpoints: per-packet work and tenancy".
 
 Units: fabric ns per packet (per byte) and fabric Gbps/µs here; the agent
 configs get them as ``schema.nic.HostCpuConfig`` (the NIC dilates them).

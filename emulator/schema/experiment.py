@@ -1,60 +1,8 @@
 """The schema of an experiment file: which fabric, which traffic, which clock.
 
-```yaml
-name: demo                          # required; [a-z0-9][a-z0-9-]*, <= 63 chars (results/<name>)
-description: every host writes 1 MiB to every other host
-topology: ../topologies/clos-2x2.yaml   # a path relative to this file, or an inline topology
-target: embedded                    # embedded | bmv2 | auto
-time: auto                          # the clock: virtual | dilated | auto (emulator/experiment/time_mode.py)
-                                    # virtual: every process advances fabric time together, in
-                                    #   windows: nothing is late, no dilation (the embedded target);
-                                    # dilated: the wall clock slowed by `dilation` (BMv2, live fabrics);
-                                    # auto: virtual where it runs, else dilated
-dilation: auto                      # dilated time: wall time = fabric time x dilation; rates / dilation;
-                                    # auto: measured for this machine and fabric (default 10000);
-                                    # a virtual run ignores it (D = 1)
-switch:
-  buffer_bytes: 4000000             # shared buffer per switch (bytes are not dilated)
-  sample_interval_us: 1             # queue-depth sampling period (fabric time)
-nic:
-  mtu_bytes: 1024                   # RoCE path MTU: payload bytes per packet
-  retry_cnt: 7                      # timeouts in a row before a QP fails
-  rto_us: 320                       # ACK timeout (fabric µs); default 320 (IRN's RTO_high)
-qos:                                # traffic classes, PFC, ECN (emulator/control/qos.py)
-  roce_dscp: 26                     # data, ACK/NAK -> roce_priority (lossless)
-  roce_priority: 3
-  cnp_dscp: 48                      # CNPs -> cnp_priority (lossy, strict-priority higher)
-  cnp_priority: 6
-  pfc: {enabled: true}              # xoff_bytes / xon_bytes / headroom_bytes: auto
-  ecn: {enabled: true, kmin_bytes: 5000, kmax_bytes: 200000, pmax: 0.01}
-cc: dcqcn                           # dcqcn | hpcc | none: the NICs' congestion control
-dcqcn: {enabled: true}              # every DCQCN parameter (emulator/schema/dcqcn.py)
-ib_cc: {enabled: true}              # InfiniBand fabrics: FECN/BECN, CCT (emulator/schema/ib_cc.py)
-workload: {...}                     # collectives on GPU servers (emulator/schema/workload.py)
-storage: {...}                      # checkpoint reads during training (same module)
-endpoints: {...}                    # NICs vs DPUs, tenants, host CPU cost (emulator/schema/endpoints.py)
-cluster: {...}                      # servers and placement, Mininet cluster edition (emulator/schema/cluster.py)
-traffic:                            # one or more entries (optional with a workload)
-  - pattern: all-to-all             # every host to every other host of its plane, one QP each ...
-    op: write                       # write | send
-    size_bytes: 1048576
-  - {src: h1, dst: h4, op: write, size_bytes: 4000000, start_us: 10}   # ... or one flow ...
-  - pattern: poisson                # ... or flows drawn from a workload (HPCC's traffic_gen.py):
-    distribution: websearch         #   sizes from this CDF (emulator/experiment/flow_sizes.py)
-    load: 0.5                       #   each source's offered load / its host link's rate
-    duration_us: 2000               #   Poisson arrivals in [start_us, start_us + duration_us)
-    seed: 1                         #   the same seed, the same flows
-    size_scale: 0.1                 #   sizes x this (a fabric scaled down), then clamped to
-    min_bytes: 1                    #   [min_bytes, max_bytes] (default: 1 .. 2**31)
-    hosts: [h1, h2, h3, h4]         #   sources and destinations (default: every host)
-limits:
-  wall_s: 120                       # give up (and say so) after this much wall time (at D <= 10000; more at a
-                                    # higher D; a virtual run: as given)
-hpcc: {eta: 0.95, dport: 4791}      # HPCC's parameters (emulator/schema/hpcc.py); the dport fct.txt/flow.txt show
-sweep:                              # optional: one run per value, plus sweep.csv/png
-  parameter: qos.ecn.kmax_bytes
-  values: [20000, 60000, 200000]
-```
+Every field, with its default and meaning: ``docs/design-notes.md``, "The experiment
+file"; the sections' own modules (``schema/dcqcn.py``, ``workload.py``,
+``endpoints.py``, ``cluster.py``, ...) say the rest.
 
 Every fabric quantity is in fabric units (the topology's Gbps and µs); in
 dilated time the runner divides rates and multiplies times by ``dilation``

@@ -24,12 +24,9 @@ file comes near, and refused in one ``ConfigError`` line past them:
   what one machine runs (``limits.NODE_MEMORY_BYTES`` per node) -- and
   are composed and refused within a few tenths of a second.
 
-Events come from libyaml when PyYAML has it (its events ten times faster
-than the pure-Python scanner's, a 1 MB file loaded four times faster; the
-composer, resolver and constructor are PyYAML's either way), and the garbage
-collector is paused while a document is built: the many small objects of a
-large file otherwise make it rescan them again and again (composing 100,000
-values took 1.2 s with it, 0.4 s without).
+Events come from libyaml when PyYAML has it, and the garbage collector is paused
+while a document is built (why, measured: ``docs/design-notes.md``, "Reading
+configuration files").
 """
 from __future__ import annotations
 

@@ -11,90 +11,10 @@ namespace; in the two forms below every host is its own 1-GPU server of the
 same name (``Fabric.servers()``).
 
 Parametric form::
-
-    # A comment header saying what the fabric is for.
-    name: clos-2x2                     # required; [a-z0-9][a-z0-9-]*, <= 63 chars
-    clos:
-      spines: 2                        # >= 1 (<= 64: the P4 ECMP group size)
-      leaves: 2                        # >= 1 (<= 254: a spine's ports)
-      hosts_per_leaf: 2                # >= 1 (<= 253: a leaf's /24)
-      host_link:   {rate_gbps: 100, delay_us: 1}
-      fabric_link: {rate_gbps: 100, delay_us: 1}
-    addressing:                        # optional, this is the default
-      host_prefix: 10.0.0.0/16
-    link_layer: roce                   # optional, the default; or infiniband
-
-  It expands to spines ``spine1..``, leaves ``leaf1..`` and hosts ``h1..``
-  numbered leaf by leaf (leaf1 gets h1..hK, leaf2 hK+1..h2K, ...). Links are
-  listed host links first (leaf by leaf, host by host), then fabric links
-  (leaf by leaf, spine by spine): so on every leaf, ports 1..K face its hosts
-  and ports K+1..K+S face spine1..spineS; on every spine, port k faces leafk.
-
-Three tiers: pods of leaves and spines joined by super spines::
-
-    name: pods-2x2x2
-    clos:
-      pods: 2                          # pod p: leaves and spines numbered on from pod p-1's
-      spines: 2                        # per pod
-      leaves: 2                        # per pod
-      hosts_per_leaf: 2
-      super_spines: 2                  # a multiple of spines: spine j of every pod
-                                       #   links to every super spine of plane j
-      host_link:   {rate_gbps: 100, delay_us: 1}
-      fabric_link: {rate_gbps: 100, delay_us: 1}
-      super_link:  {rate_gbps: 100, delay_us: 1}   # optional; default fabric_link
-
-  Super spines are ``super1..``; plane j holds super spines
-  (j-1)*Q+1..j*Q, Q = super_spines / spines. Links: host links, then
-  leaf-spine (pod by pod), then spine-super spine (spine by spine): on a
-  spine, ports 1..L face its pod's leaves and L+1..L+Q its plane's super
-  spines; on a super spine, port p faces pod p's spine. Every switch runs
-  the same ECMP hash (``fabric.p4``'s action selector), so with Q > 1 a
-  spine's choice of super spine repeats its leaf's choice of spine (hash
-  polarization, as in a real fabric without per-tier hash seeds): with
-  Q = 1 every path is used.
-
-Explicit form (exactly one of ``clos`` / ``nodes`` + ``links``)::
-
-    name: explicit-3leaf
-    nodes:                             # file order sets each role's index
-      - {name: spine1, role: spine}    # role: superspine | spine | leaf | host
-      - {name: leaf1, role: leaf}
-      - {name: h1, role: host}
-    links:                             # file order sets port numbers
-      - {a: h1, b: leaf1, rate_gbps: 100, delay_us: 1}
-      - {a: leaf1, b: spine1, rate_gbps: 100, delay_us: 1}
-    addressing:
-      host_prefix: 10.0.0.0/16
-
-Field rules: unknown fields are errors; counts are integers (not booleans,
-not strings); ``rate_gbps`` is a number > 0, ``delay_us`` a number >= 0
-(both may be fractional; they are kept as integer bit/s and ns), within
-``schema/limits.py``'s sane ranges (1 kbit/s..100 Tbit/s, <= 1 s). Node names
-are ``[a-z][a-z0-9]*`` of at most 8 characters, so that every interface name
-``<node>-eth<N>`` fits Linux's 15 characters.
-
-A fabric is rejected (``ConfigError``: ``FILE: FIELD: REASON``, FIELD a dotted
-path such as ``clos.spines`` or ``links[3].b``) when: a node name is invalid
-or repeated; a role is unknown; a link names an unknown node, joins a node to
-itself, or joins two nodes that a CLOS never joins (only host-leaf,
-leaf-spine and spine-superspine links exist); a host does not have exactly
-one link, to a leaf; two links join the same pair of nodes other than
-switches of adjacent tiers (parallel leaf-spine and spine-superspine links
-are allowed and used for ECMP); there is no spine, no leaf or no host; a
-leaf has no spine uplink, a spine no link or a super spine no spine; a
-host cannot reach another host of its plane; a switch-switch link joins two
-planes; a leaf has more than 253 hosts; a plane has more leaves than /24
-subnets in its prefix; a switch needs more than 254
-ports (port 255 is the CPU port), an ECMP group more than 64 next hops, or
-more than 1024 IPv4 routes (the sizes ``p4src/fabric.p4`` declares).
-
-Addressing: leaf k (1-based, in file order) owns the /24 at offset k inside
-``host_prefix`` -- with the default 10.0.0.0/16, leaf k's subnet is
-10.0.k.0/24 and the 0th /24 (10.0.0.0/24) is left unused -- so a prefix of
-length P holds 2**(24-P) - 1 leaves. The j-th host of leaf k (in node order)
-is ``.j``; ``.254`` is the leaf's gateway address. See ``addressing.py``.
-
+Forms: parametric (``clos:``: two tiers, or three with pods and super spines),
+explicit (``nodes:`` + ``links:``) and the server form (``topo/servers.py``). The
+fields, what makes a fabric rejected, and the addressing: ``docs/design-notes.md``,
+"The topology file: forms, rules, addressing".
 What this module checks is what can be checked on the file alone: types,
 ranges, unknown fields, the fabric name, which form is given and the
 address prefixes. What needs the expanded node/link graph (names, link

@@ -2,36 +2,7 @@
 collective benchmarks and a training-step loop on GPU servers, and
 checkpoint reads from a storage server during that loop.
 
-```yaml
-workload:
-  algorithm: ring               # ring | hierarchical (all_reduce only)
-  dtype: float32                # the only one (fixed, like op: sum)
-  op: sum
-  slice_bytes: 65536            # transfer unit: NCCL's step size; one receive slot each
-  slots: 8                      # receive slots per connection (NCCL_STEPS)
-  check: true                   # verify results (#wrong), outside the timed loop
-  servers: [server1, server2]   # experiment files: the compute servers running it
-                                #   (default: every compute server of the topology)
-  tests:                        # nccl-tests style: sizes x iterations
-    - collective: all_reduce    # all_reduce | all_gather | reduce_scatter | all_to_all
-      sizes: {min_bytes: 65536, max_bytes: 4194304, factor: 2}   # -b -e -f
-      iters: 20                 # -n
-      warmup_iters: 5           # -w
-    - {collective: all_gather, sizes: [1048576], algorithm: ring}
-  training:                     # optional: compute, then all-reduce the gradients
-    steps: 10
-    warmup_steps: 1
-    compute_us: 500             # fabric time
-    collective: all_reduce
-    size_bytes: 16777216
-storage:                        # optional: checkpoint reads during training
-  server: storage1              # the storage target (serves from its first NIC)
-  block_bytes: 262144           # one RDMA READ per block
-  blocks: 16                    # size of the target's "disk" (blocks, wrapped)
-  readers: [server1, server2]   # default: the workload's servers
-  queue_depth: 2                # READs outstanding per reader
-  storage_latency_us: 0         # device service time per READ (fabric)
-```
+Every field: ``docs/design-notes.md``, "The workload: and storage: sections".
 
 GPUDirect RDMA is a property of the NICs, not of the workload: it is set
 (per NIC, with the staging path) in the experiment's ``endpoints:``

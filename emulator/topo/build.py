@@ -143,7 +143,27 @@ def _validate_and_build(name: str, ctx: BuildContext, nodes: list[DraftNode], li
                         prefixes: dict[str, ipaddress.IPv4Network],
                         servers: tuple[Server, ...] = (), rails: tuple[str, ...] = (),
                         link_layer: str = "roce") -> Fabric:
-    # Nodes: names and uniqueness.
+    """Check the drafted graph (in this order: names, links, degrees, capacity,
+    reachability) and build the ``Fabric``: the first problem raises."""
+    by_name = _check_names(ctx, nodes)
+    _check_links(ctx, links, by_name)
+    attached = _check_degrees(ctx, nodes, links, by_name)
+    # A host is on its leaf's plane.
+    for n in nodes:
+        if n.role == "host":
+            n.plane = by_name[_other(attached[n.name][0], n.name)].plane
+    _check_capacity(ctx, nodes, attached, by_name, prefixes)
+    # Every host reaches every host: leaves with hosts share one switch component.
+    _check_reachability(ctx, nodes, links, by_name)
+    out_nodes, out_links = _number(nodes, links, by_name)
+    planes = tuple(Plane(p, str(net)) for p, net in prefixes.items()) if len(prefixes) > 1 else ()
+    return Fabric(name, ctx.source, tuple(out_nodes), tuple(out_links),
+                  str(prefixes[COMPUTE_PLANE]), planes, servers, rails, link_layer,
+                  address_plan=AddressPlan)
+
+
+def _check_names(ctx: BuildContext, nodes: list[DraftNode]) -> dict[str, DraftNode]:
+    """Node names valid and unique, every role present; returns the nodes by name."""
     by_name: dict[str, DraftNode] = {}
     for n in nodes:
         if not NODE_NAME_RE.fullmatch(n.name):
@@ -161,8 +181,11 @@ def _validate_and_build(name: str, ctx: BuildContext, nodes: list[DraftNode], li
     for role in ("spine", "leaf", "host"):
         if not any(n.role == role for n in nodes):
             raise ctx.err("nodes", f"no node has role {role}; a CLOS needs at least one")
+    return by_name
 
-    # Links: endpoints and roles.
+
+def _check_links(ctx: BuildContext, links: list[DraftLink], by_name: dict[str, DraftNode]) -> None:
+    """Links: known endpoints, roles a CLOS allows, one plane, parallel only between switches."""
     pair_first: dict[frozenset, DraftLink] = {}
     for l in links:
         for end in ("a", "b"):
@@ -188,7 +211,10 @@ def _validate_and_build(name: str, ctx: BuildContext, nodes: list[DraftNode], li
                                    f"switches may be parallel")
         pair_first.setdefault(key, l)
 
-    # Per-node degree rules.
+
+def _check_degrees(ctx: BuildContext, nodes: list[DraftNode], links: list[DraftLink],
+                   by_name: dict[str, DraftNode]) -> dict[str, list[DraftLink]]:
+    """Per-node degree rules; returns each node's links."""
     attached: dict[str, list[DraftLink]] = {n.name: [] for n in nodes}
     for l in links:
         attached[l.a].append(l)
@@ -209,13 +235,13 @@ def _validate_and_build(name: str, ctx: BuildContext, nodes: list[DraftNode], li
                 raise ctx.err(n.where, f"super spine {n.name} has no link to a spine")
         elif not mine:
             raise ctx.err(n.where, f"spine {n.name} has no link")
+    return attached
 
-    # A host is on its leaf's plane.
-    for n in nodes:
-        if n.role == "host":
-            n.plane = by_name[_other(attached[n.name][0], n.name)].plane
 
-    # Capacity: hosts per leaf, leaves in the prefix, ports per switch.
+def _check_capacity(ctx: BuildContext, nodes: list[DraftNode],
+                    attached: dict[str, list[DraftLink]], by_name: dict[str, DraftNode],
+                    prefixes: dict[str, ipaddress.IPv4Network]) -> None:
+    """Capacity: hosts per leaf, leaves in the prefix, ports per switch."""
     leaves = [n for n in nodes if n.role == "leaf"]
     for leaf in leaves:
         hosts = sum(1 for l in attached[leaf.name] if by_name[_other(l, leaf.name)].role == "host")
@@ -235,10 +261,10 @@ def _validate_and_build(name: str, ctx: BuildContext, nodes: list[DraftNode], li
             raise ctx.err(n.where, f"{n.role} {n.name} has {len(attached[n.name])} links; a switch "
                                    f"has at most {MAX_SWITCH_PORTS} ports (port {CPU_PORT} is the CPU port)")
 
-    # Every host reaches every host: leaves with hosts share one switch component.
-    _check_reachability(ctx, nodes, links, by_name)
 
-    # Build: role indexes, port numbers, oriented links.
+def _number(nodes: list[DraftNode], links: list[DraftLink],
+            by_name: dict[str, DraftNode]) -> tuple[list[Node], list[Link]]:
+    """Role indexes, port numbers, links oriented from the lower tier."""
     counters = {r: 0 for r in ROLES}
     out_nodes = []
     for n in nodes:
@@ -253,10 +279,7 @@ def _validate_and_build(name: str, ctx: BuildContext, nodes: list[DraftNode], li
         pa, pb = next_port[a], next_port[b]
         next_port[a], next_port[b] = pa + 1, pb + 1
         out_links.append(Link(a, pa, b, pb, l.rate_bps, l.delay_ns))
-    planes = tuple(Plane(p, str(net)) for p, net in prefixes.items()) if len(prefixes) > 1 else ()
-    return Fabric(name, ctx.source, tuple(out_nodes), tuple(out_links),
-                  str(prefixes[COMPUTE_PLANE]), planes, servers, rails, link_layer,
-                  address_plan=AddressPlan)
+    return out_nodes, out_links
 
 
 def _other(l: DraftLink, name: str) -> str:

@@ -5,66 +5,9 @@ several NICs; each NIC is a ``host`` node of the fabric as in the plain
 forms (one port to its leaf, its own IP, MAC, gateway). This module expands
 the server form into those nodes and links plus the ``Server`` records.
 
-Rail-optimized compute fabric, with a storage server on its own plane::
-
-    name: rail-2x4-storage-separate
-    servers:
-      count: 2                           # compute servers server1, server2
-      gpus_per_server: 4                 # GPU i <-> NIC i (local rank i)
-      nvlink: {rate_gbps: 7200, delay_us: 0.25}   # NVLink/NVSwitch domain;
-                                         #   required with more than one GPU
-      nic_link: {rate_gbps: 100, delay_us: 1}
-      dpu: false                         # optional; default for every server
-      tenants:                           # optional; consecutive servers each
-        - {name: blue, count: 1, dpu: true}   # dpu overrides servers.dpu
-        - {name: red, count: 1}
-    rail_optimized:                      # or clos: (below)
-      spines: 2
-      units: 1                           # optional: scalable units of rail leaves
-      fabric_link: {rate_gbps: 100, delay_us: 1}
-    storage_servers:                     # optional: storage1, storage2, ...
-      count: 1
-      nics_per_server: 1                 # optional, default 1
-      nic_link: {rate_gbps: 100, delay_us: 1}
-      dpu: false
-    storage_plane:                       # optional: a separate storage network
-      leaves: 1
-      spines: 1
-      access_link: {rate_gbps: 100, delay_us: 1}   # each compute server's storage NIC
-      fabric_link: {rate_gbps: 100, delay_us: 1}
-    addressing:                          # optional; these are the defaults
-      host_prefix: 10.0.0.0/16           # the compute plane
-      storage_prefix: 10.1.0.0/16        # only with storage_plane
-
-Compute fabric. ``rail_optimized``: one leaf per rail, ``leaf1..leafG``; rail
-i (leaf i+1) joins NIC i of every server, and every leaf links to every
-spine ``spine1..``. With ``units: U`` (default 1) the servers form U
-scalable units of count/U consecutive servers, each with its own G rail
-leaves (unit u: ``leaf{(u-1)G+1..uG}``), every rail leaf linked to every
-spine: same-rank traffic inside a unit crosses one leaf, between units
-leaf -> spine -> leaf. ``clos`` with servers (``spines``, ``leaves``,
-``fabric_link``, optional ``servers_per_leaf``, default
-ceil(count / leaves); ``pods``, ``super_spines``, ``super_link`` as in
-the plain form): a server's NICs all sit on one leaf, servers filling
-leaves in order. On every compute leaf the ports face its servers' NICs
-(server by server, NIC by NIC), then spine1..spineS.
-
-Storage. Without ``storage_plane`` the storage servers share the compute
-fabric: their NICs attach round-robin to the compute leaves (the m-th
-storage NIC to leaf (m mod L) + 1) after the spine ports, and compute
-servers reach them through their GPU NICs. With ``storage_plane`` they sit
-on a separate network of switches ``sleaf1..``, ``sspine1..`` with its own
-prefix, and every compute server gets one more NIC on it: its storage NIC
-(or, with ``dpu: true``, its DPU's port). The storage plane's endpoints
-(the compute servers' storage NICs, then the storage servers' NICs) fill its
-leaves in order, ceil(n / leaves) per leaf. No route joins the planes.
-Comparing the two files that differ only in ``storage_plane`` compares a
-shared with a separate storage network.
-
-Names. Compute server k is ``server<k>``; its NIC i is the host ``s<k>n<i>``
-(interface ``s<k>n<i>-eth0``), its storage NIC ``s<k>st`` or DPU port
-``s<k>dpu``. Storage server k is ``storage<k>`` with NICs ``st<k>n<j>``.
-Node names stay within 8 characters, so interface names fit Linux's 15.
+The fields, the compute fabric (rail-optimized or CLOS), the storage servers (on the
+compute fabric or a plane of their own) and node names: ``docs/design-notes.md``,
+"The server form of a topology file".
 """
 from __future__ import annotations
 
@@ -108,8 +51,37 @@ def expand_servers(spec: FabricSpec, ctx: BuildContext):
                                         "domain joining a server's GPUs)")
     nv_rate = s.nvlink.rate_bps if s.nvlink else 0
     nv_delay = s.nvlink.delay_ns if s.nvlink else 0
+    nodes, uplinks, n_leaves, leaf_of = _compute_switches(spec, ctx)
+    host_links: list[tuple[int, DraftLink]] = []     # (leaf number, link)
+    for k in range(1, s.count + 1):
+        for i in range(s.gpus_per_server):
+            nodes.append(DraftNode(nic_name(k, i), "host", "servers.count"))
+            host_links.append((leaf_of(k, i), DraftLink.of(nic_name(k, i), f"leaf{leaf_of(k, i)}",
+                                                    s.nic_link, "servers.nic_link")))
+    # Leaf by leaf (stable: server by server, NIC by NIC), then the uplinks.
+    links = [l for _, l in sorted(host_links, key=lambda t: t[0])] + uplinks
 
-    # Compute switches and the leaf of each server's NIC i.
+    separate = spec.storage_plane is not None
+    servers = [Server(f"server{k}", "compute", s.gpus_per_server,
+                      tuple(nic_name(k, i) for i in range(s.gpus_per_server)),
+                      nv_rate, nv_delay, dpu=tenants[k - 1][1], tenant=tenants[k - 1][0],
+                      storage_nic=storage_nic_name(k, tenants[k - 1][1]) if separate else None)
+               for k in range(1, s.count + 1)]
+    _add_storage(spec, ctx, nodes, links, servers, n_leaves)
+    for n in nodes:
+        if len(n.name) > MAX_NODE_NAME:
+            raise ctx.err(n.where, f"too large: it would name a node {n.name!r}, longer than "
+                                   f"{MAX_NODE_NAME} characters (interface names <node>-ethN "
+                                   f"must fit 15)")
+    rails = tuple(f"leaf{j}" for j in range(1, n_leaves + 1)) if spec.rail_optimized else ()
+    return nodes, links, tuple(servers), rails
+
+
+def _compute_switches(spec: FabricSpec, ctx: BuildContext):
+    """-> (switch nodes, their links, number of leaves, leaf_of(server k, NIC i)):
+    the compute plane's switches and the leaf number of each server's NIC i."""
+    s = spec.servers
+    assert s is not None
     if spec.rail_optimized is not None:
         ro = spec.rail_optimized
         if s.count % ro.units:
@@ -145,22 +117,14 @@ def expand_servers(spec: FabricSpec, ctx: BuildContext):
 
         def leaf_of(k: int, i: int) -> int:
             return (k - 1) // per_leaf + 1
-    host_links: list[tuple[int, DraftLink]] = []     # (leaf number, link)
-    for k in range(1, s.count + 1):
-        for i in range(s.gpus_per_server):
-            nodes.append(DraftNode(nic_name(k, i), "host", "servers.count"))
-            host_links.append((leaf_of(k, i), DraftLink.of(nic_name(k, i), f"leaf{leaf_of(k, i)}",
-                                                    s.nic_link, "servers.nic_link")))
-    # Leaf by leaf (stable: server by server, NIC by NIC), then the uplinks.
-    links = [l for _, l in sorted(host_links, key=lambda t: t[0])] + uplinks
+    return nodes, uplinks, n_leaves, leaf_of
 
+
+def _add_storage(spec: FabricSpec, ctx: BuildContext, nodes: list[DraftNode],
+                 links: list[DraftLink], servers: list[Server], n_leaves: int) -> None:
+    """The storage servers, into ``servers``; their NICs and links into ``nodes`` and
+    ``links``: on the compute leaves (shared plane) or on a storage plane of their own."""
     separate = spec.storage_plane is not None
-    servers = [Server(f"server{k}", "compute", s.gpus_per_server,
-                      tuple(nic_name(k, i) for i in range(s.gpus_per_server)),
-                      nv_rate, nv_delay, dpu=tenants[k - 1][1], tenant=tenants[k - 1][0],
-                      storage_nic=storage_nic_name(k, tenants[k - 1][1]) if separate else None)
-               for k in range(1, s.count + 1)]
-
     st = spec.storage_servers
     storage_nics: list[str] = []     # storage servers' NICs, server by server
     if st is not None:
@@ -181,14 +145,6 @@ def expand_servers(spec: FabricSpec, ctx: BuildContext):
         nodes[first_host:first_host] = [n for n in nodes_s if n.role != "host"]
         nodes += [n for n in nodes_s if n.role == "host"]
         links += links_s
-
-    for n in nodes:
-        if len(n.name) > MAX_NODE_NAME:
-            raise ctx.err(n.where, f"too large: it would name a node {n.name!r}, longer than "
-                                   f"{MAX_NODE_NAME} characters (interface names <node>-ethN "
-                                   f"must fit 15)")
-    rails = tuple(f"leaf{j}" for j in range(1, n_leaves + 1)) if spec.rail_optimized else ()
-    return nodes, links, tuple(servers), rails
 
 
 def _storage_plane(spec: FabricSpec, ctx: BuildContext, access_nics: list[str],

@@ -28,7 +28,6 @@ def render_fabric(fabric: "Fabric", *, width: int = 120, color: bool = False) ->
 
     Plain text unless ``color`` (then ANSI styles, for a terminal).
     """
-    plan = fabric.addresses
     routes = compute_routes(fabric)
     groups = ecmp_groups(routes)
 
@@ -57,7 +56,18 @@ def render_fabric(fabric: "Fabric", *, width: int = 120, color: bool = False) ->
         _print_planes(console, fabric)
     if supers:
         _print_tiers(console, fabric)
+    console.print(_nodes_table(fabric, multi_plane))
+    console.print(_links_table(fabric))
+    console.print(_routes_table(fabric, routes, groups))
+    text = buf.getvalue()
+    if not color:  # rich pads every line to the table width
+        text = "\n".join(line.rstrip() for line in text.splitlines()) + "\n"
+    return text
 
+
+def _nodes_table(fabric: "Fabric", multi_plane: bool) -> Table:
+    """Every switch and host: index, device id, addresses, ports, what it is attached to."""
+    plan = fabric.addresses
     nodes = Table(title="Nodes", box=box.SIMPLE_HEAD, title_justify="left")
     for col in ("Node", "Role", "#", "Device", "IP / subnet", "Gateway",
                 "MAC / router MAC", "Ports", "Attached to") + (("Plane",) if multi_plane else ()):
@@ -76,8 +86,11 @@ def render_fabric(fabric: "Fabric", *, width: int = 120, color: bool = False) ->
         nodes.add_row(h.name, "host", str(h.index), "-", plan.host_ip(h),
                       plan.host_gateway(h), plan.host_mac(h), plan.host_ifname(h),
                       f"{leaf.name} port {fabric.ports(h)[0].peer_port_no}", *plane_col(h))
-    console.print(nodes)
+    return nodes
 
+
+def _links_table(fabric: "Fabric") -> Table:
+    """Every link: its ends' ports and interfaces, rate and delay."""
     links = Table(title="Links", box=box.SIMPLE_HEAD, title_justify="left")
     for col in ("#", "A", "Port", "Interface", "B", "Port", "Interface"):
         links.add_column(col, no_wrap=True)
@@ -88,8 +101,11 @@ def render_fabric(fabric: "Fabric", *, width: int = 120, color: bool = False) ->
         b_if = fabric.port(l.b, l.b_port).ifname
         links.add_row(str(i), l.a, str(l.a_port), a_if, l.b, str(l.b_port), b_if,
                       _num(l.rate_gbps), _num(l.delay_us))
-    console.print(links)
+    return links
 
+
+def _routes_table(fabric: "Fabric", routes: dict, groups: dict) -> Table:
+    """Per switch: its routes by prefix length, ECMP routes, groups and their widths."""
     rt = Table(title="Routes", box=box.SIMPLE_HEAD, title_justify="left")
     for col in ("Switch", "Device", "Routes", "/32", "/24", "ECMP routes",
                 "ECMP groups", "Widths"):
@@ -103,11 +119,7 @@ def render_fabric(fabric: "Fabric", *, width: int = 120, color: bool = False) ->
         rt.add_row(sw.name, str(fabric.device_id(sw)), str(len(rs)), str(host_routes),
                    str(len(rs) - host_routes), str(len(ecmp)), str(len(groups[sw.name])),
                    width_text)
-    console.print(rt)
-    text = buf.getvalue()
-    if not color:  # rich pads every line to the table width
-        text = "\n".join(line.rstrip() for line in text.splitlines()) + "\n"
-    return text
+    return rt
 
 
 _ROLE_NAMES = {"host": ("host", "hosts"), "leaf": ("leaf", "leaves"),

@@ -35,6 +35,20 @@ def test_a_sender_spends_exactly_the_credit_advertised():
     assert vl.stalls == 1 and vl.stalled_ns == 4
 
 
+def test_a_held_packet_may_start_when_the_fccl_allowing_it_came():
+    """``send_at_ns``, the transmitter's seam: the arrival of the FCCL that lets
+    the packet go, None while the credit does not (past the wrap too)."""
+    vl = VlCredits()
+    assert vl.send_at_ns(1) is None
+    vl.on_fc(fctbs=0, fccl=10, now_ns=700)
+    assert vl.send_at_ns(10) == 700 and vl.send_at_ns(11) is None
+    vl.fctbs = 4090
+    vl.on_fc(fctbs=0, fccl=(4090 + 20) % IB_CREDIT_MOD, now_ns=900)
+    assert vl.send_at_ns(20) == 900 and vl.send_at_ns(21) is None
+    for n in range(0, 40):
+        assert (vl.send_at_ns(n) is not None) == vl.can_send(n)
+
+
 def test_credit_survives_the_12_bit_wrap():
     vl = VlCredits()
     vl.fctbs = 4090

@@ -121,7 +121,7 @@ def draw_slowdown_buckets(ax, series: Mapping[str, list[Mapping]], title: str | 
 def _log_slowdown_axis(ax, values: list[float]) -> None:
     """A log y axis from just under 1 (no slowdown, where buckets are clamped)
     with plain numbers; minor ticks labelled too when it spans little."""
-    from matplotlib.ticker import FuncFormatter, NullFormatter
+    from matplotlib.ticker import FuncFormatter, NullFormatter   # deferred: see figure.py
     ax.set_yscale("log")
     top = max(values, default=1.0)
     ax.set_ylim(0.95, max(top * 1.15, 1.5))

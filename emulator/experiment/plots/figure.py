@@ -7,7 +7,11 @@ of time (``plotter.Plotter`` calls it while the run goes on).
 """
 from __future__ import annotations
 
+import io
 from pathlib import Path
+
+# Deferred imports: matplotlib (a second on a cold start) when a figure is made:
+# the runner imports this package, and draws in a process of its own (plotter.py).
 
 from emulator.atomic import atomic_savefig
 
@@ -42,7 +46,6 @@ def prewarm() -> None:
     """Import matplotlib and draw a small figure once (fonts, the Agg canvas):
     what the first figure would otherwise spend (``plotter.Plotter`` does
     this while the run goes on)."""
-    import io
     fig, ax = new_figure(2.0, 1.5)
     ax.plot([0, 1], [0, 1], label="x")
     ax.set_title("x")
