@@ -21,7 +21,7 @@ APT_STAMP := $(VENV)/.apt-done
 PIP_STAMP := $(VENV)/.pip-done
 OUT ?= results
 
-.PHONY: all setup demo test test-unit test-fast bench clean-fabric lint p4 doctor distclean
+.PHONY: all setup demo test test-unit test-fast bench clean-fabric lint p4 doctor docs distclean
 
 all: demo
 
@@ -78,6 +78,11 @@ bench: setup
 doctor: setup
 	$(VENV)/bin/fabric-emu doctor $(DOCTOR_ARGS)
 
+# The docs site into site/ (mkdocs.yml; the reference pages are generated from
+# the code at each build); --strict: a broken link or a missing page fails.
+docs: setup
+	NO_MKDOCS_2_WARNING=1 DISABLE_MKDOCS_2_WARNING=true $(VENV)/bin/mkdocs build --strict --site-dir site
+
 # The package's layers (pyproject.toml [tool.importlinter]); make test runs it too.
 lint: setup
 	$(VENV)/bin/lint-imports
@@ -93,4 +98,4 @@ p4:
 	p4c-bm2-ss --arch v1model -o build/fabric.json --p4runtime-files build/fabric.p4info.txtpb p4src/fabric.p4
 
 distclean:
-	rm -rf $(VENV) build results
+	rm -rf $(VENV) build results site

@@ -117,6 +117,7 @@ MAX_HOSTS = 254 * 253
 
 
 def _host_count(n: int) -> int:
+    """at most MAX_HOSTS (254 leaves x 253 hosts)"""
     if n > MAX_HOSTS:
         raise ValueError(f"must be at most {MAX_HOSTS}: a plane addresses 254 leaves x 253 hosts")
     return n
