@@ -3,6 +3,7 @@ every command, its usage line, help and options as ``fabric-emu --help`` has the
 from __future__ import annotations
 
 import inspect
+import re
 
 import click
 
@@ -19,7 +20,10 @@ def _commands(group: click.Group, ctx: click.Context, prefix: list[str]):
 
 
 def _cell(text: str) -> str:
-    return " ".join(text.split()).replace("|", "\\|")
+    text = " ".join(text.split()).replace("|", "\\|")
+    parts = re.split(r"(`[^`]*`)", text)
+    return "".join(p if p.startswith("`") else
+                   p.replace("<", "&lt;").replace("[", "\\[").replace("]", "\\]") for p in parts)
 
 
 def _option_row(param: click.Parameter, ctx: click.Context) -> str:
@@ -33,7 +37,9 @@ def _option_row(param: click.Parameter, ctx: click.Context) -> str:
     flag = isinstance(param, click.Option) and param.is_flag
     default = f"`{d}`" if isinstance(d, (str, int, float)) and not flag and d != "" else ""
     extra = " Repeatable." if getattr(param, "multiple", False) and "repeatable" not in help_text else ""
-    return f"| `{_cell(names)}` | {default} | {_cell(help_text)}{extra} |"
+    flags, metavar = re.match(r"^((?:-{1,2}[\w-]+(?:, )?)+)\s*(.*)$", names).groups()
+    shown = f"`{flags}` {_cell(metavar)}".strip()       # a `|` in a code span shows its backslash
+    return f"| {shown} | {default} | {_cell(help_text)}{extra} |"
 
 
 def cli_page() -> str:

@@ -55,10 +55,15 @@ def _columns() -> dict[str, tuple[str, ...]]:
             RunDir.QUEUE_DEPTH_DIST_CSV: QUEUE_COLUMNS}
 
 
+def _plain(text: str) -> str:
+    """Text outside code spans: ``<`` is no HTML tag, ``[...]`` no link."""
+    return text.replace("<", "&lt;").replace("[", "\\[").replace("]", "\\]")
+
+
 def _cell(text: str) -> str:
     text = " ".join(text.replace("``", "`").split()).replace("|", "\\|")
     parts = re.split(r"(`[^`]*`)", text)
-    return "".join(p if p.startswith("`") else p.replace("<", "&lt;") for p in parts)
+    return "".join(p if p.startswith("`") else _plain(p) for p in parts)
 
 
 def files_page() -> str:

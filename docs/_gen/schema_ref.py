@@ -216,6 +216,11 @@ def title_of(model: type) -> str:
     return model.__name__.lstrip("_")
 
 
+def _plain(text: str) -> str:
+    """Text outside code spans: ``<`` is no HTML tag, ``[...]`` no link."""
+    return text.replace("<", "&lt;").replace("[", "\\[").replace("]", "\\]")
+
+
 def _cell(text: str) -> str:
     """One table cell: no line breaks, pipes escaped, ``<`` outside code
     spans escaped (``<name>`` is not an HTML tag)."""
@@ -223,7 +228,7 @@ def _cell(text: str) -> str:
     if "\\|" not in text:
         text = text.replace("|", "\\|")
     parts = re.split(r"(`+[^`]*`+)", text)
-    return "".join(p if p.startswith("`") else p.replace("<", "&lt;") for p in parts)
+    return "".join(p if p.startswith("`") else _plain(p) for p in parts)
 
 
 def render(secs: list[Section], title: str, intro: str) -> str:

@@ -235,7 +235,7 @@ class AddressingSpec(StrictSpec):
 
 
 class FabricSpec(StrictSpec):
-    name: str
+    name: str                                       # [a-z0-9][a-z0-9-]*, <= 63 chars
     clos: Optional[ClosSpec] = None
     nodes: Optional[list[NodeSpec]] = None
     links: Optional[list[LinkSpec]] = None

@@ -107,3 +107,23 @@ def test_the_files_reference_has_every_entry():
     for name in (*RunDir.ENTRIES, *RunDir.SWEEP, *RunDir.COMPARISON, RunDir.CALIBRATION):
         assert f"| `{name}` |" in page, name
     assert "`time_ns`, `node`, `port`, `priority`, `depth_bytes`" in page
+
+
+def _python_blocks(path: Path) -> list[str]:
+    return re.findall(r"^```python\n(.*?)^```", path.read_text(), re.M | re.S)
+
+
+def test_python_snippets_parse_and_the_tour_runs_the_example():
+    """Every Python snippet is Python; the test README's tour and the pytest
+    tutorial show is examples/test_my_fabric.py, which the suite runs
+    (tests/integration/test_examples.py)."""
+    import ast
+    docs = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
+    blocks = [(d, b) for d in docs for b in _python_blocks(d)]
+    assert len(blocks) >= 4
+    for doc, block in blocks:
+        ast.parse(block, filename=str(doc))
+    example = (REPO / "examples/test_my_fabric.py").read_text()
+    body = example[example.index("MY_FABRIC = "):].strip()
+    for doc in (REPO / "README.md", REPO / "docs/tutorials/pytest-plugin.md"):
+        assert body in doc.read_text(), f"{doc.name}: not examples/test_my_fabric.py's test"
