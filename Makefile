@@ -93,7 +93,7 @@ clean-fabric: setup
 # Compile the P4 program where p4c is installed (the Vagrant VM); the
 # embedded target and the controller use the committed P4Info either way.
 p4:
-	@command -v p4c-bm2-ss >/dev/null || { echo "make p4: p4c-bm2-ss is not installed (it comes with the Vagrant VM lab, see README)" >&2; exit 1; }
+	@command -v p4c-bm2-ss >/dev/null || { echo "make p4: p4c-bm2-ss is not installed (it comes with the Vagrant VM lab: docs/tutorials/vagrant-lab.md)" >&2; exit 1; }
 	mkdir -p build
 	p4c-bm2-ss --arch v1model -o build/fabric.json --p4runtime-files build/fabric.p4info.txtpb p4src/fabric.p4
 

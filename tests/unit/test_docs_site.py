@@ -127,3 +127,15 @@ def test_python_snippets_parse_and_the_tour_runs_the_example():
     body = example[example.index("MY_FABRIC = "):].strip()
     for doc in (REPO / "README.md", REPO / "docs/tutorials/pytest-plugin.md"):
         assert body in doc.read_text(), f"{doc.name}: not examples/test_my_fabric.py's test"
+
+
+def test_the_readme_links_resolve():
+    """README.md is outside the site (mkdocs --strict does not see it): its
+    links into docs/ are checked here."""
+    readme = (REPO / "README.md").read_text()
+    links = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", readme)
+    assert len(links) >= 15
+    for link in links:
+        if not link.startswith(("http://", "https://")):
+            assert (REPO / link).is_file(), f"README.md links to {link}, which is not in the repository"
+    assert len(readme.splitlines()) < 250
