@@ -272,9 +272,11 @@ def summary_page() -> str:
     written = render(sections(RunSummary), "summary.json",
                      "Every key of a run's `summary.json`, generated from its typed model "
                      "(`RunSummary` in `emulator/experiment/summary_file.py`, the file's one "
-                     "writer) when the site is built. A key with a default is absent from the file "
-                     "until the run sets it. The blocks typed `dict` are kept as the JSON they are; "
+                     "writer) when the site is built. A key marked *always* is in every summary; one "
+                     "with a default is absent from the file until the run sets it. The blocks typed `dict` are kept as the JSON they are; "
                      "what their keys mean: [Read a run's results](../how-to/results.md).")
+    # in a written file "required" means "always there"
+    written = written.replace("| **required** |", "| always |")
     seen = {anchor(s.model) for s in sections(RunSummary)}
     read = render([s for s in sections(SummaryFile)[1:] if anchor(s.model) not in seen], "", "")
     return (written + "\n\n# Checked when read back\n\n"
