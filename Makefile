@@ -21,7 +21,7 @@ APT_STAMP := $(VENV)/.apt-done
 PIP_STAMP := $(VENV)/.pip-done
 OUT ?= results
 
-.PHONY: all setup demo test test-unit test-fast bench clean-fabric lint p4 doctor distclean
+.PHONY: all setup demo test test-unit test-fast bench clean-fabric lint p4 doctor docs distclean
 
 all: demo
 
@@ -78,6 +78,11 @@ bench: setup
 doctor: setup
 	$(VENV)/bin/fabric-emu doctor $(DOCTOR_ARGS)
 
+# The docs site into site/ (mkdocs.yml; the reference pages are generated from
+# the code at each build); --strict: a broken link or a missing page fails.
+docs: setup
+	NO_MKDOCS_2_WARNING=1 DISABLE_MKDOCS_2_WARNING=true $(VENV)/bin/mkdocs build --strict --site-dir site
+
 # The package's layers (pyproject.toml [tool.importlinter]); make test runs it too.
 lint: setup
 	$(VENV)/bin/lint-imports
@@ -88,9 +93,9 @@ clean-fabric: setup
 # Compile the P4 program where p4c is installed (the Vagrant VM); the
 # embedded target and the controller use the committed P4Info either way.
 p4:
-	@command -v p4c-bm2-ss >/dev/null || { echo "make p4: p4c-bm2-ss is not installed (it comes with the Vagrant VM lab, see README)" >&2; exit 1; }
+	@command -v p4c-bm2-ss >/dev/null || { echo "make p4: p4c-bm2-ss is not installed (it comes with the Vagrant VM lab: docs/tutorials/vagrant-lab.md)" >&2; exit 1; }
 	mkdir -p build
 	p4c-bm2-ss --arch v1model -o build/fabric.json --p4runtime-files build/fabric.p4info.txtpb p4src/fabric.p4
 
 distclean:
-	rm -rf $(VENV) build results
+	rm -rf $(VENV) build results site

@@ -31,7 +31,7 @@ def main() -> None:
         else:
             dilation = ["--dilation", args[1]]
         args = args[2:]
-    # A cluster experiment needs its servers (README, "Beyond one machine"): named only.
+    # A cluster experiment needs its servers (docs/how-to/cluster.md): named only.
     files = args or sorted(str(p) for p in (REPO / "experiments").glob("*.yaml")
                            if "\ncluster:" not in p.read_text())
     print(f"target {target}")

@@ -107,8 +107,8 @@ class RunDir:
     """A run's results directory: what ``fabric-emu run`` writes, by name."""
 
     MARKER = ".fabric-emu-run"      # whose the directory is (``experiment.outdir``)
-    SUMMARY = "summary.json"
-    RAW = "run"
+    SUMMARY = "summary.json"        # every number of the run (``experiment.summary_file``)
+    RAW = "run"                     # the switches' and agents' configs, logs, raw results (RawDir)
     # time series (``experiment.timeseries``)
     QUEUE_DEPTH_CSV, FLOW_RATE_CSV = "queue_depth.csv", "flow_rate.csv"
     DCQCN_RATE_CSV, PFC_EVENTS_CSV = "dcqcn_rate.csv", "pfc_events.csv"
@@ -154,8 +154,8 @@ class RunDir:
     COMPARISON_SLOWDOWN_PNG = "comparison_fct_slowdown.png"
     COMPARISON = (COMPARISON_CSV, COMPARISON_JSON, COMPARISON_PNG, COMPARISON_SLOWDOWN_CSV,
                   COMPARISON_SLOWDOWN_PNG)
-    CALIBRATION = "calibration"
-    BEHIND = "fell-behind-D{:g}"
+    CALIBRATION = "calibration"     # ``dilation: auto``'s calibration runs
+    BEHIND = "fell-behind-D{:g}"    # a run that fell behind at D, kept beside its rerun
     BEHIND_GLOB = "fell-behind-D*"
 
     def __init__(self, path: str | os.PathLike):

@@ -1,4 +1,5 @@
-"""summary.json: the contract of a run's results (documented in README.md).
+"""summary.json: the contract of a run's results (docs/how-to/results.md; every key:
+docs/reference/summary.md).
 
 Times of flows are fabric nanoseconds: wall-clock measurements divided by the
 dilation factor. Per-priority port counters come from each switch's

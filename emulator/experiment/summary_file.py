@@ -235,7 +235,7 @@ class Fidelity(_Written):
 
 
 class RunSummary(_Written):
-    """summary.json as this version writes it (README.md, "summary.json").
+    """summary.json as this version writes it (what each key means: docs/how-to/results.md).
     A field with a default is absent from the file until set."""
 
     summary_version: int

@@ -166,8 +166,8 @@ class SweepSpec(StrictSpec):
 
 
 class ExperimentSpec(StrictSpec):
-    name: str
-    description: str = ""
+    name: str                                       # names its results: [a-z0-9][a-z0-9-]*, <= 63 chars
+    description: str = ""                           # for people: nothing reads it
     topology: Union[str, dict]                      # a file (relative to this one) or inline
     target: Literal["embedded", "bmv2", "auto"] = "embedded"
     # Which clock the run keeps; "auto" is decided when the run starts, for

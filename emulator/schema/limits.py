@@ -89,6 +89,7 @@ def name_problem(name: str, what: str = "") -> str | None:
 # ------------------------------------------------------------ field types
 
 def _message(n: int) -> int:
+    """at most 2**31 (InfiniBand's largest message); both copies within the memory budget"""
     if n > MAX_MESSAGE_BYTES:
         raise ValueError(f"an RDMA message is at most 2**31 = {MAX_MESSAGE_BYTES} bytes "
                          f"(InfiniBand's maximum message size)")
@@ -97,6 +98,7 @@ def _message(n: int) -> int:
 
 
 def _buffer(n: int, what: str = "it") -> int:
+    """within the memory budget (half of this machine's memory)"""
     if n > memory_budget_bytes():
         raise ValueError(f"{what} would take {size_text(n)}, more than {_memory_text()}")
     return n
@@ -107,6 +109,7 @@ def _bounded(low: float, high: float, what: str):
         if not low <= v <= high:
             raise ValueError(f"must be {'within ' + f'{low:g}..' if low else 'at most '}{high:g} {what}")
         return v
+    check.bounds = (low, high)          # the reference docs show them (docs/_gen/)
     return AfterValidator(check)
 
 

@@ -37,6 +37,7 @@ MAX_HOSTS = 254 * 253
 
 
 def _host_count(n: int) -> int:
+    """at most MAX_HOSTS (254 leaves x 253 hosts)"""
     if n > MAX_HOSTS:
         raise ValueError(f"must be at most {MAX_HOSTS}: a plane addresses 254 leaves x 253 hosts")
     return n
@@ -154,7 +155,7 @@ class AddressingSpec(StrictSpec):
 
 
 class FabricSpec(StrictSpec):
-    name: str
+    name: str                                       # [a-z0-9][a-z0-9-]*, <= 63 chars
     clos: Optional[ClosSpec] = None
     nodes: Optional[list[NodeSpec]] = None
     links: Optional[list[LinkSpec]] = None

@@ -29,7 +29,7 @@ def test_incast_under_hpcc_keeps_the_queue_near_zero(tmp_path, target):
     assert s["complete"] and all(f["intact"] for f in s["flows"])
     assert_no_drops_no_retransmissions(s, tmp_path)
     # HPCC's point: after the first RTT the senders hold the bottleneck's queue
-    # near empty (DCQCN's twin keeps ~130 KB at p95, see README)
+    # near empty (DCQCN's twin keeps ~130 KB at p95: docs/explanation/numbers.md)
     q = s["queue_depth_dist"]
     if q is not None:                          # the embedded switches sample their queues
         assert q["p95_bytes"] <= 20_000, q

@@ -18,7 +18,7 @@ def test_an_incast_across_pods_is_lossless_and_pauses_climb_the_tiers(tmp_path, 
     # The four cross-pod flows' data (512 packets each) crossed the super spines.
     supers = [p for p in s["ports"] if p["role"] == "superspine"]
     assert sum(p["tx_packets"] for p in supers) >= 4 * 512
-    if target == "embedded":   # BMv2 relays pauses to the senders (README, "BMv2")
+    if target == "embedded":   # BMv2 relays pauses to the senders (docs/explanation/switch-pipeline.md)
         # leaf1's congestion paused pod 1's spines, which paused a super spine,
         # which paused pod 2's spines: PFC crossed the third tier both ways.
         assert sum(_prio(p)["pause_tx"] for p in _ports(s) if p["role"] == "spine"

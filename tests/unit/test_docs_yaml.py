@@ -1,4 +1,4 @@
-"""Every YAML snippet of README.md and docs/*.md is valid, through the schema layer.
+"""Every YAML snippet of README.md and docs/**/*.md is valid, through the schema layer.
 
 Snippets are fenced ```yaml blocks, and indented (4-space) blocks that parse
 as a mapping of known keys. Each is decided by content:
@@ -30,7 +30,7 @@ from emulator.schema.topology import FabricSpec
 from emulator.topo import fabric_from_dict
 
 REPO = Path(__file__).resolve().parents[2]
-DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+DOCS = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
 TOPOLOGIES = sorted((REPO / "topologies").glob("*.yaml"))
 FABRIC_KEYS = set(FabricSpec.model_fields)
 EXPERIMENT_KEYS = set(ExperimentSpec.model_fields)
@@ -49,7 +49,7 @@ def snippets(path: Path) -> list[tuple[str, str]]:
             end = next((j for j in range(i + 1, len(lines)) if lines[j].strip().startswith(m.group(2))),
                        len(lines))
             if m.group(3).lower() in ("yaml", "yml"):
-                out.append((f"{path.name}:{i + 1}", "\n".join(lines[i + 1:end])))
+                out.append((f"{_name(path)}:{i + 1}", "\n".join(lines[i + 1:end])))
             i = end + 1
             continue
         if lines[i].startswith("    ") and (i == 0 or not lines[i - 1].strip()):
@@ -58,11 +58,19 @@ def snippets(path: Path) -> list[tuple[str, str]]:
                 end += 1
             text = "\n".join(ln[4:] for ln in lines[i:end])
             if _looks_like_config(text):
-                out.append((f"{path.name}:{i + 1}", text))
+                out.append((f"{_name(path)}:{i + 1}", text))
             i = end
             continue
         i += 1
     return out
+
+
+def _name(path: Path) -> str:
+    """A doc's name in test ids: its path in the repo (docs/ has subdirectories)."""
+    try:
+        return str(path.relative_to(REPO))
+    except ValueError:
+        return path.name
 
 
 def _looks_like_config(text: str) -> bool:
@@ -104,7 +112,7 @@ def check(text: str, where: str) -> None:
 
 
 def test_the_docs_have_snippets():
-    assert len(ALL) >= 5, ALL   # README: topologies, experiment, workload, endpoints
+    assert len(ALL) >= 5, ALL   # docs/how-to: topologies, experiment, workload, endpoints
 
 
 @pytest.mark.parametrize("where,text", ALL, ids=[w for w, _ in ALL])
