@@ -39,6 +39,8 @@ from emulator.net.runlock import RunLock
 from emulator.net.wake_latency import WakeLatencyRequest
 from emulator.net.watchdog import Watchdog
 from emulator.schema.qos import mtu_frame_bytes
+from emulator.vtime.trailer import TRAILER_BYTES
+from emulator.wire import ETH_HDR_BYTES, INT_MAX_HOPS, int_bytes
 from emulator.topo import Fabric
 
 __all__ = ["REACTION_WALL_NS", "TARGETS", "FabricNet", "check_environment", "dilated_link",
@@ -51,6 +53,10 @@ REACTION_WALL_NS = 2_000_000
 
 
 TARGETS = ("embedded", "bmv2")
+
+
+DEFAULT_MTU_BYTES_VETH = 1500     # a veth's MTU as created
+JUMBO_MTU_BYTES = 9000
 
 
 class FabricNet(FabricNodes, FabricHealth):
@@ -173,6 +179,7 @@ class FabricNet(FabricNodes, FabricHealth):
                            waitConnected=False, **net_params)
         self.net.build()
         self._quiet_ipv6()
+        self._jumbo_frames()
         self.net.start()
         if self.program:
             self.controller = FabricController(
@@ -197,6 +204,19 @@ class FabricNet(FabricNodes, FabricHealth):
         wake-up, ``REACTION_WALL_NS`` of wall time; none in virtual time,
         where each process handles each frame at its exact fabric time."""
         return 0 if self.vtime_socket is not None else int(REACTION_WALL_NS / self.dilation)
+
+    def _jumbo_frames(self) -> None:
+        """Above a 1500-byte interface MTU, the largest frame of the run (an
+        MTU frame with a full INT stack and the virtual-time trailer) would
+        not fit a veth: every fabric interface gets ``JUMBO_MTU_BYTES``, as a
+        RoCE fabric runs jumbo frames. Below it, nothing changes."""
+        largest = mtu_frame_bytes(self.mtu_bytes) + int_bytes(INT_MAX_HOPS) + TRAILER_BYTES
+        if largest - ETH_HDR_BYTES <= DEFAULT_MTU_BYTES_VETH:
+            return
+        for node in self.net.hosts + self.net.switches:   # one round trip a node
+            intfs = [i.name for i in node.intfList() if i.name != "lo"]
+            if intfs:
+                node.cmd("; ".join(f"ip link set dev {i} mtu {JUMBO_MTU_BYTES}" for i in intfs))
 
     def _quiet_ipv6(self) -> None:
         """Keep the kernel's IPv6 chatter (DAD, MLD, router solicitations) off
