@@ -124,7 +124,7 @@ def write_report(run_dir, frames: int = FRAMES) -> Path:
             + section("Files of the run directory", files_html(data.rd, data.rd.path), "files")
             + f"<p><small>report built in {time.monotonic() - t0:.1f} s from the run "
               "directory's files (fabric-emu report DIR rebuilds it)</small></p>")
-    return write_page(data.rd.report_html, f"{name}: fabric-emu report", body)
+    return write_page(data.rd, f"{name}: fabric-emu report", body)
 
 
 __all__ = ["run_sections", "timing_rows", "verdict_rows", "write_report"]

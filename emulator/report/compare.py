@@ -23,7 +23,7 @@ def write_compare_report(out_dir, runs: dict[str, str | Path]) -> Path:
     cells = []
     for i, (label, d) in enumerate(data.items()):
         fig, ff = fabric_figure(d, COMPARE_FRAMES)
-        fig.update_layout(height=520, title_font_size=12)
+        fig.update_layout(height=520, title_font_size=12, showlegend=False)
         good, verdict = verdict_rows(d.summary)
         link = html.escape(str(d.rd.report_html.relative_to(rd.path))
                            if d.rd.path.is_relative_to(rd.path) else str(d.rd.report_html))
@@ -40,7 +40,7 @@ def write_compare_report(out_dir, runs: dict[str, str | Path]) -> Path:
                                       for i, f in enumerate(together)), "fct") if together else "")
             + section("Decimation", notes_html(notes), "decimation")
             + section("Files", files_html(rd, rd.path), "files"))
-    return write_page(rd.report_html, "comparison: fabric-emu report", body)
+    return write_page(rd, "comparison: fabric-emu report", body)
 
 
 __all__ = ["write_compare_report"]

@@ -220,7 +220,7 @@ def fabric_figure(data: RunData, frames: int) -> tuple[go.Figure, FabricFrames]:
         xaxis=dict(visible=False, range=[-0.03, 1.03]),
         yaxis=dict(visible=False, range=[-0.5, max(p[1] for p in pos.values()) + 0.5]),
         legend=dict(orientation="h", x=0, y=1.0, yanchor="bottom"),
-        margin=dict(l=10, r=10, t=90, b=110),
+        margin=dict(l=10, r=10, t=100, b=110), title_font_size=15,
         sliders=[dict(active=0, currentvalue=dict(prefix="fabric time (µs): "), x=0.16, len=0.84,
                       y=0, yanchor="top", pad=dict(t=20),
                       steps=[dict(method="animate", label=_label(t), args=[[n], step_args])
@@ -238,7 +238,7 @@ def fabric_figure(data: RunData, frames: int) -> tuple[go.Figure, FabricFrames]:
 
 def _title(data: RunData, ff: FabricFrames, i: int) -> str:
     queued = sum(v[i] for v in ff.depth.values())
-    return (f"{data.fabric.name}: fabric time {ff.times[i] / 1000:.2f} µs — "
+    return (f"{data.fabric.name}: fabric time {ff.times[i] / 1000:.2f} µs<br>"
             f"{queued:,} B queued, {len(ff.paused[i])} link directions paused, "
             f"{sum(v[i] for v in ff.ecn.values())} ECN marks since the previous instant")
 

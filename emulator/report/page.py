@@ -15,6 +15,7 @@ from plotly import io as pio
 from plotly.offline import get_plotlyjs
 
 from emulator.atomic import atomic_write_text
+from emulator.experiment.outdir import write_entry
 from emulator.rundir import RunDir
 
 STYLE = """body{font-family:system-ui,sans-serif;margin:1.5em auto;max-width:1200px;color:#222}
@@ -96,13 +97,15 @@ def describe(name: str) -> str:
     return ""
 
 
-def write_page(path: Path, title: str, body: str) -> Path:
-    """The page: Plotly inlined, then ``body``; written atomically."""
+def write_page(rd: RunDir, title: str, body: str) -> Path:
+    """``rd``'s report.html: Plotly inlined, then ``body``; written atomically
+    and recorded as the run's (``outdir.write_entry``: one the run did not
+    write is never overwritten)."""
     page = (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
             f"<title>{html.escape(title)}</title><style>{STYLE}</style>"
             f'<script type="text/javascript">{get_plotlyjs()}</script></head>'
             f"<body>{body}</body></html>")
-    return atomic_write_text(path, page)
+    return write_entry(rd.path, rd.REPORT_HTML, lambda path: atomic_write_text(path, page))
 
 
 __all__ = ["describe", "figure_html", "files_html", "kv_table", "notes_html", "section",

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import csv
 import json
+import shutil
 
 import pytest
 from plotly.offline import get_plotlyjs
 
+from emulator.errors import OutputError
+from emulator.experiment.outdir import output_dir, read_marker
 from emulator.report import NotARunDir, write_report
 from emulator.report.dist_fig import fct_points
 from emulator.report.fabric_fig import TRACE_NAMES, fabric_figure
@@ -52,7 +55,13 @@ def run_dir(tmp_path):
     flows = [{"flow_id": i, "src": "h1", "dst": h, "bytes": 100_000, "delivered_bytes": 100_000,
               "complete": True, "fct_ns": 3000 + 1000 * i, "start_ns": 100 * i,
               "retransmitted_packets": i % 2, "timeouts": 0} for i, h in enumerate(("h2", "h3"))]
-    rd = RunDir(tmp_path / "run-dir")
+    with output_dir(tmp_path / "run-dir") as odir:     # closed with its manifest, as a run's
+        rd = RunDir(odir.path)
+        _write_run(rd, fabric, flows)
+    return rd, fabric
+
+
+def _write_run(rd, fabric, flows):
     rd.raw.path.mkdir(parents=True)
     run_summary(topology="clos-2x2", fabric_ns=END_NS, ports=_ports(fabric), flows=flows).write(rd)
     for sw in fabric.switches():
@@ -67,7 +76,6 @@ def run_dir(tmp_path):
            [(1000, "leaf1", 4, 3, 1082), (1500, "leaf1", 4, 3, 1082), (9999, "spine1", 2, 3, 1)])
     _write(rd.file(rd.FLOW_RATE_CSV), ("time_ns", "flow_id", "src", "dst", "rate_gbps"),
            [(t, 0, "h1", "h2", t / 100) for t in range(0, END_NS, 10)])
-    return rd, fabric
 
 
 def test_the_fabric_is_the_topologys(run_dir):
@@ -158,7 +166,21 @@ def test_report_is_one_self_contained_file(run_dir):
     assert "<script src" not in ours and "http" not in ours.replace("http://www.w3.org", "")
     assert page.count("Plotly.newPlot") >= 4 and page.rstrip().endswith("</html>")
     assert f'href="{RunDir.QUEUE_DEPTH_CSV}"' in page and 'href="run/"' in page
-    assert [p.name for p in rd.path.iterdir() if p.name.startswith(".")] == []   # no temp left
+    assert [p.name for p in rd.path.iterdir() if p.name.startswith(".")] == [RunDir.MARKER]  # no temp
+
+
+def test_the_report_is_the_runs_and_never_overwrites_anothers(run_dir, tmp_path):
+    rd, _ = run_dir
+    write_report(rd)
+    assert RunDir.REPORT_HTML in read_marker(rd.path)["entries"]   # cleared with the run
+    write_report(rd)                                                # rebuilt: still the run's
+    other = RunDir(tmp_path / "copy")
+    shutil.copytree(rd.path, other.path)
+    (other.path / RunDir.MARKER).unlink()         # no marker: report.html is nobody's we know
+    other.report_html.write_text("mine")
+    with pytest.raises(OutputError, match="not the run's"):
+        write_report(other)
+    assert other.report_html.read_text() == "mine"
 
 
 def test_bad_dir_is_one_line(tmp_path):
