@@ -16,7 +16,8 @@ MAKE_CONF ?= /etc/fabric-emu.mk
 VENV ?= .venv
 PY := $(VENV)/bin/python
 APT_PACKAGES := mininet iproute2 iputils-ping iptables ethtool procps util-linux python3-venv python3-pip \
-                python3-thrift ruby shellcheck openssh-client openssh-server sudo tshark
+                python3-thrift ruby shellcheck openssh-client openssh-server sudo tshark \
+                chromium chromium-driver
 APT_STAMP := $(VENV)/.apt-done
 PIP_STAMP := $(VENV)/.pip-done
 OUT ?= results

@@ -158,7 +158,9 @@ def _run(experiment, exp, out: Path, target, pcap: bool, dilation, sets=(), as_j
     from emulator.experiment.sweep import run_sweep
 
     def run_one(e, d):      # a D of "auto" is measured, cached, and rerun higher if behind
-        return run_with_dilation(e, d, console, pcap=pcap, dilation=dilation, force=force)
+        summary = run_with_dilation(e, d, console, pcap=pcap, dilation=dilation, force=force)
+        _write_report(d)
+        return summary
 
     if exp.spec.sweep is not None:
         data = apply_sets(read_experiment_data(experiment), sets)
@@ -175,6 +177,17 @@ def _run(experiment, exp, out: Path, target, pcap: bool, dilation, sets=(), as_j
         click.echo(f"fabric-emu: {'; '.join(what_failed(summary))} (see {RunDir(out).summary})",
                    err=True)
         sys.exit(1)
+
+
+def _write_report(run_dir, runs: dict | None = None) -> None:
+    """``report.html`` of a finished run, or of a comparison of ``runs`` ({label: dir})."""
+    import time
+
+    from emulator.report import write_compare_report, write_report
+    t0 = time.monotonic()
+    path = write_report(run_dir) if runs is None else write_compare_report(run_dir, runs)
+    console.print(f"report: {path} ({path.stat().st_size / 1e6:.1f} MB, "
+                  f"{time.monotonic() - t0:.1f} s)")
 
 
 def what_failed(summary: dict) -> list[str]:
@@ -214,10 +227,10 @@ def compare(experiments, out_dir, force, time_mode, dilation):
     """Run each of EXPERIMENTS (the same work on different fabrics -- RoCE and
     InfiniBand: incast-pfc.yaml incast-ib.yaml) into DIR/<name>/, then write
     DIR/comparison.csv, comparison.json and comparison.png (with flows also
-    comparison_fct_slowdown.csv and .png: FCT slowdown by flow-size bucket)."""
-    from rich.table import Table
-
-    from emulator.experiment.compare import COLUMNS, bucket_table, write_comparison
+    comparison_fct_slowdown.csv and .png: FCT slowdown by flow-size bucket) and
+    DIR/report.html (the runs side by side)."""
+    from emulator.experiment.compare import (render_bucket_table, render_comparison_table,
+                                             write_comparison)
     from emulator.experiment.dilation import parse_dilation, run_with_dilation
     from emulator.experiment.outdir import OutputDir, output_dir
     from emulator.experiment.time_mode import check_time
@@ -238,40 +251,15 @@ def compare(experiments, out_dir, force, time_mode, dilation):
     with RunLock.acquire(experiments[0], out), \
             output_dir(out, force=force, what="compare") as odir:
         odir.claim(*RunDir.COMPARISON, *labels)
-        runs = {label: run_with_dilation(exp, RunDir(odir.path).point(label).path, console,
-                                         dilation=dilation)
-                for label, exp in zip(labels, exps)}
+        runs, points = {}, {label: RunDir(odir.path).point(label).path for label in labels}
+        for label, exp in zip(labels, exps):
+            runs[label] = run_with_dilation(exp, points[label], console, dilation=dilation)
+            _write_report(points[label])
         rows = write_comparison(odir.path, runs,
                                 {label: e.fabric for label, e in zip(labels, exps)})
-    table = Table(title=f"comparison ({RunDir(out).file(RunDir.COMPARISON_CSV)})")
-    table.add_column("")
-    for r in rows:
-        table.add_column(r["run"])
-    for key in COLUMNS[2:]:
-        table.add_row(key, *[str(r[key]) for r in rows])
-    console.print(table)
-    columns, buckets = bucket_table(runs)
-    if len(buckets) > 1:
-        bt = Table(title=f"FCT slowdown p50 / p95 / p99 by flow-size bucket "
-                         f"({out / 'comparison_fct_slowdown.csv'})")
-        # the same flows (a seed's, on every fabric): one size column
-        same = all(len({b[f"{label}_size_max_bytes"] for label in runs}) == 1 for b in buckets)
-        bt.add_column("flows %")
-        if same:
-            bt.add_column("size (bytes)", justify="right")
-        for label in runs:
-            if not same:
-                bt.add_column(f"{label}: size (bytes)", justify="right")
-            bt.add_column(f"{label}: p50 / p95 / p99", justify="right")
-        for b in buckets:
-            cells = [f"{b[f'{next(iter(runs))}_size_max_bytes']:,}"] if same else []
-            for label in runs:
-                if b[f"{label}_flows"] is None:
-                    cells += [""] if same else ["", ""]
-                    continue
-                cells += ([] if same else [f"{b[f'{label}_size_max_bytes']:,}"]) + [" / ".join(
-                    f"{b[f'{label}_slowdown_{p}']:.2f}" for p in ("p50", "p95", "p99"))]
-            bt.add_row(f"{b['pct_from']}-{b['pct_to']}", *cells)
+        _write_report(odir.path, points)
+    console.print(render_comparison_table(rows, out))
+    if (bt := render_bucket_table(runs, out)) is not None:
         console.print(bt)
     if not all(r["complete"] for r in rows):
         click.echo(f"fabric-emu: a run did not complete (see {out}/*/{RunDir.SUMMARY})", err=True)
@@ -422,7 +410,7 @@ def validate(files, target, sets, quiet):
 @main.command()
 @click.argument("results_dir", type=click.Path())
 def show(results_dir):
-    """Print a past run's summary table (RESULTS_DIR/summary.json)."""
+    """Print a past run's summary table (RESULTS_DIR/summary.json) and where its report is."""
     from emulator.experiment.endpoint_results import render_endpoints
     from emulator.experiment.servers import render_collectives
     from emulator.experiment.summary import render_slowdown_buckets, render_summary
@@ -437,6 +425,17 @@ def show(results_dir):
         out.print(render_collectives(summary["collectives"]))
     if (table := render_endpoints(summary)) is not None:
         out.print(table)
+    report = RunDir(results_dir).report_html
+    click.echo(f"report: {report}" if report.is_file() else      # whole, never wrapped
+               f"report: none yet (fabric-emu report {results_dir} builds {report})")
+
+
+@main.command()
+@click.argument("results_dir", type=click.Path())
+def report(results_dir):
+    """(Re)build RESULTS_DIR/report.html from a past run's files (nothing is re-run)."""
+    from emulator.report import write_report
+    click.echo(write_report(results_dir))
 
 
 @main.command()

@@ -129,6 +129,7 @@ class RunDir:
     FCT_SLOWDOWN_PNG = "fct_slowdown.png"
     PLOTS = (QUEUE_DEPTH_PNG, THROUGHPUT_PNG, PAUSE_TIMELINE_PNG, FCT_CDF_PNG, FCT_SLOWDOWN_PNG)
     HOSTS_CSV = "hosts.csv"         # with ``endpoints:`` (``experiment.endpoint_results``)
+    REPORT_HTML = "report.html"     # the run (or a comparison) in one page (``emulator.report``)
     # a workload's (``collectives.report``, ``experiment.servers``)
     COLLECTIVES_CSV, COLLECTIVES_JSON = "collectives.csv", "collectives.json"
     COLLECTIVES_TXT, TRAINING_JSON = "collectives.txt", "training.json"
@@ -140,7 +141,7 @@ class RunDir:
     # Every entry a run may write: what it claims (``OutputDir.claim``) before
     # anything is built.
     ENTRIES = (RAW, SUMMARY, *TIME_SERIES, *DISTRIBUTIONS, *HPCC, *PLOTS, HOSTS_CSV,
-               *COLLECTIVES, *CAPTURES)
+               *COLLECTIVES, *CAPTURES, REPORT_HTML)
     # Run directories inside one: a sweep's points beside its table
     # (``experiment.sweep``, ``emulator.api.sweep``), ``compare``'s runs beside
     # theirs, the calibration runs and the runs that fell behind of
@@ -153,7 +154,7 @@ class RunDir:
     COMPARISON_SLOWDOWN_CSV = "comparison_fct_slowdown.csv"
     COMPARISON_SLOWDOWN_PNG = "comparison_fct_slowdown.png"
     COMPARISON = (COMPARISON_CSV, COMPARISON_JSON, COMPARISON_PNG, COMPARISON_SLOWDOWN_CSV,
-                  COMPARISON_SLOWDOWN_PNG)
+                  COMPARISON_SLOWDOWN_PNG, REPORT_HTML)
     CALIBRATION = "calibration"     # ``dilation: auto``'s calibration runs
     BEHIND = "fell-behind-D{:g}"    # a run that fell behind at D, kept beside its rerun
     BEHIND_GLOB = "fell-behind-D*"
@@ -203,6 +204,10 @@ class RunDir:
     @property
     def hosts_csv(self) -> Path:
         return self.path / self.HOSTS_CSV
+
+    @property
+    def report_html(self) -> Path:
+        return self.path / self.REPORT_HTML
 
     @property
     def pcap_dir(self) -> Path:

@@ -264,3 +264,47 @@ def plot_comparison(path: Path, runs: dict[str, dict], rows: list[dict]) -> Path
     finally:
         plt.close(fig)
     return path
+
+
+def render_comparison_table(rows: list[dict], out: Path):
+    """The terminal's table of ``comparison.csv``'s rows (a rich ``Table``)."""
+    from rich.table import Table
+
+    table = Table(title=f"comparison ({RunDir(out).file(RunDir.COMPARISON_CSV)})")
+    table.add_column("")
+    for r in rows:
+        table.add_column(r["run"])
+    for key in COLUMNS[2:]:
+        table.add_row(key, *[str(r[key]) for r in rows])
+    return table
+
+
+def render_bucket_table(runs: dict[str, dict], out: Path):
+    """The terminal's table of ``bucket_table`` (a rich ``Table``; None with
+    one bucket or none)."""
+    from rich.table import Table
+
+    _, buckets = bucket_table(runs)
+    if len(buckets) <= 1:
+        return None
+    bt = Table(title=f"FCT slowdown p50 / p95 / p99 by flow-size bucket "
+                     f"({out / RunDir.COMPARISON_SLOWDOWN_CSV})")
+    # the same flows (a seed's, on every fabric): one size column
+    same = all(len({b[f"{label}_size_max_bytes"] for label in runs}) == 1 for b in buckets)
+    bt.add_column("flows %")
+    if same:
+        bt.add_column("size (bytes)", justify="right")
+    for label in runs:
+        if not same:
+            bt.add_column(f"{label}: size (bytes)", justify="right")
+        bt.add_column(f"{label}: p50 / p95 / p99", justify="right")
+    for b in buckets:
+        cells = [f"{b[f'{next(iter(runs))}_size_max_bytes']:,}"] if same else []
+        for label in runs:
+            if b[f"{label}_flows"] is None:
+                cells += [""] if same else ["", ""]
+                continue
+            cells += ([] if same else [f"{b[f'{label}_size_max_bytes']:,}"]) + [" / ".join(
+                f"{b[f'{label}_slowdown_{p}']:.2f}" for p in ("p50", "p95", "p99"))]
+        bt.add_row(f"{b['pct_from']}-{b['pct_to']}", *cells)
+    return bt

@@ -435,6 +435,23 @@ def _access_errno(path: Path) -> int:
     return errno.EACCES
 
 
+def write_entry(directory: str | Path, name: str, write) -> Path:
+    """An entry added to a finished run's directory (its ``report.html``):
+    refused (``OutputError``) if ``name`` there is not the run's, else
+    ``write(path)``, then recorded in the closed marker's manifest."""
+    directory, marker = Path(directory), read_marker(Path(directory))
+    path, ok = directory / name, marker is not None and "damaged" not in marker
+    if path.exists() and not (ok and (name in marker["entries"] if marker["state"] == "closed"
+                                      else name not in marker["foreign"])):
+        raise OutputError(f"{path}: not the run's (its {MARKER} does not name it): "
+                          "kept; move it away to write the run's")
+    write(path)
+    if ok and marker["state"] == "closed" and name not in marker["entries"]:
+        atomic_write_text(directory / MARKER, json.dumps(
+            {**marker, "entries": sorted([*marker["entries"], name])}, indent=1) + "\n")
+    return path
+
+
 # ------------------------------------------------------------------ open ones
 
 _OPEN: dict[Path, OutputDir] = {}     # by resolved path: the directories this process has open
@@ -464,4 +481,4 @@ def output_dir(path: str | Path, *, force: bool = False, what: str = "run",
 
 
 __all__ = ["MARKER", "NOT_ITSELF", "OutputDir", "SYSTEM_TREES", "manifest", "output_dir",
-           "read_marker", "resolve_output_path", "survey", "system_refusal"]
+           "read_marker", "resolve_output_path", "survey", "system_refusal", "write_entry"]

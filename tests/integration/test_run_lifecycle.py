@@ -181,6 +181,12 @@ def test_sigkill_of_the_runner_leaves_nothing_within_2s(tmp_path):
     assert "died without tearing down" in (tmp_path / "out" / "run" / "watchdog.log").read_text()
 
 
+def first_show(tmp_path: Path) -> str:
+    shown = run_cli("show", tmp_path / "first", timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    return shown.stdout
+
+
 def test_second_run_is_refused_and_first_completes(tmp_path):
     launched_ns = time.time_ns()
     first = start_run(_experiment(tmp_path, SHORT_BYTES), tmp_path / "first",
@@ -197,6 +203,9 @@ def test_second_run_is_refused_and_first_completes(tmp_path):
     assert rc == 0, err
     summary = json.loads((tmp_path / "first" / "summary.json").read_text())
     assert summary["complete"]
+    # the run's report beside its summary; show names it
+    report = tmp_path / "first" / "report.html"
+    assert report.stat().st_size > 1_000_000 and f"report: {report}" in first_show(tmp_path)
     if summary["time"] == "virtual":     # fabric time 0 as a Unix time: the same every run
         from emulator.vtime.member import VIRTUAL_UNIX_EPOCH_NS
         assert summary["start_unix_ns"] == VIRTUAL_UNIX_EPOCH_NS

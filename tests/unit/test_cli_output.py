@@ -157,9 +157,12 @@ def test_force_writes_beside_the_users_files(cli, no_fabric, places, monkeypatch
         seen.append((Path(out), kw.get("force")))
         return {"complete": True}
     monkeypatch.setattr(dilation, "run_with_dilation", fake_run)
+    import emulator.report as report
+    monkeypatch.setattr(report, "write_report",     # the fake run left nothing to draw
+                        lambda out: seen.append((Path(out), "report")) or Path(__file__))
     r = cli("run", "experiments/demo.yaml", "--out", places / "theirs", "--force")
     assert r.exit_code == 0, r.output
-    assert seen == [(places / "theirs", True)]
+    assert seen == [(places / "theirs", True), (places / "theirs", "report")]
     assert (places / "theirs" / "notes.txt").read_text() == "mine"
 
 

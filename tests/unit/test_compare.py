@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import csv
 import json
+from pathlib import Path
 
+from emulator.atomic import atomic_write_text
 from emulator.experiment.compare import percentile, row, victims, write_comparison
 from emulator.topo import load_fabric
 from tests.conftest import REPO
@@ -186,6 +188,15 @@ def test_compare_prints_the_bucket_table(monkeypatch, tmp_path):
     runs = iter([workload_run("websearch-dcqcn", lambda s: 1 + s / 10_000, (0, 4000, 9000, 30000)),
                  workload_run("fairness", lambda s: 3.0, (0, 1, 2, 3))])
     monkeypatch.setattr(dilation, "run_with_dilation", lambda *a, **k: next(runs))
+    import emulator.report as report
+    reports = []
+
+    def fake_report(out, runs=None):        # the stubbed runs left no run directory to draw
+        reports.append((Path(out), runs))
+        (Path(out) / "report.html").parent.mkdir(parents=True, exist_ok=True)
+        return Path(atomic_write_text(Path(out) / "report.html", "<html></html>"))
+    monkeypatch.setattr(report, "write_report", fake_report)
+    monkeypatch.setattr(report, "write_compare_report", fake_report)
     monkeypatch.setattr(environment, "check_environment", lambda: None)
     monkeypatch.setattr(runlock.RunLock, "acquire",
                         classmethod(lambda cls, *a, **k: contextlib.nullcontext()))
@@ -196,3 +207,7 @@ def test_compare_prints_the_bucket_table(monkeypatch, tmp_path):
     assert "queue_p99_bytes" in res.output and "by flow-size bucket" in res.output
     assert "1.20 / 1.20 / 1.20" in res.output and "3.00 / 3.00 / 3.00" in res.output
     assert (tmp_path / "comparison_fct_slowdown.csv").exists()
+    # each run's report, then the comparison's with every run
+    points = {n: tmp_path / n for n in ("websearch-dcqcn", "fairness")}
+    assert reports == [(points["websearch-dcqcn"], None), (points["fairness"], None),
+                       (tmp_path, points)]

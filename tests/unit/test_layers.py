@@ -20,7 +20,8 @@ NIC_MAY_IMPORT = {"nic", "wire", "clock", "link", "int_md"}
 
 def _contract(kind: str) -> dict:
     config = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["importlinter"]
-    (contract,) = [c for c in config["contracts"] if c["type"] == kind]
+    (contract,) = [c for c in config["contracts"] if c["type"] == kind
+                   and (kind != "forbidden" or c["source_modules"] == ["emulator.nic"])]
     return contract
 
 
@@ -48,7 +49,7 @@ def test_lint_imports_keeps_the_layers():
     r = subprocess.run([str(lint), "--no-cache"], cwd=REPO, env=env, capture_output=True,
                        text=True, timeout=120)
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
-    assert "2 kept, 0 broken" in r.stdout
+    assert "3 kept, 0 broken" in r.stdout
 
 
 def test_the_nic_is_forbidden_every_module_but_wire_clock_link_and_int_md():

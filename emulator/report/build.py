@@ -1,0 +1,130 @@
+"""A run's ``report.html`` from its run directory (``write_report``)."""
+from __future__ import annotations
+
+import html
+import time
+from pathlib import Path
+
+from emulator.report.dist_fig import collectives_figures, fct_cdf, queue_percentiles, slowdown_figure
+from emulator.report.fabric_fig import fabric_figure
+from emulator.report.flows_fig import flow_timeline, rate_figure
+from emulator.report.page import figure_html, files_html, kv_table, notes_html, section, write_page
+from emulator.report.rundata import RunData
+from emulator.report.series import FRAMES
+
+
+def verdict_rows(s: dict) -> tuple[bool, list[tuple[str, object]]]:
+    """(good, rows): whether the run is complete and kept up, and why."""
+    flows = s.get("flows") or []
+    done = sum(1 for f in flows if f.get("complete"))
+    fid = s.get("fidelity") or {}
+    good = bool(s.get("complete")) and not s.get("fell_behind")
+    rows = [("complete", s.get("complete")), ("flows complete", f"{done} of {len(flows)}"),
+            ("fell behind", s.get("fell_behind")),
+            ("fidelity", f"rule {fid.get('rule')}, worst lateness ratio {fid.get('worst_ratio')}"
+                         + (f"; behind: {', '.join(map(str, fid['behind']))}"
+                            if fid.get("behind") else ""))]
+    if s.get("aborted"):
+        rows.append(("aborted", s["aborted"]))
+    drops = sum(p.get("drops", 0) for p in s.get("ports") or [])
+    rows.append(("switch drops", drops))
+    coll = s.get("collectives")
+    if coll is not None:
+        rows.append(("collectives", "complete" if coll.get("complete") else
+                     "failed: " + "; ".join(coll.get("errors") or ["incomplete"])))
+    if s.get("isolation") is not None:
+        rows.append(("tenants isolated", s["isolation"].get("isolated")))
+    return good, rows
+
+
+def timing_rows(s: dict) -> list[tuple[str, object]]:
+    vt = s.get("virtual_time") or {}
+    rows = [("time", s.get("time")), ("dilation", s.get("dilation")),
+            ("dilation chosen by", s.get("dilation_chosen_by")),
+            ("fabric time", f"{(s.get('fabric_ns') or 0) / 1000:,.2f} µs"),
+            ("wall time", f"{s.get('wall_s')} s"), ("target", s.get("target")),
+            ("link layer", s.get("link_layer"))]
+    if vt:
+        rows.append(("virtual time", f"{vt.get('windows')} windows of lookahead "
+                                     f"{vt.get('lookahead_ns')} ns, {vt.get('members')} members"))
+    if s.get("time") != "virtual":
+        rows.append(("how", "dilated: every link runs D times slower in wall time; results "
+                            "are converted back to fabric time"))
+    else:
+        rows.append(("how", "virtual: every process advances fabric time in conservative "
+                            "windows; a rerun is bit-identical"))
+    return rows
+
+
+def extra_tables(s: dict) -> str:
+    """Training and storage results, where the workload had them."""
+    coll = s.get("collectives") or {}
+    out = []
+    if coll.get("training"):
+        t = coll["training"]
+        out.append("<h3>Training</h3>" + kv_table([(k, v) for k, v in t.items()]))
+    if coll.get("storage"):
+        st = coll["storage"]
+        out.append("<h3>Storage</h3>" + kv_table([(k, v) for k, v in st.items()]))
+    return "".join(out)
+
+
+def run_sections(data: RunData, notes: list[str], frames: int, prefix: str = "") -> list[str]:
+    """The figure sections of one run (``prefix``: unique div ids in a comparison)."""
+    fig, ff = fabric_figure(data, frames)
+    notes.append(f"Fabric: the slider shows {len(ff.times)} instants "
+                 f"{ff.times[-1] / max(len(ff.times) - 1, 1) / 1000:.2f} µs apart; at each, every "
+                 "queue's depth at that instant (its last sample at or before it) and the ECN "
+                 "marks since the previous instant; queue_depth.csv has every sample.")
+    out = [section("Fabric", "<p>Drag the slider or press play: queue depth (red dots at each "
+                   "egress port), PFC pauses (thick red: the paused transmitter's end of the link;"
+                   " hover for who paused it and for how long), ECN marks (orange crosses). "
+                   "Link colour: utilisation over the whole run.</p>"
+                   + figure_html(fig, f"{prefix}fabric"), f"{prefix}fabric-section")]
+    flows = [(f, n) for f, n in ((flow_timeline(data, notes), "timeline"),
+                                 (rate_figure(data, notes), "rates")) if f is not None]
+    if flows:
+        out.append(section("Flows", "".join(figure_html(f, f"{prefix}{n}") for f, n in flows),
+                           f"{prefix}flows"))
+    dists = [(f, n) for f, n in ((fct_cdf({data.summary.get('experiment', 'run'): data}, notes),
+                                  "fct-cdf"),
+                                 (slowdown_figure({"run": data}), "slowdown"),
+                                 (queue_percentiles(data, notes), "queue-pct")) if f is not None]
+    if dists:
+        out.append(section("Distributions", "".join(figure_html(f, f"{prefix}{n}")
+                                                    for f, n in dists), f"{prefix}dists"))
+    coll = collectives_figures(data)
+    extra = extra_tables(data.summary)
+    if coll or extra:
+        out.append(section("Workload", "".join(figure_html(f, f"{prefix}coll{i}")
+                                               for i, f in enumerate(coll)) + extra,
+                           f"{prefix}workload"))
+    return out
+
+
+def write_report(run_dir, frames: int = FRAMES) -> Path:
+    """Build ``report.html`` in ``run_dir`` from its files; its path.
+    ``rundata.NotARunDir`` (one line) if the directory holds no run."""
+    t0 = time.monotonic()
+    data = RunData.load(run_dir)
+    s = data.summary
+    notes: list[str] = []
+    figures = run_sections(data, notes, frames)
+    good, verdict = verdict_rows(s)
+    name = str(s.get("experiment", data.rd.path.name))
+    head = (f"<h1>{html.escape(name)} <span class=\"{'ok' if good else 'bad'}\">"
+            f"{'complete' if good else 'NOT complete / fell behind'}</span></h1>"
+            f"<p>{html.escape(str(s.get('source', '')))}: topology "
+            f"{html.escape(str(s.get('topology', '')))}, {len(data.fabric.switches())} switches,"
+            f" {len(data.fabric.hosts())} hosts, {len(s.get('flows') or [])} flows.</p>")
+    body = (head + "".join(figures)
+            + '<div class="grid">' + section("Verdict", kv_table(verdict), "verdict")
+            + section("How the run was timed", kv_table(timing_rows(s)), "timing") + "</div>"
+            + section("Decimation", notes_html(notes), "decimation")
+            + section("Files of the run directory", files_html(data.rd, data.rd.path), "files")
+            + f"<p><small>report built in {time.monotonic() - t0:.1f} s from the run "
+              "directory's files (fabric-emu report DIR rebuilds it)</small></p>")
+    return write_page(data.rd, f"{name}: fabric-emu report", body)
+
+
+__all__ = ["run_sections", "timing_rows", "verdict_rows", "write_report"]
