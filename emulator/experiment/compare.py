@@ -268,7 +268,7 @@ def plot_comparison(path: Path, runs: dict[str, dict], rows: list[dict]) -> Path
 
 def render_comparison_table(rows: list[dict], out: Path):
     """The terminal's table of ``comparison.csv``'s rows (a rich ``Table``)."""
-    from rich.table import Table
+    from rich.table import Table   # deferred: the CLI's table only, not the comparison files
 
     table = Table(title=f"comparison ({RunDir(out).file(RunDir.COMPARISON_CSV)})")
     table.add_column("")
@@ -282,7 +282,7 @@ def render_comparison_table(rows: list[dict], out: Path):
 def render_bucket_table(runs: dict[str, dict], out: Path):
     """The terminal's table of ``bucket_table`` (a rich ``Table``; None with
     one bucket or none)."""
-    from rich.table import Table
+    from rich.table import Table   # deferred: the CLI's table only, not the comparison files
 
     _, buckets = bucket_table(runs)
     if len(buckets) <= 1:
