@@ -34,6 +34,8 @@ workload: {...}                     # collectives on GPU servers (emulator/schem
 storage: {...}                      # checkpoint reads during training (same module)
 endpoints: {...}                    # NICs vs DPUs, tenants, host CPU cost (emulator/schema/endpoints.py)
 cluster: {...}                      # servers and placement, Mininet cluster edition (emulator/schema/cluster.py)
+faults: [...]                       # scripted link faults: down/up, flaps, degrade, loss, bit errors
+                                    #   (emulator/schema/faults.py, docs/faults.md)
 traffic:                            # one or more entries (optional with a workload)
   - pattern: all-to-all             # every host to every other host of its plane, one QP each ...
     op: write                       # write | send
@@ -77,6 +79,7 @@ from emulator.schema.hpcc import HpccSpec
 from emulator.schema.ib_cc import IbCcSpec
 from emulator.schema.qos import QosSpec
 from emulator.schema.endpoints import EndpointsSpec, FlowExpect
+from emulator.schema.faults import FaultEntry
 from emulator.schema.limits import MAX_DILATION, FabricUs, MessageBytes, WallS, name_problem
 from emulator.schema.load import FieldError, StrictSpec
 from emulator.schema.paths import path_tokens
@@ -246,6 +249,7 @@ class ExperimentSpec(StrictSpec):
     sweep: Optional[SweepSpec] = None               # run once per value (emulator/experiment/sweep.py)
     endpoints: Optional[EndpointsSpec] = None       # NIC/DPU, tenants, host CPU (schema/endpoints.py)
     cluster: Optional[ClusterSpec] = None           # spread over several machines (schema/cluster.py)
+    faults: Optional[list[FaultEntry]] = None       # scripted link faults (schema/faults.py)
 
     @field_validator("dilation", mode="before")
     @classmethod
