@@ -229,3 +229,14 @@ def test_a_nic_recovers_what_its_link_lost_or_corrupted(pairs, fault):
     else:
         assert lost > 0 and corrupted == 0
     assert "link_faults" in p.a.stats.as_dict() and "rx_fcs_errors" in p.a.stats.as_dict()
+
+
+# -- results ---------------------------------------------------------------------------------------
+def test_frames_a_fault_took_are_the_experiments_losses_not_the_emulations():
+    from emulator.experiment.fidelity import link_losses
+    ports = [{"node": "leaf1", "peer": "h1", "port": 1, "rx_packets": 900, "tx_packets": 0,
+              "priorities": []}]
+    nics = {"h1": {"tx_packets": 1000}}
+    assert [x["lost"] for x in link_losses(ports, nics)] == [100]
+    assert link_losses(ports, nics, {("h1", "leaf1"): 100}) == []
+    assert [x["lost"] for x in link_losses(ports, nics, {("h1", "leaf1"): 50})] == [50]
