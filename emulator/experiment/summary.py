@@ -310,6 +310,12 @@ def render_summary(summary: dict) -> Table:
     t.add_row("switch drops (queue / pipeline)",
               f"{sum(p['drops'] for p in summary['ports'])} / "
               f"{sum(p['pipeline_drops'] for p in summary['ports'])}")
+    if isinstance(summary.get("faults"), dict):
+        fl = summary["faults"]
+        t.add_row("link faults: frames lost / corrupted (dropped by FCS / ICRC)",
+                  f"{fl.get('lost_frames', 0):,} / {fl.get('corrupted_frames', 0):,} "
+                  f"({fl.get('switch_fcs_errors', 0) + fl.get('nic_fcs_errors', 0):,} / "
+                  f"{fl.get('nic_icrc_errors', 0):,})")
     if summary.get("socket_drops"):
         t.add_row("frames dropped at a socket, unread (emulator losses)",
                   ", ".join(f"{x['node']}:{x['port']} {x['rx_socket_drops']:,}"
