@@ -111,6 +111,42 @@ CASES = {
     "time-virtual-bmv2": ({"exp.yaml": EXP + "time: virtual\n"}, ["--target", "bmv2"],
                           ["exp.yaml: time: virtual is not possible with target bmv2",
                            "cannot be held"], False),
+    # scripted link faults (emulator/schema/faults.py, emulator/experiment/faults.py)
+    "fault-kind": ({"exp.yaml": EXP + "faults: [{kind: cable_cut, link: 'h1:leaf1', at_us: 1}]\n"}, [],
+                   ["exp.yaml: faults[0].kind: must be one of link_down, ", "(got 'cable_cut')"], False),
+    "fault-no-link": ({"exp.yaml": EXP + "faults: [{kind: link_down, link: 'h1:spine1', at_us: 1}]\n"}, [],
+                      ["exp.yaml: faults[0].link: no link joins h1 and spine1"], False),
+    "fault-no-node": ({"exp.yaml": EXP + "faults: [{kind: link_down, link: 'h1:leaf9', at_us: 1}]\n"}, [],
+                      ["exp.yaml: faults[0].link: 'leaf9' is not a node"], False),
+    "fault-link-form": ({"exp.yaml": EXP + "faults: [{kind: link_down, link: h1, at_us: 1}]\n"}, [],
+                        ["exp.yaml: faults[0].link: must name the two nodes a link joins, as 'A:B'"], False),
+    "fault-negative-time": ({"exp.yaml": EXP + "faults: [{kind: link_down, link: 'h1:leaf1', at_us: -1}]\n"},
+                            [], ["exp.yaml: faults[0].at_us: must be >= 0"], False),
+    "fault-up-not-down": ({"exp.yaml": EXP + "faults: [{kind: link_down, link: 'h1:leaf1', at_us: 5},\n"
+                                             "  {kind: link_up, link: 'h1:leaf1', at_us: 3}]\n"}, [],
+                          ["exp.yaml: faults[1].at_us: h1->leaf1 is not down at 3 us"], False),
+    "fault-loss-rate": ({"exp.yaml": EXP + "faults: [{kind: random_loss, link: 'h1:leaf1', rate: 1.5}]\n"},
+                        [], ["exp.yaml: faults[0].rate: must be <= 1"], False),
+    "fault-ber-window": ({"exp.yaml": EXP + "faults: [{kind: bit_errors, link: 'h1:leaf1', ber: 1.0e-6,"
+                                            " from_us: 10, until_us: 5}]\n"}, [],
+                         ["exp.yaml: faults[0].until_us: must be after from_us (10)"], False),
+    "fault-degrade-fraction": ({"exp.yaml": EXP + "faults: [{kind: link_degrade, link: 'h1:leaf1', at_us: 0,"
+                                                  " rate_fraction: 0}]\n"}, [],
+                               ["exp.yaml: faults[0].rate_fraction: must be > 0"], False),
+    "fault-degrade-overlap": ({"exp.yaml": EXP + "faults: [{kind: link_degrade, link: 'h1:leaf1', at_us: 0,"
+                                                 " rate_fraction: 0.5, until_us: 10},\n"
+                                                 "  {kind: link_degrade, link: 'leaf1:h1', at_us: 5,"
+                                                 " rate_fraction: 0.5}]\n"}, [],
+                              ["exp.yaml: faults[1].at_us: ", "is degraded then already (faults[0])"], False),
+    "fault-flap-form": ({"exp.yaml": EXP + "faults: [{kind: link_flap, link: 'h1:leaf1', at_us: 0, count: 2,"
+                                           " down_us: 5}]\n"}, [], ["exp.yaml: faults[0].up_us: required"],
+                        False),
+    "fault-dilated": ({"exp.yaml": EXP + "time: dilated\nfaults: [{kind: link_down, link: 'h1:leaf1',"
+                                         " at_us: 1}]\n"}, [],
+                      ["exp.yaml: faults: need the embedded target in virtual time (this slice)"], False),
+    "fault-bmv2": ({"exp.yaml": EXP + "faults: [{kind: link_down, link: 'h1:leaf1', at_us: 1}]\n"},
+                   ["--target", "bmv2"],
+                   ["exp.yaml: faults: need the embedded target in virtual time (this slice)"], False),
 }
 
 

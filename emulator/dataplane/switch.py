@@ -29,49 +29,31 @@ from __future__ import annotations
 import gc
 import json
 import signal
-import socket
 import sys
 from collections import deque
 from typing import Callable
 from pathlib import Path
 
-from emulator.nic.packet_socket import SocketRxStats, call_together
+from emulator.nic.packet_socket import call_together
 from emulator.clock import MONOTONIC, Clock
-from emulator.link import CommitWire
 from emulator.dataplane.pcap import PcapWriter
 from emulator.dataplane.pipeline import DROP_PORT, FabricPipeline
 from emulator.dataplane.state import SwitchState
+from emulator.dataplane.switch_port import SwitchPort, open_port_socket
 from emulator.dataplane.tm import TrafficManager
 from emulator.errors import ConfigError
 from emulator.lifeline import die_with_runner
 from emulator.p4.p4info import P4Info
 from emulator.rundir import RawDir
-from emulator.schema.switch import PortConfig, SwitchConfig
-from emulator.wire import CPU_PORT, ETH_P_ALL
+from emulator.schema.switch import SwitchConfig
+from emulator.wire import CPU_PORT
 from emulator.vtime.member import process_clock
 
-SOL_PACKET = 263
-PACKET_QDISC_BYPASS = 20
-PACKET_IGNORE_OUTGOING = 23
 RX_BATCH = 64              # frames drained from one socket per wakeup
 RX_MAX_BYTES = 9216        # jumbo frames (a 4096-byte RoCE MTU frame is 4170 bytes)
 IDLE_WAKE_NS = 50_000_000  # how often an idle loop looks at packet-outs and stop
 FLUSH_INTERVAL_NS = 1_000_000_000   # raw logs and pcaps reach the disk this often
 NEVER = 1 << 62
-
-
-def open_port_socket(ifname: str) -> socket.socket:
-    # Protocol 0 until bound: a socket opened with ETH_P_ALL taps every
-    # interface at once, and binding it to one then waits for an RCU grace
-    # period (synchronize_net: ~17 ms a port here, 70 ms of a leaf's start).
-    sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
-    sock.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
-    sock.setsockopt(SOL_PACKET, PACKET_QDISC_BYPASS, 1)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
-    sock.bind((ifname, ETH_P_ALL))       # host order: Python sets sll_protocol = htons()
-    sock.setblocking(False)
-    return sock
 
 
 def close_together(socks) -> None:
@@ -109,52 +91,6 @@ class RawLogs:
         self.qdepth_f.close()
 
 
-class SwitchPort:
-    """A front-panel port: its socket (and pcap); its queues live in the traffic manager.
-
-    ``rx_kernel``: the kernel's counters of the port's socket. A frame the
-    switch did not read before the socket's receive buffer filled is dropped
-    by the kernel before ingress sees it -- a real switch's ingress discard,
-    which no P4 counter can count: the stats' ``rx_socket_drops``."""
-
-    def __init__(self, cfg: PortConfig, tm_port, pcap: PcapWriter | None = None,
-                 clock: Clock = MONOTONIC):
-        self.cfg = cfg
-        self.port_no = cfg.port_no
-        sock = open_port_socket(cfg.ifname)
-        self.rx_kernel = SocketRxStats(sock)
-        attach = getattr(clock, "attach_port", None)     # virtual time
-        self.sock = sock if attach is None else attach(sock, cfg.ifname)
-        self.tm_port = tm_port
-        self.pcap = pcap
-        self.clock = clock
-        self.send_errors = 0
-        tm_port.send = self.send if pcap is None else self.send_and_capture
-        if attach is not None:
-            tm_port.wire = CommitWire(tm_port.wire.delay_ns,
-                                      self.send_at if pcap is None else self.send_at_and_capture)
-
-    def send(self, frame) -> None:
-        try:
-            self.sock.send(frame)
-        except OSError:  # ENOBUFS/EAGAIN: the veth peer's backlog is full
-            self.send_errors += 1
-
-    def send_and_capture(self, frame) -> None:
-        self.send(frame)
-        self.pcap.write(self.clock.now_ns(), frame)
-
-    def send_at(self, frame, arrival_ns: int) -> None:
-        """Virtual time: hand ``frame`` over now, arriving at ``arrival_ns``."""
-        self.sock.due_ns = arrival_ns
-        self.send(frame)
-
-    def send_at_and_capture(self, frame, arrival_ns: int) -> None:
-        # stamped when it reaches the far end, as a dilated run's release is
-        self.send_at(frame, arrival_ns)
-        self.pcap.write(arrival_ns, frame)
-
-
 class EmbeddedSwitch:
     def __init__(self, cfg: SwitchConfig, p4info: P4Info, clock: Clock = MONOTONIC):
         self.cfg = cfg
@@ -172,8 +108,12 @@ class EmbeddedSwitch:
         for p in cfg.ports:
             pcap = PcapWriter(RawDir(run_dir).port_pcap(p.ifname), clock) \
                 if cfg.pcap and run_dir is not None else None
-            self.ports[p.port_no] = SwitchPort(p, self.tm.ports[p.port_no], pcap, clock)
+            self.ports[p.port_no] = SwitchPort(p, self.tm.ports[p.port_no], pcap, clock,
+                                               open_port_socket)
         self._by_fd = {port.sock.fileno(): port for port in self.ports.values()}
+        self._faulty = [port for port in self.ports.values() if port.faults is not None]
+        self._next_fault_ns = min((p.faults.next_rate_change_ns() for p in self._faulty),
+                                  default=NEVER)
         self.virtual = hasattr(clock, "attach_port")
         if self.virtual:
             self.tm.transmit = self.tm.commit
@@ -223,6 +163,8 @@ class EmbeddedSwitch:
     def next_wake_ns(self, now: int) -> int:
         """When the loop must take its next turn if no frame arrives first."""
         wake = self.tm.next_wake_ns()
+        if self._next_fault_ns < NEVER and (wake is None or self._next_fault_ns < wake):
+            wake = self._next_fault_ns
         sample = self._next_sample
         if self.virtual and not self.tm.unsampled():
             sample = NEVER          # it would write nothing; ``turn`` puts it back on its grid
@@ -243,6 +185,8 @@ class EmbeddedSwitch:
         computed it after the last turn (only a turn changes it), if known."""
         tm = self.tm
         clock = self.clock.now_ns
+        if self._next_fault_ns <= clock():
+            self._apply_faults(clock())
         if readable:
             # What was due by now leaves before what arrived by now is
             # enqueued: woken late, the ports catch up first, so a frame
@@ -310,6 +254,14 @@ class EmbeddedSwitch:
             self._snapshot_due = False
             self.snapshot(now)
 
+    def _apply_faults(self, now: int) -> None:
+        """Rate changes due by ``now``, before any frame is served at ``now``:
+        a frame that starts serializing from then on runs at the new rate."""
+        self.tm.transmit(now - 1)     # frames that started before it keep the old rate
+        for port in self._faulty:
+            port.set_rate(now)
+        self._next_fault_ns = min(p.faults.next_rate_change_ns() for p in self._faulty)
+
     def _packet_in(self, frame, ingress_port: int) -> None:
         handler = self.state.packet_in_handler
         if handler is not None:
@@ -341,6 +293,10 @@ class EmbeddedSwitch:
             p.rx_kernel.poll()
             st.update({"ifname": p.cfg.ifname, "send_errors": p.send_errors,
                        "rx_socket_drops": p.rx_kernel.drops})
+            if self.virtual:           # bad FCS: dropped on arrival (virtual time's trailer)
+                st["rx_fcs_errors"] = p.sock.fcs_errors
+            if p.faults is not None:
+                st["faults"] = p.faults.stats()
             ports.append(st)
         out = {"name": self.cfg.name, "since_ns": self.since_ns, "until_ns": now,
                "rx_frames": self.rx_frames, **self.tm.buffer_stats(), "ports": ports}

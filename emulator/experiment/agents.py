@@ -11,6 +11,7 @@ from pathlib import Path
 
 from emulator.agents.payload import write_layout
 from emulator.experiment.endpoints import agent_keys, dropped_flows
+from emulator.experiment.faults import nic_faults
 from emulator.experiment.ideal_fct import base_rtt_ns, int_max_hops
 from emulator.experiment.resolved import Experiment
 from emulator.errors import RunAborted
@@ -48,8 +49,9 @@ def nic_fields(exp: Experiment, nic: str) -> dict:
     """What an agent needs to drive one NIC (host node): the fields of its
     ``schema.nic.NicConfig``, which host agents and server agents share --
     its interface and addresses, its link's rate and delay, the experiment's
-    transport timers, QoS, CNP and congestion-control settings, all in fabric
-    units (the NIC puts them on its clock, ``nic.wall``)."""
+    transport timers, QoS, CNP and congestion-control settings, the scripted
+    faults it applies as its link's sender, all in fabric units (the NIC puts
+    them on its clock, ``nic.wall``)."""
     fabric, plan, spec = exp.fabric, exp.fabric.addresses, exp.spec
     port = fabric.ports(nic)[0]
     link = fabric.links[port.link_index]
@@ -61,6 +63,7 @@ def nic_fields(exp: Experiment, nic: str) -> dict:
             "dscp": spec.qos.roce_dscp, "priority": spec.qos.roce_priority,
             "cnp_dscp": spec.qos.cnp_dscp, "cnp_priority": spec.qos.cnp_priority,
             **cc_fields(exp),
+            "link_faults": nic_faults(exp, nic),
             "ib": ib_nic_fields(exp, nic) if fabric.link_layer == "infiniband" else None}
 
 

@@ -203,12 +203,16 @@ LINK_LOSS_MIN_FRAMES = 3
 LINK_LOSS_RATIO = 2.0
 
 
-def link_losses(ports: list[dict], nic_stats: dict[str, dict]) -> list[dict]:
+def link_losses(ports: list[dict], nic_stats: dict[str, dict],
+                fault_lost: dict[tuple[str, str], int] | None = None) -> list[dict]:
     """Per link into a switch (from a NIC or a switch): frames sent that the
     switch never received, where more than the tolerance. Sent: a NIC's
     ``tx_packets``; a switch port's ``tx_packets`` + its pause frames. A
     switch's pause counters count XOFFs, the receiver counts XONs too, so
-    for switch-to-switch links this is a lower bound."""
+    for switch-to-switch links this is a lower bound. ``fault_lost``:
+    (sender, receiver) -> frames scripted faults kept from the receiver
+    (``experiment.fault_results``): the experiment's losses, not the emulation's."""
+    fault_lost = fault_lost or {}
     by_end = {(p["node"], p["peer"]): p for p in ports}
     out = []
     for p in ports:
@@ -220,7 +224,7 @@ def link_losses(ports: list[dict], nic_stats: dict[str, dict]) -> list[dict]:
             sent = q["tx_packets"] + sum(e.get("pause_tx") or 0 for e in q.get("priorities", []))
         else:
             continue
-        lost = sent - int(p.get("rx_packets") or 0)
+        lost = sent - fault_lost.get((src, dst), 0) - int(p.get("rx_packets") or 0)
         if lost > max(LINK_LOSS_MIN_FRAMES, LINK_LOSS_LIMIT_FRACTION * sent):
             out.append({"from": src, "to": dst, "port": p["port"], "sent": sent,
                         "received": int(p.get("rx_packets") or 0), "lost": lost})

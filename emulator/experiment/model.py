@@ -14,6 +14,7 @@ from pathlib import Path
 
 from emulator.errors import ConfigError
 from emulator.experiment.endpoints import check_endpoints
+from emulator.experiment.faults import check_faults
 from emulator.experiment.resolved import ROCE_QPN_BASE, Experiment, Flow
 from emulator.experiment.workload_check import (
     check_no_shared_nics, check_workload_endpoints, plan_workload,
@@ -66,6 +67,7 @@ def experiment_from_dict(data, path: str | Path, target: str | None = None) -> E
     _check_link_layer(spec, fabric, path)
     _check_cc(spec, fabric, path)
     check_qos(spec.qos, spec, fabric, path)
+    check_faults(spec, fabric, path)
     if fabric.link_layer == "infiniband" and spec.target == "auto":
         spec = spec.model_copy(update={"target": "embedded"})   # where credits run
     points = _sweep_points(data, spec, path, target) if spec.sweep is not None else ()

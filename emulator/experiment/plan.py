@@ -92,6 +92,13 @@ def describe_experiment(exp: Experiment) -> list[str]:
         lines.append(f"  workload: {w.algorithm if w else 'storage'} on {len(wp.servers)} servers"
                      + (f" ({', '.join(parts)})" if parts else "")
                      + (f"; storage {wp.storage_server}" if wp.storage_server else ""))
+    if spec.faults:
+        kinds: dict[str, int] = {}
+        for f in spec.faults:
+            kinds[f.kind] = kinds.get(f.kind, 0) + 1
+        lines.append(f"  faults: {len(spec.faults)} on "
+                     f"{len({tuple(sorted(f.ends)) for f in spec.faults})} links ("
+                     + ", ".join(f"{n} x {k}" for k, n in kinds.items()) + "; docs/faults.md)")
     if spec.sweep is not None:
         lines.append(f"  sweep: {spec.sweep.parameter} over {len(exp.sweep_points)} values, a run each "
                      "(every one checked)")

@@ -31,6 +31,7 @@ from emulator.experiment.fidelity import (
     add_headroom_drops, add_link_losses, add_socket_drops, headroom_drops, link_losses,
     nic_stats_by_host, run_fidelity, socket_drops,
 )
+from emulator.experiment.fault_results import fault_lost_by_direction, fault_summary
 from emulator.experiment.ideal_fct import flow_paths, flow_priority, standalone_fct_ns
 from emulator.experiment.model import Experiment
 from emulator.experiment.results_io import read_stats, stats_by_port_priority
@@ -89,6 +90,19 @@ def _socket_drops(port_stats: dict) -> int | None:
     return None if v is None else int(v)
 
 
+def _fcs_errors(port_stats: dict) -> dict:
+    """``rx_fcs_errors``: frames with a bad FCS the port dropped on arrival
+    (a link's bit errors, virtual time's trailer); absent where not counted."""
+    v = port_stats.get("rx_fcs_errors")
+    return {} if v is None else {"rx_fcs_errors": int(v)}
+
+
+def _rx_errors(nic: dict) -> dict:
+    """A NIC's drops of corrupted frames: its ICRC check's, and its MAC's
+    (a bad FCS on a frame its ICRC does not cover); absent where not counted."""
+    return {k: int(nic[k]) for k in ("rx_icrc_errors", "rx_fcs_errors") if k in nic}
+
+
 def _ib_port_entry(stats: dict, port: int, counters: dict, d: float) -> dict:
     """An InfiniBand port's summary: what it received (ib.p4's counters),
     what it sent and how long each VL stalled for want of credit -- the
@@ -123,7 +137,7 @@ def build_summary(exp: Experiment, target: str, agent_results: dict[str, dict],
     switches = [{"node": sw.name, "device_id": exp.fabric.device_id(sw.name),
                  "tx_packets": sum(p["tx_packets"] for p in ports if p["node"] == sw.name),
                  **fid["switches"][sw.name]} for sw in exp.fabric.switches()]
-    nics = [{"node": h, **v} for h, v in fid["nics"].items()]
+    nics = [{"node": h, **v, **_rx_errors(nic_stats.get(h) or {})} for h, v in fid["nics"].items()]
     fidelity = {k: v for k, v in fid.items() if k not in ("switches", "nics", "fell_behind")}
     summary = RunSummary(
         summary_version=SUMMARY_VERSION,
@@ -135,7 +149,10 @@ def build_summary(exp: Experiment, target: str, agent_results: dict[str, dict],
         lossless_priorities=lossless_priorities(exp),
         flows=flows, ports=ports, switches=switches, nics=nics,
         fidelity=Fidelity(**fidelity))
-    add_link_losses(summary, link_losses(ports, nic_stats))
+    faults = fault_summary(exp, stats, nic_stats)
+    if faults is not None:
+        summary.faults = faults
+    add_link_losses(summary, link_losses(ports, nic_stats, fault_lost_by_direction(faults)))
     add_socket_drops(summary, socket_drops(ports, nic_stats))
     add_headroom_drops(summary, headroom_drops(ports))
     return summary
@@ -210,6 +227,7 @@ def _port_entries(exp: Experiment, stats: dict[str, dict],
                 "drops": max(0, c.get("enq_packets", 0) - c.get("tx_packets", 0)),
                 "pipeline_drops": c.get("pipeline_drop_packets", 0),
                 "rx_socket_drops": _socket_drops(_port_stats(stats[sw.name], p.port_no)),
+                **_fcs_errors(_port_stats(stats[sw.name], p.port_no)),
                 "priorities": _priority_entries(per_queue, p.port_no, d),
             })
     return ports
@@ -293,6 +311,12 @@ def render_summary(summary: dict) -> Table:
     t.add_row("switch drops (queue / pipeline)",
               f"{sum(p['drops'] for p in summary['ports'])} / "
               f"{sum(p['pipeline_drops'] for p in summary['ports'])}")
+    if isinstance(summary.get("faults"), dict):
+        fl = summary["faults"]
+        t.add_row("link faults: frames lost / corrupted (dropped by FCS / ICRC)",
+                  f"{fl.get('lost_frames', 0):,} / {fl.get('corrupted_frames', 0):,} "
+                  f"({fl.get('switch_fcs_errors', 0) + fl.get('nic_fcs_errors', 0):,} / "
+                  f"{fl.get('nic_icrc_errors', 0):,})")
     if summary.get("socket_drops"):
         t.add_row("frames dropped at a socket, unread (emulator losses)",
                   ", ".join(f"{x['node']}:{x['port']} {x['rx_socket_drops']:,}"

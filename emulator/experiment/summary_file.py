@@ -234,6 +234,45 @@ class Fidelity(_Written):
     lost_limit_fraction: Optional[Number] = None
 
 
+class FaultEnd(_Written):
+    """One faulted sending end: what its faults did, per class ("0".."7",
+    "pfc"), and the rate changes it applied (``experiment.fault_results``)."""
+
+    direction: str
+    sender: str
+    receiver: str
+    node: str
+    port: Optional[int]                    # a switch port's number; None: a NIC
+    reported: bool                         # its process reported its counters
+    dropped_down: dict[str, int]
+    dropped_down_frames: int
+    dropped_loss: dict[str, int]
+    dropped_loss_frames: int
+    corrupted: dict[str, int]
+    corrupted_frames: int
+    rate_changes: list[Block]
+
+
+class Faults(_Written):
+    """``faults``: each scripted fault as set with when it took effect
+    (fabric ns), each faulted end, the frames lost to faults (not to the
+    emulation, not drops of a lossless class) and the receivers' drops of
+    corrupted frames."""
+
+    faults: list[Block]
+    ends: list[FaultEnd]
+    lost_frames: int
+    corrupted_frames: int
+    switch_fcs_errors: int
+    nic_fcs_errors: int
+    nic_icrc_errors: int
+
+    def as_dict(self) -> dict:
+        d = super().as_dict()
+        d["ends"] = [e.as_dict() for e in self.ends]
+        return d
+
+
 class RunSummary(_Written):
     """summary.json as this version writes it (what each key means: docs/how-to/results.md).
     A field with a default is absent from the file until set."""
@@ -260,6 +299,7 @@ class RunSummary(_Written):
     link_losses: Optional[list[Block]] = None
     socket_drops: Optional[list[Block]] = None
     headroom_drops: Optional[list[Block]] = None
+    faults: Optional[Faults] = None         # scripted link faults (``experiment.fault_results``)
     # with an ``endpoints:`` section (``experiment.endpoint_results``)
     hosts: Optional[list[Block]] = None
     tenants: Optional[dict[str, Block]] = None

@@ -76,6 +76,9 @@ def resolve_time(exp: "Experiment", target: str, *, live: bool = False,
         raise ConfigError(exp.source, "time", f"virtual is not possible with {why_not}; "
                                               "say time: dilated (or auto)")
     mode = VIRTUAL if asked == VIRTUAL or (asked == "auto" and why_not is None) else DILATED
+    if exp.spec.faults and (mode != VIRTUAL or target != "embedded"):
+        from emulator.experiment.faults import FAULTS_NEED
+        raise ConfigError(exp.source, "faults", FAULTS_NEED)
     update: dict = {"time": mode}
     if mode == VIRTUAL:
         update["dilation"] = 1.0

@@ -66,7 +66,7 @@ class FabricNet(FabricNodes, FabricHealth):
                  buffer_bytes: int = 4_000_000, program: bool = True, qos=None,
                  mtu_bytes: int = 1024, sample_interval_ns: int = 0, pcap: bool = False,
                  target: str = "embedded", cluster=None, ib_cc=None,
-                 switches_per_process: int | str = "auto", vtime=None):
+                 switches_per_process: int | str = "auto", vtime=None, link_faults=None):
         """qos: an ``emulator.control.qos.QosSpec`` to install (None: no traffic
         classes: everything lossy in priority 0). sample_interval_ns: wall
         period of the switches' queue-depth samples (0: none; embedded
@@ -77,7 +77,9 @@ class FabricNet(FabricNodes, FabricHealth):
         switches_per_process: embedded switches per process ("auto" or N:
         ``emulator/net/packing.py``; a cluster's and InfiniBand's: one each).
         vtime: the run is in virtual time: its ``vtime.Coordinator``, whose
-        socket every switch and agent process joins (``emulator.vtime``)."""
+        socket every switch and agent process joins (``emulator.vtime``).
+        link_faults: (switch, port_no) -> the scripted faults that port
+        applies as its link's sender (``schema.faults.EndFaults``; embedded)."""
         if target not in TARGETS:
             raise ValueError(f"target must be one of {TARGETS}, not {target!r}")
         self.target = target
@@ -112,6 +114,7 @@ class FabricNet(FabricNodes, FabricHealth):
             raise ValueError("virtual time runs the embedded target")
         self.vtime = vtime
         self.vtime_socket = vtime.path if vtime is not None else None
+        self.link_faults = link_faults or {}
 
     # -------------------------------------------------------------- lifecycle
     def start(self) -> "FabricNet":
@@ -167,6 +170,8 @@ class FabricNet(FabricNodes, FabricHealth):
                           "lossless_priorities": ((self.qos.roce_priority,)
                                                   if self.qos is not None and self.qos.pfc.enabled
                                                   else ())}
+        if self.link_faults:
+            switch_options["link_faults"] = self.link_faults
         net_cls, net_params = Mininet, {}
         if self.cluster_spec is not None:
             self.cluster = Cluster(self.cluster_spec, self.fabric, self.run_dir,

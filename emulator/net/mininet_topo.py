@@ -44,7 +44,10 @@ def switch_params(fabric: Fabric, name: str, target: str, switch_options: dict,
                 "options": {k: switch_options[k] for k in ("buffer_bytes", "mtu_frame_bytes", "pcap",
                                                             "lossless_priorities")}}
     options = {k: v for k, v in switch_options.items()
-               if k not in ("dilation", "mtu_frame_bytes", "lossless_priorities")}
+               if k not in ("dilation", "mtu_frame_bytes", "lossless_priorities", "link_faults")}
+    faults = {port: f for (sw, port), f in switch_options.get("link_faults", {}).items() if sw == name}
+    if faults:
+        common["port_faults"] = faults
     if fabric.link_layer == "infiniband":
         options["ib"] = ib_link_config(switch_options["dilation"])
     return {**common, "cls": switch_cls or EmbeddedP4Switch, "forkserver": forkserver,

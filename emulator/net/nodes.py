@@ -84,14 +84,15 @@ class EmbeddedP4Switch(StartedSideBySide, Switch):
 
     def __init__(self, name, device_id: int, grpc_port: int, run_dir: str,
                  port_links: dict, options: dict, forkserver, pack: str | None = None,
-                 **params):
+                 port_faults: dict | None = None, **params):
         """port_links: port_no -> (rate_bps, delay_ns) of the link behind it, dilated;
         options: the rest of the switch process's config (buffer_bytes,
         sample_interval_ns, pcap, router_mac, seed; see emulator/dataplane/switch.py);
         forkserver: the run's ``emulator.net.forkserver.ForkServer``, which
         forks the switch process warm; pack: the name of the process this
         switch shares with the others of that name (``dataplane/pack.py``;
-        None: a process of its own)."""
+        None: a process of its own); port_faults: port_no -> the scripted
+        faults of the link it sends on (``schema.faults.EndFaults``)."""
         super().__init__(name, dpid=f"{device_id:x}", **params)
         self.forkserver = forkserver
         self.pack = pack
@@ -99,6 +100,7 @@ class EmbeddedP4Switch(StartedSideBySide, Switch):
         self.grpc_port = grpc_port
         self.run_dir = Path(run_dir)
         self.port_links = port_links
+        self.port_faults = port_faults or {}
         self.options = options
         self.proc: subprocess.Popen | None = None
         self.log_path = RawDir(run_dir).process_log(name)
@@ -116,7 +118,7 @@ class EmbeddedP4Switch(StartedSideBySide, Switch):
                 continue
             rate_bps, delay_ns = self.port_links[port_no]
             ports.append(PortConfig(port_no=port_no, ifname=intf.name, rate_bps=rate_bps,
-                                    delay_ns=delay_ns))
+                                    delay_ns=delay_ns, faults=self.port_faults.get(port_no)))
         cfg_path = RawDir(self.run_dir).switch_config(self.name)
         SwitchConfig(name=self.name, device_id=self.device_id, grpc_port=self.grpc_port,
                      ports=ports, stats_path=str(self.stats_path), **self.options).write(cfg_path)

@@ -33,6 +33,7 @@ from typing import Callable, Sequence
 
 from emulator import int_md
 from emulator.clock import MONOTONIC
+from emulator.link_faults import LinkFaults
 from emulator.wire import RETH_BYTES
 
 from . import roce
@@ -124,6 +125,7 @@ class RoceNic(NicLink, NicReceive):
         self._cq: deque[Completion] = deque()
         self._make_parts(config)
         self._open_link(config, sock)
+        self._make_faults(config)
         self._make_transmitter()
 
     def _make_parts(self, config) -> None:
@@ -153,6 +155,24 @@ class RoceNic(NicLink, NicReceive):
         # hook(frame, pkt, now) -> True when consumed (tenant filter, host CPU work)
         self.rx_hook = None
 
+    def _make_faults(self, config) -> None:
+        """Its link's scripted faults (``emulator.link_faults``): the
+        transmitter applies them to what it sends; a frame that arrives
+        with a bad FCS (virtual time's trailer) reaches the ICRC check if it
+        is a RoCE packet for us, else the MAC drops it (``rx_fcs_errors``)."""
+        self.link_faults = LinkFaults(config.link_faults) if config.link_faults is not None else None
+        self.stats.link_faults = self.link_faults
+        if hasattr(self.sock, "keep_bad_fcs"):
+            self.sock.keep_bad_fcs = self._keep_bad_fcs
+
+    def _keep_bad_fcs(self, frame) -> bool:
+        pkt = parse_roce(frame)
+        if pkt is not None and pkt.dst_ip == self.ip_int and self.verify_icrc \
+                and not verify_icrc(frame):
+            return True
+        self.stats.rx_fcs_errors += 1
+        return False
+
     def _make_transmitter(self) -> None:
         self.transmitter = Transmitter(
             sock=self.sock, rate_bps=self.rate_bps, mtu_bytes=self.mtu_bytes,
@@ -165,7 +185,7 @@ class RoceNic(NicLink, NicReceive):
             logs=self.logs, framing=self.framing, credit=self.link.credit,
             int_max_hops=self.int_max_hops,
             on_data_tx=self.reaction.on_tx if self.cc_params.enabled else None,
-            commit_wire=self.virtual)
+            commit_wire=self.virtual, faults=self.link_faults)
 
     # -- verbs ---------------------------------------------------------------
     def register_mr(self, size_bytes: int, *, addr: int | None = None, rkey: int | None = None,
@@ -340,6 +360,10 @@ class RoceNic(NicLink, NicReceive):
         if self.reaction.enabled:
             self.reaction.advance(now)
         self.requester.timers(now)
+        if self.link_faults is not None:
+            t = self.transmitter.next_rate_change_ns()
+            if t is not None and t <= now:
+                self.transmitter.apply_rate_changes(now)
 
     @property
     def rx_fds(self) -> tuple[int, ...]:
@@ -365,6 +389,10 @@ class RoceNic(NicLink, NicReceive):
         wake = self.transmitter.next_wake_ns(
             now, limit, gate.tx_ready_ns if gate is not None else 0.0)
         wake = self.requester.next_timer_ns(wake)
+        if self.link_faults is not None:
+            t = self.transmitter.next_rate_change_ns()
+            if t is not None and t < wake:
+                wake = t
         if self.reaction.enabled:
             wake = self.reaction.next_timer_ns(wake)
         if gate is not None:

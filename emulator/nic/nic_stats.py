@@ -15,7 +15,8 @@ class NicStats:
                  "rx_packets", "rx_bytes", "rx_data_packets", "rx_data_payload_bytes",
                  "rx_acks", "rx_naks", "rx_rnr_naks",
                  "cnp_tx", "cnp_rx", "ecn_ce_rx", "pfc_rx", "paused_ns", "rate_changes",
-                 "rx_out_of_order", "rx_duplicates", "rx_icrc_errors", "rx_int_errors", "rx_ignored",
+                 "rx_out_of_order", "rx_duplicates", "rx_icrc_errors", "rx_fcs_errors",
+                 "rx_int_errors", "rx_ignored", "link_faults",
                  "rx_bad_requests", "timeouts", "nak_rewinds", "completions", "loops",
                  "rx_batches_max", "rx_socket_drops",
                  "fc_tx", "fc_rx", "credit_stalls", "credit_stalled_ns",
@@ -26,10 +27,15 @@ class NicStats:
         for k in self.__slots__:
             setattr(self, k, 0)
         self.rx_late_hist = [0] * LATE_BUCKETS   # receive lateness, link.py's log buckets
+        self.link_faults = None                  # its link's scripted faults (link_faults.LinkFaults)
 
     def as_dict(self) -> dict:
         d = {k: getattr(self, k) for k in self.__slots__}
         d["rx_late_hist"] = [[*bucket_bounds(b), n] for b, n in enumerate(self.rx_late_hist) if n]
+        if self.link_faults is None:
+            del d["link_faults"]
+        else:
+            d["link_faults"] = self.link_faults.stats()
         d["tx_lag_mean_ns"] = d["tx_lag_sum_ns"] // d["tx_lag_frames"] if d["tx_lag_frames"] else 0
         d["rx_late_mean_ns"] = (d["rx_late_sum_ns"] // d["rx_late_samples"]
                                 if d["rx_late_samples"] else 0)

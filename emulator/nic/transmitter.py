@@ -26,6 +26,7 @@ from __future__ import annotations
 import errno
 
 from emulator.link import CommitWire, Wire
+from emulator.schema.faults import NEVER_NS
 from emulator.wire import ROCE_FRAMING, Framing, ib_credit_blocks
 
 from .frames import LinkFrame
@@ -49,11 +50,12 @@ class Transmitter:
                  max_outstanding_pkts: int, pause_until_ns: list, requester, read_responder,
                  cnp_queue, ack_queue, stats, cnp_template, logs=None,
                  framing: Framing = ROCE_FRAMING, credit=None, int_max_hops: int = 0,
-                 on_data_tx=None, commit_wire: bool = False):
+                 on_data_tx=None, commit_wire: bool = False, faults=None):
         """``cnp_template``: qp -> the template of its CNPs; ``int_max_hops``
         > 0: data frames carry INT; ``on_data_tx``: the reaction point's
         ``on_tx`` (None: off); ``commit_wire``: virtual time -- a frame
-        leaves when committed, stamped with its arrival (``link.CommitWire``)."""
+        leaves when committed, stamped with its arrival (``link.CommitWire``);
+        ``faults``: its link's scripted faults (``link_faults.LinkFaults``)."""
         self.sock = sock
         self.rate_bps = rate_bps
         self.mtu_bytes = mtu_bytes
@@ -86,6 +88,10 @@ class Transmitter:
         self.cnp_template = cnp_template
         self.int_max_hops = int_max_hops
         self.cpu_gate = None                     # the CPU gate's ``tx`` (set_cpu_gate; None: off)
+        self.faults = faults
+        self.nominal_bps = rate_bps
+        if faults is not None:                   # every frame through them (an instance's _send)
+            self._send = self._send_faulty
 
     def set_cpu_gate(self, gate_tx) -> None:
         """Hold frames until ``gate_tx`` says their CPU work is done (None: no gate)."""
@@ -350,6 +356,40 @@ class Transmitter:
                 self._blocked(f, now)
             raise
         f.sent(self, len(frame), now)
+
+    def _send_faulty(self, f) -> None:
+        """``_send`` through the link's faults: the frame is judged when its
+        serialization ended (its arrival, or now on a dilated wire, less the
+        link's delay); one lost on the link still counts as sent."""
+        frame = f.build(self)
+        now = self._now
+        sock = self.sock
+        end_ns = (sock.due_ns if isinstance(self.wire, CommitWire) else now) - self.wire.delay_ns
+        out, bad_fcs = self.faults.judge(frame, end_ns)
+        if out is not None:
+            send = getattr(sock, "send_bad_fcs", sock.send) if bad_fcs else sock.send
+            try:
+                send(out)
+            except (BlockingIOError, InterruptedError):
+                self._blocked(f, now)
+            except OSError as e:
+                if e.errno in (errno.ENOBUFS, errno.EAGAIN):
+                    self._blocked(f, now)
+                raise
+        f.sent(self, len(frame), now)
+
+    def next_rate_change_ns(self) -> int | None:
+        """When a degrade next changes the rate (None: never)."""
+        if self.faults is None:
+            return None
+        t = self.faults.next_rate_change_ns()
+        return t if t < NEVER_NS else None
+
+    def apply_rate_changes(self, now: int) -> None:
+        """A degrade's rate change due by ``now``: frames that start from now serialize at it."""
+        fraction = self.faults.rate_changes_due(now)
+        if fraction is not None:
+            self.rate_bps = self.nominal_bps * fraction
 
     def _blocked(self, f, now: int):
         self.stats.tx_enobufs += 1

@@ -25,6 +25,7 @@ from emulator.schema.hpcc import HpccSpec
 from emulator.schema.ib_cc import IbCcSpec
 from emulator.schema.qos import QosSpec
 from emulator.schema.endpoints import EndpointsSpec, FlowExpect
+from emulator.schema.faults import FaultEntry
 from emulator.schema.limits import MAX_DILATION, FabricUs, MessageBytes, WallS, name_problem
 from emulator.schema.load import FieldError, StrictSpec
 from emulator.schema.paths import path_tokens
@@ -194,6 +195,7 @@ class ExperimentSpec(StrictSpec):
     sweep: Optional[SweepSpec] = None               # run once per value (emulator/experiment/sweep.py)
     endpoints: Optional[EndpointsSpec] = None       # NIC/DPU, tenants, host CPU (schema/endpoints.py)
     cluster: Optional[ClusterSpec] = None           # spread over several machines (schema/cluster.py)
+    faults: Optional[list[FaultEntry]] = None       # scripted link faults (schema/faults.py)
 
     @field_validator("dilation", mode="before")
     @classmethod

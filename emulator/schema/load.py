@@ -139,6 +139,12 @@ def config_error(exc: ValidationError, source: str | Path, model: type[BaseModel
     elif kind == "extra_forbidden":
         allowed = ", ".join(at.model_fields) if at is not None else ""
         reason = f"unknown field{f' (expected one of: {allowed})' if allowed else ''}"
+    elif kind == "union_tag_field":
+        # a discriminated union's unknown tag; its message is "FIELD: reason"
+        tag, _, reason = str(e.get("msg", "")).partition(": ")
+        path = join_path(path, tag)
+        given = value.get(tag) if isinstance(value, Mapping) else None
+        reason = f"required ({reason})" if given is None else f"{reason} (got {show(given)})"
     elif kind == "literal_error":
         expected = str(ectx.get("expected", "")).replace("'", "")
         reason = f"must be one of {expected}{got}"

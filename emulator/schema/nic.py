@@ -25,6 +25,7 @@ from typing import Annotated, Optional
 from pydantic import Field, NonNegativeFloat, model_validator
 
 from emulator.schema.dcqcn import DcqcnSpec
+from emulator.schema.faults import EndFaults
 from emulator.schema.hpcc import HpccSpec
 from emulator.schema.ib_cc import IbCcSpec
 from emulator.schema.load import FieldError, StrictSpec
@@ -111,6 +112,7 @@ class NicConfig(StrictSpec):
     cnp_dscp: Dscp = 48
     cnp_priority: Priority = 6
     honor_pfc: bool = True                   # obey received PFC frames
+    link_faults: Optional[EndFaults] = None  # scripted faults of its link, as the sender (fabric ns)
     # -- congestion control: DCQCN (and the notification point's CNP interval),
     # or HPCC instead of DCQCN, fed by INT
     dcqcn: DcqcnSpec = DcqcnSpec()

@@ -23,6 +23,7 @@ from typing import Optional
 
 from pydantic import Field, field_validator
 
+from emulator.schema.faults import EndFaults
 from emulator.schema.load import ProcessConfig, StrictSpec
 from emulator.schema.nic import IbLinkLayer
 from emulator.wire import MAX_SWITCH_PORTS
@@ -37,6 +38,7 @@ class PortConfig(StrictSpec):
     rate_bps: int = Field(gt=0)
     delay_ns: int = Field(ge=0)
     buffer_bytes: Optional[int] = Field(None, gt=0)   # old per-port FIFO limit: summed into the shared buffer
+    faults: Optional[EndFaults] = None                 # scripted faults of the link it sends on
 
 
 class IbLinkConfig(IbLinkLayer):

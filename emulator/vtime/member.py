@@ -12,7 +12,11 @@ reads its sockets until it holds every frame sent to it, link by link.
 (``due_ns``, set by the link's ``CommitWire``) as a trailer and counts the
 frame for the report; ``recv``/``recv_into`` give the next frame of the
 port's inbox once its arrival time has come (``BlockingIOError`` before,
-as a non-blocking socket with nothing to read).
+as a non-blocking socket with nothing to read). ``send_bad_fcs`` sends a
+frame a bit error hit (``emulator.link_faults``): its trailer says the FCS
+is bad, and the receiving port drops it as a MAC would (``fcs_errors``)
+unless its owner's ``keep_bad_fcs(frame)`` takes it (a NIC whose ICRC check
+then fails, ``nic.link_layer``).
 """
 from __future__ import annotations
 
@@ -26,7 +30,7 @@ from emulator.clock import MONOTONIC
 
 from . import protocol
 from .protocol import NEVER
-from .trailer import MAGIC, TRAILER, TRAILER_BYTES
+from .trailer import BAD_FCS_MAGIC, MAGIC, TRAILER, TRAILER_BYTES
 
 # The fabric-time epoch as a Unix time: every virtual run's stamps are the
 # same (pcaps, completions), 2023-11-14T22:13:20Z, as tests' ManualClock.
@@ -44,7 +48,7 @@ class VirtualPort:
     """A packet socket under virtual time (see the module docstring)."""
 
     __slots__ = ("sock", "clock", "fd", "ifname", "index", "inbox", "due_ns", "_seq",
-                 "rx_frames", "tx_frames")
+                 "rx_frames", "tx_frames", "fcs_errors", "keep_bad_fcs")
 
     def __init__(self, sock: socket.socket, clock: "VirtualClock", ifname: str, index: int):
         self.sock = sock
@@ -56,6 +60,8 @@ class VirtualPort:
         self.due_ns: float = 0       # the arrival time of the next frame sent
         self._seq = 0
         self.rx_frames = self.tx_frames = 0
+        self.fcs_errors = 0          # frames with a bad FCS dropped on arrival
+        self.keep_bad_fcs = None     # frame -> True: deliver it anyway (None: drop every one)
 
     def fileno(self) -> int:
         return self.fd
@@ -95,13 +101,13 @@ class VirtualPort:
         self.clock._pending.add(self)
 
     # -- send ------------------------------------------------------------------
-    def send(self, frame) -> int:
+    def send(self, frame, magic: bytes = MAGIC) -> int:
         due = self.due_ns
         arrival = int(due)
         if arrival < due:                    # a paced NIC's times are fractional: never early
             arrival += 1
         self.clock._sent(self.index, arrival)
-        parts = (frame, TRAILER.pack(MAGIC, arrival))
+        parts = (frame, TRAILER.pack(magic, arrival))
         for attempt in range(10_000):
             try:
                 self.sock.sendmsg(parts)
@@ -121,6 +127,10 @@ class VirtualPort:
     def send_at(self, frame, arrival_ns) -> int:
         self.due_ns = arrival_ns
         return self.send(frame)
+
+    def send_bad_fcs(self, frame) -> int:
+        """``send``, with a trailer that says the frame's FCS is bad."""
+        return self.send(frame, BAD_FCS_MAGIC)
 
 
 class VirtualClock:
@@ -268,16 +278,23 @@ class VirtualClock:
                     except (BlockingIOError, InterruptedError):
                         break
                     n = len(data) - TRAILER_BYTES
+                    bad_fcs = False
                     if n < 0 or data[n:n + 4] != MAGIC:
-                        self.foreign_frames += 1
-                        continue
+                        if n < 0 or data[n:n + 4] != BAD_FCS_MAGIC:
+                            self.foreign_frames += 1
+                            continue
+                        bad_fcs = True
                     arrival = TRAILER.unpack_from(data, n)[1]
                     if arrival < start_ns:
                         self.early_frames += 1
                         raise VirtualTimeError(
                             f"{self.name}: a frame on {p.ifname} arrives at {arrival} ns, before "
                             f"the window that opened at {start_ns} ns")
-                    p._take(data[:n], arrival)
+                    if bad_fcs and (p.keep_bad_fcs is None or not p.keep_bad_fcs(data[:n])):
+                        p.rx_frames += 1        # arrived (the window counts it), and dropped
+                        p.fcs_errors += 1
+                    else:
+                        p._take(data[:n], arrival)
                     self.rx_frames += 1
                     got += 1
             if got and all(p.rx_frames >= expected[p.index] for p in short):

@@ -1,0 +1,86 @@
+"""summary.json's ``faults``: each scripted fault as set and when it took
+effect, and per link end what the faults did to its frames (docs/faults.md).
+
+A frame a fault took is a *fault loss* -- the link's, as the experiment
+asked -- never one of the emulator's (``link_losses``) nor a drop of the
+traffic manager: ``fault_lost_by_direction`` tells the link-loss check
+which frames the fault, not the emulation, lost.
+"""
+from __future__ import annotations
+
+from emulator.experiment.faults import compile_faults
+from emulator.experiment.summary_file import FaultEnd, Faults
+from emulator.schema.faults import LinkDegrade, LinkFlap
+
+_COUNTERS = ("dropped_down", "dropped_loss", "corrupted")
+
+
+def _end_stats(exp, stats: dict[str, dict], nic_stats: dict[str, dict]) -> list[dict]:
+    """Each faulted sending end's counters: switch ports' from their
+    stats.json, NICs' from their results."""
+    out = []
+    ports_of = {sw.name: {p.get("port"): p for p in stats.get(sw.name, {}).get("ports", [])
+                          if isinstance(p, dict)} for sw in exp.fabric.switches()}
+    for (sender, receiver) in compile_faults(exp.spec, exp.fabric, exp.source):
+        if exp.fabric.node(sender).is_switch:
+            port = next(p.port_no for p in exp.fabric.ports(sender) if p.peer == receiver)
+            got = ports_of.get(sender, {}).get(port, {}).get("faults") or {}
+            where = {"node": sender, "port": port}
+        else:
+            got = (nic_stats.get(sender) or {}).get("link_faults") or {}
+            where = {"node": sender, "port": None}
+        entry = {"direction": f"{sender}->{receiver}", "sender": sender, "receiver": receiver,
+                 **where, "reported": bool(got)}
+        for k in _COUNTERS:
+            per_class = {str(c): int(n) for c, n in (got.get(k) or {}).items()}
+            entry[k] = per_class
+            entry[f"{k}_frames"] = sum(per_class.values())
+        entry["rate_changes"] = list(got.get("rate_changes") or [])
+        out.append(entry)
+    return out
+
+
+def _entry_times(f, ends: list[dict]) -> dict:
+    """When a fault takes effect, fabric ns: its transitions as set; a
+    degrade's rate changes as its senders applied them."""
+    ns = lambda us: int(round(us * 1000))       # noqa: E731
+    if isinstance(f, LinkFlap):
+        down_us, up_us = f.times_us()
+        return {"applied_ns": [ns(f.at_us + k * (down_us + up_us) + half)
+                               for k in range(f.count) for half in (0, down_us)]}
+    if isinstance(f, LinkDegrade):
+        mine = {f"{s}->{r}" for s, r in f.senders()}
+        starts = {ns(f.at_us)} | ({ns(f.until_us)} if f.until_us is not None else set())
+        applied = sorted({c["applied_ns"] for e in ends if e["direction"] in mine
+                          for c in e["rate_changes"] if c["at_ns"] in starts})
+        return {"applied_ns": applied}
+    if hasattr(f, "at_us"):
+        return {"applied_ns": [ns(f.at_us)]}
+    until = ns(f.until_us) if f.until_us is not None else None
+    return {"applied_ns": [ns(f.from_us)], "until_ns": until}
+
+
+def fault_summary(exp, stats: dict[str, dict], nic_stats: dict[str, dict]) -> Faults | None:
+    """summary.json's ``faults`` block (None: the experiment has none)."""
+    if not exp.spec.faults:
+        return None
+    ends = _end_stats(exp, stats, nic_stats)
+    entries = [{"index": i, **f.model_dump(exclude_none=True), **_entry_times(f, ends)}
+               for i, f in enumerate(exp.spec.faults)]
+    fcs = sum(int(p.get("rx_fcs_errors") or 0) for s in stats.values()
+              for p in s.get("ports", []) if isinstance(p, dict))
+    nic_fcs = sum(int(v.get("rx_fcs_errors") or 0) for v in nic_stats.values())
+    icrc = sum(int(v.get("rx_icrc_errors") or 0) for v in nic_stats.values())
+    return Faults(faults=entries, ends=[FaultEnd(**e) for e in ends],
+                  lost_frames=sum(e["dropped_down_frames"] + e["dropped_loss_frames"] for e in ends),
+                  corrupted_frames=sum(e["corrupted_frames"] for e in ends),
+                  switch_fcs_errors=fcs, nic_fcs_errors=nic_fcs, nic_icrc_errors=icrc)
+
+
+def fault_lost_by_direction(block: Faults | None) -> dict[tuple[str, str], int]:
+    """(sender, receiver) -> frames the faults kept from the receiver's
+    ingress: lost on the link, or dropped at its MAC for a bad FCS."""
+    if block is None:
+        return {}
+    return {(e.sender, e.receiver): e.dropped_down_frames + e.dropped_loss_frames
+            + e.corrupted_frames for e in block.ends}
