@@ -24,6 +24,8 @@ import select
 import time
 from typing import Any, Iterator, Protocol, Sequence
 
+NEVER_NS = 1 << 62                # a fabric time no event reaches
+
 
 class Clock(Protocol):
     """What a timed part needs from time."""

@@ -24,7 +24,7 @@ import math
 import random
 from bisect import bisect_right
 
-from emulator.schema.faults import NEVER_NS, EndFaults
+from emulator.clock import NEVER_NS
 from emulator.wire import NUM_PRIORITIES
 
 MAC_CONTROL = NUM_PRIORITIES       # the counters' class of PFC (MAC control) frames
@@ -46,7 +46,7 @@ class LinkFaults:
     __slots__ = ("direction", "_down_from", "_down_until", "_rates", "_rate_i", "_loss", "_ber",
                  "_dscp_priority", "dropped_down", "dropped_loss", "corrupted", "applied")
 
-    def __init__(self, cfg: EndFaults):
+    def __init__(self, cfg: "EndFaults"):    # schema.faults's, handed as is (no import: the NIC's)
         self.direction = cfg.direction
         self._down_from = [d.from_ns for d in cfg.down]
         self._down_until = [d.until_ns for d in cfg.down]

@@ -26,6 +26,7 @@ import dataclasses
 from typing import TYPE_CHECKING
 
 from emulator.errors import ConfigError
+from emulator.experiment.faults import FAULTS_NEED
 
 if TYPE_CHECKING:  # pragma: no cover
     from emulator.experiment.resolved import Experiment
@@ -77,7 +78,6 @@ def resolve_time(exp: "Experiment", target: str, *, live: bool = False,
                                               "say time: dilated (or auto)")
     mode = VIRTUAL if asked == VIRTUAL or (asked == "auto" and why_not is None) else DILATED
     if exp.spec.faults and (mode != VIRTUAL or target != "embedded"):
-        from emulator.experiment.faults import FAULTS_NEED
         raise ConfigError(exp.source, "faults", FAULTS_NEED)
     update: dict = {"time": mode}
     if mode == VIRTUAL:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import errno
 
 from emulator.link import CommitWire, Wire
-from emulator.schema.faults import NEVER_NS
+from emulator.clock import NEVER_NS
 from emulator.wire import ROCE_FRAMING, Framing, ib_credit_blocks
 
 from .frames import LinkFrame

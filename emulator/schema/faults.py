@@ -29,6 +29,7 @@ from typing import Annotated, Literal, Optional, Union
 
 from pydantic import Discriminator, Field, PositiveInt, Tag, field_validator, model_validator
 
+from emulator.clock import NEVER_NS  # noqa: F401 -- re-exported for the schema's users
 from emulator.schema.limits import FabricUs
 from emulator.schema.load import FieldError, StrictSpec
 from emulator.wire import NUM_PRIORITIES
@@ -167,7 +168,6 @@ FaultEntry = Annotated[
 
 # ------------------------------------------------------------ process side
 
-NEVER_NS = 1 << 62
 
 
 class DownInterval(StrictSpec):
