@@ -157,11 +157,18 @@ def read_raw_logs(exp: "Experiment", run_dir: str | Path | RawDir) -> RawLogs:
     rawdir = RawDir(run_dir)
     raw = RawLogs()
     for sw in exp.fabric.switches():
-        raw.switch[sw.name] = {k: read_raw_csv(rawdir.log(sw.name, k), k) for k in SWITCH_LOGS}
+        raw.switch[sw.name] = read_node_logs(rawdir, sw.name, SWITCH_LOGS)
         raw.stats[sw.name] = read_stats(rawdir.stats(sw.name))
     for h in exp.fabric.hosts():
-        raw.host[h.name] = {k: read_raw_csv(rawdir.log(h.name, k), k) for k in HOST_LOGS}
+        raw.host[h.name] = read_node_logs(rawdir, h.name, HOST_LOGS)
     return raw
+
+
+def read_node_logs(run_dir: str | Path | RawDir, node: str, kinds) -> dict[str, list[dict]]:
+    """One switch's or host's raw logs (``kinds``: SWITCH_LOGS or HOST_LOGS):
+    a node at a time, for a reader that converts and lets go of each."""
+    rawdir = run_dir if isinstance(run_dir, RawDir) else RawDir(run_dir)
+    return {k: read_raw_csv(rawdir.log(node, k), k) for k in kinds}
 
 
 # --------------------------------------------------------------- result CSVs
@@ -187,6 +194,8 @@ def write_csv(path: str | Path, columns: Iterable[str], rows: Iterable[Mapping])
         w = csv.writer(fh)
         w.writerow(columns)
         for r in rows:
+            if isinstance(r, tuple):          # a row of values in ``columns``' order
+                r = dict(zip(columns, r))
             w.writerow([_fmt_time(r[c]) if c == "time_ns" else _fmt(r[c]) for c in columns])
     return path
 
@@ -230,5 +239,5 @@ def _number(v: str) -> int | float | str:
         return v
 
 
-__all__ = ["HOST_LOGS", "RAW_COLUMNS", "RawLogs", "SWITCH_LOGS", "read_raw_csv", "read_raw_logs",
+__all__ = ["HOST_LOGS", "RAW_COLUMNS", "RawLogs", "SWITCH_LOGS", "read_node_logs", "read_raw_csv", "read_raw_logs",
            "read_result_csv", "read_stats", "stats_by_port_priority", "write_csv"]

@@ -21,11 +21,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from operator import itemgetter
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from emulator.experiment.ideal_fct import flow_paths
-from emulator.experiment.results_io import RawLogs, read_raw_logs, write_csv
+from emulator.experiment.results_io import (HOST_LOGS, SWITCH_LOGS, RawLogs, read_node_logs,
+                                            write_csv)
 from emulator.rundir import RunDir
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -63,7 +65,9 @@ class Results:
     """A run's time series in fabric units: rows of the result CSVs, time-sorted."""
 
     queue_depth: list[dict] = field(default_factory=list)
-    flow_rate: list[dict] = field(default_factory=list)
+    # tuples in flow_rate.csv's column order, not dicts: a 64-host all-to-all's
+    # 2.4 M rows took ~0.8 GB as dicts
+    flow_rate: list[tuple] = field(default_factory=list)
     dcqcn_rate: list[dict] = field(default_factory=list)
     pfc_events: list[dict] = field(default_factory=list)
     ecn_marks: list[dict] = field(default_factory=list)
@@ -72,7 +76,7 @@ class Results:
     int_hops: list[dict] = field(default_factory=list)
     end_ns: float = 0.0       # the latest fabric time any log reached
 
-    def tables(self) -> dict[str, list[dict]]:
+    def tables(self) -> dict[str, list]:
         return {RunDir.QUEUE_DEPTH_CSV: self.queue_depth, RunDir.FLOW_RATE_CSV: self.flow_rate,
                 RunDir.DCQCN_RATE_CSV: self.dcqcn_rate, RunDir.PFC_EVENTS_CSV: self.pfc_events,
                 RunDir.ECN_MARKS_CSV: self.ecn_marks, RunDir.CNP_CSV: self.cnp,
@@ -107,7 +111,6 @@ def qp_flow_map(exp: "Experiment") -> dict[tuple[str, int], int]:
 def load_results(exp: "Experiment", run_dir: str | Path, t0_ns: int,
                  raw: RawLogs | None = None) -> Results:
     """Read the run directory's raw logs and convert them to fabric units."""
-    raw = raw if raw is not None else read_raw_logs(exp, run_dir)
     d = float(exp.dilation)
     res = Results()
     end = 0.0
@@ -119,12 +122,16 @@ def load_results(exp: "Experiment", run_dir: str | Path, t0_ns: int,
             end = x
         return x
 
-    for sw, logs in raw.switch.items():
-        _switch_rows(res, exp.fabric, sw, logs, ft)
+    # a node's raw logs at a time (unless given whole): read, converted, let go
+    for sw in exp.fabric.switches():
+        logs = raw.switch[sw.name] if raw is not None else read_node_logs(run_dir, sw.name, SWITCH_LOGS)
+        _switch_rows(res, exp.fabric, sw.name, logs, ft)
     qp_flow = qp_flow_map(exp)
     flows = {f.flow_id: f for f in exp.flows}
     paths = None
-    for host, logs in raw.host.items():
+    for h in exp.fabric.hosts():
+        host = h.name
+        logs = raw.host[host] if raw is not None else read_node_logs(run_dir, host, HOST_LOGS)
         port = exp.fabric.ports(host)[0]
         for r in logs["pfc"]:
             q = r["quanta"]
@@ -146,7 +153,9 @@ def load_results(exp: "Experiment", run_dir: str | Path, t0_ns: int,
                             "direction": r["direction"]})
         _flow_rate_rows(res, flows, host, logs["flows"], ft)
     for rows in res.tables().values():
-        rows.sort(key=_sort_key)
+        if rows is not res.flow_rate:
+            rows.sort(key=_sort_key)
+    res.flow_rate.sort(key=itemgetter(0, 1))      # _sort_key's order: time, then flow
     res.end_ns = end
     return res
 
@@ -198,9 +207,8 @@ def _flow_rate_rows(res: Results, flows: dict, host: str, acked: list, ft) -> No
             t_a, b_a = samples[j]
             if t_b <= t_a:
                 continue
-            res.flow_rate.append({"time_ns": t_b, "flow_id": fid,
-                                  "src": f.src if f else host, "dst": f.dst if f else "",
-                                  "rate_gbps": max(0, b_b - b_a) * 8 / (t_b - t_a)})
+            res.flow_rate.append((t_b, fid, f.src if f else host, f.dst if f else "",
+                                  max(0, b_b - b_a) * 8 / (t_b - t_a)))
 
 
 def _sort_key(row: dict):
