@@ -347,15 +347,19 @@ class Transmitter:
         kept for a retry in 100 us) if the socket has no room."""
         frame = f.build(self)
         now = self._now
+        self._put(self.sock.send, frame, f, now)
+        f.sent(self, len(frame), now)
+
+    def _put(self, send, frame, f, now: int) -> None:
+        """``send(frame)``; a full socket keeps ``f`` for a retry (``_blocked``)."""
         try:
-            self.sock.send(frame)
+            send(frame)
         except (BlockingIOError, InterruptedError):
             self._blocked(f, now)
         except OSError as e:
             if e.errno in (errno.ENOBUFS, errno.EAGAIN):
                 self._blocked(f, now)
             raise
-        f.sent(self, len(frame), now)
 
     def _send_faulty(self, f) -> None:
         """``_send`` through the link's faults: the frame is judged when its
@@ -367,15 +371,7 @@ class Transmitter:
         end_ns = (sock.due_ns if isinstance(self.wire, CommitWire) else now) - self.wire.delay_ns
         out, bad_fcs = self.faults.judge(frame, end_ns)
         if out is not None:
-            send = getattr(sock, "send_bad_fcs", sock.send) if bad_fcs else sock.send
-            try:
-                send(out)
-            except (BlockingIOError, InterruptedError):
-                self._blocked(f, now)
-            except OSError as e:
-                if e.errno in (errno.ENOBUFS, errno.EAGAIN):
-                    self._blocked(f, now)
-                raise
+            self._put(getattr(sock, "send_bad_fcs", sock.send) if bad_fcs else sock.send, out, f, now)
         f.sent(self, len(frame), now)
 
     def next_rate_change_ns(self) -> int | None:
