@@ -52,7 +52,7 @@ def switch_config() -> dict:
     The buffer size goes wherever this version of ``SwitchConfig`` takes it
     (per port or per switch). ``SwitchRig`` fills in the gRPC port and ifnames.
     """
-    from emulator.dataplane.switch import PortConfig, SwitchConfig
+    from emulator.schema.switch import PortConfig, SwitchConfig
     per_port = "buffer_bytes" in PortConfig.model_fields
     ports = [{"port_no": p, "rate_bps": 10_000_000_000, "delay_ns": 0,
               **({"buffer_bytes": BUFFER_BYTES} if per_port else {})} for p in PORTS]
