@@ -41,7 +41,7 @@ $(APT_STAMP):
 	@test -x $(SYSTEM_PYTHON) || { echo "make: $(SYSTEM_PYTHON) missing" >&2; exit 1; }
 	@mkdir -p $(VENV) && touch $@
 
-$(PIP_STAMP): $(APT_STAMP) pyproject.toml Makefile
+$(PIP_STAMP): $(APT_STAMP) pyproject.toml Makefile $(wildcard proto/p4/*/*.proto proto/p4/*/*/*.proto)
 	@# a venv of an older layout saw every system package: build it anew
 	@if grep -qs '^include-system-site-packages = true' $(VENV)/pyvenv.cfg; then \
 	  echo "venv: rebuilding $(VENV) without system site packages"; rm -rf $(VENV); mkdir -p $(VENV); touch $(APT_STAMP); fi
@@ -50,6 +50,9 @@ $(PIP_STAMP): $(APT_STAMP) pyproject.toml Makefile
 	 mn=$$($(SYSTEM_PYTHON) -c 'import mininet, os; print(os.path.dirname(mininet.__file__))') && \
 	 ln -sfn "$$mn" "$$site/mininet"
 	@$(PY) -m pip install -q --disable-pip-version-check -e '.[test]'
+	@# PyPI's p4runtime (an older venv's) would shadow the bindings generated from proto/
+	@$(PY) -m pip uninstall -q -y p4runtime >/dev/null 2>&1 || true
+	@$(PY) -m emulator.p4.bindings >/dev/null
 	@# bytecode for every module now: an environment with PYTHONDONTWRITEBYTECODE
 	@# would compile the runner's and fork server's ~100 modules at each launch (0.1 s)
 	@$(PY) -m compileall -q emulator >/dev/null

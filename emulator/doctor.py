@@ -94,6 +94,22 @@ def check_packages(requirements=None, prefix: str | None = None) -> list[Finding
                                  + ", ".join(sorted(found, key=str.lower)))]
 
 
+def check_bindings() -> Finding:
+    """P4Runtime's Python bindings: generated from proto/ (``emulator.p4.bindings``)
+    into this venv, up to date, on protobuf's C runtime."""
+    from emulator.p4.bindings import installed_digest, proto_digest, site_packages
+    from google.protobuf.internal import api_implementation
+    stamp = installed_digest(site_packages())
+    if stamp is None:
+        return Finding("p4runtime", PROBLEM, "bindings not generated: run make setup "
+                                             "(python -m emulator.p4.bindings)")
+    if stamp != proto_digest():
+        return Finding("p4runtime", PROBLEM, "bindings older than proto/: run make setup "
+                                             "(python -m emulator.p4.bindings)")
+    return Finding("p4runtime", OK, f"bindings of proto/ (P4Runtime v1.4.1), protobuf "
+                                    f"{api_implementation.Type()} runtime")
+
+
 def check_mininet() -> Finding:
     from emulator.net.environment import environment_problem
     problem = environment_problem()
@@ -227,6 +243,7 @@ def iter_check(require: tuple[str, ...] = ()):
         return f
 
     yield from _guarded("venv", check_packages)
+    yield from _guarded("p4runtime", check_bindings)
     yield from _guarded("mininet", check_mininet)
     yield from _guarded("tshark", check_tshark)
     bmv2 = [required(f) for part, fn in (("p4c", check_p4c), ("bmv2", check_bmv2))

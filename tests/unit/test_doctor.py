@@ -26,7 +26,7 @@ FABRIC_EMU = [sys.executable, "-m", "emulator.cli"]
 def test_the_venvs_packages_satisfy_the_projects_requirements():
     (finding,) = doctor.check_packages()
     assert finding.status == doctor.OK, finding.line()
-    for name in ("scapy", "grpcio", "p4runtime", "protobuf"):
+    for name in ("scapy", "grpcio", "grpcio-tools", "protobuf"):
         assert f"{name} " in finding.detail
 
 

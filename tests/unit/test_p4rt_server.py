@@ -755,7 +755,7 @@ BIG_BATCH = 10_000      # the memory test's: its parsed protobufs were ~50 MB (s
 # A failing batch whose one Error per update would make a trailer of ~42 KB,
 # 2.6 x gRPC's hard 16 KiB metadata limit: without the server's bound every
 # default client's call fails (RESOURCE_EXHAUSTED: "exceeds hard limit").
-# 10,000 (~1.2 MB) fails the same way at 20 x the wall time in pure-Python protobuf.
+# 10,000 (~1.2 MB) fails the same way at 20 x the wall time.
 FAILING_BATCH = 500
 
 

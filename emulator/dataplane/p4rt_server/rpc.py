@@ -9,10 +9,10 @@ the deserializers here never raise but hand over a ``Malformed``. A unary
 RPC answers it with INVALID_ARGUMENT; on the stream the servicer answers a
 ``StreamError`` (INVALID_ARGUMENT) and the stream stays open.
 
-A Write's updates are parsed one at a time, by the Writer, not here: with
-the pure-Python protobuf runtime this project pins (``pyproject.toml``) a
-parsed ``Update`` costs ~5 KB of Python objects, so a 10,000-update batch
-parsed whole took ~50 MB at once -- freed after the call, but not given
+A Write's updates are parsed one at a time, by the Writer, not here: a
+parsed ``Update`` is a tree of message objects (~5 KB of them on protobuf's
+pure-Python runtime), so a 10,000-update batch parsed whole took ~50 MB at
+once -- freed after the call, but not given
 back to the system (objects that live on, such as the entries the batch
 inserted, pin the allocator's arenas), so the server's RSS climbed by tens
 of MB per large batch. ``UnparsedWriteRequest`` is ``p4.v1.WriteRequest``
