@@ -52,7 +52,7 @@ def generate(dest: Path, proto_dir: Path = PROTO_DIR) -> bool:
         return False
     # google/protobuf/any.proto comes with grpc_tools; google/rpc/status.proto
     # with googleapis-common-protos (in the site-packages of ``google.rpc``)
-    import google.rpc
+    import google.rpc     # deferred: only where the bindings are generated
     includes = [str(proto_dir), str(Path(grpc_tools.__file__).parent / "_proto"),
                 str(Path(next(iter(google.rpc.__path__))).parents[1])]
     args = ["protoc", *(f"-I{i}" for i in includes), f"--python_out={dest}",
