@@ -23,7 +23,8 @@ def write_compare_report(out_dir, runs: dict[str, str | Path]) -> Path:
     cells = []
     for i, (label, d) in enumerate(data.items()):
         fig, ff = fabric_figure(d, COMPARE_FRAMES)
-        fig.update_layout(height=520, title_font_size=12, showlegend=False)
+        fig["layout"].update(height=520, showlegend=False)
+        fig["layout"]["title"]["font"] = dict(size=12)
         good, verdict = verdict_rows(d.summary)
         link = html.escape(str(d.rd.report_html.relative_to(rd.path))
                            if d.rd.path.is_relative_to(rd.path) else str(d.rd.report_html))

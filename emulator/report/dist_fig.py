@@ -10,8 +10,6 @@
 """
 from __future__ import annotations
 
-from plotly import graph_objects as go
-
 from emulator.report.rundata import RunData
 from emulator.report.series import MAX_POINTS
 from emulator.rundir import RunDir
@@ -35,9 +33,9 @@ def fct_points(fcts_ns: list[float], max_points: int = MAX_POINTS) -> tuple[list
     return [xs[i] / 1000 for i in ranks], [(i + 1) / n for i in ranks]
 
 
-def fct_cdf(runs: dict[str, RunData], notes: list[str]) -> go.Figure | None:
+def fct_cdf(runs: dict[str, RunData], notes: list[str]) -> dict | None:
     """One line per run (a comparison draws them together)."""
-    fig = go.Figure()
+    traces = []
     for label, data in runs.items():
         fcts = [f["fct_ns"] for f in data.summary.get("flows") or []
                 if f.get("complete") and f.get("fct_ns") is not None]
@@ -47,34 +45,35 @@ def fct_cdf(runs: dict[str, RunData], notes: list[str]) -> go.Figure | None:
         if len(xs) < len(fcts):
             notes.append(f"FCT CDF{'' if len(runs) == 1 else ' of ' + label}: {len(xs)} of "
                          f"{len(fcts)} flows' ranks drawn (evenly spaced; the first and last kept).")
-        fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines+markers" if len(xs) <= 50 else "lines",
-                                 line=dict(shape="hv"), name=f"{label} ({len(fcts)} flows)"))
-    if not fig.data:
+        traces.append(dict(type="scatter", x=xs, y=ys,
+                           mode="lines+markers" if len(xs) <= 50 else "lines",
+                           line=dict(shape="hv"), name=f"{label} ({len(fcts)} flows)"))
+    if not traces:
         return None
-    fig.update_layout(title_text="FCT CDF (complete flows)", xaxis_title="FCT (µs)",
-                      yaxis_title="fraction of flows", height=380, yaxis=dict(range=[0, 1.02]))
-    return fig
+    return dict(data=traces, layout=dict(
+        title=dict(text="FCT CDF (complete flows)"), xaxis=dict(title=dict(text="FCT (µs)")),
+        yaxis=dict(title=dict(text="fraction of flows"), range=[0, 1.02]), height=380))
 
 
-def slowdown_figure(runs: dict[str, RunData]) -> go.Figure | None:
-    fig = go.Figure()
+def slowdown_figure(runs: dict[str, RunData]) -> dict | None:
+    traces = []
     for label, data in runs.items():
         buckets = (data.summary.get("fct_slowdown_buckets") or {}).get("buckets") or []
         names = [f"{b['pct_from']:g}–{b['pct_to']:g} %<br>≤{b['size_max_bytes']:,} B"
                  for b in buckets]
         for p in ("p50", "p95", "p99"):
             if buckets:
-                fig.add_trace(go.Bar(x=names, y=[b[f"slowdown_{p}"] for b in buckets],
-                                     name=p if len(runs) == 1 else f"{label} {p}"))
-    if not fig.data:
+                traces.append(dict(type="bar", x=names, y=[b[f"slowdown_{p}"] for b in buckets],
+                                   name=p if len(runs) == 1 else f"{label} {p}"))
+    if not traces:
         return None
-    fig.update_layout(title_text="FCT slowdown (FCT / FCT alone on the fabric) by flow-size "
-                      "bucket", xaxis_title="flows by size (percent of flows; largest size)",
-                      yaxis_title="slowdown", barmode="group", height=400)
-    return fig
+    return dict(data=traces, layout=dict(
+        title=dict(text="FCT slowdown (FCT / FCT alone on the fabric) by flow-size bucket"),
+        xaxis=dict(title=dict(text="flows by size (percent of flows; largest size)")),
+        yaxis=dict(title=dict(text="slowdown")), barmode="group", height=400))
 
 
-def queue_percentiles(data: RunData, notes: list[str]) -> go.Figure | None:
+def queue_percentiles(data: RunData, notes: list[str]) -> dict | None:
     rows = [r for r in data.rows(RunDir.QUEUE_DEPTH_DIST_CSV) if r.get("node") != "all"]
     rows = [r for r in rows if r.get("max_bytes")]
     if not rows:
@@ -84,35 +83,37 @@ def queue_percentiles(data: RunData, notes: list[str]) -> go.Figure | None:
                      f"{len(rows)} ports that queued (all in {RunDir.QUEUE_DEPTH_DIST_CSV}).")
         rows = sorted(rows, key=lambda r: (-r["p99_bytes"], r["node"], r["port"]))[:MAX_PORTS]
     names = [f"{r['node']}:{r['port']}→{r['peer']}" for r in rows]
-    fig = go.Figure([go.Bar(x=names, y=[r[f"{p}_bytes"] for r in rows], name=p)
-                     for p in ("p50", "p95", "p99", "max")])
-    fig.update_layout(title_text="Egress queue depth percentiles, per port (sampled every "
-                      "interval of the run)", yaxis_title="bytes", barmode="group", height=400)
-    return fig
+    return dict(data=[dict(type="bar", x=names, y=[r[f"{p}_bytes"] for r in rows], name=p)
+                      for p in ("p50", "p95", "p99", "max")],
+                layout=dict(title=dict(text="Egress queue depth percentiles, per port (sampled "
+                                            "every interval of the run)"),
+                            yaxis=dict(title=dict(text="bytes")), barmode="group", height=400))
 
 
-def collectives_figures(data: RunData) -> list[go.Figure]:
+def collectives_figures(data: RunData) -> list[dict]:
     rows = data.rows(RunDir.COLLECTIVES_CSV)
     if not rows:
         return []
-    table = go.Figure(go.Table(
+    table = dict(data=[dict(
+        type="table",
         header=dict(values=["collective", "algorithm", "nranks", *(c for c, _ in NCCL_COLUMNS)]),
         cells=dict(values=[[r.get(k, "") for r in rows] for k in
-                           ("collective", "algorithm", "nranks", *(k for _, k in NCCL_COLUMNS))])))
-    table.update_layout(title_text="Collectives (nccl-tests' table)",
-                        height=min(700, 160 + 28 * len(rows)))
-    lines = go.Figure()
+                           ("collective", "algorithm", "nranks", *(k for _, k in NCCL_COLUMNS))]))],
+        layout=dict(title=dict(text="Collectives (nccl-tests' table)"),
+                    height=min(700, 160 + 28 * len(rows))))
+    lines = []
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
         groups.setdefault((r["collective"], r["algorithm"]), []).append(r)
     for (coll, algo), rs in sorted(groups.items()):
         rs.sort(key=lambda r: r["size_bytes"])
-        lines.add_trace(go.Scatter(x=[r["size_bytes"] for r in rs],
-                                   y=[r["busbw_GBps"] for r in rs], mode="lines+markers",
-                                   name=f"{coll} ({algo})"))
-    lines.update_layout(title_text="busbw against message size", xaxis_type="log",
-                        xaxis_title="size (bytes)", yaxis_title="busbw (GB/s)", height=400)
-    return [table, lines]
+        lines.append(dict(type="scatter", x=[r["size_bytes"] for r in rs],
+                          y=[r["busbw_GBps"] for r in rs], mode="lines+markers",
+                          name=f"{coll} ({algo})"))
+    return [table, dict(data=lines, layout=dict(
+        title=dict(text="busbw against message size"),
+        xaxis=dict(type="log", title=dict(text="size (bytes)")),
+        yaxis=dict(title=dict(text="busbw (GB/s)")), height=400))]
 
 
 __all__ = ["MAX_PORTS", "NCCL_COLUMNS", "collectives_figures", "fct_cdf", "fct_points",

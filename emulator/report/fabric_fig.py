@@ -17,8 +17,7 @@ play button animate (``series``):
 """
 from __future__ import annotations
 
-from plotly import graph_objects as go
-from plotly.colors import sample_colorscale
+from plotly.colors import sample_colorscale, sequential
 
 from emulator.experiment.plots.congestion import pause_intervals
 from emulator.report.rundata import RunData, tier
@@ -27,6 +26,16 @@ from emulator.rundir import RunDir
 
 UTIL_BANDS = (0.2, 0.4, 0.6, 0.8, 1.01)       # upper bounds of the link colour bands
 TRACE_NAMES = ("queues", "pfc", "ecn")
+
+
+def _colorscale(name: str) -> list[list]:
+    """Plotly's sequential scale ``name`` as [[fraction, colour], ...], as graph_objects
+    spell a named scale out (Plotly.js's own scale of the same name has other colours)."""
+    colours = getattr(sequential, name)
+    return [[i / (len(colours) - 1), c] for i, c in enumerate(colours)]
+
+
+LINK_SCALE, QUEUE_SCALE = _colorscale("Viridis"), _colorscale("Reds")
 
 
 def layout_positions(data: RunData) -> dict[str, tuple[float, float]]:
@@ -72,9 +81,10 @@ def _along(pos, a: str, b: str, f: float) -> tuple[float, float]:
     return xa + (xb - xa) * f, ya + (yb - ya) * f
 
 
-def _link_traces(data: RunData, pos) -> list[go.Scatter]:
+def _link_traces(data: RunData, pos) -> list[dict]:
     util = link_utilisation(data)
-    colours = sample_colorscale("Viridis", [b - 0.1 for b in UTIL_BANDS])
+    # the scale as a list: by its name, plotly.colors imports its validators (~0.1 s)
+    colours = sample_colorscale(LINK_SCALE, [b - 0.1 for b in UTIL_BANDS])
     traces = []
     for band, (hi, colour) in enumerate(zip(UTIL_BANDS, colours)):
         lo = UTIL_BANDS[band - 1] if band else 0.0
@@ -83,23 +93,24 @@ def _link_traces(data: RunData, pos) -> list[go.Scatter]:
             if lo <= util[i][0] < hi or (band == len(UTIL_BANDS) - 1 and util[i][0] >= hi):
                 xs += [pos[link.a][0], pos[link.b][0], None]
                 ys += [pos[link.a][1], pos[link.b][1], None]
-        traces.append(go.Scatter(x=xs, y=ys, mode="lines", hoverinfo="skip",
-                                 line=dict(color=colour, width=2.5),
-                                 name=f"links {100 * lo:.0f}–{min(100, 100 * hi):.0f} % busy"))
+        traces.append(dict(type="scatter", x=xs, y=ys, mode="lines", hoverinfo="skip",
+                           line=dict(color=colour, width=2.5),
+                           name=f"links {100 * lo:.0f}–{min(100, 100 * hi):.0f} % busy"))
     mids = [_along(pos, l.a, l.b, 0.5) for l in data.fabric.links]
-    traces.append(go.Scatter(
-        x=[m[0] for m in mids], y=[m[1] for m in mids], mode="markers", name="link utilisation",
+    traces.append(dict(
+        type="scatter", x=[m[0] for m in mids], y=[m[1] for m in mids], mode="markers",
+        name="link utilisation",
         marker=dict(size=7, color=[100 * util[i][0] for i in range(len(mids))],
-                    colorscale="Viridis", cmin=0, cmax=100, opacity=0.6,
-                    colorbar=dict(title="link busy %", x=1.02, len=0.5, y=0.25)),
+                    colorscale=LINK_SCALE, cmin=0, cmax=100, opacity=0.6,
+                    colorbar=dict(title=dict(text="link busy %"), x=1.02, len=0.5, y=0.25)),
         hovertext=[util[i][1] for i in range(len(mids))], hoverinfo="text", showlegend=False))
     return traces
 
 
-def _node_trace(data: RunData, pos) -> go.Scatter:
+def _node_trace(data: RunData, pos) -> dict:
     nodes = data.fabric.nodes
-    return go.Scatter(
-        x=[pos[n.name][0] for n in nodes], y=[pos[n.name][1] for n in nodes],
+    return dict(
+        type="scatter", x=[pos[n.name][0] for n in nodes], y=[pos[n.name][1] for n in nodes],
         mode="markers+text", name="nodes", text=[n.name for n in nodes],
         textposition=["bottom center" if n.role == "host" else "top center" for n in nodes],
         customdata=[[n.name, n.role] for n in nodes],
@@ -139,7 +150,7 @@ class FabricFrames:
         self.max_depth = max((max(v) for v in self.depth.values()), default=0)
 
 
-def _queue_trace(ff: FabricFrames, ports, pos, i: int) -> go.Scatter:
+def _queue_trace(ff: FabricFrames, ports, pos, i: int) -> dict:
     xs, ys, custom, size = [], [], [], []
     for node, port, peer in ports:
         x, y = _along(pos, node, peer, 0.25)
@@ -150,16 +161,15 @@ def _queue_trace(ff: FabricFrames, ports, pos, i: int) -> go.Scatter:
         ys.append(y)
         custom.append([node, port, depth, peer, prios])
         size.append(round(6 + 22 * (depth / ff.max_depth) ** 0.5, 1) if ff.max_depth else 6)
-    return go.Scatter(x=xs, y=ys, mode="markers", name="queues", customdata=custom,
-                      hovertemplate="%{customdata[0]}:%{customdata[1]} → %{customdata[3]}<br>"
-                                    "queued %{customdata[2]:,} B %{customdata[4]}<extra></extra>",
-                      marker=dict(size=size, color=[c[2] for c in custom], colorscale="Reds",
-                                  cmin=0, cmax=max(ff.max_depth, 1),
-                                  line=dict(color="grey", width=0.5),
-                                  colorbar=dict(title="queued B", x=1.02, len=0.5, y=0.78)))
+    return dict(type="scatter", x=xs, y=ys, mode="markers", name="queues", customdata=custom,
+                hovertemplate="%{customdata[0]}:%{customdata[1]} → %{customdata[3]}<br>"
+                              "queued %{customdata[2]:,} B %{customdata[4]}<extra></extra>",
+                marker=dict(size=size, color=[c[2] for c in custom], colorscale=QUEUE_SCALE,
+                            cmin=0, cmax=max(ff.max_depth, 1), line=dict(color="grey", width=0.5),
+                            colorbar=dict(title=dict(text="queued B"), x=1.02, len=0.5, y=0.78)))
 
 
-def _pfc_trace(ff: FabricFrames, pos, i: int) -> go.Scatter:
+def _pfc_trace(ff: FabricFrames, pos, i: int) -> dict:
     xs, ys, hover = [], [], []
     for (node, port, peer, prio), p in sorted(ff.paused[i].items()):
         if node not in pos or peer not in pos:
@@ -170,12 +180,12 @@ def _pfc_trace(ff: FabricFrames, pos, i: int) -> go.Scatter:
         xs += [a[0], b[0], None]
         ys += [a[1], b[1], None]
         hover += [text, text, None]
-    return go.Scatter(x=xs or [None], y=ys or [None], mode="lines+markers", name="pfc",
-                      line=dict(color="red", width=7), marker=dict(size=4, color="red"),
-                      hovertext=hover or [None], hoverinfo="text", opacity=0.75)
+    return dict(type="scatter", x=xs or [None], y=ys or [None], mode="lines+markers", name="pfc",
+                line=dict(color="red", width=7), marker=dict(size=4, color="red"),
+                hovertext=hover or [None], hoverinfo="text", opacity=0.75)
 
 
-def _ecn_trace(ff: FabricFrames, ports, pos, i: int) -> go.Scatter:
+def _ecn_trace(ff: FabricFrames, ports, pos, i: int) -> dict:
     xs, ys, hover, size, custom = [], [], [], [], []
     for node, port, peer in ports:
         n = ff.ecn.get((node, port), [0] * len(ff.times))[i]
@@ -186,45 +196,51 @@ def _ecn_trace(ff: FabricFrames, ports, pos, i: int) -> go.Scatter:
             size.append(8 + min(20, 2 * n ** 0.5))
             hover.append(f"{node}:{port} → {peer}: {n} ECN marks since the previous instant")
             custom.append([node, port, n])
-    return go.Scatter(x=xs or [None], y=ys or [None], mode="markers", name="ecn",
-                      customdata=custom or [None], hovertext=hover or [None], hoverinfo="text",
-                      marker=dict(symbol="x", color="orange", size=size or [0],
-                                  line=dict(color="darkorange", width=1)))
+    return dict(type="scatter", x=xs or [None], y=ys or [None], mode="markers", name="ecn",
+                customdata=custom or [None], hovertext=hover or [None], hoverinfo="text",
+                marker=dict(symbol="x", color="orange", size=size or [0],
+                            line=dict(color="darkorange", width=1)))
 
 
 def _label(t_ns: float) -> str:
     return f"{t_ns / 1000:.1f}"
 
 
-def fabric_figure(data: RunData, frames: int) -> tuple[go.Figure, FabricFrames]:
-    """The animated fabric (slider: ``frames`` instants) and what its frames show."""
+def fabric_figure(data: RunData, frames: int) -> tuple[dict, FabricFrames]:
+    """The animated fabric (slider: ``frames`` instants) as Plotly figure JSON,
+    and what its frames show."""
     pos = layout_positions(data)
     ports = _egress_ports(data)
     ff = FabricFrames(data, frames)
     static = [*_link_traces(data, pos), _node_trace(data, pos)]
-    first = len(static)
+    traces = list(range(len(static), len(static) + len(TRACE_NAMES)))
 
     def animated(i):
         return [_queue_trace(ff, ports, pos, i), _pfc_trace(ff, pos, i), _ecn_trace(ff, ports, pos, i)]
 
-    fig = go.Figure(data=[*static, *animated(0)])
     names = [f"{t:.0f}" for t in ff.times]      # a frame's name: its instant in fabric ns
-    fig.frames = [go.Frame(name=names[i], data=animated(i),
-                           traces=list(range(first, first + 3)),
-                           layout=dict(title_text=_title(data, ff, i)))
+    frame_list = [dict(name=names[i], data=animated(i), traces=traces,
+                       layout=dict(title=dict(text=_title(data, ff, i))))
                   for i in range(len(ff.times))]
-    step_args = dict(mode="immediate", frame=dict(duration=0, redraw=True),
-                     transition=dict(duration=0))
-    fig.update_layout(
-        title_text=_title(data, ff, 0), height=620, hovermode="closest",
-        xaxis=dict(visible=False, range=[-0.03, 1.03]),
+    layout = dict(
+        title=dict(text=_title(data, ff, 0), font=dict(size=15)), height=620,
+        hovermode="closest", xaxis=dict(visible=False, range=[-0.03, 1.03]),
         yaxis=dict(visible=False, range=[-0.5, max(p[1] for p in pos.values()) + 0.5]),
         legend=dict(orientation="h", x=0, y=1.0, yanchor="bottom"),
-        margin=dict(l=10, r=10, t=100, b=110), title_font_size=15,
+        margin=dict(l=10, r=10, t=100, b=110), **_controls(ff.times, names))
+    # the first frame's traces are the figure's own: one build serves both
+    return dict(data=[*static, *frame_list[0]["data"]], layout=layout, frames=frame_list), ff
+
+
+def _controls(times: list[float], names: list[str]) -> dict:
+    """The slider (one step per frame) and the play / pause buttons."""
+    step_args = dict(mode="immediate", frame=dict(duration=0, redraw=True),
+                     transition=dict(duration=0))
+    return dict(
         sliders=[dict(active=0, currentvalue=dict(prefix="fabric time (µs): "), x=0.16, len=0.84,
                       y=0, yanchor="top", pad=dict(t=20),
                       steps=[dict(method="animate", label=_label(t), args=[[n], step_args])
-                             for t, n in zip(ff.times, names)])],
+                             for t, n in zip(times, names)])],
         updatemenus=[dict(type="buttons", direction="left", x=0, y=0, xanchor="left",
                           yanchor="top", pad=dict(t=50),
                           buttons=[dict(label="▶ play", method="animate",
@@ -233,7 +249,6 @@ def fabric_figure(data: RunData, frames: int) -> tuple[go.Figure, FabricFrames]:
                                                          fromcurrent=True)]),
                                    dict(label="❚❚ pause", method="animate",
                                         args=[[None], step_args])])])
-    return fig, ff
 
 
 def _title(data: RunData, ff: FabricFrames, i: int) -> str:

@@ -12,7 +12,6 @@
 """
 from __future__ import annotations
 
-from plotly import graph_objects as go
 from plotly.colors import qualitative
 
 from emulator.report.rundata import RunData
@@ -27,7 +26,7 @@ def _flow_label(f: dict) -> str:
     return f"flow {f['flow_id']} {f['src']}→{f['dst']}"
 
 
-def flow_timeline(data: RunData, notes: list[str]) -> go.Figure | None:
+def flow_timeline(data: RunData, notes: list[str]) -> dict | None:
     flows = sorted(data.summary.get("flows") or [], key=lambda f: (f.get("start_ns", 0),
                                                                    f["flow_id"]))
     if not flows:
@@ -56,15 +55,15 @@ def flow_timeline(data: RunData, notes: list[str]) -> go.Figure | None:
             trouble[0].append(b_us)
             trouble[1].append(row)
             trouble[2].append(text)
-    fig = go.Figure()
+    traces = []
     for done, colour, name in ((True, "#4c78a8", "ran (complete)"), (False, "red", "incomplete")):
         xs, ys, hs = bars[done]
         if xs:
             # with markers, their hover; without (many flows), the bars' ends'
-            fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", name=name,
-                                     line=dict(color=colour, width=3),
-                                     **(dict(hovertext=hs, hoverinfo="text") if many
-                                        else dict(hoverinfo="skip"))))
+            traces.append(dict(type="scatter", x=xs, y=ys, mode="lines", name=name,
+                               line=dict(color=colour, width=3),
+                               **(dict(hovertext=hs, hoverinfo="text") if many
+                                  else dict(hoverinfo="skip"))))
     if many:        # thousands of SVG markers take seconds to draw
         notes.append(f"Flow timeline: {len(flows)} flows; the start and completion markers "
                      f"are left out above {MAX_MARKED_FLOWS} flows (each bar still runs from "
@@ -75,17 +74,18 @@ def flow_timeline(data: RunData, notes: list[str]) -> go.Figure | None:
             (ends, "completion", dict(symbol="circle", color="black", size=5)),
             (trouble, "retransmissions / timeouts", dict(symbol="x", color="red", size=11))):
         if xs:
-            fig.add_trace(go.Scatter(x=xs, y=ys, mode="markers", name=name, marker=marker,
-                                     **(dict(hovertext=hs, hoverinfo="text") if hs[0]
-                                        else dict(hoverinfo="skip"))))
-    fig.update_layout(title_text=f"Flows: start to completion ({len(flows)} flows)",
-                      xaxis_title="fabric time (µs)", yaxis_title="flow (by start)",
-                      height=min(900, 250 + 12 * len(flows)), hovermode="closest",
-                      yaxis=dict(autorange="reversed", showticklabels=len(flows) <= 40,
-                                 tickvals=list(range(len(flows))) if len(flows) <= 40 else None,
-                                 ticktext=[_flow_label(f) for f in flows] if len(flows) <= 40
-                                 else None))
-    return fig
+            traces.append(dict(type="scatter", x=xs, y=ys, mode="markers", name=name,
+                               marker=marker, **(dict(hovertext=hs, hoverinfo="text") if hs[0]
+                                                 else dict(hoverinfo="skip"))))
+    labelled = len(flows) <= 40
+    return dict(data=traces, layout=dict(
+        title=dict(text=f"Flows: start to completion ({len(flows)} flows)"),
+        xaxis=dict(title=dict(text="fabric time (µs)")), height=min(900, 250 + 12 * len(flows)),
+        hovermode="closest",
+        yaxis=dict(title=dict(text="flow (by start)"), autorange="reversed",
+                   showticklabels=labelled,
+                   **(dict(tickvals=list(range(len(flows))),
+                           ticktext=[_flow_label(f) for f in flows]) if labelled else {}))))
 
 
 def slowest_flows(data: RunData, n: int = MAX_RATE_FLOWS) -> list[dict]:
@@ -103,21 +103,23 @@ def _by_flow(rows, wanted: set, key: int = 1) -> dict:
     return out
 
 
-def rate_figure(data: RunData, notes: list[str]) -> go.Figure | None:
+def rate_figure(data: RunData, notes: list[str]) -> dict | None:
     """Rates over time of the slowest flows; a decimated series appends to ``notes``."""
     shown = slowest_flows(data)
     if not shown:
         return None
     wanted = {f["flow_id"] for f in shown}
-    goodput = _by_flow(data.columns(RunDir.FLOW_RATE_CSV, ("time_ns", "flow_id", "rate_gbps")),
-                       wanted)
-    cc = _by_flow(data.columns(RunDir.DCQCN_RATE_CSV, ("time_ns", "flow_id", "rate_gbps", "host")),
-                  wanted)
-    window = _by_flow((r for r in data.columns(RunDir.INT_HOPS_CSV,
-                                               ("time_ns", "flow_id", "window_bytes", "hop"))
+    only = {"flow_id": {str(fid) for fid in wanted}}      # the CSVs' text of those ids
+
+    def of_shown(name, columns):
+        return data.columns(name, ("time_ns", "flow_id", *columns), where=only)
+
+    goodput = _by_flow(of_shown(RunDir.FLOW_RATE_CSV, ("rate_gbps",)), wanted)
+    cc = _by_flow(of_shown(RunDir.DCQCN_RATE_CSV, ("rate_gbps", "host")), wanted)
+    window = _by_flow((r for r in of_shown(RunDir.INT_HOPS_CSV, ("window_bytes", "hop"))
                        if r[3] == 0), wanted)
     src = {f["flow_id"]: f["src"] for f in shown}
-    fig = go.Figure()
+    traces = []
     worst = 1
     for f, colour in zip(shown, qualitative.Plotly * 4):
         fid, label = f["flow_id"], _flow_label(f)
@@ -133,18 +135,17 @@ def rate_figure(data: RunData, notes: list[str]) -> go.Figure | None:
             ts, ys, k = decimate([r[0] / 1000 for r in rows],
                                  [r[2] / (1000 if axis == "y2" else 1) for r in rows])
             worst = max(worst, k)
-            fig.add_trace(go.Scatter(x=ts, y=ys, mode="lines", name=f"{label} {what}",
-                                     legendgroup=str(fid), line=dict(line, shape=shape),
-                                     yaxis=axis))
+            traces.append(dict(type="scatter", x=ts, y=ys, mode="lines", name=f"{label} {what}",
+                               legendgroup=str(fid), line=dict(line, shape=shape), yaxis=axis))
     if worst > 1:
         notes.append(f"Flow rates: series of more than {MAX_POINTS} samples are drawn as the "
                      f"means of runs of consecutive samples (up to {worst} per point).")
-    fig.update_layout(
-        title_text=f"Rate over time of the {len(shown)} flows with the longest FCT "
-                   "(solid: goodput; dotted: DCQCN rate; dashed: HPCC window, right axis)",
-        xaxis_title="fabric time (µs)", yaxis_title="Gbps", height=460,
-        yaxis2=dict(title="window (KB)", overlaying="y", side="right", showgrid=False))
-    return fig
+    return dict(data=traces, layout=dict(
+        title=dict(text=f"Rate over time of the {len(shown)} flows with the longest FCT "
+                        "(solid: goodput; dotted: DCQCN rate; dashed: HPCC window, right axis)"),
+        xaxis=dict(title=dict(text="fabric time (µs)")), yaxis=dict(title=dict(text="Gbps")),
+        height=460, yaxis2=dict(title=dict(text="window (KB)"), overlaying="y", side="right",
+                                showgrid=False)))
 
 
 __all__ = ["MAX_RATE_FLOWS", "flow_timeline", "rate_figure", "slowest_flows"]

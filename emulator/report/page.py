@@ -2,13 +2,19 @@
 
 Plotly's JavaScript is inlined once at the top of the page (no CDN, no
 server: the file opens offline from disk); each figure is a ``div`` and its
-Plotly call. The page's own markup is plain HTML: headings, the verdict and
-timing tables, the decimation notes, and the run directory's files as
-relative links.
+Plotly call. A figure is Plotly's figure JSON as plain dicts and lists
+(``{"data": [{"type": "scatter", ...}], "layout": {...}, "frames": [...]}``),
+serialised as it is: ``plotly.graph_objects`` would validate every property
+of every frame's traces, most of a report's building time. The page's own
+markup is plain HTML: headings, the verdict and timing tables, the
+decimation notes, and the run directory's files as relative links.
 """
 from __future__ import annotations
 
 import html
+import json
+import pkgutil
+from functools import cache
 from pathlib import Path
 
 from plotly import io as pio
@@ -26,10 +32,23 @@ font-weight:bold}.note{background:#fff8e1;padding:6px 10px;border-left:4px solid
 .grid{display:grid;grid-template-columns:repeat(auto-fit,minmax(520px,1fr));gap:1em}"""
 
 
-def figure_html(fig, div_id: str) -> str:
-    """A figure's ``div`` and its Plotly call (the library itself is in the page's head)."""
-    return pio.to_html(fig, full_html=False, include_plotlyjs=False, div_id=div_id,
-                       auto_play=False, config=dict(displaylogo=False, responsive=True))
+TEMPLATE = "plotly"      # the template graph_objects apply by default (plotly.io.templates)
+
+
+@cache
+def template() -> dict:
+    """Plotly's ``TEMPLATE`` as its package ships it (what ``plotly.io.templates``
+    loads, unvalidated too), read once per process."""
+    return json.loads(pkgutil.get_data("plotly", f"package_data/templates/{TEMPLATE}.json"))
+
+
+def figure_html(fig: dict, div_id: str) -> str:
+    """A figure's ``div`` and its Plotly call (the library itself is in the page's head);
+    ``fig`` is figure JSON, drawn in ``TEMPLATE`` unless its layout names one."""
+    fig = dict(fig, layout={"template": template(), **fig.get("layout", {})})
+    return pio.to_html(fig, validate=False, full_html=False, include_plotlyjs=False,
+                       div_id=div_id, auto_play=False,
+                       config=dict(displaylogo=False, responsive=True))
 
 
 def kv_table(rows: list[tuple[str, object]]) -> str:

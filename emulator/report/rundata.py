@@ -61,8 +61,8 @@ class RunData:
     def rows(self, name: str) -> list[dict]:
         return read_result_csv(self.rd.file(name))
 
-    def columns(self, name: str, columns: tuple[str, ...]):
-        return read_result_columns(self.rd.file(name), columns)
+    def columns(self, name: str, columns: tuple[str, ...], where: dict | None = None):
+        return read_result_columns(self.rd.file(name), columns, where)
 
     def has(self, name: str) -> bool:
         return self.rd.file(name).is_file()
@@ -91,6 +91,9 @@ def run_fabric(rd: RunDir, summary: dict) -> Fabric:
         counters[role] = counters.get(role, 0) + 1
         nodes.append(Node(name, role, counters[role]))
     links, taken = [], set()
+    facing: dict[tuple[str, str], list[int]] = {}      # (node, peer): node's ports to peer
+    for p in ports:
+        facing.setdefault((p["node"], p["peer"]), []).append(int(p["port"]))
     for p in ports:
         node, port_no, peer = p["node"], int(p["port"]), p["peer"]
         if (node, port_no) in taken:
@@ -99,8 +102,8 @@ def run_fabric(rd: RunDir, summary: dict) -> Fabric:
         if peer not in roles:                           # a host link: host first
             links.append(Link(peer, HOST_PORT_NO, node, port_no, rate_bps, delay_ns))
             continue
-        peer_port = next((int(q["port"]) for q in ports if q["node"] == peer
-                          and q["peer"] == node and (peer, int(q["port"])) not in taken), None)
+        peer_port = next((q for q in facing.get((peer, node), ()) if (peer, q) not in taken),
+                         None)
         if peer_port is None:
             continue
         taken |= {(node, port_no), (peer, peer_port)}

@@ -71,15 +71,17 @@ class Paused:
 
 def paused_at(intervals: dict[tuple, list[tuple[float, float]]], times: Sequence[float]
               ) -> list[dict[tuple, Paused]]:
-    """For each instant, {paused transmitter key: Paused} of those paused then."""
+    """For each instant, {paused transmitter key: Paused} of those paused then
+    (an instant on the boundary of two spans is in the earlier one)."""
     out: list[dict[tuple, Paused]] = [{} for _ in times]
     for key, spans in intervals.items():
+        spans = sorted(spans)           # pause_intervals' spans: in time order, disjoint
         total = sum(b - a for a, b in spans)
+        ends = [b for _, b in spans]
         for i, t in enumerate(times):
-            for a, b in spans:
-                if a <= t <= b:
-                    out[i][key] = Paused(a, total)
-                    break
+            j = bisect.bisect_left(ends, t)     # the first span not over before t
+            if j < len(spans) and spans[j][0] <= t:
+                out[i][key] = Paused(spans[j][0], total)
     return out
 
 

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import csv
 import json
+import random
 import shutil
+import subprocess
+import sys
 
 import pytest
 from plotly.offline import get_plotlyjs
@@ -13,11 +16,13 @@ from plotly.offline import get_plotlyjs
 from emulator.errors import OutputError
 from emulator.experiment.outdir import output_dir, read_marker
 from emulator.report import NotARunDir, write_report
-from emulator.report.dist_fig import fct_points
+from emulator.report.dist_fig import (NCCL_COLUMNS, collectives_figures, fct_cdf, fct_points,
+                                      queue_percentiles, slowdown_figure)
 from emulator.report.fabric_fig import TRACE_NAMES, fabric_figure
-from emulator.report.flows_fig import flow_timeline
+from emulator.report.flows_fig import flow_timeline, rate_figure
+from emulator.report.page import template
 from emulator.report.rundata import RunData
-from emulator.report.series import counts_between, decimate, depth_at, frame_times
+from emulator.report.series import counts_between, decimate, depth_at, frame_times, paused_at
 from emulator.rundir import RunDir
 from emulator.topo import load_fabric
 from tests.conftest import REPO, run_cli
@@ -100,15 +105,15 @@ def _csv_depth(node, port, t):
 def test_slider_frames_show_the_csv_depths_at_their_instant(run_dir):
     rd, _ = run_dir
     fig, ff = fabric_figure(RunData.load(rd), frames=11)
-    assert [f.name for f in fig.frames] == [f"{t:.0f}" for t in range(0, END_NS + 1, 1000)]
-    names = [t.name for t in fig.data]
+    assert [f["name"] for f in fig["frames"]] == [f"{t:.0f}" for t in range(0, END_NS + 1, 1000)]
+    names = [t["name"] for t in fig["data"]]
     queues = names.index("queues")
     assert names[queues:queues + 3] == list(TRACE_NAMES)
     seen = set()
-    for frame in fig.frames:
-        t = float(frame.name)
-        (shown,) = [d for d in frame.data if d.name == "queues"]
-        for node, port, depth, *_ in shown.customdata:
+    for frame in fig["frames"]:
+        t = float(frame["name"])
+        (shown,) = [d for d in frame["data"] if d["name"] == "queues"]
+        for node, port, depth, *_ in shown["customdata"]:
             assert depth == _csv_depth(node, port, t), (node, port, t)
             seen.add(depth)
     assert {1082 + 0, 2164 + 500, 500, 3000, 100} <= seen     # priorities add up per port
@@ -121,8 +126,8 @@ def test_pauses_and_marks_per_instant(run_dir):
     paused = [i for i, p in enumerate(ff.paused) if ("spine1", 2, "leaf2", 3) in p]
     assert paused == [3, 4, 5, 6]
     assert ff.ecn[("leaf1", 4)][1:3] == [1, 1] and ff.ecn[("spine1", 2)][10] == 1
-    pfc = [d for d in fig.frames[4].data if d.name == "pfc"][0]
-    assert "PAUSED by leaf2" in pfc.hovertext[0]
+    pfc = [d for d in fig["frames"][4]["data"] if d["name"] == "pfc"][0]
+    assert "PAUSED by leaf2" in pfc["hovertext"][0]
 
 
 def test_depth_at_and_counts_between():
@@ -148,11 +153,11 @@ def test_many_flows_are_drawn_without_markers_and_it_says_so(run_dir):
     data = RunData.load(rd)
     notes = []
     fig = flow_timeline(data, notes)
-    assert {t.name for t in fig.data} >= {"start", "completion", "retransmissions / timeouts"}
+    assert {t["name"] for t in fig["data"]} >= {"start", "completion", "retransmissions / timeouts"}
     assert notes == []
     data.summary["flows"] = [dict(data.summary["flows"][0], flow_id=i) for i in range(500)]
     fig = flow_timeline(data, notes)
-    assert "start" not in {t.name for t in fig.data} and "500 flows" in notes[0]
+    assert "start" not in {t["name"] for t in fig["data"]} and "500 flows" in notes[0]
 
 
 def test_report_is_one_self_contained_file(run_dir):
@@ -189,3 +194,86 @@ def test_bad_dir_is_one_line(tmp_path):
     r = run_cli("report", tmp_path)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "summary.json" in r.stderr, r.stderr
     assert not (tmp_path / RunDir.REPORT_HTML).exists()
+
+
+def test_paused_at_is_the_span_holding_each_instant():
+    """Against the definition, spans touching included: an instant is in the
+    earliest span (a <= t <= b) holding it."""
+    rng = random.Random(7)
+    for _ in range(200):
+        spans, t = [], 0.0
+        for _ in range(rng.randrange(0, 6)):
+            a = t + rng.choice((0.0, rng.uniform(0, 300)))     # some spans touch the previous
+            t = a + rng.uniform(0, 300)
+            spans.append((a, t))
+        times = sorted({*(rng.uniform(0, 2000) for _ in range(20)), *(x for s in spans for x in s)})
+        want = []
+        for i in times:
+            hit = next(((a, b) for a, b in spans if a <= i <= b), None)
+            want.append({} if hit is None else {"k": hit[0]})
+        got = paused_at({"k": spans[::-1]}, times)      # any order
+        assert [{k: p.since_ns for k, p in d.items()} for d in got] == want
+        assert all(p.total_ns == pytest.approx(sum(b - a for a, b in spans))
+                   for d in got for p in d.values())
+
+
+def _every_figure(rd: RunDir) -> list[dict]:
+    """Every figure a report draws, the run given what each needs to be drawn."""
+    _write(rd.file(rd.QUEUE_DEPTH_DIST_CSV), ("node", "port", "peer", "p50_bytes", "p95_bytes",
+                                              "p99_bytes", "max_bytes"),
+           [("leaf1", 4, "spine1", 0, 1082, 2164, 2664), ("spine1", 2, "leaf2", 100, 100, 3000,
+                                                            3000)])
+    _write(rd.file(rd.COLLECTIVES_CSV), ("collective", "algorithm", "nranks",
+                                         *(k for _, k in NCCL_COLUMNS)),
+           [("all_reduce", algo, 4, size, size // 4, "float", "sum", 10.5, 1.2, 1.8, 0, 10.1,
+             1.9) for algo in ("ring", "tree") for size in (1024, 65536)])
+    data = RunData.load(rd)
+    data.summary["fct_slowdown_buckets"] = {"buckets": [
+        {"pct_from": 0, "pct_to": 50, "size_max_bytes": 100_000, "slowdown_p50": 1.5,
+         "slowdown_p95": 2.0, "slowdown_p99": 2.1}]}
+    notes: list[str] = []
+    figs = [fabric_figure(data, 11)[0], flow_timeline(data, notes), rate_figure(data, notes),
+            fct_cdf({"run": data}, notes), slowdown_figure({"run": data}),
+            queue_percentiles(data, notes), *collectives_figures(data)]
+    assert None not in figs and len(figs) == 8
+    return figs
+
+
+def test_figures_are_what_plotlys_own_validation_makes_of_them(run_dir):
+    """The report serialises its figure dicts unvalidated (page.figure_html): each is a
+    valid figure, and plotly's validation (graph_objects) would change nothing in it."""
+    from plotly import graph_objects as go  # deferred: only this test validates figures
+    rd, _ = run_dir
+    for fig in _every_figure(rd):
+        ours = dict(fig, layout={"template": template(), **fig["layout"]})
+        assert go.Figure(fig).to_plotly_json() == json.loads(json.dumps(ours)), fig["layout"]
+
+
+def test_the_report_constructs_no_graph_objects(run_dir):
+    """A run's report loads none of plotly's figure classes nor their property validators
+    (a fresh process: the test process may have loaded them). plotly.io itself imports the
+    ``plotly.graph_objs`` package, whose classes load lazily, and the validators' base module."""
+    rd, _ = run_dir
+    code = ("import sys; from emulator.report import write_report; write_report(sys.argv[1]); "
+            "print(sorted(m for m in sys.modules if m == 'plotly.graph_objects' or "
+            "m.startswith(('plotly.graph_objs.', 'plotly.validators'))))")
+    r = subprocess.run([sys.executable, "-c", code, str(rd.path)], capture_output=True,
+                       text=True, cwd=REPO, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[]"
+    assert "Plotly.addFrames('fabric'" in rd.report_html.read_text()
+
+
+def test_rates_are_the_shown_flows_rows_and_no_others(run_dir):
+    """rate_figure reads flow_rate.csv for its flows only: flow 1's goodput is its own rows,
+    not flow 10's or 11's (ids that begin with its text)."""
+    rd, _ = run_dir
+    rows = [(t, fid, "h1", "h3", fid + t / 1000) for t in range(0, END_NS, 100)
+            for fid in (0, 1, 10, 11)]
+    _write(rd.file(rd.FLOW_RATE_CSV), ("time_ns", "flow_id", "src", "dst", "rate_gbps"), rows)
+    fig = rate_figure(RunData.load(rd), [])
+    goodput = {t["name"]: t for t in fig["data"] if t["name"].endswith("goodput")}
+    assert set(goodput) == {"flow 0 h1→h2 goodput", "flow 1 h1→h3 goodput"}
+    for fid, label in ((0, "flow 0 h1→h2 goodput"), (1, "flow 1 h1→h3 goodput")):
+        mine = [(t / 1000, r) for t, f, *_, r in rows if f == fid]
+        assert list(zip(goodput[label]["x"], goodput[label]["y"])) == mine

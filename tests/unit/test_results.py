@@ -281,3 +281,19 @@ def test_a_result_csv_reads_back_the_numbers_it_was_written_with(tmp_path):
     assert got == rows
     assert [type(v) for v in got[0].values()] == [float, int, float, str, int]
     assert type(got[1]["time_ns"]) is int and type(got[1]["delta"]) is float
+
+
+def test_result_columns_where_keeps_the_rows_of_the_texts_asked(tmp_path):
+    """read_result_columns' ``where`` selects rows by a column's text before parsing: the
+    same rows, in order, as filtering every parsed row."""
+    from emulator.experiment.results_io import read_result_columns, write_csv
+    rows = [{"time_ns": t, "flow_id": t % 5, "hop": t % 2, "rate_gbps": t / 3} for t in range(40)]
+    path = write_csv(tmp_path / "x.csv", rows[0].keys(), rows)
+    cols = ("time_ns", "flow_id", "rate_gbps")
+    every = list(read_result_columns(path, cols))
+    assert len(every) == 40
+    got = list(read_result_columns(path, cols, where={"flow_id": {"1", "3"}, "hop": ["1"]}))
+    want = [r for r, row in zip(every, rows) if r[1] in (1, 3) and row["hop"] == 1]
+    assert got == want and {r[1] for r in got} == {1, 3} and len(got) == 8
+    assert list(read_result_columns(path, cols, where={"flow_id": set()})) == []
+    assert list(read_result_columns(tmp_path / "missing.csv", cols, where={"flow_id": {"1"}})) == []
