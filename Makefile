@@ -62,7 +62,7 @@ demo: setup
 	$(VENV)/bin/fabric-emu run experiments/demo.yaml --out $(OUT)/demo
 
 test: setup
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q --durations=25 tests
 
 test-unit: setup
 	$(PY) -m pytest -q tests/unit
