@@ -21,6 +21,7 @@ from typing import Annotated, Any, Literal, Optional, TypeVar, Union, get_args, 
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from emulator.atomic import atomic_write_text
 from emulator.errors import ConfigError
 # Files are read (regular files only, bounded in size, depth and values) by reading.py.
 from emulator.schema.reading import (  # noqa: F401  (the loader's API)
@@ -60,7 +61,9 @@ class ProcessConfig(StrictSpec):
         return load_json(cls, path)
 
     def write(self, path: str | Path) -> None:
-        Path(path).write_text(self.model_dump_json(indent=1))
+        # whole or not at all: a process's config is read by it, and by
+        # whoever watches a run (a monitoring client reads a switch's port)
+        atomic_write_text(path, self.model_dump_json(indent=1))
 
 
 def validate(model: type[M], data: Any, source: str | Path, *, prefix: str = "") -> M:

@@ -42,7 +42,9 @@ def test_a_rerun_refuses_a_users_files_then_keeps_them_with_force(tmp_path):
     created = {p.name for p in out.iterdir()} - {MARKER}
     # what a run writes is what it claims before it starts (OutputDir.claim)
     assert all(any(fnmatch.fnmatchcase(n, p) for p in RunDir.ENTRIES) for n in created), created
-    first_summary = (out / "summary.json").stat().st_ino     # a rerun's is a new file
+    # a rerun writes its own (not an inode number: the file system reuses the
+    # one the rerun freed when it removed the first run's files)
+    first_summary = (out / "summary.json").stat().st_mtime_ns
     (out / "notes.txt").write_text("mine")
     (out / "run" / "notes.txt").write_text("mine too")
     before = _tree(out)
@@ -57,7 +59,7 @@ def test_a_rerun_refuses_a_users_files_then_keeps_them_with_force(tmp_path):
     assert forced.returncode == 0, forced.stderr
     assert (out / "notes.txt").read_text() == "mine"
     assert (out / "run" / "notes.txt").read_text() == "mine too"
-    assert (out / "summary.json").stat().st_ino != first_summary
+    assert (out / "summary.json").stat().st_mtime_ns > first_summary
     marker = read_marker(out)
     assert marker["state"] == "closed" and marker["foreign"] == ["notes.txt", "run/notes.txt"]
     assert mine() == {"interfaces": [], "processes": []}
