@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections import deque
 from typing import TYPE_CHECKING, Callable
 
+from emulator.clock import NEVER_NS as NEVER
 from emulator.int_md import INT_OFFSET, INT_SHIM_BYTES, INT_UDP_DPORT, push_hop
 from emulator.link import Wire
 from emulator.wire import NUM_PRIORITIES, WIRE_OVERHEAD_BYTES
@@ -25,7 +26,6 @@ from emulator.wire import NUM_PRIORITIES, WIRE_OVERHEAD_BYTES
 if TYPE_CHECKING:  # serve() is handed the traffic manager that owns the port
     from emulator.dataplane.tm import TrafficManager
 
-NEVER = 1 << 62                # a time no event reaches
 _INT_HI, _INT_LO = INT_UDP_DPORT >> 8, INT_UDP_DPORT & 0xFF
 _INT_MIN_FRAME = INT_OFFSET + INT_SHIM_BYTES
 # the highest set bit of a priority mask: an index per frame, not a method call

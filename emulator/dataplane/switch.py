@@ -35,7 +35,7 @@ from typing import Callable
 from pathlib import Path
 
 from emulator.nic.packet_socket import call_together
-from emulator.clock import MONOTONIC, Clock
+from emulator.clock import MONOTONIC, NEVER_NS as NEVER, Clock
 from emulator.dataplane.pcap import PcapWriter
 from emulator.dataplane.pipeline import DROP_PORT, FabricPipeline
 from emulator.dataplane.state import SwitchState
@@ -53,7 +53,6 @@ RX_BATCH = 64              # frames drained from one socket per wakeup
 RX_MAX_BYTES = 9216        # jumbo frames (a 4096-byte RoCE MTU frame is 4170 bytes)
 IDLE_WAKE_NS = 50_000_000  # how often an idle loop looks at packet-outs and stop
 FLUSH_INTERVAL_NS = 1_000_000_000   # raw logs and pcaps reach the disk this often
-NEVER = 1 << 62
 
 
 def close_together(socks) -> None:

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from emulator.clock import NEVER_NS
 from emulator.errors import ConfigError
 from emulator.schema.faults import (
-    NEVER_NS, BitErrors, BitErrorWindow, DownInterval, EndFaults, LinkDegrade, LinkDown,
+    BitErrors, BitErrorWindow, DownInterval, EndFaults, LinkDegrade, LinkDown,
     LinkFlap, LinkUp, LossWindow, RandomLoss, RateChange,
 )
 from emulator.topo import Fabric

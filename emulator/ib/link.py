@@ -24,6 +24,7 @@ is around the transport differs:
 """
 from __future__ import annotations
 
+from emulator.clock import NEVER_NS         # a stalled link's end is not known
 from emulator.nic.link_layer import LinkLayer
 from emulator.nic.packet_socket import open_packet_socket
 from emulator.nic.wall import wall_ns
@@ -42,7 +43,6 @@ class CreditHold:
     it runs (no credit has come yet), so far off."""
 
     __slots__ = ("credits",)
-    _UNKNOWN_END_NS = 1 << 62
 
     def __init__(self, credits: VlCredits):
         self.credits = credits
@@ -51,7 +51,7 @@ class CreditHold:
         return self.credits.stalled_total_ns(now)
 
     def resume_ns(self) -> int:
-        return self._UNKNOWN_END_NS if self.credits.stalled_since is not None else 0
+        return NEVER_NS if self.credits.stalled_since is not None else 0
 
 
 class IbLink(LinkLayer):

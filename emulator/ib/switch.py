@@ -32,7 +32,7 @@ import heapq
 import sys
 
 from emulator.nic.packet_socket import SocketRxStats
-from emulator.clock import MONOTONIC, Clock
+from emulator.clock import MONOTONIC, NEVER_NS, Clock
 from emulator.dataplane.pcap import IbPcapWriter
 from emulator.dataplane.state import SwitchState
 from emulator.dataplane.switch import (
@@ -362,7 +362,7 @@ class IbSwitch:
             # virtual time: every packet sent, as the Ethernet switch's pcaps
             # have them; up to this process's last time instead would differ
             # with how the switches are packed into processes
-            port.write_captures(1 << 62)
+            port.write_captures(NEVER_NS)
             port.pcap.close()
 
 

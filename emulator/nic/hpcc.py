@@ -25,8 +25,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Callable, Sequence
 
+from emulator.clock import NEVER_NS     # next_rate_ns: HPCC runs no timer
 
-_NEVER_NS = 1 << 62              # next_rate_ns: HPCC runs no timer
 _WRAP = 1 << 32                  # tx_bytes and ts of a hop record are 32-bit counters
 
 
@@ -82,7 +82,7 @@ class Hpcc:
         self.inc_stage = 0
         self.last_update_seq = 0
         self.active = False                     # no timers: never advanced
-        self.next_rate_ns = _NEVER_NS
+        self.next_rate_ns = NEVER_NS
         self.listener = listener
         self.cnps = 0
         self._hops: tuple | None = None         # the last ACK's hop records (L)

@@ -29,7 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-_NEVER_NS = 1 << 62              # next_rate_ns while no timer runs
+from emulator.clock import NEVER_NS     # next_rate_ns while no timer runs
 
 
 @dataclass(frozen=True)
@@ -86,7 +86,7 @@ class IbCc:
         self.ccti = params.ccti_min
         self.rate_bps = self._rates[self.ccti]
         self.active = False
-        self.next_rate_ns = _NEVER_NS
+        self.next_rate_ns = NEVER_NS
         self.listener = listener
         self.cnps = 0
 
@@ -124,6 +124,6 @@ class IbCc:
                 self.next_rate_ns = t + self._timer_ns
             else:
                 self.active = False
-                self.next_rate_ns = _NEVER_NS
+                self.next_rate_ns = NEVER_NS
             if self.listener is not None:
                 self.listener(t, "rate_timer")

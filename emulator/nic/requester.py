@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+from emulator.clock import NEVER_NS
 from emulator.wire import RETH_BYTES, ROCE_FRAMING, Framing
 
 from .frames import DataFrame, ReadRequestFrame
@@ -23,7 +24,6 @@ _NAK_STATUS = {NAK_INVALID_REQUEST & 0x1F: WcStatus.REM_INV_REQ_ERR,
                NAK_REMOTE_OP_ERR & 0x1F: WcStatus.REM_OP_ERR}
 
 
-NEVER_NS = 1 << 62
 
 
 def _wc_opcode(w) -> WcOpcode:

@@ -29,7 +29,6 @@ from typing import Annotated, Literal, Optional, Union
 
 from pydantic import Discriminator, Field, PositiveInt, Tag, field_validator, model_validator
 
-from emulator.clock import NEVER_NS  # noqa: F401 -- re-exported for the schema's users
 from emulator.schema.limits import FabricUs
 from emulator.schema.load import FieldError, StrictSpec
 from emulator.wire import NUM_PRIORITIES
@@ -172,7 +171,7 @@ FaultEntry = Annotated[
 
 class DownInterval(StrictSpec):
     from_ns: int = Field(ge=0)
-    until_ns: int = Field(gt=0)            # NEVER_NS: down to the run's end
+    until_ns: int = Field(gt=0)            # emulator.clock.NEVER_NS: down to the run's end
 
 
 class RateChange(StrictSpec):

@@ -25,7 +25,9 @@ from __future__ import annotations
 import json
 import struct
 
-NEVER = 1 << 62
+from emulator.clock import NEVER_NS
+
+NEVER = NEVER_NS                # "no event": the members' and the coordinator's
 _LEN = struct.Struct("<I")
 
 HELLO, REPORT, BYE, GO, END = b"H", b"R", b"B", b"G", b"E"

@@ -16,7 +16,8 @@ from emulator.experiment.faults import compile_faults
 from emulator.link_faults import LinkFaults
 from emulator.p4.p4info import P4Info
 from emulator.schema.experiment import ExperimentSpec
-from emulator.schema.faults import NEVER_NS, EndFaults
+from emulator.clock import NEVER_NS
+from emulator.schema.faults import EndFaults
 from emulator.topo import fabric_from_dict
 from tests.unit.test_tm_helpers import roce, verdict
 from tests.unit.test_tm_switch import PORTS, StopAt
