@@ -185,7 +185,7 @@ def _fmt_time(v: float) -> str:
     return str(int(r)) if r == int(r) else f"{r:.1f}"
 
 
-def write_csv(path: str | Path, columns: Iterable[str], rows: Iterable[Mapping]) -> Path:
+def write_csv(path: str | Path, columns: Iterable[str], rows: Iterable[Mapping | tuple]) -> Path:
     """A result CSV: header, then ``columns`` of each row (``time_ns`` to 0.1 ns,
     floats .6g); written whole or not at all (``emulator.atomic``)."""
     path = Path(path)
@@ -193,10 +193,11 @@ def write_csv(path: str | Path, columns: Iterable[str], rows: Iterable[Mapping])
     with atomic_open(path, "w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(columns)
+        fmts = [_fmt_time if c == "time_ns" else _fmt for c in columns]
         for r in rows:
-            if isinstance(r, tuple):          # a row of values in ``columns``' order
-                r = dict(zip(columns, r))
-            w.writerow([_fmt_time(r[c]) if c == "time_ns" else _fmt(r[c]) for c in columns])
+            # a row: a mapping, or its values in ``columns``' order (a tuple)
+            values = r if isinstance(r, tuple) else [r[c] for c in columns]
+            w.writerow([f(v) for f, v in zip(fmts, values)])
     return path
 
 
