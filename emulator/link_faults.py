@@ -44,7 +44,8 @@ class LinkFaults:
     """One sending end's faults at run time, and what they did."""
 
     __slots__ = ("direction", "_down_from", "_down_until", "_rates", "_rate_i", "_loss", "_ber",
-                 "_dscp_priority", "dropped_down", "dropped_loss", "corrupted", "applied")
+                 "_dscp_priority", "dropped_down", "dropped_loss", "corrupted", "applied",
+                 "dropped_in_down")
 
     def __init__(self, cfg: "EndFaults"):    # schema.faults's, handed as is (no import: the NIC's)
         self.direction = cfg.direction
@@ -60,6 +61,7 @@ class LinkFaults:
                      for i, w in enumerate(cfg.bit_errors)]
         self._dscp_priority = list(cfg.dscp_priority)
         self.dropped_down = [0] * CLASSES
+        self.dropped_in_down = [0] * len(self._down_from)   # per down interval: what it lost
         self.dropped_loss = [0] * CLASSES
         self.corrupted = [0] * CLASSES
         self.applied: list[dict] = []          # rate changes as applied
@@ -84,9 +86,12 @@ class LinkFaults:
         ``bad_fcs`` True when a bit error hit it), or ``(None, False)`` when
         the link lost it. ``sent_ns``: when its serialization ended."""
         c = self.priority_of(frame)
-        if self._down_from and self.is_down(sent_ns):
-            self.dropped_down[c] += 1
-            return None, False
+        if self._down_from:
+            i = bisect_right(self._down_from, sent_ns) - 1
+            if i >= 0 and sent_ns < self._down_until[i]:
+                self.dropped_down[c] += 1
+                self.dropped_in_down[i] += 1
+                return None, False
         for start, until, rate, prio, rng in self._loss:
             if start <= sent_ns < until and (prio is None or prio == c) and rng.random() < rate:
                 self.dropped_loss[c] += 1
@@ -129,7 +134,9 @@ class LinkFaults:
                 "dropped_down": by_class(self.dropped_down),
                 "dropped_loss": by_class(self.dropped_loss),
                 "corrupted": by_class(self.corrupted),
-                "rate_changes": list(self.applied)}
+                "rate_changes": list(self.applied),
+                "down_intervals": [{"from_ns": f, "until_ns": u, "dropped": n} for f, u, n
+                                   in zip(self._down_from, self._down_until, self.dropped_in_down)]}
 
     def lost_frames(self) -> int:
         """Frames that never reached the receiver's ingress counters (lost,

@@ -46,6 +46,10 @@ class RawDir:
     def stats(self, switch: str) -> Path:
         return self.path / f"{switch}.stats.json"
 
+    def reroute(self) -> Path:
+        """The controller's port reports and reroutes (``control/reroute.py``)."""
+        return self.path / "controller.reroute.json"
+
     def stats_files(self) -> list[Path]:
         return sorted(self.path.glob("*.stats.json"))
 

@@ -24,10 +24,11 @@ from p4.v1 import p4runtime_pb2
 
 from emulator.control.p4rt_client import NotPrimaryError, SwitchConnection
 from emulator.control.qos import QosSpec, int_port_entities, qos_entities
+from emulator.control.reroute import Rerouter, entity_ids
 from emulator.dataplane.malformed import MALFORMED_SLOTS, Malformed
 from emulator.ib.sm import lft_entries, sweep
 from emulator.p4.p4info import IB_P4INFO, P4Info
-from emulator.topo import Fabric, compute_routes, ecmp_groups, nexthop_members
+from emulator.topo import Fabric, compute_routes
 from emulator.wire import CPU_PORT
 
 T = TypeVar("T")
@@ -54,13 +55,17 @@ NUM_PRIORITIES = 8
 MALFORMED_PREFIX = {r.value: f"malformed_{r.name.lower()}" for r in Malformed}
 
 
+def station_entities(fabric: Fabric, p4info: P4Info, switch: str) -> list:
+    """``my_station``: frames to the switch's router MAC are routed."""
+    return [p4info.table_entry("my_station", {"eth_dst": fabric.addresses.router_mac(switch)},
+                               "NoAction")]
+
+
 def switch_entities(fabric: Fabric, p4info: P4Info, switch: str, routes=None) -> dict[str, list]:
     """The P4Runtime entities of one switch, in the order they must be written."""
     routes = routes if routes is not None else compute_routes(fabric)
-    plan = fabric.addresses
-    members = {nh: i + 1 for i, nh in enumerate(nexthop_members(routes)[switch])}
-    groups = {hops: i + 1 for i, hops in enumerate(ecmp_groups(routes)[switch])}
-    station = [p4info.table_entry("my_station", {"eth_dst": plan.router_mac(switch)}, "NoAction")]
+    members, groups = entity_ids(routes[switch], switch)
+    station = station_entities(fabric, p4info, switch)
     member_msgs = [p4info.action_profile_member(
         "ecmp_selector", mid, "set_nexthop", {"port": nh.port_no, "smac": nh.smac, "dmac": nh.dmac})
         for nh, mid in members.items()]
@@ -116,6 +121,7 @@ class FabricController:
         self.dilation = dilation
         self.ib_cc = ib_cc
         self.conns: dict[str, SwitchConnection] = {}
+        self.rerouter: Rerouter | None = None
 
     def connect(self) -> None:
         """A primary connection to every switch (all at once); on a failure
@@ -142,14 +148,8 @@ class FabricController:
                     for name in self.conns}
         else:
             routes = compute_routes(self.fabric)
-            ents = {name: switch_entities(self.fabric, self.p4info, name, routes)
-                    for name in self.conns}
-        if self.fabric.link_layer != "infiniband":
-            for name, e in ents.items():
-                e["int"] = int_port_entities(self.fabric, self.p4info, name, self.dilation)
-                if self.qos is not None:
-                    e["qos"] = qos_entities(self.fabric, self.p4info, name, self.qos,
-                                            self.mtu_bytes, self.reaction_fabric_ns, self.dilation)
+            ents = {name: {**switch_entities(self.fabric, self.p4info, name, routes),
+                           **self.port_entities(name)} for name in self.conns}
 
         def program(name: str, conn: SwitchConnection) -> None:
             conn.set_pipeline(self.p4info.proto, self.device_config)
@@ -158,6 +158,26 @@ class FabricController:
                 if ents[name].get(kind):
                     conn.insert(ents[name][kind])
         self._each_switch(program)
+
+    def port_entities(self, name: str) -> dict[str, list]:
+        """An Ethernet switch's entities that do not depend on its routes:
+        its station, INT's and (with QoS) the traffic classes, PFC and ECN."""
+        out = {"tables": station_entities(self.fabric, self.p4info, name),
+               "int": int_port_entities(self.fabric, self.p4info, name, self.dilation)}
+        if self.qos is not None:
+            out["qos"] = qos_entities(self.fabric, self.p4info, name, self.qos,
+                                      self.mtu_bytes, self.reaction_fabric_ns, self.dilation)
+        return out
+
+    def enable_reroute(self, reaction_ns: int) -> Rerouter:
+        """From now on, take the switches' port reports and reroute around
+        dead links, each write taking effect ``reaction_ns`` of fabric time
+        after the report (``control/reroute.py``). Ethernet fabrics."""
+        if self.fabric.link_layer == "infiniband":
+            raise ValueError("reroute: not on an InfiniBand fabric (its subnet manager routes)")
+        self.rerouter = Rerouter(self.fabric, self.p4info, self.conns, reaction_ns,
+                                 port_entities=self.port_entities)
+        return self.rerouter
 
     def set_qos(self, qos: QosSpec) -> None:
         """Change the installed ECN and PFC thresholds (and ECN on/off) in place,

@@ -33,7 +33,7 @@ import logging
 import queue
 import threading
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import grpc
 from google.rpc import code_pb2
@@ -46,6 +46,7 @@ from emulator.control.p4rt_errors import (ArbitrationError, NotPrimaryError, P4R
                                           status_details)
 from emulator.p4.codec import Codec
 from emulator.p4.p4info import P4Info
+from emulator.p4.port_status import AT_NS_METADATA
 from emulator.p4.values import uint128, uint128_value
 
 
@@ -94,6 +95,9 @@ class SwitchConnection:
         self._requests: queue.Queue = queue.Queue()
         self._packet_ins: queue.Queue = queue.Queue()
         self._closed = False
+        # Called, on the stream's reader thread, with each ``other`` message
+        # the switch sends (a port status: dataplane/p4rt_server/port_events.py).
+        self.on_other: Callable[["SwitchConnection", Any], None] | None = None
 
         self._channel = grpc.insecure_channel(address)
         try:
@@ -143,6 +147,11 @@ class SwitchConnection:
                         log.warning("%s", self.not_primary_text())
                 elif kind == "packet":
                     self._packet_ins.put(resp.packet)
+                elif kind == "other" and self.on_other is not None:
+                    try:
+                        self.on_other(self, resp.other)
+                    except Exception:      # the stream must live on: its arbitration news too
+                        log.exception("%s: handling a stream message failed", self.label)
                 elif kind == "error":
                     log.warning("P4Runtime %s device %d stream error: %s %s", self.address, self.device_id,
                                 code_name(resp.error.canonical_code), resp.error.message)
@@ -324,15 +333,19 @@ class SwitchConnection:
     # ------------------------------------------------------------ Write
 
     def write(self, updates: Iterable[pb.Update],
-              atomicity: int = pb.WriteRequest.CONTINUE_ON_ERROR, timeout: float | None = 30.0) -> None:
-        """One Write batch; ``WriteError`` lists the failed updates."""
+              atomicity: int = pb.WriteRequest.CONTINUE_ON_ERROR, timeout: float | None = 30.0,
+              at_ns: int | None = None) -> None:
+        """One Write batch; ``WriteError`` lists the failed updates. ``at_ns``:
+        the embedded switch applies it at that fabric time
+        (``dataplane/p4rt_server/port_events.py``)."""
         req = pb.WriteRequest(device_id=self.device_id, atomicity=atomicity)
         req.election_id.CopyFrom(uint128(self.election_id))
         req.updates.extend(updates)
         if not req.updates:
             return
         try:
-            self._stub.Write(req, timeout=timeout)
+            metadata = ((AT_NS_METADATA, str(at_ns)),) if at_ns is not None else None
+            self._stub.Write(req, timeout=timeout, metadata=metadata)
         except grpc.RpcError as e:
             if e.code() == grpc.StatusCode.PERMISSION_DENIED and self._refused_as_not_primary():
                 n = len(req.updates)
@@ -406,6 +419,12 @@ class SwitchConnection:
             raise self._stream_problem() or ArbitrationError(self.address, None, "stream closed")
         msg = self.codec.packet_out(payload, egress_port, **metadata)
         self._requests.put(pb.StreamMessageRequest(packet=msg))
+
+    def send_other(self, message: Any) -> None:
+        """A ``StreamMessageRequest.other`` (a ``google.protobuf.Any``) on the stream."""
+        if self._stream_done:
+            raise self._stream_problem() or ArbitrationError(self.address, None, "stream closed")
+        self._requests.put(pb.StreamMessageRequest(other=message))
 
     def packet_in(self, timeout: float | None = None) -> tuple[bytes, int] | None:
         """Next packet-in as ``(payload, ingress_port)``, or None after ``timeout`` seconds."""

@@ -17,6 +17,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import Callable
 
+from emulator.clock import NEVER_NS
+
 # The decoded entries are P4Runtime's (target-neutral); the pipeline imports
 # ActionCall from here, with the state that holds them.
 from emulator.p4.entities import ActionCall, ActionProfileGroup, TableEntry
@@ -61,6 +63,18 @@ class SwitchState:
         self.packet_out_handler: Callable[[bytes, int], None] | None = None
         # Set by the P4Runtime server: deliver a packet-in (payload, ingress_port).
         self.packet_in_handler: Callable[[bytes, int], None] | None = None
+        # Set by the switch: its clock's fabric time (a write timed for the
+        # past is refused, p4rt_server/port_events.py).
+        self.fabric_now_ns: Callable[[], int] | None = None
+        # Set by the P4Runtime server: report a port's loss (up False) or
+        # return of signal at a fabric time; True once the controller answered.
+        self.port_status_handler: Callable[[int, bool, int], bool] | None = None
+        # ... and the switch's own going down (its state lost) or coming back
+        self.switch_status_handler: Callable[[bool, int], bool] | None = None
+        # Writes the controller timed for a fabric time (port_events.py): the
+        # earliest one's time, and what applies those due (the switch's loop).
+        self.next_write_ns = NEVER_NS
+        self.apply_due_writes: Callable[[int], None] = lambda now_ns: None
 
     def reset(self, table_ids, action_profile_ids, counter_sizes: dict[int, int]) -> None:
         """Empty state for a newly set pipeline config."""
@@ -70,6 +84,20 @@ class SwitchState:
             self.counters = {cid: CounterArray(size) for cid, size in counter_sizes.items()}
             self.clone_sessions = {}
             self.generation += 1
+
+    def wipe(self) -> None:
+        """A modelled reboot: every table entry, action-profile member and
+        group and clone session gone, as P4Runtime wrote them; the counters
+        are kept, so the run's accounting still adds up."""
+        with self.lock:
+            self.tables = {tid: {} for tid in self.tables}
+            self.action_profiles = {aid: ActionProfileState() for aid in self.action_profiles}
+            self.clone_sessions = {}
+            self.on_wipe()
+            self.generation += 1
+
+    def on_wipe(self) -> None:
+        """Set by the P4Runtime server: its managers' own bookkeeping goes too."""
 
     def changed(self) -> None:
         """Call after every completed write batch (holding ``lock``)."""

@@ -38,6 +38,7 @@ from emulator.nic.packet_socket import call_together
 from emulator.clock import MONOTONIC, NEVER_NS as NEVER, Clock
 from emulator.dataplane.pcap import PcapWriter
 from emulator.dataplane.pipeline import DROP_PORT, FabricPipeline
+from emulator.dataplane.port_status import SWITCH, PortStatusWatch
 from emulator.dataplane.state import SwitchState
 from emulator.dataplane.switch_port import SwitchPort, open_port_socket
 from emulator.dataplane.tm import TrafficManager
@@ -113,6 +114,12 @@ class EmbeddedSwitch:
         self._faulty = [port for port in self.ports.values() if port.faults is not None]
         self._next_fault_ns = min((p.faults.next_rate_change_ns() for p in self._faulty),
                                   default=NEVER)
+        # loss and return of a port's signal, reported to the controller
+        self.port_watch = PortStatusWatch(cfg.ports, cfg.reboots)
+        self.down = False          # a modelled reboot: dark, its tables lost
+        self._next_port_ns = self.port_watch.next_ns()
+        self.port_events: list[dict] = []
+        self.state.fabric_now_ns = clock.now_ns
         self.virtual = hasattr(clock, "attach_port")
         if self.virtual:
             self.tm.transmit = self.tm.commit
@@ -164,6 +171,8 @@ class EmbeddedSwitch:
         wake = self.tm.next_wake_ns()
         if self._next_fault_ns < NEVER and (wake is None or self._next_fault_ns < wake):
             wake = self._next_fault_ns
+        if self._next_port_ns < NEVER and (wake is None or self._next_port_ns < wake):
+            wake = self._next_port_ns
         sample = self._next_sample
         if self.virtual and not self.tm.unsampled():
             sample = NEVER          # it would write nothing; ``turn`` puts it back on its grid
@@ -186,6 +195,8 @@ class EmbeddedSwitch:
         clock = self.clock.now_ns
         if self._next_fault_ns <= clock():
             self._apply_faults(clock())
+        if self._next_port_ns < NEVER or self.state.next_write_ns < NEVER:    # (seldom)
+            self._control_due(clock())
         if readable:
             # What was due by now leaves before what arrived by now is
             # enqueued: woken late, the ports catch up first, so a frame
@@ -261,6 +272,36 @@ class EmbeddedSwitch:
             port.set_rate(now)
         self._next_fault_ns = min(p.faults.next_rate_change_ns() for p in self._faulty)
 
+    def _control_due(self, now: int) -> None:
+        """The controller's writes timed for ``now`` or before, then the port
+        events due (their writes are timed later: the reaction)."""
+        if self.state.next_write_ns <= now:
+            self.state.apply_due_writes(now)
+        if self._next_port_ns <= now:
+            self._report_ports(now)
+
+    def _report_ports(self, now: int) -> None:
+        """Ports that lost or regained their signal by ``now``, reported to
+        the controller (``state.port_status_handler``), which holds the
+        loop until the controller has answered: its writes, timed for a
+        later fabric time, are all in before anything passes it."""
+        state = self.state
+        for ev in self.port_watch.due(now):
+            if ev.port_no == SWITCH:
+                self.down = not ev.up
+                if self.down:
+                    state.wipe()
+                handler = state.switch_status_handler
+                answered = handler(ev.up, ev.at_ns) if handler is not None else False
+            elif self.down:          # off: nothing to report with
+                answered = False
+            else:
+                handler = state.port_status_handler
+                answered = handler(ev.port_no, ev.up, ev.at_ns) if handler is not None else False
+            self.port_events.append({"port": ev.port_no, "up": ev.up, "at_ns": ev.at_ns,
+                                     "answered": bool(answered)})
+        self._next_port_ns = self.port_watch.next_ns()
+
     def _packet_in(self, frame, ingress_port: int) -> None:
         handler = self.state.packet_in_handler
         if handler is not None:
@@ -299,6 +340,8 @@ class EmbeddedSwitch:
             ports.append(st)
         out = {"name": self.cfg.name, "since_ns": self.since_ns, "until_ns": now,
                "rx_frames": self.rx_frames, **self.tm.buffer_stats(), "ports": ports}
+        if self.port_watch:
+            out["port_events"] = list(self.port_events)
         if self.logs is not None and not self.logs.events_f.closed:   # not at exit
             out["raw_log_bytes"] = self.logs.sizes()
         if self.virtual:            # its process's clock: windows, frames not ours

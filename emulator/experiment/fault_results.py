@@ -9,10 +9,15 @@ which frames the fault, not the emulation, lost.
 from __future__ import annotations
 
 from emulator.experiment.faults import compile_faults
+from emulator.experiment.results_io import read_stats
 from emulator.experiment.summary_file import FaultEnd, Faults
-from emulator.schema.faults import LinkDegrade, LinkFlap
+from emulator.schema.faults import LinkDegrade, LinkDown, LinkFlap, LinkUp, SwitchDown, SwitchUp
 
 _COUNTERS = ("dropped_down", "dropped_loss", "corrupted")
+
+
+def _ns(us: float) -> int:
+    return int(round(us * 1000))
 
 
 def _end_stats(exp, stats: dict[str, dict], nic_stats: dict[str, dict]) -> list[dict]:
@@ -36,6 +41,7 @@ def _end_stats(exp, stats: dict[str, dict], nic_stats: dict[str, dict]) -> list[
             entry[k] = per_class
             entry[f"{k}_frames"] = sum(per_class.values())
         entry["rate_changes"] = list(got.get("rate_changes") or [])
+        entry["down_intervals"] = list(got.get("down_intervals") or [])
         out.append(entry)
     return out
 
@@ -60,13 +66,58 @@ def _entry_times(f, ends: list[dict]) -> dict:
     return {"applied_ns": [ns(f.from_us)], "until_ns": until}
 
 
-def fault_summary(exp, stats: dict[str, dict], nic_stats: dict[str, dict]) -> Faults | None:
-    """summary.json's ``faults`` block (None: the experiment has none)."""
+def _reroute_times(exp, f, times: list[int], ends: list[dict], rr: dict) -> dict:
+    """A link or switch fault's reroutes: per transition (``at_ns``: when its
+    links went down or up) when their ports reported it (``detected_ns``: a
+    link delay later), when the last switch's writes took effect
+    (``converged_ns``; None: nothing to rewrite -- the run ended first, or
+    the link was dead already) and, for a down, the frames the down
+    interval lost on its links (``lost_frames``). A switch_up also has
+    ``reprogrammed_ns``: when the controller's writes to it took effect
+    (its links come up then)."""
+    if isinstance(f, (SwitchDown, SwitchUp)):
+        links = [(f.switch, p) for p in sorted({p.peer for p in exp.fabric.ports(f.switch)})]
+        if isinstance(f, SwitchUp):
+            times = [t + int(rr["reaction_ns"]) for t in times]
+    else:
+        links = [f.ends]
+    delays = {int(l.delay_ns) for l in exp.fabric.links for a, b in links if {l.a, l.b} == {a, b}}
+    pairs = [{a, b} for a, b in links]
+    mine = {f"{s}->{r}" for a, b in links for s, r in ((a, b), (b, a))}
+    out = []
+    for t in times:
+        seen = {t + d for d in delays}
+        reports = [r for r in rr.get("reports", []) if r["detected_ns"] in seen
+                   and {r["switch"], r["peer"]} in pairs]
+        done = [r for r in rr.get("reroutes", []) if r["detected_ns"] in seen]
+        lost = sum(d["dropped"] for e in ends if e["direction"] in mine
+                   for d in e["down_intervals"] if d["from_ns"] == t)
+        out.append({"at_ns": t, "detected_ns": min((r["detected_ns"] for r in reports), default=None),
+                    "converged_ns": max((r["converged_ns"] for r in done), default=None),
+                    "programmed": sorted({s for r in done for s in r["programmed"]}),
+                    "lost_frames": lost})
+    got = {"reroute": out}
+    if isinstance(f, SwitchUp):
+        back = [r["converged_ns"] for r in rr.get("reroutes", [])
+                if r.get("reinstalled") == f.switch and r["detected_ns"] == _ns(f.at_us)]
+        got["reprogrammed_ns"] = back[0] if back else None
+    return got
+
+
+def fault_summary(exp, stats: dict[str, dict], nic_stats: dict[str, dict],
+                  reroute_path=None) -> Faults | None:
+    """summary.json's ``faults`` block (None: the experiment has none);
+    ``reroute_path``: the controller's reports and reroutes."""
     if not exp.spec.faults:
         return None
     ends = _end_stats(exp, stats, nic_stats)
-    entries = [{"index": i, **f.model_dump(exclude_none=True), **_entry_times(f, ends)}
-               for i, f in enumerate(exp.spec.faults)]
+    rr = read_stats(reroute_path) if reroute_path is not None else {}
+    entries = []
+    for i, f in enumerate(exp.spec.faults):
+        entry = {"index": i, **f.model_dump(exclude_none=True), **_entry_times(f, ends)}
+        if rr and isinstance(f, (LinkDown, LinkUp, LinkFlap, SwitchDown, SwitchUp)):
+            entry.update(_reroute_times(exp, f, entry["applied_ns"], ends, rr))
+        entries.append(entry)
     fcs = sum(int(p.get("rx_fcs_errors") or 0) for s in stats.values()
               for p in s.get("ports", []) if isinstance(p, dict))
     nic_fcs = sum(int(v.get("rx_fcs_errors") or 0) for v in nic_stats.values())
@@ -74,7 +125,9 @@ def fault_summary(exp, stats: dict[str, dict], nic_stats: dict[str, dict]) -> Fa
     return Faults(faults=entries, ends=[FaultEnd(**e) for e in ends],
                   lost_frames=sum(e["dropped_down_frames"] + e["dropped_loss_frames"] for e in ends),
                   corrupted_frames=sum(e["corrupted_frames"] for e in ends),
-                  switch_fcs_errors=fcs, nic_fcs_errors=nic_fcs, nic_icrc_errors=icrc)
+                  switch_fcs_errors=fcs, nic_fcs_errors=nic_fcs, nic_icrc_errors=icrc,
+                  **({"reaction_ns": int(rr["reaction_ns"]), "port_reports": rr.get("reports", []),
+                      "reroutes": rr.get("reroutes", [])} if rr else {}))
 
 
 def fault_lost_by_direction(block: Faults | None) -> dict[tuple[str, str], int]:

@@ -17,9 +17,10 @@ from emulator.clock import NEVER_NS
 from emulator.errors import ConfigError
 from emulator.schema.faults import (
     BitErrors, BitErrorWindow, DownInterval, EndFaults, LinkDegrade, LinkDown,
-    LinkFlap, LinkUp, LossWindow, RandomLoss, RateChange,
+    LinkFlap, LinkUp, LossWindow, RandomLoss, RateChange, SwitchDown, SwitchUp,
 )
 from emulator.topo import Fabric
+from emulator.vtime.coordinator import lookahead_ns
 
 FAULTS_NEED = "need the embedded target in virtual time (this slice)"
 
@@ -49,7 +50,7 @@ def _down_intervals(faults, direction: tuple[str, str], path) -> list[DownInterv
     events in time order (ties: in file order); an up of a direction that
     is up, or a down of one that is down, is refused."""
     events = []          # (t_ns, entry index, down?, field)
-    for i, f in enumerate(faults):
+    for i, f in faults:
         if direction not in f.senders():
             continue
         if isinstance(f, (LinkDown, LinkUp)):
@@ -84,7 +85,7 @@ def _down_intervals(faults, direction: tuple[str, str], path) -> list[DownInterv
 
 def _rate_changes(faults, direction: tuple[str, str], path) -> list[RateChange]:
     windows = []
-    for i, f in enumerate(faults):
+    for i, f in faults:
         if isinstance(f, LinkDegrade) and direction in f.senders():
             until = _ns(f.until_us) if f.until_us is not None else NEVER_NS
             windows.append((_ns(f.at_us), until, f.rate_fraction, i))
@@ -102,7 +103,7 @@ def _rate_changes(faults, direction: tuple[str, str], path) -> list[RateChange]:
 
 def _windows(faults, direction: tuple[str, str]) -> tuple[list[LossWindow], list[BitErrorWindow]]:
     loss, ber = [], []
-    for f in faults:
+    for _, f in faults:
         if direction not in f.senders() or not isinstance(f, (RandomLoss, BitErrors)):
             continue
         span = {"from_ns": _ns(f.from_us),
@@ -124,18 +125,60 @@ def _dscp_priority(spec) -> list[int]:
     return table
 
 
+def _check_switch(f, i: int, fabric: Fabric, path) -> None:
+    names = {n.name for n in fabric.switches()}
+    if f.switch not in names:
+        raise ConfigError(path, f"faults[{i}].switch", f"{f.switch!r} is not a switch of fabric "
+                          f"{fabric.name!r}")
+
+
+def _as_link_faults(spec, fabric: Fabric, path) -> list[tuple[int, object]]:
+    """(entry index, fault) with each switch_down/up as the link_down/up of
+    every link of its switch, both directions: a switch_up's links come up
+    once the controller has re-programmed it, ``controller.reaction_us``
+    after it is back (docs/faults.md)."""
+    out = []
+    for i, f in enumerate(spec.faults or []):
+        if not isinstance(f, (SwitchDown, SwitchUp)):
+            _check_link(f, i, fabric, path)
+            out.append((i, f))
+            continue
+        _check_switch(f, i, fabric, path)
+        at_us = f.at_us + (spec.controller.reaction_us if isinstance(f, SwitchUp) else 0)
+        for peer in sorted({p.peer for p in fabric.ports(f.switch)}):
+            link = {"link": f"{f.switch}:{peer}", "at_us": at_us}
+            out.append((i, LinkDown(kind="link_down", **link) if isinstance(f, SwitchDown)
+                        else LinkUp(kind="link_up", **link)))
+    return out
+
+
+def switch_reboots(exp) -> dict[str, list[DownInterval]]:
+    """switch -> when it is down (from its switch_down until its switch_up: its
+    P4Runtime agent back)."""
+    out: dict[str, list[DownInterval]] = {}
+    since: dict[str, int] = {}
+    for f in sorted((f for f in exp.spec.faults or [] if isinstance(f, (SwitchDown, SwitchUp))),
+                    key=lambda f: f.at_us):
+        if isinstance(f, SwitchDown):
+            since[f.switch] = _ns(f.at_us)
+        elif f.switch in since:
+            out.setdefault(f.switch, []).append(DownInterval(from_ns=since.pop(f.switch),
+                                                             until_ns=_ns(f.at_us)))
+    for sw, t in since.items():
+        out.setdefault(sw, []).append(DownInterval(from_ns=t, until_ns=NEVER_NS))
+    return out
+
+
 def compile_faults(spec, fabric: Fabric, path: str | Path) -> dict[tuple[str, str], EndFaults]:
     """Every faulted direction's ``EndFaults``, keyed (sender, receiver);
     ``ConfigError`` (one line) for a fault the fabric refuses."""
-    faults = spec.faults or []
-    if not faults:
+    if not spec.faults:
         return {}
     if fabric.link_layer == "infiniband":
         raise ConfigError(path, "faults", f"not on an InfiniBand fabric yet (topology "
                           f"{fabric.name} is link_layer: infiniband)")
-    for i, f in enumerate(faults):
-        _check_link(f, i, fabric, path)
-    directions = sorted({d for f in faults for d in f.senders()})
+    faults = _as_link_faults(spec, fabric, path)
+    directions = sorted({d for _, f in faults for d in f.senders()})
     table = _dscp_priority(spec)
     out = {}
     for d in directions:
@@ -147,7 +190,22 @@ def compile_faults(spec, fabric: Fabric, path: str | Path) -> dict[tuple[str, st
 
 
 def check_faults(spec, fabric: Fabric, path: str | Path) -> None:
-    compile_faults(spec, fabric, path)
+    ends = compile_faults(spec, fabric, path)
+    if any(ef.down for ef in ends.values()):
+        # The controller's writes must land after the window the report is
+        # in: no process has passed it then (docs/virtual-time.md).
+        ahead = lookahead_ns(fabric.links)
+        if _ns(spec.controller.reaction_us) <= ahead:
+            raise ConfigError(path, "controller.reaction_us", f"must be more than the fabric's "
+                              f"lookahead, {ahead / 1000:g} us (got {spec.controller.reaction_us:g})")
+
+
+def reroute_reaction_ns(exp) -> int | None:
+    """The controller's reaction (fabric ns) if the experiment takes a link
+    down (then the controller reroutes), else None."""
+    if any(ef.down for ef in end_faults(exp).values()):
+        return _ns(exp.spec.controller.reaction_us)
+    return None
 
 
 def end_faults(exp) -> dict[tuple[str, str], EndFaults]:
@@ -164,6 +222,20 @@ def switch_port_faults(exp) -> dict[tuple[str, int], EndFaults]:
             for p in exp.fabric.ports(sender):
                 if p.peer == receiver:
                     out[(sender, p.port_no)] = ef
+    return out
+
+
+def switch_port_rx_down(exp) -> dict[tuple[str, int], list[DownInterval]]:
+    """(switch, port_no) -> when the direction into that port is down (its
+    sender's intervals): the port reports losing and regaining the signal
+    to the controller (``dataplane/port_status.py``)."""
+    out = {}
+    for (sender, receiver), ef in end_faults(exp).items():
+        node = exp.fabric.node(receiver)
+        if node.is_switch and ef.down:
+            for p in exp.fabric.ports(receiver):
+                if p.peer == sender:
+                    out[(receiver, p.port_no)] = list(ef.down)
     return out
 
 

@@ -97,7 +97,9 @@ def describe_experiment(exp: Experiment) -> list[str]:
         for f in spec.faults:
             kinds[f.kind] = kinds.get(f.kind, 0) + 1
         lines.append(f"  faults: {len(spec.faults)} on "
-                     f"{len({tuple(sorted(f.ends)) for f in spec.faults})} links ("
+                     f"{len({tuple(sorted(getattr(f, 'ends', (f.switch,)))) for f in spec.faults})} "
+                     + ("links (" if all(hasattr(f, "link") for f in spec.faults)
+                        else "links and switches (")
                      + ", ".join(f"{n} x {k}" for k, n in kinds.items()) + "; docs/faults.md)")
     if spec.sweep is not None:
         lines.append(f"  sweep: {spec.sweep.parameter} over {len(exp.sweep_points)} values, a run each "

@@ -14,7 +14,8 @@ from emulator.experiment.agents import AgentGroup, start_together
 from emulator.experiment.capture import write_captures
 from emulator.experiment.endpoint_results import render_endpoints
 from emulator.experiment.endpoints import dropped_flows
-from emulator.experiment.faults import switch_port_faults
+from emulator.experiment.faults import (reroute_reaction_ns, switch_port_faults, switch_port_rx_down,
+                                        switch_reboots)
 from emulator.experiment.model import Experiment
 from emulator.experiment.outdir import OutputDir, output_dir
 from emulator.experiment.plotter import Plotter
@@ -84,7 +85,8 @@ def fabric_net(exp: Experiment, run_dir: Path, pcap: bool | str = False,
                      sample_interval_ns=int(spec.switch.sample_interval_us * 1000 * exp.dilation),
                      pcap=bool(pcap), cluster=spec.cluster, ib_cc=spec.ib_cc,
                      switches_per_process=spec.switch.per_process, vtime=vtime,
-                     link_faults=switch_port_faults(exp))
+                     link_faults=switch_port_faults(exp), port_rx_down=switch_port_rx_down(exp),
+                     reroute_reaction_ns=reroute_reaction_ns(exp), switch_reboots=switch_reboots(exp))
 
 
 def run_experiment(exp: Experiment, out_dir: str | Path, console: Console | None = None,
@@ -262,6 +264,8 @@ def _traffic(fnet: FabricNet, exp: Experiment, run_dir: Path, console: Console,
     finally:
         if vt is not None:
             vt.finish()         # time stops: every agent ends where it is
+        if ctl is not None and ctl.rerouter is not None:
+            ctl.rerouter.write(RawDir(run_dir).reroute())
         servers.stop()
         agents.stop()
     # A dead switch has no counters to read; its stats.json may be missing.

@@ -149,8 +149,10 @@ def build_summary(exp: Experiment, target: str, agent_results: dict[str, dict],
         lossless_priorities=lossless_priorities(exp),
         flows=flows, ports=ports, switches=switches, nics=nics,
         fidelity=Fidelity(**fidelity))
-    faults = fault_summary(exp, stats, nic_stats)
+    faults = fault_summary(exp, stats, nic_stats, raw.reroute())
     if faults is not None:
+        if faults.reroutes:
+            faults.blackholed_frames = sum(p["pipeline_drops"] for p in ports)
         summary.faults = faults
     add_link_losses(summary, link_losses(ports, nic_stats, fault_lost_by_direction(faults)))
     add_socket_drops(summary, socket_drops(ports, nic_stats))

@@ -251,6 +251,7 @@ class FaultEnd(_Written):
     corrupted: dict[str, int]
     corrupted_frames: int
     rate_changes: list[Block]
+    down_intervals: list[Block] = []       # each down interval and the frames it lost
 
 
 class Faults(_Written):
@@ -266,6 +267,12 @@ class Faults(_Written):
     switch_fcs_errors: int
     nic_fcs_errors: int
     nic_icrc_errors: int
+    # the controller's reroute (a link taken down): its reaction, the ports'
+    # reports and each change of the dead links (control/reroute.py)
+    reaction_ns: Optional[int] = None
+    port_reports: list[Block] = []
+    reroutes: list[Block] = []
+    blackholed_frames: Optional[int] = None   # the pipelines' drops (no route)
 
     def as_dict(self) -> dict:
         d = super().as_dict()

@@ -66,7 +66,8 @@ class FabricNet(FabricNodes, FabricHealth):
                  buffer_bytes: int = 4_000_000, program: bool = True, qos=None,
                  mtu_bytes: int = 1024, sample_interval_ns: int = 0, pcap: bool = False,
                  target: str = "embedded", cluster=None, ib_cc=None,
-                 switches_per_process: int | str = "auto", vtime=None, link_faults=None):
+                 switches_per_process: int | str = "auto", vtime=None, link_faults=None,
+                 port_rx_down=None, reroute_reaction_ns: int | None = None, switch_reboots=None):
         """qos: an ``emulator.control.qos.QosSpec`` to install (None: no traffic
         classes: everything lossy in priority 0). sample_interval_ns: wall
         period of the switches' queue-depth samples (0: none; embedded
@@ -79,7 +80,12 @@ class FabricNet(FabricNodes, FabricHealth):
         vtime: the run is in virtual time: its ``vtime.Coordinator``, whose
         socket every switch and agent process joins (``emulator.vtime``).
         link_faults: (switch, port_no) -> the scripted faults that port
-        applies as its link's sender (``schema.faults.EndFaults``; embedded)."""
+        applies as its link's sender (``schema.faults.EndFaults``; embedded);
+        port_rx_down: (switch, port_no) -> when the link into it is down;
+        reroute_reaction_ns: the controller reroutes around dead links,
+        its writes taking effect this long after a port reports
+        (``control/reroute.py``; None: it does not); switch_reboots:
+        switch -> when it is down (a modelled reboot)."""
         if target not in TARGETS:
             raise ValueError(f"target must be one of {TARGETS}, not {target!r}")
         self.target = target
@@ -115,6 +121,9 @@ class FabricNet(FabricNodes, FabricHealth):
         self.vtime = vtime
         self.vtime_socket = vtime.path if vtime is not None else None
         self.link_faults = link_faults or {}
+        self.port_rx_down = port_rx_down or {}
+        self.reroute_reaction_ns = reroute_reaction_ns
+        self.switch_reboots = switch_reboots or {}
 
     # -------------------------------------------------------------- lifecycle
     def start(self) -> "FabricNet":
@@ -172,6 +181,10 @@ class FabricNet(FabricNodes, FabricHealth):
                                                   else ())}
         if self.link_faults:
             switch_options["link_faults"] = self.link_faults
+        if self.port_rx_down:
+            switch_options["port_rx_down"] = self.port_rx_down
+        if self.switch_reboots:
+            switch_options["switch_reboots"] = self.switch_reboots
         net_cls, net_params = Mininet, {}
         if self.cluster_spec is not None:
             self.cluster = Cluster(self.cluster_spec, self.fabric, self.run_dir,
@@ -195,6 +208,8 @@ class FabricNet(FabricNodes, FabricHealth):
                 reaction_fabric_ns=self.reaction_fabric_ns(), dilation=self.dilation)
             self.controller.connect()
             self.controller.install()
+            if self.reroute_reaction_ns is not None:
+                self.controller.enable_reroute(self.reroute_reaction_ns)
 
     def vtime_socket_of(self, node: str) -> str | None:
         """The coordinator's socket as the processes of ``node`` (a switch, a

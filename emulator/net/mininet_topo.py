@@ -44,10 +44,16 @@ def switch_params(fabric: Fabric, name: str, target: str, switch_options: dict,
                 "options": {k: switch_options[k] for k in ("buffer_bytes", "mtu_frame_bytes", "pcap",
                                                             "lossless_priorities")}}
     options = {k: v for k, v in switch_options.items()
-               if k not in ("dilation", "mtu_frame_bytes", "lossless_priorities", "link_faults")}
+               if k not in ("dilation", "mtu_frame_bytes", "lossless_priorities", "link_faults",
+                            "port_rx_down", "switch_reboots")}
     faults = {port: f for (sw, port), f in switch_options.get("link_faults", {}).items() if sw == name}
     if faults:
         common["port_faults"] = faults
+    rx_down = {port: d for (sw, port), d in switch_options.get("port_rx_down", {}).items() if sw == name}
+    if rx_down:
+        common["port_rx_down"] = rx_down
+    if switch_options.get("switch_reboots", {}).get(name):
+        options["reboots"] = switch_options["switch_reboots"][name]
     if fabric.link_layer == "infiniband":
         options["ib"] = ib_link_config(switch_options["dilation"])
     return {**common, "cls": switch_cls or EmbeddedP4Switch, "forkserver": forkserver,

@@ -84,7 +84,7 @@ class EmbeddedP4Switch(StartedSideBySide, Switch):
 
     def __init__(self, name, device_id: int, grpc_port: int, run_dir: str,
                  port_links: dict, options: dict, forkserver, pack: str | None = None,
-                 port_faults: dict | None = None, **params):
+                 port_faults: dict | None = None, port_rx_down: dict | None = None, **params):
         """port_links: port_no -> (rate_bps, delay_ns) of the link behind it, dilated;
         options: the rest of the switch process's config (buffer_bytes,
         sample_interval_ns, pcap, router_mac, seed; see emulator/dataplane/switch.py);
@@ -92,7 +92,8 @@ class EmbeddedP4Switch(StartedSideBySide, Switch):
         forks the switch process warm; pack: the name of the process this
         switch shares with the others of that name (``dataplane/pack.py``;
         None: a process of its own); port_faults: port_no -> the scripted
-        faults of the link it sends on (``schema.faults.EndFaults``)."""
+        faults of the link it sends on (``schema.faults.EndFaults``);
+        port_rx_down: port_no -> when the link into it is down (``DownInterval``s)."""
         super().__init__(name, dpid=f"{device_id:x}", **params)
         self.forkserver = forkserver
         self.pack = pack
@@ -101,6 +102,7 @@ class EmbeddedP4Switch(StartedSideBySide, Switch):
         self.run_dir = Path(run_dir)
         self.port_links = port_links
         self.port_faults = port_faults or {}
+        self.port_rx_down = port_rx_down or {}
         self.options = options
         self.proc: subprocess.Popen | None = None
         self.log_path = RawDir(run_dir).process_log(name)
@@ -118,7 +120,8 @@ class EmbeddedP4Switch(StartedSideBySide, Switch):
                 continue
             rate_bps, delay_ns = self.port_links[port_no]
             ports.append(PortConfig(port_no=port_no, ifname=intf.name, rate_bps=rate_bps,
-                                    delay_ns=delay_ns, faults=self.port_faults.get(port_no)))
+                                    delay_ns=delay_ns, faults=self.port_faults.get(port_no),
+                                    rx_down=self.port_rx_down.get(port_no, [])))
         cfg_path = RawDir(self.run_dir).switch_config(self.name)
         SwitchConfig(name=self.name, device_id=self.device_id, grpc_port=self.grpc_port,
                      ports=ports, stats_path=str(self.stats_path), **self.options).write(cfg_path)

@@ -166,6 +166,14 @@ class SweepSpec(StrictSpec):
         return v
 
 
+class ControllerSpec(StrictSpec):
+    """The fabric controller's reaction to a port going down or up: its
+    writes (the dead next hop out of every ECMP group and route, or back in)
+    take effect ``reaction_us`` of fabric time after the switch reported it
+    (docs/faults.md, "The controller's reroute")."""
+    reaction_us: float = Field(1000.0, gt=0, le=10_000_000, allow_inf_nan=False)
+
+
 class ExperimentSpec(StrictSpec):
     name: str                                       # names its results: [a-z0-9][a-z0-9-]*, <= 63 chars
     description: str = ""                           # for people: nothing reads it
@@ -196,6 +204,7 @@ class ExperimentSpec(StrictSpec):
     endpoints: Optional[EndpointsSpec] = None       # NIC/DPU, tenants, host CPU (schema/endpoints.py)
     cluster: Optional[ClusterSpec] = None           # spread over several machines (schema/cluster.py)
     faults: Optional[list[FaultEntry]] = None       # scripted link faults (schema/faults.py)
+    controller: ControllerSpec = ControllerSpec()   # its reroute on link faults
 
     @field_validator("dilation", mode="before")
     @classmethod

@@ -146,8 +146,26 @@ class BitErrors(_Window):
     seed: int = Field(DEFAULT_FAULT_SEED, ge=0)
 
 
+class SwitchDown(StrictSpec):
+    """The switch goes dark at ``at_us`` (a modelled reboot): every
+    direction of its links down, its tables lost; neighbours reroute."""
+    kind: Literal["switch_down"]
+    switch: str
+    at_us: FabricUs
+
+
+class SwitchUp(StrictSpec):
+    """The switch is back at ``at_us`` (its P4Runtime agent up): the
+    controller re-programs it, and its links come up once that is done,
+    ``controller.reaction_us`` later."""
+    kind: Literal["switch_up"]
+    switch: str
+    at_us: FabricUs
+
+
 FAULT_KINDS = {"link_down": LinkDown, "link_up": LinkUp, "link_flap": LinkFlap,
-               "link_degrade": LinkDegrade, "random_loss": RandomLoss, "bit_errors": BitErrors}
+               "link_degrade": LinkDegrade, "random_loss": RandomLoss, "bit_errors": BitErrors,
+               "switch_down": SwitchDown, "switch_up": SwitchUp}
 
 
 def _fault_kind(v) -> str | None:

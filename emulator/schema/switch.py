@@ -23,7 +23,7 @@ from typing import Optional
 
 from pydantic import Field, field_validator
 
-from emulator.schema.faults import EndFaults
+from emulator.schema.faults import DownInterval, EndFaults
 from emulator.schema.load import ProcessConfig, StrictSpec
 from emulator.schema.nic import IbLinkLayer
 from emulator.wire import MAX_SWITCH_PORTS
@@ -39,6 +39,9 @@ class PortConfig(StrictSpec):
     delay_ns: int = Field(ge=0)
     buffer_bytes: Optional[int] = Field(None, gt=0)   # old per-port FIFO limit: summed into the shared buffer
     faults: Optional[EndFaults] = None                 # scripted faults of the link it sends on
+    # when the direction INTO the port is down (its sender's intervals): the
+    # port sees no signal a link delay later and reports it (dataplane/port_status.py)
+    rx_down: list[DownInterval] = []
 
 
 class IbLinkConfig(IbLinkLayer):
@@ -69,6 +72,9 @@ class SwitchConfig(ProcessConfig):
     pcap: bool = False
     seed: int = 0
     ib: Optional[IbLinkConfig] = None                  # set: an InfiniBand switch (p4src/ib.p4)
+    # when the switch is down (a scripted switch_down until its switch_up):
+    # a modelled reboot, dataplane/port_status.py
+    reboots: list[DownInterval] = []
 
     @field_validator("router_mac")
     @classmethod

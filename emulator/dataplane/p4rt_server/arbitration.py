@@ -72,8 +72,11 @@ class Arbitration:
     # ------------------------------------------------------------ the stream
 
     def stream(self, requests: Iterator[pb.StreamMessageRequest], context: grpc.ServicerContext,
-               on_packet: Callable[[Session, pb.PacketOut], None]) -> Iterator[pb.StreamMessageResponse]:
-        """Body of a StreamChannel RPC: a reader thread consumes ``requests``, this yields the replies."""
+               on_packet: Callable[[Session, pb.PacketOut], None],
+               on_other: Callable[[Session, Any], bool] | None = None
+               ) -> Iterator[pb.StreamMessageResponse]:
+        """Body of a StreamChannel RPC: a reader thread consumes ``requests``, this yields the replies.
+        ``on_other``: takes an ``other`` message it knows (True); the rest are refused."""
         session = Session(context.peer())
 
         def on_rpc_done() -> None:
@@ -81,7 +84,7 @@ class Arbitration:
             session.out.put(_EOF)
 
         context.add_callback(on_rpc_done)
-        reader = threading.Thread(target=self._read, args=(session, requests, on_packet),
+        reader = threading.Thread(target=self._read, args=(session, requests, on_packet, on_other),
                                   name=f"p4rt-dev{self.device_id}-stream", daemon=True)
         reader.start()
         try:
@@ -96,7 +99,8 @@ class Arbitration:
             self.drop(session)
 
     def _read(self, session: Session, requests: Iterator[pb.StreamMessageRequest],
-              on_packet: Callable[[Session, pb.PacketOut], None]) -> None:
+              on_packet: Callable[[Session, pb.PacketOut], None],
+              on_other: Callable[[Session, Any], bool] | None = None) -> None:
         try:
             for req in requests:
                 if isinstance(req, Malformed):  # answered; the stream and the session go on
@@ -115,7 +119,7 @@ class Arbitration:
                     session.send(pb.StreamMessageResponse(error=pb.StreamError(
                         canonical_code=code_pb2.INVALID_ARGUMENT, message="fabric.p4 has no digests",
                         digest_list_ack=pb.DigestListAckError(digest_list_ack=req.digest_ack))))
-                elif kind == "other":
+                elif kind == "other" and not (on_other is not None and on_other(session, req.other)):
                     session.send(pb.StreamMessageResponse(error=pb.StreamError(
                         canonical_code=code_pb2.UNIMPLEMENTED, message="'other' stream messages are not supported",
                         other=pb.StreamOtherError(other=req.other))))

@@ -18,6 +18,7 @@ from emulator.dataplane.p4rt_server.arbitration import Arbitration
 from emulator.dataplane.p4rt_server.counters import Counters
 from emulator.dataplane.p4rt_server.packet_io import PacketIO
 from emulator.dataplane.p4rt_server.pipeline_config import PipelineConfig
+from emulator.dataplane.p4rt_server.port_events import PortEvents
 from emulator.dataplane.p4rt_server.pre import CloneSessions
 from emulator.dataplane.p4rt_server.read import Reader
 from emulator.dataplane.p4rt_server.rpc import generic_handler
@@ -62,6 +63,7 @@ class P4RuntimeServer(pb_grpc.P4RuntimeServicer):
             "counter_entry": self.counters.write,
             "packet_replication_engine_entry": self.clone_sessions.write,
         })
+        self.port_events = PortEvents(state, self.arbitration, self.writer, device_id)
         self.reader = Reader(state, {
             "table_entry": self.tables.read,
             "action_profile_member": self.profiles.read_members,
@@ -93,6 +95,10 @@ class P4RuntimeServer(pb_grpc.P4RuntimeServicer):
             raise RuntimeError(f"P4Runtime server of device {self.device_id}: cannot bind {BIND_HOST}:{self.port}")
         self.port = bound
         self.state.packet_in_handler = self.packet_io.packet_in
+        self.state.port_status_handler = self.port_events.report
+        self.state.switch_status_handler = self.port_events.report_switch
+        self.state.on_wipe = self._reset
+        self.state.apply_due_writes = self.port_events.apply_due
         server.start()
         self._server = server
         return bound
@@ -103,6 +109,8 @@ class P4RuntimeServer(pb_grpc.P4RuntimeServicer):
             return
         if self.state.packet_in_handler == self.packet_io.packet_in:
             self.state.packet_in_handler = None
+        self.state.port_status_handler = None
+        self.state.switch_status_handler = None
         self.arbitration.close()
         server.stop(grace).wait()
 
@@ -151,6 +159,9 @@ class P4RuntimeServer(pb_grpc.P4RuntimeServicer):
             context.abort(grpc.StatusCode.PERMISSION_DENIED,
                           "Write refused: election_id is not the primary controller's")
         self._check_pipeline(context)
+        at_ns = self.port_events.timed(context)
+        if at_ns is not None:         # takes effect at that fabric time (port_events.py)
+            return self.port_events.queue(request, at_ns, context)
         return self.writer.write(request, context)
 
     def Read(self, request, context):
@@ -161,4 +172,5 @@ class P4RuntimeServer(pb_grpc.P4RuntimeServicer):
         yield from self.reader.read(request, context)
 
     def StreamChannel(self, request_iterator, context):
-        return self.arbitration.stream(request_iterator, context, self.packet_io.packet_out)
+        return self.arbitration.stream(request_iterator, context, self.packet_io.packet_out,
+                                       self.port_events.on_other)

@@ -1,0 +1,269 @@
+"""The controller's reroute: dead next hops out of the ECMP groups and routes, and back.
+
+A switch reports a port that lost or regained its signal on its P4Runtime
+stream (``emulator/p4/port_status.py``). A link is down while either of its
+ends reports no signal (a real port whose receiver loses the signal signals
+a remote fault, and its peer takes the link down too). On every change the
+controller recomputes every switch's routes on the fabric without the dead
+links -- the same shortest-path rule as at install (``topo.routes``) -- and
+writes each switch the difference to what it holds:
+
+    insert new members, insert new groups, modify routes, insert routes,
+    delete routes, delete groups, delete members
+
+(one Write per step, so nothing refers to what is not there yet or any
+more). Members and groups keep their ids: a next hop, or a set of them, has
+one id for the run (the install's, or the next free one), so restoring a
+link writes back the entries the install wrote. A prefix no switch can
+reach any more loses its route: frames to it are dropped by the pipeline's
+table miss (black-holed), not sent onto a dead link.
+
+Every write carries the fabric time it takes effect: the report's time plus
+``reaction_ns``, the modelled control-plane delay (detection, computation,
+the writes' round trips), so a rerun reroutes at the same fabric ns. The
+answer to the reporting switch goes last: it holds its loop, and in virtual
+time the whole fabric, until every write is in (docs/virtual-time.md).
+"""
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from p4.v1 import p4runtime_pb2 as pb
+
+from emulator.atomic import atomic_write_text
+from emulator.p4.p4info import P4Info
+from emulator.p4.port_status import decode_other, port_status_ack
+from emulator.topo import Fabric, Route, compute_routes, ecmp_groups, nexthop_members
+
+
+def entity_ids(routes: list[Route], switch: str) -> tuple[dict, dict]:
+    """(next hop -> member id, next-hop set -> group id) of one switch's routes:
+    the ids the install writes."""
+    members = {nh: i + 1 for i, nh in enumerate(nexthop_members({switch: routes})[switch])}
+    groups = {hops: i + 1 for i, hops in enumerate(ecmp_groups({switch: routes})[switch])}
+    return members, groups
+
+
+class _FabricWithout:
+    """The fabric as routing sees it with some ports' links dead."""
+
+    def __init__(self, fabric: Fabric, dead: set[tuple[str, int]]):
+        self._fabric = fabric
+        self._dead = dead
+
+    def ports(self, node):
+        name = node if isinstance(node, str) else node.name
+        return tuple(p for p in self._fabric.ports(node) if (name, p.port_no) not in self._dead)
+
+    def __getattr__(self, name):
+        return getattr(self._fabric, name)
+
+
+class SwitchRoutes:
+    """What the controller holds written on one switch's ``ecmp_selector`` and ``ipv4_lpm``."""
+
+    def __init__(self, p4info: P4Info, switch: str, routes: list[Route]):
+        self.p4info = p4info
+        self.switch = switch
+        self.member_ids, self.group_ids = entity_ids(routes, switch)
+        self.members = set(self.member_ids)
+        self.groups = set(self.group_ids)
+        self.routes = {r.prefix: r for r in routes}
+
+    def _id(self, ids: dict, key) -> int:
+        if key not in ids:
+            ids[key] = max(ids.values(), default=0) + 1
+        return ids[key]
+
+    def _member(self, nh):
+        return self.p4info.action_profile_member(
+            "ecmp_selector", self.member_ids[nh], "set_nexthop",
+            {"port": nh.port_no, "smac": nh.smac, "dmac": nh.dmac})
+
+    def _group(self, hops):
+        return self.p4info.action_profile_group(
+            "ecmp_selector", self.group_ids[hops], [self.member_ids[nh] for nh in hops])
+
+    def _route(self, r: Route):
+        net, plen = r.prefix.split("/")
+        ref = ({"group_id": self.group_ids[r.next_hops]} if r.is_ecmp
+               else {"member_id": self.member_ids[r.next_hops[0]]})
+        return self.p4info.table_entry("ipv4_lpm", {"ipv4_dst": (net, int(plen))}, **ref)
+
+    def update(self, routes: list[Route]) -> list[tuple[int, list]]:
+        """The Write batches, in order, that turn what the switch holds into
+        ``routes`` ([]: nothing changes); what it holds is then ``routes``."""
+        want_members = nexthop_members({self.switch: routes})[self.switch]
+        want_groups = ecmp_groups({self.switch: routes})[self.switch]
+        want = {r.prefix: r for r in routes}
+        for nh in want_members:
+            self._id(self.member_ids, nh)
+        for hops in want_groups:
+            self._id(self.group_ids, hops)
+        gone_routes = [self.routes[p] for p in self.routes if p not in want]
+        changed = [r for p, r in want.items() if p in self.routes and self.routes[p] != r]
+        new_routes = [r for p, r in want.items() if p not in self.routes]
+        steps = [
+            (pb.Update.INSERT, [self._member(nh) for nh in want_members if nh not in self.members]),
+            (pb.Update.INSERT, [self._group(h) for h in want_groups if h not in self.groups]),
+            (pb.Update.MODIFY, [self._route(r) for r in changed]),
+            (pb.Update.INSERT, [self._route(r) for r in new_routes]),
+            (pb.Update.DELETE, [self._route(r) for r in gone_routes]),
+            (pb.Update.DELETE, [self._group(h) for h in sorted(self.groups - set(want_groups),
+                                                               key=self.group_ids.get)]),
+            (pb.Update.DELETE, [self._member(nh) for nh in sorted(self.members - set(want_members))]),
+        ]
+        self.members, self.groups, self.routes = set(want_members), set(want_groups), want
+        return [(utype, ents) for utype, ents in steps if ents]
+
+    def snapshot(self) -> tuple:
+        return frozenset(self.members), frozenset(self.groups), dict(self.routes)
+
+    def changes_since(self, snap: tuple) -> int:
+        """Entries added, removed or changed since ``snapshot``."""
+        members, groups, routes = snap
+        return (len(members ^ self.members) + len(groups ^ self.groups)
+                + len(routes.keys() ^ self.routes.keys())
+                + sum(1 for p, r in routes.items() if p in self.routes and self.routes[p] != r))
+
+
+class Rerouter:
+    """Takes the port reports of every switch of a controller and reroutes."""
+
+    def __init__(self, fabric: Fabric, p4info: P4Info, conns: dict, reaction_ns: int,
+                 routes: dict[str, list[Route]] | None = None, port_entities=None):
+        """conns: switch -> its ``SwitchConnection`` (primary); routes: what
+        the install wrote (default: the fabric's); port_entities(switch):
+        its entities beside the routes, by kind (``FabricController.
+        port_entities``), written again when a switch is back from a reboot."""
+        routes = routes if routes is not None else compute_routes(fabric)
+        self.fabric = fabric
+        self.p4info = p4info
+        self.port_entities = port_entities or (lambda switch: {})
+        self.off: set[str] = set()       # switches down (a modelled reboot)
+        self.conns = conns
+        self.reaction_ns = int(reaction_ns)
+        self.held = {sw: SwitchRoutes(p4info, sw, routes[sw]) for sw in conns}
+        self.down: set[tuple[str, int]] = set()     # ports reporting no signal
+        self.reports: list[dict] = []      # every port report, as handled
+        self.reroutes: list[dict] = []     # every change of the dead links, and its writes
+        self._lock = threading.Lock()
+        self._names = {id(c): name for name, c in conns.items()}
+        for conn in conns.values():
+            conn.on_other = self._on_other
+
+    def _on_other(self, conn, other) -> None:
+        got = decode_other(other) or {}
+        name = self._names[id(conn)]
+        if isinstance(got.get("port_status"), dict):
+            ps = got["port_status"]
+            self.handle(name, int(ps["port"]), ps.get("oper_status") == "UP", int(ps["fabric_ns"]))
+        elif isinstance(got.get("switch_status"), dict):
+            ps = got["switch_status"]
+            self.switch_status(name, ps.get("status") == "UP", int(ps["fabric_ns"]))
+        else:
+            return
+        conn.send_other(port_status_ack(int(ps["event_id"])))
+
+    def switch_status(self, switch: str, up: bool, fabric_ns: int) -> dict | None:
+        """A switch went down (its state lost: nothing is written to it
+        meanwhile; its neighbours' ports report its links) or is back: its
+        whole state written again, timed for ``fabric_ns + reaction_ns`` --
+        when its links come up (``experiment/faults.py``) -- with routes as
+        if its links were up. The reinstall (None for a down)."""
+        with self._lock:
+            self.reports.append({"switch": switch, "port": None, "peer": None,
+                                 "oper_status": "UP" if up else "DOWN", "detected_ns": fabric_ns})
+            held = self.held[switch]
+            if not up:
+                self.off.add(switch)
+                held.members, held.groups, held.routes = set(), set(), {}
+                return None
+            self.off.discard(switch)
+            mine = {(switch, p.port_no) for p in self.fabric.ports(switch)}
+            mine |= {(p.peer, p.peer_port_no) for p in self.fabric.ports(switch)}
+            routes = compute_routes(_FabricWithout(self.fabric, self._dead_ports() - mine))
+            at_ns = fabric_ns + self.reaction_ns
+            conn = self.conns[switch]
+            static = self.port_entities(switch)
+            # the install's order: the station, members, groups, routes, QoS, INT
+            batches = [static.get("tables")] + [ents for _, ents in held.update(routes.get(switch, []))]
+            batches += [static.get("qos"), static.get("int")]
+            updates = 0
+            for ents in batches:
+                if ents:
+                    conn.insert(ents, at_ns=at_ns)       # onto nothing: inserts only
+                    updates += len(ents)
+            reroute = {"detected_ns": fabric_ns, "converged_ns": at_ns, "links_down": self._links_down(),
+                       "programmed": [switch], "changes": updates, "reinstalled": switch}
+            self.reroutes.append(reroute)
+            return reroute
+
+    def _links_down(self) -> list:
+        return sorted({tuple(sorted((a, self.fabric.port(a, n).peer))) for a, n in self.down})
+
+    def _dead_ports(self) -> set[tuple[str, int]]:
+        """Both ends of every link one of whose ends reports no signal."""
+        dead = set()
+        for sw, port_no in self.down:
+            p = self.fabric.port(sw, port_no)
+            dead |= {(sw, port_no), (p.peer, p.peer_port_no)}
+        return dead
+
+    def handle(self, switch: str, port: int, up: bool, fabric_ns: int) -> dict | None:
+        """A port's report: the writes it calls for, each timed for
+        ``fabric_ns + reaction_ns``, made before this returns; the reroute
+        (None: the dead links did not change, e.g. the link's other end
+        had reported already)."""
+        with self._lock:
+            if switch in self.off:         # a report from a switch that is off: none comes
+                return None
+            self.reports.append({"switch": switch, "port": port,
+                                 "peer": self.fabric.port(switch, port).peer,
+                                 "oper_status": "UP" if up else "DOWN", "detected_ns": fabric_ns})
+            before = self._dead_ports()
+            (self.down.discard if up else self.down.add)((switch, port))
+            dead = self._dead_ports()
+            if dead == before:
+                return None
+            at_ns = fabric_ns + self.reaction_ns
+            batch = self._batch(fabric_ns)
+            routes = compute_routes(_FabricWithout(self.fabric, dead))
+            for sw in sorted(set(self.held) - self.off):
+                conn = self.conns[sw]
+                write = {pb.Update.INSERT: conn.insert, pb.Update.MODIFY: conn.modify,
+                         pb.Update.DELETE: conn.delete}
+                for utype, ents in self.held[sw].update(routes.get(sw, [])):
+                    write[utype](ents, at_ns=at_ns)
+            changed = {sw: self.held[sw].changes_since(snap) for sw, snap in batch["_before"].items()}
+            programmed = sorted(sw for sw, n in changed.items() if n)
+            batch.update({"converged_ns": at_ns if programmed else fabric_ns,
+                          "links_down": self._links_down(), "programmed": programmed,
+                          "changes": sum(changed.values())})
+            return batch
+
+    def _batch(self, fabric_ns: int) -> dict:
+        """The reroute of the reports at ``fabric_ns``: those of one instant
+        (the ends of one link, a switch's neighbours) reach the controller in
+        any wall order, each writing for the same instant, where the switches
+        apply them together; one record, from the state before the first to
+        the state after the last, is the same whatever the order."""
+        last = self.reroutes[-1] if self.reroutes else None
+        if last is not None and last["detected_ns"] == fabric_ns and "reinstalled" not in last:
+            return last
+        batch = {"detected_ns": fabric_ns,
+                 "_before": {sw: h.snapshot() for sw, h in self.held.items() if sw not in self.off}}
+        self.reroutes.append(batch)
+        return batch
+
+    def results(self) -> dict:
+        """The reports and reroutes in fabric-time order."""
+        with self._lock:
+            reports = sorted(self.reports, key=lambda r: (r["detected_ns"], r["switch"], r["port"] or 0))
+            reroutes = [{k: v for k, v in r.items() if not k.startswith("_")}
+                        for r in sorted(self.reroutes, key=lambda r: r["detected_ns"])]
+        return {"reaction_ns": self.reaction_ns, "reports": reports, "reroutes": reroutes}
+
+    def write(self, path: Path) -> None:
+        atomic_write_text(path, json.dumps(self.results(), indent=1))
