@@ -71,7 +71,8 @@ def _reroute_times(exp, f, times: list[int], ends: list[dict], rr: dict) -> dict
     links went down or up) when their ports reported it (``detected_ns``: a
     link delay later), when the last switch's writes took effect
     (``converged_ns``; None: nothing to rewrite -- the run ended first, or
-    the link was dead already) and, for a down, the frames the down
+    the link was dead already -- or the run ended before the writes took
+    effect, ``due_ns``) and, for a down, the frames the down
     interval lost on its links (``lost_frames``). A switch_up also has
     ``reprogrammed_ns``: when the controller's writes to it took effect
     (its links come up then)."""
@@ -92,26 +93,43 @@ def _reroute_times(exp, f, times: list[int], ends: list[dict], rr: dict) -> dict
         done = [r for r in rr.get("reroutes", []) if r["detected_ns"] in seen]
         lost = sum(d["dropped"] for e in ends if e["direction"] in mine
                    for d in e["down_intervals"] if d["from_ns"] == t)
+        due = [r["due_ns"] for r in done if "due_ns" in r]
         out.append({"at_ns": t, "detected_ns": min((r["detected_ns"] for r in reports), default=None),
-                    "converged_ns": max((r["converged_ns"] for r in done), default=None),
+                    "converged_ns": None if due else max((r["converged_ns"] for r in done), default=None),
+                    **({"due_ns": max(due)} if due else {}),
                     "programmed": sorted({s for r in done for s in r["programmed"]}),
                     "lost_frames": lost})
     got = {"reroute": out}
     if isinstance(f, SwitchUp):
         back = [r["converged_ns"] for r in rr.get("reroutes", [])
-                if r.get("reinstalled") == f.switch and r["detected_ns"] == _ns(f.at_us)]
+                if r.get("reinstalled") == f.switch and r["detected_ns"] == _ns(f.at_us)
+                and r["converged_ns"] is not None]
         got["reprogrammed_ns"] = back[0] if back else None
     return got
 
 
+def _by_run_end(rr: dict, end_ns: int | None) -> dict:
+    """The reroutes with a ``converged_ns`` past the run's end (fabric
+    ns) as ``due_ns`` instead: the run ended before their writes took effect."""
+    if not rr or end_ns is None:
+        return rr
+    reroutes = []
+    for r in rr.get("reroutes", []):
+        if r.get("converged_ns") is not None and r["converged_ns"] > end_ns:
+            r = {**r, "converged_ns": None, "due_ns": r["converged_ns"]}
+        reroutes.append(r)
+    return {**rr, "reroutes": reroutes}
+
+
 def fault_summary(exp, stats: dict[str, dict], nic_stats: dict[str, dict],
-                  reroute_path=None) -> Faults | None:
+                  reroute_path=None, end_ns: int | None = None) -> Faults | None:
     """summary.json's ``faults`` block (None: the experiment has none);
-    ``reroute_path``: the controller's reports and reroutes."""
+    ``reroute_path``: the controller's reports and reroutes; ``end_ns``:
+    when the run ended (fabric ns)."""
     if not exp.spec.faults:
         return None
     ends = _end_stats(exp, stats, nic_stats)
-    rr = read_stats(reroute_path) if reroute_path is not None else {}
+    rr = _by_run_end(read_stats(reroute_path) if reroute_path is not None else {}, end_ns)
     entries = []
     for i, f in enumerate(exp.spec.faults):
         entry = {"index": i, **f.model_dump(exclude_none=True), **_entry_times(f, ends)}

@@ -149,7 +149,7 @@ def build_summary(exp: Experiment, target: str, agent_results: dict[str, dict],
         lossless_priorities=lossless_priorities(exp),
         flows=flows, ports=ports, switches=switches, nics=nics,
         fidelity=Fidelity(**fidelity))
-    faults = fault_summary(exp, stats, nic_stats, raw.reroute())
+    faults = fault_summary(exp, stats, nic_stats, raw.reroute(), fabric_ns)
     if faults is not None:
         if faults.reroutes:
             faults.blackholed_frames = sum(p["pipeline_drops"] for p in ports)

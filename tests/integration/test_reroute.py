@@ -1,0 +1,115 @@
+"""The controller's reroute end to end (docs/faults.md, "The controller's
+reroute") in virtual time on clos-2x2: leaf1-spine1 goes down under an
+all-to-all; both ends report it a link delay later, the controller's writes
+take effect ``controller.reaction_us`` after that on leaf1, leaf2 and
+spine1, the flows complete over spine2, and a rerun is the same run."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from emulator.experiment.dilation import run_with_dilation
+from emulator.experiment.model import load_experiment
+from tests.conftest import REPO
+from tests.reruns import without_wall
+
+pytestmark = [pytest.mark.fabric, pytest.mark.usefixtures("no_leftovers")]
+
+REACTION_US = 100
+DOWN_AT_US = 20
+EXP = f"""\
+name: reroute
+topology: {REPO / "topologies" / "clos-2x2.yaml"}
+time: virtual
+nic: {{rto_us: 100}}
+controller: {{reaction_us: {REACTION_US}}}
+traffic:
+  - {{pattern: all-to-all, op: write, size_bytes: 262144}}
+faults:
+  - {{kind: link_down, at_us: {DOWN_AT_US}, link: "leaf1:spine1"}}
+limits: {{wall_s: 60}}
+"""
+
+
+def _run(tmp_path: Path, name: str) -> tuple[dict, Path]:
+    (tmp_path / name).mkdir()
+    path = tmp_path / name / "exp.yaml"
+    path.write_text(EXP)
+    out = tmp_path / name / "out"
+    return run_with_dilation(load_experiment(path), out), out
+
+
+def _files(out: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(out)): p.read_bytes() for p in out.rglob("*") if p.suffix == ".csv"}
+
+
+@pytest.fixture(scope="module")
+def rerouted(tmp_path_factory) -> tuple[dict, Path]:
+    return _run(tmp_path_factory.mktemp("reroute"), "first")
+
+
+def test_a_link_down_is_rerouted_at_detection_plus_reaction_and_the_flows_complete(rerouted):
+    s, _ = rerouted
+    assert s["complete"] and not s["fell_behind"] and s["link_losses"] == []
+    f = s["faults"]
+    detected = (DOWN_AT_US + 1) * 1000          # the link's 1 us delay later
+    assert f["reaction_ns"] == REACTION_US * 1000
+    assert [(r["switch"], r["peer"], r["oper_status"], r["detected_ns"]) for r in f["port_reports"]] \
+        == [("leaf1", "spine1", "DOWN", detected), ("spine1", "leaf1", "DOWN", detected)]
+    (rr,) = f["reroutes"]
+    assert rr["detected_ns"] == detected and rr["converged_ns"] == detected + REACTION_US * 1000
+    assert rr["programmed"] == ["leaf1", "leaf2", "spine1"] and rr["links_down"] == [["leaf1", "spine1"]]
+    (entry,) = f["faults"]
+    (t,) = entry["reroute"]
+    assert (t["at_ns"], t["detected_ns"], t["converged_ns"]) == (DOWN_AT_US * 1000, detected,
+                                                                 detected + REACTION_US * 1000)
+    ends = {e["direction"]: e for e in f["ends"]}
+    assert t["lost_frames"] == sum(ends[d]["dropped_down_frames"]
+                                   for d in ("leaf1->spine1", "spine1->leaf1")) > 0
+    assert f["blackholed_frames"] == 0      # spine1 reaches leaf1 through leaf2 and spine2
+
+
+def test_a_rerun_reroutes_at_the_same_fabric_ns_and_is_the_same_run(rerouted, tmp_path):
+    s1, out1 = rerouted
+    s2, out2 = _run(tmp_path, "second")
+    assert without_wall({**s2, "source": ""}) == without_wall({**s1, "source": ""})
+    f1, f2 = _files(out1), _files(out2)
+    assert sorted(f1) == sorted(f2) and f1
+    for name in f1:
+        assert f1[name] == f2[name], name
+
+
+SPINE_DOWN = REPO / "experiments" / "spine-down-incast.yaml"
+
+
+@pytest.fixture(scope="module")
+def spine_down(tmp_path_factory) -> tuple[dict, Path]:
+    out = tmp_path_factory.mktemp("spine-down") / "out"
+    return run_with_dilation(load_experiment(SPINE_DOWN), out), out
+
+
+def test_a_spine_down_is_routed_around_then_programmed_again_and_nothing_is_left(spine_down):
+    s, _ = spine_down
+    assert s["complete"] and not s["fell_behind"] and s["link_losses"] == []
+    f = s["faults"]
+    reaction = f["reaction_ns"]
+    down, up = f["faults"]
+    (t,) = down["reroute"]
+    assert (t["at_ns"], t["detected_ns"], t["converged_ns"]) == (50_000, 51_000, 51_000 + reaction)
+    assert t["programmed"] == ["leaf1", "leaf2"] and t["lost_frames"] > 0
+    assert up["reprogrammed_ns"] == 200_000 + reaction       # before its links come up
+    (back,) = up["reroute"]
+    assert back["at_ns"] == 200_000 + reaction and back["detected_ns"] == back["at_ns"] + 1_000
+    reroutes = [(r["detected_ns"], r.get("reinstalled")) for r in f["reroutes"]]
+    assert reroutes[:2] == [(51_000, None), (200_000, "spine1")]
+
+
+def test_a_rerun_of_the_spine_down_is_the_same_run(spine_down, tmp_path):
+    s1, out1 = spine_down
+    s2 = run_with_dilation(load_experiment(SPINE_DOWN), tmp_path / "out")
+    assert without_wall(s2) == without_wall(s1)
+    f1, f2 = _files(out1), _files(tmp_path / "out")
+    assert sorted(f1) == sorted(f2) and f1
+    for name in f1:
+        assert f1[name] == f2[name], name
