@@ -75,6 +75,7 @@ class SwitchState:
         # earliest one's time, and what applies those due (the switch's loop).
         self.next_write_ns = NEVER_NS
         self.apply_due_writes: Callable[[int], None] = lambda now_ns: None
+        self.failed_timed_writes = 0     # timed writes that failed when applied (a controller bug)
 
     def reset(self, table_ids, action_profile_ids, counter_sizes: dict[int, int]) -> None:
         """Empty state for a newly set pipeline config."""

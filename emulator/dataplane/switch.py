@@ -340,8 +340,9 @@ class EmbeddedSwitch:
             ports.append(st)
         out = {"name": self.cfg.name, "since_ns": self.since_ns, "until_ns": now,
                "rx_frames": self.rx_frames, **self.tm.buffer_stats(), "ports": ports}
-        if self.port_watch:
+        if self.port_watch or self.state.failed_timed_writes:
             out["port_events"] = list(self.port_events)
+            out["failed_timed_writes"] = self.state.failed_timed_writes
         if self.logs is not None and not self.logs.events_f.closed:   # not at exit
             out["raw_log_bytes"] = self.logs.sizes()
         if self.virtual:            # its process's clock: windows, frames not ours

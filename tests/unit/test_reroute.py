@@ -301,3 +301,14 @@ def test_the_switchs_loop_reports_at_the_exact_fabric_times_and_a_reboot_wipes_i
                     (20_000, "switch", False, 20_000), (30_000, "switch", True, 30_000)]
     assert sw.state.tables == {7: {}}                  # the reboot took the entries
     assert [e["answered"] for e in sw.stats()["port_events"]] == [True] * 4
+
+
+def test_a_timed_write_that_fails_when_applied_is_counted_not_lost(live):
+    servers, ctl, clock = live
+    station = ctl.p4info.table_entry("my_station", {"eth_dst": "02:00:00:00:aa:01"}, "NoAction")
+    ctl.conns["leaf1"].delete([station], at_ns=5_000)      # no such entry: fails at 5 us
+    server = servers["leaf1"]
+    server.port_events.apply_due(4_999)
+    assert server.state.failed_timed_writes == 0 and server.state.next_write_ns == 5_000
+    server.port_events.apply_due(5_000)
+    assert server.state.failed_timed_writes == 1 and server.state.next_write_ns == NEVER_NS

@@ -18,7 +18,7 @@ the switch's loop applies it at its first turn at or after that time
 (``apply_due``), before any frame of that turn meets the tables. A time
 not ahead of the switch's is refused (OUT_OF_RANGE): the write could not
 be applied at it. A queued update that fails when applied is logged and counted
-(``failed_writes``): the controller computed it from its own model of the
+(``state.failed_timed_writes``, in the switch's stats): the controller computed it from its own model of the
 switch, so that is a bug, not a user's error.
 """
 from __future__ import annotations
@@ -70,7 +70,6 @@ class PortEvents:
         self._answered: set[int] = set()
         self._queued: list = []           # heap of (at_ns, seq, request)
         self._seq = itertools.count()
-        self.failed_writes = 0
 
     # ------------------------------------------------------------ port status
     def report(self, port: int, up: bool, fabric_ns: int) -> bool:
@@ -151,6 +150,6 @@ class PortEvents:
                 try:
                     self.writer.write(request, _LoopContext())
                 except _Refused as e:
-                    self.failed_writes += 1
+                    self.state.failed_timed_writes += 1
                     log.error("device %d: a write timed for %d ns failed: %s", self.device_id, at_ns, e)
             self.state.next_write_ns = self._queued[0][0] if self._queued else NEVER_NS
