@@ -9,6 +9,8 @@ faults:
   - {kind: link_degrade, at_us: 0, link: "h1:leaf1", rate_fraction: 0.5, until_us: 800}
   - {kind: random_loss, link: "leaf1:spine1", rate: 0.01, priority: 3, direction: a_to_b}
   - {kind: bit_errors, link: "h2:leaf1", ber: 1.0e-6, from_us: 0, until_us: 2000}
+  - {kind: switch_down, switch: spine1, at_us: 50}                # a modelled reboot
+  - {kind: switch_up, switch: spine1, at_us: 200}
 ```
 
 ``link`` names the two nodes a link joins, ``"A:B"``; ``direction`` is
