@@ -108,7 +108,7 @@ def _reroute_times(exp, f, times: list[int], ends: list[dict], rr: dict) -> dict
     return got
 
 
-def _by_run_end(rr: dict, end_ns: int | None) -> dict:
+def reroutes_by_run_end(rr: dict, end_ns: int | None) -> dict:
     """The reroutes with a ``converged_ns`` past the run's end (fabric
     ns) as ``due_ns`` instead: the run ended before their writes took effect."""
     if not rr or end_ns is None:
@@ -129,7 +129,7 @@ def fault_summary(exp, stats: dict[str, dict], nic_stats: dict[str, dict],
     if not exp.spec.faults:
         return None
     ends = _end_stats(exp, stats, nic_stats)
-    rr = _by_run_end(read_stats(reroute_path) if reroute_path is not None else {}, end_ns)
+    rr = reroutes_by_run_end(read_stats(reroute_path) if reroute_path is not None else {}, end_ns)
     entries = []
     for i, f in enumerate(exp.spec.faults):
         entry = {"index": i, **f.model_dump(exclude_none=True), **_entry_times(f, ends)}

@@ -319,6 +319,12 @@ def render_summary(summary: dict) -> Table:
                   f"{fl.get('lost_frames', 0):,} / {fl.get('corrupted_frames', 0):,} "
                   f"({fl.get('switch_fcs_errors', 0) + fl.get('nic_fcs_errors', 0):,} / "
                   f"{fl.get('nic_icrc_errors', 0):,})")
+        if fl.get("reroutes"):
+            t.add_row("reroutes: detected -> converged (fabric µs)",
+                      ", ".join(f"{r['detected_ns'] / 1000:g} -> "
+                                + (f"{r['converged_ns'] / 1000:g}" if r.get("converged_ns") is not None
+                                   else f"(due {r['due_ns'] / 1000:g}, after the end)")
+                                for r in fl["reroutes"]))
     if summary.get("socket_drops"):
         t.add_row("frames dropped at a socket, unread (emulator losses)",
                   ", ".join(f"{x['node']}:{x['port']} {x['rx_socket_drops']:,}"

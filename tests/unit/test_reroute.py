@@ -21,6 +21,7 @@ from emulator.dataplane.port_status import PortEvent, PortStatusWatch
 from emulator.dataplane.state import SwitchState
 from emulator.dataplane.switch import EmbeddedSwitch
 from emulator.errors import ConfigError
+from emulator.experiment.fault_results import reroutes_by_run_end
 from emulator.experiment.faults import check_faults, compile_faults, switch_port_rx_down, switch_reboots
 from emulator.schema.experiment import ExperimentSpec
 from emulator.schema.faults import DownInterval
@@ -312,3 +313,11 @@ def test_a_timed_write_that_fails_when_applied_is_counted_not_lost(live):
     assert server.state.failed_timed_writes == 0 and server.state.next_write_ns == 5_000
     server.port_events.apply_due(5_000)
     assert server.state.failed_timed_writes == 1 and server.state.next_write_ns == NEVER_NS
+
+
+def test_a_reroute_due_after_the_runs_end_is_reported_due_not_converged():
+    rr = reroutes_by_run_end({"reaction_ns": 1_000, "reports": [], "reroutes": [
+        {"detected_ns": 51_000, "converged_ns": 52_000}, {"detected_ns": 90_000, "converged_ns": 91_000}]},
+        end_ns=60_000)
+    assert rr["reroutes"] == [{"detected_ns": 51_000, "converged_ns": 52_000},
+                              {"detected_ns": 90_000, "converged_ns": None, "due_ns": 91_000}]
