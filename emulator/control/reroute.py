@@ -27,6 +27,7 @@ time the whole fabric, until every write is in (docs/virtual-time.md).
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from pathlib import Path
 from p4.v1 import p4runtime_pb2 as pb
@@ -35,6 +36,8 @@ from emulator.atomic import atomic_write_text
 from emulator.p4.p4info import P4Info
 from emulator.p4.port_status import decode_other, port_status_ack
 from emulator.topo import Fabric, Route, compute_routes, ecmp_groups, nexthop_members
+
+log = logging.getLogger(__name__)
 
 
 def entity_ids(routes: list[Route], switch: str) -> tuple[dict, dict]:
@@ -156,15 +159,20 @@ class Rerouter:
     def _on_other(self, conn, other) -> None:
         got = decode_other(other) or {}
         name = self._names[id(conn)]
-        if isinstance(got.get("port_status"), dict):
-            ps = got["port_status"]
-            self.handle(name, int(ps["port"]), ps.get("oper_status") == "UP", int(ps["fabric_ns"]))
-        elif isinstance(got.get("switch_status"), dict):
-            ps = got["switch_status"]
-            self.switch_status(name, ps.get("status") == "UP", int(ps["fabric_ns"]))
-        else:
-            return
-        conn.send_other(port_status_ack(int(ps["event_id"])))
+        error = None
+        try:
+            if isinstance(got.get("port_status"), dict):
+                ps = got["port_status"]
+                self.handle(name, int(ps["port"]), ps.get("oper_status") == "UP", int(ps["fabric_ns"]))
+            elif isinstance(got.get("switch_status"), dict):
+                ps = got["switch_status"]
+                self.switch_status(name, ps.get("status") == "UP", int(ps["fabric_ns"]))
+            else:
+                return
+        except Exception as e:      # the switch is told, and fails the run in one line
+            error = f"{type(e).__name__}: {e}"
+            log.exception("reroute after %s's report failed", name)
+        conn.send_other(port_status_ack(int(ps["event_id"]), error))
 
     def switch_status(self, switch: str, up: bool, fabric_ns: int) -> dict | None:
         """A switch went down (its state lost: nothing is written to it

@@ -11,7 +11,8 @@ any P4Runtime client decodes without this project's protos.
   "DOWN"|"UP", "fabric_ns"}}``: a modelled reboot (``switch_down``/``up``),
   what a controller learns from the switch's stream breaking and its
   agent arbitrating again once it is back
-* controller -> switch: ``{"port_status_ack": event_id}`` (both kinds)
+* controller -> switch: ``{"port_status_ack": event_id}`` (both kinds;
+  ``"error"``: it could not reroute)
 """
 from __future__ import annotations
 
@@ -41,8 +42,10 @@ def switch_status_message(event_id: int, up: bool, fabric_ns: int) -> any_pb2.An
                                     "fabric_ns": fabric_ns}})
 
 
-def port_status_ack(event_id: int) -> any_pb2.Any:
-    return _pack({"port_status_ack": event_id})
+def port_status_ack(event_id: int, error: str | None = None) -> any_pb2.Any:
+    """The answer to a report: its writes are in (``error``: the controller
+    could not make them, and the switch fails rather than run on unrerouted)."""
+    return _pack({"port_status_ack": event_id, **({"error": error} if error else {})})
 
 
 def decode_other(other: any_pb2.Any) -> dict | None:

@@ -321,3 +321,11 @@ def test_a_reroute_due_after_the_runs_end_is_reported_due_not_converged():
         end_ns=60_000)
     assert rr["reroutes"] == [{"detected_ns": 51_000, "converged_ns": 52_000},
                               {"detected_ns": 90_000, "converged_ns": None, "due_ns": 91_000}]
+
+
+def test_a_reroute_the_controller_cannot_write_fails_the_reporting_switch_at_once(live):
+    servers, ctl, clock = live
+    servers["leaf2"].stop(grace=0)                 # its writes cannot be made
+    port = port_to("leaf1", "spine1")
+    with pytest.raises(RuntimeError, match=f"the controller could not handle port {port}'s status"):
+        report(servers["leaf1"], port, False, 1_000)

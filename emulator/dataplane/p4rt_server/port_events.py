@@ -67,7 +67,7 @@ class PortEvents:
         self.device_id = device_id
         self._cond = threading.Condition()
         self._ids = itertools.count(1)
-        self._answered: set[int] = set()
+        self._answered: dict[int, str | None] = {}     # event id -> the controller's error
         self._queued: list = []           # heap of (at_ns, seq, request)
         self._seq = itertools.count()
 
@@ -101,7 +101,9 @@ class PortEvents:
                     raise RuntimeError(f"device {self.device_id}: the controller did not answer "
                                        f"{what} within {ANSWER_TIMEOUT_S:g} s")
                 self._cond.wait(min(left, 0.2))
-            self._answered.discard(event_id)
+            error = self._answered.pop(event_id)
+        if error:
+            raise RuntimeError(f"device {self.device_id}: the controller could not handle {what}: {error}")
         return True
 
     def on_other(self, session: Session, other: any_pb2.Any) -> bool:
@@ -111,7 +113,7 @@ class PortEvents:
         if not got or "port_status_ack" not in got or session is not self.arbitration.primary:
             return False
         with self._cond:
-            self._answered.add(int(got["port_status_ack"]))
+            self._answered[int(got["port_status_ack"])] = got.get("error")
             self._cond.notify_all()
         return True
 
