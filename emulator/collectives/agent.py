@@ -35,7 +35,7 @@ from .engine import CollectiveEngine, drive, quiescent
 from .schedule import ELEM_BYTES
 from .staging import staging_from_config
 from .storage import StorageReader
-from .workload import validate_for
+from .workload import params_of, runs, validate_for
 
 
 def run(cfg: CollectiveAgentConfig, path: str = "config", clock: Clock = MONOTONIC) -> dict:
@@ -61,7 +61,7 @@ def run(cfg: CollectiveAgentConfig, path: str = "config", clock: Clock = MONOTON
                                slice_bytes=spec.slice_bytes, slots=spec.slots,
                                staging=staging, clock=clock)
         eng.stop_flag = stop
-        eng.connect(bench.connections_for(cfg.servers, len(cfg.nics), spec.pairs()))
+        eng.connect(bench.connections_for(cfg.servers, len(cfg.nics), runs(spec)))
         reader = _storage_reader(cfg, eng, nics, clock)
         _prepare(spec, eng)
         # the common start: a Unix time, the one clock all servers' processes share
@@ -111,7 +111,7 @@ def _prepare(spec, eng: CollectiveEngine) -> None:
     periodic_inputs(max([s for t in spec.tests for s in t.size_list()]
                         + [spec.training.size_bytes if spec.training else 0]) // ELEM_BYTES)
     # and every schedule: built between two phases, one stalled the NICs for 0.5-1 ms
-    rows = [(t.collective, t.algorithm or spec.algorithm, size, in_place)
+    rows = [(t.collective, t.algorithm or spec.algorithm, size, in_place, params_of(t))
             for t in spec.tests for size in t.size_list() for in_place in (False, True)]
     if spec.training is not None:
         rows.append((spec.training.collective, spec.training.algorithm or spec.algorithm,
@@ -141,7 +141,7 @@ def _run_tests(spec, eng: CollectiveEngine, out: dict, left) -> None:
             for in_place, warmup in ((False, t.warmup_iters), (True, 0)):
                 out["records"] += bench.measure([eng], t.collective, alg, size, t.iters,
                                                 warmup, spec.check, left(), in_place,
-                                                background_check=True)
+                                                background_check=True, params=params_of(t))
 
 
 def _run_training(spec, eng: CollectiveEngine, out: dict, left, reader, D) -> None:

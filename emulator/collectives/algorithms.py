@@ -17,18 +17,68 @@ local indices are equal).
   server over NVLink (a ring of the G GPUs; GPU g ends with chunk g summed
   over its server), a ring all-reduce of chunk g among the S GPUs with local
   index g (one ring per rail, RDMA), then an all-gather inside each server.
+* ``broadcast`` / ``reduce`` (``ring``): NCCL's ring with one hop left out, a
+  chain: broadcast from the root along the ring, every rank forwarding each
+  slice as it arrives; reduce from the root's ring successor to the root,
+  every rank adding its input to each slice on the way.
+* ``send_recv``: nccl-tests' sendrecv_perf, rank r sends its buffer to rank
+  r + shift and receives rank r - shift's (shift 1 there; a pipeline
+  stage's peer is shift G, the same GPU of the next server: one rail).
+* ``all_to_allv``: ``pairwise`` with nccl-tests' alltoallv_perf generated
+  sizes (``alltoallv_bytes``).
 
 Each chunk transfer is cut into slices of at most ``slice_bytes``.
 """
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from .schedule import (
     COPY, ELEM_BYTES, LOCAL, NVLINK, RDMA, RECV, SEND, Op, RankSchedule, chunk_bytes, finalize,
     slices,
 )
 
-COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce",
+               "send_recv", "all_to_allv")
 ALGORITHMS = ("ring", "hierarchical")
+ROOTED = ("broadcast", "reduce")
+# an in-place run keeps their schedule and checks nothing, as nccl-tests
+# (whose in-place run sends and receives in one buffer: the data is clobbered)
+OWN_BUFFERS = ("all_to_all", "send_recv", "all_to_allv")
+
+
+@dataclass(frozen=True)
+class Params:
+    """What a collective takes besides its size: ``root`` (broadcast,
+    reduce), ``shift`` (send_recv), ``spread`` (all_to_allv: nccl-tests'
+    NCCL_TESTS_ALLTOALLV_SPREAD, 0 uniform .. 1 distance-weighted)."""
+    root: int = 0
+    shift: int = 1
+    spread: float = 1.0
+
+
+def alltoallv_bytes(n: int, size_bytes: int, spread: float, elem_bytes: int = ELEM_BYTES
+                    ) -> list[list[int]]:
+    """Bytes rank i sends rank j, [i][j], as nccl-tests' alltoallv_perf
+    generates them (src/alltoallv.cu, AlltoAllvGetCollByteCount and
+    AlltoAllvGetPeerBytesDistanceWeighted): ``size_bytes`` / n per peer on
+    average, weighted by the distance (j - i) mod n, each rounded down to 16 B."""
+    per_peer = (size_bytes // elem_bytes // n) & ~(16 // elem_bytes - 1)
+    total = per_peer * n * elem_bytes
+    if n == 1:
+        return [[total & ~15]]
+    sum_distances = n * (n - 1) // 2
+    return [[int((1.0 - spread) * (total / n) + spread * (((j - i) % n) * total / sum_distances))
+             & ~15 for j in range(n)] for i in range(n)]
+
+
+def algbw_bytes(collective: str, n: int, size_bytes: int, params: Params = Params()) -> int:
+    """What nccl-tests divides by the time for algbw: the size, except for
+    all_to_allv the most bytes a rank sends or receives (AlltoAllvGetBw)."""
+    if collective != "all_to_allv":
+        return size_bytes
+    m = alltoallv_bytes(n, size_bytes, params.spread)
+    return max(max(sum(row) for row in m), max(sum(col) for col in zip(*m)))
 
 
 def link_kind(a: int, b: int, gpus_per_server: int) -> str:
@@ -70,21 +120,37 @@ def _new(n, buffers):
 
 
 def build(collective: str, algorithm: str, servers: int, gpus_per_server: int, size_bytes: int,
-          slice_bytes: int = 65536) -> dict[int, RankSchedule]:
+          slice_bytes: int = 65536, params: Params = Params()) -> dict[int, RankSchedule]:
     """Schedules of every rank. ``size_bytes`` follows nccl-tests: the whole
-    buffer of a rank for all_reduce, the gathered/unscattered total for
-    all_gather / reduce_scatter, a rank's send buffer for all_to_all."""
+    buffer of a rank for all_reduce, broadcast, reduce and send_recv, the
+    gathered/unscattered total for all_gather / reduce_scatter, a rank's
+    send buffer for all_to_all (all_to_allv: its average, ``alltoallv_bytes``)."""
     G, n = gpus_per_server, servers * gpus_per_server
     if collective not in COLLECTIVES or algorithm not in ALGORITHMS:
         raise ValueError(f"unknown collective/algorithm {collective}/{algorithm}")
     if size_bytes % ELEM_BYTES or slice_bytes % ELEM_BYTES or slice_bytes <= 0:
         raise ValueError("size_bytes and slice_bytes must be multiples of 4 (float32)")
     count = size_bytes // ELEM_BYTES
-    if collective != "all_reduce" and count % n:
+    if collective in ("all_gather", "reduce_scatter", "all_to_all") and count % n:
         raise ValueError(f"{collective}: {size_bytes} B is not a multiple of 4 B x {n} ranks")
     if algorithm == "hierarchical" and collective != "all_reduce":
         raise ValueError("hierarchical is implemented for all_reduce only")
+    if collective in ROOTED and not 0 <= params.root < n:
+        raise ValueError(f"{collective}: root {params.root} is not one of the {n} ranks")
     order = snake_order(servers, G)
+    if collective in _BUILDERS:
+        sch = _BUILDERS[collective](order, G, size_bytes, slice_bytes, params)
+    else:
+        sch = _build_symmetric(collective, algorithm, servers, G, size_bytes, slice_bytes, order)
+    for s in sch.values():
+        finalize(s)
+    return sch
+
+
+def _build_symmetric(collective, algorithm, servers, G, size_bytes, slice_bytes, order):
+    """all_reduce, all_gather, reduce_scatter, all_to_all (``build``)."""
+    n = servers * G
+    count = size_bytes // ELEM_BYTES
     per_rank = chunk_bytes(count, n)           # nccl-tests: rank r's share is block r
     if collective == "all_reduce":
         sch = _new(n, lambda r: {"in": size_bytes, "out": size_bytes})
@@ -114,22 +180,117 @@ def build(collective: str, algorithm: str, servers: int, gpus_per_server: int, s
                                  src_off=per_rank[r][0]))
     else:
         sch = _new(n, lambda r: {"in": size_bytes, "out": size_bytes})
-        for r in range(n):
-            ops = sch[r].ops
-            ops.append(Op(COPY, -1, LOCAL, "out", per_rank[r][0], per_rank[r][1], src_buf="in",
-                          src_off=per_rank[r][0]))
-            for s in range(1, n):
-                to, frm = (r + s) % n, (r - s) % n
-                snd = slices(*per_rank[to], slice_bytes)
-                rcv = slices(*per_rank[frm], slice_bytes)
-                for k in range(max(len(snd), len(rcv))):
-                    if k < len(snd):
-                        ops.append(Op(SEND, to, link_kind(r, to, G), "in", *snd[k]))
-                    if k < len(rcv):
-                        ops.append(Op(RECV, frm, link_kind(r, frm, G), "out", *rcv[k]))
-    for s in sch.values():
-        finalize(s)
+        _pairwise(sch, G, [[size_bytes // n] * n] * n, slice_bytes)
     return sch
+
+
+def _exchange(ops, me, to, frm, snd, rcv, G, send_buf, recv_buf):
+    """Interleaved slices: ``snd`` [(off, nbytes)] of ``send_buf`` to ``to``,
+    ``rcv`` of ``recv_buf`` from ``frm`` (program order send, recv: a valid
+    sequential order)."""
+    for k in range(max(len(snd), len(rcv))):
+        if k < len(snd):
+            ops.append(Op(SEND, to, link_kind(me, to, G), send_buf, *snd[k]))
+        if k < len(rcv):
+            ops.append(Op(RECV, frm, link_kind(me, frm, G), recv_buf, *rcv[k]))
+
+
+def _displacements(sizes: list[int]) -> list[int]:
+    out, at = [], 0
+    for b in sizes:
+        out.append(at)
+        at += b
+    return out
+
+
+def _pairwise(sch, G, m, slice_bytes):
+    """all_to_all(v): rank r sends m[r][j] bytes to every j (its ``in`` in
+    rank order), receives m[i][r] from every i (into ``out`` in rank order);
+    in step s = 1..n-1 it sends to r+s and receives from r-s."""
+    n = len(m)
+    for r in range(n):
+        send_at = _displacements(m[r])
+        recv_at = _displacements([m[i][r] for i in range(n)])
+        ops = sch[r].ops
+        if m[r][r]:
+            ops.append(Op(COPY, -1, LOCAL, "out", recv_at[r], m[r][r], src_buf="in",
+                          src_off=send_at[r]))
+        for s in range(1, n):
+            to, frm = (r + s) % n, (r - s) % n
+            _exchange(ops, r, to, frm, slices(send_at[to], m[r][to], slice_bytes),
+                      slices(recv_at[frm], m[frm][r], slice_bytes), G, "in", "out")
+
+
+def _all_to_allv(order, G, size_bytes, slice_bytes, params):
+    n = len(order)
+    m = alltoallv_bytes(n, size_bytes, params.spread)
+    sch = _new(n, lambda r: {"in": sum(m[r]), "out": sum(m[i][r] for i in range(n))})
+    _pairwise(sch, G, m, slice_bytes)
+    return sch
+
+
+def _send_recv(order, G, size_bytes, slice_bytes, params):
+    n = len(order)
+    sch = _new(n, lambda r: {"in": size_bytes, "out": size_bytes})
+    for r in range(n):
+        to, frm = (r + params.shift) % n, (r - params.shift) % n
+        if to == r:                         # one rank (or shift n): to itself, a copy
+            sch[r].ops.append(Op(COPY, -1, LOCAL, "out", 0, size_bytes, src_buf="in"))
+            continue
+        cut = slices(0, size_bytes, slice_bytes)
+        _exchange(sch[r].ops, r, to, frm, cut, cut, G, "in", "out")
+    return sch
+
+
+def _chain(order, root, towards_root):
+    """The ring from the root (broadcast) or to it (reduce), one hop left out."""
+    p = order.index(root)
+    return order[p + 1:] + order[:p + 1] if towards_root else order[p:] + order[:p]
+
+
+def _broadcast(order, G, size_bytes, slice_bytes, params):
+    """The root copies its input to its output and sends the input (NCCL
+    reads the root's send buffer); every other rank receives each slice into
+    its output and forwards it from there."""
+    n = len(order)
+    sch = _new(n, lambda r: {"in": size_bytes, "out": size_bytes})
+    sch[params.root].ops.append(Op(COPY, -1, LOCAL, "out", 0, size_bytes, src_buf="in"))
+    chain = _chain(order, params.root, False)
+    for p, rank in enumerate(chain):
+        ops = sch[rank].ops
+        for off, nb in slices(0, size_bytes, slice_bytes):
+            if p > 0:
+                ops.append(Op(RECV, chain[p - 1], link_kind(rank, chain[p - 1], G), "out", off, nb))
+            if p < n - 1:
+                ops.append(Op(SEND, chain[p + 1], link_kind(rank, chain[p + 1], G),
+                              "in" if p == 0 else "out", off, nb))
+    return sch
+
+
+def _reduce(order, G, size_bytes, slice_bytes, params):
+    """The chain's first rank sends its input; each next one adds what
+    arrives to its own input (in ``tmp``: NCCL leaves a non-root's receive
+    buffer alone) and sends it on; the root adds into its output."""
+    n = len(order)
+    sch = _new(n, lambda r: {"in": size_bytes, "out": size_bytes, "tmp": size_bytes})
+    chain = _chain(order, params.root, True)
+    for p, rank in enumerate(chain):
+        ops = sch[rank].ops
+        acc = "out" if p == n - 1 else "tmp"
+        if p > 0 or n == 1:
+            ops.append(Op(COPY, -1, LOCAL, acc, 0, size_bytes, src_buf="in"))
+        for off, nb in slices(0, size_bytes, slice_bytes):
+            if p > 0:
+                ops.append(Op(RECV, chain[p - 1], link_kind(rank, chain[p - 1], G), acc, off, nb,
+                              reduce=True))
+            if p < n - 1:
+                ops.append(Op(SEND, chain[p + 1], link_kind(rank, chain[p + 1], G),
+                              "in" if p == 0 else acc, off, nb))
+    return sch
+
+
+_BUILDERS = {"broadcast": _broadcast, "reduce": _reduce, "send_recv": _send_recv,
+             "all_to_allv": _all_to_allv}
 
 
 def in_place(schedules: dict[int, RankSchedule], collective: str, n: int,
@@ -141,14 +302,15 @@ def in_place(schedules: dict[int, RankSchedule], collective: str, n: int,
     aliased buffer move onto the other at that offset, the copy that
     becomes a no-op is dropped (NCCL skips it too), and ``finalize`` derives
     the dependencies anew: an op waits for whatever it now overwrites to be
-    read. all_to_all keeps its schedule: nccl-tests times its in-place run
-    on one buffer but checks nothing (its data is clobbered), and the
+    read. broadcast and reduce alias as all_reduce. all_to_all(v) and
+    send_recv keep their schedule: nccl-tests times their in-place run on
+    one buffer but checks nothing (its data is clobbered), and the
     transfers are the same."""
-    if collective == "all_to_all":
+    if collective in OWN_BUFFERS:
         return schedules
     per_rank = chunk_bytes(size_bytes // ELEM_BYTES, n)
     for r, sched in schedules.items():
-        if collective == "all_reduce":
+        if collective in ("all_reduce", *ROOTED):
             alias, onto, base = "in", "out", 0
         elif collective == "all_gather":
             alias, onto, base = "in", "out", per_rank[r][0]
@@ -180,9 +342,11 @@ def in_place_views(collective: str, n: int, rank: int, size_bytes: int) -> tuple
         return ("out", rank * share, share), ("out", 0, count)
     if collective == "reduce_scatter":
         return ("in", 0, count), ("in", rank * share, share)
-    if collective == "all_reduce":
+    if collective in ("all_reduce", *ROOTED):
         return ("out", 0, count), ("out", 0, count)
-    return ("in", 0, count), ("out", 0, count)          # all_to_all: its own buffers
+    if collective in OWN_BUFFERS:
+        raise ValueError(f"{collective} has no in-place views: its in-place run keeps both buffers")
+    raise ValueError(f"unknown collective {collective}")
 
 
 def _hierarchical(sch, S, G, count, slice_bytes):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .algorithms import Params, alltoallv_bytes
 from .schedule import ELEM_BYTES, chunk_bytes
 
 PERIOD = 251                    # element i of an input: ((7 i + c) mod 251) - 125
@@ -41,7 +42,11 @@ def periodic_inputs(count: int) -> np.ndarray:
     return _PERIODIC
 
 
-def input_bytes(collective: str, n: int, size_bytes: int) -> int:
+def input_bytes(collective: str, n: int, size_bytes: int, rank: int = 0,
+                params: Params = Params()) -> int:
+    """The bytes of ``rank``'s input (``algorithms.build``'s ``in``)."""
+    if collective == "all_to_allv":
+        return sum(alltoallv_bytes(n, size_bytes, params.spread)[rank])
     return size_bytes // n if collective == "all_gather" else size_bytes
 
 
@@ -53,11 +58,20 @@ def _sum_of_inputs(n: int, iteration: int, first: int, count: int) -> np.ndarray
     return np.resize(one.astype(np.float32), count)
 
 
-def expected(collective: str, rank: int, n: int, iteration: int, size_bytes: int) -> np.ndarray:
-    """What ``out`` of ``rank`` must hold."""
+def expected(collective: str, rank: int, n: int, iteration: int, size_bytes: int,
+             params: Params = Params()) -> np.ndarray | None:
+    """What ``out`` of ``rank`` must hold (None: nothing, a reduce's non-root)."""
     count = size_bytes // ELEM_BYTES
-    if collective == "all_reduce":
+    if collective == "all_reduce" or (collective == "reduce" and rank == params.root):
         return _sum_of_inputs(n, iteration, 0, count)
+    if collective == "reduce":
+        return None
+    if collective == "broadcast":
+        return input_elems(params.root, iteration, count)
+    if collective == "send_recv":
+        return input_elems((rank - params.shift) % n, iteration, count)
+    if collective == "all_to_allv":
+        return _all_to_allv_expected(rank, n, iteration, size_bytes, params)
     if collective == "all_gather":
         return np.concatenate([input_elems(r, iteration, count // n) for r in range(n)])
     blocks = [(o // ELEM_BYTES, b // ELEM_BYTES) for o, b in chunk_bytes(count, n)]
@@ -68,6 +82,16 @@ def expected(collective: str, rank: int, n: int, iteration: int, size_bytes: int
         o, b = blocks[rank]
         return np.concatenate([input_elems(r, iteration, count)[o:o + b] for r in range(n)])
     raise ValueError(collective)
+
+
+def _all_to_allv_expected(rank, n, iteration, size_bytes, params):
+    """From every rank i in rank order, the piece of i's input it sends us."""
+    m = alltoallv_bytes(n, size_bytes, params.spread)
+    parts = []
+    for i in range(n):
+        first = sum(m[i][:rank]) // ELEM_BYTES
+        parts.append(input_elems(i, iteration, first + m[i][rank] // ELEM_BYTES)[first:])
+    return np.concatenate(parts)
 
 
 def count_wrong(got: np.ndarray, want: np.ndarray) -> int:

@@ -21,7 +21,11 @@ from pydantic import Field, model_validator
 from emulator.schema.limits import BufferBytes, FabricUs, MessageBytes, memory_budget_bytes, size_text
 from emulator.schema.load import FieldError, StrictSpec, validate
 
-Collective = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all"]
+Collective = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast",
+                     "reduce", "send_recv", "all_to_allv"]
+TrainingCollective = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all"]
+# the fields a collective takes besides its sizes (``emulator.collectives.algorithms.Params``)
+_PARAMS = {"root": ("broadcast", "reduce"), "shift": ("send_recv",), "spread": ("all_to_allv",)}
 Algorithm = Literal["ring", "hierarchical"]
 MAX_SIZES = 64
 
@@ -53,6 +57,18 @@ class TestSpec(StrictSpec):
     iters: int = Field(20, ge=1)
     warmup_iters: int = Field(5, ge=0)
     algorithm: Optional[Algorithm] = None  # default: the workload's
+    root: Optional[int] = Field(None, ge=0)           # broadcast, reduce: required
+    shift: Optional[int] = Field(None, ge=1)          # send_recv: default 1 (nccl-tests)
+    spread: Optional[float] = Field(None, ge=0, le=1)  # all_to_allv: default 1 (nccl-tests)
+
+    @model_validator(mode="after")
+    def _params(self):
+        for name, colls in _PARAMS.items():
+            if getattr(self, name) is not None and self.collective not in colls:
+                raise FieldError(name, f"is for {' and '.join(colls)} only, not {self.collective}")
+        if self.collective in _PARAMS["root"] and self.root is None:
+            raise FieldError("root", f"{self.collective} needs a root rank")
+        return self
 
     @model_validator(mode="after")
     def _sizes(self):
@@ -71,7 +87,7 @@ class TrainingSpec(StrictSpec):
     steps: int = Field(ge=1)
     warmup_steps: int = Field(1, ge=0)
     compute_us: FabricUs = 0.0
-    collective: Collective = "all_reduce"
+    collective: TrainingCollective = "all_reduce"
     size_bytes: BufferBytes
     algorithm: Optional[Algorithm] = None
 

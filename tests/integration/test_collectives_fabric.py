@@ -37,6 +37,7 @@ pytestmark = [pytest.mark.fabric, pytest.mark.usefixtures("no_leftovers")]
 LINK_GBPS = 12.5               # 100 Gbps in GB/s (1e9 B/s)
 TIMING_SLACK = 1.03
 IDLE_MIN_FRACTION = {65536: 0.40, 262144: 0.70, 1048576: 0.80}
+SPREAD_MIN_FRACTION = {"broadcast": 0.0, "send_recv": 0.0}      # 1 MiB; set from a measurement
 NRANKS = 8
 
 
@@ -210,3 +211,28 @@ def test_checkpoint_shared_plane_reads_slow_training(separate, tmp_path):
     shared_us = c["training"]["step_time_us"]["mean"]
     separate_us = c_sep["training"]["step_time_us"]["mean"]
     assert shared_us > 1.3 * separate_us, (shared_us, separate_us)
+
+
+def test_broadcast_and_send_recv_stay_on_the_rails(tmp_path):
+    """broadcast from rank 5 (a chain along the snake ring) and send_recv
+    with shift 4 (a pipeline stage's peer: the same GPU of the other
+    server) on the idle rails: correct, within one link's rate (busbw
+    factor 1: the root's NIC / each rank's NIC carries the whole buffer),
+    nothing across a spine, and nccl-tests' tables with the root."""
+    tests = ("[{collective: broadcast, root: 5, sizes: [1048576], iters: 2, warmup_iters: 1},"
+             " {collective: send_recv, shift: 4, sizes: [1048576], iters: 2, warmup_iters: 1}]")
+    summary, out = _run("allreduce-rail", tmp_path, (f"workload.tests={tests}",))
+    _check_complete(summary, out, ["server1", "server2"])
+    rows = {r["collective"]: r for r in summary["collectives"]["results"]}
+    assert set(rows) == {"broadcast", "send_recv"} and rows["broadcast"]["root"] == 5
+    for coll, frac in SPREAD_MIN_FRACTION.items():
+        r = rows[coll]
+        assert r["busbw_GBps"] == pytest.approx(r["algbw_GBps"])          # factor 1
+        assert frac * LINK_GBPS <= r["busbw_GBps"] <= LINK_GBPS * TIMING_SLACK, (coll, r)
+    assert rows["broadcast"]["inplace_wrong"] == 0 and rows["send_recv"]["inplace_wrong"] is None
+    table = (out / "collectives.txt").read_text()
+    assert "# Collective test starting: broadcast_perf" in table
+    assert "# Collective test starting: sendrecv_perf" in table
+    fields = [line.split() for line in table.splitlines() if not line.startswith("#")]
+    assert [f[2:5] for f in fields] == [["float", "none", "5"], ["float", "sum", "-1"]]
+    assert all(p["tx_packets"] == 0 for p in summary["ports"] if p["role"] == "spine")

@@ -1,0 +1,188 @@
+"""broadcast, reduce, send_recv and all_to_allv (issue 38): their schedules
+in the in-memory simulator, nccl-tests' sizes, bandwidth factors and table,
+the workload file's refusals, and the engine over real RoceNics."""
+from __future__ import annotations
+
+import pytest
+
+from emulator.collectives import algorithms, bench, data, report, simulate
+from emulator.collectives.algorithms import Params
+from emulator.collectives.schedule import NVLINK, RDMA, SEND
+from emulator.collectives.workload import params_of, runs, validate_for
+from emulator.errors import ConfigError
+from emulator.schema.workload import parse_workload
+from tests.unit.test_collectives import simulate_wrong, two_servers  # noqa: F401 (fixture)
+
+
+@pytest.mark.parametrize("S,G", [(1, 1), (1, 3), (2, 4), (3, 3)])
+@pytest.mark.parametrize("coll,params", [
+    ("broadcast", Params(root=0)), ("broadcast", Params(root=5)),
+    ("reduce", Params(root=0)), ("reduce", Params(root=4)),
+    ("send_recv", Params()), ("send_recv", Params(shift=3)),
+    ("all_to_allv", Params()), ("all_to_allv", Params(spread=0.0)),
+    ("all_to_allv", Params(spread=0.4))])
+def test_new_collectives_compute_their_result(coll, params, S, G):
+    """Every rank's output exactly (a reduce's non-roots: untouched), with
+    uneven slices and every execution order the dependencies allow."""
+    n = S * G
+    p = Params(root=min(params.root, n - 1), shift=params.shift, spread=params.spread)
+    for seed in range(3):
+        assert simulate_wrong(coll, "ring", S, G, 4 * n * 37 + 8, 24, 1 + seed, seed, p) == 0
+
+
+@pytest.mark.parametrize("coll", ["broadcast", "reduce"])
+def test_rooted_in_place_runs_in_one_buffer(coll):
+    S, G, size, root = 2, 3, 4 * 1001, 4
+    n, p = S * G, Params(root=root)
+    sch = algorithms.in_place(algorithms.build(coll, "ring", S, G, size, 40, p), coll, n, size)
+    assert all("in" not in s.buffers for s in sch.values())
+    ins = {r: data.input_elems(r, 1, size // 4) for r in range(n)}
+    for seed in range(3):
+        out = simulate.run(sch, ins, slots=2, seed=seed, input_at={r: ("out", 0) for r in ins})
+        for r in range(n):
+            want = data.expected(coll, r, n, 1, size, p)
+            want = ins[r] if want is None else want       # a non-root keeps its input
+            assert data.count_wrong(out[r]["out"], want) == 0, (r, seed)
+
+
+def test_a_wrong_root_or_a_lost_slice_is_caught():
+    """The check is not vacuous: another root's input, or one dropped
+    reduction, makes elements wrong."""
+    S, G, size = 1, 4, 4 * 400
+    assert simulate_wrong("broadcast", "ring", S, G, size, 64, 2, 0, Params(root=2)) == 0
+    sch = algorithms.build("broadcast", "ring", S, G, size, 64, Params(root=2))
+    ins = {r: data.input_elems(r, 3, size // 4) for r in range(4)}
+    out = simulate.run(sch, ins)
+    assert data.count_wrong(out[1]["out"], data.expected("broadcast", 1, 4, 3, size,
+                                                         Params(root=1))) > 0
+    sch = algorithms.build("reduce", "ring", S, G, size, 64, Params(root=0))
+    for s in sch.values():
+        for op in s.ops:
+            op.reduce = False                  # overwrite instead of adding
+    out = simulate.run(sch, ins)
+    assert data.count_wrong(out[0]["out"], data.expected("reduce", 0, 4, 3, size)) > 0
+
+
+def test_chain_bytes_follow_the_ring_and_its_rails():
+    """broadcast: every rank but the chain's last sends the whole buffer
+    once (the root's NIC carries S bytes: busbw factor 1); reduce likewise
+    towards the root; both over the snake ring's rail-aligned hops."""
+    S, G, size = 2, 4, 4 * 8 * 1000
+    for coll in ("broadcast", "reduce"):
+        sch = algorithms.build(coll, "ring", S, G, size, 1 << 14, Params(root=5))
+        sent = {r: sum(o.nbytes for o in s.ops if o.kind == SEND) for r, s in sch.items()}
+        assert sorted(sent.values()) == [0] + [size] * 7
+        assert (sent[5] == size) == (coll == "broadcast")   # the root sends only a broadcast
+        for a, b, link in algorithms.connections(sch):
+            assert link == NVLINK or a % G == b % G
+
+
+def test_send_recv_pairs_and_pipeline_stage_shift():
+    S, G, size = 3, 4, 4096
+    sch = algorithms.build("send_recv", "ring", S, G, size, 1024)      # nccl-tests: r -> r + 1
+    assert {(a, b) for a, b, _ in algorithms.connections(sch)} == \
+        {tuple(sorted((r, (r + 1) % 12))) for r in range(12)}
+    sch = algorithms.build("send_recv", "ring", S, G, size, 1024, Params(shift=G))
+    conns = algorithms.connections(sch)
+    assert all(link == RDMA and a % G == b % G for a, b, link in conns)  # one rail per GPU
+    for r, s in sch.items():
+        assert sum(o.nbytes for o in s.ops if o.kind == SEND) == size
+        assert {o.peer for o in s.ops if o.kind == SEND} == {(r + G) % 12}
+
+
+def test_all_to_allv_sizes_are_nccl_tests_generated_pattern():
+    """src/alltoallv.cu: distance-weighted, 16-byte aligned; spread 0 uniform."""
+    m = algorithms.alltoallv_bytes(4, 4096, 1.0)
+    # total 4096 B: peer at distance d gets d x 4096 / 6 B, rounded down to 16
+    assert m[0] == [0, 672, 1360, 2048] and m[1] == [2048, 0, 672, 1360]
+    assert algorithms.alltoallv_bytes(4, 4096, 0.0) == [[1024] * 4] * 4
+    assert algorithms.alltoallv_bytes(1, 100, 1.0) == [[96]]
+    assert algorithms.algbw_bytes("all_to_allv", 4, 4096, Params()) == 4080
+    assert algorithms.algbw_bytes("broadcast", 4, 4096, Params()) == 4096
+    sch = algorithms.build("all_to_allv", "ring", 1, 4, 4096, 512)
+    assert sch[0].buffers == {"in": 4080, "out": 4080}
+    assert data.input_bytes("all_to_allv", 4, 4096, 2) == 4080
+
+
+def test_busbw_factors_are_nccl_tests():
+    assert report.busbw_factor("broadcast", 8) == 1.0
+    assert report.busbw_factor("reduce", 8) == 1.0
+    assert report.busbw_factor("send_recv", 8) == 1.0
+    assert report.busbw_factor("all_to_allv", 8) == pytest.approx(0.875)
+
+
+def _records(coll, n, size, time_ns, **extra):
+    return [{"rank": r, "collective": coll, "algorithm": "ring", "size_bytes": size,
+             "nranks": n, "iters": 2, "warmup_iters": 1, "in_place": False, "start_ns": 0,
+             "end_ns": 2 * time_ns, "wrong": 0, **extra} for r in range(n)]
+
+
+def test_table_has_nccl_tests_programs_roots_and_redops():
+    rows = report.collective_rows(
+        _records("broadcast", 4, 1 << 20, 100_000, root=2)
+        + _records("broadcast", 4, 1 << 20, 100_000, root=3)
+        + _records("reduce", 4, 1 << 20, 100_000, root=1)
+        + _records("send_recv", 4, 1 << 20, 100_000)
+        + _records("all_to_allv", 4, 4096, 1_000, algbw_bytes=4080), 1.0)
+    assert len(rows) == 5
+    b2, b3, red, sr, av = rows
+    assert (b2["root"], b3["root"], red["root"]) == (2, 3, 1) and "root" not in sr
+    assert b2["busbw_GBps"] == b2["algbw_GBps"] == pytest.approx(10.48576)
+    assert av["algbw_GBps"] == pytest.approx(4.08) and av["busbw_GBps"] == pytest.approx(3.06)
+    text = report.format_table(rows)
+    for prog in ("broadcast_perf", "reduce_perf", "sendrecv_perf", "alltoallv_perf"):
+        assert f"# Collective test starting: {prog}\n" in text
+    lines = [x.split() for x in text.splitlines() if not x.startswith("#")]
+    assert [x[2:5] for x in lines] == [["float", "none", "2"], ["float", "none", "3"],
+                                       ["float", "sum", "1"], ["float", "sum", "-1"],
+                                       ["float", "none", "-1"]]
+    j = report.nccl_tests_json(rows)
+    assert [r["root"].strip() for r in j["results"]] == ["2", "3", "1", "-1", "-1"]
+    assert j["results"][3]["experiment_name"] == "sendrecv_perf ring"
+
+
+def test_workload_params_and_fabric_checks():
+    w = parse_workload({"tests": [{"collective": "reduce", "sizes": [64], "root": 3},
+                                  {"collective": "send_recv", "sizes": [64], "shift": 4},
+                                  {"collective": "all_to_allv", "sizes": [64], "spread": 0.5},
+                                  {"collective": "broadcast", "sizes": [6], "root": 0}]},
+                       "e.yaml")
+    assert [params_of(t) for t in w.tests] == [Params(root=3), Params(shift=4),
+                                               Params(spread=0.5), Params()]
+    assert runs(w)[0] == ("reduce", "ring", Params(root=3))
+    with pytest.raises(ConfigError, match=r"^e.yaml: workload.tests\[3\].sizes\[0\]: 6 B is not "
+                                          r"a multiple of 4 B \(float32\)$"):
+        validate_for(w, "e.yaml", 2, 4)
+    w.tests.pop()
+    validate_for(w, "e.yaml", 2, 4)
+    with pytest.raises(ConfigError, match=r"^e.yaml: workload.tests\[0\].root: 3 is not below "
+                                          r"the 2 ranks$"):
+        validate_for(w, "e.yaml", 1, 2)
+    with pytest.raises(ConfigError, match=r"tests\[1\].shift: 4 is not below the 4 ranks"):
+        validate_for(w, "e.yaml", 2, 2)
+
+
+def test_new_collectives_on_the_engine_over_roce_nics(two_servers):  # noqa: F811
+    """Real NICs, real transport: the new collectives out of place and in
+    place, correct, the connections ``connections_for`` opened sufficing.
+    (The fixture joins NICs rail to rail only: all_to_allv, which crosses
+    rails, runs on the rail fabric, tests/integration.)"""
+    engines, rate = two_servers
+    todo = [("broadcast", Params(root=3)), ("reduce", Params(root=1)),
+            ("send_recv", Params(shift=2))]
+    for e in engines:
+        e.connect(bench.connections_for(2, 2, [(c, "ring", p) for c, p in todo]))
+    recs = []
+    for coll, p in todo:
+        for in_place in (False, True):
+            recs += bench.measure(engines, coll, "ring", 48 << 10, iters=2, warmup_iters=1,
+                                  in_place=in_place, params=p)
+    rows = {r["collective"]: r for r in report.collective_rows(recs, 1.0)}
+    assert set(rows) == {"broadcast", "reduce", "send_recv"}
+    for coll, r in rows.items():
+        assert r["wrong"] == 0, coll
+        assert r["inplace_wrong"] == (None if coll in algorithms.OWN_BUFFERS else 0), coll
+        # the slowest rank cannot beat the one RDMA hop's line rate (busbw = algbw,
+        # factor 1; the mean over ranks can: a root is done once its slots are out)
+        assert (48 << 10) / (r["time_max_us"] * 1e3) <= rate / 8e9 * 1.001, coll
+    assert rows["reduce"]["root"] == 1 and rows["broadcast"]["root"] == 3
