@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .dtypes import elem_bytes
 from .schedule import (
     COPY, ELEM_BYTES, LOCAL, NVLINK, RDMA, RECV, SEND, Op, RankSchedule, chunk_bytes, finalize,
     slices,
@@ -51,20 +52,23 @@ OWN_BUFFERS = ("all_to_all", "send_recv", "all_to_allv")
 class Params:
     """What a collective takes besides its size: ``root`` (broadcast,
     reduce), ``shift`` (send_recv), ``spread`` (all_to_allv: nccl-tests'
-    NCCL_TESTS_ALLTOALLV_SPREAD, 0 uniform .. 1 distance-weighted)."""
+    NCCL_TESTS_ALLTOALLV_SPREAD, 0 uniform .. 1 distance-weighted), the
+    element type and the reduction op (nccl-tests' -d, -o; ``dtypes.py``)."""
     root: int = 0
     shift: int = 1
     spread: float = 1.0
+    dtype: str = "float32"
+    op: str = "sum"
 
 
-def alltoallv_bytes(n: int, size_bytes: int, spread: float, elem_bytes: int = ELEM_BYTES
+def alltoallv_bytes(n: int, size_bytes: int, spread: float, elem: int = ELEM_BYTES
                     ) -> list[list[int]]:
     """Bytes rank i sends rank j, [i][j], as nccl-tests' alltoallv_perf
     generates them (src/alltoallv.cu, AlltoAllvGetCollByteCount and
     AlltoAllvGetPeerBytesDistanceWeighted): ``size_bytes`` / n per peer on
     average, weighted by the distance (j - i) mod n, each rounded down to 16 B."""
-    per_peer = (size_bytes // elem_bytes // n) & ~(16 // elem_bytes - 1)
-    total = per_peer * n * elem_bytes
+    per_peer = (size_bytes // elem // n) & ~(16 // elem - 1)
+    total = per_peer * n * elem
     if n == 1:
         return [[total & ~15]]
     sum_distances = n * (n - 1) // 2
@@ -77,7 +81,7 @@ def algbw_bytes(collective: str, n: int, size_bytes: int, params: Params = Param
     all_to_allv the most bytes a rank sends or receives (AlltoAllvGetBw)."""
     if collective != "all_to_allv":
         return size_bytes
-    m = alltoallv_bytes(n, size_bytes, params.spread)
+    m = alltoallv_bytes(n, size_bytes, params.spread, elem_bytes(params.dtype))
     return max(max(sum(row) for row in m), max(sum(col) for col in zip(*m)))
 
 
@@ -128,11 +132,12 @@ def build(collective: str, algorithm: str, servers: int, gpus_per_server: int, s
     G, n = gpus_per_server, servers * gpus_per_server
     if collective not in COLLECTIVES or algorithm not in ALGORITHMS:
         raise ValueError(f"unknown collective/algorithm {collective}/{algorithm}")
-    if size_bytes % ELEM_BYTES or slice_bytes % ELEM_BYTES or slice_bytes <= 0:
-        raise ValueError("size_bytes and slice_bytes must be multiples of 4 (float32)")
-    count = size_bytes // ELEM_BYTES
+    elem = elem_bytes(params.dtype)
+    if size_bytes % elem or slice_bytes % elem or slice_bytes <= 0:
+        raise ValueError(f"size_bytes and slice_bytes must be multiples of {elem} ({params.dtype})")
+    count = size_bytes // elem
     if collective in ("all_gather", "reduce_scatter", "all_to_all") and count % n:
-        raise ValueError(f"{collective}: {size_bytes} B is not a multiple of 4 B x {n} ranks")
+        raise ValueError(f"{collective}: {size_bytes} B is not a multiple of {elem} B x {n} ranks")
     if algorithm == "hierarchical" and collective != "all_reduce":
         raise ValueError("hierarchical is implemented for all_reduce only")
     if collective in ROOTED and not 0 <= params.root < n:
@@ -141,27 +146,28 @@ def build(collective: str, algorithm: str, servers: int, gpus_per_server: int, s
     if collective in _BUILDERS:
         sch = _BUILDERS[collective](order, G, size_bytes, slice_bytes, params)
     else:
-        sch = _build_symmetric(collective, algorithm, servers, G, size_bytes, slice_bytes, order)
+        sch = _build_symmetric(collective, algorithm, servers, G, size_bytes, slice_bytes, order,
+                               elem)
     for s in sch.values():
+        s.dtype, s.redop = params.dtype, params.op
         finalize(s)
     return sch
 
 
-def _build_symmetric(collective, algorithm, servers, G, size_bytes, slice_bytes, order):
+def _build_symmetric(collective, algorithm, servers, G, size_bytes, slice_bytes, order, elem):
     """all_reduce, all_gather, reduce_scatter, all_to_all (``build``)."""
     n = servers * G
-    count = size_bytes // ELEM_BYTES
-    per_rank = chunk_bytes(count, n)           # nccl-tests: rank r's share is block r
+    count = size_bytes // elem
+    per_rank = chunk_bytes(count, n, 0, elem)  # nccl-tests: rank r's share is block r
     if collective == "all_reduce":
         sch = _new(n, lambda r: {"in": size_bytes, "out": size_bytes})
         for r in range(n):
             sch[r].ops.append(Op(COPY, -1, LOCAL, "out", 0, size_bytes, src_buf="in"))
         if algorithm == "ring":
-            chunks = chunk_bytes(count, n)
-            _ring_phase(sch, order, chunks, "out", True, 0, G, slice_bytes)
-            _ring_phase(sch, order, chunks, "out", False, 1, G, slice_bytes)
+            _ring_phase(sch, order, per_rank, "out", True, 0, G, slice_bytes)
+            _ring_phase(sch, order, per_rank, "out", False, 1, G, slice_bytes)
         else:
-            _hierarchical(sch, servers, G, count, slice_bytes)
+            _hierarchical(sch, servers, G, count, slice_bytes, elem)
     elif collective == "all_gather":
         share = size_bytes // n
         sch = _new(n, lambda r: {"in": share, "out": size_bytes})
@@ -223,7 +229,7 @@ def _pairwise(sch, G, m, slice_bytes):
 
 def _all_to_allv(order, G, size_bytes, slice_bytes, params):
     n = len(order)
-    m = alltoallv_bytes(n, size_bytes, params.spread)
+    m = alltoallv_bytes(n, size_bytes, params.spread, elem_bytes(params.dtype))
     sch = _new(n, lambda r: {"in": sum(m[r]), "out": sum(m[i][r] for i in range(n))})
     _pairwise(sch, G, m, slice_bytes)
     return sch
@@ -308,7 +314,8 @@ def in_place(schedules: dict[int, RankSchedule], collective: str, n: int,
     transfers are the same."""
     if collective in OWN_BUFFERS:
         return schedules
-    per_rank = chunk_bytes(size_bytes // ELEM_BYTES, n)
+    elem = schedules[0].elem_bytes
+    per_rank = chunk_bytes(size_bytes // elem, n, 0, elem)
     for r, sched in schedules.items():
         if collective in ("all_reduce", *ROOTED):
             alias, onto, base = "in", "out", 0
@@ -333,10 +340,11 @@ def in_place(schedules: dict[int, RankSchedule], collective: str, n: int,
     return schedules
 
 
-def in_place_views(collective: str, n: int, rank: int, size_bytes: int) -> tuple:
+def in_place_views(collective: str, n: int, rank: int, size_bytes: int,
+                   elem: int = ELEM_BYTES) -> tuple:
     """Where an in-place rank's input and output live: ((buffer, first
     element, elements) of the input, (...) of the output)."""
-    count = size_bytes // ELEM_BYTES
+    count = size_bytes // elem
     share = count // n
     if collective == "all_gather":
         return ("out", rank * share, share), ("out", 0, count)
@@ -349,14 +357,14 @@ def in_place_views(collective: str, n: int, rank: int, size_bytes: int) -> tuple
     raise ValueError(f"unknown collective {collective}")
 
 
-def _hierarchical(sch, S, G, count, slice_bytes):
-    local = chunk_bytes(count, G)                      # chunk g: reduced on GPU g of each server
+def _hierarchical(sch, S, G, count, slice_bytes, elem):
+    local = chunk_bytes(count, G, 0, elem)             # chunk g: reduced on GPU g of each server
     for s in range(S):
         ranks = [s * G + g for g in range(G)]
         _ring_phase(sch, ranks, local, "out", True, -1, G, slice_bytes)
     for g in range(G):
         rail = [s * G + g for s in range(S)]
-        sub = chunk_bytes(local[g][1] // ELEM_BYTES, S, local[g][0])
+        sub = chunk_bytes(local[g][1] // elem, S, local[g][0], elem)
         _ring_phase(sch, rail, sub, "out", True, 0, G, slice_bytes)
         _ring_phase(sch, rail, sub, "out", False, 1, G, slice_bytes)
     for s in range(S):

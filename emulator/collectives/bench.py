@@ -23,6 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import algorithms
+from .dtypes import elem_bytes
 from .data import count_wrong_pieces, expected, input_bytes, input_elems
 from .engine import CollectiveEngine, RankRun, drive, run_background
 
@@ -102,9 +103,12 @@ def _lost_by_rank(before: list[list[int]], engines) -> dict[int, int]:
             for e, nb, na in zip(engines, before, _lost_ns(engines)) for r in e.ranks}
 
 
-def _fill(run, iteration):
-    x = run.bufs["in"]
-    x[:] = input_elems(run.rank, iteration, x.size)
+def _filler(params: algorithms.Params, n: int):
+    """A training step's gradients: the input of its iteration."""
+    def fill(run, iteration):
+        x = run.bufs["in"]
+        x[:] = input_elems(run.rank, iteration, x.size, params.dtype, n)
+    return fill
 
 
 def barrier(engines: list[CollectiveEngine], algorithm: str, timeout_s: float = 60.0) -> dict:
@@ -147,12 +151,13 @@ def measure(engines, collective: str, algorithm: str, size_bytes: int, iters: in
     def view(r, which):
         if not in_place or collective in algorithms.OWN_BUFFERS:
             return bufs[r][which]
-        buf, first, count = algorithms.in_place_views(collective, n, r, size_bytes)[
+        buf, first, count = algorithms.in_place_views(collective, n, r, size_bytes, elem)[
             0 if which == "in" else 1]
         return bufs[r][buf][first:first + count]
 
-    inputs = {r: input_elems(r, 0, input_bytes(collective, n, size_bytes, r, params) // 4)
-              for r in bufs}
+    elem = elem_bytes(params.dtype)
+    inputs = {r: input_elems(r, 0, input_bytes(collective, n, size_bytes, r, params) // elem,
+                             params.dtype, n) for r in bufs}
     for r in bufs:
         view(r, "in")[:] = inputs[r]
     refill = (lambda run, _it: view(run.rank, "in").__setitem__(slice(None), inputs[run.rank])) \
@@ -200,6 +205,8 @@ def _extra_keys(collective: str, n: int, size_bytes: int, params) -> dict:
     """A record's keys beyond the common ones: the root of a rooted
     collective, all_to_allv's algbw bytes (``algorithms.algbw_bytes``)."""
     out = {}
+    if (params.dtype, params.op) != ("float32", "sum"):
+        out.update(dtype=params.dtype, op=params.op)
     if collective in algorithms.ROOTED:
         out["root"] = params.root
     if collective == "all_to_allv":
@@ -209,12 +216,13 @@ def _extra_keys(collective: str, n: int, size_bytes: int, params) -> dict:
 
 def train(engines, collective: str, algorithm: str, size_bytes: int, steps: int,
           warmup_steps: int, compute_ns: int, check: bool = True,
-          timeout_s: float = 60.0, background_check: bool = False) -> list[dict]:
+          timeout_s: float = 60.0, background_check: bool = False,
+          params: algorithms.Params = algorithms.Params()) -> list[dict]:
     e0 = engines[0]
     n = e0.servers * e0.G
-    sch = schedules(engines, collective, algorithm, size_bytes)
+    sch = schedules(engines, collective, algorithm, size_bytes, params=params)
     barrier(engines, algorithm, timeout_s)
-    runs = _runs(engines, sch, range(warmup_steps + steps), compute_ns, _fill)
+    runs = _runs(engines, sch, range(warmup_steps + steps), compute_ns, _filler(params, n))
     lost0 = _lost_ns(engines)
     drive(engines, runs, timeout_s)
     lost = _lost_by_rank(lost0, engines)
@@ -229,7 +237,8 @@ def train(engines, collective: str, algorithm: str, size_bytes: int, steps: int,
                "wrong": None, "lost_ns": lost[run.rank]}
         if check:
             _check_later(engines, run.rank, run.bufs["out"],
-                         lambda r=run.rank: expected(collective, r, n, last, size_bytes), rec)
+                         lambda r=run.rank: expected(collective, r, n, last, size_bytes, params),
+                         rec)
         out.append(rec)
     if not background_check:
         finish_checks(engines)

@@ -31,7 +31,8 @@ from emulator.clock import MONOTONIC, Clock, TimerHeap, ceil_ns
 from emulator.wire import roce_sport
 
 from .nvlink import NvlinkSwitch
-from .schedule import COPY, ELEM_BYTES, NVLINK, SEND, RankSchedule
+from .dtypes import combiner, storage
+from .schedule import COPY, NVLINK, SEND, RankSchedule
 from .transport import NvlinkConn, RdmaConn, TransportError
 
 QPN_BASE = 0x800              # QP of rank r towards peer p is QPN_BASE + p on r's NIC
@@ -55,8 +56,10 @@ class _Prepared:
             for d in o.deps:
                 self.dependents[d].append(i)
         self.roots = [i for i, c in enumerate(self.init_cnt) if c == 0]
-        self.rng = [(o.off // ELEM_BYTES, (o.off + o.nbytes) // ELEM_BYTES, o.src_off // ELEM_BYTES)
-                    for o in s.ops]
+        e = s.elem_bytes
+        self.rng = [(o.off // e, (o.off + o.nbytes) // e, o.src_off // e) for o in s.ops]
+        self.storage = storage(s.dtype)         # an RDMA message arrives as bytes: viewed as this
+        self.combine = combiner(s.redop, s.dtype)
 
 
 class RankRun:
@@ -126,6 +129,7 @@ class RankRun:
         moved = changed = False
         changed = True
         ops, rng, bufs = self.prep.ops, self.prep.rng, self.bufs
+        dtype, combine = self.prep.storage, self.prep.combine
         while changed:
             changed = False
             for c in self.conns.values():
@@ -139,11 +143,13 @@ class RankRun:
                     i = c.pend_recv.popleft()
                     a, b, _ = rng[i]
                     x = c.arrived[0]
+                    if x.dtype != dtype:
+                        x = x.view(dtype)
                     if x.size != b - a:
                         raise TransportError(f"rank {self.rank}: message from {c.peer} has "
                                              f"{x.size} elements, op {i} expects {b - a}")
                     if ops[i].reduce:
-                        bufs[ops[i].buf][a:b] += x
+                        combine(bufs[ops[i].buf][a:b], x)
                     else:
                         bufs[ops[i].buf][a:b] = x
                     c.release()
@@ -242,7 +248,7 @@ class CollectiveEngine:
         return p
 
     def new_buffers(self, s: RankSchedule) -> dict[str, np.ndarray]:
-        return {k: np.zeros(v // ELEM_BYTES, np.float32) for k, v in s.buffers.items()}
+        return {k: np.zeros(v // s.elem_bytes, storage(s.dtype)) for k, v in s.buffers.items()}
 
     def run(self, runs: list[RankRun], timeout_s: float = 60.0) -> None:
         """Drive NICs, NVLink and ``runs`` until every run finished."""

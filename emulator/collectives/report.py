@@ -2,8 +2,9 @@
 iteration, algorithm and bus bandwidth, and #wrong; plus training-step times.
 
 Conventions (nccl-tests doc/PERFORMANCE.md): ``size`` is the total buffer
-in bytes (all_gather / reduce_scatter: count per rank x n x 4), ``count`` =
-size / 4 (float32), algbw = size / time (all_to_allv: the most bytes a rank
+in bytes (all_gather / reduce_scatter: count per rank x n x the element's
+size), ``count`` = size / the element's size (``type``: nccl-tests' name of
+it, float for float32, half for float16), algbw = size / time (all_to_allv: the most bytes a rank
 sends or receives / time, as nccl-tests' AlltoAllvGetBw), busbw = algbw x
 factor (``busbw_factor``). GB/s are 1e9 bytes per second. Time is fabric time (wall / D):
 per rank, (end of its last timed iteration - its exit from the barrier) /
@@ -33,6 +34,8 @@ from pathlib import Path
 
 from emulator.atomic import atomic_open, atomic_write_text
 from emulator.rundir import RunDir
+
+from .dtypes import elem_bytes, nccl_name
 
 _TIMED = ("time_us", "time_max_us", "algbw_GBps", "busbw_GBps", "wrong")
 CSV_COLUMNS = ("collective", "algorithm", "nranks", "size_bytes", "count", "type", "redop",
@@ -73,10 +76,10 @@ def collective_rows(records: list[dict], dilation: float) -> list[dict]:
     per collective, algorithm and size, out-of-place and in-place."""
     groups: dict[tuple, list[dict]] = {}
     for r in records:
-        groups.setdefault((r["collective"], r["algorithm"], r["size_bytes"], r.get("root")),
-                          []).append(r)
+        groups.setdefault((r["collective"], r["algorithm"], r["size_bytes"], r.get("root"),
+                           r.get("dtype", "float32"), r.get("op", "sum")), []).append(r)
     rows = []
-    for (coll, alg, size, root), rs in groups.items():
+    for (coll, alg, size, root, dtype, op), rs in groups.items():
         n = rs[0]["nranks"]
         halves = {False: [r for r in rs if not r.get("in_place")],
                   True: [r for r in rs if r.get("in_place")]}
@@ -84,8 +87,8 @@ def collective_rows(records: list[dict], dilation: float) -> list[dict]:
             if half and len(half) != n:
                 raise ValueError(f"{coll} {size} B: records of {len(half)} ranks, expected {n}")
         row = {"collective": coll, "algorithm": alg, "nranks": n, "size_bytes": size,
-               "count": size // 4, "type": "float",
-               "redop": "sum" if coll in PRINTS_OP else "none",
+               "count": size // elem_bytes(dtype), "type": nccl_name(dtype),
+               "redop": op if coll in PRINTS_OP else "none",
                "iters": rs[0]["iters"],
                "warmup_iters": max(r.get("warmup_iters", 0) for r in rs)}
         if root is not None:
@@ -163,8 +166,8 @@ def _half(row: dict, prefix: str) -> str:
 def _tests(rows: list[dict]) -> dict[tuple, list[dict]]:
     blocks: dict[tuple, list[dict]] = {}
     for r in rows:
-        blocks.setdefault((r["collective"], r["algorithm"], r["nranks"], r.get("root", -1)),
-                          []).append(r)
+        blocks.setdefault((r["collective"], r["algorithm"], r["nranks"], r.get("root", -1),
+                           r["type"], r["redop"]), []).append(r)
     return {k: sorted(v, key=lambda r: r["size_bytes"]) for k, v in blocks.items()}
 
 
@@ -181,7 +184,7 @@ def _wrong_total(rows: list[dict]) -> int:
 def format_table(rows: list[dict]) -> str:
     """The rows as nccl-tests prints them, one block per test (collective, algorithm)."""
     out = io.StringIO()
-    for (coll, alg, n, root), rs in _tests(rows).items():
+    for (coll, alg, n, root, _, _), rs in _tests(rows).items():
         prog = PROGRAMS[coll]
         sizes = [r["size_bytes"] for r in rs]
         out.write(f"# Collective test starting: {prog}\n")

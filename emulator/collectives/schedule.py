@@ -2,8 +2,9 @@
 copies, independent of the transport.
 
 A schedule is, for every rank, a list of ``Op`` in *program order* plus the
-sizes of its buffers (``in``, ``out``, and ``tmp`` where needed). Offsets and
-lengths are in bytes (float32 elements, so multiples of 4). Matching is FIFO
+sizes of its buffers (``in``, ``out``, and ``tmp`` where needed), its element
+type and reduction op (``dtypes.py``). Offsets and lengths are in bytes
+(multiples of the element's size). Matching is FIFO
 per ordered rank pair: the k-th ``send`` from a to b is the k-th ``recv`` on b
 from a; both sides cut a chunk into the same slices (``slices``).
 
@@ -19,7 +20,9 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass, field
 
-ELEM_BYTES = 4            # float32
+from .dtypes import elem_bytes
+
+ELEM_BYTES = 4            # float32, the default type
 
 SEND, RECV, COPY = "send", "recv", "copy"
 NVLINK, RDMA, LOCAL = "nvlink", "rdma", "local"
@@ -54,6 +57,12 @@ class RankSchedule:
     rank: int
     buffers: dict[str, int]                       # name -> size in bytes
     ops: list[Op] = field(default_factory=list)
+    dtype: str = "float32"                        # of its elements (``dtypes.DTYPES``)
+    redop: str = "sum"                            # what a reducing receive applies
+
+    @property
+    def elem_bytes(self) -> int:
+        return elem_bytes(self.dtype)
 
     def peers(self) -> set[tuple[int, str]]:
         """(peer rank, link kind) of every connection this rank uses."""
@@ -72,9 +81,10 @@ def split_elems(count: int, parts: int) -> list[tuple[int, int]]:
     return out
 
 
-def chunk_bytes(count: int, parts: int, base_byte: int = 0) -> list[tuple[int, int]]:
+def chunk_bytes(count: int, parts: int, base_byte: int = 0, elem: int = ELEM_BYTES
+                ) -> list[tuple[int, int]]:
     """``split_elems`` as (byte offset, byte length) from ``base_byte``."""
-    return [(base_byte + s * ELEM_BYTES, n * ELEM_BYTES) for s, n in split_elems(count, parts)]
+    return [(base_byte + s * elem, n * elem) for s, n in split_elems(count, parts)]
 
 
 def slices(off: int, nbytes: int, slice_bytes: int) -> list[tuple[int, int]]:

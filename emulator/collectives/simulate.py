@@ -14,15 +14,17 @@ from collections import deque
 
 import numpy as np
 
-from .schedule import COPY, ELEM_BYTES, RECV, SEND, RankSchedule
+from .dtypes import combiner, storage
+from .schedule import COPY, RECV, SEND, RankSchedule
 
 
 def run(schedules: dict[int, RankSchedule], inputs: dict[int, np.ndarray], slots: int = 2,
         seed: int = 0, input_at: dict[int, tuple[str, int]] | None = None
         ) -> dict[int, dict[str, np.ndarray]]:
     rng = random.Random(seed)
-    bufs = {r: {k: np.zeros(v // ELEM_BYTES, np.float32) for k, v in s.buffers.items()}
+    bufs = {r: {k: np.zeros(v // s.elem_bytes, storage(s.dtype)) for k, v in s.buffers.items()}
             for r, s in schedules.items()}
+    combine = {r: combiner(s.redop, s.dtype) for r, s in schedules.items()}
     for r, x in inputs.items():       # input_at: (buffer, first element) of an in-place rank
         buf, first = (input_at or {}).get(r, ("in", 0))
         bufs[r][buf][first:first + x.size] = x
@@ -51,7 +53,8 @@ def run(schedules: dict[int, RankSchedule], inputs: dict[int, np.ndarray], slots
             raise RuntimeError(f"deadlock with {left} ops left")
         r, i = rng.choice(ready)
         op = schedules[r].ops[i]
-        a, b = op.off // ELEM_BYTES, (op.off + op.nbytes) // ELEM_BYTES
+        e = schedules[r].elem_bytes
+        a, b = op.off // e, (op.off + op.nbytes) // e
         if op.kind == SEND:
             wire.setdefault((r, op.peer), deque()).append(bufs[r][op.buf][a:b].copy())
         elif op.kind == RECV:
@@ -59,11 +62,11 @@ def run(schedules: dict[int, RankSchedule], inputs: dict[int, np.ndarray], slots
             if len(x) != b - a:
                 raise RuntimeError(f"rank {r} op {i}: got {len(x)} elements, expected {b - a}")
             if op.reduce:
-                bufs[r][op.buf][a:b] += x
+                combine[r](bufs[r][op.buf][a:b], x)
             else:
                 bufs[r][op.buf][a:b] = x
         elif op.kind == COPY:
-            sa = op.src_off // ELEM_BYTES
+            sa = op.src_off // e
             bufs[r][op.buf][a:b] = bufs[r][op.src_buf][sa:sa + b - a]
         free[r].remove(i)
         for k in dependents[r][i]:

@@ -57,8 +57,9 @@ class TransportError(RuntimeError):
 
 
 class Conn:
-    """What the engine sees: ``can_send``/``send``, ``arrived`` (payloads as
-    float32 arrays, oldest first) and ``release`` (head consumed)."""
+    """What the engine sees: ``can_send``/``send``, ``arrived`` (payloads,
+    oldest first: NVLink's as sent, RDMA's as bytes the engine views as its
+    buffer's type) and ``release`` (head consumed)."""
 
     def __init__(self, local_rank: int, peer: int, slots: int, slot_bytes: int):
         self.local_rank, self.peer, self.slots, self.slot_bytes = local_rank, peer, slots, slot_bytes
@@ -113,8 +114,8 @@ class RdmaConn(Conn):
         size = slots * slot_bytes
         self.send_mr = nic.register_mr(size)
         self.recv_mr = nic.register_mr(size, addr=recv_addr(peer), rkey=recv_rkey(peer))
-        self.send_stage = np.frombuffer(self.send_mr.buf, dtype=np.float32)
-        self.recv_stage = np.frombuffer(self.recv_mr.buf, dtype=np.float32)
+        self.send_stage = np.frombuffer(self.send_mr.buf, dtype=np.uint8)
+        self.recv_stage = np.frombuffer(self.recv_mr.buf, dtype=np.uint8)
         self.remote_addr, self.remote_rkey = recv_addr(local_rank), recv_rkey(local_rank)
         self.writes_done = 0
         self.ctrl_rx = 0
@@ -129,18 +130,19 @@ class RdmaConn(Conn):
 
     def send(self, data: np.ndarray) -> None:
         k = self.sent % self.slots
-        e0 = k * self.slot_bytes // 4
-        n = data.size
-        if n * 4 > self.slot_bytes:
+        b0 = k * self.slot_bytes
+        raw = data.view(np.uint8)
+        nb = raw.size
+        if nb > self.slot_bytes:
             raise ValueError("message larger than a slot")
-        self.send_stage[e0:e0 + n] = data
+        self.send_stage[b0:b0 + nb] = raw
         if self.staging is None:
-            self._post(self.sent, k * self.slot_bytes, n * 4)
+            self._post(self.sent, b0, nb)
         else:                                       # D2H copy first, then the NIC
-            done = self.staging.stage(n * 4, "tx", self.clock.now_ns())
-            self.timers.push(done, (self._post, (self.sent, k * self.slot_bytes, n * 4)))
+            done = self.staging.stage(nb, "tx", self.clock.now_ns())
+            self.timers.push(done, (self._post, (self.sent, b0, nb)))
         self.sent += 1
-        self.tx_bytes += n * 4
+        self.tx_bytes += nb
 
     def _post(self, seq: int, off: int, nbytes: int) -> None:
         self.nic.post_write(self.qp, seq, (self.send_mr, off, nbytes),
@@ -163,8 +165,8 @@ class RdmaConn(Conn):
             self.nic.post_recv(self.qp, c.wr_id, _HDR.size)
             self.ctrl_rx += 1
             if kind == DATA:
-                e0 = (a % self.slots) * self.slot_bytes // 4
-                msg = self.recv_stage[e0:e0 + b // 4]
+                b0 = (a % self.slots) * self.slot_bytes
+                msg = self.recv_stage[b0:b0 + b]
                 if self.staging is None:
                     self.arrived.append(msg)
                 else:                               # in host memory: H2D copy first

@@ -10,10 +10,10 @@ import pytest
 
 from tests.rail_nics import rail_nic_pairs
 from emulator.clock import ManualClock
-from emulator.collectives import algorithms, bench, data, report, simulate
+from emulator.collectives import algorithms, bench, data, dtypes, report, simulate
 from emulator.collectives.engine import CollectiveEngine, drive, quiescent
 from emulator.collectives.nvlink import NvlinkSwitch
-from emulator.collectives.schedule import NVLINK, RDMA, SEND, Op, RankSchedule, finalize
+from emulator.collectives.schedule import NVLINK, RDMA, SEND, Op, RankSchedule, chunk_bytes, finalize
 from emulator.collectives.workload import validate_for
 from emulator.errors import ConfigError
 from emulator.schema.workload import parse_workload
@@ -42,7 +42,7 @@ def test_a_reduction_expected_is_the_sum_of_the_inputs():
         got = data.expected("all_reduce", 0, n, it, count * 4)
         assert got.dtype == np.float32 and np.array_equal(got, full)
         rank = int(rng.integers(0, n))
-        (o, b) = [(o // 4, b // 4) for o, b in data.chunk_bytes(count, n)][rank]
+        (o, b) = [(o // 4, b // 4) for o, b in chunk_bytes(count, n)][rank]
         assert np.array_equal(data.expected("reduce_scatter", rank, n, it, count * 4),
                               full[o:o + b])
 
@@ -66,14 +66,15 @@ def test_a_check_in_pieces_counts_what_count_wrong_counts():
 def simulate_wrong(coll, alg, S, G, size, slice_bytes, slots, seed, params=algorithms.Params()):
     """Wrong elements over every rank's output; a reduce's non-root must
     keep its (zeroed) output as it was."""
-    n = S * G
+    n, dtype = S * G, params.dtype
+    elem = dtypes.elem_bytes(dtype)
     sch = algorithms.build(coll, alg, S, G, size, slice_bytes, params)
-    ins = {r: data.input_elems(r, 3, data.input_bytes(coll, n, size, r, params) // 4)
+    ins = {r: data.input_elems(r, 3, data.input_bytes(coll, n, size, r, params) // elem, dtype, n)
            for r in range(n)}
     out = simulate.run(sch, ins, slots=slots, seed=seed)
     wants = {r: data.expected(coll, r, n, 3, size, params) for r in range(n)}
-    return sum(data.count_wrong(out[r]["out"], np.zeros(size // 4, np.float32) if w is None else w)
-               for r, w in wants.items())
+    return sum(data.count_wrong(out[r]["out"], np.zeros(size // elem, dtypes.storage(dtype))
+                                if w is None else w) for r, w in wants.items())
 
 
 @pytest.mark.parametrize("n", [2, 3, 4, 8])

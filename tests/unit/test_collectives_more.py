@@ -3,9 +3,10 @@ in the in-memory simulator, nccl-tests' sizes, bandwidth factors and table,
 the workload file's refusals, and the engine over real RoceNics."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
-from emulator.collectives import algorithms, bench, data, report, simulate
+from emulator.collectives import algorithms, bench, data, dtypes, report, simulate
 from emulator.collectives.algorithms import Params
 from emulator.collectives.schedule import NVLINK, RDMA, SEND
 from emulator.collectives.workload import params_of, runs, validate_for
@@ -147,7 +148,7 @@ def test_workload_params_and_fabric_checks():
                                   {"collective": "all_to_allv", "sizes": [64], "spread": 0.5},
                                   {"collective": "broadcast", "sizes": [6], "root": 0}]},
                        "e.yaml")
-    assert [params_of(t) for t in w.tests] == [Params(root=3), Params(shift=4),
+    assert [params_of(t, w) for t in w.tests] == [Params(root=3), Params(shift=4),
                                                Params(spread=0.5), Params()]
     assert runs(w)[0] == ("reduce", "ring", Params(root=3))
     with pytest.raises(ConfigError, match=r"^e.yaml: workload.tests\[3\].sizes\[0\]: 6 B is not "
@@ -186,3 +187,140 @@ def test_new_collectives_on_the_engine_over_roce_nics(two_servers):  # noqa: F81
         # factor 1; the mean over ranks can: a root is done once its slots are out)
         assert (48 << 10) / (r["time_max_us"] * 1e3) <= rate / 8e9 * 1.001, coll
     assert rows["reduce"]["root"] == 1 and rows["broadcast"]["root"] == 3
+
+
+# -- data types and reduction ops ---------------------------------------------------------
+
+TYPES = ("float32", "float16", "bfloat16", "int32")
+
+
+@pytest.mark.parametrize("dtype", TYPES)
+@pytest.mark.parametrize("op", ["sum", "max", "min"])
+@pytest.mark.parametrize("coll,alg,S,G", [("all_reduce", "ring", 2, 4),
+                                          ("all_reduce", "hierarchical", 3, 4),
+                                          ("reduce_scatter", "ring", 3, 3),
+                                          ("reduce", "ring", 4, 6)])
+def test_types_and_ops_reduce_exactly(dtype, op, coll, alg, S, G):
+    n = S * G
+    p = Params(root=n - 1, dtype=dtype, op=op)
+    size = dtypes.elem_bytes(dtype) * n * 41
+    for seed in range(2):
+        assert simulate_wrong(coll, alg, S, G, size, 36, 1 + seed, seed, p) == 0
+
+
+@pytest.mark.parametrize("dtype", TYPES)
+def test_moves_keep_every_type_bit_for_bit(dtype):
+    n = 6
+    for coll in ("all_gather", "broadcast", "all_to_allv", "send_recv"):
+        p = Params(root=2, shift=1, dtype=dtype)
+        assert simulate_wrong(coll, "ring", 2, 3, dtypes.elem_bytes(dtype) * n * 50, 20, 2, 1,
+                              p) == 0
+
+
+def test_a_sum_is_exact_in_any_order():
+    """nccl-tests' principle (verifiable.cu): no partial sum leaves the
+    integers the type holds, so every order gives the same bits. Shown on
+    the worst order: all of one sign first."""
+    for dtype, n in (("float16", 24), ("bfloat16", 24), ("bfloat16", 256), ("float16", 64)):
+        amp = data.amplitude(dtype, n)
+        assert amp * n <= dtypes.exact_limit(dtype)
+        x = np.stack([dtypes.to_f32(data.input_elems(r, 0, 502, dtype, n), dtype)
+                      for r in range(n)])
+        assert np.abs(x).max() == amp and np.array_equal(x, np.round(x))
+        worst = np.sort(x, axis=0)                      # every negative first, per element
+        assert np.abs(np.cumsum(worst, axis=0)).max() <= dtypes.exact_limit(dtype)
+    assert data.amplitude("float32", 8) == data.amplitude("int32", 10 ** 6) == 125
+    with pytest.raises(ValueError, match="at most 256 ranks"):
+        data.amplitude("bfloat16", 257)
+
+
+def test_an_unscaled_float16_sum_would_depend_on_the_order():
+    """Why the inputs shrink: 125 x 24 ranks passes 2048, where float16
+    rounds, and two orders give two answers."""
+    x = np.array([125.0] * 20 + [-125.0] * 4 + [1.0], np.float16)
+    fwd = rev = np.float16(0)
+    for v in x:
+        fwd = np.float16(fwd + v)
+    for v in x[::-1]:
+        rev = np.float16(rev + v)
+    assert fwd != rev
+
+
+def test_bfloat16_rounds_to_nearest_even():
+    f = np.array([1.0, 1 + 2 ** -8, 1 + 3 * 2 ** -8, 256.0, -3.5, 1 + 2 ** -7], np.float32)
+    back = dtypes.bf16_to_f32(dtypes.f32_to_bf16(f))
+    assert list(back) == [1.0, 1.0, 1 + 2 ** -6, 256.0, -3.5, 1 + 2 ** -7]
+    acc = dtypes.f32_to_bf16(np.array([100.0, 3.0], np.float32))
+    dtypes.combiner("sum", "bfloat16")(acc, dtypes.f32_to_bf16(np.array([28.0, -5.0], np.float32)))
+    assert list(dtypes.bf16_to_f32(acc)) == [128.0, -2.0]
+    dtypes.combiner("max", "bfloat16")(acc, dtypes.f32_to_bf16(np.array([1.0, 7.0], np.float32)))
+    assert list(dtypes.bf16_to_f32(acc)) == [128.0, 7.0]
+
+
+def test_types_and_ops_in_the_table_and_the_file():
+    rows = report.collective_rows(
+        _records("all_reduce", 4, 1 << 20, 100_000, dtype="float16", op="max")
+        + _records("all_reduce", 4, 1 << 20, 100_000, dtype="bfloat16", op="sum")
+        + _records("all_gather", 4, 1 << 20, 100_000, dtype="int32", op="min")
+        + _records("all_reduce", 4, 1 << 20, 100_000), 1.0)
+    assert [(r["type"], r["redop"], r["count"]) for r in rows] == [
+        ("half", "max", 1 << 19), ("bfloat16", "sum", 1 << 19), ("int32", "none", 1 << 18),
+        ("float", "sum", 1 << 18)]
+    assert not any("dtype" in r or "op" in r for r in rows)     # rows keep their keys
+    text = report.format_table(rows)
+    assert text.count("# Collective test starting: all_reduce_perf") == 3   # one per type/op
+    w = parse_workload({"dtype": "bfloat16", "op": "min",
+                        "tests": [{"collective": "all_reduce", "sizes": [64]},
+                                  {"collective": "reduce", "root": 0, "sizes": [64],
+                                   "dtype": "int32", "op": "max"}]}, "e.yaml")
+    assert [params_of(t, w) for t in w.tests] == [Params(dtype="bfloat16", op="min"),
+                                                  Params(dtype="int32", op="max")]
+
+
+@pytest.mark.parametrize("data_,servers,field,reason", [
+    ({"dtype": "bfloat16", "tests": [{"collective": "all_reduce", "sizes": [1024]}]}, 64,
+     "workload.dtype", "bfloat16: a sum of 512 ranks' inputs is not exact in every order "
+                       "(at most 256 ranks)"),
+    ({"tests": [{"collective": "all_reduce", "sizes": [6], "dtype": "int32"}]}, 1,
+     "workload.tests[0].sizes[0]", "6 B is not a multiple of 4 B (int32)"),
+    ({"tests": [{"collective": "all_gather", "sizes": [36], "dtype": "float16"}]}, 1,
+     "workload.tests[0].sizes[0]", "36 B is not a multiple of 2 B x 8 ranks = 16 B"),
+])
+def test_type_refusals_name_the_field(data_, servers, field, reason):
+    w = parse_workload(data_, "e.yaml")
+    with pytest.raises(ConfigError) as e:
+        validate_for(w, "e.yaml", servers, 8)
+    assert str(e.value) == f"e.yaml: {field}: {reason}"
+
+
+@pytest.mark.parametrize("data_,field,reason", [
+    ({"dtype": "bfloat", "tests": [{"collective": "all_reduce", "sizes": [64]}]},
+     "workload.dtype", "float32"),
+    ({"tests": [{"collective": "broadcast", "root": 0, "sizes": [64], "op": "max"}]},
+     "workload.tests[0].op", "broadcast reduces nothing"),
+    ({"op": "prod", "tests": [{"collective": "all_reduce", "sizes": [64]}]}, "workload.op", ""),
+])
+def test_type_and_op_file_errors_are_one_line(data_, field, reason):
+    with pytest.raises(ConfigError) as e:
+        parse_workload(data_, "e.yaml")
+    assert e.value.field == field and reason in e.value.reason and "\n" not in str(e.value)
+
+
+def test_types_and_ops_on_the_engine_over_roce_nics(two_servers):  # noqa: F811
+    """The transport moves bytes; the engine reduces in each type."""
+    engines, _ = two_servers
+    todo = [("all_reduce", "ring", Params(dtype="float16", op="max")),
+            ("all_reduce", "hierarchical", Params(dtype="bfloat16")),
+            ("reduce_scatter", "ring", Params(dtype="int32", op="min")),
+            ("reduce", "ring", Params(root=2, dtype="bfloat16", op="sum"))]
+    for e in engines:
+        e.connect(bench.connections_for(2, 2, todo))
+    recs = []
+    for coll, alg, p in todo:
+        for in_place in (False, True):
+            recs += bench.measure(engines, coll, alg, 24 << 10, iters=2, warmup_iters=1,
+                                  in_place=in_place, params=p)
+    rows = report.collective_rows(recs, 1.0)
+    assert [(r["type"], r["redop"]) for r in rows] == [("half", "max"), ("bfloat16", "sum"),
+                                                        ("int32", "min"), ("bfloat16", "sum")]
+    assert all(r["wrong"] == 0 and r["inplace_wrong"] == 0 for r in rows)
