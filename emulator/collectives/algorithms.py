@@ -33,6 +33,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from emulator.schema.workload import MAX_CHANNELS
+
 from .dtypes import elem_bytes
 from .schedule import (
     COPY, ELEM_BYTES, LOCAL, NVLINK, RDMA, RECV, SEND, Op, RankSchedule, chunk_bytes, finalize,
@@ -43,6 +45,8 @@ COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broa
                "send_recv", "all_to_allv")
 ALGORITHMS = ("ring", "hierarchical")
 ROOTED = ("broadcast", "reduce")
+# ring collectives that split their data over ``channels`` rings (NCCL's channels)
+CHANNELED = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce")
 # an in-place run keeps their schedule and checks nothing, as nccl-tests
 # (whose in-place run sends and receives in one buffer: the data is clobbered)
 OWN_BUFFERS = ("all_to_all", "send_recv", "all_to_allv")
@@ -53,12 +57,14 @@ class Params:
     """What a collective takes besides its size: ``root`` (broadcast,
     reduce), ``shift`` (send_recv), ``spread`` (all_to_allv: nccl-tests'
     NCCL_TESTS_ALLTOALLV_SPREAD, 0 uniform .. 1 distance-weighted), the
-    element type and the reduction op (nccl-tests' -d, -o; ``dtypes.py``)."""
+    element type and the reduction op (nccl-tests' -d, -o; ``dtypes.py``),
+    ``channels``: rings run side by side (``CHANNELED`` collectives)."""
     root: int = 0
     shift: int = 1
     spread: float = 1.0
     dtype: str = "float32"
     op: str = "sum"
+    channels: int = 1
 
 
 def alltoallv_bytes(n: int, size_bytes: int, spread: float, elem: int = ELEM_BYTES
@@ -89,15 +95,24 @@ def link_kind(a: int, b: int, gpus_per_server: int) -> str:
     return NVLINK if a // gpus_per_server == b // gpus_per_server else RDMA
 
 
-def snake_order(servers: int, gpus_per_server: int) -> list[int]:
+def ring_order(servers: int, gpus_per_server: int, chan: int = 0) -> list[int]:
+    """The snake order with every server's GPUs rotated by ``chan``: ring c
+    leaves an even server and enters the next on rail c-1, and goes back on
+    rail c, so G channels spread the server-to-server hops over every rail."""
     out = []
     for s in range(servers):
-        locs = range(gpus_per_server) if s % 2 == 0 else range(gpus_per_server - 1, -1, -1)
+        locs = [(chan + i) % gpus_per_server for i in range(gpus_per_server)]
+        if s % 2:
+            locs.reverse()
         out += [s * gpus_per_server + g for g in locs]
     return out
 
 
-def _ring_phase(scheds, order, chunks, buf, reduce, first, G, slice_bytes):
+def snake_order(servers: int, gpus_per_server: int) -> list[int]:
+    return ring_order(servers, gpus_per_server, 0)
+
+
+def _ring_phase(scheds, order, chunks, buf, reduce, first, G, slice_bytes, chan=0):
     """n-1 ring steps over ranks ``order`` on ``chunks`` (indexed by ring
     position). Step s: position p sends chunk p+first-s to p+1 and receives
     chunk p+first-s-1 from p-1 (summing if ``reduce``). A reduce phase with
@@ -114,9 +129,10 @@ def _ring_phase(scheds, order, chunks, buf, reduce, first, G, slice_bytes):
             snd, rcv = slices(so, sn, slice_bytes), slices(ro, rn, slice_bytes)
             for k in range(max(len(snd), len(rcv))):
                 if k < len(snd):
-                    ops.append(Op(SEND, nxt, link_kind(rank, nxt, G), buf, *snd[k]))
+                    ops.append(Op(SEND, nxt, link_kind(rank, nxt, G), buf, *snd[k], chan=chan))
                 if k < len(rcv):
-                    ops.append(Op(RECV, prv, link_kind(rank, prv, G), buf, *rcv[k], reduce=reduce))
+                    ops.append(Op(RECV, prv, link_kind(rank, prv, G), buf, *rcv[k], reduce=reduce,
+                                  chan=chan))
 
 
 def _new(n, buffers):
@@ -142,11 +158,15 @@ def build(collective: str, algorithm: str, servers: int, gpus_per_server: int, s
         raise ValueError("hierarchical is implemented for all_reduce only")
     if collective in ROOTED and not 0 <= params.root < n:
         raise ValueError(f"{collective}: root {params.root} is not one of the {n} ranks")
-    order = snake_order(servers, G)
+    if params.channels != 1 and (collective not in CHANNELED or algorithm != "ring"):
+        raise ValueError(f"channels: {collective} ({algorithm}) runs one channel")
+    if not 1 <= params.channels <= MAX_CHANNELS:
+        raise ValueError(f"channels: {params.channels} is not 1..{MAX_CHANNELS}")
+    orders = [ring_order(servers, G, c) for c in range(params.channels)]
     if collective in _BUILDERS:
-        sch = _BUILDERS[collective](order, G, size_bytes, slice_bytes, params)
+        sch = _BUILDERS[collective](orders, G, size_bytes, slice_bytes, params)
     else:
-        sch = _build_symmetric(collective, algorithm, servers, G, size_bytes, slice_bytes, order,
+        sch = _build_symmetric(collective, algorithm, servers, G, size_bytes, slice_bytes, orders,
                                elem)
     for s in sch.values():
         s.dtype, s.redop = params.dtype, params.op
@@ -154,18 +174,26 @@ def build(collective: str, algorithm: str, servers: int, gpus_per_server: int, s
     return sch
 
 
-def _build_symmetric(collective, algorithm, servers, G, size_bytes, slice_bytes, order, elem):
-    """all_reduce, all_gather, reduce_scatter, all_to_all (``build``)."""
+def _build_symmetric(collective, algorithm, servers, G, size_bytes, slice_bytes, orders, elem):
+    """all_reduce, all_gather, reduce_scatter, all_to_all (``build``); ring
+    channel c runs over ``orders[c]`` on part c of the data (of every rank's
+    block, for all_gather / reduce_scatter)."""
     n = servers * G
     count = size_bytes // elem
     per_rank = chunk_bytes(count, n, 0, elem)  # nccl-tests: rank r's share is block r
+
+    def part(block, c):                         # channel c's part of a block
+        return chunk_bytes(block[1] // elem, len(orders), block[0], elem)[c]
     if collective == "all_reduce":
         sch = _new(n, lambda r: {"in": size_bytes, "out": size_bytes})
         for r in range(n):
             sch[r].ops.append(Op(COPY, -1, LOCAL, "out", 0, size_bytes, src_buf="in"))
         if algorithm == "ring":
-            _ring_phase(sch, order, per_rank, "out", True, 0, G, slice_bytes)
-            _ring_phase(sch, order, per_rank, "out", False, 1, G, slice_bytes)
+            for c, order in enumerate(orders):
+                po, pn = part((0, size_bytes), c)
+                chunks = chunk_bytes(pn // elem, n, po, elem)
+                _ring_phase(sch, order, chunks, "out", True, 0, G, slice_bytes, c)
+                _ring_phase(sch, order, chunks, "out", False, 1, G, slice_bytes, c)
         else:
             _hierarchical(sch, servers, G, count, slice_bytes, elem)
     elif collective == "all_gather":
@@ -173,14 +201,18 @@ def _build_symmetric(collective, algorithm, servers, G, size_bytes, slice_bytes,
         sch = _new(n, lambda r: {"in": share, "out": size_bytes})
         for r in range(n):
             sch[r].ops.append(Op(COPY, -1, LOCAL, "out", per_rank[r][0], share, src_buf="in"))
-        _ring_phase(sch, order, [per_rank[r] for r in order], "out", False, 0, G, slice_bytes)
+        for c, order in enumerate(orders):
+            _ring_phase(sch, order, [part(per_rank[r], c) for r in order], "out", False, 0, G,
+                        slice_bytes, c)
     elif collective == "reduce_scatter":
         share = size_bytes // n
         sch = _new(n, lambda r: {"in": size_bytes, "tmp": size_bytes, "out": share})
         for r in range(n):
             sch[r].ops.append(Op(COPY, -1, LOCAL, "tmp", 0, size_bytes, src_buf="in"))
         # first = -1: position p ends owning chunk p, which is its own rank's block
-        _ring_phase(sch, order, [per_rank[r] for r in order], "tmp", True, -1, G, slice_bytes)
+        for c, order in enumerate(orders):
+            _ring_phase(sch, order, [part(per_rank[r], c) for r in order], "tmp", True, -1, G,
+                        slice_bytes, c)
         for r in range(n):
             sch[r].ops.append(Op(COPY, -1, LOCAL, "out", 0, share, src_buf="tmp",
                                  src_off=per_rank[r][0]))
@@ -227,16 +259,16 @@ def _pairwise(sch, G, m, slice_bytes):
                       slices(recv_at[frm], m[frm][r], slice_bytes), G, "in", "out")
 
 
-def _all_to_allv(order, G, size_bytes, slice_bytes, params):
-    n = len(order)
+def _all_to_allv(orders, G, size_bytes, slice_bytes, params):
+    n = len(orders[0])
     m = alltoallv_bytes(n, size_bytes, params.spread, elem_bytes(params.dtype))
     sch = _new(n, lambda r: {"in": sum(m[r]), "out": sum(m[i][r] for i in range(n))})
     _pairwise(sch, G, m, slice_bytes)
     return sch
 
 
-def _send_recv(order, G, size_bytes, slice_bytes, params):
-    n = len(order)
+def _send_recv(orders, G, size_bytes, slice_bytes, params):
+    n = len(orders[0])
     sch = _new(n, lambda r: {"in": size_bytes, "out": size_bytes})
     for r in range(n):
         to, frm = (r + params.shift) % n, (r - params.shift) % n
@@ -254,44 +286,58 @@ def _chain(order, root, towards_root):
     return order[p + 1:] + order[:p + 1] if towards_root else order[p:] + order[:p]
 
 
-def _broadcast(order, G, size_bytes, slice_bytes, params):
+def _channel_parts(size_bytes, params):
+    """Part c of the buffer, channel c's: (byte offset, bytes)."""
+    elem = elem_bytes(params.dtype)
+    return chunk_bytes(size_bytes // elem, params.channels, 0, elem)
+
+
+def _broadcast(orders, G, size_bytes, slice_bytes, params):
     """The root copies its input to its output and sends the input (NCCL
     reads the root's send buffer); every other rank receives each slice into
-    its output and forwards it from there."""
-    n = len(order)
+    its output and forwards it from there. Channel c: part c along ring c."""
+    n = len(orders[0])
     sch = _new(n, lambda r: {"in": size_bytes, "out": size_bytes})
     sch[params.root].ops.append(Op(COPY, -1, LOCAL, "out", 0, size_bytes, src_buf="in"))
-    chain = _chain(order, params.root, False)
-    for p, rank in enumerate(chain):
-        ops = sch[rank].ops
-        for off, nb in slices(0, size_bytes, slice_bytes):
-            if p > 0:
-                ops.append(Op(RECV, chain[p - 1], link_kind(rank, chain[p - 1], G), "out", off, nb))
-            if p < n - 1:
-                ops.append(Op(SEND, chain[p + 1], link_kind(rank, chain[p + 1], G),
-                              "in" if p == 0 else "out", off, nb))
+    for c, (order, (po, pn)) in enumerate(zip(orders, _channel_parts(size_bytes, params))):
+        chain = _chain(order, params.root, False)
+        for p, rank in enumerate(chain):
+            ops = sch[rank].ops
+            for off, nb in slices(po, pn, slice_bytes):
+                if p > 0:
+                    ops.append(Op(RECV, chain[p - 1], link_kind(rank, chain[p - 1], G), "out",
+                                  off, nb, chan=c))
+                if p < n - 1:
+                    ops.append(Op(SEND, chain[p + 1], link_kind(rank, chain[p + 1], G),
+                                  "in" if p == 0 else "out", off, nb, chan=c))
     return sch
 
 
-def _reduce(order, G, size_bytes, slice_bytes, params):
+def _reduce(orders, G, size_bytes, slice_bytes, params):
     """The chain's first rank sends its input; each next one adds what
     arrives to its own input (in ``tmp``: NCCL leaves a non-root's receive
-    buffer alone) and sends it on; the root adds into its output."""
-    n = len(order)
+    buffer alone) and sends it on; the root adds into its output. Channel
+    c: part c along ring c (the chains start at other ranks: with several,
+    every non-root copies its input to ``tmp``)."""
+    n = len(orders[0])
     sch = _new(n, lambda r: {"in": size_bytes, "out": size_bytes, "tmp": size_bytes})
-    chain = _chain(order, params.root, True)
-    for p, rank in enumerate(chain):
-        ops = sch[rank].ops
-        acc = "out" if p == n - 1 else "tmp"
-        if p > 0 or n == 1:
-            ops.append(Op(COPY, -1, LOCAL, acc, 0, size_bytes, src_buf="in"))
-        for off, nb in slices(0, size_bytes, slice_bytes):
-            if p > 0:
-                ops.append(Op(RECV, chain[p - 1], link_kind(rank, chain[p - 1], G), acc, off, nb,
-                              reduce=True))
-            if p < n - 1:
-                ops.append(Op(SEND, chain[p + 1], link_kind(rank, chain[p + 1], G),
-                              "in" if p == 0 else acc, off, nb))
+    first = _chain(orders[0], params.root, True)[0]
+    for r in range(n):
+        if r == params.root or r != first or params.channels > 1:
+            sch[r].ops.append(Op(COPY, -1, LOCAL, "out" if r == params.root else "tmp", 0,
+                                 size_bytes, src_buf="in"))
+    for c, (order, (po, pn)) in enumerate(zip(orders, _channel_parts(size_bytes, params))):
+        chain = _chain(order, params.root, True)
+        for p, rank in enumerate(chain):
+            ops = sch[rank].ops
+            acc = "out" if p == n - 1 else "tmp"
+            for off, nb in slices(po, pn, slice_bytes):
+                if p > 0:
+                    ops.append(Op(RECV, chain[p - 1], link_kind(rank, chain[p - 1], G), acc,
+                                  off, nb, reduce=True, chan=c))
+                if p < n - 1:
+                    ops.append(Op(SEND, chain[p + 1], link_kind(rank, chain[p + 1], G),
+                                  "in" if p == 0 else acc, off, nb, chan=c))
     return sch
 
 
@@ -374,8 +420,13 @@ def _hierarchical(sch, S, G, count, slice_bytes, elem):
 
 def connections(schedules: dict[int, RankSchedule]) -> set[tuple[int, int, str]]:
     """Unordered rank pairs (a < b) with their link kind that the schedules use."""
+    return {(a, b, link) for a, b, link, _ in channel_connections(schedules)}
+
+
+def channel_connections(schedules: dict[int, RankSchedule]) -> set[tuple[int, int, str, int]]:
+    """``connections`` with their channel: one connection (QP) each."""
     out = set()
     for r, s in schedules.items():
-        for peer, link in s.peers():
-            out.add((min(r, peer), max(r, peer), link))
+        for peer, link, chan in s.peers():
+            out.add((min(r, peer), max(r, peer), link, chan))
     return out

@@ -118,14 +118,14 @@ def barrier(engines: list[CollectiveEngine], algorithm: str, timeout_s: float = 
 
 
 def connections_for(servers: int, gpus: int, pairs: list[tuple]) -> set:
-    """Every connection the (collective, algorithm[, params]) ``pairs`` and
-    the barrier use. all_to_allv's, whose pairs with no bytes depend on the
+    """Every connection (a, b, link, channel) the (collective, algorithm[,
+    params]) ``pairs`` and the barrier use. all_to_allv's, whose pairs with no bytes depend on the
     size, are all_to_all's: every pair."""
     out = set()
     algs = {p[1] for p in pairs}
     for coll, alg, *params in set(pairs) | {("all_reduce", a) for a in algs}:
         coll = "all_to_all" if coll == "all_to_allv" else coll
-        out |= algorithms.connections(algorithms.build(
+        out |= algorithms.channel_connections(algorithms.build(
             coll, alg, servers, gpus, 4 * servers * gpus, 4,
             params[0] if params else algorithms.Params()))
     return out
@@ -202,11 +202,14 @@ def _want(collective, rank, n, size_bytes, params, in_place, given):
 
 
 def _extra_keys(collective: str, n: int, size_bytes: int, params) -> dict:
-    """A record's keys beyond the common ones: the root of a rooted
-    collective, all_to_allv's algbw bytes (``algorithms.algbw_bytes``)."""
+    """A record's keys beyond the common ones: a type and op other than
+    float32 sum, channels other than 1, the root of a rooted collective,
+    all_to_allv's algbw bytes (``algorithms.algbw_bytes``)."""
     out = {}
     if (params.dtype, params.op) != ("float32", "sum"):
         out.update(dtype=params.dtype, op=params.op)
+    if params.channels != 1:
+        out["channels"] = params.channels
     if collective in algorithms.ROOTED:
         out["root"] = params.root
     if collective == "all_to_allv":

@@ -32,10 +32,10 @@ from emulator.wire import roce_sport
 
 from .nvlink import NvlinkSwitch
 from .dtypes import combiner, storage
-from .schedule import COPY, NVLINK, SEND, RankSchedule
+from .schedule import COPY, NVLINK, SEND, RankSchedule, conn_key
 from .transport import NvlinkConn, RdmaConn, TransportError
 
-QPN_BASE = 0x800              # QP of rank r towards peer p is QPN_BASE + p on r's NIC
+QPN_BASE = 0x800              # QP of rank r towards peer p (channel 0) is QPN_BASE + p on r's NIC
 # the loop runs a piece of background work (``CollectiveEngine.background``)
 # instead of waiting when nothing is due for at least this long (clock ns;
 # a piece takes 20-40 us of CPU here). In virtual time the choice depends on
@@ -106,9 +106,9 @@ class RankRun:
             self.bufs[op.buf][a:b] = self.bufs[op.src_buf][sa:sa + b - a]
             self._done(i)
         elif op.kind == SEND:
-            self.conns[op.peer].pend_send.append(i)
+            self.conns[op.key].pend_send.append(i)
         else:
-            self.conns[op.peer].pend_recv.append(i)
+            self.conns[op.key].pend_recv.append(i)
 
     def _done(self, i):
         self.ndone += 1
@@ -205,12 +205,16 @@ class CollectiveEngine:
         self.stop_flag: list[bool] = [False]
 
     def connect(self, pairs) -> None:
-        """Open the connections of ``pairs`` = {(a, b, link)} (a < b, global
-        ranks; ``algorithms.connections``) that involve our ranks."""
+        """Open the connections of ``pairs`` = {(a, b, link[, channel])} (a <
+        b, global ranks; ``algorithms.channel_connections``) that involve our
+        ranks: one per channel, keyed ``schedule.conn_key(peer, channel)``
+        (the QP of rank r towards p on channel c: QPN_BASE + that key)."""
         G = self.G
-        for a, b, link in sorted(pairs):
+        for a, b, link, *chan in sorted(pairs):
+            c = chan[0] if chan else 0
             for me, peer in ((a, b), (b, a)):
-                if me not in self.conns or peer in self.conns[me]:
+                key, back = conn_key(peer, c), conn_key(me, c)
+                if me not in self.conns or key in self.conns[me]:
                     continue
                 if link == NVLINK:
                     if peer not in self.conns:
@@ -218,16 +222,16 @@ class CollectiveEngine:
                     x = NvlinkConn(me, peer, self.slots, self.slice_bytes, self.switch, me % G, peer % G)
                     y = NvlinkConn(peer, me, self.slots, self.slice_bytes, self.switch, peer % G, me % G)
                     NvlinkConn.pair(x, y)
-                    self.conns[me][peer], self.conns[peer][me] = x, y
+                    self.conns[me][key], self.conns[peer][back] = x, y
                 else:
                     nic = self.nics[me % G]
-                    qpn = self.qpn_base + peer
-                    qp = nic.create_qp(qpn, self.rank_ips[peer], self.qpn_base + me,
+                    qpn = self.qpn_base + key
+                    qp = nic.create_qp(qpn, self.rank_ips[peer], self.qpn_base + back,
                                        roce_sport(qpn))
-                    c = RdmaConn(me, peer, self.slots, self.slice_bytes, nic, qp,
-                                 self.staging[me % G], self.timers, self.clock)
-                    self.conns[me][peer] = c
-                    self._by_qpn[me % G][qpn] = c
+                    conn = RdmaConn(me, peer, self.slots, self.slice_bytes, nic, qp,
+                                    self.staging[me % G], self.timers, self.clock, chan=c)
+                    self.conns[me][key] = conn
+                    self._by_qpn[me % G][qpn] = conn
 
     def attach(self, nic, qpn: int, handler) -> None:
         """Hand ``nic``'s completions of QP ``qpn`` to ``handler.on_completion``

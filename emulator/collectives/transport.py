@@ -16,8 +16,9 @@ RDMA protocol (``RdmaConn``, one RC QP per rank pair, both directions):
   * credit: SEND ``(CREDIT, consumed so far)`` (cumulative: a lost or late
     one is superseded by the next).
   * receive slots live at a deterministic address/rkey derived from the
-    sender's rank (``recv_addr``/``recv_rkey``), so peers need no
-    out-of-band exchange: every server derives the same plan.
+    sender's rank and the channel (``recv_addr``/``recv_rkey`` of
+    ``schedule.conn_key``), so peers need no out-of-band exchange: every
+    server derives the same plan.
   * GPUDirect RDMA off (``staging``, see ``staging.py``): the slots are
     host memory. The WRITE and its doorbell are posted together once the
     device-to-host copy of the slice has ended (posting the doorbell first
@@ -37,10 +38,12 @@ import numpy as np
 from emulator.nic.qp import WcOpcode, WcStatus
 from emulator.clock import MONOTONIC, Clock
 
+from .schedule import conn_key
+
 DATA, CREDIT = 1, 2
 _HDR = struct.Struct("<III")
 RECV_ADDR_BASE = 0x7C00_0000_0000
-RECV_ADDR_STRIDE = 1 << 32          # per sending rank: room for slots x slot_bytes
+RECV_ADDR_STRIDE = 1 << 32          # per sending rank and channel: room for slots x slot_bytes
 RKEY_BASE = 0xC0110000
 
 
@@ -103,7 +106,7 @@ class NvlinkConn(Conn):
 
 class RdmaConn(Conn):
     def __init__(self, local_rank, peer, slots, slot_bytes, nic, qp, staging=None, timers=None,
-                 clock: Clock = MONOTONIC):
+                 clock: Clock = MONOTONIC, chan: int = 0):
         super().__init__(local_rank, peer, slots, slot_bytes)
         self.nic, self.qp = nic, qp
         # GPUDirect off: the GPU's copy engines (StagingCopies) and the
@@ -113,10 +116,11 @@ class RdmaConn(Conn):
         self.staging, self.timers, self.clock = staging, timers, clock
         size = slots * slot_bytes
         self.send_mr = nic.register_mr(size)
-        self.recv_mr = nic.register_mr(size, addr=recv_addr(peer), rkey=recv_rkey(peer))
+        sender, me = conn_key(peer, chan), conn_key(local_rank, chan)
+        self.recv_mr = nic.register_mr(size, addr=recv_addr(sender), rkey=recv_rkey(sender))
         self.send_stage = np.frombuffer(self.send_mr.buf, dtype=np.uint8)
         self.recv_stage = np.frombuffer(self.recv_mr.buf, dtype=np.uint8)
-        self.remote_addr, self.remote_rkey = recv_addr(local_rank), recv_rkey(local_rank)
+        self.remote_addr, self.remote_rkey = recv_addr(me), recv_rkey(me)
         self.writes_done = 0
         self.ctrl_rx = 0
         # doorbells (<= slots unconsumed) + credits (<= slots in flight), with room

@@ -7,7 +7,7 @@ from __future__ import annotations
 from emulator.errors import ConfigError
 from emulator.schema.workload import TestSpec, WorkloadSpec
 
-from .algorithms import Params
+from .algorithms import CHANNELED, Params
 from .data import amplitude
 from .dtypes import elem_bytes
 
@@ -22,11 +22,24 @@ def params_of(t: TestSpec, spec: WorkloadSpec) -> Params:
     return Params(root=d.root if t.root is None else t.root,
                   shift=d.shift if t.shift is None else t.shift,
                   spread=d.spread if t.spread is None else t.spread,
-                  dtype=t.dtype or spec.dtype, op=t.op or spec.op)
+                  dtype=t.dtype or spec.dtype, op=t.op or spec.op,
+                  channels=t.channels or _channels(spec, t.collective, t.algorithm))
+
+
+def _rings(spec: WorkloadSpec, collective: str, algorithm: str | None) -> bool:
+    """Whether the collective runs rings that channels split."""
+    return (algorithm or spec.algorithm) == "ring" and collective in CHANNELED
+
+
+def _channels(spec: WorkloadSpec, collective: str, algorithm: str | None) -> int:
+    """The workload's channels where the collective runs rings, else 1."""
+    return spec.channels if _rings(spec, collective, algorithm) else 1
 
 
 def training_params(spec: WorkloadSpec) -> Params:
-    return Params(dtype=spec.dtype, op=spec.op)
+    tr = spec.training
+    return Params(dtype=spec.dtype, op=spec.op,
+                  channels=_channels(spec, tr.collective, tr.algorithm) if tr else 1)
 
 
 def runs(spec: WorkloadSpec) -> list[tuple[str, str, Params]]:
@@ -46,6 +59,10 @@ def validate_for(spec: WorkloadSpec, file: str, servers: int, gpus_per_server: i
     (``data.amplitude``: bfloat16 sums of at most 256 ranks)."""
     n = servers * gpus_per_server
     for i, t in enumerate(spec.tests):
+        if t.channels not in (None, 1) and not _rings(spec, t.collective, t.algorithm):
+            raise ConfigError(file, f"{prefix}.tests[{i}].channels",
+                              f"{t.collective} ({t.algorithm or spec.algorithm}) runs one "
+                              f"channel: channels are for ring {', '.join(CHANNELED)}")
         for name in ("root", "shift"):
             v = getattr(t, name)
             if v is not None and v >= n:

@@ -31,6 +31,7 @@ TrainingCollective = Literal["all_reduce", "all_gather", "reduce_scatter", "all_
 _PARAMS = {"root": ("broadcast", "reduce"), "shift": ("send_recv",), "spread": ("all_to_allv",)}
 Algorithm = Literal["ring", "hierarchical"]
 MAX_SIZES = 64
+MAX_CHANNELS = 32                  # rings side by side, at most
 
 
 class SizeRange(StrictSpec):
@@ -64,7 +65,8 @@ class TestSpec(StrictSpec):
     shift: Optional[int] = Field(None, ge=1)          # send_recv: default 1 (nccl-tests)
     spread: Optional[float] = Field(None, ge=0, le=1)  # all_to_allv: default 1 (nccl-tests)
     dtype: Optional[DType] = None                      # default: the workload's
-    op: Optional[RedOp] = None                         # reducing collectives; default: the workload's
+    op: Optional[RedOp] = None                         # reducing ones; default: the workload's
+    channels: Optional[int] = Field(None, ge=1, le=MAX_CHANNELS)   # ring; default: the workload's
 
     @model_validator(mode="after")
     def _params(self):
@@ -104,6 +106,7 @@ class WorkloadSpec(StrictSpec):
     algorithm: Algorithm = "ring"
     dtype: DType = "float32"
     op: RedOp = "sum"
+    channels: int = Field(1, ge=1, le=MAX_CHANNELS)   # rings of the CHANNELED collectives
     slice_bytes: int = Field(65536, ge=256, le=16 << 20)
     slots: int = Field(8, ge=1, le=64)
     check: bool = True

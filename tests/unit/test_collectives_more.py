@@ -324,3 +324,90 @@ def test_types_and_ops_on_the_engine_over_roce_nics(two_servers):  # noqa: F811
     assert [(r["type"], r["redop"]) for r in rows] == [("half", "max"), ("bfloat16", "sum"),
                                                         ("int32", "min"), ("bfloat16", "sum")]
     assert all(r["wrong"] == 0 and r["inplace_wrong"] == 0 for r in rows)
+
+
+# -- channels -----------------------------------------------------------------------------
+
+CHANNEL_COLLS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce")
+
+
+@pytest.mark.parametrize("coll", CHANNEL_COLLS)
+@pytest.mark.parametrize("channels,S,G", [(2, 2, 4), (4, 2, 4), (3, 3, 2), (5, 1, 3)])
+def test_channels_split_the_data_and_compute_the_collective(coll, channels, S, G):
+    n = S * G
+    p = Params(root=n - 1, channels=channels, dtype="float16", op="max" if coll == "reduce"
+               else "sum")
+    for seed in range(2):
+        assert simulate_wrong(coll, "ring", S, G, 2 * n * 61, 24, 1 + seed, seed, p) == 0
+
+
+def test_channel_rings_spread_the_server_hops_over_every_rail():
+    """Ring c rotates every server's GPUs by c: its server-to-server hops
+    stay on a rail (c-1 one way, c the other), G channels use every rail,
+    each channel has connections (QPs) of its own, and each rank still
+    sends 2(n-1)/n of the buffer in all."""
+    S, G, size = 2, 4, 2 * 4 * 8 * 4 * 100
+    assert algorithms.ring_order(S, G, 0) == algorithms.snake_order(S, G)
+    assert algorithms.ring_order(S, G, 1) == [1, 2, 3, 0, 4, 7, 6, 5]
+    sch = algorithms.build("all_reduce", "ring", S, G, size, 1 << 20, Params(channels=G))
+    conns = algorithms.channel_connections(sch)
+    rdma = {(a, b, c) for a, b, link, c in conns if link == RDMA}
+    assert all(a % G == b % G for a, b, _ in rdma)
+    assert {a % G for a, _, _ in rdma} == set(range(G))                 # every rail
+    assert {c for _, _, c in rdma} == set(range(G)) and len(rdma) == 2 * G
+    for s in sch.values():
+        assert sum(o.nbytes for o in s.ops if o.kind == SEND) == size * 2 * 7 // 8
+
+
+def test_one_channel_is_the_ring_it_was():
+    """channels: 1 builds the very schedule of before (the shipped files'
+    results are unchanged)."""
+    for coll in CHANNEL_COLLS:
+        a = algorithms.build(coll, "ring", 2, 4, 4 * 8 * 300, 96, Params(root=3))
+        b = algorithms.build(coll, "ring", 2, 4, 4 * 8 * 300, 96, Params(root=3, channels=1))
+        assert all(repr(a[r].ops) == repr(b[r].ops) for r in a)
+        assert all(o.chan == 0 for s in a.values() for o in s.ops)
+
+
+def test_channels_refused_where_nothing_runs_rings():
+    with pytest.raises(ValueError, match="runs one channel"):
+        algorithms.build("all_to_all", "ring", 1, 4, 4096, 512, Params(channels=2))
+    with pytest.raises(ValueError, match="runs one channel"):
+        algorithms.build("all_reduce", "hierarchical", 2, 2, 4096, 512, Params(channels=2))
+    w = parse_workload({"channels": 4, "tests": [
+        {"collective": "all_reduce", "sizes": [64]},
+        {"collective": "all_to_all", "sizes": [64]},
+        {"collective": "all_reduce", "sizes": [64], "algorithm": "hierarchical"},
+        {"collective": "broadcast", "root": 0, "sizes": [64], "channels": 2}]}, "e.yaml")
+    assert [params_of(t, w).channels for t in w.tests] == [4, 1, 1, 2]    # workload's: rings only
+    validate_for(w, "e.yaml", 2, 2)
+    bad = parse_workload({"tests": [{"collective": "send_recv", "sizes": [64], "channels": 2}]},
+                         "e.yaml")
+    with pytest.raises(ConfigError) as e:
+        validate_for(bad, "e.yaml", 2, 2)
+    assert str(e.value).startswith("e.yaml: workload.tests[0].channels: send_recv (ring) runs "
+                                   "one channel")
+    with pytest.raises(ConfigError, match=r"workload.channels: must be <= 32"):
+        parse_workload({"channels": 33, "tests": [{"collective": "all_reduce", "sizes": [64]}]},
+                       "e.yaml")
+
+
+def test_two_channels_use_both_rails_both_ways(two_servers):  # noqa: F811
+    """On real NICs: one ring sends server 0 -> 1 on one rail and back on
+    the other; two channels use both rails both ways, so the all-reduce
+    runs near twice as fast (the NVLink domain is 4x a NIC)."""
+    engines, rate = two_servers
+    todo = [("all_reduce", "ring", Params()), ("all_reduce", "ring", Params(channels=2))]
+    for e in engines:
+        e.connect(bench.connections_for(2, 2, todo))
+    recs = []
+    for coll, alg, p in todo:
+        recs += bench.measure(engines, coll, alg, 256 << 10, iters=2, warmup_iters=1, params=p)
+    one, two = report.collective_rows(recs, 1.0)
+    assert "channels" not in one and two["channels"] == 2
+    assert one["wrong"] == two["wrong"] == 0
+    link_GBps = rate / 8e9
+    assert one["busbw_GBps"] <= link_GBps * 1.03
+    assert two["busbw_GBps"] > 1.6 * one["busbw_GBps"]
+    assert two["busbw_GBps"] <= 2 * link_GBps * 1.03
+    assert "all_reduce (ring, 2 channels), 4 ranks" in report.format_table([one, two])
