@@ -5,7 +5,7 @@ exact in any order and a result is right or wrong, no tolerance -- as
 nccl-tests' verifiable inputs (``dtypes.py``). Where n ranks' sum could
 leave the integers a type holds exactly (float16 past 2048, bfloat16 past
 256, float32 past 2^24), the inputs shrink to |x| <= limit / n
-(``amplitude``), so no partial sum in any order is rounded.
+(``dtypes.amplitude``), so no partial sum in any order is rounded.
 """
 from __future__ import annotations
 
@@ -14,27 +14,17 @@ from functools import reduce
 import numpy as np
 
 from .algorithms import Params, alltoallv_bytes
-from .dtypes import OPS, elem_bytes, exact_limit, from_f32, to_f32
+from .dtypes import AMPLITUDE, amplitude, elem_bytes, from_f32, to_f32, ufunc
 from .schedule import split_elems
 
 PERIOD = 251                    # element i of an input: ((7 i + c) mod 251) - 125
-AMPLITUDE = 125
 _STEP_INVERSE = pow(7, -1, PERIOD)
-
-
-def amplitude(dtype: str, n: int) -> int:
-    """The largest |input| of ``n`` ranks' ``dtype`` inputs (see the module)."""
-    amp = min(AMPLITUDE, exact_limit(dtype) // max(n, 1))
-    if amp < 1:
-        raise ValueError(f"{dtype}: a sum of {n} ranks' inputs is not exact in every order "
-                         f"(at most {exact_limit(dtype)} ranks)")
-    return amp
 
 
 def input_elems(rank: int, iteration: int, count: int, dtype: str = "float32",
                 n: int = 1) -> np.ndarray:
     """Element i: ((7 i + 131 rank + 17 iteration) mod 251) - 125 (scaled by
-    ``amplitude(dtype, n)`` / 125, rounded down), read-only.
+    ``dtypes.amplitude(dtype, n)`` / 125, rounded down), read-only.
 
     Every input is the same sequence of period 251 from another start (7 is
     invertible mod 251: this one starts where 7 k = 131 rank + 17 iteration),
@@ -79,7 +69,7 @@ def _reduction_of_inputs(n: int, iteration: int, first: int, count: int, p: Para
     by ``p.op``. Each input has period 251, so the result has too: one period
     is reduced and repeated (summing 8 ranks' 1 MiB took 1 ms, 0.1 ms this
     way). In float32, exact (the module), then in ``p.dtype``."""
-    one = reduce(OPS[p.op], (to_f32(input_elems(r, iteration, first + PERIOD, p.dtype, n)[first:],
+    one = reduce(ufunc(p.op), (to_f32(input_elems(r, iteration, first + PERIOD, p.dtype, n)[first:],
                                     p.dtype) for r in range(n)))
     return np.resize(from_f32(one, p.dtype), count)
 

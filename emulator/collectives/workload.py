@@ -8,8 +8,7 @@ from emulator.errors import ConfigError
 from emulator.schema.workload import TestSpec, WorkloadSpec
 
 from .algorithms import CHANNELED, Params
-from .data import amplitude
-from .dtypes import elem_bytes
+from .dtypes import amplitude, elem_bytes
 
 # size must split into one share per rank (nccl-tests: count per rank x n)
 _PER_RANK = ("all_gather", "reduce_scatter", "all_to_all")
@@ -56,7 +55,7 @@ def validate_for(spec: WorkloadSpec, file: str, servers: int, gpus_per_server: i
     """What depends on the fabric: sizes must split into elements of their
     type (and into one share per rank), a root or shift must name a rank,
     hierarchical is all_reduce only, and a sum must stay exact
-    (``data.amplitude``: bfloat16 sums of at most 256 ranks)."""
+    (``dtypes.amplitude``: bfloat16 sums of at most 256 ranks)."""
     n = servers * gpus_per_server
     for i, t in enumerate(spec.tests):
         if t.channels not in (None, 1) and not _rings(spec, t.collective, t.algorithm):

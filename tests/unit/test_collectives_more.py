@@ -222,16 +222,16 @@ def test_a_sum_is_exact_in_any_order():
     integers the type holds, so every order gives the same bits. Shown on
     the worst order: all of one sign first."""
     for dtype, n in (("float16", 24), ("bfloat16", 24), ("bfloat16", 256), ("float16", 64)):
-        amp = data.amplitude(dtype, n)
+        amp = dtypes.amplitude(dtype, n)
         assert amp * n <= dtypes.exact_limit(dtype)
         x = np.stack([dtypes.to_f32(data.input_elems(r, 0, 502, dtype, n), dtype)
                       for r in range(n)])
         assert np.abs(x).max() == amp and np.array_equal(x, np.round(x))
         worst = np.sort(x, axis=0)                      # every negative first, per element
         assert np.abs(np.cumsum(worst, axis=0)).max() <= dtypes.exact_limit(dtype)
-    assert data.amplitude("float32", 8) == data.amplitude("int32", 10 ** 6) == 125
+    assert dtypes.amplitude("float32", 8) == dtypes.amplitude("int32", 10 ** 6) == 125
     with pytest.raises(ValueError, match="at most 256 ranks"):
-        data.amplitude("bfloat16", 257)
+        dtypes.amplitude("bfloat16", 257)
 
 
 def test_an_unscaled_float16_sum_would_depend_on_the_order():
