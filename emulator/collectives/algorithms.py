@@ -17,15 +17,12 @@ local indices are equal).
   server over NVLink (a ring of the G GPUs; GPU g ends with chunk g summed
   over its server), a ring all-reduce of chunk g among the S GPUs with local
   index g (one ring per rail, RDMA), then an all-gather inside each server.
-* ``broadcast`` / ``reduce`` (``ring``): NCCL's ring with one hop left out, a
-  chain: broadcast from the root along the ring, every rank forwarding each
-  slice as it arrives; reduce from the root's ring successor to the root,
-  every rank adding its input to each slice on the way.
-* ``send_recv``: nccl-tests' sendrecv_perf, rank r sends its buffer to rank
-  r + shift and receives rank r - shift's (shift 1 there; a pipeline
-  stage's peer is shift G, the same GPU of the next server: one rail).
-* ``all_to_allv``: ``pairwise`` with nccl-tests' alltoallv_perf generated
-  sizes (``alltoallv_bytes``).
+* ``broadcast`` / ``reduce``: the ring less one hop, a chain from (to) the
+  root, each rank forwarding (adding to) each slice as it arrives.
+* ``send_recv``: nccl-tests' sendrecv_perf, rank r sends to r + shift (a
+  pipeline stage's peer: shift G); ``all_to_allv``: ``pairwise`` with
+  nccl-tests' alltoallv_perf sizes (``alltoallv_bytes``).
+* ``channels``: ring c on part c of the data (``ring_order``).
 
 Each chunk transfer is cut into slices of at most ``slice_bytes``.
 """

@@ -14,7 +14,8 @@ from functools import reduce
 import numpy as np
 
 from .algorithms import Params, alltoallv_bytes
-from .dtypes import AMPLITUDE, amplitude, elem_bytes, from_f32, to_f32, ufunc
+from .arith import from_f32, to_f32, ufunc
+from .dtypes import AMPLITUDE, amplitude, elem_bytes
 from .schedule import split_elems
 
 PERIOD = 251                    # element i of an input: ((7 i + c) mod 251) - 125

@@ -31,7 +31,7 @@ from emulator.clock import MONOTONIC, Clock, TimerHeap, ceil_ns
 from emulator.wire import roce_sport
 
 from .nvlink import NvlinkSwitch
-from .dtypes import combiner, storage
+from .arith import combiner, storage
 from .schedule import COPY, NVLINK, SEND, RankSchedule, conn_key
 from .transport import NvlinkConn, RdmaConn, TransportError
 

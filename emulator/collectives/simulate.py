@@ -14,7 +14,7 @@ from collections import deque
 
 import numpy as np
 
-from .dtypes import combiner, storage
+from .arith import combiner, storage
 from .schedule import COPY, RECV, SEND, RankSchedule
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from tests.rail_nics import rail_nic_pairs
 from emulator.clock import ManualClock
-from emulator.collectives import algorithms, bench, data, dtypes, report, simulate
+from emulator.collectives import algorithms, arith, bench, data, dtypes, report, simulate
 from emulator.collectives.engine import CollectiveEngine, drive, quiescent
 from emulator.collectives.nvlink import NvlinkSwitch
 from emulator.collectives.schedule import NVLINK, RDMA, SEND, Op, RankSchedule, chunk_bytes, finalize
@@ -73,7 +73,7 @@ def simulate_wrong(coll, alg, S, G, size, slice_bytes, slots, seed, params=algor
            for r in range(n)}
     out = simulate.run(sch, ins, slots=slots, seed=seed)
     wants = {r: data.expected(coll, r, n, 3, size, params) for r in range(n)}
-    return sum(data.count_wrong(out[r]["out"], np.zeros(size // elem, dtypes.storage(dtype))
+    return sum(data.count_wrong(out[r]["out"], np.zeros(size // elem, arith.storage(dtype))
                                 if w is None else w) for r, w in wants.items())
 
 

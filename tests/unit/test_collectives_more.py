@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from emulator.collectives import algorithms, bench, data, dtypes, report, simulate
+from emulator.collectives import algorithms, arith, bench, data, dtypes, report, simulate
 from emulator.collectives.algorithms import Params
 from emulator.collectives.schedule import NVLINK, RDMA, SEND
 from emulator.collectives.workload import params_of, runs, validate_for
@@ -224,7 +224,7 @@ def test_a_sum_is_exact_in_any_order():
     for dtype, n in (("float16", 24), ("bfloat16", 24), ("bfloat16", 256), ("float16", 64)):
         amp = dtypes.amplitude(dtype, n)
         assert amp * n <= dtypes.exact_limit(dtype)
-        x = np.stack([dtypes.to_f32(data.input_elems(r, 0, 502, dtype, n), dtype)
+        x = np.stack([arith.to_f32(data.input_elems(r, 0, 502, dtype, n), dtype)
                       for r in range(n)])
         assert np.abs(x).max() == amp and np.array_equal(x, np.round(x))
         worst = np.sort(x, axis=0)                      # every negative first, per element
@@ -248,13 +248,13 @@ def test_an_unscaled_float16_sum_would_depend_on_the_order():
 
 def test_bfloat16_rounds_to_nearest_even():
     f = np.array([1.0, 1 + 2 ** -8, 1 + 3 * 2 ** -8, 256.0, -3.5, 1 + 2 ** -7], np.float32)
-    back = dtypes.bf16_to_f32(dtypes.f32_to_bf16(f))
+    back = arith.bf16_to_f32(arith.f32_to_bf16(f))
     assert list(back) == [1.0, 1.0, 1 + 2 ** -6, 256.0, -3.5, 1 + 2 ** -7]
-    acc = dtypes.f32_to_bf16(np.array([100.0, 3.0], np.float32))
-    dtypes.combiner("sum", "bfloat16")(acc, dtypes.f32_to_bf16(np.array([28.0, -5.0], np.float32)))
-    assert list(dtypes.bf16_to_f32(acc)) == [128.0, -2.0]
-    dtypes.combiner("max", "bfloat16")(acc, dtypes.f32_to_bf16(np.array([1.0, 7.0], np.float32)))
-    assert list(dtypes.bf16_to_f32(acc)) == [128.0, 7.0]
+    acc = arith.f32_to_bf16(np.array([100.0, 3.0], np.float32))
+    arith.combiner("sum", "bfloat16")(acc, arith.f32_to_bf16(np.array([28.0, -5.0], np.float32)))
+    assert list(arith.bf16_to_f32(acc)) == [128.0, -2.0]
+    arith.combiner("max", "bfloat16")(acc, arith.f32_to_bf16(np.array([1.0, 7.0], np.float32)))
+    assert list(arith.bf16_to_f32(acc)) == [128.0, 7.0]
 
 
 def test_types_and_ops_in_the_table_and_the_file():
