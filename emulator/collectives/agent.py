@@ -118,7 +118,7 @@ def _prepare(spec, eng: CollectiveEngine) -> None:
             for t in spec.tests for size in t.size_list() for in_place in (False, True)]
     if spec.training is not None:
         rows.append((spec.training.collective, spec.training.algorithm or spec.algorithm,
-                     spec.training.size_bytes, False))
+                     spec.training.size_bytes, False, training_params(spec)))
     bench.prepare([eng], rows)
 
 

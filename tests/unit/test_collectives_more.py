@@ -6,8 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from emulator.collectives import algorithms, arith, bench, data, dtypes, report, simulate
+from emulator.collectives import agent, algorithms, arith, bench, data, dtypes, report, simulate
 from emulator.collectives.algorithms import Params
+from emulator.collectives.engine import CollectiveEngine
 from emulator.collectives.schedule import NVLINK, RDMA, SEND
 from emulator.collectives.workload import params_of, runs, validate_for
 from emulator.errors import ConfigError
@@ -411,3 +412,19 @@ def test_two_channels_use_both_rails_both_ways(two_servers):  # noqa: F811
     assert two["busbw_GBps"] > 1.6 * one["busbw_GBps"]
     assert two["busbw_GBps"] <= 2 * link_GBps * 1.03
     assert "all_reduce (ring, 2 channels), 4 ranks" in report.format_table([one, two])
+
+
+def test_a_server_agent_builds_every_schedule_before_the_start():
+    """Tests and training, in their type, op and channels: none is left to
+    be built between two phases, where nobody serves the NICs."""
+    spec = parse_workload({"dtype": "float16", "channels": 2,
+                           "tests": [{"collective": "reduce", "root": 1, "sizes": [512]}],
+                           "training": {"steps": 1, "size_bytes": 256}}, "e.yaml")
+    eng = CollectiveEngine(server=0, servers=2, nics=[None, None], rank_ips={},
+                           nvlink_rate_bps=1e9, nvlink_delay_ns=0, slice_bytes=128)
+    agent._prepare(spec, eng)
+    built = {(k[0], k[2], k[4], k[5]) for k in eng.schedules}
+    f16 = dict(dtype="float16", channels=2)
+    assert {("reduce", 512, False, Params(root=1, **f16)),
+            ("reduce", 512, True, Params(root=1, **f16)),
+            ("all_reduce", 256, False, Params(**f16))} <= built
