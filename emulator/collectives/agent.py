@@ -32,10 +32,10 @@ from . import bench
 from .agent_io import agent_main
 from .data import periodic_inputs
 from .engine import CollectiveEngine, drive, quiescent
-from .schedule import ELEM_BYTES
+from .dtypes import elem_bytes
 from .staging import staging_from_config
 from .storage import StorageReader
-from .workload import validate_for
+from .workload import params_of, runs, training_params, validate_for
 
 
 def run(cfg: CollectiveAgentConfig, path: str = "config", clock: Clock = MONOTONIC) -> dict:
@@ -61,7 +61,7 @@ def run(cfg: CollectiveAgentConfig, path: str = "config", clock: Clock = MONOTON
                                slice_bytes=spec.slice_bytes, slots=spec.slots,
                                staging=staging, clock=clock)
         eng.stop_flag = stop
-        eng.connect(bench.connections_for(cfg.servers, len(cfg.nics), spec.pairs()))
+        eng.connect(bench.connections_for(cfg.servers, len(cfg.nics), runs(spec)))
         reader = _storage_reader(cfg, eng, nics, clock)
         _prepare(spec, eng)
         # the common start: a Unix time, the one clock all servers' processes share
@@ -108,14 +108,17 @@ def _prepare(spec, eng: CollectiveEngine) -> None:
     """Build every input and schedule before the start, not inside the event loop."""
     # every input (and expected output) is a slice of one array: built for the
     # largest before the start, not inside the event loop when a row grows
-    periodic_inputs(max([s for t in spec.tests for s in t.size_list()]
-                        + [spec.training.size_bytes if spec.training else 0]) // ELEM_BYTES)
+    n = eng.servers * eng.G
+    for _, _, p in runs(spec):
+        periodic_inputs(max([s for t in spec.tests for s in t.size_list()]
+                            + [spec.training.size_bytes if spec.training else 0])
+                        // elem_bytes(p.dtype), p.dtype, n)
     # and every schedule: built between two phases, one stalled the NICs for 0.5-1 ms
-    rows = [(t.collective, t.algorithm or spec.algorithm, size, in_place)
+    rows = [(t.collective, t.algorithm or spec.algorithm, size, in_place, params_of(t, spec))
             for t in spec.tests for size in t.size_list() for in_place in (False, True)]
     if spec.training is not None:
         rows.append((spec.training.collective, spec.training.algorithm or spec.algorithm,
-                     spec.training.size_bytes, False))
+                     spec.training.size_bytes, False, training_params(spec)))
     bench.prepare([eng], rows)
 
 
@@ -141,7 +144,8 @@ def _run_tests(spec, eng: CollectiveEngine, out: dict, left) -> None:
             for in_place, warmup in ((False, t.warmup_iters), (True, 0)):
                 out["records"] += bench.measure([eng], t.collective, alg, size, t.iters,
                                                 warmup, spec.check, left(), in_place,
-                                                background_check=True)
+                                                background_check=True,
+                                                params=params_of(t, spec))
 
 
 def _run_training(spec, eng: CollectiveEngine, out: dict, left, reader, D) -> None:
@@ -154,7 +158,7 @@ def _run_training(spec, eng: CollectiveEngine, out: dict, left, reader, D) -> No
     out["training"] = bench.train([eng], tr.collective, tr.algorithm or spec.algorithm,
                                   tr.size_bytes, tr.steps, tr.warmup_steps,
                                   int(tr.compute_us * 1000 * D), spec.check, left(),
-                                  background_check=True)
+                                  background_check=True, params=training_params(spec))
     if reader is not None:
         reader.stop()
 

@@ -1,20 +1,31 @@
 """Deterministic inputs and expected outputs (nccl-tests ``-c 1`` style).
 
-Inputs are small integers stored as float32 (|x| <= 125), so a sum over up to
-~130000 ranks is exact in any order: a result is right or wrong, no tolerance.
+Inputs are small integers (|x| <= 125) in the buffer's type, so a sum is
+exact in any order and a result is right or wrong, no tolerance -- as
+nccl-tests' verifiable inputs (``dtypes.py``). Where n ranks' sum could
+leave the integers a type holds exactly (float16 past 2048, bfloat16 past
+256, float32 past 2^24), the inputs shrink to |x| <= limit / n
+(``dtypes.amplitude``), so no partial sum in any order is rounded.
 """
 from __future__ import annotations
 
+from functools import reduce
+
 import numpy as np
 
-from .schedule import ELEM_BYTES, chunk_bytes
+from .algorithms import Params, alltoallv_bytes
+from .arith import from_f32, to_f32, ufunc
+from .dtypes import AMPLITUDE, amplitude, elem_bytes
+from .schedule import split_elems
 
 PERIOD = 251                    # element i of an input: ((7 i + c) mod 251) - 125
 _STEP_INVERSE = pow(7, -1, PERIOD)
 
 
-def input_elems(rank: int, iteration: int, count: int) -> np.ndarray:
-    """Element i: ((7 i + 131 rank + 17 iteration) mod 251) - 125, read-only.
+def input_elems(rank: int, iteration: int, count: int, dtype: str = "float32",
+                n: int = 1) -> np.ndarray:
+    """Element i: ((7 i + 131 rank + 17 iteration) mod 251) - 125 (scaled by
+    ``dtypes.amplitude(dtype, n)`` / 125, rounded down), read-only.
 
     Every input is the same sequence of period 251 from another start (7 is
     invertible mod 251: this one starts where 7 k = 131 rank + 17 iteration),
@@ -22,52 +33,84 @@ def input_elems(rank: int, iteration: int, count: int) -> np.ndarray:
     refills its ranks' inputs inside the event loop, where computing 1 MiB
     took 3-9 ms a rank and the server's NICs fell behind by as much."""
     k = (rank * 131 + iteration * 17) * _STEP_INVERSE % PERIOD
-    return periodic_inputs(count)[k:k + count]
+    return periodic_inputs(count, dtype, n)[k:k + count]
 
 
-_PERIODIC = np.empty(0, np.float32)
+_PERIODIC: dict[tuple[str, int], np.ndarray] = {}
 
 
-def periodic_inputs(count: int) -> np.ndarray:
-    """The sequence every input is a slice of, long enough for ``count``
-    elements from any start; built again only when a longer one is asked
-    for (a server agent asks for its largest before the start gate)."""
-    global _PERIODIC
-    if len(_PERIODIC) < count + PERIOD:
+def periodic_inputs(count: int, dtype: str = "float32", n: int = 1) -> np.ndarray:
+    """The sequence every input of ``dtype`` (among n ranks) is a slice of,
+    long enough for ``count`` elements from any start; built again only when
+    a longer one is asked for (a server agent asks for its largest before
+    the start gate)."""
+    amp = amplitude(dtype, n)
+    have = _PERIODIC.get((dtype, amp))
+    if have is None or len(have) < count + PERIOD:
         i = np.arange(count + PERIOD, dtype=np.int64)
-        out = ((i * 7) % PERIOD - 125).astype(np.float32)
-        out.flags.writeable = False
-        _PERIODIC = out
-    return _PERIODIC
+        v = (i * 7) % PERIOD - AMPLITUDE
+        if amp != AMPLITUDE:
+            v = v * amp // AMPLITUDE
+        have = from_f32(v.astype(np.float32), dtype)
+        have.flags.writeable = False
+        _PERIODIC[(dtype, amp)] = have
+    return have
 
 
-def input_bytes(collective: str, n: int, size_bytes: int) -> int:
+def input_bytes(collective: str, n: int, size_bytes: int, rank: int = 0,
+                params: Params = Params()) -> int:
+    """The bytes of ``rank``'s input (``algorithms.build``'s ``in``)."""
+    if collective == "all_to_allv":
+        return sum(alltoallv_bytes(n, size_bytes, params.spread, elem_bytes(params.dtype))[rank])
     return size_bytes // n if collective == "all_gather" else size_bytes
 
 
-def _sum_of_inputs(n: int, iteration: int, first: int, count: int) -> np.ndarray:
-    """Elements ``first`` .. ``first + count`` of the sum of every rank's
-    input. Each input has period 251, so the sum has too: one period is
-    summed and repeated (summing 8 ranks' 1 MiB took 1 ms, 0.1 ms this way)."""
-    one = sum(input_elems(r, iteration, first + PERIOD)[first:] for r in range(n))
-    return np.resize(one.astype(np.float32), count)
+def _reduction_of_inputs(n: int, iteration: int, first: int, count: int, p: Params) -> np.ndarray:
+    """Elements ``first`` .. ``first + count`` of every rank's input reduced
+    by ``p.op``. Each input has period 251, so the result has too: one period
+    is reduced and repeated (summing 8 ranks' 1 MiB took 1 ms, 0.1 ms this
+    way). In float32, exact (the module), then in ``p.dtype``."""
+    one = reduce(ufunc(p.op), (to_f32(input_elems(r, iteration, first + PERIOD, p.dtype, n)[first:],
+                                    p.dtype) for r in range(n)))
+    return np.resize(from_f32(one, p.dtype), count)
 
 
-def expected(collective: str, rank: int, n: int, iteration: int, size_bytes: int) -> np.ndarray:
-    """What ``out`` of ``rank`` must hold."""
-    count = size_bytes // ELEM_BYTES
-    if collective == "all_reduce":
-        return _sum_of_inputs(n, iteration, 0, count)
+def expected(collective: str, rank: int, n: int, iteration: int, size_bytes: int,
+             params: Params = Params()) -> np.ndarray | None:
+    """What ``out`` of ``rank`` must hold (None: nothing, a reduce's non-root)."""
+    count = size_bytes // elem_bytes(params.dtype)
+
+    def inputs(r, c):
+        return input_elems(r, iteration, c, params.dtype, n)
+    if collective == "all_reduce" or (collective == "reduce" and rank == params.root):
+        return _reduction_of_inputs(n, iteration, 0, count, params)
+    if collective == "reduce":
+        return None
+    if collective == "broadcast":
+        return inputs(params.root, count)
+    if collective == "send_recv":
+        return inputs((rank - params.shift) % n, count)
+    if collective == "all_to_allv":
+        return _all_to_allv_expected(rank, n, size_bytes, params, inputs)
     if collective == "all_gather":
-        return np.concatenate([input_elems(r, iteration, count // n) for r in range(n)])
-    blocks = [(o // ELEM_BYTES, b // ELEM_BYTES) for o, b in chunk_bytes(count, n)]
+        return np.concatenate([inputs(r, count // n) for r in range(n)])
+    o, b = split_elems(count, n)[rank]
     if collective == "reduce_scatter":
-        o, b = blocks[rank]
-        return _sum_of_inputs(n, iteration, o % PERIOD, b)
+        return _reduction_of_inputs(n, iteration, o % PERIOD, b, params)
     if collective == "all_to_all":
-        o, b = blocks[rank]
-        return np.concatenate([input_elems(r, iteration, count)[o:o + b] for r in range(n)])
+        return np.concatenate([inputs(r, count)[o:o + b] for r in range(n)])
     raise ValueError(collective)
+
+
+def _all_to_allv_expected(rank, n, size_bytes, params, inputs):
+    """From every rank i in rank order, the piece of i's input it sends us."""
+    elem = elem_bytes(params.dtype)
+    m = alltoallv_bytes(n, size_bytes, params.spread, elem)
+    parts = []
+    for i in range(n):
+        first = sum(m[i][:rank]) // elem
+        parts.append(inputs(i, first + m[i][rank] // elem)[first:])
+    return np.concatenate(parts)
 
 
 def count_wrong(got: np.ndarray, want: np.ndarray) -> int:

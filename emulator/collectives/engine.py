@@ -31,10 +31,11 @@ from emulator.clock import MONOTONIC, Clock, TimerHeap, ceil_ns
 from emulator.wire import roce_sport
 
 from .nvlink import NvlinkSwitch
-from .schedule import COPY, ELEM_BYTES, NVLINK, SEND, RankSchedule
+from .arith import combiner, storage
+from .schedule import COPY, NVLINK, SEND, RankSchedule, conn_key
 from .transport import NvlinkConn, RdmaConn, TransportError
 
-QPN_BASE = 0x800              # QP of rank r towards peer p is QPN_BASE + p on r's NIC
+QPN_BASE = 0x800              # QP of rank r towards peer p (channel 0) is QPN_BASE + p on r's NIC
 # the loop runs a piece of background work (``CollectiveEngine.background``)
 # instead of waiting when nothing is due for at least this long (clock ns;
 # a piece takes 20-40 us of CPU here). In virtual time the choice depends on
@@ -55,8 +56,10 @@ class _Prepared:
             for d in o.deps:
                 self.dependents[d].append(i)
         self.roots = [i for i, c in enumerate(self.init_cnt) if c == 0]
-        self.rng = [(o.off // ELEM_BYTES, (o.off + o.nbytes) // ELEM_BYTES, o.src_off // ELEM_BYTES)
-                    for o in s.ops]
+        e = s.elem_bytes
+        self.rng = [(o.off // e, (o.off + o.nbytes) // e, o.src_off // e) for o in s.ops]
+        self.storage = storage(s.dtype)         # an RDMA message arrives as bytes: viewed as this
+        self.combine = combiner(s.redop, s.dtype)
 
 
 class RankRun:
@@ -103,9 +106,9 @@ class RankRun:
             self.bufs[op.buf][a:b] = self.bufs[op.src_buf][sa:sa + b - a]
             self._done(i)
         elif op.kind == SEND:
-            self.conns[op.peer].pend_send.append(i)
+            self.conns[op.key].pend_send.append(i)
         else:
-            self.conns[op.peer].pend_recv.append(i)
+            self.conns[op.key].pend_recv.append(i)
 
     def _done(self, i):
         self.ndone += 1
@@ -126,6 +129,7 @@ class RankRun:
         moved = changed = False
         changed = True
         ops, rng, bufs = self.prep.ops, self.prep.rng, self.bufs
+        dtype, combine = self.prep.storage, self.prep.combine
         while changed:
             changed = False
             for c in self.conns.values():
@@ -139,11 +143,13 @@ class RankRun:
                     i = c.pend_recv.popleft()
                     a, b, _ = rng[i]
                     x = c.arrived[0]
+                    if x.dtype != dtype:
+                        x = x.view(dtype)
                     if x.size != b - a:
                         raise TransportError(f"rank {self.rank}: message from {c.peer} has "
                                              f"{x.size} elements, op {i} expects {b - a}")
                     if ops[i].reduce:
-                        bufs[ops[i].buf][a:b] += x
+                        combine(bufs[ops[i].buf][a:b], x)
                     else:
                         bufs[ops[i].buf][a:b] = x
                     c.release()
@@ -199,12 +205,16 @@ class CollectiveEngine:
         self.stop_flag: list[bool] = [False]
 
     def connect(self, pairs) -> None:
-        """Open the connections of ``pairs`` = {(a, b, link)} (a < b, global
-        ranks; ``algorithms.connections``) that involve our ranks."""
+        """Open the connections of ``pairs`` = {(a, b, link[, channel])} (a <
+        b, global ranks; ``algorithms.channel_connections``) that involve our
+        ranks: one per channel, keyed ``schedule.conn_key(peer, channel)``
+        (the QP of rank r towards p on channel c: QPN_BASE + that key)."""
         G = self.G
-        for a, b, link in sorted(pairs):
+        for a, b, link, *chan in sorted(pairs):
+            c = chan[0] if chan else 0
             for me, peer in ((a, b), (b, a)):
-                if me not in self.conns or peer in self.conns[me]:
+                key, back = conn_key(peer, c), conn_key(me, c)
+                if me not in self.conns or key in self.conns[me]:
                     continue
                 if link == NVLINK:
                     if peer not in self.conns:
@@ -212,16 +222,16 @@ class CollectiveEngine:
                     x = NvlinkConn(me, peer, self.slots, self.slice_bytes, self.switch, me % G, peer % G)
                     y = NvlinkConn(peer, me, self.slots, self.slice_bytes, self.switch, peer % G, me % G)
                     NvlinkConn.pair(x, y)
-                    self.conns[me][peer], self.conns[peer][me] = x, y
+                    self.conns[me][key], self.conns[peer][back] = x, y
                 else:
                     nic = self.nics[me % G]
-                    qpn = self.qpn_base + peer
-                    qp = nic.create_qp(qpn, self.rank_ips[peer], self.qpn_base + me,
+                    qpn = self.qpn_base + key
+                    qp = nic.create_qp(qpn, self.rank_ips[peer], self.qpn_base + back,
                                        roce_sport(qpn))
-                    c = RdmaConn(me, peer, self.slots, self.slice_bytes, nic, qp,
-                                 self.staging[me % G], self.timers, self.clock)
-                    self.conns[me][peer] = c
-                    self._by_qpn[me % G][qpn] = c
+                    conn = RdmaConn(me, peer, self.slots, self.slice_bytes, nic, qp,
+                                    self.staging[me % G], self.timers, self.clock, chan=c)
+                    self.conns[me][key] = conn
+                    self._by_qpn[me % G][qpn] = conn
 
     def attach(self, nic, qpn: int, handler) -> None:
         """Hand ``nic``'s completions of QP ``qpn`` to ``handler.on_completion``
@@ -242,7 +252,7 @@ class CollectiveEngine:
         return p
 
     def new_buffers(self, s: RankSchedule) -> dict[str, np.ndarray]:
-        return {k: np.zeros(v // ELEM_BYTES, np.float32) for k, v in s.buffers.items()}
+        return {k: np.zeros(v // s.elem_bytes, storage(s.dtype)) for k, v in s.buffers.items()}
 
     def run(self, runs: list[RankRun], timeout_s: float = 60.0) -> None:
         """Drive NICs, NVLink and ``runs`` until every run finished."""

@@ -2,10 +2,11 @@
 iteration, algorithm and bus bandwidth, and #wrong; plus training-step times.
 
 Conventions (nccl-tests doc/PERFORMANCE.md): ``size`` is the total buffer
-in bytes (all_gather / reduce_scatter: count per rank x n x 4), ``count`` =
-size / 4 (float32), algbw = size / time, busbw = algbw x factor with factor
-2(n-1)/n for all_reduce and (n-1)/n for all_gather, reduce_scatter and
-all_to_all. GB/s are 1e9 bytes per second. Time is fabric time (wall / D):
+in bytes (all_gather / reduce_scatter: count per rank x n x the element's
+size), ``count`` = size / the element's size (``type``: nccl-tests' name of
+it, float for float32, half for float16), algbw = size / time (all_to_allv: the most bytes a rank
+sends or receives / time, as nccl-tests' AlltoAllvGetBw), busbw = algbw x
+factor (``busbw_factor``). GB/s are 1e9 bytes per second. Time is fabric time (wall / D):
 per rank, (end of its last timed iteration - its exit from the barrier) /
 iters; ``time_us`` is the mean over ranks (nccl-tests' default ``-a 1``),
 ``time_max_us`` the slowest rank. #wrong: mismatching elements summed over
@@ -34,6 +35,8 @@ from pathlib import Path
 from emulator.atomic import atomic_open, atomic_write_text
 from emulator.rundir import RunDir
 
+from .dtypes import elem_bytes, nccl_name
+
 _TIMED = ("time_us", "time_max_us", "algbw_GBps", "busbw_GBps", "wrong")
 CSV_COLUMNS = ("collective", "algorithm", "nranks", "size_bytes", "count", "type", "redop",
                "iters", "warmup_iters", *_TIMED, *(f"inplace_{k}" for k in _TIMED), "lost_fraction")
@@ -43,13 +46,28 @@ REPORT_FILES = (RunDir.COLLECTIVES_CSV, RunDir.COLLECTIVES_JSON, RunDir.COLLECTI
 NCCL_TESTS_JSON_VERSION = 1         # nccl-tests' JSON_FILE_VERSION this shape follows
 
 
+# nccl-tests' program and its table's redop of each collective (src/*.cu:
+# the collectives that reduce print the op, sendrecv_perf too; the others "none")
+PROGRAMS = {"all_reduce": "all_reduce_perf", "all_gather": "all_gather_perf",
+            "reduce_scatter": "reduce_scatter_perf", "all_to_all": "alltoall_perf",
+            "broadcast": "broadcast_perf", "reduce": "reduce_perf", "send_recv": "sendrecv_perf",
+            "all_to_allv": "alltoallv_perf"}
+PRINTS_OP = ("all_reduce", "reduce_scatter", "reduce", "send_recv")
+
+
 def busbw_factor(collective: str, n: int) -> float:
+    """nccl-tests' doc/PERFORMANCE.md "Summary" (and src/*.cu *GetBw):
+    2(n-1)/n all_reduce; (n-1)/n all_gather, reduce_scatter, all_to_all and
+    all_to_allv; 1 broadcast, reduce (all the data leaves / reaches the
+    root) and send_recv (point to point: algbw is bus bandwidth)."""
     if n < 1:
         raise ValueError("n must be >= 1")
     if collective == "all_reduce":
         return 2 * (n - 1) / n
-    if collective in ("all_gather", "reduce_scatter", "all_to_all"):
+    if collective in ("all_gather", "reduce_scatter", "all_to_all", "all_to_allv"):
         return (n - 1) / n
+    if collective in ("broadcast", "reduce", "send_recv"):
+        return 1.0
     raise ValueError(f"unknown collective {collective}")
 
 
@@ -58,9 +76,11 @@ def collective_rows(records: list[dict], dilation: float) -> list[dict]:
     per collective, algorithm and size, out-of-place and in-place."""
     groups: dict[tuple, list[dict]] = {}
     for r in records:
-        groups.setdefault((r["collective"], r["algorithm"], r["size_bytes"]), []).append(r)
+        groups.setdefault((r["collective"], r["algorithm"], r["size_bytes"], r.get("root"),
+                           r.get("dtype", "float32"), r.get("op", "sum"), r.get("channels", 1)),
+                          []).append(r)
     rows = []
-    for (coll, alg, size), rs in groups.items():
+    for (coll, alg, size, root, dtype, op, channels), rs in groups.items():
         n = rs[0]["nranks"]
         halves = {False: [r for r in rs if not r.get("in_place")],
                   True: [r for r in rs if r.get("in_place")]}
@@ -68,19 +88,26 @@ def collective_rows(records: list[dict], dilation: float) -> list[dict]:
             if half and len(half) != n:
                 raise ValueError(f"{coll} {size} B: records of {len(half)} ranks, expected {n}")
         row = {"collective": coll, "algorithm": alg, "nranks": n, "size_bytes": size,
-               "count": size // 4, "type": "float",
-               "redop": "sum" if coll in ("all_reduce", "reduce_scatter") else "none",
+               "count": size // elem_bytes(dtype), "type": nccl_name(dtype),
+               "redop": op if coll in PRINTS_OP else "none",
                "iters": rs[0]["iters"],
                "warmup_iters": max(r.get("warmup_iters", 0) for r in rs)}
+        if root is not None:
+            row["root"] = root
+        if channels != 1:
+            row["channels"] = channels
+        bw_bytes = rs[0].get("algbw_bytes", size)
         for prefix, half in (("", halves[False]), ("inplace_", halves[True])):
-            row.update({prefix + k: v for k, v in _timed(half, coll, size, n, dilation).items()})
+            timed = _timed(half, coll, bw_bytes, n, dilation)
+            row.update({prefix + k: v for k, v in timed.items()})
         row["lost_fraction"] = _lost_fraction(rs)
         rows.append(row)
     return rows
 
 
 def _timed(rs: list[dict], coll: str, size: int, n: int, dilation: float) -> dict:
-    """time (mean over ranks), slowest rank, algbw, busbw, #wrong of one half of a row."""
+    """time (mean over ranks), slowest rank, algbw (``size`` bytes / time),
+    busbw, #wrong of one half of a row."""
     if not rs:
         return dict.fromkeys(_TIMED)
     per_rank_ns = [(r["end_ns"] - r["start_ns"]) / r["iters"] / dilation for r in rs]
@@ -143,7 +170,8 @@ def _half(row: dict, prefix: str) -> str:
 def _tests(rows: list[dict]) -> dict[tuple, list[dict]]:
     blocks: dict[tuple, list[dict]] = {}
     for r in rows:
-        blocks.setdefault((r["collective"], r["algorithm"], r["nranks"]), []).append(r)
+        blocks.setdefault((r["collective"], r["algorithm"], r["nranks"], r.get("root", -1),
+                           r["type"], r["redop"], r.get("channels", 1)), []).append(r)
     return {k: sorted(v, key=lambda r: r["size_bytes"]) for k, v in blocks.items()}
 
 
@@ -160,12 +188,13 @@ def _wrong_total(rows: list[dict]) -> int:
 def format_table(rows: list[dict]) -> str:
     """The rows as nccl-tests prints them, one block per test (collective, algorithm)."""
     out = io.StringIO()
-    for (coll, alg, n), rs in _tests(rows).items():
-        prog = f"{coll}_perf"
+    for (coll, alg, n, root, _, _, channels), rs in _tests(rows).items():
+        prog = PROGRAMS[coll]
         sizes = [r["size_bytes"] for r in rs]
         out.write(f"# Collective test starting: {prog}\n")
-        out.write(f"# ai-fabric-emulator: {coll} ({alg}), {n} ranks, one process per server; "
-                  "times in fabric time\n")
+        chans = f", {channels} channels" if channels != 1 else ""
+        out.write(f"# ai-fabric-emulator: {coll} ({alg}{chans}), {n} ranks, one process per "
+                  "server; times in fabric time\n")
         out.write(f"# nThread 1 nGpus 1 minBytes {min(sizes)} maxBytes {max(sizes)} "
                   f"step: {_step(sizes)} warmup iters: {rs[0]['warmup_iters']} iters: {rs[0]['iters']} agg iters: 1 "
                   f"validation: {int(any(r['wrong'] is not None for r in rs))} graph: 0\n")
@@ -180,7 +209,7 @@ def format_table(rows: list[dict]) -> str:
                   f"{'(GB/s)':>6}  {'':>6} \n")
         for r in rs:
             out.write(f"{r['size_bytes']:12d}  {r['count']:12d}  {r['type']:>8}  "
-                      f"{r['redop']:>6}  {-1:6d}" + _half(r, "") + _half(r, "inplace_") + "\n")
+                      f"{r['redop']:>6}  {root:6d}" + _half(r, "") + _half(r, "inplace_") + "\n")
         wrong = _wrong_total(rs)
         out.write(f"# {'Out of bounds values':<20} : {wrong} {'FAILED' if wrong else 'OK'}\n")
         out.write(f"# {'Avg bus bandwidth':<20} : {_avg_busbw(rs):g} \n")
@@ -206,10 +235,10 @@ def nccl_tests_json(rows: list[dict]) -> dict:
                 "bus_bw": r[prefix + "busbw_GBps"], "nwrong": r[prefix + "wrong"]}
 
     results = [{"size": r["size_bytes"], "count": r["count"], "type": r["type"],
-                "redop": r["redop"], "root": f"{-1:6d}",
+                "redop": r["redop"], "root": f"{r.get('root', -1):6d}",
                 "out_of_place": half(r, ""), "in_place": half(r, "inplace_"),
                 "actual_iterations": r["iters"],
-                "experiment_name": f"{r['collective']}_perf {r['algorithm']}"}
+                "experiment_name": f"{PROGRAMS[r['collective']]} {r['algorithm']}"}
                for rs in _tests(rows).values() for r in rs]
     sizes = [r["size_bytes"] for r in rows] or [0]
     wrong = _wrong_total(rows)

@@ -2,10 +2,13 @@
 copies, independent of the transport.
 
 A schedule is, for every rank, a list of ``Op`` in *program order* plus the
-sizes of its buffers (``in``, ``out``, and ``tmp`` where needed). Offsets and
-lengths are in bytes (float32 elements, so multiples of 4). Matching is FIFO
-per ordered rank pair: the k-th ``send`` from a to b is the k-th ``recv`` on b
-from a; both sides cut a chunk into the same slices (``slices``).
+sizes of its buffers (``in``, ``out``, and ``tmp`` where needed), its element
+type and reduction op (``dtypes.py``). Offsets and lengths are in bytes
+(multiples of the element's size). Matching is FIFO
+per ordered rank pair and channel: the k-th ``send`` from a to b on channel c
+is the k-th ``recv`` on b from a on c; both sides cut a chunk into the same
+slices (``slices``). A channel (NCCL's) is a connection of its own between
+the pair -- its own QP -- so channels of one pair do not wait for each other.
 
 Execution need not follow program order: ``finalize`` derives each op's
 dependencies from the buffer ranges it reads and writes (read-after-write,
@@ -19,31 +22,45 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass, field
 
-ELEM_BYTES = 4            # float32
+from .dtypes import elem_bytes
+
+ELEM_BYTES = 4            # float32, the default type
 
 SEND, RECV, COPY = "send", "recv", "copy"
 NVLINK, RDMA, LOCAL = "nvlink", "rdma", "local"
+CHANNEL_STRIDE = 1 << 16    # ranks; a connection's key: peer + channel x this
+
+
+def conn_key(peer: int, chan: int) -> int:
+    """One number per (peer, channel): the peer itself on channel 0."""
+    return peer + chan * CHANNEL_STRIDE
 
 
 class Op:
     """One step. ``send``: read buf[off:off+nbytes], send it to ``peer``.
     ``recv``: receive from ``peer`` into buf[off:off+nbytes], summing into
     what is there if ``reduce`` else overwriting. ``copy``: local
-    src_buf[src_off:+nbytes] -> buf[off:+nbytes]. ``deps``: indices of ops
-    (same rank) that must be done first (set by ``finalize``)."""
+    src_buf[src_off:+nbytes] -> buf[off:+nbytes]. ``chan``: the channel of a
+    send or receive. ``deps``: indices of ops (same rank) that must be done
+    first (set by ``finalize``)."""
 
     __slots__ = ("kind", "peer", "link", "buf", "off", "nbytes", "reduce", "src_buf", "src_off",
-                 "deps")
+                 "chan", "deps")
 
     def __init__(self, kind, peer, link, buf, off, nbytes, reduce=False, src_buf=None,
-                 src_off=0):
+                 src_off=0, chan=0):
         self.kind, self.peer, self.link, self.buf = kind, peer, link, buf
         self.off, self.nbytes, self.reduce = off, nbytes, reduce
-        self.src_buf, self.src_off = src_buf, src_off
+        self.src_buf, self.src_off, self.chan = src_buf, src_off, chan
         self.deps: tuple[int, ...] = ()
 
+    @property
+    def key(self) -> int:
+        """Its connection's key (``conn_key``)."""
+        return conn_key(self.peer, self.chan)
+
     def __repr__(self):
-        extra = f" reduce" if self.reduce else ""
+        extra = (" reduce" if self.reduce else "") + (f" chan={self.chan}" if self.chan else "")
         src = f" from {self.src_buf}@{self.src_off}" if self.kind == COPY else ""
         return (f"Op({self.kind} peer={self.peer} {self.link} {self.buf}@{self.off}"
                 f"+{self.nbytes}{extra}{src} deps={self.deps})")
@@ -54,10 +71,16 @@ class RankSchedule:
     rank: int
     buffers: dict[str, int]                       # name -> size in bytes
     ops: list[Op] = field(default_factory=list)
+    dtype: str = "float32"                        # of its elements (``dtypes.DTYPES``)
+    redop: str = "sum"                            # what a reducing receive applies
 
-    def peers(self) -> set[tuple[int, str]]:
-        """(peer rank, link kind) of every connection this rank uses."""
-        return {(o.peer, o.link) for o in self.ops if o.kind != COPY}
+    @property
+    def elem_bytes(self) -> int:
+        return elem_bytes(self.dtype)
+
+    def peers(self) -> set[tuple[int, str, int]]:
+        """(peer rank, link kind, channel) of every connection this rank uses."""
+        return {(o.peer, o.link, o.chan) for o in self.ops if o.kind != COPY}
 
 
 def split_elems(count: int, parts: int) -> list[tuple[int, int]]:
@@ -72,9 +95,10 @@ def split_elems(count: int, parts: int) -> list[tuple[int, int]]:
     return out
 
 
-def chunk_bytes(count: int, parts: int, base_byte: int = 0) -> list[tuple[int, int]]:
+def chunk_bytes(count: int, parts: int, base_byte: int = 0, elem: int = ELEM_BYTES
+                ) -> list[tuple[int, int]]:
     """``split_elems`` as (byte offset, byte length) from ``base_byte``."""
-    return [(base_byte + s * ELEM_BYTES, n * ELEM_BYTES) for s, n in split_elems(count, parts)]
+    return [(base_byte + s * elem, n * elem) for s, n in split_elems(count, parts)]
 
 
 def slices(off: int, nbytes: int, slice_bytes: int) -> list[tuple[int, int]]:
@@ -130,14 +154,14 @@ def finalize(s: RankSchedule) -> RankSchedule:
             raise ValueError(f"rank {s.rank} op {i} outside buffer {op.buf}: {op!r}")
         if op.kind == SEND:
             ranges[op.buf].access(i, op.off, end, False, deps)
-            if op.peer in last_send:
-                deps.add(last_send[op.peer])
-            last_send[op.peer] = i
+            if op.key in last_send:
+                deps.add(last_send[op.key])
+            last_send[op.key] = i
         elif op.kind == RECV:
             ranges[op.buf].access(i, op.off, end, True, deps)   # reduce reads too: same deps
-            if op.peer in last_recv:
-                deps.add(last_recv[op.peer])
-            last_recv[op.peer] = i
+            if op.key in last_recv:
+                deps.add(last_recv[op.key])
+            last_recv[op.key] = i
         else:
             ranges[op.src_buf].access(i, op.src_off, op.src_off + op.nbytes, False, deps)
             ranges[op.buf].access(i, op.off, end, True, deps)

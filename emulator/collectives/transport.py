@@ -16,8 +16,9 @@ RDMA protocol (``RdmaConn``, one RC QP per rank pair, both directions):
   * credit: SEND ``(CREDIT, consumed so far)`` (cumulative: a lost or late
     one is superseded by the next).
   * receive slots live at a deterministic address/rkey derived from the
-    sender's rank (``recv_addr``/``recv_rkey``), so peers need no
-    out-of-band exchange: every server derives the same plan.
+    sender's rank and the channel (``recv_addr``/``recv_rkey`` of
+    ``schedule.conn_key``), so peers need no out-of-band exchange: every
+    server derives the same plan.
   * GPUDirect RDMA off (``staging``, see ``staging.py``): the slots are
     host memory. The WRITE and its doorbell are posted together once the
     device-to-host copy of the slice has ended (posting the doorbell first
@@ -37,10 +38,12 @@ import numpy as np
 from emulator.nic.qp import WcOpcode, WcStatus
 from emulator.clock import MONOTONIC, Clock
 
+from .schedule import conn_key
+
 DATA, CREDIT = 1, 2
 _HDR = struct.Struct("<III")
 RECV_ADDR_BASE = 0x7C00_0000_0000
-RECV_ADDR_STRIDE = 1 << 32          # per sending rank: room for slots x slot_bytes
+RECV_ADDR_STRIDE = 1 << 32          # per sending rank and channel: room for slots x slot_bytes
 RKEY_BASE = 0xC0110000
 
 
@@ -57,8 +60,9 @@ class TransportError(RuntimeError):
 
 
 class Conn:
-    """What the engine sees: ``can_send``/``send``, ``arrived`` (payloads as
-    float32 arrays, oldest first) and ``release`` (head consumed)."""
+    """What the engine sees: ``can_send``/``send``, ``arrived`` (payloads,
+    oldest first: NVLink's as sent, RDMA's as bytes the engine views as its
+    buffer's type) and ``release`` (head consumed)."""
 
     def __init__(self, local_rank: int, peer: int, slots: int, slot_bytes: int):
         self.local_rank, self.peer, self.slots, self.slot_bytes = local_rank, peer, slots, slot_bytes
@@ -102,7 +106,7 @@ class NvlinkConn(Conn):
 
 class RdmaConn(Conn):
     def __init__(self, local_rank, peer, slots, slot_bytes, nic, qp, staging=None, timers=None,
-                 clock: Clock = MONOTONIC):
+                 clock: Clock = MONOTONIC, chan: int = 0):
         super().__init__(local_rank, peer, slots, slot_bytes)
         self.nic, self.qp = nic, qp
         # GPUDirect off: the GPU's copy engines (StagingCopies) and the
@@ -112,10 +116,11 @@ class RdmaConn(Conn):
         self.staging, self.timers, self.clock = staging, timers, clock
         size = slots * slot_bytes
         self.send_mr = nic.register_mr(size)
-        self.recv_mr = nic.register_mr(size, addr=recv_addr(peer), rkey=recv_rkey(peer))
-        self.send_stage = np.frombuffer(self.send_mr.buf, dtype=np.float32)
-        self.recv_stage = np.frombuffer(self.recv_mr.buf, dtype=np.float32)
-        self.remote_addr, self.remote_rkey = recv_addr(local_rank), recv_rkey(local_rank)
+        sender, me = conn_key(peer, chan), conn_key(local_rank, chan)
+        self.recv_mr = nic.register_mr(size, addr=recv_addr(sender), rkey=recv_rkey(sender))
+        self.send_stage = np.frombuffer(self.send_mr.buf, dtype=np.uint8)
+        self.recv_stage = np.frombuffer(self.recv_mr.buf, dtype=np.uint8)
+        self.remote_addr, self.remote_rkey = recv_addr(me), recv_rkey(me)
         self.writes_done = 0
         self.ctrl_rx = 0
         # doorbells (<= slots unconsumed) + credits (<= slots in flight), with room
@@ -129,18 +134,19 @@ class RdmaConn(Conn):
 
     def send(self, data: np.ndarray) -> None:
         k = self.sent % self.slots
-        e0 = k * self.slot_bytes // 4
-        n = data.size
-        if n * 4 > self.slot_bytes:
+        b0 = k * self.slot_bytes
+        raw = data.view(np.uint8)
+        nb = raw.size
+        if nb > self.slot_bytes:
             raise ValueError("message larger than a slot")
-        self.send_stage[e0:e0 + n] = data
+        self.send_stage[b0:b0 + nb] = raw
         if self.staging is None:
-            self._post(self.sent, k * self.slot_bytes, n * 4)
+            self._post(self.sent, b0, nb)
         else:                                       # D2H copy first, then the NIC
-            done = self.staging.stage(n * 4, "tx", self.clock.now_ns())
-            self.timers.push(done, (self._post, (self.sent, k * self.slot_bytes, n * 4)))
+            done = self.staging.stage(nb, "tx", self.clock.now_ns())
+            self.timers.push(done, (self._post, (self.sent, b0, nb)))
         self.sent += 1
-        self.tx_bytes += n * 4
+        self.tx_bytes += nb
 
     def _post(self, seq: int, off: int, nbytes: int) -> None:
         self.nic.post_write(self.qp, seq, (self.send_mr, off, nbytes),
@@ -163,8 +169,8 @@ class RdmaConn(Conn):
             self.nic.post_recv(self.qp, c.wr_id, _HDR.size)
             self.ctrl_rx += 1
             if kind == DATA:
-                e0 = (a % self.slots) * self.slot_bytes // 4
-                msg = self.recv_stage[e0:e0 + b // 4]
+                b0 = (a % self.slots) * self.slot_bytes
+                msg = self.recv_stage[b0:b0 + b]
                 if self.staging is None:
                     self.arrived.append(msg)
                 else:                               # in host memory: H2D copy first

@@ -21,9 +21,17 @@ from pydantic import Field, model_validator
 from emulator.schema.limits import BufferBytes, FabricUs, MessageBytes, memory_budget_bytes, size_text
 from emulator.schema.load import FieldError, StrictSpec, validate
 
-Collective = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all"]
+Collective = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast",
+                     "reduce", "send_recv", "all_to_allv"]
+DType = Literal["float32", "float16", "bfloat16", "int32"]
+RedOp = Literal["sum", "max", "min"]
+REDUCING = ("all_reduce", "reduce_scatter", "reduce")
+TrainingCollective = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all"]
+# the fields a collective takes besides its sizes (``emulator.collectives.algorithms.Params``)
+_PARAMS = {"root": ("broadcast", "reduce"), "shift": ("send_recv",), "spread": ("all_to_allv",)}
 Algorithm = Literal["ring", "hierarchical"]
 MAX_SIZES = 64
+MAX_CHANNELS = 32                  # rings side by side, at most
 
 
 class SizeRange(StrictSpec):
@@ -53,6 +61,24 @@ class TestSpec(StrictSpec):
     iters: int = Field(20, ge=1)
     warmup_iters: int = Field(5, ge=0)
     algorithm: Optional[Algorithm] = None  # default: the workload's
+    root: Optional[int] = Field(None, ge=0)           # broadcast, reduce: required
+    shift: Optional[int] = Field(None, ge=1)          # send_recv: default 1 (nccl-tests)
+    spread: Optional[float] = Field(None, ge=0, le=1)  # all_to_allv: default 1 (nccl-tests)
+    dtype: Optional[DType] = None                      # default: the workload's
+    op: Optional[RedOp] = None                         # reducing ones; default: the workload's
+    channels: Optional[int] = Field(None, ge=1, le=MAX_CHANNELS)   # ring; default: the workload's
+
+    @model_validator(mode="after")
+    def _params(self):
+        for name, colls in _PARAMS.items():
+            if getattr(self, name) is not None and self.collective not in colls:
+                raise FieldError(name, f"is for {' and '.join(colls)} only, not {self.collective}")
+        if self.op is not None and self.collective not in REDUCING:
+            raise FieldError("op", f"{self.collective} reduces nothing (op is for "
+                                   f"{', '.join(REDUCING)})")
+        if self.collective in _PARAMS["root"] and self.root is None:
+            raise FieldError("root", f"{self.collective} needs a root rank")
+        return self
 
     @model_validator(mode="after")
     def _sizes(self):
@@ -71,15 +97,16 @@ class TrainingSpec(StrictSpec):
     steps: int = Field(ge=1)
     warmup_steps: int = Field(1, ge=0)
     compute_us: FabricUs = 0.0
-    collective: Collective = "all_reduce"
+    collective: TrainingCollective = "all_reduce"
     size_bytes: BufferBytes
     algorithm: Optional[Algorithm] = None
 
 
 class WorkloadSpec(StrictSpec):
     algorithm: Algorithm = "ring"
-    dtype: Literal["float32"] = "float32"
-    op: Literal["sum"] = "sum"
+    dtype: DType = "float32"
+    op: RedOp = "sum"
+    channels: int = Field(1, ge=1, le=MAX_CHANNELS)   # rings of the CHANNELED collectives
     slice_bytes: int = Field(65536, ge=256, le=16 << 20)
     slots: int = Field(8, ge=1, le=64)
     check: bool = True
@@ -100,7 +127,7 @@ class WorkloadSpec(StrictSpec):
         if not self.tests and self.training is None:
             raise ValueError("give 'tests' or 'training' (or both)")
         if self.slice_bytes % 4:
-            raise FieldError("slice_bytes", "must be a multiple of 4 (float32)")
+            raise FieldError("slice_bytes", "must be a multiple of 4 (an element of any type)")
         return self
 
     def pairs(self) -> list[tuple[str, str]]:

@@ -19,6 +19,14 @@ Bounds (fabric time; measured on the 2-core lab VM, then margins set):
   350 µs), 4.43 at 256 KiB, 2.36 at 64 KiB. Required: slowest rank >= the
   copy engine's work, busbw <= its bound (+5 %) and < 60 % of the idle
   GPUDirect run at every size, >= 70 % of 5.25 GB/s at 1 MiB.
+* broadcast from rank 5 and send_recv with shift 4 on the idle rails, 1 MiB
+  (virtual time): broadcast 12.53 GB/s (the mean over ranks: the root is
+  done once its last slices sit in the next rank's slots; the slowest rank
+  10.8 GB/s), send_recv 10.84 GB/s (87 %). Required: >= 75 % of the link,
+  <= the link + 3 %.
+* channels: 4, 1 MiB all-reduce (virtual time): busbw 42.6 GB/s (3.4
+  links; one channel 12.0), every server NIC busy, no spine. Required:
+  >= 2.5 links, <= 4 links + 3 %.
 * checkpoint reads: measured step 261 µs shared vs 161 µs separate
   (compute 20 µs + 1 MiB all-reduce, ideal 167 µs). Required: shared
   > 1.3 x separate; separate within 20 % of the ideal step.
@@ -37,6 +45,8 @@ pytestmark = [pytest.mark.fabric, pytest.mark.usefixtures("no_leftovers")]
 LINK_GBPS = 12.5               # 100 Gbps in GB/s (1e9 B/s)
 TIMING_SLACK = 1.03
 IDLE_MIN_FRACTION = {65536: 0.40, 262144: 0.70, 1048576: 0.80}
+SPREAD_MIN_FRACTION = {"broadcast": 0.75, "send_recv": 0.75}    # 1 MiB (the module's bounds)
+CHANNELS4_MIN_LINKS = 2.5          # busbw of 4 channels at 1 MiB, in links' rates
 NRANKS = 8
 
 
@@ -210,3 +220,46 @@ def test_checkpoint_shared_plane_reads_slow_training(separate, tmp_path):
     shared_us = c["training"]["step_time_us"]["mean"]
     separate_us = c_sep["training"]["step_time_us"]["mean"]
     assert shared_us > 1.3 * separate_us, (shared_us, separate_us)
+
+
+def test_broadcast_and_send_recv_stay_on_the_rails(tmp_path):
+    """broadcast from rank 5 (a chain along the snake ring) and send_recv
+    with shift 4 (a pipeline stage's peer: the same GPU of the other
+    server) on the idle rails: correct, within one link's rate (busbw
+    factor 1: the root's NIC / each rank's NIC carries the whole buffer),
+    nothing across a spine, and nccl-tests' tables with the root."""
+    tests = ("[{collective: broadcast, root: 5, sizes: [1048576], iters: 2, warmup_iters: 1},"
+             " {collective: send_recv, shift: 4, sizes: [1048576], iters: 2, warmup_iters: 1}]")
+    summary, out = _run("allreduce-rail", tmp_path, (f"workload.tests={tests}",))
+    _check_complete(summary, out, ["server1", "server2"])
+    rows = {r["collective"]: r for r in summary["collectives"]["results"]}
+    assert set(rows) == {"broadcast", "send_recv"} and rows["broadcast"]["root"] == 5
+    for coll, frac in SPREAD_MIN_FRACTION.items():
+        r = rows[coll]
+        assert r["busbw_GBps"] == pytest.approx(r["algbw_GBps"])          # factor 1
+        assert frac * LINK_GBPS <= r["busbw_GBps"] <= LINK_GBPS * TIMING_SLACK, (coll, r)
+    assert rows["broadcast"]["inplace_wrong"] == 0 and rows["send_recv"]["inplace_wrong"] is None
+    table = (out / "collectives.txt").read_text()
+    assert "# Collective test starting: broadcast_perf" in table
+    assert "# Collective test starting: sendrecv_perf" in table
+    fields = [line.split() for line in table.splitlines() if not line.startswith("#")]
+    assert [f[2:5] for f in fields] == [["float", "none", "5"], ["float", "sum", "-1"]]
+    assert all(p["tx_packets"] == 0 for p in summary["ports"] if p["role"] == "spine")
+
+
+def test_four_channels_load_every_rail(tmp_path):
+    """channels: 4 on the idle rails: ring c crosses between the servers on
+    rails c-1 and c, so all four NICs of a server carry the all-reduce both
+    ways (one ring uses two of them, one way each) and busbw passes one
+    link's rate, towards four."""
+    summary, out = _run("allreduce-rail", tmp_path,
+                        ("workload.channels=4", "workload.tests[0].sizes=[1048576]"))
+    _check_complete(summary, out, ["server1", "server2"])
+    (row,) = summary["collectives"]["results"]
+    assert row["channels"] == 4
+    assert CHANNELS4_MIN_LINKS * LINK_GBPS <= row["busbw_GBps"] <= 4 * LINK_GBPS * TIMING_SLACK
+    to_servers = [p for p in summary["ports"]
+                  if p["role"] == "leaf" and not p["peer"].startswith("spine")]
+    assert len(to_servers) == 8 and all(p["tx_packets"] > 0 for p in to_servers)
+    assert all(p["tx_packets"] == 0 for p in summary["ports"] if p["role"] == "spine")
+    assert "all_reduce (ring, 4 channels), 8 ranks" in (out / "collectives.txt").read_text()

@@ -10,10 +10,10 @@ import pytest
 
 from tests.rail_nics import rail_nic_pairs
 from emulator.clock import ManualClock
-from emulator.collectives import algorithms, bench, data, report, simulate
+from emulator.collectives import algorithms, arith, bench, data, dtypes, report, simulate
 from emulator.collectives.engine import CollectiveEngine, drive, quiescent
 from emulator.collectives.nvlink import NvlinkSwitch
-from emulator.collectives.schedule import NVLINK, RDMA, SEND, Op, RankSchedule, finalize
+from emulator.collectives.schedule import NVLINK, RDMA, SEND, Op, RankSchedule, chunk_bytes, finalize
 from emulator.collectives.workload import validate_for
 from emulator.errors import ConfigError
 from emulator.schema.workload import parse_workload
@@ -42,7 +42,7 @@ def test_a_reduction_expected_is_the_sum_of_the_inputs():
         got = data.expected("all_reduce", 0, n, it, count * 4)
         assert got.dtype == np.float32 and np.array_equal(got, full)
         rank = int(rng.integers(0, n))
-        (o, b) = [(o // 4, b // 4) for o, b in data.chunk_bytes(count, n)][rank]
+        (o, b) = [(o // 4, b // 4) for o, b in chunk_bytes(count, n)][rank]
         assert np.array_equal(data.expected("reduce_scatter", rank, n, it, count * 4),
                               full[o:o + b])
 
@@ -63,13 +63,18 @@ def test_a_check_in_pieces_counts_what_count_wrong_counts():
     assert into["wrong"] == want.size
 
 
-def simulate_wrong(coll, alg, S, G, size, slice_bytes, slots, seed):
-    n = S * G
-    sch = algorithms.build(coll, alg, S, G, size, slice_bytes)
-    ins = {r: data.input_elems(r, 3, data.input_bytes(coll, n, size) // 4) for r in range(n)}
+def simulate_wrong(coll, alg, S, G, size, slice_bytes, slots, seed, params=algorithms.Params()):
+    """Wrong elements over every rank's output; a reduce's non-root must
+    keep its (zeroed) output as it was."""
+    n, dtype = S * G, params.dtype
+    elem = dtypes.elem_bytes(dtype)
+    sch = algorithms.build(coll, alg, S, G, size, slice_bytes, params)
+    ins = {r: data.input_elems(r, 3, data.input_bytes(coll, n, size, r, params) // elem, dtype, n)
+           for r in range(n)}
     out = simulate.run(sch, ins, slots=slots, seed=seed)
-    return sum(data.count_wrong(out[r]["out"], data.expected(coll, r, n, 3, size))
-               for r in range(n))
+    wants = {r: data.expected(coll, r, n, 3, size, params) for r in range(n)}
+    return sum(data.count_wrong(out[r]["out"], np.zeros(size // elem, arith.storage(dtype))
+                                if w is None else w) for r, w in wants.items())
 
 
 @pytest.mark.parametrize("n", [2, 3, 4, 8])
@@ -206,7 +211,21 @@ def test_nccl_tests_float_format_fits_its_width():
 @pytest.mark.parametrize("data_,field,reason", [
     ({"tests": [{"collective": "all_reduce", "sizes": [1024], "iterz": 1}]},
      "workload.tests[0].iterz", "unknown field"),
-    ({"tests": [{"collective": "broadcast", "sizes": [64]}]}, "workload.tests[0].collective", ""),
+    ({"tests": [{"collective": "gather", "sizes": [64]}]}, "workload.tests[0].collective", ""),
+    ({"tests": [{"collective": "broadcast", "sizes": [64]}]}, "workload.tests[0].root",
+     "broadcast needs a root rank"),
+    ({"tests": [{"collective": "reduce", "sizes": [64]}]}, "workload.tests[0].root",
+     "reduce needs a root rank"),
+    ({"tests": [{"collective": "all_reduce", "sizes": [64], "root": 0}]},
+     "workload.tests[0].root", "is for broadcast and reduce only, not all_reduce"),
+    ({"tests": [{"collective": "reduce", "sizes": [64], "root": 0, "spread": 0.5}]},
+     "workload.tests[0].spread", "is for all_to_allv only, not reduce"),
+    ({"tests": [{"collective": "all_to_allv", "sizes": [64], "spread": 1.5}]},
+     "workload.tests[0].spread", "must be <= 1"),
+    ({"tests": [{"collective": "send_recv", "sizes": [64], "shift": 0}]},
+     "workload.tests[0].shift", "must be >= 1"),
+    ({"training": {"steps": 1, "size_bytes": 64, "collective": "broadcast"}},
+     "workload.training.collective", ""),
     ({"tests": [{"collective": "all_reduce", "sizes": {"min_bytes": 8, "max_bytes": 4}}]},
      "workload.tests[0].sizes", "max_bytes must be >= min_bytes"),
     ({"tests": [{"collective": "all_reduce", "sizes": [64], "iters": 0}]},
