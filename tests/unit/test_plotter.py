@@ -3,6 +3,7 @@ scheduling it imports in (emulator/net/idle_cpu.py)."""
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 
@@ -11,6 +12,18 @@ from emulator.experiment.plotter import HALVES, Plotter, process_state as _state
 from emulator.experiment.results_io import write_csv
 from emulator.net import idle_cpu
 from tests.unit.test_plots import assert_png, results_dir  # noqa: F401  (fixture)
+
+
+def _settles(pid: int, stopped: bool, limit_s: float = 10.0) -> bool:
+    """Whether the process reaches the state: a signal takes effect when the
+    process next runs, and an idle-class process on a loaded machine may
+    wait longer than ``pause``'s own bounded wait."""
+    deadline = time.monotonic() + limit_s
+    while (_state(pid) in ("t", "T")) != stopped:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
 
 SUMMARY = {"flows": [{"complete": True, "fct_ns": 9000 * (i + 1), "fct_slowdown": 1.5 + i}
                      for i in range(3)]}
@@ -48,9 +61,9 @@ def test_a_plotter_paused_for_the_traffic_is_stopped_and_still_draws_its_job(res
     plotter = Plotter.start(out, exp.fabric)
     try:
         plotter.pause()                  # returns once the process has stopped
-        assert _state(plotter.proc.pid) == "T", "stopped while the traffic runs"
+        assert _settles(plotter.proc.pid, stopped=True), "stopped while the traffic runs"
         plotter.resume()
-        assert _state(plotter.proc.pid) != "T"
+        assert _settles(plotter.proc.pid, stopped=False)
         plotter.pause()                  # the job of a plotter left paused: plot() lets it go on
         files = plotter.plot(out, SUMMARY)
     finally:
