@@ -12,7 +12,8 @@ reads during training (``storage.StorageReader``).
 
 Every server derives the same connections (QPNs, receive-slot addresses and
 rkeys) from the workload, so nothing is exchanged out of band. Result JSON:
-``{"server", "complete", "error", "records": [bench.measure records],
+``{"server", "complete", "error", "failure" (a QP failed: rank, peer, qpn,
+opcode, WC status, fabric ns from the start; else absent), "records": [bench.measure records],
 "training": [bench.train records], "nics": [NicStats], "gpudirect": [per GPU
 null (on) | StagingCopies.report()], "storage": null | StorageReader.report()}``; ``report`` merges
 the servers' records. Exit 0 when complete, 3 on a failure, 2 on a bad config.
@@ -35,6 +36,7 @@ from .engine import CollectiveEngine, drive, quiescent
 from .schedule import ELEM_BYTES
 from .staging import staging_from_config
 from .storage import StorageReader
+from .transport import TransportError
 from .workload import validate_for
 
 
@@ -53,6 +55,7 @@ def run(cfg: CollectiveAgentConfig, path: str = "config", clock: Clock = MONOTON
     stop = [False]              # virtual time: the run has ended (the coordinator's END)
     finished = [False]          # virtual time: this process's work is done
     leave = lambda: None        # noqa: E731  (virtual time: the process leaves the run)
+    start = [0]                 # the clock at the common start
     try:
         eng = CollectiveEngine(server=cfg.server, servers=cfg.servers, nics=nics,
                                rank_ips={int(k): v for k, v in cfg.rank_ips.items()},
@@ -67,7 +70,8 @@ def run(cfg: CollectiveAgentConfig, path: str = "config", clock: Clock = MONOTON
         # the common start: a Unix time, the one clock all servers' processes share
         start_at = ready_then_start(f"server{cfg.server}", cfg.ready_path, cfg.start_at_unix_ns)
         leave = join_virtual_time(clock, lambda: finished[0], stop)
-        deadline_ns = _wait_for_start(clock, start_at) + int(cfg.deadline_s * 1e9)
+        start[0] = _wait_for_start(clock, start_at)
+        deadline_ns = start[0] + int(cfg.deadline_s * 1e9)
         left = lambda: max(0.1, (deadline_ns - clock.now_ns()) / 1e9)   # noqa: E731
         _run_tests(spec, eng, out, left)
         _run_training(spec, eng, out, left, reader, cfg.dilation)
@@ -80,6 +84,11 @@ def run(cfg: CollectiveAgentConfig, path: str = "config", clock: Clock = MONOTON
         out["complete"] = not wrong and not (reader is not None and reader.wrong_blocks)
         finished[0] = True
         _answer_peers(clock, eng, nics, left, stop, deadline_ns)
+    except TransportError as e:
+        out["error"] = str(e)
+        out["failure"] = {"server": f"server{cfg.server}", "rank": e.rank, "peer": e.peer,
+                          "qpn": e.qpn, "opcode": e.opcode, "status": e.status,
+                          "at_ns": round((e.at_ns - start[0]) / cfg.dilation)}
     except (TimeoutError, RuntimeError) as e:
         out["error"] = str(e)
     finally:

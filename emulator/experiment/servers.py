@@ -120,8 +120,11 @@ def collectives_block(exp: Experiment, results: dict[str, dict]) -> dict:
     res = [results.get(s, {}) for s in wp.servers]
     errors = [f"{s}: {r.get('error') or 'no result (agent failed: see run/' + s + '.agent.log)'}"
               for s, r in zip(wp.servers, res) if r.get("error") or not r]
-    out: dict = {"servers": list(wp.servers), "errors": errors, "results": [], "training": None,
-                 "storage": None}
+    # the QPs that failed (a rank's, towards a peer): the work completion's
+    # status and when, fabric ns from the start
+    failures = [r["failure"] for r in res if r.get("failure")]
+    out: dict = {"servers": list(wp.servers), "errors": errors, "failures": failures,
+                 "results": [], "training": None, "storage": None}
     try:
         out["results"] = report.collective_rows([x for r in res for x in r.get("records", [])], d)
         tr = [x for r in res for x in r.get("training", [])]
