@@ -310,6 +310,7 @@ class HostAgent:
         for i in list(self.active_sends):
             self.logs.flow(now, self.send_state[i]["flow_id"], self._acked_bytes(i))
         self.active_sends.clear()
+        self.nic.log_fcs_drops()
         self.logs.close()
 
     def write_progress(self) -> None:

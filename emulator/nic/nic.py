@@ -33,7 +33,7 @@ from typing import Callable, Sequence
 
 from emulator import int_md
 from emulator.clock import MONOTONIC
-from emulator.link_faults import LinkFaults
+from emulator.link_faults import UNCLASSIFIED, LinkFaults
 from emulator.wire import RETH_BYTES
 
 from . import roce
@@ -162,16 +162,34 @@ class RoceNic(NicLink, NicReceive):
         is a RoCE packet for us, else the MAC drops it (``rx_fcs_errors``)."""
         self.link_faults = LinkFaults(config.link_faults) if config.link_faults is not None else None
         self.stats.link_faults = self.link_faults
+        if self.link_faults is not None and self.logs is not None:
+            self.link_faults.on_drop = self.log_drop
+        self._fcs_drops: list[tuple[int, int]] = []
         if hasattr(self.sock, "keep_bad_fcs"):
             self.sock.keep_bad_fcs = self._keep_bad_fcs
 
-    def _keep_bad_fcs(self, frame) -> bool:
+    def log_drop(self, t_ns: float, c: int, nbytes: int, reason: str) -> None:
+        """A frame of class ``c`` lost on our link or dropped on arrival, for
+        the run's drop table (the raw log ``drops``, if we keep logs)."""
+        if self.logs is not None:
+            self.logs.drop(t_ns, c, reason, nbytes)
+
+    def _keep_bad_fcs(self, frame, arrival_ns: int) -> bool:
         pkt = parse_roce(frame)
         if pkt is not None and pkt.dst_ip == self.ip_int and self.verify_icrc \
                 and not verify_icrc(frame):
             return True
         self.stats.rx_fcs_errors += 1
+        # judged as the kernel hands frames over (its order): logged at the end
+        self._fcs_drops.append((arrival_ns, len(frame)))
         return False
+
+    def log_fcs_drops(self) -> None:
+        """Log the frames our MAC dropped for a bad FCS, in fabric-time order
+        (before the logs close)."""
+        for t_ns, nbytes in sorted(self._fcs_drops):
+            self.log_drop(t_ns, UNCLASSIFIED, nbytes, "fcs_error")
+        self._fcs_drops.clear()
 
     def _make_transmitter(self) -> None:
         self.transmitter = Transmitter(
