@@ -83,3 +83,18 @@ class RunLogs:
             except OSError:
                 pass
         self._f = {}
+
+
+class DropLog:
+    """The raw log ``{node}.drops.csv`` alone, for a NIC whose process keeps
+    no other (a collective server's): ``drop`` is ``RunLogs.drop``."""
+
+    def __init__(self, path: str, buffer_bytes: int = 1 << 16):
+        self._f = open(path, "w", buffering=buffer_bytes)
+        self._f.write(RunLogs.FILES["drops"] + "\n")
+
+    def drop(self, t_ns, priority, reason, nbytes):
+        self._f.write(f"{int(t_ns)},{priority},{reason},{nbytes}\n")
+
+    def close(self):
+        self._f.close()

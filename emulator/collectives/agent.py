@@ -20,12 +20,15 @@ the servers' records. Exit 0 when complete, 3 on a failure, 2 on a bad config.
 """
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
 from emulator.agents.make import make_nic
+from emulator.agents.run_logs import DropLog
 from emulator.agents.start_gate import ready_then_start
 from emulator.clock import MONOTONIC, Clock
+from emulator.rundir import RawDir
 from emulator.schema.agent import CollectiveAgentConfig
 from emulator.vtime.member import join_virtual_time, process_clock
 
@@ -49,6 +52,7 @@ def run(cfg: CollectiveAgentConfig, path: str = "config", clock: Clock = MONOTON
     validate_for(spec, path, cfg.servers, len(cfg.nics))
     staging = [staging_from_config(n.model_dump()) for n in cfg.nics]   # before opening sockets
     nics = [make_nic(n, clock) for n in cfg.nics]
+    drop_logs = _drop_logs(cfg, nics)
     out = {"server": cfg.server, "complete": False, "error": None, "records": [],
            "training": [], "storage": None}
     reader = None
@@ -94,7 +98,21 @@ def run(cfg: CollectiveAgentConfig, path: str = "config", clock: Clock = MONOTON
     finally:
         leave()                     # virtual time: nobody waits for this process any more
         _report(out, reader, nics, staging)
+        for log in drop_logs:
+            log.close()
     return out
+
+
+def _drop_logs(cfg: CollectiveAgentConfig, nics: list) -> list[DropLog]:
+    """Each NIC's raw log of the frames its link's faults took and the
+    corrupted ones it dropped (drops.csv's rows), next to the result."""
+    logs = []
+    run_dir = os.path.dirname(cfg.result_path)
+    for nic, node in zip(nics, cfg.nic_nodes):
+        log = DropLog(str(RawDir(run_dir).log(node, "drops")))
+        nic.drop_log = log.drop
+        logs.append(log)
+    return logs
 
 
 def _storage_reader(cfg: CollectiveAgentConfig, eng: CollectiveEngine, nics: list,
@@ -190,6 +208,7 @@ def _report(out: dict, reader, nics: list, staging: list) -> None:
     out["nics"] = [nic.stats.as_dict() for nic in nics]
     out["gpudirect"] = [None if cp is None else cp.report() for cp in staging]
     for nic in nics:
+        nic.log_fcs_drops()
         nic.close()
 
 

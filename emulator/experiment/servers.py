@@ -75,7 +75,8 @@ def server_configs(exp: Experiment, run_dir: Path, start_at_unix_ns: int | None,
     for i, srv in enumerate(servers):
         out[srv.name] = CollectiveAgentConfig(
             server=i, servers=len(servers), dilation=d,
-            nics=[gpu_nic_config(exp, n) for n in srv.nics], rank_ips=rank_ips,
+            nics=[gpu_nic_config(exp, n) for n in srv.nics], nic_nodes=list(srv.nics),
+            rank_ips=rank_ips,
             nvlink=NvlinkConfig(rate_bps=srv.nvlink_rate_bps / d, delay_ns=srv.nvlink_delay_ns * d),
             workload=workload, start_at_unix_ns=start_at_unix_ns, deadline_s=exp.wall_limit_s,
             ready_path=gate(srv.name), result_path=str(RawDir(run_dir).result(srv.name)),

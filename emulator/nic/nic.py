@@ -162,7 +162,9 @@ class RoceNic(NicLink, NicReceive):
         is a RoCE packet for us, else the MAC drops it (``rx_fcs_errors``)."""
         self.link_faults = LinkFaults(config.link_faults) if config.link_faults is not None else None
         self.stats.link_faults = self.link_faults
-        if self.link_faults is not None and self.logs is not None:
+        # (t_ns, class, reason, bytes) -> None: the raw log ``drops``, if any
+        self.drop_log = self.logs.drop if self.logs is not None else None
+        if self.link_faults is not None:
             self.link_faults.on_drop = self.log_drop
         self._fcs_drops: list[tuple[int, int]] = []
         if hasattr(self.sock, "keep_bad_fcs"):
@@ -170,9 +172,9 @@ class RoceNic(NicLink, NicReceive):
 
     def log_drop(self, t_ns: float, c: int, nbytes: int, reason: str) -> None:
         """A frame of class ``c`` lost on our link or dropped on arrival, for
-        the run's drop table (the raw log ``drops``, if we keep logs)."""
-        if self.logs is not None:
-            self.logs.drop(t_ns, c, reason, nbytes)
+        the run's drop table (the raw log ``drops``, if we keep one)."""
+        if self.drop_log is not None:
+            self.drop_log(t_ns, c, reason, nbytes)
 
     def _keep_bad_fcs(self, frame, arrival_ns: int) -> bool:
         pkt = parse_roce(frame)
