@@ -90,9 +90,8 @@ def run(cfg: CollectiveAgentConfig, path: str = "config", clock: Clock = MONOTON
         _answer_peers(clock, eng, nics, left, stop, deadline_ns)
     except TransportError as e:
         out["error"] = str(e)
-        out["failure"] = {"server": f"server{cfg.server}", "rank": e.rank, "peer": e.peer,
-                          "qpn": e.qpn, "opcode": e.opcode, "status": e.status,
-                          "at_ns": round((e.at_ns - start[0]) / cfg.dilation)}
+        out["failure"] = {"rank": e.rank, "peer": e.peer, "qpn": e.qpn, "opcode": e.opcode,
+                          "status": e.status, "at_ns": round((e.at_ns - start[0]) / cfg.dilation)}
     except (TimeoutError, RuntimeError) as e:
         out["error"] = str(e)
     finally:

@@ -123,7 +123,7 @@ def collectives_block(exp: Experiment, results: dict[str, dict]) -> dict:
               for s, r in zip(wp.servers, res) if r.get("error") or not r]
     # the QPs that failed (a rank's, towards a peer): the work completion's
     # status and when, fabric ns from the start
-    failures = [r["failure"] for r in res if r.get("failure")]
+    failures = [{"server": s, **r["failure"]} for s, r in zip(wp.servers, res) if r.get("failure")]
     out: dict = {"servers": list(wp.servers), "errors": errors, "failures": failures,
                  "results": [], "training": None, "storage": None}
     try:

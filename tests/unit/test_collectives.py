@@ -377,11 +377,11 @@ def test_a_failed_qp_is_reported_in_collectives_failures():
     from emulator.experiment.model import load_experiment
     from emulator.experiment.servers import collectives_block
     exp = load_experiment(Path(__file__).parents[2] / "experiments" / "link-flap-allreduce.yaml")
-    failure = {"server": "server1", "rank": 0, "peer": 4, "qpn": 2052, "opcode": "SEND",
-               "status": "RETRY_EXC_ERR", "at_ns": 781_000}
+    failure = {"rank": 0, "peer": 4, "qpn": 2052, "opcode": "SEND", "status": "RETRY_EXC_ERR",
+               "at_ns": 781_000}
     results = {"server1": {"error": "rank 0 -> 4: QP 2052 SEND failed: RETRY_EXC_ERR",
                            "failure": failure, "records": [], "training": []},
                "server2": {"error": None, "complete": True, "records": [], "training": []}}
     block = collectives_block(exp, results)
-    assert block["failures"] == [failure] and not block["complete"]
+    assert block["failures"] == [{"server": "server1", **failure}] and not block["complete"]
     assert block["errors"] == ["server1: rank 0 -> 4: QP 2052 SEND failed: RETRY_EXC_ERR"]
