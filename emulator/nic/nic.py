@@ -71,7 +71,8 @@ class RoceNic(NicLink, NicReceive):
         socketpair) instead of opening AF_PACKET on ``config.ifname`` -- for
         tests; it carries PFC frames too. ``logs``: an object with ``qp(t_ns,
         qpn, rate_bps, alpha, event)``, ``cnp(t_ns, local_qpn, remote_qpn,
-        direction)`` and ``pfc(t_ns, priority, quanta)`` (``agents.run_logs``), or None.
+        direction)`` and ``pfc(t_ns, priority, quanta)`` (``agents.run_logs``), and
+        optionally ``drop(t_ns, priority, reason, bytes)``; or None.
         ``link``: the link layer (``link_layer``; None: ``EthernetLink``,
         ``ib.link.IbLink`` for InfiniBand). Hooks: ``on_ecn_ce`` / ``on_cnp``
         (called with (qp, pkt) for every CE-marked request packet to a known
@@ -163,7 +164,7 @@ class RoceNic(NicLink, NicReceive):
         self.link_faults = LinkFaults(config.link_faults) if config.link_faults is not None else None
         self.stats.link_faults = self.link_faults
         # (t_ns, class, reason, bytes) -> None: the raw log ``drops``, if any
-        self.drop_log = self.logs.drop if self.logs is not None else None
+        self.drop_log = getattr(self.logs, "drop", None)
         if self.link_faults is not None:
             self.link_faults.on_drop = self.log_drop
         self._fcs_drops: list[tuple[int, int]] = []
