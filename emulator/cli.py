@@ -198,7 +198,10 @@ def what_failed(summary: dict) -> list[str]:
     # with endpoints:, flows expected dropped never complete and are fine
     missed = [f for f in flows if not f.get("as_expected", f["complete"])]
     if missed:
-        out.append(f"{len(missed)} of {len(flows)} flows did not complete")
+        failed = sorted({f["status"] for f in missed if f.get("failed")})
+        n_failed = sum(bool(f.get("failed")) for f in missed)
+        out.append(f"{len(missed)} of {len(flows)} flows did not complete"
+                   + (f" ({n_failed} failed: {', '.join(failed)})" if failed else ""))
     iso = summary.get("isolation")
     if iso is not None and not iso.get("isolated", True):
         out.append("tenants were not isolated")

@@ -28,6 +28,12 @@ from emulator.clock import NEVER_NS
 from emulator.wire import NUM_PRIORITIES
 
 MAC_CONTROL = NUM_PRIORITIES       # the counters' class of PFC (MAC control) frames
+# The raw logs' class of a frame dropped before it was classified (a bad FCS,
+# a failed ICRC), and the prefix of a switch's drop events with a reason
+# ("drop_link_down", "drop_random_loss", "drop_fcs_error"; a bare "drop" is
+# the traffic manager's)
+UNCLASSIFIED = -1
+DROP_EVENT = "drop_"
 CLASSES = NUM_PRIORITIES + 1
 
 
@@ -45,7 +51,7 @@ class LinkFaults:
 
     __slots__ = ("direction", "_down_from", "_down_until", "_rates", "_rate_i", "_loss", "_ber",
                  "_dscp_priority", "dropped_down", "dropped_loss", "corrupted", "applied",
-                 "dropped_in_down")
+                 "dropped_in_down", "on_drop")
 
     def __init__(self, cfg: "EndFaults"):    # schema.faults's, handed as is (no import: the NIC's)
         self.direction = cfg.direction
@@ -65,6 +71,9 @@ class LinkFaults:
         self.dropped_loss = [0] * CLASSES
         self.corrupted = [0] * CLASSES
         self.applied: list[dict] = []          # rate changes as applied
+        # told of every frame the link lost: (sent_ns, class, bytes, reason
+        # "link_down" | "random_loss"), for the run's drop table (None: nobody)
+        self.on_drop = None
 
     # ------------------------------------------------------------ frames
     def priority_of(self, frame) -> int:
@@ -91,10 +100,14 @@ class LinkFaults:
             if i >= 0 and sent_ns < self._down_until[i]:
                 self.dropped_down[c] += 1
                 self.dropped_in_down[i] += 1
+                if self.on_drop is not None:
+                    self.on_drop(sent_ns, c, len(frame), "link_down")
                 return None, False
         for start, until, rate, prio, rng in self._loss:
             if start <= sent_ns < until and (prio is None or prio == c) and rng.random() < rate:
                 self.dropped_loss[c] += 1
+                if self.on_drop is not None:
+                    self.on_drop(sent_ns, c, len(frame), "random_loss")
                 return None, False
         bad = False
         for start, until, log_keep, rng in self._ber:

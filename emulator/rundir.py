@@ -25,7 +25,7 @@ class RawDir:
     (formats in ``docs/lossless.md``, "Raw logs")."""
 
     SWITCH_LOGS = ("qdepth", "events")            # {switch}.{kind}.csv
-    HOST_LOGS = ("qp", "cnp", "flows", "pfc", "int")   # {host}.{kind}.csv
+    HOST_LOGS = ("qp", "cnp", "flows", "pfc", "int", "drops")   # {host}.{kind}.csv
     WATCHDOG = "watchdog.json"
     # what a cluster's servers write while the run goes, pulled by the runner
     LIVE = ("*.ready", "*.progress.json", "*.stats.json", "*.result.json")

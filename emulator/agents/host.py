@@ -118,7 +118,8 @@ class HostAgent:
             self._gpu_mem(self.send_mr[i])
             self.send_state[i] = {"flow_id": s.flow_id, "qpn": s.qpn, "op": s.op,
                                   "bytes": s.size_bytes, "complete": False, "status": None,
-                                  "fct_ns": None, "post_unix_ns": None, "complete_unix_ns": None,
+                                  "fct_ns": None, "failed_after_ns": None,
+                                  "post_unix_ns": None, "complete_unix_ns": None,
                                   "scheduled_unix_ns": None, "acked_bytes": 0}
         self.active_sends: dict[int, tuple] = {}   # send index -> (qp, wqe) while unfinished
         self.n_sent_done = 0
@@ -172,6 +173,8 @@ class HostAgent:
                 st["complete"] = True
                 st["acked_bytes"] = st["bytes"]
                 st["fct_ns"] = c.complete_ns - c.post_ns
+            else:                                # its QP failed: when, from the post
+                st["failed_after_ns"] = c.complete_ns - c.post_ns
             # (a failed QP's PSN state is reset: keep the last sampled acked_bytes)
             if self.active_sends.pop(i, None) is not None:
                 self.logs.flow(c.complete_ns, st["flow_id"], st["acked_bytes"])
@@ -307,6 +310,7 @@ class HostAgent:
         for i in list(self.active_sends):
             self.logs.flow(now, self.send_state[i]["flow_id"], self._acked_bytes(i))
         self.active_sends.clear()
+        self.nic.log_fcs_drops()
         self.logs.close()
 
     def write_progress(self) -> None:

@@ -14,6 +14,10 @@
     {host}.int.csv    t_ns,qpn,hop,qlen_bytes,tx_bytes,ts_ns,rate_mbps,u,window_bytes
                       per INT hop record an ACK brought back (HPCC), first
                       switch first, with the reaction point's U and window after it
+    {host}.drops.csv  t_ns,priority,reason,bytes   per frame its link's faults
+                      lost as it sent it (link_down, random_loss) and per
+                      corrupted frame it dropped on arrival (icrc_error,
+                      fcs_error; priority -1: not classified)
 """
 from __future__ import annotations
 
@@ -25,7 +29,8 @@ class RunLogs:
 
     FILES = {"qp": "t_ns,qpn,rate_bps,alpha,event", "cnp": "t_ns,local_qpn,remote_qpn,direction",
              "flows": "t_ns,flow_id,acked_bytes", "pfc": "t_ns,priority,quanta",
-             "int": "t_ns,qpn,hop,qlen_bytes,tx_bytes,ts_ns,rate_mbps,u,window_bytes"}
+             "int": "t_ns,qpn,hop,qlen_bytes,tx_bytes,ts_ns,rate_mbps,u,window_bytes",
+             "drops": "t_ns,priority,reason,bytes"}
 
     def __init__(self, directory: str, host: str, buffer_bytes: int = 1 << 20):
         os.makedirs(directory or ".", exist_ok=True)
@@ -42,6 +47,7 @@ class RunLogs:
         self._qp, self._cnp = self._f["qp"].write, self._f["cnp"].write
         self._flows, self._pfc = self._f["flows"].write, self._f["pfc"].write
         self._int = self._f["int"].write
+        self._drops = self._f["drops"].write
 
     def qp(self, t_ns, qpn, rate_bps, alpha, event):
         self._qp(f"{int(t_ns)},{qpn},{int(round(rate_bps))},{alpha:.6g},{event}\n")
@@ -60,6 +66,9 @@ class RunLogs:
             self._int(f"{t},{qpn},{i},{h.qlen_bytes},{h.tx_bytes},{h.ts_ns},{h.rate_mbps},"
                       f"{u:.6g},{int(window_bytes)}\n")
 
+    def drop(self, t_ns, priority, reason, nbytes):
+        self._drops(f"{int(t_ns)},{priority},{reason},{nbytes}\n")
+
     def pfc(self, t_ns, priority, quanta):
         self._pfc(f"{int(t_ns)},{priority},{quanta}\n")
 
@@ -74,3 +83,18 @@ class RunLogs:
             except OSError:
                 pass
         self._f = {}
+
+
+class DropLog:
+    """The raw log ``{node}.drops.csv`` alone, for a NIC whose process keeps
+    no other (a collective server's): ``drop`` is ``RunLogs.drop``."""
+
+    def __init__(self, path: str, buffer_bytes: int = 1 << 16):
+        self._f = open(path, "w", buffering=buffer_bytes)
+        self._f.write(RunLogs.FILES["drops"] + "\n")
+
+    def drop(self, t_ns, priority, reason, nbytes):
+        self._f.write(f"{int(t_ns)},{priority},{reason},{nbytes}\n")
+
+    def close(self):
+        self._f.close()

@@ -12,19 +12,23 @@ reads during training (``storage.StorageReader``).
 
 Every server derives the same connections (QPNs, receive-slot addresses and
 rkeys) from the workload, so nothing is exchanged out of band. Result JSON:
-``{"server", "complete", "error", "records": [bench.measure records],
+``{"server", "complete", "error", "failure" (a QP failed: rank, peer, qpn,
+opcode, WC status, fabric ns from the start; else absent), "records": [bench.measure records],
 "training": [bench.train records], "nics": [NicStats], "gpudirect": [per GPU
 null (on) | StagingCopies.report()], "storage": null | StorageReader.report()}``; ``report`` merges
 the servers' records. Exit 0 when complete, 3 on a failure, 2 on a bad config.
 """
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
 from emulator.agents.make import make_nic
+from emulator.agents.run_logs import DropLog
 from emulator.agents.start_gate import ready_then_start
 from emulator.clock import MONOTONIC, Clock
+from emulator.rundir import RawDir
 from emulator.schema.agent import CollectiveAgentConfig
 from emulator.vtime.member import join_virtual_time, process_clock
 
@@ -35,6 +39,7 @@ from .engine import CollectiveEngine, drive, quiescent
 from .dtypes import elem_bytes
 from .staging import staging_from_config
 from .storage import StorageReader
+from .transport import TransportError
 from .workload import params_of, runs, training_params, validate_for
 
 
@@ -47,12 +52,14 @@ def run(cfg: CollectiveAgentConfig, path: str = "config", clock: Clock = MONOTON
     validate_for(spec, path, cfg.servers, len(cfg.nics))
     staging = [staging_from_config(n.model_dump()) for n in cfg.nics]   # before opening sockets
     nics = [make_nic(n, clock) for n in cfg.nics]
+    drop_logs = _drop_logs(cfg, nics)
     out = {"server": cfg.server, "complete": False, "error": None, "records": [],
            "training": [], "storage": None}
     reader = None
     stop = [False]              # virtual time: the run has ended (the coordinator's END)
     finished = [False]          # virtual time: this process's work is done
     leave = lambda: None        # noqa: E731  (virtual time: the process leaves the run)
+    start = [0]                 # the clock at the common start
     try:
         eng = CollectiveEngine(server=cfg.server, servers=cfg.servers, nics=nics,
                                rank_ips={int(k): v for k, v in cfg.rank_ips.items()},
@@ -67,7 +74,8 @@ def run(cfg: CollectiveAgentConfig, path: str = "config", clock: Clock = MONOTON
         # the common start: a Unix time, the one clock all servers' processes share
         start_at = ready_then_start(f"server{cfg.server}", cfg.ready_path, cfg.start_at_unix_ns)
         leave = join_virtual_time(clock, lambda: finished[0], stop)
-        deadline_ns = _wait_for_start(clock, start_at) + int(cfg.deadline_s * 1e9)
+        start[0] = _wait_for_start(clock, start_at)
+        deadline_ns = start[0] + int(cfg.deadline_s * 1e9)
         left = lambda: max(0.1, (deadline_ns - clock.now_ns()) / 1e9)   # noqa: E731
         _run_tests(spec, eng, out, left)
         _run_training(spec, eng, out, left, reader, cfg.dilation)
@@ -80,12 +88,30 @@ def run(cfg: CollectiveAgentConfig, path: str = "config", clock: Clock = MONOTON
         out["complete"] = not wrong and not (reader is not None and reader.wrong_blocks)
         finished[0] = True
         _answer_peers(clock, eng, nics, left, stop, deadline_ns)
+    except TransportError as e:
+        out["error"] = str(e)
+        out["failure"] = {"rank": e.rank, "peer": e.peer, "qpn": e.qpn, "opcode": e.opcode,
+                          "status": e.status, "at_ns": round((e.at_ns - start[0]) / cfg.dilation)}
     except (TimeoutError, RuntimeError) as e:
         out["error"] = str(e)
     finally:
         leave()                     # virtual time: nobody waits for this process any more
         _report(out, reader, nics, staging)
+        for log in drop_logs:
+            log.close()
     return out
+
+
+def _drop_logs(cfg: CollectiveAgentConfig, nics: list) -> list[DropLog]:
+    """Each NIC's raw log of the frames its link's faults took and the
+    corrupted ones it dropped (drops.csv's rows), next to the result."""
+    logs = []
+    run_dir = os.path.dirname(cfg.result_path)
+    for nic, node in zip(nics, cfg.nic_nodes):
+        log = DropLog(str(RawDir(run_dir).log(node, "drops")))
+        nic.drop_log = log.drop
+        logs.append(log)
+    return logs
 
 
 def _storage_reader(cfg: CollectiveAgentConfig, eng: CollectiveEngine, nics: list,
@@ -185,6 +211,7 @@ def _report(out: dict, reader, nics: list, staging: list) -> None:
     out["nics"] = [nic.stats.as_dict() for nic in nics]
     out["gpudirect"] = [None if cp is None else cp.report() for cp in staging]
     for nic in nics:
+        nic.log_fcs_drops()
         nic.close()
 
 

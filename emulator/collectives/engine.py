@@ -33,7 +33,7 @@ from emulator.wire import roce_sport
 from .nvlink import NvlinkSwitch
 from .arith import combiner, storage
 from .schedule import COPY, NVLINK, SEND, RankSchedule, conn_key
-from .transport import NvlinkConn, RdmaConn, TransportError
+from .transport import NvlinkConn, RdmaConn
 
 QPN_BASE = 0x800              # QP of rank r towards peer p (channel 0) is QPN_BASE + p on r's NIC
 # the loop runs a piece of background work (``CollectiveEngine.background``)
@@ -146,8 +146,8 @@ class RankRun:
                     if x.dtype != dtype:
                         x = x.view(dtype)
                     if x.size != b - a:
-                        raise TransportError(f"rank {self.rank}: message from {c.peer} has "
-                                             f"{x.size} elements, op {i} expects {b - a}")
+                        raise RuntimeError(f"rank {self.rank}: message from {c.peer} has "
+                                           f"{x.size} elements, op {i} expects {b - a}")
                     if ops[i].reduce:
                         combine(bufs[ops[i].buf][a:b], x)
                     else:
@@ -284,7 +284,7 @@ def drive(engines: list[CollectiveEngine], runs: list[RankRun], timeout_s: float
     """One event loop for the NICs and NVLink switches of ``engines`` (one
     per server process; several in one process only in tests) until every
     run finished (and ``until()`` is true, if given). Raises TimeoutError (with the stuck connections) or
-    TransportError (a QP failed); TimeoutError too once an engine's
+    transport.TransportError (a QP failed); TimeoutError too once an engine's
     ``stop_flag`` is set with runs unfinished. Time is the first engine's clock."""
     clock = engines[0].clock
     deadline = clock.now_ns() + int(timeout_s * 1e9)

@@ -56,7 +56,13 @@ def recv_rkey(sender_rank: int) -> int:
 
 
 class TransportError(RuntimeError):
-    pass
+    """A QP of a connection failed: the work completion's status, where and
+    when (``at_ns``: the completion's time on the NIC's clock)."""
+
+    def __init__(self, rank: int, peer: int, qpn: int, opcode: str, status: str, at_ns: int):
+        super().__init__(f"rank {rank} -> {peer}: QP {qpn} {opcode} failed: {status}")
+        self.rank, self.peer, self.qpn = rank, peer, qpn
+        self.opcode, self.status, self.at_ns = opcode, status, at_ns
 
 
 class Conn:
@@ -160,8 +166,8 @@ class RdmaConn(Conn):
 
     def on_completion(self, c) -> None:
         if c.status != WcStatus.SUCCESS:
-            raise TransportError(f"rank {self.local_rank} -> {self.peer}: QP {self.qp.qpn} "
-                                 f"{c.opcode.name} failed: {c.status.name}")
+            raise TransportError(self.local_rank, self.peer, self.qp.qpn, c.opcode.name,
+                                 c.status.name, c.complete_ns)
         if c.opcode == WcOpcode.RDMA_WRITE:
             self.writes_done += 1                  # RC completes WRITEs in order
         elif c.opcode == WcOpcode.RECV:

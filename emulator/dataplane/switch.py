@@ -317,6 +317,8 @@ class EmbeddedSwitch:
     def close(self) -> None:
         """Flush and close the raw logs and pcaps (at exit)."""
         if self.logs is not None:
+            for port in self.ports.values():
+                port.log_fcs_drops()
             self.logs.close()
         for port in self.ports.values():
             if port.pcap is not None:

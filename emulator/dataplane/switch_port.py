@@ -9,7 +9,7 @@ import socket
 from emulator.clock import MONOTONIC, Clock
 from emulator.dataplane.pcap import PcapWriter
 from emulator.link import CommitWire
-from emulator.link_faults import LinkFaults
+from emulator.link_faults import DROP_EVENT, UNCLASSIFIED, LinkFaults
 from emulator.nic.packet_socket import SocketRxStats
 from emulator.schema.switch import PortConfig
 from emulator.wire import ETH_P_ALL
@@ -56,6 +56,16 @@ class SwitchPort:
         # scripted faults of the link this port sends on (emulator.link_faults)
         self.faults = LinkFaults(cfg.faults) if cfg.faults is not None else None
         self.nominal_bps = cfg.rate_bps
+        # the run's drop table (drops.csv): frames this port's link lost, and
+        # frames with a bad FCS it dropped on arrival
+        if self.faults is not None:
+            self.faults.on_drop = self._link_lost
+        # (arrival ns, bytes) of each: virtual time's port judges a frame's
+        # FCS as the kernel hands it over, in an order of the kernel's
+        # choosing, so they are logged at the end, in fabric-time order
+        self.fcs_drops: list[tuple[int, int]] = []
+        if attach is not None:
+            self.sock.keep_bad_fcs = self._bad_fcs
         if self.faults is not None:
             tm_port.send = self.send_faulty
         else:
@@ -64,6 +74,20 @@ class SwitchPort:
             sink = self.send_at if pcap is None else self.send_at_and_capture
             tm_port.wire = CommitWire(tm_port.wire.delay_ns,
                                       sink if self.faults is None else self.send_at_faulty)
+
+    def _link_lost(self, sent_ns: float, c: int, nbytes: int, reason: str) -> None:
+        self.tm_port.log(int(sent_ns), self.port_no, c, DROP_EVENT + reason, nbytes)
+
+    def _bad_fcs(self, frame, arrival_ns: int) -> bool:
+        """A frame with a bad FCS: dropped by the MAC, before any class is known."""
+        self.fcs_drops.append((arrival_ns, len(frame)))
+        return False
+
+    def log_fcs_drops(self) -> None:
+        """Log the frames dropped for a bad FCS (at the end of the run)."""
+        for t_ns, nbytes in sorted(self.fcs_drops):
+            self.tm_port.log(t_ns, self.port_no, UNCLASSIFIED, DROP_EVENT + "fcs_error", nbytes)
+        self.fcs_drops.clear()
 
     def send(self, frame) -> None:
         try:

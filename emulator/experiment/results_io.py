@@ -36,6 +36,7 @@ RAW_COLUMNS: dict[str, tuple[tuple[str, Callable], ...]] = {
     "pfc": (("t_ns", int), ("priority", int), ("quanta", int)),
     "int": (("t_ns", int), ("qpn", int), ("hop", int), ("qlen_bytes", int), ("tx_bytes", int),
             ("ts_ns", int), ("rate_mbps", int), ("u", float), ("window_bytes", int)),
+    "drops": (("t_ns", int), ("priority", int), ("reason", str), ("bytes", int)),
 }
 SWITCH_LOGS = RawDir.SWITCH_LOGS
 HOST_LOGS = RawDir.HOST_LOGS

@@ -75,7 +75,8 @@ def server_configs(exp: Experiment, run_dir: Path, start_at_unix_ns: int | None,
     for i, srv in enumerate(servers):
         out[srv.name] = CollectiveAgentConfig(
             server=i, servers=len(servers), dilation=d,
-            nics=[gpu_nic_config(exp, n) for n in srv.nics], rank_ips=rank_ips,
+            nics=[gpu_nic_config(exp, n) for n in srv.nics], nic_nodes=list(srv.nics),
+            rank_ips=rank_ips,
             nvlink=NvlinkConfig(rate_bps=srv.nvlink_rate_bps / d, delay_ns=srv.nvlink_delay_ns * d),
             workload=workload, start_at_unix_ns=start_at_unix_ns, deadline_s=exp.wall_limit_s,
             ready_path=gate(srv.name), result_path=str(RawDir(run_dir).result(srv.name)),
@@ -120,8 +121,11 @@ def collectives_block(exp: Experiment, results: dict[str, dict]) -> dict:
     res = [results.get(s, {}) for s in wp.servers]
     errors = [f"{s}: {r.get('error') or 'no result (agent failed: see run/' + s + '.agent.log)'}"
               for s, r in zip(wp.servers, res) if r.get("error") or not r]
-    out: dict = {"servers": list(wp.servers), "errors": errors, "results": [], "training": None,
-                 "storage": None}
+    # the QPs that failed (a rank's, towards a peer): the work completion's
+    # status and when, fabric ns from the start
+    failures = [{"server": s, **r["failure"]} for s, r in zip(wp.servers, res) if r.get("failure")]
+    out: dict = {"servers": list(wp.servers), "errors": errors, "failures": failures,
+                 "results": [], "training": None, "storage": None}
     try:
         out["results"] = report.collective_rows([x for r in res for x in r.get("records", [])], d)
         tr = [x for r in res for x in r.get("training", [])]

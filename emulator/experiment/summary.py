@@ -97,10 +97,17 @@ def _fcs_errors(port_stats: dict) -> dict:
     return {} if v is None else {"rx_fcs_errors": int(v)}
 
 
+# A NIC's drops of corrupted frames: its ICRC check's, and its MAC's (a bad
+# FCS on a frame its ICRC does not cover); its QPs that went to the error
+# state, by cause (retries or RNR retries exhausted), and the work requests
+# flushed with them.
+NIC_ERROR_COUNTERS = ("rx_icrc_errors", "rx_fcs_errors", "qp_errors", "retry_exc_errors",
+                      "rnr_retry_exc_errors", "wr_flush_errors")
+
+
 def _rx_errors(nic: dict) -> dict:
-    """A NIC's drops of corrupted frames: its ICRC check's, and its MAC's
-    (a bad FCS on a frame its ICRC does not cover); absent where not counted."""
-    return {k: int(nic[k]) for k in ("rx_icrc_errors", "rx_fcs_errors") if k in nic}
+    """A NIC's ``NIC_ERROR_COUNTERS``; absent where not counted."""
+    return {k: int(nic[k]) for k in NIC_ERROR_COUNTERS if k in nic}
 
 
 def _ib_port_entry(stats: dict, port: int, counters: dict, d: float) -> dict:
@@ -198,9 +205,23 @@ def _flow_entries(exp: Experiment, agent_results: dict[str, dict]) -> tuple[list
                              if fct_ns is not None and ideal_ns else None),
             # what the sender's QP went through (host agent results)
             **{k: int(s.get(k, 0)) for k in FLOW_RECOVERY_COUNTERS},
+            **_flow_status(f, s, d),
         })
     fabric_ns = round((last_done - first_post) / d) if first_post and last_done else 0
     return flows, fabric_ns
+
+
+def _flow_status(f, s: dict, d: float) -> dict:
+    """``status``: the work completion of the flow's send (``WcStatus``'s
+    name; None before it completed); ``failed``: its QP failed
+    (RETRY_EXC_ERR, ...); ``failed_ns``: then, when (fabric ns from the
+    run's start: the flow's start plus post to the failed completion)."""
+    status = s.get("status")
+    failed = status is not None and status != "SUCCESS"
+    after = s.get("failed_after_ns")
+    return {"status": status, "failed": failed,
+            "failed_ns": (f.start_fabric_ns + round(after / d)
+                          if failed and after is not None else None)}
 
 
 def _port_entries(exp: Experiment, stats: dict[str, dict],

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from emulator.experiment.ideal_fct import flow_paths
+from emulator.link_faults import DROP_EVENT, UNCLASSIFIED, class_name
 from emulator.experiment.results_io import (HOST_LOGS, SWITCH_LOGS, RawLogs, read_node_logs,
                                             write_csv)
 from emulator.rundir import RunDir
@@ -40,11 +41,21 @@ RESULT_COLUMNS: dict[str, tuple[str, ...]] = {
     RunDir.PFC_EVENTS_CSV: ("time_ns", "node", "port", "peer", "priority", "event", "quanta"),
     RunDir.ECN_MARKS_CSV: ("time_ns", "node", "port", "priority", "depth_bytes"),
     RunDir.CNP_CSV: ("time_ns", "host", "qpn", "flow_id", "direction"),
-    RunDir.DROPS_CSV: ("time_ns", "node", "port", "priority", "bytes"),
+    RunDir.DROPS_CSV: ("time_ns", "node", "port", "priority", "bytes", "reason"),
     RunDir.INT_HOPS_CSV: ("time_ns", "host", "qpn", "flow_id", "hop", "node", "port",
                           "qlen_bytes", "tx_bytes", "ts_ns", "rate_gbps", "u", "window_bytes"),
 }
 PFC_EVENTS = ("pause_tx", "resume_tx", "pause_rx", "resume_rx")
+# drops.csv's reason of a traffic manager's drop (a full queue or headroom);
+# the others are the link faults' (emulator/link_faults.py: link_down,
+# random_loss) and the receivers' checks of corrupted frames (fcs_error, icrc_error)
+QUEUE_DROP = "queue"
+
+
+def _drop_class(c: int) -> int | str:
+    """drops.csv's priority of a drop: the class, "pfc" for a PFC frame, ""
+    for a frame dropped before it was classified (a bad FCS or ICRC)."""
+    return "" if c == UNCLASSIFIED else class_name(c)
 # Window of the per-flow goodput in flow_rate.csv (fabric ns): ACKs come every
 # few packets, so a rate over one sampling interval would be all steps.
 RATE_WINDOW_NS = 20_000
@@ -151,6 +162,10 @@ def load_results(exp: "Experiment", run_dir: str | Path, t0_ns: int,
             res.cnp.append({"time_ns": ft(r["t_ns"]), "host": host, "qpn": r["local_qpn"],
                             "flow_id": qp_flow.get((host, r["local_qpn"]), ""),
                             "direction": r["direction"]})
+        for r in logs["drops"]:
+            res.drops.append({"time_ns": ft(r["t_ns"]), "node": host, "port": port.port_no,
+                              "priority": _drop_class(r["priority"]), "bytes": r["bytes"],
+                              "reason": r["reason"]})
         _flow_rate_rows(res, flows, host, logs["flows"], ft)
     for rows in res.tables().values():
         if rows is not res.flow_rate:
@@ -182,7 +197,11 @@ def _switch_rows(res: Results, fabric, sw: str, logs: dict, ft) -> None:
             res.ecn_marks.append({**base, "priority": r["priority"],
                                   "depth_bytes": int(r["value"])})
         elif ev == "drop":
-            res.drops.append({**base, "priority": r["priority"], "bytes": int(r["value"])})
+            res.drops.append({**base, "priority": r["priority"], "bytes": int(r["value"]),
+                              "reason": QUEUE_DROP})
+        elif ev.startswith(DROP_EVENT):
+            res.drops.append({**base, "priority": _drop_class(r["priority"]),
+                              "bytes": int(r["value"]), "reason": ev[len(DROP_EVENT):]})
 
 
 def _flow_rate_rows(res: Results, flows: dict, host: str, acked: list, ft) -> None:
@@ -214,7 +233,7 @@ def _flow_rate_rows(res: Results, flows: dict, host: str, acked: list, ft) -> No
 def _sort_key(row: dict):
     return (row["time_ns"], str(row.get("node", row.get("host", ""))),
             row.get("port", row.get("qpn", 0)), row.get("flow_id", 0) if row.get("flow_id") != ""
-            else -1, row.get("priority", 0))
+            else -1, str(row.get("priority", 0)))     # drops.csv's may be "pfc" or ""
 
 
 # ------------------------------------------------------------------- writing

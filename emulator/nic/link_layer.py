@@ -23,6 +23,7 @@ The NIC asks its link layer for, in order of use:
 from __future__ import annotations
 
 from emulator import int_md
+from emulator.link_faults import UNCLASSIFIED
 from emulator.wire import (
     CNP_PAD_BYTES, ETH_P_ALL, ETH_P_IP, ETH_P_PAUSE, NUM_PRIORITIES, ROCE_FRAMING, Framing,
 )
@@ -144,6 +145,7 @@ class EthernetLink(LinkLayer):
             return
         if nic.verify_icrc and not verify_icrc(frame):
             st.rx_icrc_errors += 1
+            nic.log_drop(now, UNCLASSIFIED, n, "icrc_error")
             return
         hook = nic.rx_hook                   # tenant filter / CPU work (host_cpu); None: off
         if hook is not None and hook(frame, pkt, now):

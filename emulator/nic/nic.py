@@ -33,7 +33,7 @@ from typing import Callable, Sequence
 
 from emulator import int_md
 from emulator.clock import MONOTONIC
-from emulator.link_faults import LinkFaults
+from emulator.link_faults import UNCLASSIFIED, LinkFaults
 from emulator.wire import RETH_BYTES
 
 from . import roce
@@ -71,7 +71,8 @@ class RoceNic(NicLink, NicReceive):
         socketpair) instead of opening AF_PACKET on ``config.ifname`` -- for
         tests; it carries PFC frames too. ``logs``: an object with ``qp(t_ns,
         qpn, rate_bps, alpha, event)``, ``cnp(t_ns, local_qpn, remote_qpn,
-        direction)`` and ``pfc(t_ns, priority, quanta)`` (``agents.run_logs``), or None.
+        direction)`` and ``pfc(t_ns, priority, quanta)`` (``agents.run_logs``), and
+        optionally ``drop(t_ns, priority, reason, bytes)``; or None.
         ``link``: the link layer (``link_layer``; None: ``EthernetLink``,
         ``ib.link.IbLink`` for InfiniBand). Hooks: ``on_ecn_ce`` / ``on_cnp``
         (called with (qp, pkt) for every CE-marked request packet to a known
@@ -162,16 +163,36 @@ class RoceNic(NicLink, NicReceive):
         is a RoCE packet for us, else the MAC drops it (``rx_fcs_errors``)."""
         self.link_faults = LinkFaults(config.link_faults) if config.link_faults is not None else None
         self.stats.link_faults = self.link_faults
+        # (t_ns, class, reason, bytes) -> None: the raw log ``drops``, if any
+        self.drop_log = getattr(self.logs, "drop", None)
+        if self.link_faults is not None:
+            self.link_faults.on_drop = self.log_drop
+        self._fcs_drops: list[tuple[int, int]] = []
         if hasattr(self.sock, "keep_bad_fcs"):
             self.sock.keep_bad_fcs = self._keep_bad_fcs
 
-    def _keep_bad_fcs(self, frame) -> bool:
+    def log_drop(self, t_ns: float, c: int, nbytes: int, reason: str) -> None:
+        """A frame of class ``c`` lost on our link or dropped on arrival, for
+        the run's drop table (the raw log ``drops``, if we keep one)."""
+        if self.drop_log is not None:
+            self.drop_log(t_ns, c, reason, nbytes)
+
+    def _keep_bad_fcs(self, frame, arrival_ns: int) -> bool:
         pkt = parse_roce(frame)
         if pkt is not None and pkt.dst_ip == self.ip_int and self.verify_icrc \
                 and not verify_icrc(frame):
             return True
         self.stats.rx_fcs_errors += 1
+        # judged as the kernel hands frames over (its order): logged at the end
+        self._fcs_drops.append((arrival_ns, len(frame)))
         return False
+
+    def log_fcs_drops(self) -> None:
+        """Log the frames our MAC dropped for a bad FCS, in fabric-time order
+        (before the logs close)."""
+        for t_ns, nbytes in sorted(self._fcs_drops):
+            self.log_drop(t_ns, UNCLASSIFIED, nbytes, "fcs_error")
+        self._fcs_drops.clear()
 
     def _make_transmitter(self) -> None:
         self.transmitter = Transmitter(

@@ -18,6 +18,7 @@ class NicStats:
                  "rx_out_of_order", "rx_duplicates", "rx_icrc_errors", "rx_fcs_errors",
                  "rx_int_errors", "rx_ignored", "link_faults",
                  "rx_bad_requests", "timeouts", "nak_rewinds", "completions", "loops",
+                 "qp_errors", "retry_exc_errors", "rnr_retry_exc_errors", "wr_flush_errors",
                  "rx_batches_max", "rx_socket_drops",
                  "fc_tx", "fc_rx", "credit_stalls", "credit_stalled_ns",
                  "tx_read_requests", "tx_read_responses", "rx_read_requests",

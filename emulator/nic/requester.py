@@ -281,7 +281,23 @@ class Requester:
         qp.cur_idx = idx
 
     def fail(self, qp, status: WcStatus, now: int) -> None:
-        """Fail the oldest WQE with ``status`` and flush the rest."""
+        """Move ``qp`` to the error state: its oldest WQE completes with
+        ``status``, every other one with WR_FLUSH_ERR, and nothing is sent on
+        it again -- the requester's error behaviour in the IBA (vol. 1,
+        ch. 9: the transport timer and its retry counter, the RNR retry
+        counter; ch. 11: the completion statuses "Transport Retry Counter
+        Exceeded", "RNR Retry Counter Exceeded", "Work Request Flushed").
+        Counted per cause, as mlx5's ``req_transport_retries_exceeded`` and
+        ``req_rnr_retries_exceeded`` do."""
+        if qp.state == QpState.ERROR:
+            return
+        st = self.stats
+        st.qp_errors += 1
+        if status == WcStatus.RETRY_EXC_ERR:
+            st.retry_exc_errors += 1
+        elif status == WcStatus.RNR_RETRY_EXC_ERR:
+            st.rnr_retry_exc_errors += 1
+        st.wr_flush_errors += max(0, len(qp.sq) - 1)
         self._timers_from_ns = 0
         qp.state = QpState.ERROR
         qp.rto_deadline_ns = 0

@@ -92,7 +92,7 @@ _WHAT = {
     RunDir.FLOW_RATE_CSV: "per-flow goodput over time", RunDir.DCQCN_RATE_CSV: "DCQCN rate changes",
     RunDir.PFC_EVENTS_CSV: "PFC pause/resume frames sent and received",
     RunDir.ECN_MARKS_CSV: "ECN marks", RunDir.CNP_CSV: "CNPs sent and received",
-    RunDir.DROPS_CSV: "switch drops", RunDir.INT_HOPS_CSV: "HPCC's INT records",
+    RunDir.DROPS_CSV: "drops (queues, link faults)", RunDir.INT_HOPS_CSV: "HPCC's INT records",
     RunDir.FCT_SLOWDOWN_CSV: "FCT slowdown by flow-size bucket",
     RunDir.QUEUE_DEPTH_DIST_CSV: "queue-depth percentiles per port",
     RunDir.HOSTS_CSV: "per-host results (endpoints)",

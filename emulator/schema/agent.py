@@ -163,6 +163,7 @@ class CollectiveAgentConfig(ProcessConfig):
     servers: int = Field(ge=1)
     dilation: float = Field(1.0, ge=1)
     nics: list[GpuNicConfig] = Field(min_length=1)
+    nic_nodes: list[str] = []                # the NICs' node names: their raw drop logs (none: no logs)
     rank_ips: dict[str, str]                 # every global rank -> its NIC's IP
     nvlink: NvlinkConfig
     workload: WorkloadSpec

@@ -15,8 +15,8 @@ port's inbox once its arrival time has come (``BlockingIOError`` before,
 as a non-blocking socket with nothing to read). ``send_bad_fcs`` sends a
 frame a bit error hit (``emulator.link_faults``): its trailer says the FCS
 is bad, and the receiving port drops it as a MAC would (``fcs_errors``)
-unless its owner's ``keep_bad_fcs(frame)`` takes it (a NIC whose ICRC check
-then fails, ``nic.link_layer``).
+unless its owner's ``keep_bad_fcs(frame, arrival_ns)`` takes it (a NIC whose
+ICRC check then fails, ``nic.link_layer``); a switch port's logs the drop.
 """
 from __future__ import annotations
 
@@ -61,7 +61,7 @@ class VirtualPort:
         self._seq = 0
         self.rx_frames = self.tx_frames = 0
         self.fcs_errors = 0          # frames with a bad FCS dropped on arrival
-        self.keep_bad_fcs = None     # frame -> True: deliver it anyway (None: drop every one)
+        self.keep_bad_fcs = None     # (frame, arrival ns) -> True: deliver it anyway (None: drop every one)
 
     def fileno(self) -> int:
         return self.fd
@@ -290,7 +290,7 @@ class VirtualClock:
                         raise VirtualTimeError(
                             f"{self.name}: a frame on {p.ifname} arrives at {arrival} ns, before "
                             f"the window that opened at {start_ns} ns")
-                    if bad_fcs and (p.keep_bad_fcs is None or not p.keep_bad_fcs(data[:n])):
+                    if bad_fcs and (p.keep_bad_fcs is None or not p.keep_bad_fcs(data[:n], arrival)):
                         p.rx_frames += 1        # arrived (the window counts it), and dropped
                         p.fcs_errors += 1
                     else:

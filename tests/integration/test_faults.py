@@ -8,9 +8,16 @@ virtual time: h1 - leaf1 - spine1 - leaf2 - h2, one RDMA WRITE.
   the capture holds a RoCE frame whose ICRC fails;
 * a rerun is the same run (summary.json but its wall fields, CSVs, pcaps);
 * a degrade to half the rate of h1's link lengthens the lone flow's FCT by
-  its wire bytes at the full rate, as predicted."""
+  its wire bytes at the full rate, as predicted;
+* drops.csv holds every frame the faults took, with its reason, as many
+  as summary.json counts;
+* a link that never comes back: the flow's QP fails with RETRY_EXC_ERR
+  after retry_cnt + 1 ACK timeouts (backed off: 1, 2, 4, 8 x rto), the
+  run ends, and a rerun is the same run."""
 from __future__ import annotations
 
+import csv
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -45,6 +52,14 @@ faults:
   - {kind: random_loss, link: "spine1:leaf2", rate: 0.02, seed: 4}
   - {kind: bit_errors, link: "h2:leaf2", ber: 2.0e-5, seed: 5}
   - {kind: bit_errors, link: "h1:leaf1", ber: 5.0e-6, seed: 6, direction: a_to_b}
+"""
+# h1's link never carries a frame to leaf1: the one-packet WRITE times out
+# retry_cnt + 1 times, and its QP fails
+DOWN = HEAD.replace("nic: {rto_us: 50}", "nic: {rto_us: 50, retry_cnt: 3}").replace(
+    f"size_bytes: {SIZE}", "size_bytes: 1024") + """\
+name: down
+faults:
+  - {kind: link_down, at_us: 0, link: "h1:leaf1", direction: a_to_b}
 """
 DEGRADE = HEAD + """\
 name: degrade
@@ -139,3 +154,41 @@ def test_a_degrade_to_half_the_rate_lengthens_a_lone_flow_as_predicted(tmp_path)
     (end,) = s["faults"]["ends"]
     assert end["direction"] == "h1->leaf1" and end["rate_changes"] == [
         {"at_ns": 0, "rate_fraction": 0.5, "applied_ns": 0}]
+
+
+def _drop_reasons(out: Path) -> Counter:
+    with (out / "drops.csv").open(newline="") as fh:
+        return Counter(r["reason"] for r in csv.DictReader(fh))
+
+
+def test_drops_csv_holds_what_the_faults_took_with_its_reason(faulted):
+    s, out = faulted
+    f = s["faults"]
+    ends = f["ends"]
+    assert _drop_reasons(out) == Counter({k: v for k, v in {
+        "link_down": sum(e["dropped_down_frames"] for e in ends),
+        "random_loss": sum(e["dropped_loss_frames"] for e in ends),
+        "fcs_error": f["switch_fcs_errors"] + f["nic_fcs_errors"],
+        "icrc_error": f["nic_icrc_errors"]}.items() if v})
+
+
+def test_a_link_that_stays_down_fails_the_qp_at_the_predicted_time_and_the_run_ends(tmp_path):
+    s, out = _run(tmp_path, DOWN, "down")
+    (flow,) = s["flows"]
+    assert not s["complete"] and not flow["complete"]
+    assert flow["failed"] and flow["status"] == "RETRY_EXC_ERR"
+    assert (flow["timeouts"], flow["retransmitted_packets"]) == (4, 3)
+    # ACK timeouts of 50, 100, 200 and 400 us, each from a (re)sent frame;
+    # the timer starts as the frame goes on the wire (a NIC that started it
+    # at the frame's last bit would be a frame time later each time)
+    _, wire_bytes, _, _ = frame_sizes(1024, 1024)
+    frame_ns = wire_bytes * 8 / 10
+    assert 750_000 <= flow["failed_ns"] <= 750_000 + 4 * frame_ns, flow["failed_ns"]
+    h1 = next(n for n in s["nics"] if n["node"] == "h1")
+    assert (h1["qp_errors"], h1["retry_exc_errors"], h1["wr_flush_errors"]) == (1, 1, 0)
+    (end,) = s["faults"]["ends"]
+    assert end["dropped_down_frames"] == 4 == _drop_reasons(out)["link_down"]
+    s2, out2 = _run(tmp_path, DOWN, "again")
+    assert without_wall({**s2, "source": ""}) == without_wall({**s, "source": ""})
+    f1, f2 = _files(out), _files(out2)
+    assert f1 == f2

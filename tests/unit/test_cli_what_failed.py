@@ -20,3 +20,11 @@ def test_flows_and_isolation():
     assert what_failed({"flows": [], "isolation": {"isolated": False}}) == \
         ["tenants were not isolated"]
     assert what_failed({"flows": [{"complete": True}]}) == ["the run did not complete"]
+
+
+def test_failed_flows_name_their_work_completion_status():
+    flows = [{"complete": False, "failed": True, "status": "RETRY_EXC_ERR"},
+             {"complete": False, "failed": False, "status": None},
+             {"complete": False, "failed": True, "status": "RETRY_EXC_ERR"}]
+    assert what_failed({"flows": flows}) == \
+        ["3 of 3 flows did not complete (2 failed: RETRY_EXC_ERR)"]

@@ -387,3 +387,20 @@ def test_a_one_gpu_server_has_no_nvlink_to_cross():
     assert NvlinkSwitch(1, rate_bps=0, delay_ns=0).tx_bytes == [0]
     with pytest.raises(ValueError, match="rate_bps > 0"):
         NvlinkSwitch(2, rate_bps=0, delay_ns=0)
+
+
+def test_a_failed_qp_is_reported_in_collectives_failures():
+    """A server whose QP failed: its failure (rank, peer, WC status, fabric
+    time) in ``failures``, its error in ``errors``, the block incomplete."""
+    from pathlib import Path
+    from emulator.experiment.model import load_experiment
+    from emulator.experiment.servers import collectives_block
+    exp = load_experiment(Path(__file__).parents[2] / "experiments" / "link-flap-allreduce.yaml")
+    failure = {"rank": 0, "peer": 4, "qpn": 2052, "opcode": "SEND", "status": "RETRY_EXC_ERR",
+               "at_ns": 781_000}
+    results = {"server1": {"error": "rank 0 -> 4: QP 2052 SEND failed: RETRY_EXC_ERR",
+                           "failure": failure, "records": [], "training": []},
+               "server2": {"error": None, "complete": True, "records": [], "training": []}}
+    block = collectives_block(exp, results)
+    assert block["failures"] == [{"server": "server1", **failure}] and not block["complete"]
+    assert block["errors"] == ["server1: rank 0 -> 4: QP 2052 SEND failed: RETRY_EXC_ERR"]

@@ -13,7 +13,7 @@ from emulator.dataplane import switch as switch_mod
 from emulator.dataplane.pfc import pause_frame
 from emulator.dataplane.switch import EmbeddedSwitch, SwitchConfig
 from emulator.experiment.faults import compile_faults
-from emulator.link_faults import LinkFaults
+from emulator.link_faults import MAC_CONTROL, LinkFaults
 from emulator.p4.p4info import P4Info
 from emulator.schema.experiment import ExperimentSpec
 from emulator.clock import NEVER_NS
@@ -41,12 +41,17 @@ def bits_differing(a: bytes, b: bytes) -> int:
 # -- the judgement -------------------------------------------------------------------------------
 def test_a_down_interval_drops_exactly_the_frames_that_end_in_it_and_counts_them_per_class():
     f = LinkFaults(end(down=[{"from_ns": 10_000, "until_ns": 20_000}]))
+    told = []
+    f.on_drop = lambda *drop: told.append(drop)
     data, pfc = roce(500), pause_frame(bytes(6), 3, 0xFFFF)
     out = [f.judge(data, t)[0] is not None for t in (9_999, 10_000, 15_000, 19_999, 20_000)]
     assert out == [True, False, False, False, True]
     assert f.judge(pfc, 12_000) == (None, False)             # PFC frames too
     assert f.stats()["dropped_down"] == {"3": 3, "pfc": 1}      # roce(): DSCP 26, the RoCE class
     assert f.lost_frames() == 4
+    # each one told to the drop table: when its serialization ended, class, bytes, reason
+    assert told == [(t, 3, len(data), "link_down") for t in (10_000, 15_000, 19_999)] + [
+        (12_000, MAC_CONTROL, len(pfc), "link_down")]
 
 
 def test_a_frame_is_counted_in_the_priority_of_its_dscp():
@@ -181,6 +186,10 @@ def test_a_switch_port_loses_the_frames_whose_serialization_ends_while_down(tmp_
     assert times == [k * SER_NS + DELAY_NS for k in (1, 4, 5, 6)]   # the survivors keep their times
     assert p2["tx_packets"] == 6                           # sent by the port, lost on the link
     assert p2["faults"]["dropped_down"] == {"0": 2}        # no DSCP map given: all priority 0
+    # and in the switch's raw events, drops.csv's source, with their reason
+    rows = [line.split(",") for line in (tmp_path / "run" / "s1.events.csv").read_text().split()]
+    assert [r for r in rows if r[3].startswith("drop")] == [
+        [str(k * SER_NS), "2", "0", "drop_link_down", str(len(frames[0]))] for k in (2, 3)]
 
 
 def test_a_degrade_slows_the_ports_serializer_from_its_exact_time(tmp_path, monkeypatch):
@@ -216,6 +225,9 @@ def test_a_nic_recovers_what_its_link_lost_or_corrupted(pairs, fault):
     corrupted frames it saw."""
     ef = {"sender": "a", "receiver": "b", "dscp_priority": DSCP_PRIO, **fault}
     p = pairs(rate_bps=10_000_000_000, rto_ns=100_000, link_faults=ef)
+    told = []                                              # the NICs' drop logs (drops.csv's rows)
+    p.a.drop_log = lambda t_ns, c, reason, nbytes: told.append(("a", reason))
+    p.b.drop_log = lambda t_ns, c, reason, nbytes: told.append(("b", reason))
     src, dst = write(p, 200)
     assert done(p)
     assert bytes(dst.buf) == bytes(src.buf)
@@ -227,8 +239,11 @@ def test_a_nic_recovers_what_its_link_lost_or_corrupted(pairs, fault):
         # (these bits all fell under the ICRC's cover: without virtual time's
         # bad-FCS trailer, one in the Ethernet header would go unnoticed)
         assert lost == 0 and corrupted > 0 and p.b.stats.rx_icrc_errors == corrupted
+        assert told.count(("b", "icrc_error")) == corrupted
     else:
         assert lost > 0 and corrupted == 0
+        reason = "link_down" if "down" in fault else "random_loss"
+        assert told.count(("a", reason)) == lost
     assert "link_faults" in p.a.stats.as_dict() and "rx_fcs_errors" in p.a.stats.as_dict()
 
 

@@ -402,3 +402,12 @@ def test_retry_exceeded_fails_the_qp(pairs):
     # before it left: 75 ms and four frame times after the post
     ft = p.a.frame_time_ns(14 + 20 + 8 + 12 + 4 + 4)
     assert abs(p.cq[p.a][0].complete_ns - t0 - (75_000_000 + 4 * ft)) <= 10   # +1 ns per wake
+    # the QP is in the error state, counted once per cause; the second WQE was flushed
+    st = p.a.stats
+    assert p.qa.state == QpState.ERROR and not p.qa.has_tx_data()
+    assert (st.qp_errors, st.retry_exc_errors, st.rnr_retry_exc_errors, st.wr_flush_errors) \
+        == (1, 1, 0, 1)
+    assert {k: v for k, v in st.as_dict().items() if k.endswith("_errors") and "rx" not in k} \
+        == {"qp_errors": 1, "retry_exc_errors": 1, "rnr_retry_exc_errors": 0, "wr_flush_errors": 1}
+    with pytest.raises(RuntimeError, match="ERROR"):
+        p.a.post_send(p.qa, 3, b"refused")

@@ -236,6 +236,30 @@ def test_requester_timeouts_back_off_wait_for_pfc_and_fail():
     assert [c.status for c in cq] == [WcStatus.RETRY_EXC_ERR] and qp.timeouts == 3
 
 
+def test_requester_fails_after_rnr_retry_rnr_naks_in_a_row_and_flushes_the_rest():
+    cq, st = [], NicStats()
+    rq = requester(cq, st, rnr_retry=1)
+    qp = make_qp()
+    rq.qps.append(qp)
+    for wr_id in (1, 2, 3):
+        rq.post(qp, wr_id, memoryview(b"x"), False, 0, 0, True, now=0)
+    rq.take(qp)
+    rq.sent(qp, 0, 1, True)
+    rq.on_ack(qp, ack(qp, 0, roce.AETH_RNR_NAK | 1), 100)      # the one retry rnr_retry allows
+    assert qp.state == QpState.RTS and cq == [] and qp.snd_nxt == 0
+    rq.take(qp)
+    rq.sent(qp, 200, 1, True)
+    rq.on_ack(qp, ack(qp, 0, roce.AETH_RNR_NAK | 1), 300)
+    assert qp.state == QpState.ERROR and not qp.has_tx_data() and qp.rto_deadline_ns == 0
+    assert [(c.wr_id, c.status, c.complete_ns) for c in cq] == [
+        (1, WcStatus.RNR_RETRY_EXC_ERR, 300), (2, WcStatus.WR_FLUSH_ERR, 300),
+        (3, WcStatus.WR_FLUSH_ERR, 300)]
+    assert (st.qp_errors, st.retry_exc_errors, st.rnr_retry_exc_errors, st.wr_flush_errors) \
+        == (1, 0, 1, 2)
+    rq.fail(qp, WcStatus.RETRY_EXC_ERR, 400)                     # already failed: nothing more
+    assert len(cq) == 3 and st.qp_errors == 1
+
+
 def test_requester_rnr_timer_is_fabric_time():
     cq, st = [], NicStats()
     rq = requester(cq, st, dilation=1000)

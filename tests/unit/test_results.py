@@ -217,7 +217,33 @@ def test_ecn_cnp_and_drops(run):
         ("1260", "h3", "257", "1", "tx"),
         ("1390", "h1", "256", "0", "rx")]
     _, drops = read_csv(out / "drops.csv")
-    assert [tuple(r.values()) for r in drops] == [("1300", "leaf2", "1", "0", "1078")]
+    assert [tuple(r.values()) for r in drops] == [("1300", "leaf2", "1", "0", "1078", "queue")]
+
+
+def test_drops_of_link_faults_and_corrupted_frames_carry_their_reason(tmp_path):
+    """A switch's fault drops (its events drop_<reason>) and a host's (its
+    drops log) join the traffic manager's in drops.csv, each with its reason;
+    a frame dropped before it was classified has no priority."""
+    exp = make_experiment()
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    write_lines(run_dir / "leaf1.events.csv", [
+        "t_ns,port,priority,event,value", f"{T0 + 100 * D},3,3,drop_link_down,1078",
+        f"{T0 + 200 * D},3,8,drop_random_loss,64", f"{T0 + 300 * D},1,-1,drop_fcs_error,1078",
+        f"{T0 + 400 * D},1,3,drop,1078"])
+    write_lines(run_dir / "h3.drops.csv", [
+        "t_ns,priority,reason,bytes", f"{T0 + 150 * D},-1,icrc_error,1078",
+        f"{T0 + 250 * D},3,link_down,1078"])
+    write_results(exp, run_dir, tmp_path / "out", T0)
+    header, drops = read_csv(tmp_path / "out" / "drops.csv")
+    assert header == ["time_ns", "node", "port", "priority", "bytes", "reason"]
+    assert [tuple(r.values()) for r in drops] == [
+        ("100", "leaf1", "3", "3", "1078", "link_down"),
+        ("150", "h3", "0", "", "1078", "icrc_error"),
+        ("200", "leaf1", "3", "pfc", "64", "random_loss"),
+        ("250", "h3", "0", "3", "1078", "link_down"),
+        ("300", "leaf1", "1", "", "1078", "fcs_error"),
+        ("400", "leaf1", "1", "3", "1078", "queue")]
 
 
 def test_missing_logs_give_header_only_files(tmp_path):

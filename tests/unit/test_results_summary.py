@@ -19,7 +19,8 @@ PORT_KEYS = {"node", "role", "port", "ifname", "peer", "rx_packets", "rx_bytes",
              "tx_bytes", "drops", "pipeline_drops", "rx_socket_drops", "priorities"}
 FLOW_KEYS = {"flow_id", "src", "dst", "op", "bytes", "delivered_bytes", "intact", "complete",
              "fct_ns", "start_ns", "src_qpn", "dst_qpn", "udp_sport", "priority",
-             "standalone_fct_ns", "fct_slowdown", "retransmitted_packets", "timeouts", "naks"}
+             "standalone_fct_ns", "fct_slowdown", "retransmitted_packets", "timeouts", "naks",
+             "status", "failed", "failed_ns"}
 PRIO_KEYS = {"priority", "tx_packets", "tx_bytes", "drops", "headroom_drops", "ecn_marks",
              "pause_tx", "pause_rx", "paused_ns", "max_depth_bytes"}
 
@@ -72,6 +73,21 @@ def test_top_level_and_existing_keys_kept(tmp_path):
     assert all(set(f) == FLOW_KEYS for f in s["flows"])
     leaf2_1 = next(p for p in s["ports"] if p["node"] == "leaf2" and p["port"] == 1)
     assert leaf2_1["tx_packets"] == 62 and leaf2_1["drops"] == 1 and leaf2_1["peer"] == "h3"
+
+
+def test_a_flow_whose_qp_failed_is_failed_with_its_status_and_time(tmp_path):
+    """Flow 1 (h2 -> h3, from 1 us): its QP failed 750 us (fabric) after the post."""
+    exp = make_experiment()
+    results = agent_results(20_000)
+    results["h2"] = {"send": [{"flow_id": 1, "complete": False, "status": "RETRY_EXC_ERR",
+                               "fct_ns": None, "failed_after_ns": 750_000 * D,
+                               "timeouts": 8}]}
+    s = build_summary(exp, "embedded", results, {}, make_run(tmp_path / "run"),
+                      wall_s=1.0).as_dict()
+    ok, bad = s["flows"]
+    assert (ok["complete"], ok["failed"], ok["failed_ns"]) == (True, False, None)
+    assert (bad["complete"], bad["failed"], bad["status"]) == (False, True, "RETRY_EXC_ERR")
+    assert bad["failed_ns"] == 1_000 + 750_000 and bad["fct_ns"] is None and bad["timeouts"] == 8
 
 
 def test_the_table_says_what_the_summary_holds(tmp_path):
