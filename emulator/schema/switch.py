@@ -13,6 +13,7 @@ dilated (wall); bytes are not::
      "router_mac": "02:00:00:00:01:01",         # source MAC of the PFC frames it sends
      "pcap": false,                             # RUN/{ifname}.pcap per port
      "seed": 1,                                 # ECN marking's random numbers
+     "gnmi_listen": "127.0.0.1:50002",          # its gNMI server (docs/telemetry.md); null: none
      "ib": null}                                # InfiniBand: emulator/ib/switch.py (IbLinkConfig)
 """
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Optional
 
 from pydantic import Field, field_validator
 
-from emulator.schema.faults import EndFaults
+from emulator.schema.faults import DownInterval, EndFaults
 from emulator.schema.load import ProcessConfig, StrictSpec
 from emulator.schema.nic import IbLinkLayer
 from emulator.wire import MAX_SWITCH_PORTS
@@ -39,6 +40,7 @@ class PortConfig(StrictSpec):
     delay_ns: int = Field(ge=0)
     buffer_bytes: Optional[int] = Field(None, gt=0)   # old per-port FIFO limit: summed into the shared buffer
     faults: Optional[EndFaults] = None                 # scripted faults of the link it sends on
+    rx_down: list[DownInterval] = []                   # when the direction into it is down (oper-status)
 
 
 class IbLinkConfig(IbLinkLayer):
@@ -68,6 +70,9 @@ class SwitchConfig(ProcessConfig):
     router_mac: Optional[str] = None                   # None: 02:00:00:fe:<device id>
     pcap: bool = False
     seed: int = 0
+    # HOST:PORT of its gNMI server (dataplane/gnmi_server; the management
+    # network's address once it has one); None: no gNMI server
+    gnmi_listen: Optional[str] = None
     ib: Optional[IbLinkConfig] = None                  # set: an InfiniBand switch (p4src/ib.p4)
 
     @field_validator("router_mac")

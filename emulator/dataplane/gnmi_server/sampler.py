@@ -1,0 +1,107 @@
+"""Samples taken by the switch's own loop, at exact fabric times.
+
+A STREAM subscription's SAMPLE leaves are read on a grid of the switch's
+clock -- multiples of the interval from fabric time 0 -- and its ON_CHANGE
+leaves (oper-status) at the exact times they change, by the loop that owns
+the state (``EmbeddedSwitch.turn`` calls ``tick`` first thing): never by a
+gRPC thread at a wall-clock moment. So a virtual-time run's samples are the
+same in every rerun.
+
+At the start of a turn at ``now`` nothing has changed since the last turn:
+every grid point up to ``now`` reads the state as it is then (what the
+fabric held at that instant; the turn's own events at ``now`` come after).
+A dilated loop wakes on the grid (``next_due_ns``); a virtual one needs no
+wake-up to be exact -- idle, the state holds still -- so, like its
+queue-depth samples, it skips them and catches up at its next turn.
+
+What a tick reads goes to the subscription's queue as plain values; the
+gRPC thread that serves the subscription builds the messages.
+"""
+from __future__ import annotations
+
+import queue
+import threading
+from dataclasses import dataclass, field
+
+from emulator.clock import NEVER_NS
+from emulator.dataplane.gnmi_server.leaves import Catalog
+
+END = None                 # queued last: the switch is stopping
+
+
+@dataclass(eq=False)
+class StreamSub:
+    """One STREAM subscription: its SAMPLE groups (interval ns -> leaf
+    indexes) and its ON_CHANGE leaves; what the loop read goes to ``out`` as
+    (fabric ns, leaf indexes, values)."""
+    sample: dict[int, list[int]]
+    on_change: list[int]
+    since_ns: int                           # the switch's time when it was made
+    out: queue.SimpleQueue = field(default_factory=queue.SimpleQueue)
+    next_ns: dict[int, int] = field(default_factory=dict)
+    checked_ns: int = 0                     # ON_CHANGE: changes up to here were sent
+
+    def __post_init__(self) -> None:
+        for interval in self.sample:
+            self.next_ns[interval] = -(-self.since_ns // interval) * interval
+        self.checked_ns = self.since_ns
+
+
+class Sampler:
+    """The STREAM subscriptions of one switch, as its loop serves them."""
+
+    def __init__(self, catalog: Catalog, virtual: bool):
+        self.catalog = catalog
+        self.virtual = virtual
+        self._lock = threading.Lock()        # ``_subs`` is changed by gRPC threads
+        self._subs: tuple[StreamSub, ...] = ()
+        self.samples = 0                     # (switch's) sample instants served
+
+    def add(self, sub: StreamSub) -> None:
+        with self._lock:
+            self._subs = self._subs + (sub,)
+
+    def remove(self, sub: StreamSub) -> None:
+        with self._lock:
+            self._subs = tuple(s for s in self._subs if s is not sub)
+
+    def active(self) -> bool:
+        return bool(self._subs)
+
+    def next_due_ns(self) -> int:
+        """When the loop must wake for a sample or a change (NEVER: none).
+        Virtual time: only changes (samples catch up, see the module)."""
+        due = NEVER_NS
+        down = self.catalog.down
+        for sub in self._subs:
+            if not self.virtual:
+                due = min(due, *sub.next_ns.values()) if sub.next_ns else due
+            for i in sub.on_change:
+                due = min(due, down[i].next_change_ns(sub.checked_ns))
+        return due
+
+    def tick(self, now_ns: int) -> None:
+        """Serve every sample instant and change up to ``now_ns`` (the loop,
+        before its turn changes anything)."""
+        read = self.catalog.read
+        for sub in self._subs:
+            for interval, leaves in sub.sample.items():
+                t = sub.next_ns[interval]
+                while t <= now_ns:
+                    sub.out.put((t, leaves, read(leaves, t)))
+                    self.samples += 1
+                    t += interval
+                sub.next_ns[interval] = t
+            if sub.on_change and sub.checked_ns < now_ns:
+                changes = sorted((t, i, status) for i in sub.on_change
+                                 for t, status in self.catalog.down[i].changes(sub.checked_ns, now_ns))
+                for t, i, status in changes:
+                    sub.out.put((t, [i], [status]))
+                sub.checked_ns = now_ns
+
+    def close(self) -> None:
+        """The switch stops: every subscription ends after what it was sent."""
+        with self._lock:
+            subs, self._subs = self._subs, ()
+        for sub in subs:
+            sub.out.put(END)
