@@ -167,6 +167,18 @@ def switch_port_faults(exp) -> dict[tuple[str, int], EndFaults]:
     return out
 
 
+def switch_port_rx_down(exp) -> dict[tuple[str, int], list[DownInterval]]:
+    """(switch, port_no) -> when the direction into that port is down (its
+    oper-status; gNMI, ``dataplane/gnmi_server``)."""
+    out = {}
+    for (sender, receiver), ef in end_faults(exp).items():
+        if ef.down and exp.fabric.node(receiver).is_switch:
+            for p in exp.fabric.ports(receiver):
+                if p.peer == sender:
+                    out[(receiver, p.port_no)] = list(ef.down)
+    return out
+
+
 def nic_faults(exp, nic: str) -> EndFaults | None:
     """The faults NIC ``nic`` applies as the sender of its link (None: none)."""
     if not exp.spec.faults:

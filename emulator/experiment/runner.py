@@ -14,7 +14,7 @@ from emulator.experiment.agents import AgentGroup, start_together
 from emulator.experiment.capture import write_captures
 from emulator.experiment.endpoint_results import render_endpoints
 from emulator.experiment.endpoints import dropped_flows
-from emulator.experiment.faults import switch_port_faults
+from emulator.experiment.faults import switch_port_faults, switch_port_rx_down
 from emulator.experiment.model import Experiment
 from emulator.experiment.outdir import OutputDir, output_dir
 from emulator.experiment.plotter import Plotter
@@ -22,6 +22,7 @@ from emulator.experiment.results import build_run_summary, write_run_results
 from emulator.experiment.servers import ServerGroup, add_collectives, plain_hosts, render_collectives
 from emulator.experiment.summary import render_slowdown_buckets, render_summary
 from emulator.experiment.summary_file import RunSummary
+from emulator.experiment.telemetry import telemetry_collector
 from emulator.experiment.time_mode import VIRTUAL, run_time_mode
 from emulator.experiment.timeseries import monotonic_t0_from_unix
 from emulator.errors import ConfigError, EnvironmentProblem, RunAborted, WriteFailed
@@ -84,7 +85,7 @@ def fabric_net(exp: Experiment, run_dir: Path, pcap: bool | str = False,
                      sample_interval_ns=int(spec.switch.sample_interval_us * 1000 * exp.dilation),
                      pcap=bool(pcap), cluster=spec.cluster, ib_cc=spec.ib_cc,
                      switches_per_process=spec.switch.per_process, vtime=vtime,
-                     link_faults=switch_port_faults(exp))
+                     link_faults=switch_port_faults(exp), link_down_into=switch_port_rx_down(exp))
 
 
 def run_experiment(exp: Experiment, out_dir: str | Path, console: Console | None = None,
@@ -121,6 +122,7 @@ def _fresh_run_dir(odir: OutputDir) -> RunDir:
 
 def _run(exp: Experiment, odir: OutputDir, console: Console, pcap: bool | str, target: str,
          summary_only: bool = False) -> dict:
+    collector = telemetry_collector(exp, target)      # a bad telemetry: refused before the run
     rd = _fresh_run_dir(odir)
     run_dir = rd.raw.path                   # configs, logs and raw results of this run
     phases = WallPhases()
@@ -141,6 +143,8 @@ def _run(exp: Experiment, odir: OutputDir, console: Console, pcap: bool | str, t
     try:
         with fabric_net(exp, run_dir, pcap, target, coordinator) as fnet:
             console.print(f"fabric up and programmed in {phases.mark('bring_up'):.1f} s")
+            if collector is not None:       # subscribed at fabric time 0, before the agents
+                collector.start(fnet)
             # BMv2 has only its P4 counters for the per-priority stats
             done = _traffic(fnet, exp, run_dir, console, phases, p4_stats=target == "bmv2",
                             on_start=pause_plotter)
@@ -149,6 +153,8 @@ def _run(exp: Experiment, odir: OutputDir, console: Console, pcap: bool | str, t
             # The plots' process goes on after: an InfiniBand switch's flow-control
             # packets, sent to the end, were late beside it.
             fnet.teardown_in_background()
+            if collector is not None and done[-1] is None:   # the switches stopped: streams end
+                collector.finish(rd.file(RunDir.TELEMETRY_CSV))
             for p in plotter:
                 p.resume()
             if not summary_only and not plotter:

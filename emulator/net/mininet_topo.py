@@ -34,7 +34,7 @@ def ib_link_config(dilation: float) -> dict:
 def switch_params(fabric: Fabric, name: str, target: str, switch_options: dict,
                   ports: dict[str, tuple[int, int]], forkserver=None, switch_cls=None) -> dict:
     """Mininet addSwitch parameters of one switch on a target; ports: name ->
-    (gRPC port, Thrift port)."""
+    (gRPC port, second port: BMv2's Thrift, the embedded switch's gNMI)."""
     from emulator.net.bmv2 import Bmv2Switch   # deferred: BMv2's parts only where it is asked for
     common = {"device_id": fabric.device_id(name), "grpc_port": ports[name][0],
               "port_links": {p.port_no: dilated_link(fabric, name, p.port_no, switch_options["dilation"])
@@ -44,10 +44,16 @@ def switch_params(fabric: Fabric, name: str, target: str, switch_options: dict,
                 "options": {k: switch_options[k] for k in ("buffer_bytes", "mtu_frame_bytes", "pcap",
                                                             "lossless_priorities")}}
     options = {k: v for k, v in switch_options.items()
-               if k not in ("dilation", "mtu_frame_bytes", "lossless_priorities", "link_faults")}
+               if k not in ("dilation", "mtu_frame_bytes", "lossless_priorities", "link_faults",
+                            "link_down_into")}
     faults = {port: f for (sw, port), f in switch_options.get("link_faults", {}).items() if sw == name}
     if faults:
         common["port_faults"] = faults
+    rx_down = {port: d for (sw, port), d in switch_options.get("link_down_into", {}).items()
+               if sw == name}
+    if rx_down:
+        common["port_rx_down"] = rx_down
+    common["gnmi_port"] = ports[name][1]
     if fabric.link_layer == "infiniband":
         options["ib"] = ib_link_config(switch_options["dilation"])
     return {**common, "cls": switch_cls or EmbeddedP4Switch, "forkserver": forkserver,

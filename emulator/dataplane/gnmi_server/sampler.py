@@ -7,12 +7,15 @@ the state (``EmbeddedSwitch.turn`` calls ``tick`` first thing): never by a
 gRPC thread at a wall-clock moment. So a virtual-time run's samples are the
 same in every rerun.
 
-At the start of a turn at ``now`` nothing has changed since the last turn:
-every grid point up to ``now`` reads the state as it is then (what the
-fabric held at that instant; the turn's own events at ``now`` come after).
-A dilated loop wakes on the grid (``next_due_ns``); a virtual one needs no
-wake-up to be exact -- idle, the state holds still -- so, like its
-queue-depth samples, it skips them and catches up at its next turn.
+A sample at ``t`` is the state after every event at or before ``t``. At
+the start of a turn at ``now`` nothing has changed since the last turn, so
+every grid point before ``now`` reads the state as it is then; one at
+``now`` waits for the next turn. A dilated loop wakes just past each grid
+point (``next_due_ns``); a virtual one needs no wake-up to be exact -- idle,
+the state holds still -- so, like its queue-depth samples, it skips them
+and catches up at its next turn. When the switch stops, ``close`` serves
+the grid up to its last event and, off the grid, a last sample at that
+event's time: the state the run ended with (what its stats.json holds).
 
 What a tick reads goes to the subscription's queue as plain values; the
 gRPC thread that serves the subscription builds the messages.
@@ -74,24 +77,27 @@ class Sampler:
         due = NEVER_NS
         down = self.catalog.down
         for sub in self._subs:
-            if not self.virtual:
-                due = min(due, *sub.next_ns.values()) if sub.next_ns else due
+            if not self.virtual and sub.next_ns:
+                due = min(due, min(sub.next_ns.values()) + 1)
             for i in sub.on_change:
                 due = min(due, down[i].next_change_ns(sub.checked_ns))
         return due
 
-    def tick(self, now_ns: int) -> None:
-        """Serve every sample instant and change up to ``now_ns`` (the loop,
-        before its turn changes anything)."""
+    def tick(self, now_ns: int, final: bool = False) -> None:
+        """Serve every grid point before ``now_ns`` and every change up to it
+        (the loop, before its turn changes anything); ``final``: the grid up
+        to ``now_ns`` and the last sample (``close``)."""
         read = self.catalog.read
         for sub in self._subs:
             for interval, leaves in sub.sample.items():
                 t = sub.next_ns[interval]
-                while t <= now_ns:
+                while t < now_ns or (final and t == now_ns):
                     sub.out.put((t, leaves, read(leaves, t)))
                     self.samples += 1
                     t += interval
                 sub.next_ns[interval] = t
+                if final and t - interval != now_ns:
+                    sub.out.put((now_ns, leaves, read(leaves, now_ns)))
             if sub.on_change and sub.checked_ns < now_ns:
                 changes = sorted((t, i, status) for i in sub.on_change
                                  for t, status in self.catalog.down[i].changes(sub.checked_ns, now_ns))
@@ -99,8 +105,10 @@ class Sampler:
                     sub.out.put((t, [i], [status]))
                 sub.checked_ns = now_ns
 
-    def close(self) -> None:
-        """The switch stops: every subscription ends after what it was sent."""
+    def close(self, final_ns: int) -> None:
+        """The switch stopped at ``final_ns`` (its last event's time; the
+        loop has ended): the last samples, then every subscription ends."""
+        self.tick(final_ns, final=True)
         with self._lock:
             subs, self._subs = self._subs, ()
         for sub in subs:
