@@ -83,3 +83,25 @@ def test_down_windows_merge_and_give_each_change_at_its_time():
     assert w.changes(0, 1000) == [(100, DOWN), (300, UP), (500, DOWN)]
     assert w.changes(100, 499) == [(300, UP)]              # (after, until]
     assert [w.next_change_ns(t) for t in (0, 100, 300, 500)] == [100, 300, 500, NEVER_NS]
+
+
+def test_the_reports_telemetry_figures_read_telemetry_csv(tmp_path):
+    from emulator.report.rundata import RunData
+    from emulator.report.telemetry_fig import rates, telemetry_figures
+    from emulator.rundir import RunDir
+    assert rates([(0, 0), (10_000, 125_000), (20_000, 125_000)]) == [(10_000, 100.0), (20_000, 0.0)]
+    rd = RunDir(tmp_path)
+    q = "/qos/interfaces/interface[interface-id=leaf1-eth1]/output/queues/queue[name=3]/state"
+    rd.file(RunDir.TELEMETRY_CSV).write_text(
+        "fabric_ns,switch,path,value\n"
+        "0,leaf1,/interfaces/interface[name=leaf1-eth1]/state/oper-status,UP\n"
+        "0,leaf1,/interfaces/interface[name=leaf1-eth1]/state/counters/out-octets,0\n"
+        f"0,leaf1,{q}/fabric-emu/depth-octets,0\n"
+        "5000,leaf1,/interfaces/interface[name=leaf1-eth1]/state/oper-status,DOWN\n"
+        "10000,leaf1,/interfaces/interface[name=leaf1-eth1]/state/counters/out-octets,125000\n"
+        f"10000,leaf1,{q}/fabric-emu/depth-octets,3000\n")
+    rate, depth = telemetry_figures(RunData(rd, {}, fabric=None), [])   # reads only rd
+    (line, marks) = rate["data"]
+    assert (line["name"], line["x"], line["y"]) == ("leaf1 leaf1-eth1", [10.0], [100.0])
+    assert marks["x"] == [5.0] and marks["text"] == ["leaf1 leaf1-eth1 DOWN"]
+    assert (depth["data"][0]["name"], depth["data"][0]["y"]) == ("leaf1 leaf1-eth1 q3", [0.0, 3.0])
