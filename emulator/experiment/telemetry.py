@@ -15,6 +15,7 @@ dilated switch's clock is wall time, its samples a wall-clock poll.
 """
 from __future__ import annotations
 
+# deferred imports: gRPC and the gNMI bindings load only in a run that collects telemetry
 import csv
 import io
 import threading
@@ -66,7 +67,6 @@ class _Stream:
         self.thread: threading.Thread | None = None
 
     def read(self, responses) -> None:
-        # deferred: gRPC and the bindings only in a run that collects
         from emulator.dataplane.gnmi_server.encode import decode_value
         from emulator.dataplane.gnmi_server.paths import format_path
         import grpc

@@ -75,6 +75,16 @@ class SwitchConfig(ProcessConfig):
     gnmi_listen: Optional[str] = None
     ib: Optional[IbLinkConfig] = None                  # set: an InfiniBand switch (p4src/ib.p4)
 
+    @field_validator("gnmi_listen")
+    @classmethod
+    def _listen(cls, v: Optional[str]) -> Optional[str]:
+        if v is None:
+            return v
+        host, _, port = v.rpartition(":")
+        if not host or not port.isdigit() or int(port) > 65535:
+            raise ValueError("not HOST:PORT (a port 0-65535; 0: any free one)")
+        return v
+
     @field_validator("router_mac")
     @classmethod
     def _mac(cls, v: Optional[str]) -> Optional[str]:
