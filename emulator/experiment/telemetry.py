@@ -49,10 +49,33 @@ def telemetry_collector(exp, target: str) -> "TelemetryCollector | None":
     """The run's collector (None: telemetry is off); refused before anything is built."""
     why = telemetry_problem(exp, target)
     if why is not None:
-        raise ConfigError(f"{exp.source}: telemetry.sample_us: {why}")
+        raise ConfigError(exp.source, "telemetry.sample_us", why)
     if exp.spec.telemetry.sample_us is None:
         return None
-    return TelemetryCollector(exp)
+    return TelemetryCollector(exp, subscription_plan(exp))
+
+
+def subscription_plan(exp) -> dict[str, list[str]]:
+    """Switch -> the ``telemetry.paths`` that select some leaf of it; a path
+    that is malformed or selects nothing on any switch is refused."""
+    from emulator.dataplane.gnmi_server.leaves import leaf_paths
+    from emulator.dataplane.gnmi_server.paths import PathError, matches, parse_elems
+    leaves = {sw.name: leaf_paths([p.ifname for p in exp.fabric.ports(sw.name)])
+              for sw in exp.fabric.switches()}
+    plan: dict[str, list[str]] = {name: [] for name in leaves}
+    for text in exp.spec.telemetry.paths:
+        try:
+            pattern = parse_elems(text)
+        except PathError as e:
+            raise ConfigError(exp.source, "telemetry.paths", str(e)) from None
+        for name, of_switch in leaves.items():
+            if any(matches(pattern, leaf) for leaf in of_switch):
+                plan[name].append(text)
+        if not any(text in paths for paths in plan.values()):
+            raise ConfigError(exp.source, "telemetry.paths",
+                              f"{text} selects no leaf of any switch (the leaves: "
+                              "docs/telemetry.md)")
+    return plan
 
 
 class _Stream:
@@ -89,17 +112,20 @@ class _Stream:
 
 
 class TelemetryCollector:
-    def __init__(self, exp):
+    """``plan``: switch -> the paths it is sampled on (``subscription_plan``)."""
+
+    def __init__(self, exp, plan: dict[str, list[str]]):
         self.exp = exp
+        self.plan = plan
         self.sample_ns = round(exp.spec.telemetry.sample_us * 1000)
         self.streams: list[_Stream] = []
         self._channels = []
 
-    def _request(self):
+    def _request(self, paths: list[str]):
         from gnmi import gnmi_pb2 as pb
         from emulator.dataplane.gnmi_server.paths import parse_path
         subs = [pb.Subscription(path=parse_path(p), mode=pb.SAMPLE, sample_interval=self.sample_ns)
-                for p in self.exp.spec.telemetry.paths]
+                for p in paths]
         subs.append(pb.Subscription(path=parse_path("/interfaces/interface/state/oper-status"),
                                     mode=pb.ON_CHANGE))
         return pb.SubscribeRequest(subscribe=pb.SubscriptionList(
@@ -109,8 +135,8 @@ class TelemetryCollector:
         """Subscribe to every switch; back once each has its subscription in place."""
         import grpc
         from gnmi import gnmi_pb2_grpc as pb_grpc
-        request = self._request()
         for sw in self.exp.fabric.switches():
+            request = self._request(self.plan[sw.name])
             address = fnet.switch(sw.name).gnmi_address
             stream = _Stream(sw.name, address)
             channel = grpc.insecure_channel(address)
@@ -125,8 +151,8 @@ class TelemetryCollector:
                 raise RunAborted(f"telemetry: switch {s.name}'s gNMI server ({s.address}) "
                                  f"did not answer the subscription in {SYNC_TIMEOUT_S:g} s")
             if s.error is not None:
-                raise ConfigError(f"{self.exp.source}: telemetry.paths: switch {s.name} "
-                                  f"refused the subscription: {s.error}")
+                raise ConfigError(self.exp.source, "telemetry.paths",
+                                  f"switch {s.name} refused the subscription: {s.error}")
 
     def finish(self, csv_path: Path) -> int:
         """Once the switches stopped: every stream's end awaited, telemetry.csv

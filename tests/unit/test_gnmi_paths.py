@@ -105,3 +105,47 @@ def test_the_reports_telemetry_figures_read_telemetry_csv(tmp_path):
     assert (line["name"], line["x"], line["y"]) == ("leaf1 leaf1-eth1", [10.0], [100.0])
     assert marks["x"] == [5.0] and marks["text"] == ["leaf1 leaf1-eth1 DOWN"]
     assert (depth["data"][0]["name"], depth["data"][0]["y"]) == ("leaf1 leaf1-eth1 q3", [0.0, 3.0])
+
+
+@pytest.mark.parametrize("change, why", [
+    ({}, None),
+    ({"telemetry": {}}, None),                                    # off: nothing to refuse
+    ({"time": "dilated", "dilation": 1000}, "needs virtual time"),
+    ({"target": "bmv2"}, "needs the embedded target"),
+])
+def test_telemetry_is_refused_where_its_samples_could_not_be_exact(tmp_path, change, why):
+    from emulator.errors import ConfigError
+    from emulator.experiment.model import experiment_from_dict
+    from emulator.experiment.telemetry import telemetry_collector, telemetry_problem
+    from tests.conftest import REPO
+    data = {"name": "t", "topology": str(REPO / "topologies" / "clos-2x2.yaml"), "time": "virtual",
+            "traffic": [{"src": "h1", "dst": "h3", "size_bytes": 1000}], "telemetry": {"sample_us": 5}}
+    data.update(change)
+    exp = experiment_from_dict(data, tmp_path / "t.yaml")
+    target = data.get("target", "embedded")
+    assert (telemetry_problem(exp, target) is None) == (why is None)
+    if why is None:
+        assert (telemetry_collector(exp, target) is None) == (exp.spec.telemetry.sample_us is None)
+    else:
+        with pytest.raises(ConfigError, match=f"t.yaml: telemetry.sample_us: {why}"):
+            telemetry_collector(exp, target)
+
+
+def test_telemetry_paths_are_planned_per_switch_and_one_that_selects_nothing_is_refused(tmp_path):
+    from emulator.errors import ConfigError
+    from emulator.experiment.model import experiment_from_dict
+    from emulator.experiment.telemetry import subscription_plan
+    from tests.conftest import REPO
+
+    def exp(paths):
+        return experiment_from_dict({
+            "name": "t", "topology": str(REPO / "topologies" / "clos-2x2.yaml"), "time": "virtual",
+            "traffic": [{"src": "h1", "dst": "h3", "size_bytes": 1000}],
+            "telemetry": {"sample_us": 5, "paths": paths}}, tmp_path / "t.yaml")
+    plan = subscription_plan(exp(["/interfaces/interface[name=leaf1-eth1]/state", "/qos"]))
+    assert plan == {"leaf1": ["/interfaces/interface[name=leaf1-eth1]/state", "/qos"],
+                    "leaf2": ["/qos"], "spine1": ["/qos"], "spine2": ["/qos"]}
+    with pytest.raises(ConfigError, match=r"t.yaml: telemetry.paths: /qos/nope selects no leaf"):
+        subscription_plan(exp(["/qos", "/qos/nope"]))
+    with pytest.raises(ConfigError, match=r"telemetry.paths: path '/a\[k': key without '='"):
+        subscription_plan(exp(["/a[k"]))

@@ -187,6 +187,12 @@ def test_once_and_poll_read_the_state_when_asked(rig):
      grpc.StatusCode.INVALID_ARGUMENT, "below the switch's minimum"),
     (lambda s: list(s.Subscribe(iter([pb.SubscribeRequest(poll=pb.Poll())]))),
      grpc.StatusCode.INVALID_ARGUMENT, "must hold a SubscriptionList"),
+    (lambda s: list(s.Subscribe(iter([pb.SubscribeRequest(subscribe=pb.SubscriptionList(
+        mode=7, encoding=pb.PROTO, subscription=[pb.Subscription(path=parse_path(Q2))]))]))),
+     grpc.StatusCode.INVALID_ARGUMENT, "unknown SubscriptionList mode 7"),
+    (lambda s: list(s.Subscribe(iter([pb.SubscribeRequest(subscribe=pb.SubscriptionList(
+        encoding=pb.PROTO, subscription=[pb.Subscription(path=parse_path(Q2), mode=9)]))]))),
+     grpc.StatusCode.INVALID_ARGUMENT, "unknown subscription mode 9"),
 ])
 def test_a_bad_request_gets_a_status_that_says_why_and_is_counted(rig, call, code, message):
     with pytest.raises(grpc.RpcError) as e:

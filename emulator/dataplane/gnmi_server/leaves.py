@@ -76,9 +76,35 @@ def port_down_windows(port_cfg) -> DownWindows:
     return DownWindows(windows)
 
 
+OPER_STATUS = "oper-status"
+IF_COUNTERS = ("in-pkts", "in-octets", "out-pkts", "out-octets", "in-discards", "out-discards")
+QUEUE_STATE = ("transmit-pkts", "transmit-octets", "dropped-pkts", "dropped-octets")
+QUEUE_VENDOR = ("ecn-marked-pkts", "pfc-pause-sent", "pfc-pause-received", "pfc-paused-ns",
+                "depth-octets", "max-depth-octets", "headroom-dropped-pkts")
+
+
+def interface_leaves(ifname: str) -> list[Leaf]:
+    base = (_e("interfaces"), _e("interface", name=ifname), _e("state"))
+    return [base + (_e(OPER_STATUS),)] + [base + (_e("counters"), _e(n)) for n in IF_COUNTERS]
+
+
+def queue_leaves(ifname: str, priority: int) -> list[Leaf]:
+    base = (_e("qos"), _e("interfaces"), _e("interface", interface_id=ifname), _e("output"),
+            _e("queues"), _e("queue", name=str(priority)), _e("state"))
+    return [base + (_e(n),) for n in QUEUE_STATE] + [base + (_e(VENDOR), _e(n)) for n in QUEUE_VENDOR]
+
+
+def leaf_paths(ifnames: list[str]) -> list[Leaf]:
+    """A switch's leaves, in its catalog's order, from its interfaces' names alone."""
+    out = [leaf for name in ifnames for leaf in interface_leaves(name)]
+    return out + [leaf for name in ifnames for p in range(NUM_PRIORITIES)
+                  for leaf in queue_leaves(name, p)]
+
+
 class Catalog:
-    """The switch's leaves (``leaves[i]``), the reader of each (``readers[i]``),
-    and which are states that change on events (``on_change``: oper-status)."""
+    """The switch's leaves (``leaves[i]``: ``leaf_paths``' order), the reader
+    of each (``readers[i]``), and which are states that change on events
+    (``on_change``: oper-status)."""
 
     def __init__(self, switch):
         self.switch = switch
@@ -93,11 +119,15 @@ class Catalog:
             for prio in range(NUM_PRIORITIES):
                 self._queue(port.cfg.ifname, switch.tm.ports[port.port_no], prio)
 
-    def _add(self, leaf: Leaf, reader: Reader, on_change: bool = False) -> int:
-        self.leaves.append(leaf)
-        self.readers.append(reader)
-        self.on_change.append(on_change)
-        return len(self.leaves) - 1
+    def _add(self, leaves: list[Leaf], readers: dict[str, Reader],
+             windows: DownWindows | None = None) -> None:
+        for leaf in leaves:
+            name = leaf[-1][0]
+            if name == OPER_STATUS:
+                self.down[len(self.leaves)] = windows
+            self.leaves.append(leaf)
+            self.readers.append(readers[name])
+            self.on_change.append(name == OPER_STATUS)
 
     def _p4(self, counter_id: int, index: int, field: str) -> Reader:
         state = self.switch.state
@@ -109,32 +139,24 @@ class Catalog:
         return read
 
     def _interface(self, port, ids) -> None:
-        base = (_e("interfaces"), _e("interface", name=port.cfg.ifname), _e("state"))
-        windows = port_down_windows(port.cfg)
-        i = self._add(base + (_e("oper-status"),), windows.status, on_change=True)
-        self.down[i] = windows
         no, tm_port = port.port_no, self.switch.tm.ports[port.port_no]
-        counters = {
+        windows = port_down_windows(port.cfg)
+        self._add(interface_leaves(port.cfg.ifname), {
+            OPER_STATUS: windows.status,
             "in-pkts": self._p4(ids.rx_port_counter, no, "packets"),
             "in-octets": self._p4(ids.rx_port_counter, no, "bytes"),
             "out-pkts": self._p4(ids.tx_port_counter, no, "packets"),
             "out-octets": self._p4(ids.tx_port_counter, no, "bytes"),
             "in-discards": self._p4(ids.pipeline_drop_counter, no, "packets"),
             "out-discards": lambda _t: sum(tm_port.drops),
-        }
-        for name, reader in counters.items():
-            self._add(base + (_e("counters"), _e(name)), reader)
+        }, windows)
 
     def _queue(self, ifname: str, q, p: int) -> None:
-        base = (_e("qos"), _e("interfaces"), _e("interface", interface_id=ifname), _e("output"),
-                _e("queues"), _e("queue", name=str(p)), _e("state"))
-        readers = {
+        self._add(queue_leaves(ifname, p), {
             "transmit-pkts": lambda _t: q.tx_packets[p],
             "transmit-octets": lambda _t: q.tx_bytes[p],
             "dropped-pkts": lambda _t: q.drops[p],
             "dropped-octets": lambda _t: q.drop_bytes[p],
-        }
-        vendor = {
             "ecn-marked-pkts": lambda _t: q.ecn_marks[p],
             "pfc-pause-sent": lambda _t: q.pause_tx[p],
             "pfc-pause-received": lambda _t: q.pause_rx[p],
@@ -142,11 +164,7 @@ class Catalog:
             "depth-octets": lambda _t: q.depth[p],
             "max-depth-octets": lambda _t: q.max_depth[p],
             "headroom-dropped-pkts": lambda _t: q.headroom_drops[p],
-        }
-        for name, reader in readers.items():
-            self._add(base + (_e(name),), reader)
-        for name, reader in vendor.items():
-            self._add(base + (_e(VENDOR), _e(name)), reader)
+        })
 
     def read(self, indexes: list[int], t_ns: int) -> list:
         """The values of ``indexes`` at fabric time ``t_ns`` (the switch's state now)."""

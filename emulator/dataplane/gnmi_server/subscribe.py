@@ -45,6 +45,8 @@ def stream_plan(catalog, sl: pb.SubscriptionList) -> tuple[dict[int, list[int]],
     sample: dict[int, set[int]] = {}
     on_change: set[int] = set()
     for sub in sl.subscription:
+        if sub.mode not in pb.SubscriptionMode.values():
+            raise Refused(grpc.StatusCode.INVALID_ARGUMENT, f"unknown subscription mode {sub.mode}")
         leaves = _leaves(catalog, sl.prefix, sub)
         if sub.mode == pb.ON_CHANGE:
             counters = [i for i in leaves if not catalog.on_change[i]]
@@ -86,6 +88,8 @@ class Subscriptions:
             raise Refused(grpc.StatusCode.INVALID_ARGUMENT,
                           "the first SubscribeRequest must hold a SubscriptionList (subscribe)")
         sl = first.subscribe
+        if sl.mode not in pb.SubscriptionList.Mode.values():
+            raise Refused(grpc.StatusCode.INVALID_ARGUMENT, f"unknown SubscriptionList mode {sl.mode}")
         problem = encoding_problem(sl.encoding)
         if problem:
             raise Refused(grpc.StatusCode.UNIMPLEMENTED, problem)
