@@ -99,12 +99,14 @@ def run_experiment(exp: Experiment, out_dir: str | Path, console: Console | None
     holding others' files too (kept)."""
     environment.check_environment()   # before anything is written or built
     target = resolve_target(exp.spec.target)
+    collector = telemetry_collector(exp, target)      # a bad telemetry: refused as early
     with contextlib.ExitStack() as stack:
         if RunLock.held() is None:     # the CLI holds it for a whole run or sweep
             # Python callers: the lock before anything of out_dir is touched
             stack.enter_context(RunLock.acquire(exp.name, out_dir))
         odir = stack.enter_context(output_dir(out_dir, force=force))
-        return _run(exp, odir, console or Console(stderr=True), pcap, target, summary_only)
+        return _run(exp, odir, console or Console(stderr=True), pcap, target, summary_only,
+                    collector)
 
 
 def _fresh_run_dir(odir: OutputDir) -> RunDir:
@@ -121,8 +123,7 @@ def _fresh_run_dir(odir: OutputDir) -> RunDir:
 
 
 def _run(exp: Experiment, odir: OutputDir, console: Console, pcap: bool | str, target: str,
-         summary_only: bool = False) -> dict:
-    collector = telemetry_collector(exp, target)      # a bad telemetry: refused before the run
+         summary_only: bool = False, collector=None) -> dict:
     rd = _fresh_run_dir(odir)
     run_dir = rd.raw.path                   # configs, logs and raw results of this run
     phases = WallPhases()

@@ -177,3 +177,16 @@ def test_get_on_a_live_fabric_counts_what_a_run_summarised():
             path = f"/interfaces/interface[name={port['ifname']}]/state/counters/{leaf}"
             assert after[path] - before[path] == port[IF_LEAVES[leaf]], path
     assert sum(p["rx_packets"] for p in res.summary["ports"] if p["node"] == "leaf1") > 0
+
+
+def test_a_telemetry_path_no_switch_serves_is_one_line_and_exit_2_before_anything(tmp_path):
+    from tests.conftest import run_cli
+    exp = tmp_path / "bad.yaml"
+    exp.write_text(json.dumps({**EXPERIMENT, "telemetry": {"sample_us": 10,
+                                                           "paths": ["/qos", "/interfaces/bogus"]}}))
+    done = run_cli("run", exp, "--out", tmp_path / "out")
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        f"fabric-emu: {exp}: telemetry.paths: /interfaces/bogus selects no leaf of any switch "
+        "(the leaves: docs/telemetry.md)"]
+    assert not (tmp_path / "out").exists()
