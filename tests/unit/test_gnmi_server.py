@@ -99,6 +99,13 @@ def test_capabilities_say_gnmi_0_10_0_its_models_and_encodings(rig):
     assert list(caps.supported_encodings) == [pb.JSON_IETF, pb.PROTO]
 
 
+def test_a_server_never_asked_builds_no_catalog_and_stops_cleanly(rig):
+    rig.run()
+    rig.server.stop()
+    assert rig.server.catalog is None        # its leaves: made at the first request
+    assert rig.sw.stats()["gnmi"]["requests"] == {}
+
+
 def test_get_reads_the_traffic_managers_counters_and_the_link_state(rig):
     rig.run()
     rig.clock.set(STOP_NS)

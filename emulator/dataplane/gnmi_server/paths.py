@@ -41,6 +41,21 @@ def to_path(elems: tuple[Elem, ...]) -> pb.Path:
     return pb.Path(elem=[pb.PathElem(name=name, key=dict(keys)) for name, keys in elems])
 
 
+class PathCache:
+    """``cache[i]``: leaf i's ``gnmi.Path``, made when first asked for (a
+    16-port switch has ~1,500 leaves; most are never asked for)."""
+
+    def __init__(self, leaves: list[Leaf]):
+        self.leaves = leaves
+        self._made: dict[int, pb.Path] = {}
+
+    def __getitem__(self, i: int) -> pb.Path:
+        path = self._made.get(i)
+        if path is None:
+            path = self._made[i] = to_path(self.leaves[i])
+        return path
+
+
 def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace("]", "\\]")
 

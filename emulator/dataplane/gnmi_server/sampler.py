@@ -87,8 +87,11 @@ class Sampler:
         """Serve every grid point before ``now_ns`` and every change up to it
         (the loop, before its turn changes anything); ``final``: the grid up
         to ``now_ns`` and the last sample (``close``)."""
+        subs = self._subs
+        if not subs:
+            return
         read = self.catalog.read
-        for sub in self._subs:
+        for sub in subs:
             for interval, leaves in sub.sample.items():
                 t = sub.next_ns[interval]
                 while t < now_ns or (final and t == now_ns):

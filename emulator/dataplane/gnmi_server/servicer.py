@@ -15,7 +15,7 @@ from gnmi import gnmi_pb2_grpc as pb_grpc
 
 from emulator.dataplane.gnmi_server.encode import encoding_problem, notification
 from emulator.dataplane.gnmi_server.leaves import Catalog
-from emulator.dataplane.gnmi_server.paths import PathError, join, select, to_path
+from emulator.dataplane.gnmi_server.paths import PathCache, PathError, join, select
 from emulator.dataplane.gnmi_server.sampler import Sampler
 from emulator.dataplane.gnmi_server.subscribe import Refused, Subscriptions
 
@@ -36,11 +36,11 @@ class GnmiServer(pb_grpc.gNMIServicer):
     def __init__(self, switch, listen: str, *, max_workers: int = 8):
         self.name = switch.cfg.name
         self.listen = listen
-        self.catalog = Catalog(switch)
-        self.sampler = Sampler(self.catalog, virtual=switch.virtual)
+        self.switch = switch
+        self.sampler = Sampler(None, virtual=switch.virtual)    # its catalog: ``_serve``'s
         self.now_ns = switch.clock.now_ns
-        self.paths = [to_path(leaf) for leaf in self.catalog.leaves]
-        self.subscriptions = Subscriptions(self.catalog, self.sampler, self.now_ns, self.paths)
+        self.catalog: Catalog | None = None
+        self._catalog_lock = threading.Lock()
         self.requests: Counter[str] = Counter()
         self.errors: Counter[str] = Counter()
         self._count_lock = threading.Lock()
@@ -81,9 +81,20 @@ class GnmiServer(pb_grpc.gNMIServicer):
             return {"listen": self.listen, "requests": dict(self.requests),
                     "errors": dict(self.errors), "samples": self.sampler.samples}
 
-    def _count(self, rpc: str) -> None:
+    def _count(self, rpc: str) -> Catalog:
+        """Count a request; the catalog of leaves, made at the first request
+        (from the switch's config and objects, which its loop does not
+        change): made at start, it cost every switch's bring-up tens of ms."""
         with self._count_lock:
             self.requests[rpc] += 1
+        with self._catalog_lock:
+            if self.catalog is None:
+                catalog = Catalog(self.switch)
+                self.paths = PathCache(catalog.leaves)
+                self.sampler.catalog = catalog
+                self.subscriptions = Subscriptions(catalog, self.sampler, self.now_ns, self.paths)
+                self.catalog = catalog
+        return self.catalog
 
     def _refuse(self, context, e: Refused):
         with self._count_lock:
@@ -98,7 +109,7 @@ class GnmiServer(pb_grpc.gNMIServicer):
                                      supported_encodings=[pb.JSON_IETF, pb.PROTO])
 
     def Get(self, request, context):
-        self._count("Get")
+        catalog = self._count("Get")
         try:
             problem = encoding_problem(request.encoding)
             if problem:
@@ -107,7 +118,7 @@ class GnmiServer(pb_grpc.gNMIServicer):
                 raise Refused(grpc.StatusCode.INVALID_ARGUMENT, "GetRequest has no path")
             try:
                 leaves = sorted({i for p in request.path
-                                 for i in select(join(request.prefix, p), self.catalog.leaves)})
+                                 for i in select(join(request.prefix, p), catalog.leaves)})
             except PathError as e:
                 raise Refused(grpc.StatusCode.NOT_FOUND, str(e)) from None
         except Refused as e:
@@ -116,7 +127,7 @@ class GnmiServer(pb_grpc.gNMIServicer):
             leaves = []
         t = self.now_ns()
         return pb.GetResponse(notification=[notification(
-            t, [self.paths[i] for i in leaves], self.catalog.read(leaves, t), request.encoding)])
+            t, [self.paths[i] for i in leaves], catalog.read(leaves, t), request.encoding)])
 
     def Set(self, request, context):
         self._count("Set")
