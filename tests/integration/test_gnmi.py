@@ -43,10 +43,10 @@ Q_LEAVES = {"transmit-pkts": "tx_packets", "transmit-octets": "tx_bytes", "dropp
             "fabric-emu/headroom-dropped-pkts": "headroom_drops"}
 
 
-def _run(out: Path) -> dict:
+def _run(out: Path, **change) -> dict:
     from emulator.experiment.dilation import run_with_dilation
     from emulator.experiment.model import experiment_from_dict
-    return run_with_dilation(experiment_from_dict(json.loads(json.dumps(EXPERIMENT)),
+    return run_with_dilation(experiment_from_dict({**json.loads(json.dumps(EXPERIMENT)), **change},
                                                   out.parent / "gnmi.yaml"), out)
 
 
@@ -150,9 +150,9 @@ def test_a_client_of_the_generated_stubs_reads_every_switch_while_the_run_goes(f
         assert stats["errors"] == {"NOT_FOUND": 1} and stats["requests"]["Subscribe"] == 1
 
 
-def test_a_rerun_writes_the_same_telemetry(first, tmp_path):
-    _, out, _ = first
-    _run(tmp_path / "again")
+def test_a_rerun_with_a_process_per_switch_writes_the_same_telemetry(first, tmp_path):
+    _, out, _ = first          # the first: clos-2x2's four switches in one process
+    _run(tmp_path / "again", switch={"buffer_bytes": 1_000_000, "per_process": 1})
     assert (tmp_path / "again" / "telemetry.csv").read_bytes() == (out / "telemetry.csv").read_bytes()
 
 

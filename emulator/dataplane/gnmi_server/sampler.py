@@ -14,8 +14,10 @@ every grid point before ``now`` reads the state as it is then; one at
 point (``next_due_ns``); a virtual one needs no wake-up to be exact -- idle,
 the state holds still -- so, like its queue-depth samples, it skips them
 and catches up at its next turn. When the switch stops, ``close`` serves
-the grid up to its last event and, off the grid, a last sample at that
-event's time: the state the run ended with (what its stats.json holds).
+the grid up to its last turn and, off the grid, a last sample at that
+turn's time: the state the run ended with (what its stats.json holds). Its
+own last turn, not its process's clock: a pack's clock runs on to its
+other switches' events, and the samples must not depend on the packing.
 
 What a tick reads goes to the subscription's queue as plain values; the
 gRPC thread that serves the subscription builds the messages.
@@ -59,6 +61,7 @@ class Sampler:
         self._lock = threading.Lock()        # ``_subs`` is changed by gRPC threads
         self._subs: tuple[StreamSub, ...] = ()
         self.samples = 0                     # (switch's) sample instants served
+        self.last_turn_ns = 0                # when the loop last ticked (``close``)
 
     def add(self, sub: StreamSub) -> None:
         with self._lock:
@@ -90,6 +93,8 @@ class Sampler:
         subs = self._subs
         if not subs:
             return
+        if not final:
+            self.last_turn_ns = now_ns
         read = self.catalog.read
         for sub in subs:
             for interval, leaves in sub.sample.items():
@@ -108,10 +113,10 @@ class Sampler:
                     sub.out.put((t, [i], [status]))
                 sub.checked_ns = now_ns
 
-    def close(self, final_ns: int) -> None:
-        """The switch stopped at ``final_ns`` (its last event's time; the
-        loop has ended): the last samples, then every subscription ends."""
-        self.tick(final_ns, final=True)
+    def close(self) -> None:
+        """The switch stopped (its loop has ended): the last samples, at its
+        last turn, then every subscription ends."""
+        self.tick(max([self.last_turn_ns] + [s.since_ns for s in self._subs]), final=True)
         with self._lock:
             subs, self._subs = self._subs, ()
         for sub in subs:

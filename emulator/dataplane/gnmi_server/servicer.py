@@ -71,7 +71,7 @@ class GnmiServer(pb_grpc.gNMIServicer):
     def stop(self, grace: float | None = 1.0) -> None:
         """End every subscription after what the loop took (the loop has
         stopped), then the server."""
-        self.sampler.close(self.now_ns())
+        self.sampler.close()
         server, self._server = self._server, None
         if server is not None:
             server.stop(grace).wait()
