@@ -41,7 +41,7 @@ $(APT_STAMP):
 	@test -x $(SYSTEM_PYTHON) || { echo "make: $(SYSTEM_PYTHON) missing" >&2; exit 1; }
 	@mkdir -p $(VENV) && touch $@
 
-$(PIP_STAMP): $(APT_STAMP) pyproject.toml Makefile $(wildcard proto/p4/*/*.proto proto/p4/*/*/*.proto)
+$(PIP_STAMP): $(APT_STAMP) pyproject.toml Makefile $(wildcard proto/p4/*/*.proto proto/p4/*/*/*.proto proto/gnmi/*.proto)
 	@# a venv of an older layout saw every system package: build it anew
 	@if grep -qs '^include-system-site-packages = true' $(VENV)/pyvenv.cfg; then \
 	  echo "venv: rebuilding $(VENV) without system site packages"; rm -rf $(VENV); mkdir -p $(VENV); touch $(APT_STAMP); fi

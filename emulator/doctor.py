@@ -95,18 +95,20 @@ def check_packages(requirements=None, prefix: str | None = None) -> list[Finding
 
 
 def check_bindings() -> Finding:
-    """P4Runtime's Python bindings: generated from proto/ (``emulator.p4.bindings``)
-    into this venv, up to date, on protobuf's C runtime."""
-    from emulator.p4.bindings import installed_digest, proto_digest, site_packages
+    """P4Runtime's and gNMI's Python bindings: generated from proto/
+    (``emulator.p4.bindings``) into this venv, up to date, on protobuf's C runtime."""
+    from emulator.p4.bindings import FAMILIES, installed_digest, proto_digest, site_packages
     from google.protobuf.internal import api_implementation
-    stamp = installed_digest(site_packages())
-    if stamp is None:
-        return Finding("p4runtime", PROBLEM, "bindings not generated: run make setup "
-                                             "(python -m emulator.p4.bindings)")
-    if stamp != proto_digest():
-        return Finding("p4runtime", PROBLEM, "bindings older than proto/: run make setup "
-                                             "(python -m emulator.p4.bindings)")
-    return Finding("p4runtime", OK, f"bindings of proto/ (P4Runtime v1.4.1), protobuf "
+    for family in FAMILIES:
+        stamp = installed_digest(site_packages(), family)
+        if stamp is None:
+            return Finding("p4runtime", PROBLEM, f"{family.title} bindings not generated: run "
+                                                 "make setup (python -m emulator.p4.bindings)")
+        if stamp != proto_digest(family=family):
+            return Finding("p4runtime", PROBLEM, f"{family.title} bindings older than proto/: run "
+                                                 "make setup (python -m emulator.p4.bindings)")
+    titles = " and ".join(f.title for f in FAMILIES)
+    return Finding("p4runtime", OK, f"bindings of proto/ ({titles}), protobuf "
                                     f"{api_implementation.Type()} runtime")
 
 

@@ -49,10 +49,11 @@ def _timeseries_docs() -> dict[str, str]:
 
 def _columns() -> dict[str, tuple[str, ...]]:
     from emulator.experiment.distributions import BUCKET_COLUMNS, QUEUE_COLUMNS
+    from emulator.experiment.telemetry import HEADER as TELEMETRY_COLUMNS
     from emulator.experiment.timeseries import RESULT_COLUMNS
     from emulator.rundir import RunDir
     return {**RESULT_COLUMNS, RunDir.FCT_SLOWDOWN_CSV: BUCKET_COLUMNS,
-            RunDir.QUEUE_DEPTH_DIST_CSV: QUEUE_COLUMNS}
+            RunDir.QUEUE_DEPTH_DIST_CSV: QUEUE_COLUMNS, RunDir.TELEMETRY_CSV: TELEMETRY_COLUMNS}
 
 
 def _plain(text: str) -> str:

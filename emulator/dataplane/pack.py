@@ -38,7 +38,7 @@ from emulator.p4.p4info import P4Info
 from emulator.schema.switch import SwitchConfig, SwitchPackConfig, snapshot_request_path
 from emulator.vtime.member import process_clock
 
-from .switch import EmbeddedSwitch, close_together, write_atomic
+from .switch import EmbeddedSwitch, close_together, gnmi_phrase, start_gnmi, write_atomic
 
 
 def ethernet_switch(scfg: SwitchConfig, clock) -> tuple[EmbeddedSwitch, P4Info]:
@@ -139,8 +139,11 @@ def main(argv: list[str] | None = None, make_switch=ethernet_switch,
             server = P4RuntimeServer(sw.state, scfg.device_id, scfg.grpc_port, p4info)
             server.start()
             servers.append(server)
-            print(f"{scfg.name}: ready, P4Runtime on 127.0.0.1:{scfg.grpc_port}, "
-                  f"{len(scfg.ports)} ports", flush=True)
+            gnmi = start_gnmi(sw, scfg)
+            if gnmi is not None:
+                servers.append(gnmi)
+            print(f"{scfg.name}: ready, P4Runtime on 127.0.0.1:{scfg.grpc_port}"
+                  f"{gnmi_phrase(gnmi)}, {len(scfg.ports)} ports", flush=True)
         gc.collect()                      # as serve() does: startup garbage is long-lived
         gc.freeze()
         gc.set_threshold(100_000, 50, 50)

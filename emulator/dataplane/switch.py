@@ -127,6 +127,8 @@ class EmbeddedSwitch:
         self.state.packet_out_handler = lambda payload, port: self._packet_outs.append((payload, port))
         self._stop = False
         self._snapshot_due = False
+        self.sampler = None        # its gNMI server's (dataplane/gnmi_server): samples its loop takes
+        self.gnmi = None           # that server, for the stats
         self.rx_frames = 0
         self.since_ns = clock.now_ns()     # when the stats' window began
 
@@ -178,6 +180,10 @@ class EmbeddedSwitch:
             sample = NEVER          # it would write nothing; ``turn`` puts it back on its grid
         if wake is None or sample < wake:
             wake = sample
+        if self.sampler is not None and self.sampler.active():
+            due = self.sampler.next_due_ns()
+            if due < wake:
+                wake = due
         return wake if wake <= now + IDLE_WAKE_NS else now + IDLE_WAKE_NS
 
     def control_pending(self) -> bool:
@@ -193,6 +199,8 @@ class EmbeddedSwitch:
         computed it after the last turn (only a turn changes it), if known."""
         tm = self.tm
         clock = self.clock.now_ns
+        if self.sampler is not None and self.sampler.active():
+            self.sampler.tick(clock())       # the state as the last turn left it
         if self._next_fault_ns <= clock():
             self._apply_faults(clock())
         if self._next_port_ns < NEVER or self.state.next_write_ns < NEVER:    # (seldom)
@@ -349,6 +357,8 @@ class EmbeddedSwitch:
             out["raw_log_bytes"] = self.logs.sizes()
         if self.virtual:            # its process's clock: windows, frames not ours
             out["virtual_time"] = self.clock.stats()
+        if self.gnmi is not None:
+            out["gnmi"] = self.gnmi.stats()
         return out
 
     def snapshot(self, now_ns: int) -> None:
@@ -404,6 +414,21 @@ def main(argv: list[str] | None = None) -> int:
     return switch_main(argv, "emulator.dataplane", _build)
 
 
+def start_gnmi(switch, cfg: SwitchConfig):
+    """The switch's gNMI server, started (None: its config asks for none)."""
+    if not cfg.gnmi_listen or cfg.ib is not None:
+        return None
+    # deferred, as the P4Runtime server: gRPC in the forked switch process only
+    from emulator.dataplane.gnmi_server import GnmiServer
+    server = GnmiServer(switch, cfg.gnmi_listen)
+    server.start()
+    return server
+
+
+def gnmi_phrase(server) -> str:
+    return f", gNMI on {server.listen}" if server is not None else ""
+
+
 def serve(switch, cfg: SwitchConfig, p4info: P4Info, banner: str) -> int:
     """Run a switch process's ``switch`` (``run``, ``stop``, ``close``,
     ``stats``, ``state``) behind its P4Runtime server until SIGTERM/SIGINT;
@@ -416,7 +441,9 @@ def serve(switch, cfg: SwitchConfig, p4info: P4Info, banner: str) -> int:
     signal.signal(signal.SIGINT, switch.stop)
     server = P4RuntimeServer(switch.state, cfg.device_id, cfg.grpc_port, p4info)
     server.start()
-    print(f"{banner}, P4Runtime on 127.0.0.1:{cfg.grpc_port}, {len(cfg.ports)} ports", flush=True)
+    gnmi = start_gnmi(switch, cfg)
+    print(f"{banner}, P4Runtime on 127.0.0.1:{cfg.grpc_port}{gnmi_phrase(gnmi)}, "
+          f"{len(cfg.ports)} ports", flush=True)
     # Startup garbage is long-lived; keep the collector off the packet path.
     gc.collect()
     gc.freeze()
@@ -425,6 +452,8 @@ def serve(switch, cfg: SwitchConfig, p4info: P4Info, banner: str) -> int:
         switch.run()
     finally:
         server.stop()
+        if gnmi is not None:
+            gnmi.stop()
         switch.close()
         if cfg.stats_path:
             write_atomic(Path(cfg.stats_path), json.dumps(switch.stats(), indent=1))

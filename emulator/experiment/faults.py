@@ -228,11 +228,11 @@ def switch_port_faults(exp) -> dict[tuple[str, int], EndFaults]:
 def switch_port_rx_down(exp) -> dict[tuple[str, int], list[DownInterval]]:
     """(switch, port_no) -> when the direction into that port is down (its
     sender's intervals): the port reports losing and regaining the signal
-    to the controller (``dataplane/port_status.py``)."""
+    to the controller (``dataplane/port_status.py``) and its gNMI
+    oper-status follows it (``dataplane/gnmi_server``)."""
     out = {}
     for (sender, receiver), ef in end_faults(exp).items():
-        node = exp.fabric.node(receiver)
-        if node.is_switch and ef.down:
+        if ef.down and exp.fabric.node(receiver).is_switch:
             for p in exp.fabric.ports(receiver):
                 if p.peer == sender:
                     out[(receiver, p.port_no)] = list(ef.down)

@@ -23,6 +23,7 @@ from emulator.experiment.results import build_run_summary, write_run_results
 from emulator.experiment.servers import ServerGroup, add_collectives, plain_hosts, render_collectives
 from emulator.experiment.summary import render_slowdown_buckets, render_summary
 from emulator.experiment.summary_file import RunSummary
+from emulator.experiment.telemetry import telemetry_collector
 from emulator.experiment.time_mode import VIRTUAL, run_time_mode
 from emulator.experiment.timeseries import monotonic_t0_from_unix
 from emulator.errors import ConfigError, EnvironmentProblem, RunAborted, WriteFailed
@@ -100,12 +101,14 @@ def run_experiment(exp: Experiment, out_dir: str | Path, console: Console | None
     holding others' files too (kept)."""
     environment.check_environment()   # before anything is written or built
     target = resolve_target(exp.spec.target)
+    collector = telemetry_collector(exp, target)      # a bad telemetry: refused as early
     with contextlib.ExitStack() as stack:
         if RunLock.held() is None:     # the CLI holds it for a whole run or sweep
             # Python callers: the lock before anything of out_dir is touched
             stack.enter_context(RunLock.acquire(exp.name, out_dir))
         odir = stack.enter_context(output_dir(out_dir, force=force))
-        return _run(exp, odir, console or Console(stderr=True), pcap, target, summary_only)
+        return _run(exp, odir, console or Console(stderr=True), pcap, target, summary_only,
+                    collector)
 
 
 def _fresh_run_dir(odir: OutputDir) -> RunDir:
@@ -122,7 +125,7 @@ def _fresh_run_dir(odir: OutputDir) -> RunDir:
 
 
 def _run(exp: Experiment, odir: OutputDir, console: Console, pcap: bool | str, target: str,
-         summary_only: bool = False) -> dict:
+         summary_only: bool = False, collector=None) -> dict:
     rd = _fresh_run_dir(odir)
     run_dir = rd.raw.path                   # configs, logs and raw results of this run
     phases = WallPhases()
@@ -143,6 +146,8 @@ def _run(exp: Experiment, odir: OutputDir, console: Console, pcap: bool | str, t
     try:
         with fabric_net(exp, run_dir, pcap, target, coordinator) as fnet:
             console.print(f"fabric up and programmed in {phases.mark('bring_up'):.1f} s")
+            if collector is not None:       # subscribed at fabric time 0, before the agents
+                collector.start(fnet)
             # BMv2 has only its P4 counters for the per-priority stats
             done = _traffic(fnet, exp, run_dir, console, phases, p4_stats=target == "bmv2",
                             on_start=pause_plotter)
@@ -151,6 +156,8 @@ def _run(exp: Experiment, odir: OutputDir, console: Console, pcap: bool | str, t
             # The plots' process goes on after: an InfiniBand switch's flow-control
             # packets, sent to the end, were late beside it.
             fnet.teardown_in_background()
+            if collector is not None and done[-1] is None:   # the switches stopped: streams end
+                collector.finish(rd.file(RunDir.TELEMETRY_CSV))
             for p in plotter:
                 p.resume()
             if not summary_only and not plotter:

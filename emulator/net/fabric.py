@@ -81,7 +81,8 @@ class FabricNet(FabricNodes, FabricHealth):
         socket every switch and agent process joins (``emulator.vtime``).
         link_faults: (switch, port_no) -> the scripted faults that port
         applies as its link's sender (``schema.faults.EndFaults``; embedded);
-        port_rx_down: (switch, port_no) -> when the link into it is down;
+        port_rx_down: (switch, port_no) -> when the link into it is down
+        (its reports to the controller, its gNMI oper-status);
         reroute_reaction_ns: the controller reroutes around dead links,
         its writes taking effect this long after a port reports
         (``control/reroute.py``; None: it does not); switch_reboots:
@@ -170,7 +171,7 @@ class FabricNet(FabricNodes, FabricHealth):
         # Its imports run while Mininet builds the namespaces and links (the
         # CLI started it even earlier: forkserver.prestart).
         self.forkserver = for_run(self.run_dir, child_env())
-        # gRPC and Thrift port of every switch, all distinct.
+        # gRPC and Thrift (BMv2) or gNMI (embedded) port of every switch, all distinct.
         free = iter(free_tcp_ports(2 * len(self.fabric.switches())))
         ports = {sw.name: (next(free), next(free)) for sw in self.fabric.switches()}
         switch_options = {"buffer_bytes": self.buffer_bytes,

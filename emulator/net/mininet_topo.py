@@ -34,7 +34,7 @@ def ib_link_config(dilation: float) -> dict:
 def switch_params(fabric: Fabric, name: str, target: str, switch_options: dict,
                   ports: dict[str, tuple[int, int]], forkserver=None, switch_cls=None) -> dict:
     """Mininet addSwitch parameters of one switch on a target; ports: name ->
-    (gRPC port, Thrift port)."""
+    (gRPC port, second port: BMv2's Thrift, the embedded switch's gNMI)."""
     from emulator.net.bmv2 import Bmv2Switch   # deferred: BMv2's parts only where it is asked for
     common = {"device_id": fabric.device_id(name), "grpc_port": ports[name][0],
               "port_links": {p.port_no: dilated_link(fabric, name, p.port_no, switch_options["dilation"])
@@ -54,6 +54,7 @@ def switch_params(fabric: Fabric, name: str, target: str, switch_options: dict,
         common["port_rx_down"] = rx_down
     if switch_options.get("switch_reboots", {}).get(name):
         options["reboots"] = switch_options["switch_reboots"][name]
+    common["gnmi_port"] = ports[name][1]
     if fabric.link_layer == "infiniband":
         options["ib"] = ib_link_config(switch_options["dilation"])
     return {**common, "cls": switch_cls or EmbeddedP4Switch, "forkserver": forkserver,

@@ -26,6 +26,9 @@ from emulator.schema.switch import (
 )
 
 READY_TIMEOUT_S = 20.0
+# Where an embedded switch's gNMI server listens (its P4Runtime's host); the
+# management networks (issue 37's next slice) will give each its own address.
+GNMI_HOST = "127.0.0.1"
 
 
 def free_tcp_ports(count: int) -> list[int]:
@@ -84,7 +87,8 @@ class EmbeddedP4Switch(StartedSideBySide, Switch):
 
     def __init__(self, name, device_id: int, grpc_port: int, run_dir: str,
                  port_links: dict, options: dict, forkserver, pack: str | None = None,
-                 port_faults: dict | None = None, port_rx_down: dict | None = None, **params):
+                 port_faults: dict | None = None, gnmi_port: int | None = None,
+                 port_rx_down: dict | None = None, **params):
         """port_links: port_no -> (rate_bps, delay_ns) of the link behind it, dilated;
         options: the rest of the switch process's config (buffer_bytes,
         sample_interval_ns, pcap, router_mac, seed; see emulator/dataplane/switch.py);
@@ -93,7 +97,8 @@ class EmbeddedP4Switch(StartedSideBySide, Switch):
         switch shares with the others of that name (``dataplane/pack.py``;
         None: a process of its own); port_faults: port_no -> the scripted
         faults of the link it sends on (``schema.faults.EndFaults``);
-        port_rx_down: port_no -> when the link into it is down (``DownInterval``s)."""
+        gnmi_port: its gNMI server's port (None: none); port_rx_down:
+        port_no -> when the direction into it is down (``DownInterval``s)."""
         super().__init__(name, dpid=f"{device_id:x}", **params)
         self.forkserver = forkserver
         self.pack = pack
@@ -102,6 +107,7 @@ class EmbeddedP4Switch(StartedSideBySide, Switch):
         self.run_dir = Path(run_dir)
         self.port_links = port_links
         self.port_faults = port_faults or {}
+        self.gnmi_port = gnmi_port
         self.port_rx_down = port_rx_down or {}
         self.options = options
         self.proc: subprocess.Popen | None = None
@@ -111,6 +117,13 @@ class EmbeddedP4Switch(StartedSideBySide, Switch):
     @property
     def grpc_address(self) -> str:
         return f"127.0.0.1:{self.grpc_port}"
+
+    @property
+    def gnmi_address(self) -> str | None:
+        """HOST:PORT of its gNMI server (None: it has none: an InfiniBand switch)."""
+        if self.gnmi_port is None or self.options.get("ib"):
+            return None
+        return f"{GNMI_HOST}:{self.gnmi_port}"
 
     def write_config(self) -> Path:
         """The switch process's config, ``RUN/<name>.switch.json``."""
@@ -124,7 +137,8 @@ class EmbeddedP4Switch(StartedSideBySide, Switch):
                                     rx_down=self.port_rx_down.get(port_no, [])))
         cfg_path = RawDir(self.run_dir).switch_config(self.name)
         SwitchConfig(name=self.name, device_id=self.device_id, grpc_port=self.grpc_port,
-                     ports=ports, stats_path=str(self.stats_path), **self.options).write(cfg_path)
+                     ports=ports, stats_path=str(self.stats_path), gnmi_listen=self.gnmi_address,
+                     **self.options).write(cfg_path)
         return cfg_path
 
     def start(self, controllers) -> None:
@@ -158,6 +172,9 @@ class EmbeddedP4Switch(StartedSideBySide, Switch):
 
     def wait_started(self) -> None:
         wait_for_tcp(self.grpc_port, self.proc, READY_TIMEOUT_S, f"switch {self.name}", self.log_path)
+        if self.gnmi_address is not None:      # bound just after P4Runtime's
+            wait_for_tcp(self.gnmi_port, self.proc, READY_TIMEOUT_S, f"switch {self.name} (gNMI)",
+                         self.log_path)
 
 
     def request_snapshot(self) -> None:

@@ -11,6 +11,7 @@ from emulator.report.flows_fig import flow_timeline, rate_figure
 from emulator.report.page import figure_html, files_html, kv_table, notes_html, section, write_page
 from emulator.report.rundata import RunData
 from emulator.report.series import FRAMES
+from emulator.report.telemetry_fig import telemetry_figures
 
 
 def verdict_rows(s: dict) -> tuple[bool, list[tuple[str, object]]]:
@@ -81,6 +82,13 @@ def run_sections(data: RunData, notes: list[str], frames: int, prefix: str = "")
                    " hover for who paused it and for how long), ECN marks (orange crosses). "
                    "Link colour: utilisation over the whole run.</p>"
                    + figure_html(fig, f"{prefix}fabric"), f"{prefix}fabric-section")]
+    tel = telemetry_figures(data, notes)
+    if tel:
+        out.append(section("Telemetry (gNMI)", "<p>What the gNMI collector sampled from the "
+                           "switches (telemetry.csv; docs/telemetry.md): at exact fabric times, "
+                           "every <code>telemetry.sample_us</code>.</p>"
+                           + "".join(figure_html(f, f"{prefix}telemetry{i}")
+                                     for i, f in enumerate(tel)), f"{prefix}telemetry"))
     flows = [(f, n) for f, n in ((flow_timeline(data, notes), "timeline"),
                                  (rate_figure(data, notes), "rates")) if f is not None]
     if flows:

@@ -42,6 +42,28 @@ class SwitchSpec(StrictSpec):
     per_process: Union[Literal["auto"], PositiveInt] = "auto"
 
 
+class TelemetrySpec(StrictSpec):
+    """gNMI telemetry (docs/telemetry.md): a collector subscribes to every
+    embedded switch's gNMI server (STREAM, SAMPLE every ``sample_us`` of
+    fabric time) and writes telemetry.csv. Off unless ``sample_us`` is set."""
+    sample_us: Optional[float] = Field(None, ge=1, le=1e6, allow_inf_nan=False)
+    paths: list[str] = Field(default_factory=lambda: list(DEFAULT_TELEMETRY_PATHS), min_length=1)
+
+    @field_validator("paths")
+    @classmethod
+    def _paths(cls, v: list[str]) -> list[str]:
+        for p in v:
+            if not p.startswith("/"):
+                raise ValueError(f"{p!r}: a gNMI path starts with '/' (docs/telemetry.md)")
+        return v
+
+
+# The counters the collector samples (its oper-status: ON_CHANGE, always; the
+# leaves: emulator/dataplane/gnmi_server/leaves.py)
+DEFAULT_TELEMETRY_PATHS = ("/interfaces/interface/state/counters",
+                           "/qos/interfaces/interface/output/queues/queue/state")
+
+
 class NicSpec(StrictSpec):
     """The experiment's ``nic:`` section: the transport fields of every
     NIC's config (``schema.nic.NicConfig``), with the same bounds and defaults."""
@@ -205,6 +227,7 @@ class ExperimentSpec(StrictSpec):
     cluster: Optional[ClusterSpec] = None           # spread over several machines (schema/cluster.py)
     faults: Optional[list[FaultEntry]] = None       # scripted link faults (schema/faults.py)
     controller: ControllerSpec = ControllerSpec()   # its reroute on link faults
+    telemetry: TelemetrySpec = TelemetrySpec()      # gNMI collector: telemetry.csv (docs/telemetry.md)
 
     @field_validator("dilation", mode="before")
     @classmethod

@@ -13,6 +13,7 @@ dilated (wall); bytes are not::
      "router_mac": "02:00:00:00:01:01",         # source MAC of the PFC frames it sends
      "pcap": false,                             # RUN/{ifname}.pcap per port
      "seed": 1,                                 # ECN marking's random numbers
+     "gnmi_listen": "127.0.0.1:50002",          # its gNMI server (docs/telemetry.md); null: none
      "ib": null}                                # InfiniBand: emulator/ib/switch.py (IbLinkConfig)
 """
 from __future__ import annotations
@@ -40,7 +41,8 @@ class PortConfig(StrictSpec):
     buffer_bytes: Optional[int] = Field(None, gt=0)   # old per-port FIFO limit: summed into the shared buffer
     faults: Optional[EndFaults] = None                 # scripted faults of the link it sends on
     # when the direction INTO the port is down (its sender's intervals): the
-    # port sees no signal a link delay later and reports it (dataplane/port_status.py)
+    # port sees no signal a link delay later, reports it (dataplane/port_status.py)
+    # and its gNMI oper-status is DOWN (dataplane/gnmi_server)
     rx_down: list[DownInterval] = []
 
 
@@ -71,10 +73,23 @@ class SwitchConfig(ProcessConfig):
     router_mac: Optional[str] = None                   # None: 02:00:00:fe:<device id>
     pcap: bool = False
     seed: int = 0
+    # HOST:PORT of its gNMI server (dataplane/gnmi_server; the management
+    # network's address once it has one); None: no gNMI server
+    gnmi_listen: Optional[str] = None
     ib: Optional[IbLinkConfig] = None                  # set: an InfiniBand switch (p4src/ib.p4)
     # when the switch is down (a scripted switch_down until its switch_up):
     # a modelled reboot, dataplane/port_status.py
     reboots: list[DownInterval] = []
+
+    @field_validator("gnmi_listen")
+    @classmethod
+    def _listen(cls, v: Optional[str]) -> Optional[str]:
+        if v is None:
+            return v
+        host, _, port = v.rpartition(":")
+        if not host or not port.isdigit() or int(port) > 65535:
+            raise ValueError("not HOST:PORT (a port 0-65535; 0: any free one)")
+        return v
 
     @field_validator("router_mac")
     @classmethod
