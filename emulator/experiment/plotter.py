@@ -16,8 +16,7 @@ it has started it (``emulator.net.idle_cpu``: it gets only the CPU the run
 leaves idle and gives it back the instant a switch or agent wakes), stops
 it while the traffic runs (``pause``: even idle, its import made them late),
 and moves it back once the traffic is over and the switches stopped
-(``resume``): it finishes its import while the results are written, and
-draws at normal priority.
+(``resume``): it imports while the results are written, and draws.
 
 On the job, it forks after its imports: the two processes draw half of the
 figures each (on two cores, ~0.25 s instead of ~0.45 s). Any failure (the
