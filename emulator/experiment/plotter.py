@@ -54,24 +54,25 @@ HALVES = (("throughput.png", "fct_cdf.png", "pause_timeline.png"),
 
 
 class Plotter:
-    def __init__(self, proc: subprocess.Popen, fabric=None):
+    def __init__(self, proc: subprocess.Popen, fabric=None, idle: bool = True):
         self.proc, self.fabric = proc, fabric
         # at once, while the child's interpreter starts: its whole import idle
-        self._idle = enter_idle(proc.pid)
+        self._idle = enter_idle(proc.pid) if idle else None
 
     @classmethod
-    def start(cls, out_dir: str | Path, fabric=None) -> "Plotter":
+    def start(cls, out_dir: str | Path, fabric=None, idle: bool = True) -> "Plotter":
         """The process, told the run's ``fabric`` (pause timelines name ports
         by it); its command line names the results directory it will draw
         into, ``out_dir`` (not the run directory: the fabric's teardown ends
-        what names that, and the plotter outlives the fabric)."""
+        what names that, and the plotter outlives the fabric). ``idle``: in
+        the idle class until ``resume`` (False: started once the traffic is over)."""
         proc = subprocess.Popen([sys.executable, "-m", "emulator.experiment.plotter",
                                  str(out_dir)],
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 # its errors show where plot() redraws what it missed
                                 stderr=subprocess.DEVNULL,
                                 start_new_session=True, env=child_env())
-        plotter = cls(proc, fabric)
+        plotter = cls(proc, fabric, idle)
         try:
             data = pickle.dumps(fabric)
             if len(data) > PIPE_DEFAULT_BYTES:   # the write must not wait for the plotter

@@ -151,8 +151,8 @@ def _run(exp: Experiment, odir: OutputDir, console: Console, pcap: bool | str, t
             fnet.teardown_in_background()
             for p in plotter:
                 p.resume()
-            if not summary_only and not plotter:
-                plotter.append(Plotter.start(rd.path, exp.fabric))
+            if not summary_only and not plotter:     # the switches stopped: not idle
+                plotter.append(Plotter.start(rd.path, exp.fabric, idle=False))
             phases.mark("teardown")
             return _results(exp, rd, console, pcap, target, phases, *done,
                             summary_only=summary_only,

@@ -131,3 +131,16 @@ def test_the_plotter_leaves_the_idle_class_when_the_traffic_is_over(results_dir)
         plotter.close()
     assert plotter.proc.returncode == 0, "the process drew them, not the fallback"
     assert {"queue_depth.png", "throughput.png", "fct_cdf.png"} <= set(files)
+
+
+def test_a_plotter_started_after_the_traffic_is_never_idle(results_dir):  # noqa: F811
+    """A big fabric's plotter starts once the switches stopped: nothing to give way to."""
+    exp, out = results_dir
+    plotter = Plotter.start(out, exp.fabric, idle=False)
+    try:
+        assert plotter._idle is None and not _in_idle_class(plotter.proc.pid)
+        files = plotter.plot(out, SUMMARY)
+    finally:
+        plotter.close()
+    assert plotter.proc.returncode == 0, "the process drew them, not the fallback"
+    assert {"queue_depth.png", "throughput.png", "fct_cdf.png"} <= set(files)
