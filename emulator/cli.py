@@ -29,6 +29,7 @@ import click  # noqa: E402  (after the signals: its import is most of the start)
 from rich.console import Console  # noqa: E402
 
 from emulator.errors import FabricEmuError  # noqa: E402
+from emulator.lifeline import without_teardown  # noqa: E402
 from emulator.rundir import RunDir  # noqa: E402
 
 console = Console(stderr=True)
@@ -45,6 +46,8 @@ def _stop(signum, frame):
 
 class _Group(click.Group):
     """Every user error becomes one line on stderr and exit status 2."""
+
+    main = without_teardown(click.Group.main)   # the command's end: no interpreter teardown
 
     def invoke(self, ctx):
         # Started in the background by a shell without job control (make, CI

@@ -2,7 +2,7 @@
 
     plotter = Plotter.start(out_dir, fabric)   # before the fabric's bring-up: it imports matplotlib
     plotter.pause()                      # the traffic runs
-    plotter.resume()                     # the traffic is over; its result CSVs written
+    plotter.resume()                     # the traffic is over, the switches stopped: normal priority
     files = plotter.plot(out_dir, summary)     # {png name: path}, as write_plots
     plotter.close()                      # (plot() closes it; close() if plot is never called)
 
@@ -15,7 +15,8 @@ without). The runner moves the plotter into the scheduler's idle class as soon a
 it has started it (``emulator.net.idle_cpu``: it gets only the CPU the run
 leaves idle and gives it back the instant a switch or agent wakes), stops
 it while the traffic runs (``pause``: even idle, its import made them late),
-and moves it back when it hands it the job: it draws at normal priority.
+and moves it back once the traffic is over and the switches stopped
+(``resume``): it imports while the results are written, and draws.
 
 On the job, it forks after its imports: the two processes draw half of the
 figures each (on two cores, ~0.25 s instead of ~0.45 s). Any failure (the
@@ -53,24 +54,25 @@ HALVES = (("throughput.png", "fct_cdf.png", "pause_timeline.png"),
 
 
 class Plotter:
-    def __init__(self, proc: subprocess.Popen, fabric=None):
+    def __init__(self, proc: subprocess.Popen, fabric=None, idle: bool = True):
         self.proc, self.fabric = proc, fabric
         # at once, while the child's interpreter starts: its whole import idle
-        self._idle = enter_idle(proc.pid)
+        self._idle = enter_idle(proc.pid) if idle else None
 
     @classmethod
-    def start(cls, out_dir: str | Path, fabric=None) -> "Plotter":
+    def start(cls, out_dir: str | Path, fabric=None, idle: bool = True) -> "Plotter":
         """The process, told the run's ``fabric`` (pause timelines name ports
         by it); its command line names the results directory it will draw
         into, ``out_dir`` (not the run directory: the fabric's teardown ends
-        what names that, and the plotter outlives the fabric)."""
+        what names that, and the plotter outlives the fabric). ``idle``: in
+        the idle class until ``resume`` (False: started once the traffic is over)."""
         proc = subprocess.Popen([sys.executable, "-m", "emulator.experiment.plotter",
                                  str(out_dir)],
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 # its errors show where plot() redraws what it missed
                                 stderr=subprocess.DEVNULL,
                                 start_new_session=True, env=child_env())
-        plotter = cls(proc, fabric)
+        plotter = cls(proc, fabric, idle)
         try:
             data = pickle.dumps(fabric)
             if len(data) > PIPE_DEFAULT_BYTES:   # the write must not wait for the plotter
@@ -90,7 +92,15 @@ class Plotter:
         self._signal(signal.SIGSTOP, stopped=True)
 
     def resume(self) -> None:
-        """Let it go on (SIGCONT): the traffic is over."""
+        """Let it go on (SIGCONT), at normal priority: the traffic is over and
+        the switches stopped. In the idle class until the job, it got no CPU
+        while the results were written beside the fabric's teardown (its
+        matplotlib import, ~0.5 s of CPU, then all came after them: the demo
+        waited ~0.8 s for its figures); now that import uses the core they
+        leave."""
+        if self._idle is not None:
+            leave_idle(self._idle, self.proc.pid)
+            self._idle = None
         self._signal(signal.SIGCONT, stopped=False)
 
     def _signal(self, sig: int, stopped: bool) -> None:
@@ -112,8 +122,6 @@ class Plotter:
         drawn: dict[str, str] = {}
         # The traffic is over: the figures are what the run waits for now (the
         # fabric's teardown goes on beside them and must not starve them).
-        leave_idle(self._idle, self.proc.pid)
-        self._idle = None
         self.resume()
         try:
             self.proc.stdin.write(pickle.dumps((str(results_dir), dict(summary))))

@@ -160,8 +160,8 @@ def _run(exp: Experiment, odir: OutputDir, console: Console, pcap: bool | str, t
                 collector.finish(rd.file(RunDir.TELEMETRY_CSV))
             for p in plotter:
                 p.resume()
-            if not summary_only and not plotter:
-                plotter.append(Plotter.start(rd.path, exp.fabric))
+            if not summary_only and not plotter:     # the switches stopped: not idle
+                plotter.append(Plotter.start(rd.path, exp.fabric, idle=False))
             phases.mark("teardown")
             return _results(exp, rd, console, pcap, target, phases, *done,
                             summary_only=summary_only,

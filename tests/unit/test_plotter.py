@@ -118,3 +118,42 @@ def test_a_process_moved_into_the_idle_class_and_back():
     finally:
         child.kill()
         child.wait()
+
+
+def _in_idle_class(pid: int) -> bool:
+    with open(f"/proc/{pid}/cgroup") as f:
+        in_group = any(line.rstrip("\n").endswith("/" + idle_cpu.IDLE_CGROUP) for line in f)
+    return in_group or os.getpriority(os.PRIO_PROCESS, pid) == idle_cpu.FALLBACK_NICE
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="cgroups and nice 0 again need root")
+def test_the_plotter_leaves_the_idle_class_when_the_traffic_is_over(results_dir):  # noqa: F811
+    """Idle while the traffic runs; at normal priority from ``resume`` on, not
+    only from the job: it imports matplotlib while the results are written."""
+    exp, out = results_dir
+    plotter = Plotter.start(out, exp.fabric)
+    try:
+        if plotter._idle is None:
+            pytest.skip("no cgroup cpu controller and no nice: idle scheduling unavailable here")
+        assert _in_idle_class(plotter.proc.pid)
+        plotter.pause()
+        plotter.resume()
+        assert not _in_idle_class(plotter.proc.pid)
+        files = plotter.plot(out, SUMMARY)
+    finally:
+        plotter.close()
+    assert plotter.proc.returncode == 0, "the process drew them, not the fallback"
+    assert {"queue_depth.png", "throughput.png", "fct_cdf.png"} <= set(files)
+
+
+def test_a_plotter_started_after_the_traffic_is_never_idle(results_dir):  # noqa: F811
+    """A big fabric's plotter starts once the switches stopped: nothing to give way to."""
+    exp, out = results_dir
+    plotter = Plotter.start(out, exp.fabric, idle=False)
+    try:
+        assert plotter._idle is None and not _in_idle_class(plotter.proc.pid)
+        files = plotter.plot(out, SUMMARY)
+    finally:
+        plotter.close()
+    assert plotter.proc.returncode == 0, "the process drew them, not the fallback"
+    assert {"queue_depth.png", "throughput.png", "fct_cdf.png"} <= set(files)
