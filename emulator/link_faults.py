@@ -44,7 +44,8 @@ class LinkFaults:
     """One sending end's faults at run time, and what they did."""
 
     __slots__ = ("direction", "_down_from", "_down_until", "_rates", "_rate_i", "_loss", "_ber",
-                 "_dscp_priority", "dropped_down", "dropped_loss", "corrupted", "applied")
+                 "_dscp_priority", "dropped_down", "dropped_loss", "corrupted", "applied",
+                 "storms", "storm_frames")
 
     def __init__(self, cfg: "EndFaults"):    # schema.faults's, handed as is (no import: the NIC's)
         self.direction = cfg.direction
@@ -63,6 +64,8 @@ class LinkFaults:
         self.dropped_loss = [0] * CLASSES
         self.corrupted = [0] * CLASSES
         self.applied: list[dict] = []          # rate changes as applied
+        self.storms = [(w.from_ns, w.until_ns, w.priority) for w in cfg.storms]
+        self.storm_frames = [0] * NUM_PRIORITIES   # PAUSE frames a storm sent, per priority
 
     # ------------------------------------------------------------ frames
     def priority_of(self, frame) -> int:
@@ -120,6 +123,19 @@ class LinkFaults:
             self._rate_i += 1
         return fraction
 
+    # ------------------------------------------------------------ PFC storm
+    def storm_priorities(self, now_ns: int) -> int:
+        """The priorities a storm pauses at ``now_ns``, as a class-enable mask."""
+        mask = 0
+        for start, until, prio in self.storms:
+            if start <= now_ns < until:
+                mask |= 1 << prio
+        return mask
+
+    def next_storm_start_ns(self, now_ns: int) -> int:
+        """The first storm start after ``now_ns`` (``NEVER_NS``: none)."""
+        return min((s for s, _, _ in self.storms if s > now_ns), default=NEVER_NS)
+
     # ------------------------------------------------------------ results
     def stats(self) -> dict:
         """Per class (priority, or "pfc"), the frames each fault took; the rate changes applied."""
@@ -129,7 +145,9 @@ class LinkFaults:
                 "dropped_down": by_class(self.dropped_down),
                 "dropped_loss": by_class(self.dropped_loss),
                 "corrupted": by_class(self.corrupted),
-                "rate_changes": list(self.applied)}
+                "rate_changes": list(self.applied),
+                **({"pfc_storm_frames": {str(p): n for p, n in enumerate(self.storm_frames) if n}}
+                   if self.storms else {})}
 
     def lost_frames(self) -> int:
         """Frames that never reached the receiver's ingress counters (lost,

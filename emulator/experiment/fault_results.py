@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from emulator.experiment.faults import compile_faults
 from emulator.experiment.summary_file import FaultEnd, Faults
-from emulator.schema.faults import LinkDegrade, LinkFlap
+from emulator.schema.faults import LinkDegrade, LinkFlap, PfcStorm
 
 _COUNTERS = ("dropped_down", "dropped_loss", "corrupted")
 
@@ -36,6 +36,7 @@ def _end_stats(exp, stats: dict[str, dict], nic_stats: dict[str, dict]) -> list[
             entry[k] = per_class
             entry[f"{k}_frames"] = sum(per_class.values())
         entry["rate_changes"] = list(got.get("rate_changes") or [])
+        entry["pfc_storm_frames"] = sum(int(n) for n in (got.get("pfc_storm_frames") or {}).values())
         out.append(entry)
     return out
 
@@ -54,6 +55,9 @@ def _entry_times(f, ends: list[dict]) -> dict:
         applied = sorted({c["applied_ns"] for e in ends if e["direction"] in mine
                           for c in e["rate_changes"] if c["at_ns"] in starts})
         return {"applied_ns": applied}
+    if isinstance(f, PfcStorm):
+        return {"applied_ns": [ns(f.at_us)],
+                "until_ns": ns(f.until_us) if f.until_us is not None else None}
     if hasattr(f, "at_us"):
         return {"applied_ns": [ns(f.at_us)]}
     until = ns(f.until_us) if f.until_us is not None else None

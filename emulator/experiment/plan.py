@@ -97,8 +97,12 @@ def describe_experiment(exp: Experiment) -> list[str]:
         for f in spec.faults:
             kinds[f.kind] = kinds.get(f.kind, 0) + 1
         lines.append(f"  faults: {len(spec.faults)} on "
-                     f"{len({tuple(sorted(f.ends)) for f in spec.faults})} links ("
+                     f"{len({tuple(sorted(f.ends)) if hasattr(f, 'link') else (f.host,) for f in spec.faults})} links ("
                      + ", ".join(f"{n} x {k}" for k, n in kinds.items()) + "; docs/faults.md)")
+    wd = spec.switch.pfc_watchdog
+    if wd.enabled:
+        lines.append(f"  PFC watchdog: detection {wd.detection_time_us:g} us, restoration "
+                     f"{wd.restoration_time_us:g} us, action {wd.action}")
     if spec.sweep is not None:
         lines.append(f"  sweep: {spec.sweep.parameter} over {len(exp.sweep_points)} values, a run each "
                      "(every one checked)")

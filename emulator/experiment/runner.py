@@ -14,7 +14,7 @@ from emulator.experiment.agents import AgentGroup, start_together
 from emulator.experiment.capture import write_captures
 from emulator.experiment.endpoint_results import render_endpoints
 from emulator.experiment.endpoints import dropped_flows
-from emulator.experiment.faults import switch_port_faults
+from emulator.experiment.faults import switch_port_faults, watchdog_config
 from emulator.experiment.model import Experiment
 from emulator.experiment.outdir import OutputDir, output_dir
 from emulator.experiment.plotter import Plotter
@@ -84,7 +84,8 @@ def fabric_net(exp: Experiment, run_dir: Path, pcap: bool | str = False,
                      sample_interval_ns=int(spec.switch.sample_interval_us * 1000 * exp.dilation),
                      pcap=bool(pcap), cluster=spec.cluster, ib_cc=spec.ib_cc,
                      switches_per_process=spec.switch.per_process, vtime=vtime,
-                     link_faults=switch_port_faults(exp))
+                     link_faults=switch_port_faults(exp),
+                     pfc_watchdog=watchdog_config(spec.switch.pfc_watchdog, exp.dilation))
 
 
 def run_experiment(exp: Experiment, out_dir: str | Path, console: Console | None = None,

@@ -251,6 +251,7 @@ class FaultEnd(_Written):
     corrupted: dict[str, int]
     corrupted_frames: int
     rate_changes: list[Block]
+    pfc_storm_frames: int = 0              # PAUSE frames a NIC's pfc_storm sent
 
 
 class Faults(_Written):

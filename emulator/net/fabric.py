@@ -66,7 +66,8 @@ class FabricNet(FabricNodes, FabricHealth):
                  buffer_bytes: int = 4_000_000, program: bool = True, qos=None,
                  mtu_bytes: int = 1024, sample_interval_ns: int = 0, pcap: bool = False,
                  target: str = "embedded", cluster=None, ib_cc=None,
-                 switches_per_process: int | str = "auto", vtime=None, link_faults=None):
+                 switches_per_process: int | str = "auto", vtime=None, link_faults=None,
+                 pfc_watchdog=None):
         """qos: an ``emulator.control.qos.QosSpec`` to install (None: no traffic
         classes: everything lossy in priority 0). sample_interval_ns: wall
         period of the switches' queue-depth samples (0: none; embedded
@@ -79,7 +80,9 @@ class FabricNet(FabricNodes, FabricHealth):
         vtime: the run is in virtual time: its ``vtime.Coordinator``, whose
         socket every switch and agent process joins (``emulator.vtime``).
         link_faults: (switch, port_no) -> the scripted faults that port
-        applies as its link's sender (``schema.faults.EndFaults``; embedded)."""
+        applies as its link's sender (``schema.faults.EndFaults``; embedded).
+        pfc_watchdog: every switch's ``schema.switch.PfcWatchdogConfig``
+        (None: off; embedded)."""
         if target not in TARGETS:
             raise ValueError(f"target must be one of {TARGETS}, not {target!r}")
         self.target = target
@@ -115,6 +118,7 @@ class FabricNet(FabricNodes, FabricHealth):
         self.vtime = vtime
         self.vtime_socket = vtime.path if vtime is not None else None
         self.link_faults = link_faults or {}
+        self.pfc_watchdog = pfc_watchdog
 
     # -------------------------------------------------------------- lifecycle
     def start(self) -> "FabricNet":
@@ -172,6 +176,8 @@ class FabricNet(FabricNodes, FabricHealth):
                                                   else ())}
         if self.link_faults:
             switch_options["link_faults"] = self.link_faults
+        if self.pfc_watchdog is not None:
+            switch_options["pfc_watchdog"] = self.pfc_watchdog
         net_cls, net_params = Mininet, {}
         if self.cluster_spec is not None:
             self.cluster = Cluster(self.cluster_spec, self.fabric, self.run_dir,

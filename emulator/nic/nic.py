@@ -43,6 +43,7 @@ from .nic_link import NicLink
 from .nic_rx import NicReceive
 from .nic_stats import NicStats  # noqa: F401  (re-exported)
 from .notification import NotificationPoint
+from .pfc import PfcStormer
 from .qp import (  # noqa: F401  (re-exported)
     RNR_TIMER_US, Completion, MemoryRegion, QpState, QueuePair, WcOpcode, WcStatus, _RecvWqe,
 )
@@ -162,6 +163,8 @@ class RoceNic(NicLink, NicReceive):
         is a RoCE packet for us, else the MAC drops it (``rx_fcs_errors``)."""
         self.link_faults = LinkFaults(config.link_faults) if config.link_faults is not None else None
         self.stats.link_faults = self.link_faults
+        self.stormer = PfcStormer(self.link_faults, self.rate_bps, self.mac) \
+            if self.link_faults is not None and self.link_faults.storms else None
         if hasattr(self.sock, "keep_bad_fcs"):
             self.sock.keep_bad_fcs = self._keep_bad_fcs
 
@@ -364,6 +367,11 @@ class RoceNic(NicLink, NicReceive):
             t = self.transmitter.next_rate_change_ns()
             if t is not None and t <= now:
                 self.transmitter.apply_rate_changes(now)
+            stormer = self.stormer
+            if stormer is not None and stormer.next_ns <= now:
+                frame = stormer.fire(now)
+                if frame is not None:
+                    self.transmitter.put_pause_frame(frame, now)
 
     @property
     def rx_fds(self) -> tuple[int, ...]:
@@ -393,6 +401,8 @@ class RoceNic(NicLink, NicReceive):
             t = self.transmitter.next_rate_change_ns()
             if t is not None and t < wake:
                 wake = t
+            if self.stormer is not None and self.stormer.next_ns < wake:
+                wake = self.stormer.next_ns
         if self.reaction.enabled:
             wake = self.reaction.next_timer_ns(wake)
         if gate is not None:

@@ -14,7 +14,7 @@ class NicStats:
                  "rx_stall_ns",
                  "rx_packets", "rx_bytes", "rx_data_packets", "rx_data_payload_bytes",
                  "rx_acks", "rx_naks", "rx_rnr_naks",
-                 "cnp_tx", "cnp_rx", "ecn_ce_rx", "pfc_rx", "paused_ns", "rate_changes",
+                 "cnp_tx", "cnp_rx", "ecn_ce_rx", "pfc_rx", "pfc_tx", "paused_ns", "rate_changes",
                  "rx_out_of_order", "rx_duplicates", "rx_icrc_errors", "rx_fcs_errors",
                  "rx_int_errors", "rx_ignored", "link_faults",
                  "rx_bad_requests", "timeouts", "nak_rewinds", "completions", "loops",

@@ -13,9 +13,45 @@ from __future__ import annotations
 
 import struct
 
-from emulator.wire import NUM_PRIORITIES, PFC_DST_MAC, PFC_QUANTUM_BITS
+from emulator.clock import NEVER_NS
+from emulator.wire import (ETH_P_PAUSE, MIN_FRAME_BYTES, NUM_PRIORITIES, PFC_DST_MAC, PFC_OPCODE,
+                           PFC_QUANTUM_BITS)
 
 _TIMERS = struct.Struct("!8H")
+_PFC_HEAD = struct.Struct(f"!6s6sHHH{NUM_PRIORITIES}H")
+STORM_QUANTA = 0xFFFF
+
+
+class PfcStormer:
+    """A stuck NIC's PFC storm (``faults: pfc_storm``, ``link_faults.LinkFaults.storms``):
+    while a storm is on, PAUSE of the most quanta on its priorities, sent
+    again at half the pause's time -- before it runs out, whatever the NIC's
+    receive buffer holds. ``next_ns``: when the next frame (or the next
+    storm's start) is due, on the NIC's clock (fabric ns in virtual time)."""
+
+    __slots__ = ("faults", "src_mac", "refresh_ns", "next_ns")
+
+    def __init__(self, faults, rate_bps: float, mac: str):
+        self.faults = faults
+        self.src_mac = bytes.fromhex(mac.replace(":", ""))
+        self.refresh_ns = int(STORM_QUANTA * PFC_QUANTUM_BITS * 1e9 / rate_bps) // 2
+        self.next_ns = faults.next_storm_start_ns(-1)
+
+    def fire(self, now: int) -> bytes | None:
+        """The PAUSE frame due at ``now`` (None: no storm is on), and the next due time."""
+        mask = self.faults.storm_priorities(now)
+        nxt = self.faults.next_storm_start_ns(now)
+        frame = None
+        if mask:
+            timers = [STORM_QUANTA if mask >> p & 1 else 0 for p in range(NUM_PRIORITIES)]
+            body = _PFC_HEAD.pack(PFC_DST_MAC, self.src_mac, ETH_P_PAUSE, PFC_OPCODE, mask, *timers)
+            frame = body + bytes(MIN_FRAME_BYTES - len(body))
+            nxt = min(nxt, now + self.refresh_ns)
+            for p in range(NUM_PRIORITIES):
+                if mask >> p & 1:
+                    self.faults.storm_frames[p] += 1
+        self.next_ns = nxt if nxt < NEVER_NS else NEVER_NS
+        return frame
 
 
 class PfcReceiver:

@@ -13,13 +13,14 @@ dilated (wall); bytes are not::
      "router_mac": "02:00:00:00:01:01",         # source MAC of the PFC frames it sends
      "pcap": false,                             # RUN/{ifname}.pcap per port
      "seed": 1,                                 # ECN marking's random numbers
-     "ib": null}                                # InfiniBand: emulator/ib/switch.py (IbLinkConfig)
+     "ib": null,                                # InfiniBand: emulator/ib/switch.py (IbLinkConfig)
+     "pfc_watchdog": null}                      # {detection_ns, restoration_ns, action}: PfcWatchdogConfig
 """
 from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Optional
+from typing import Literal, Optional
 
 from pydantic import Field, field_validator
 
@@ -39,6 +40,28 @@ class PortConfig(StrictSpec):
     delay_ns: int = Field(ge=0)
     buffer_bytes: Optional[int] = Field(None, gt=0)   # old per-port FIFO limit: summed into the shared buffer
     faults: Optional[EndFaults] = None                 # scripted faults of the link it sends on
+
+
+class PfcWatchdogSpec(StrictSpec):
+    """The experiment's ``switch.pfc_watchdog``, as SONiC's pfcwd: a lossless
+    queue held paused by received PFC for ``detection_time_us`` while it
+    holds frames is in a storm: ``drop`` discards its frames (and the
+    frames of that priority arriving on that port), ``forward`` sends them
+    ignoring the pause; once no PAUSE came for ``restoration_time_us`` it
+    honours PFC again (``emulator/dataplane/pfcwd.py``; docs/faults.md).
+    Fabric µs; SONiC's defaults are 200 ms each, for runs of minutes."""
+    enabled: bool = False
+    detection_time_us: float = Field(200.0, gt=0, allow_inf_nan=False)
+    restoration_time_us: float = Field(400.0, gt=0, allow_inf_nan=False)
+    action: Literal["drop", "forward"] = "drop"
+
+
+class PfcWatchdogConfig(StrictSpec):
+    """The switch process's watchdog: its times in the switch clock's ns
+    (dilated in a dilated run)."""
+    detection_ns: int = Field(gt=0)
+    restoration_ns: int = Field(gt=0)
+    action: Literal["drop", "forward"] = "drop"
 
 
 class IbLinkConfig(IbLinkLayer):
@@ -69,6 +92,7 @@ class SwitchConfig(ProcessConfig):
     pcap: bool = False
     seed: int = 0
     ib: Optional[IbLinkConfig] = None                  # set: an InfiniBand switch (p4src/ib.p4)
+    pfc_watchdog: Optional[PfcWatchdogConfig] = None   # None: off
 
     @field_validator("router_mac")
     @classmethod
