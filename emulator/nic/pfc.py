@@ -34,7 +34,8 @@ class PfcStormer:
     def __init__(self, faults, rate_bps: float, mac: str):
         self.faults = faults
         self.src_mac = bytes.fromhex(mac.replace(":", ""))
-        self.refresh_ns = int(STORM_QUANTA * PFC_QUANTUM_BITS * 1e9 / rate_bps) // 2
+        pause_ns = -(-STORM_QUANTA * PFC_QUANTUM_BITS * 1_000_000_000 // int(rate_bps))
+        self.refresh_ns = pause_ns // 2           # as the switch refreshes its own pauses
         self.next_ns = faults.next_storm_start_ns(-1)
 
     def fire(self, now: int) -> bytes | None:
