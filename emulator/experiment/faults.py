@@ -17,7 +17,8 @@ from emulator.clock import NEVER_NS
 from emulator.errors import ConfigError
 from emulator.schema.faults import (
     BitErrors, BitErrorWindow, DownInterval, EndFaults, LinkDegrade, LinkDown,
-    LinkFlap, LinkUp, LossWindow, PfcStorm, RandomLoss, RateChange, StormWindow,
+    CpuStall, LinkFlap, LinkUp, LossWindow, PfcStorm, RandomLoss, RateChange, StallWindow,
+    StormWindow,
 )
 from emulator.schema.switch import PfcWatchdogConfig
 from emulator.topo import Fabric
@@ -32,7 +33,7 @@ def _ns(us: float) -> int:
 
 
 def _check_link(fault, i: int, fabric: Fabric, path) -> None:
-    if isinstance(fault, PfcStorm):
+    if isinstance(fault, (PfcStorm, CpuStall)):
         if fault.host not in {h.name for h in fabric.hosts()}:
             raise ConfigError(path, f"faults[{i}].host",
                               f"{fault.host!r} is not a host of fabric {fabric.name!r}")
@@ -128,6 +129,12 @@ def _storms(faults, host: str) -> list[StormWindow]:
             for f in faults if isinstance(f, PfcStorm) and f.host == host]
 
 
+def _stalls(faults, host: str) -> list[StallWindow]:
+    return [StallWindow(from_ns=_ns(f.at_us), until_ns=_ns(f.at_us + f.duration_us),
+                        xoff_bytes=f.xoff_bytes)
+            for f in faults if isinstance(f, CpuStall) and f.host == host]
+
+
 def _dscp_priority(spec) -> list[int]:
     """DSCP -> priority as the controller installs it (emulator/control/qos.py)."""
     table = [0] * 64
@@ -151,14 +158,16 @@ def compile_faults(spec, fabric: Fabric, path: str | Path) -> dict[tuple[str, st
         _check_link(f, i, fabric, path)
     directions = {d for f in faults for d in f.senders()}
     # a storming NIC sends its PAUSE frames on its link: that direction's faults
-    directions |= {(f.host, fabric.ports(f.host)[0].peer) for f in faults if isinstance(f, PfcStorm)}
+    directions |= {(f.host, fabric.ports(f.host)[0].peer) for f in faults
+                   if isinstance(f, (PfcStorm, CpuStall))}
     table = _dscp_priority(spec)
     out = {}
     for d in sorted(directions):
         loss, ber = _windows(faults, d)
         out[d] = EndFaults(sender=d[0], receiver=d[1], down=_down_intervals(faults, d, path),
                            rates=_rate_changes(faults, d, path), loss=loss, bit_errors=ber,
-                           storms=_storms(faults, d[0]), dscp_priority=table)
+                           storms=_storms(faults, d[0]), stalls=_stalls(faults, d[0]),
+                           dscp_priority=table)
     return out
 
 

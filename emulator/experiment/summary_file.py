@@ -252,6 +252,7 @@ class FaultEnd(_Written):
     corrupted_frames: int
     rate_changes: list[Block]
     pfc_storm_frames: int = 0              # PAUSE frames a NIC's pfc_storm sent
+    cpu_stall: Optional[Block] = None      # a stalled host's NIC: what it held, PAUSE/XON sent
 
 
 class Faults(_Written):

@@ -16,7 +16,7 @@ class NicStats:
                  "rx_acks", "rx_naks", "rx_rnr_naks",
                  "cnp_tx", "cnp_rx", "ecn_ce_rx", "pfc_rx", "pfc_tx", "paused_ns", "rate_changes",
                  "rx_out_of_order", "rx_duplicates", "rx_icrc_errors", "rx_fcs_errors",
-                 "rx_int_errors", "rx_ignored", "link_faults",
+                 "rx_int_errors", "rx_ignored", "link_faults", "rx_stall",
                  "rx_bad_requests", "timeouts", "nak_rewinds", "completions", "loops",
                  "rx_batches_max", "rx_socket_drops",
                  "fc_tx", "fc_rx", "credit_stalls", "credit_stalled_ns",
@@ -28,6 +28,7 @@ class NicStats:
             setattr(self, k, 0)
         self.rx_late_hist = [0] * LATE_BUCKETS   # receive lateness, link.py's log buckets
         self.link_faults = None                  # its link's scripted faults (link_faults.LinkFaults)
+        self.rx_stall = None                     # its host's CPU stalls (rx_stall.RxStall)
 
     def as_dict(self) -> dict:
         d = {k: getattr(self, k) for k in self.__slots__}
@@ -36,6 +37,9 @@ class NicStats:
             del d["link_faults"]
         else:
             d["link_faults"] = self.link_faults.stats()
+        del d["rx_stall"]
+        if self.rx_stall is not None:
+            d["cpu_stall"] = self.rx_stall.stats()
         d["tx_lag_mean_ns"] = d["tx_lag_sum_ns"] // d["tx_lag_frames"] if d["tx_lag_frames"] else 0
         d["rx_late_mean_ns"] = (d["rx_late_sum_ns"] // d["rx_late_samples"]
                                 if d["rx_late_samples"] else 0)

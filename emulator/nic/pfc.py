@@ -22,6 +22,18 @@ _PFC_HEAD = struct.Struct(f"!6s6sHHH{NUM_PRIORITIES}H")
 STORM_QUANTA = 0xFFFF
 
 
+def pause_ns(quanta: int, rate_bps: float) -> int:
+    """``quanta`` x 512 bit times at ``rate_bps``, rounded up to whole ns (as the switch's)."""
+    return -(-quanta * PFC_QUANTUM_BITS * 1_000_000_000 // int(rate_bps))
+
+
+def pause_frame(src_mac: bytes, priorities: int, quanta: int) -> bytes:
+    """A 60-byte PFC frame: ``quanta`` on each priority of the mask ``priorities``."""
+    timers = [quanta if priorities >> p & 1 else 0 for p in range(NUM_PRIORITIES)]
+    body = _PFC_HEAD.pack(PFC_DST_MAC, src_mac, ETH_P_PAUSE, PFC_OPCODE, priorities, *timers)
+    return body + bytes(MIN_FRAME_BYTES - len(body))
+
+
 class PfcStormer:
     """A stuck NIC's PFC storm (``faults: pfc_storm``, ``link_faults.LinkFaults.storms``):
     while a storm is on, PAUSE of the most quanta on its priorities, sent
@@ -34,8 +46,7 @@ class PfcStormer:
     def __init__(self, faults, rate_bps: float, mac: str):
         self.faults = faults
         self.src_mac = bytes.fromhex(mac.replace(":", ""))
-        pause_ns = -(-STORM_QUANTA * PFC_QUANTUM_BITS * 1_000_000_000 // int(rate_bps))
-        self.refresh_ns = pause_ns // 2           # as the switch refreshes its own pauses
+        self.refresh_ns = pause_ns(STORM_QUANTA, rate_bps) // 2   # as a switch refreshes its own
         self.next_ns = faults.next_storm_start_ns(-1)
 
     def fire(self, now: int) -> bytes | None:
@@ -44,9 +55,7 @@ class PfcStormer:
         nxt = self.faults.next_storm_start_ns(now)
         frame = None
         if mask:
-            timers = [STORM_QUANTA if mask >> p & 1 else 0 for p in range(NUM_PRIORITIES)]
-            body = _PFC_HEAD.pack(PFC_DST_MAC, self.src_mac, ETH_P_PAUSE, PFC_OPCODE, mask, *timers)
-            frame = body + bytes(MIN_FRAME_BYTES - len(body))
+            frame = pause_frame(self.src_mac, mask, STORM_QUANTA)
             nxt = min(nxt, now + self.refresh_ns)
             for p in range(NUM_PRIORITIES):
                 if mask >> p & 1:

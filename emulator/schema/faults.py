@@ -10,6 +10,7 @@ faults:
   - {kind: random_loss, link: "leaf1:spine1", rate: 0.01, priority: 3, direction: a_to_b}
   - {kind: bit_errors, link: "h2:leaf1", ber: 1.0e-6, from_us: 0, until_us: 2000}
   - {kind: pfc_storm, host: h1, priority: 3, at_us: 200, until_us: 5000}
+  - {kind: cpu_stall, host: h2, at_us: 100, duration_us: 300}
 ```
 
 ``link`` names the two nodes a link joins, ``"A:B"``; ``direction`` is
@@ -17,7 +18,8 @@ faults:
 at the sending end of a direction, on a frame when its serialization ends
 (when its last bit enters the wire): a down direction loses it, a loss
 drops it, a bit error flips one of its bits; a degrade slows the sender's
-serializer. A ``pfc_storm`` names a host: its NIC sends the PAUSE frames. Times are fabric µs from the run's start. What each does and
+serializer. A ``pfc_storm`` names a host: its NIC sends the PAUSE frames; a ``cpu_stall``
+names a host that stops taking what its NIC receives. Times are fabric µs from the run's start. What each does and
 what the run reports: docs/faults.md. Checked against the fabric by
 ``emulator.experiment.faults`` (the link exists, the times are in order).
 
@@ -161,6 +163,21 @@ class PfcStorm(StrictSpec):
         return []              # not a link fault: compiled per host (experiment/faults.py)
 
 
+class CpuStall(StrictSpec):
+    """Host ``host`` stops taking what its NIC receives from ``at_us`` for
+    ``duration_us``: the NIC holds the data packets, pauses the data class
+    once it holds ``xoff_bytes`` and, when the host takes them at the end,
+    resumes it (``nic/rx_stall.py``)."""
+    kind: Literal["cpu_stall"]
+    host: str
+    at_us: FabricUs
+    duration_us: float = Field(gt=0, allow_inf_nan=False)
+    xoff_bytes: PositiveInt = 65_536
+
+    def senders(self) -> list[tuple[str, str]]:
+        return []              # not a link fault: compiled per host (experiment/faults.py)
+
+
 class BitErrors(_Window):
     """Each bit flipped with probability ``ber``: a frame of L bytes is hit
     with probability 1-(1-ber)^(8L), one bit of it flipped."""
@@ -171,7 +188,7 @@ class BitErrors(_Window):
 
 FAULT_KINDS = {"link_down": LinkDown, "link_up": LinkUp, "link_flap": LinkFlap,
                "link_degrade": LinkDegrade, "random_loss": RandomLoss, "bit_errors": BitErrors,
-               "pfc_storm": PfcStorm}
+               "pfc_storm": PfcStorm, "cpu_stall": CpuStall}
 
 
 def _fault_kind(v) -> str | None:
@@ -225,6 +242,13 @@ class StormWindow(StrictSpec):
     priority: FaultPriority
 
 
+class StallWindow(StrictSpec):
+    """A host's CPU stall: its NIC holds received data from ``from_ns`` until ``until_ns``."""
+    from_ns: int = Field(ge=0)
+    until_ns: int = Field(gt=0)
+    xoff_bytes: int = Field(gt=0)
+
+
 class EndFaults(StrictSpec):
     """The faults of one sending end (``sender`` -> ``receiver``), fabric ns:
     when the direction is down, the rate changes of its serializer, loss and
@@ -237,6 +261,7 @@ class EndFaults(StrictSpec):
     loss: list[LossWindow] = []
     bit_errors: list[BitErrorWindow] = []
     storms: list[StormWindow] = []
+    stalls: list[StallWindow] = []
     dscp_priority: list[FaultPriority] = Field(default_factory=lambda: [0] * 64,
                                                min_length=64, max_length=64)
 

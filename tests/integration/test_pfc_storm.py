@@ -8,7 +8,9 @@ to 1020 us; h3 writes to h1, the victims h4 -> h2 and h2 -> h4 send it nothing.
 * on: leaf1 finds the storm exactly the detection time after the first
   PAUSE, ends it the restoration time after the last; the spread pauses end
   then, and the victims finish in a fraction of that;
-* a rerun with the watchdog is the same run."""
+* a rerun with the watchdog is the same run;
+* experiments/cpu-stall.yaml: a host that stops reading pauses the fabric
+  through its NIC for the stall, and nothing is lost."""
 from __future__ import annotations
 
 import csv
@@ -105,3 +107,20 @@ def test_a_rerun_with_the_watchdog_is_the_same_run(on, tmp_path):
     assert without_wall({**s2, "source": ""}) == without_wall({**s1, "source": ""})
     for name in ("pfcwd_events.csv", "pfc_events.csv", "queue_depth.csv", "flow_rate.csv", "drops.csv"):
         assert (out1 / name).read_bytes() == (out2 / name).read_bytes(), name
+
+
+def test_a_stalled_host_pauses_the_fabric_for_the_stall_and_loses_nothing(tmp_path):
+    """experiments/cpu-stall.yaml: h1 stops taking data from 20 us for 300 us."""
+    s, out = _run("cpu-stall", tmp_path / "out")
+    assert s["complete"] and not s["fell_behind"]
+    (end,) = s["faults"]["ends"]
+    stall = end["cpu_stall"]
+    assert stall["held_max_bytes"] >= 65_536 and stall["resume_tx"] == 1
+    h1_pfc = [(int(r["time_ns"]), r["event"]) for r in _rows(out, "pfc_events.csv")
+              if r["node"] == "leaf1" and r["peer"] == "h1"]
+    assert [e for _, e in h1_pfc] == ["pause_rx"] * stall["pause_tx"] + ["resume_rx"]
+    assert 320_000 < h1_pfc[-1][0] < 322_000               # XON when the host takes it: 320 us + the link
+    for node, peer in (("spine1", "leaf1"), ("leaf2", "spine1")):
+        assert 200_000 < _paused_ns(s, node, peer) < 320_000, (node, peer)
+    assert all(f["retransmitted_packets"] == 0 for f in s["flows"])
+    assert all(_fct_us(s, f) > 200 for f in VICTIMS)

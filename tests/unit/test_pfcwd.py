@@ -1,5 +1,6 @@
-"""The PFC watchdog of the embedded traffic manager (``emulator.dataplane.pfcwd``)
-and a NIC's PFC storm (``emulator.nic.pfc.PfcStormer``), on the manual clock.
+"""The PFC watchdog of the embedded traffic manager (``emulator.dataplane.pfcwd``),
+a NIC's PFC storm (``emulator.nic.pfc.PfcStormer``) and a stalled host's NIC
+(``emulator.nic.rx_stall.RxStall``), on the manual clock.
 
 Port 1 faces the storming peer; lossless frames of priority 3 come in on
 port 2 and go out of port 1. A PAUSE of the most quanta lasts 335.5 us at
@@ -11,6 +12,7 @@ from emulator.dataplane.pfc import XOFF_QUANTA, pause_ns
 from emulator.dataplane.pfcwd import RESTORE_EVENT, STORM_EVENT
 from emulator.link_faults import LinkFaults
 from emulator.nic.pfc import STORM_QUANTA, PfcStormer
+from emulator.nic.rx_stall import RxStall
 from emulator.schema.faults import EndFaults
 from emulator.wire import PFC_DST_MAC
 from tests.unit.test_tm_helpers import ROCE_PRIO, attach, make_tm, roce, verdict
@@ -185,3 +187,27 @@ def test_a_storming_nic_sends_max_quanta_pause_before_each_one_runs_out_and_stop
     assert frame[12:16] == b"\x88\x08\x01\x01" and frame[17] == 1 << 3
     assert int.from_bytes(frame[18 + 2 * 3:20 + 2 * 3], "big") == STORM_QUANTA
     assert faults.stats()["pfc_storm_frames"] == {"3": 6}
+
+
+# -- the stalled host ------------------------------------------------------------------------------
+def test_a_stalled_host_s_nic_holds_data_pauses_at_xoff_refreshes_and_resumes_at_the_end():
+    stall = RxStall([(10_000, 310_000, 3000)], 3, RATE_BPS, "02:00:0a:00:01:01")
+    clock = ManualClock(10_000)
+    assert stall.stalled(9_999) is None and stall.stalled(10_000) == (310_000, 3000)
+    assert stall.hold(roce(1000, ident=1), clock.now_ns()) is None
+    assert stall.hold(roce(1000, ident=2), clock.now_ns()) is None
+    pause = stall.hold(roce(1000, ident=3), clock.advance(500))          # 3000 bytes: XOFF
+    assert pause[17] == 1 << 3 and int.from_bytes(pause[24:26], "big") == STORM_QUANTA
+    assert stall.hold(roce(1000, ident=4), clock.now_ns()) is None       # already paused
+    refresh = pause_ns(STORM_QUANTA, RATE_BPS) // 2
+    assert stall.next_ns() == 10_500 + refresh
+    clock.advance(refresh)
+    frames, again = stall.due(clock.now_ns())
+    assert frames == [] and again == pause
+    assert stall.next_ns() == 310_000                                    # the next refresh is later
+    clock.advance(310_000 - clock.now_ns())
+    frames, xon = stall.due(clock.now_ns())
+    assert [f[19] for f in frames] == [1, 2, 3, 4]                       # in arrival order
+    assert xon[17] == 1 << 3 and xon[24:26] == b"\x00\x00"
+    assert stall.next_ns() == NEVER_NS and stall.due(clock.now_ns()) == ([], None)
+    assert stall.stats() == {"held_packets": 4, "held_max_bytes": 4000, "pause_tx": 2, "resume_tx": 1}
