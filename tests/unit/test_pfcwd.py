@@ -10,9 +10,11 @@ from __future__ import annotations
 from emulator.clock import NEVER_NS, ManualClock
 from emulator.dataplane.pfc import XOFF_QUANTA, pause_ns
 from emulator.dataplane.pfcwd import RESTORE_EVENT, STORM_EVENT
+from emulator.experiment.pfcwd_results import add_watchdog_events, watchdog_totals
 from emulator.link_faults import LinkFaults
 from emulator.nic.pfc import STORM_QUANTA, PfcStormer
 from emulator.nic.rx_stall import RxStall
+from emulator.report.build import watchdog_table
 from emulator.schema.faults import EndFaults
 from emulator.wire import PFC_DST_MAC
 from tests.unit.test_tm_helpers import ROCE_PRIO, attach, make_tm, roce, verdict
@@ -211,3 +213,30 @@ def test_a_stalled_host_s_nic_holds_data_pauses_at_xoff_refreshes_and_resumes_at
     assert xon[17] == 1 << 3 and xon[24:26] == b"\x00\x00"
     assert stall.next_ns() == NEVER_NS and stall.due(clock.now_ns()) == ([], None)
     assert stall.stats() == {"held_packets": 4, "held_max_bytes": 4000, "pause_tx": 2, "resume_tx": 1}
+
+
+# -- in the results --------------------------------------------------------------------------------
+def test_the_watchdogs_events_reach_the_summary_and_the_report():
+    block = {"action": "drop", "storms_detected": 1, "storms_restored": 1, "dropped_frames": 7,
+             "queues": [], "events": []}
+    summary = RunSummaryStub([{"node": "leaf1", "pfc_watchdog": dict(block)},
+                              {"node": "leaf2", "pfc_watchdog": {**block, "dropped_frames": 2}},
+                              {"node": "spine1"}])
+    add_watchdog_events(summary, [
+        {"time_ns": 1259852.0, "node": "leaf1", "port": 1, "peer": "h1", "priority": 3,
+         "event": "storm_restored", "action": "drop"},
+        {"time_ns": 121007.0, "node": "leaf1", "port": 1, "peer": "h1", "priority": 3,
+         "event": "storm_detected", "action": "drop"}])
+    s = {"switches": summary.switches}
+    assert [e["time_ns"] for e in s["switches"][0]["pfc_watchdog"]["events"]] == [1259852, 121007]
+    assert s["switches"][1]["pfc_watchdog"]["events"] == []
+    assert watchdog_totals(s) == (2, 2, 9) and watchdog_totals({"switches": [{"node": "x"}]}) is None
+    table = watchdog_table(s)
+    assert table.index("121.007 µs") < table.index("1,259.852 µs")      # by time, not as text
+    assert "leaf1 port 1 (to h1) priority 3: storm detected (drop)" in table
+    assert watchdog_table({"switches": [{"node": "x"}]}) == ""
+
+
+class RunSummaryStub:
+    def __init__(self, switches):
+        self.switches = switches
