@@ -51,7 +51,7 @@ class LinkFaults:
 
     __slots__ = ("direction", "_down_from", "_down_until", "_rates", "_rate_i", "_loss", "_ber",
                  "_dscp_priority", "dropped_down", "dropped_loss", "corrupted", "applied",
-                 "dropped_in_down", "on_drop")
+                 "dropped_in_down", "on_drop", "storms", "storm_frames")
 
     def __init__(self, cfg: "EndFaults"):    # schema.faults's, handed as is (no import: the NIC's)
         self.direction = cfg.direction
@@ -74,6 +74,8 @@ class LinkFaults:
         # told of every frame the link lost: (sent_ns, class, bytes, reason
         # "link_down" | "random_loss"), for the run's drop table (None: nobody)
         self.on_drop = None
+        self.storms = [(w.from_ns, w.until_ns, w.priority) for w in cfg.storms]
+        self.storm_frames = [0] * NUM_PRIORITIES   # PAUSE frames a storm sent, per priority
 
     # ------------------------------------------------------------ frames
     def priority_of(self, frame) -> int:
@@ -138,6 +140,19 @@ class LinkFaults:
             self._rate_i += 1
         return fraction
 
+    # ------------------------------------------------------------ PFC storm
+    def storm_priorities(self, now_ns: int) -> int:
+        """The priorities a storm pauses at ``now_ns``, as a class-enable mask."""
+        mask = 0
+        for start, until, prio in self.storms:
+            if start <= now_ns < until:
+                mask |= 1 << prio
+        return mask
+
+    def next_storm_start_ns(self, now_ns: int) -> int:
+        """The first storm start after ``now_ns`` (``NEVER_NS``: none)."""
+        return min((s for s, _, _ in self.storms if s > now_ns), default=NEVER_NS)
+
     # ------------------------------------------------------------ results
     def stats(self) -> dict:
         """Per class (priority, or "pfc"), the frames each fault took; the rate changes applied."""
@@ -149,7 +164,9 @@ class LinkFaults:
                 "corrupted": by_class(self.corrupted),
                 "rate_changes": list(self.applied),
                 "down_intervals": [{"from_ns": f, "until_ns": u, "dropped": n} for f, u, n
-                                   in zip(self._down_from, self._down_until, self.dropped_in_down)]}
+                                   in zip(self._down_from, self._down_until, self.dropped_in_down)],
+                **({"pfc_storm_frames": {str(p): n for p, n in enumerate(self.storm_frames) if n}}
+                   if self.storms else {})}
 
     def lost_frames(self) -> int:
         """Frames that never reached the receiver's ingress counters (lost,

@@ -147,6 +147,25 @@ CASES = {
     "fault-bmv2": ({"exp.yaml": EXP + "faults: [{kind: link_down, link: 'h1:leaf1', at_us: 1}]\n"},
                    ["--target", "bmv2"],
                    ["exp.yaml: faults: need the embedded target in virtual time (this slice)"], False),
+    # PFC storms and the PFC watchdog (schema/switch.py, dataplane/pfcwd.py)
+    "storm-not-a-host": ({"exp.yaml": EXP + "faults: [{kind: pfc_storm, host: leaf1, at_us: 1}]\n"}, [],
+                         ["exp.yaml: faults[0].host: 'leaf1' is not a host of fabric"], False),
+    "storm-window": ({"exp.yaml": EXP + "faults: [{kind: pfc_storm, host: h1, at_us: 10, until_us: 5}]\n"},
+                     [], ["exp.yaml: faults[0].until_us: must be after at_us (10)"], False),
+    "storm-priority": ({"exp.yaml": EXP + "faults: [{kind: pfc_storm, host: h1, priority: 8, at_us: 1}]\n"},
+                       [], ["exp.yaml: faults[0].priority: must be <= 7"], False),
+    "stall-not-a-host": ({"exp.yaml": EXP + "faults: [{kind: cpu_stall, host: spine1, at_us: 1,"
+                                            " duration_us: 5}]\n"}, [],
+                         ["exp.yaml: faults[0].host: 'spine1' is not a host of fabric"], False),
+    "stall-duration": ({"exp.yaml": EXP + "faults: [{kind: cpu_stall, host: h1, at_us: 1, duration_us: 0}]\n"},
+                       [], ["exp.yaml: faults[0].duration_us: must be > 0"], False),
+    "pfcwd-action": ({"exp.yaml": EXP + "switch: {pfc_watchdog: {enabled: true, action: alert}}\n"}, [],
+                     ["exp.yaml: switch.pfc_watchdog.action: "], False),
+    "pfcwd-detection": ({"exp.yaml": EXP + "switch: {pfc_watchdog: {enabled: true, detection_time_us: 0}}\n"},
+                        [], ["exp.yaml: switch.pfc_watchdog.detection_time_us: must be > 0"], False),
+    "pfcwd-bmv2": ({"exp.yaml": EXP + "switch: {pfc_watchdog: {enabled: true}}\n"}, ["--target", "bmv2"],
+                   ["exp.yaml: switch.pfc_watchdog.enabled: is a feature of the embedded target's traffic "
+                    "manager"], False),
 }
 
 

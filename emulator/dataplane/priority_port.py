@@ -78,6 +78,8 @@ class PriorityPort:
     # ------------------------------------------------------------ pause state
     def pause(self, priority: int, now_ns: int, until_ns: int) -> None:
         bit = 1 << priority
+        if self.paused & bit and self.paused_until[priority] < now_ns:
+            self.resume(priority, self.paused_until[priority])   # it ran out unserved: a new pause
         if not self.paused & bit:
             self.paused |= bit
             self.paused_since[priority] = now_ns
@@ -91,6 +93,20 @@ class PriorityPort:
             self.paused_ns[priority] += at_ns - self.paused_since[priority]
             self.log(at_ns, self.port_no, priority, "resume_rx", 0)
             self._next_expiry()
+
+    def lift_pause(self, priority: int, now_ns: int) -> None:
+        """The watchdog's storm: the queue stops honouring the pause in force
+        (its paused time ends now; no PFC frame came, so no ``resume_rx``)."""
+        bit = 1 << priority
+        if self.paused & bit:
+            self.paused &= ~bit
+            self.paused_ns[priority] += max(0, min(now_ns, self.paused_until[priority])
+                                            - self.paused_since[priority])
+            self._next_expiry()
+
+    def held(self, priority: int, now_ns: int) -> bool:
+        """``priority`` is paused at ``now_ns`` (a pause that ran out by then is not)."""
+        return bool(self.paused >> priority & 1) and self.paused_until[priority] > now_ns
 
     def _next_expiry(self) -> None:
         paused, until = self.paused, self.paused_until

@@ -102,6 +102,9 @@ class EmbeddedSwitch:
         self.tm = TrafficManager([(p.port_no, p.rate_bps, p.delay_ns) for p in cfg.ports],
                                  cfg.shared_buffer_bytes(), cfg.router_mac_bytes(), cfg.seed,
                                  self.logs.event if self.logs is not None else None)
+        wd = cfg.pfc_watchdog
+        if wd is not None:
+            self.tm.enable_watchdog(wd.detection_ns, wd.restoration_ns, wd.action)
         self.pipeline.on_tables = self.tm.set_tables
         self.pipeline.pfc_handler = self._pfc_received
         self.ports = {}

@@ -25,6 +25,7 @@ from typing import Callable
 
 from emulator.clock import TimerHeap
 from emulator.dataplane.pfc import XOFF_QUANTA, pause_frame, pause_ns
+from emulator.dataplane.pfcwd import PfcWatchdog
 from emulator.dataplane.priority_port import EventLog, PriorityPort, no_log
 from emulator.dataplane.shared_buffer import SharedBuffer
 from emulator.wire import CPU_PORT, NUM_PRIORITIES
@@ -50,6 +51,14 @@ class TrafficManager:
         self.timers = TimerHeap()                    # cells whose pause is refreshed then
         self._pfc_frames: dict[tuple[int, int], bytes] = {}
         self.tx = self.tx_prio = self.ecn_mark = self.pfc_tx = None   # P4 counter arrays
+        self.wd: PfcWatchdog | None = None           # the PFC watchdog (enable_watchdog)
+        self._wd_drops: set[int] = set()             # cells whose storm drops their frames
+
+    def enable_watchdog(self, detection_ns: int, restoration_ns: int, action: str) -> None:
+        """SONiC's PFC watchdog on every queue (``emulator.dataplane.pfcwd``)."""
+        self.wd = PfcWatchdog(self, detection_ns, restoration_ns, action)
+        if self.wd.drop:
+            self._wd_drops = self.wd.storming
 
     def set_tables(self, tables) -> None:
         """A new generation of the pipeline's tables: headroom to reserve, counter arrays."""
@@ -78,6 +87,9 @@ class TrafficManager:
         size = len(frame)
         buf = self.buffer
         cell = verdict.in_cell
+        stormed = self._wd_drops
+        if stormed and self._wd_dropped(stormed, port.port_no << 3 | prio, cell):
+            return False
         depth = port.depth[prio]
         pfc = verdict.pfc
         if pfc is None:
@@ -129,6 +141,39 @@ class TrafficManager:
         if depth > port.max_depth[prio]:
             port.max_depth[prio] = depth
         return True
+
+    def _wd_dropped(self, stormed: set[int], out_cell: int, in_cell) -> bool:
+        """A storm's drop action takes the frame: bound for the stormed queue,
+        or arriving on its port in its priority."""
+        if out_cell in stormed:
+            self.wd.dropped(out_cell, egress=True)
+            return True
+        if in_cell in stormed:
+            self.wd.dropped(in_cell, egress=False)
+            return True
+        return False
+
+    def flush_queue(self, now_ns: int, port: PriorityPort, prio: int) -> int:
+        """Discard every frame queue ``prio`` of ``port`` holds (a storm's drop
+        action), releasing their buffer (an XON where a cell is back at XON);
+        returns how many."""
+        q = port.queues[prio]
+        n = len(q)
+        buf = self.buffer
+        while q:
+            frame, cell = q.popleft()
+            count = buf.release(cell, len(frame))
+            if buf.xoff[cell] and count <= buf.xon_bytes[cell] and not buf.headroom_used[cell]:
+                buf.xoff[cell] = False
+                self._send_pfc(now_ns, cell, 0)
+        port.depth[prio] = 0
+        port.nonempty &= ~(1 << prio)
+        return n
+
+    def serve_port(self, now_ns: int, port: PriorityPort) -> None:
+        """``port``'s frames due by ``now_ns`` go (its pauses that ran out end)."""
+        if port.busy_until <= now_ns:
+            port.serve(now_ns, self)
 
     def _drop(self, now_ns: int, port: PriorityPort, prio: int, size: int, cell: int | None) -> None:
         port.drops[prio] += 1
@@ -211,13 +256,20 @@ class TrafficManager:
                 if quanta:
                     port.pause_rx[prio] += 1
                     self.log(now_ns, port_no, prio, "pause_rx", quanta)
+                    wd = self.wd
+                    if wd is not None and wd.pause_rx(now_ns, port, prio):
+                        continue                 # a storm: the queue ignores PFC
                     port.pause(prio, now_ns, now_ns + pause_ns(quanta, port.rate_bps))
+                    if wd is not None:
+                        wd.watch(now_ns, port, prio)
                 else:
                     port.resume_rx[prio] += 1
                     port.resume(prio, now_ns)
 
     def poll(self, now_ns: int) -> None:
         """Timers due by ``now_ns``: refresh the pauses still in force."""
+        if self.wd is not None:
+            self.wd.poll(now_ns)
         timers = self.timers
         due = timers.next_due_ns()
         if due is None or due > now_ns:        # the common case: once per loop of the switch
@@ -233,6 +285,10 @@ class TrafficManager:
     def next_wake_ns(self) -> int | None:
         """The earliest time anything is due: a serialization, a release, a pause expiry, a timer."""
         wake = self.timers.next_due_ns()
+        if self.wd is not None:
+            t = self.wd.next_due_ns()
+            if t is not None and (wake is None or t < wake):
+                wake = t
         for port in self.port_list:
             t = port.next_event_ns()
             if t is not None and (wake is None or t < wake):
@@ -276,6 +332,9 @@ class TrafficManager:
             "max_depth_bytes": port.max_depth[p],
             "max_headroom_bytes": self.buffer.max_headroom_used[port_no * NUM_PRIORITIES + p],
         } for p in range(NUM_PRIORITIES)]
+        if self.wd is not None:
+            for row, wd in zip(prios, self.wd.port_stats(port_no)):
+                row.update(wd)
         return {
             "port": port_no, "rate_bps": port.rate_bps,
             "tx_packets": sum(port.tx_packets), "tx_bytes": sum(port.tx_bytes),
@@ -289,6 +348,8 @@ class TrafficManager:
         for port in self.port_list:
             port.clear_stats(now_ns)
         self.buffer.clear_stats()
+        if self.wd is not None:
+            self.wd.clear_stats()
 
     def buffer_stats(self) -> dict:
         buf = self.buffer

@@ -11,7 +11,8 @@ from __future__ import annotations
 from emulator.experiment.faults import compile_faults
 from emulator.experiment.results_io import read_stats
 from emulator.experiment.summary_file import FaultEnd, Faults
-from emulator.schema.faults import LinkDegrade, LinkDown, LinkFlap, LinkUp, SwitchDown, SwitchUp
+from emulator.schema.faults import (CpuStall, LinkDegrade, LinkDown, LinkFlap, LinkUp, PfcStorm,
+                                     SwitchDown, SwitchUp)
 
 _COUNTERS = ("dropped_down", "dropped_loss", "corrupted")
 
@@ -42,6 +43,9 @@ def _end_stats(exp, stats: dict[str, dict], nic_stats: dict[str, dict]) -> list[
             entry[f"{k}_frames"] = sum(per_class.values())
         entry["rate_changes"] = list(got.get("rate_changes") or [])
         entry["down_intervals"] = list(got.get("down_intervals") or [])
+        entry["pfc_storm_frames"] = sum(int(n) for n in (got.get("pfc_storm_frames") or {}).values())
+        if not exp.fabric.node(sender).is_switch and (nic_stats.get(sender) or {}).get("cpu_stall"):
+            entry["cpu_stall"] = nic_stats[sender]["cpu_stall"]
         out.append(entry)
     return out
 
@@ -60,6 +64,11 @@ def _entry_times(f, ends: list[dict]) -> dict:
         applied = sorted({c["applied_ns"] for e in ends if e["direction"] in mine
                           for c in e["rate_changes"] if c["at_ns"] in starts})
         return {"applied_ns": applied}
+    if isinstance(f, CpuStall):
+        return {"applied_ns": [ns(f.at_us)], "until_ns": ns(f.at_us + f.duration_us)}
+    if isinstance(f, PfcStorm):
+        return {"applied_ns": [ns(f.at_us)],
+                "until_ns": ns(f.until_us) if f.until_us is not None else None}
     if hasattr(f, "at_us"):
         return {"applied_ns": [ns(f.at_us)]}
     until = ns(f.until_us) if f.until_us is not None else None

@@ -17,12 +17,16 @@ from emulator.clock import NEVER_NS
 from emulator.errors import ConfigError
 from emulator.schema.faults import (
     BitErrors, BitErrorWindow, DownInterval, EndFaults, LinkDegrade, LinkDown,
-    LinkFlap, LinkUp, LossWindow, RandomLoss, RateChange, SwitchDown, SwitchUp,
+    CpuStall, LinkFlap, LinkUp, LossWindow, PfcStorm, RandomLoss, RateChange, StallWindow,
+    StormWindow, SwitchDown, SwitchUp,
 )
+from emulator.schema.switch import PfcWatchdogConfig
 from emulator.topo import Fabric
 from emulator.vtime.coordinator import lookahead_ns
 
 FAULTS_NEED = "need the embedded target in virtual time (this slice)"
+WATCHDOG_NEEDS = ("is a feature of the embedded target's traffic manager, on Ethernet "
+                  "(BMv2 has no such hook; say enabled: false or target: embedded)")
 
 
 def _ns(us: float) -> int:
@@ -30,6 +34,11 @@ def _ns(us: float) -> int:
 
 
 def _check_link(fault, i: int, fabric: Fabric, path) -> None:
+    if isinstance(fault, (PfcStorm, CpuStall)):
+        if fault.host not in {h.name for h in fabric.hosts()}:
+            raise ConfigError(path, f"faults[{i}].host",
+                              f"{fault.host!r} is not a host of fabric {fabric.name!r}")
+        return
     names = {n.name for n in fabric.nodes}
     a, b = fault.ends
     for end in (a, b):
@@ -115,6 +124,18 @@ def _windows(faults, direction: tuple[str, str]) -> tuple[list[LossWindow], list
     return loss, ber
 
 
+def _storms(faults, host: str) -> list[StormWindow]:
+    return [StormWindow(from_ns=_ns(f.at_us), priority=f.priority,
+                        until_ns=_ns(f.until_us) if f.until_us is not None else NEVER_NS)
+            for _, f in faults if isinstance(f, PfcStorm) and f.host == host]
+
+
+def _stalls(faults, host: str) -> list[StallWindow]:
+    return [StallWindow(from_ns=_ns(f.at_us), until_ns=_ns(f.at_us + f.duration_us),
+                        xoff_bytes=f.xoff_bytes)
+            for _, f in faults if isinstance(f, CpuStall) and f.host == host]
+
+
 def _dscp_priority(spec) -> list[int]:
     """DSCP -> priority as the controller installs it (emulator/control/qos.py)."""
     table = [0] * 64
@@ -178,13 +199,17 @@ def compile_faults(spec, fabric: Fabric, path: str | Path) -> dict[tuple[str, st
         raise ConfigError(path, "faults", f"not on an InfiniBand fabric yet (topology "
                           f"{fabric.name} is link_layer: infiniband)")
     faults = _as_link_faults(spec, fabric, path)
-    directions = sorted({d for _, f in faults for d in f.senders()})
+    directions = {d for _, f in faults for d in f.senders()}
+    # a storming NIC sends its PAUSE frames on its link: that direction's faults
+    directions |= {(f.host, fabric.ports(f.host)[0].peer) for _, f in faults
+                   if isinstance(f, (PfcStorm, CpuStall))}
     table = _dscp_priority(spec)
     out = {}
-    for d in directions:
+    for d in sorted(directions):
         loss, ber = _windows(faults, d)
         out[d] = EndFaults(sender=d[0], receiver=d[1], down=_down_intervals(faults, d, path),
                            rates=_rate_changes(faults, d, path), loss=loss, bit_errors=ber,
+                           storms=_storms(faults, d[0]), stalls=_stalls(faults, d[0]),
                            dscp_priority=table)
     return out
 
@@ -245,3 +270,19 @@ def nic_faults(exp, nic: str) -> EndFaults | None:
         return None
     peer = exp.fabric.ports(nic)[0].peer
     return end_faults(exp).get((nic, peer))
+
+
+def watchdog_config(spec, dilation: float) -> PfcWatchdogConfig | None:
+    """The switches' PFC watchdog in their clock's ns (None: off)."""
+    if not spec.enabled:
+        return None
+    return PfcWatchdogConfig(detection_ns=int(round(spec.detection_time_us * 1000 * dilation)),
+                             restoration_ns=int(round(spec.restoration_time_us * 1000 * dilation)),
+                             action=spec.action)
+
+
+def check_watchdog(exp, target: str) -> None:
+    """``switch.pfc_watchdog.enabled`` only on the embedded target and Ethernet."""
+    if exp.spec.switch.pfc_watchdog.enabled and (target != "embedded"
+                                                  or exp.fabric.link_layer == "infiniband"):
+        raise ConfigError(exp.source, "switch.pfc_watchdog.enabled", WATCHDOG_NEEDS)

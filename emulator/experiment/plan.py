@@ -97,10 +97,12 @@ def describe_experiment(exp: Experiment) -> list[str]:
         for f in spec.faults:
             kinds[f.kind] = kinds.get(f.kind, 0) + 1
         lines.append(f"  faults: {len(spec.faults)} on "
-                     f"{len({tuple(sorted(getattr(f, 'ends', (f.switch,)))) for f in spec.faults})} "
-                     + ("links (" if all(hasattr(f, "link") for f in spec.faults)
-                        else "links and switches (")
+                     f"{len({_target(f) for f in spec.faults})} targets ("
                      + ", ".join(f"{n} x {k}" for k, n in kinds.items()) + "; docs/faults.md)")
+    wd = spec.switch.pfc_watchdog
+    if wd.enabled:
+        lines.append(f"  PFC watchdog: detection {wd.detection_time_us:g} us, restoration "
+                     f"{wd.restoration_time_us:g} us, action {wd.action}")
     if spec.sweep is not None:
         lines.append(f"  sweep: {spec.sweep.parameter} over {len(exp.sweep_points)} values, a run each "
                      "(every one checked)")
@@ -118,3 +120,11 @@ def describe_experiment(exp: Experiment) -> list[str]:
 
 
 __all__ = ["describe_experiment", "describe_file", "is_experiment"]
+
+
+def _target(fault) -> tuple:
+    """What a fault acts on: a link (its two ends), a switch or a host."""
+    if hasattr(fault, "link"):
+        return tuple(sorted(fault.ends))
+    return (getattr(fault, "switch", None) or fault.host,)
+

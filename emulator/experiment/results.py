@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 from emulator.experiment.distributions import write_distributions
 from emulator.experiment.endpoint_results import add_endpoint_results, write_hosts_csv
 from emulator.experiment.hpcc import write_hpcc
+from emulator.experiment.pfcwd_results import add_watchdog_events
 from emulator.experiment.plots import write_plots
 from emulator.experiment.summary import build_summary
 from emulator.experiment.summary_file import RunSummary
@@ -66,6 +67,7 @@ def write_run_results(exp: "Experiment", rd: RunDir, t0_ns: int, summary: RunSum
     """
     res = load_results(exp, rd.raw, t0_ns)      # converted once, for the CSVs and HPCC files
     files = write_results(exp, rd.raw, rd, t0_ns, results=res)
+    add_watchdog_events(summary, res.pfcwd_events)
     files.update(write_distributions(exp, rd, summary, res))
     if hpcc:
         files.update(write_hpcc(exp, rd, res, summary.flows, **hpcc_options))

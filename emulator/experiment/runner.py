@@ -15,7 +15,7 @@ from emulator.experiment.capture import write_captures
 from emulator.experiment.endpoint_results import render_endpoints
 from emulator.experiment.endpoints import dropped_flows
 from emulator.experiment.faults import (reroute_reaction_ns, switch_port_faults, switch_port_rx_down,
-                                        switch_reboots)
+                                        switch_reboots, watchdog_config)
 from emulator.experiment.model import Experiment
 from emulator.experiment.outdir import OutputDir, output_dir
 from emulator.experiment.plotter import Plotter
@@ -87,7 +87,8 @@ def fabric_net(exp: Experiment, run_dir: Path, pcap: bool | str = False,
                      pcap=bool(pcap), cluster=spec.cluster, ib_cc=spec.ib_cc,
                      switches_per_process=spec.switch.per_process, vtime=vtime,
                      link_faults=switch_port_faults(exp), port_rx_down=switch_port_rx_down(exp),
-                     reroute_reaction_ns=reroute_reaction_ns(exp), switch_reboots=switch_reboots(exp))
+                     reroute_reaction_ns=reroute_reaction_ns(exp), switch_reboots=switch_reboots(exp),
+                     pfc_watchdog=watchdog_config(spec.switch.pfc_watchdog, exp.dilation))
 
 
 def run_experiment(exp: Experiment, out_dir: str | Path, console: Console | None = None,

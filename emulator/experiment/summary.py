@@ -34,6 +34,7 @@ from emulator.experiment.fidelity import (
 from emulator.experiment.fault_results import fault_lost_by_direction, fault_summary
 from emulator.experiment.ideal_fct import flow_paths, flow_priority, standalone_fct_ns
 from emulator.experiment.model import Experiment
+from emulator.experiment.pfcwd_results import watchdog_block, watchdog_totals
 from emulator.experiment.results_io import read_stats, stats_by_port_priority
 from emulator.experiment.summary_file import Fidelity, RunSummary
 from emulator.experiment.time_mode import VIRTUAL, run_time_mode
@@ -144,6 +145,10 @@ def build_summary(exp: Experiment, target: str, agent_results: dict[str, dict],
     switches = [{"node": sw.name, "device_id": exp.fabric.device_id(sw.name),
                  "tx_packets": sum(p["tx_packets"] for p in ports if p["node"] == sw.name),
                  **fid["switches"][sw.name]} for sw in exp.fabric.switches()]
+    for entry in switches:
+        wd = watchdog_block(exp, entry["node"], stats[entry["node"]])
+        if wd is not None:
+            entry["pfc_watchdog"] = wd
     nics = [{"node": h, **v, **_rx_errors(nic_stats.get(h) or {})} for h, v in fid["nics"].items()]
     fidelity = {k: v for k, v in fid.items() if k not in ("switches", "nics", "fell_behind")}
     summary = RunSummary(
@@ -334,6 +339,10 @@ def render_summary(summary: dict) -> Table:
     t.add_row("switch drops (queue / pipeline)",
               f"{sum(p['drops'] for p in summary['ports'])} / "
               f"{sum(p['pipeline_drops'] for p in summary['ports'])}")
+    wd = watchdog_totals(summary)
+    if wd is not None:
+        t.add_row("PFC watchdog: storms detected / restored / frames dropped",
+                  " / ".join(f"{n:,}" for n in wd))
     if isinstance(summary.get("faults"), dict):
         fl = summary["faults"]
         t.add_row("link faults: frames lost / corrupted (dropped by FCS / ICRC)",

@@ -252,6 +252,8 @@ class FaultEnd(_Written):
     corrupted_frames: int
     rate_changes: list[Block]
     down_intervals: list[Block] = []       # each down interval and the frames it lost
+    pfc_storm_frames: int = 0              # PAUSE frames a NIC's pfc_storm sent
+    cpu_stall: Optional[Block] = None      # a stalled host's NIC: what it held, PAUSE/XON sent
 
 
 class Faults(_Written):

@@ -26,7 +26,7 @@ import dataclasses
 from typing import TYPE_CHECKING
 
 from emulator.errors import ConfigError
-from emulator.experiment.faults import FAULTS_NEED
+from emulator.experiment.faults import FAULTS_NEED, check_watchdog
 
 if TYPE_CHECKING:  # pragma: no cover
     from emulator.experiment.resolved import Experiment
@@ -79,6 +79,7 @@ def resolve_time(exp: "Experiment", target: str, *, live: bool = False,
     mode = VIRTUAL if asked == VIRTUAL or (asked == "auto" and why_not is None) else DILATED
     if exp.spec.faults and (mode != VIRTUAL or target != "embedded"):
         raise ConfigError(exp.source, "faults", FAULTS_NEED)
+    check_watchdog(exp, target)
     update: dict = {"time": mode}
     if mode == VIRTUAL:
         update["dilation"] = 1.0

@@ -25,6 +25,7 @@ from operator import itemgetter
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from emulator.experiment import pfcwd_results
 from emulator.experiment.ideal_fct import flow_paths
 from emulator.link_faults import DROP_EVENT, UNCLASSIFIED, class_name
 from emulator.experiment.results_io import (HOST_LOGS, SWITCH_LOGS, RawLogs, read_node_logs,
@@ -85,6 +86,7 @@ class Results:
     cnp: list[dict] = field(default_factory=list)
     drops: list[dict] = field(default_factory=list)
     int_hops: list[dict] = field(default_factory=list)
+    pfcwd_events: list[dict] = field(default_factory=list)   # written with the watchdog on
     end_ns: float = 0.0       # the latest fabric time any log reached
 
     def tables(self) -> dict[str, list]:
@@ -136,7 +138,7 @@ def load_results(exp: "Experiment", run_dir: str | Path, t0_ns: int,
     # a node's raw logs at a time (unless given whole): read, converted, let go
     for sw in exp.fabric.switches():
         logs = raw.switch[sw.name] if raw is not None else read_node_logs(run_dir, sw.name, SWITCH_LOGS)
-        _switch_rows(res, exp.fabric, sw.name, logs, ft)
+        _switch_rows(res, exp.fabric, sw.name, logs, ft, exp.spec.switch.pfc_watchdog.action)
     qp_flow = qp_flow_map(exp)
     flows = {f.flow_id: f for f in exp.flows}
     paths = None
@@ -167,7 +169,7 @@ def load_results(exp: "Experiment", run_dir: str | Path, t0_ns: int,
                               "priority": _drop_class(r["priority"]), "bytes": r["bytes"],
                               "reason": r["reason"]})
         _flow_rate_rows(res, flows, host, logs["flows"], ft)
-    for rows in res.tables().values():
+    for rows in (*res.tables().values(), res.pfcwd_events):
         if rows is not res.flow_rate:
             rows.sort(key=_sort_key)
     res.flow_rate.sort(key=itemgetter(0, 1))      # _sort_key's order: time, then flow
@@ -175,7 +177,7 @@ def load_results(exp: "Experiment", run_dir: str | Path, t0_ns: int,
     return res
 
 
-def _switch_rows(res: Results, fabric, sw: str, logs: dict, ft) -> None:
+def _switch_rows(res: Results, fabric, sw: str, logs: dict, ft, wd_action: str) -> None:
     """A switch's queue depth samples and port events (PFC, ECN marks, drops) into ``res``."""
     def peer_of(node: str, port: int) -> str:
         try:
@@ -202,6 +204,9 @@ def _switch_rows(res: Results, fabric, sw: str, logs: dict, ft) -> None:
         elif ev.startswith(DROP_EVENT):
             res.drops.append({**base, "priority": _drop_class(r["priority"]),
                               "bytes": int(r["value"]), "reason": ev[len(DROP_EVENT):]})
+        elif ev in pfcwd_results.EVENTS:
+            res.pfcwd_events.append(pfcwd_results.event_row(sw, peer_of(sw, r["port"]), r, t,
+                                                            wd_action))
 
 
 def _flow_rate_rows(res: Results, flows: dict, host: str, acked: list, ft) -> None:
@@ -249,8 +254,12 @@ def write_results(exp: "Experiment", run_dir: str | Path, out_dir: "str | Path |
     rd = RunDir.of(out_dir)
     rd.path.mkdir(parents=True, exist_ok=True)
     res = results if results is not None else load_results(exp, run_dir, t0_ns)
-    return {name: write_csv(rd.file(name), RESULT_COLUMNS[name], rows)
-            for name, rows in res.tables().items()}
+    files = {name: write_csv(rd.file(name), RESULT_COLUMNS[name], rows)
+             for name, rows in res.tables().items()}
+    if exp.spec.switch.pfc_watchdog.enabled:
+        files[rd.PFCWD_EVENTS_CSV] = write_csv(rd.file(rd.PFCWD_EVENTS_CSV), pfcwd_results.COLUMNS,
+                                               res.pfcwd_events)
+    return files
 
 
 def monotonic_t0_from_unix(start_at_unix_ns: int) -> int:

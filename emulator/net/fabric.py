@@ -67,7 +67,8 @@ class FabricNet(FabricNodes, FabricHealth):
                  mtu_bytes: int = 1024, sample_interval_ns: int = 0, pcap: bool = False,
                  target: str = "embedded", cluster=None, ib_cc=None,
                  switches_per_process: int | str = "auto", vtime=None, link_faults=None,
-                 port_rx_down=None, reroute_reaction_ns: int | None = None, switch_reboots=None):
+                 port_rx_down=None, reroute_reaction_ns: int | None = None, switch_reboots=None,
+                 pfc_watchdog=None):
         """qos: an ``emulator.control.qos.QosSpec`` to install (None: no traffic
         classes: everything lossy in priority 0). sample_interval_ns: wall
         period of the switches' queue-depth samples (0: none; embedded
@@ -86,7 +87,9 @@ class FabricNet(FabricNodes, FabricHealth):
         reroute_reaction_ns: the controller reroutes around dead links,
         its writes taking effect this long after a port reports
         (``control/reroute.py``; None: it does not); switch_reboots:
-        switch -> when it is down (a modelled reboot)."""
+        switch -> when it is down (a modelled reboot);
+        pfc_watchdog: every switch's ``schema.switch.PfcWatchdogConfig``
+        (None: off; embedded)."""
         if target not in TARGETS:
             raise ValueError(f"target must be one of {TARGETS}, not {target!r}")
         self.target = target
@@ -125,6 +128,7 @@ class FabricNet(FabricNodes, FabricHealth):
         self.port_rx_down = port_rx_down or {}
         self.reroute_reaction_ns = reroute_reaction_ns
         self.switch_reboots = switch_reboots or {}
+        self.pfc_watchdog = pfc_watchdog
 
     # -------------------------------------------------------------- lifecycle
     def start(self) -> "FabricNet":
@@ -186,6 +190,8 @@ class FabricNet(FabricNodes, FabricHealth):
             switch_options["port_rx_down"] = self.port_rx_down
         if self.switch_reboots:
             switch_options["switch_reboots"] = self.switch_reboots
+        if self.pfc_watchdog is not None:
+            switch_options["pfc_watchdog"] = self.pfc_watchdog
         net_cls, net_params = Mininet, {}
         if self.cluster_spec is not None:
             self.cluster = Cluster(self.cluster_spec, self.fabric, self.run_dir,

@@ -175,3 +175,14 @@ class LinkFrame(NamedTuple):
 
     def sent(self, tx, n_bytes: int, now: int) -> None:
         tx.stats.fc_tx += 1
+
+
+class PauseFrame(NamedTuple):
+    """A PFC frame the NIC sends (a storm's, ``pfc.PfcStormer``), its bytes built."""
+    data: bytes
+
+    def build(self, tx):
+        return self.data
+
+    def sent(self, tx, n_bytes: int, now: int) -> None:
+        tx.stats.pfc_tx += 1

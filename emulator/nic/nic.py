@@ -43,6 +43,8 @@ from .nic_link import NicLink
 from .nic_rx import NicReceive
 from .nic_stats import NicStats  # noqa: F401  (re-exported)
 from .notification import NotificationPoint
+from .pfc import PfcStormer
+from .rx_stall import RxStall
 from .qp import (  # noqa: F401  (re-exported)
     RNR_TIMER_US, Completion, MemoryRegion, QpState, QueuePair, WcOpcode, WcStatus, _RecvWqe,
 )
@@ -168,6 +170,13 @@ class RoceNic(NicLink, NicReceive):
         if self.link_faults is not None:
             self.link_faults.on_drop = self.log_drop
         self._fcs_drops: list[tuple[int, int]] = []
+        self.stormer = PfcStormer(self.link_faults, self.rate_bps, self.mac) \
+            if self.link_faults is not None and self.link_faults.storms else None
+        stalls = config.link_faults.stalls if config.link_faults is not None else []
+        self.rx_stall = self.stats.rx_stall = RxStall(
+            [(w.from_ns, w.until_ns, w.xoff_bytes) for w in stalls], self.priority, self.rate_bps,
+            self.mac) if stalls else None
+        self._update_rx_hook()
         if hasattr(self.sock, "keep_bad_fcs"):
             self.sock.keep_bad_fcs = self._keep_bad_fcs
 
@@ -385,6 +394,14 @@ class RoceNic(NicLink, NicReceive):
             t = self.transmitter.next_rate_change_ns()
             if t is not None and t <= now:
                 self.transmitter.apply_rate_changes(now)
+            stall = self.rx_stall
+            if stall is not None and stall.next_ns() <= now:
+                self._stall_release(now)
+            stormer = self.stormer
+            if stormer is not None and stormer.next_ns <= now:
+                frame = stormer.fire(now)
+                if frame is not None:
+                    self.transmitter.put_pause_frame(frame, now)
 
     @property
     def rx_fds(self) -> tuple[int, ...]:
@@ -414,6 +431,10 @@ class RoceNic(NicLink, NicReceive):
             t = self.transmitter.next_rate_change_ns()
             if t is not None and t < wake:
                 wake = t
+            if self.stormer is not None and self.stormer.next_ns < wake:
+                wake = self.stormer.next_ns
+            if self.rx_stall is not None and self.rx_stall.next_ns() < wake:
+                wake = self.rx_stall.next_ns()
         if self.reaction.enabled:
             wake = self.reaction.next_timer_ns(wake)
         if gate is not None:

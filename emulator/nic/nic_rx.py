@@ -34,7 +34,7 @@ class NicReceive:
         return None if self.tenant_filter is None else self.tenant_filter.partition
 
     def _update_rx_hook(self) -> None:
-        on = self.cpu_gate is not None or self.tenant_filter is not None
+        on = self.cpu_gate is not None or self.tenant_filter is not None or self.rx_stall is not None
         self.rx_hook = self._cpu_rx_hook if on else None
 
     def _cpu_rx_hook(self, frame, pkt, now: int) -> bool:
@@ -42,6 +42,9 @@ class NicReceive:
         backlog full) or held until its CPU work is done."""
         tf = self.tenant_filter
         if tf is not None and tf.drops(frame, now):
+            return True
+        stall = self.rx_stall
+        if stall is not None and pkt.opcode in _DATA_OPS and self._stall_holds(stall, frame, now):
             return True
         gate = self.cpu_gate
         if gate is None or pkt.opcode not in _DATA_OPS:
@@ -154,6 +157,36 @@ class NicReceive:
                 self.on_cnp(qp, pkt)
         else:
             self.stats.rx_bad_requests += 1
+
+    def _stall_holds(self, stall, frame, now: int) -> bool:
+        """The host is stalled (or has not yet taken what a stall held):
+        the NIC keeps the packet, and pauses the data class at XOFF."""
+        if stall.held and stall.stalled(now) is None:
+            self._stall_release(now)              # the stall is over: its packets first
+        if stall.stalled(now) is None:
+            return False
+        pause = stall.hold(frame, now)
+        if pause is not None:
+            self.transmitter.put_pause_frame(pause, now)
+        return True
+
+    def _stall_release(self, now: int) -> None:
+        """What a stall held, taken by the host at its end (in arrival
+        order, then the coalesced ACKs); its PAUSE refreshed, or XON."""
+        frames, pfc = self.rx_stall.due(now)
+        if pfc is not None:
+            self.transmitter.put_pause_frame(pfc, now)
+        st = self.stats
+        for frame in frames:
+            pkt = parse_roce(frame)
+            qp = self.qp_by_qpn.get(pkt.dst_qp)
+            if qp is None or pkt.src_ip != qp.remote_ip_int:
+                st.rx_ignored += 1
+                continue
+            self.deliver(qp, pkt, len(frame), now)
+        if frames:
+            self.last_rx_ns = now
+            self.responder.flush_acks()
 
     def _cpu_rx_release(self, now: int) -> None:
         """Deliver the received packets whose CPU work is done (then the

@@ -14,9 +14,9 @@ class NicStats:
                  "rx_stall_ns",
                  "rx_packets", "rx_bytes", "rx_data_packets", "rx_data_payload_bytes",
                  "rx_acks", "rx_naks", "rx_rnr_naks",
-                 "cnp_tx", "cnp_rx", "ecn_ce_rx", "pfc_rx", "paused_ns", "rate_changes",
+                 "cnp_tx", "cnp_rx", "ecn_ce_rx", "pfc_rx", "pfc_tx", "paused_ns", "rate_changes",
                  "rx_out_of_order", "rx_duplicates", "rx_icrc_errors", "rx_fcs_errors",
-                 "rx_int_errors", "rx_ignored", "link_faults",
+                 "rx_int_errors", "rx_ignored", "link_faults", "rx_stall",
                  "rx_bad_requests", "timeouts", "nak_rewinds", "completions", "loops",
                  "qp_errors", "retry_exc_errors", "rnr_retry_exc_errors", "wr_flush_errors",
                  "rx_batches_max", "rx_socket_drops",
@@ -29,6 +29,7 @@ class NicStats:
             setattr(self, k, 0)
         self.rx_late_hist = [0] * LATE_BUCKETS   # receive lateness, link.py's log buckets
         self.link_faults = None                  # its link's scripted faults (link_faults.LinkFaults)
+        self.rx_stall = None                     # its host's CPU stalls (rx_stall.RxStall)
 
     def as_dict(self) -> dict:
         d = {k: getattr(self, k) for k in self.__slots__}
@@ -37,6 +38,9 @@ class NicStats:
             del d["link_faults"]
         else:
             d["link_faults"] = self.link_faults.stats()
+        del d["rx_stall"]
+        if self.rx_stall is not None:
+            d["cpu_stall"] = self.rx_stall.stats()
         d["tx_lag_mean_ns"] = d["tx_lag_sum_ns"] // d["tx_lag_frames"] if d["tx_lag_frames"] else 0
         d["rx_late_mean_ns"] = (d["rx_late_sum_ns"] // d["rx_late_samples"]
                                 if d["rx_late_samples"] else 0)

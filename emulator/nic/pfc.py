@@ -13,9 +13,55 @@ from __future__ import annotations
 
 import struct
 
-from emulator.wire import NUM_PRIORITIES, PFC_DST_MAC, PFC_QUANTUM_BITS
+from emulator.clock import NEVER_NS
+from emulator.wire import (ETH_P_PAUSE, MIN_FRAME_BYTES, NUM_PRIORITIES, PFC_DST_MAC, PFC_OPCODE,
+                           PFC_QUANTUM_BITS)
 
 _TIMERS = struct.Struct("!8H")
+_PFC_HEAD = struct.Struct(f"!6s6sHHH{NUM_PRIORITIES}H")
+STORM_QUANTA = 0xFFFF
+
+
+def pause_ns(quanta: int, rate_bps: float) -> int:
+    """``quanta`` x 512 bit times at ``rate_bps``, rounded up to whole ns (as the switch's)."""
+    return -(-quanta * PFC_QUANTUM_BITS * 1_000_000_000 // int(rate_bps))
+
+
+def pause_frame(src_mac: bytes, priorities: int, quanta: int) -> bytes:
+    """A 60-byte PFC frame: ``quanta`` on each priority of the mask ``priorities``."""
+    timers = [quanta if priorities >> p & 1 else 0 for p in range(NUM_PRIORITIES)]
+    body = _PFC_HEAD.pack(PFC_DST_MAC, src_mac, ETH_P_PAUSE, PFC_OPCODE, priorities, *timers)
+    return body + bytes(MIN_FRAME_BYTES - len(body))
+
+
+class PfcStormer:
+    """A stuck NIC's PFC storm (``faults: pfc_storm``, ``link_faults.LinkFaults.storms``):
+    while a storm is on, PAUSE of the most quanta on its priorities, sent
+    again at half the pause's time -- before it runs out, whatever the NIC's
+    receive buffer holds. ``next_ns``: when the next frame (or the next
+    storm's start) is due, on the NIC's clock (fabric ns in virtual time)."""
+
+    __slots__ = ("faults", "src_mac", "refresh_ns", "next_ns")
+
+    def __init__(self, faults, rate_bps: float, mac: str):
+        self.faults = faults
+        self.src_mac = bytes.fromhex(mac.replace(":", ""))
+        self.refresh_ns = pause_ns(STORM_QUANTA, rate_bps) // 2   # as a switch refreshes its own
+        self.next_ns = faults.next_storm_start_ns(-1)
+
+    def fire(self, now: int) -> bytes | None:
+        """The PAUSE frame due at ``now`` (None: no storm is on), and the next due time."""
+        mask = self.faults.storm_priorities(now)
+        nxt = self.faults.next_storm_start_ns(now)
+        frame = None
+        if mask:
+            frame = pause_frame(self.src_mac, mask, STORM_QUANTA)
+            nxt = min(nxt, now + self.refresh_ns)
+            for p in range(NUM_PRIORITIES):
+                if mask >> p & 1:
+                    self.faults.storm_frames[p] += 1
+        self.next_ns = nxt if nxt < NEVER_NS else NEVER_NS
+        return frame
 
 
 class PfcReceiver:

@@ -29,7 +29,7 @@ from emulator.link import CommitWire, Wire
 from emulator.clock import NEVER_NS
 from emulator.wire import ROCE_FRAMING, Framing, ib_credit_blocks
 
-from .frames import LinkFrame
+from .frames import LinkFrame, PauseFrame
 from .qp import QpState
 _BLOCKED_RETRY_NS = 100_000              # socket full: try again this much later
 
@@ -101,6 +101,15 @@ class Transmitter:
         """A link packet (``data``, built) goes on the wire now, after the
         frame being serialized, taking ``wire_ns`` and no credit."""
         self.wire.put(max(now, self.slot_free_ns) + wire_ns, LinkFrame(data))
+
+    def put_pause_frame(self, data: bytes, now: int) -> None:
+        """A PFC frame the NIC sends (a storm's) goes on the wire now, after
+        the frame being serialized, taking its serialization time."""
+        self._now = now
+        start = max(float(now), self.slot_free_ns)
+        end = start + self.frame_time_ns(len(data))
+        self.slot_free_ns = end
+        self.wire.put(end, PauseFrame(data))
 
     def _send_committed(self, f, arrival_ns) -> None:
         self.sock.due_ns = arrival_ns

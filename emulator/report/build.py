@@ -5,6 +5,7 @@ import html
 import time
 from pathlib import Path
 
+from emulator.experiment.pfcwd_results import watchdog_totals
 from emulator.report.dist_fig import collectives_figures, fct_cdf, queue_percentiles, slowdown_figure
 from emulator.report.fabric_fig import fabric_figure
 from emulator.report.flows_fig import flow_timeline, rate_figure
@@ -29,6 +30,10 @@ def verdict_rows(s: dict) -> tuple[bool, list[tuple[str, object]]]:
         rows.append(("aborted", s["aborted"]))
     drops = sum(p.get("drops", 0) for p in s.get("ports") or [])
     rows.append(("switch drops", drops))
+    wd = watchdog_totals(s)
+    if wd is not None:
+        rows.append(("PFC watchdog: storms detected / restored / frames dropped",
+                     " / ".join(f"{n:,}" for n in wd)))
     coll = s.get("collectives")
     if coll is not None:
         rows.append(("collectives", "complete" if coll.get("complete") else
@@ -55,6 +60,19 @@ def timing_rows(s: dict) -> list[tuple[str, object]]:
         rows.append(("how", "virtual: every process advances fabric time in conservative "
                             "windows; a rerun is bit-identical"))
     return rows
+
+
+def watchdog_table(s: dict) -> str:
+    """The PFC watchdog's storms, one row per event (summary.json's ``switches[].pfc_watchdog``)."""
+    switches = [sw for sw in s.get("switches") or [] if sw.get("pfc_watchdog")]
+    if not switches:
+        return ""
+    events = sorted((e["time_ns"], sw["node"], e) for sw in switches
+                    for e in sw["pfc_watchdog"].get("events", []))
+    rows = [(f"{t / 1000:,.3f} µs", f"{node} port {e['port']} (to {e['peer']}) priority "
+                                    f"{e['priority']}: {e['event'].replace('_', ' ')} ({e['action']})")
+            for t, node, e in events]
+    return kv_table(rows or [("no storm", "no queue was held paused past detection")])
 
 
 def extra_tables(s: dict) -> str:
@@ -101,6 +119,10 @@ def run_sections(data: RunData, notes: list[str], frames: int, prefix: str = "")
     if dists:
         out.append(section("Distributions", "".join(figure_html(f, f"{prefix}{n}")
                                                     for f, n in dists), f"{prefix}dists"))
+    wd = watchdog_table(data.summary)
+    if wd:
+        out.append(section("PFC watchdog", "<p>Storms the switches' PFC watchdog detected and "
+                           "restored (fabric time; pfcwd_events.csv).</p>" + wd, f"{prefix}pfcwd"))
     coll = collectives_figures(data)
     extra = extra_tables(data.summary)
     if coll or extra:

@@ -96,6 +96,7 @@ _WHAT = {
     RunDir.FCT_SLOWDOWN_CSV: "FCT slowdown by flow-size bucket",
     RunDir.QUEUE_DEPTH_DIST_CSV: "queue-depth percentiles per port",
     RunDir.HOSTS_CSV: "per-host results (endpoints)",
+    RunDir.PFCWD_EVENTS_CSV: "PFC watchdog: storms detected and restored",
     RunDir.COLLECTIVES_CSV: "collectives, nccl-tests' columns",
     RunDir.COLLECTIVES_TXT: "collectives, nccl-tests' text output",
     RunDir.COLLECTIVES_JSON: "collectives, nccl-tests' JSON", RunDir.TRAINING_JSON: "training steps",

@@ -24,6 +24,7 @@ from emulator.schema.nic import DEFAULT_MTU_BYTES, DEFAULT_RETRY_CNT, RetryCnt
 from emulator.schema.hpcc import HpccSpec
 from emulator.schema.ib_cc import IbCcSpec
 from emulator.schema.qos import QosSpec
+from emulator.schema.switch import PfcWatchdogSpec
 from emulator.schema.endpoints import EndpointsSpec, FlowExpect
 from emulator.schema.faults import FaultEntry
 from emulator.schema.limits import MAX_DILATION, FabricUs, MessageBytes, WallS, name_problem
@@ -40,6 +41,8 @@ class SwitchSpec(StrictSpec):
     # as many processes as cores, more about 3 to a process
     # (emulator/net/packing.py); BMv2 switches: one each.
     per_process: Union[Literal["auto"], PositiveInt] = "auto"
+    # SONiC's PFC watchdog in the embedded traffic manager (schema/switch.py)
+    pfc_watchdog: PfcWatchdogSpec = PfcWatchdogSpec()
 
 
 class TelemetrySpec(StrictSpec):

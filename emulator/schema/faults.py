@@ -11,6 +11,8 @@ faults:
   - {kind: bit_errors, link: "h2:leaf1", ber: 1.0e-6, from_us: 0, until_us: 2000}
   - {kind: switch_down, switch: spine1, at_us: 50}                # a modelled reboot
   - {kind: switch_up, switch: spine1, at_us: 200}
+  - {kind: pfc_storm, host: h1, priority: 3, at_us: 200, until_us: 5000}
+  - {kind: cpu_stall, host: h2, at_us: 100, duration_us: 300}
 ```
 
 ``link`` names the two nodes a link joins, ``"A:B"``; ``direction`` is
@@ -18,7 +20,8 @@ faults:
 at the sending end of a direction, on a frame when its serialization ends
 (when its last bit enters the wire): a down direction loses it, a loss
 drops it, a bit error flips one of its bits; a degrade slows the sender's
-serializer. Times are fabric µs from the run's start. What each does and
+serializer. A ``pfc_storm`` names a host: its NIC sends the PAUSE frames; a ``cpu_stall``
+names a host that stops taking what its NIC receives. Times are fabric µs from the run's start. What each does and
 what the run reports: docs/faults.md. Checked against the fabric by
 ``emulator.experiment.faults`` (the link exists, the times are in order).
 
@@ -140,6 +143,43 @@ class RandomLoss(_Window):
     seed: int = Field(DEFAULT_FAULT_SEED, ge=0)
 
 
+class PfcStorm(StrictSpec):
+    """Host ``host``'s NIC sends PAUSE on ``priority`` from ``at_us`` until
+    ``until_us`` (None: the run's end) whatever its receive buffer holds, as
+    a stuck NIC does: 802.1Qbb frames of the most quanta (0xFFFF), each sent
+    again before the last runs out; at ``until_us`` it stops (the pause in
+    force runs out by itself)."""
+    kind: Literal["pfc_storm"]
+    host: str
+    priority: FaultPriority = 3
+    at_us: FabricUs
+    until_us: Optional[FabricUs] = None
+
+    @model_validator(mode="after")
+    def _ordered(self):
+        if self.until_us is not None and self.until_us <= self.at_us:
+            raise FieldError("until_us", f"must be after at_us ({self.at_us:g}) (got {self.until_us:g})")
+        return self
+
+    def senders(self) -> list[tuple[str, str]]:
+        return []              # not a link fault: compiled per host (experiment/faults.py)
+
+
+class CpuStall(StrictSpec):
+    """Host ``host`` stops taking what its NIC receives from ``at_us`` for
+    ``duration_us``: the NIC holds the data packets, pauses the data class
+    once it holds ``xoff_bytes`` and, when the host takes them at the end,
+    resumes it (``nic/rx_stall.py``)."""
+    kind: Literal["cpu_stall"]
+    host: str
+    at_us: FabricUs
+    duration_us: float = Field(gt=0, allow_inf_nan=False)
+    xoff_bytes: PositiveInt = 65_536
+
+    def senders(self) -> list[tuple[str, str]]:
+        return []              # not a link fault: compiled per host (experiment/faults.py)
+
+
 class BitErrors(_Window):
     """Each bit flipped with probability ``ber``: a frame of L bytes is hit
     with probability 1-(1-ber)^(8L), one bit of it flipped."""
@@ -167,7 +207,8 @@ class SwitchUp(StrictSpec):
 
 FAULT_KINDS = {"link_down": LinkDown, "link_up": LinkUp, "link_flap": LinkFlap,
                "link_degrade": LinkDegrade, "random_loss": RandomLoss, "bit_errors": BitErrors,
-               "switch_down": SwitchDown, "switch_up": SwitchUp}
+               "switch_down": SwitchDown, "switch_up": SwitchUp,
+               "pfc_storm": PfcStorm, "cpu_stall": CpuStall}
 
 
 def _fault_kind(v) -> str | None:
@@ -214,17 +255,33 @@ class BitErrorWindow(StrictSpec):
     seed: int = Field(ge=0)
 
 
+class StormWindow(StrictSpec):
+    """A NIC's PFC storm: PAUSE on ``priority`` from ``from_ns`` until ``until_ns``."""
+    from_ns: int = Field(ge=0)
+    until_ns: int = Field(gt=0)
+    priority: FaultPriority
+
+
+class StallWindow(StrictSpec):
+    """A host's CPU stall: its NIC holds received data from ``from_ns`` until ``until_ns``."""
+    from_ns: int = Field(ge=0)
+    until_ns: int = Field(gt=0)
+    xoff_bytes: int = Field(gt=0)
+
+
 class EndFaults(StrictSpec):
     """The faults of one sending end (``sender`` -> ``receiver``), fabric ns:
     when the direction is down, the rate changes of its serializer, loss and
-    bit-error windows, and the DSCP -> priority map that classes its frames
-    for the counters and ``LossWindow.priority``."""
+    bit-error windows, a NIC's PFC storms, and the DSCP -> priority map that
+    classes its frames for the counters and ``LossWindow.priority``."""
     sender: str
     receiver: str
     down: list[DownInterval] = []
     rates: list[RateChange] = []
     loss: list[LossWindow] = []
     bit_errors: list[BitErrorWindow] = []
+    storms: list[StormWindow] = []
+    stalls: list[StallWindow] = []
     dscp_priority: list[FaultPriority] = Field(default_factory=lambda: [0] * 64,
                                                min_length=64, max_length=64)
 

@@ -14,13 +14,14 @@ dilated (wall); bytes are not::
      "pcap": false,                             # RUN/{ifname}.pcap per port
      "seed": 1,                                 # ECN marking's random numbers
      "gnmi_listen": "127.0.0.1:50002",          # its gNMI server (docs/telemetry.md); null: none
-     "ib": null}                                # InfiniBand: emulator/ib/switch.py (IbLinkConfig)
+     "ib": null,                                # InfiniBand: emulator/ib/switch.py (IbLinkConfig)
+     "pfc_watchdog": null}                      # {detection_ns, restoration_ns, action}: PfcWatchdogConfig
 """
 from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Optional
+from typing import Literal, Optional
 
 from pydantic import Field, field_validator
 
@@ -44,6 +45,28 @@ class PortConfig(StrictSpec):
     # port sees no signal a link delay later, reports it (dataplane/port_status.py)
     # and its gNMI oper-status is DOWN (dataplane/gnmi_server)
     rx_down: list[DownInterval] = []
+
+
+class PfcWatchdogSpec(StrictSpec):
+    """The experiment's ``switch.pfc_watchdog``, as SONiC's pfcwd: a lossless
+    queue held paused by received PFC for ``detection_time_us`` while it
+    holds frames is in a storm: ``drop`` discards its frames (and the
+    frames of that priority arriving on that port), ``forward`` sends them
+    ignoring the pause; once no PAUSE came for ``restoration_time_us`` it
+    honours PFC again (``emulator/dataplane/pfcwd.py``; docs/faults.md).
+    Fabric µs; SONiC's defaults are 200 ms each, for runs of minutes."""
+    enabled: bool = False
+    detection_time_us: float = Field(200.0, gt=0, allow_inf_nan=False)
+    restoration_time_us: float = Field(400.0, gt=0, allow_inf_nan=False)
+    action: Literal["drop", "forward"] = "drop"
+
+
+class PfcWatchdogConfig(StrictSpec):
+    """The switch process's watchdog: its times in the switch clock's ns
+    (dilated in a dilated run)."""
+    detection_ns: int = Field(gt=0)
+    restoration_ns: int = Field(gt=0)
+    action: Literal["drop", "forward"] = "drop"
 
 
 class IbLinkConfig(IbLinkLayer):
@@ -80,6 +103,7 @@ class SwitchConfig(ProcessConfig):
     # when the switch is down (a scripted switch_down until its switch_up):
     # a modelled reboot, dataplane/port_status.py
     reboots: list[DownInterval] = []
+    pfc_watchdog: Optional[PfcWatchdogConfig] = None   # None: off
 
     @field_validator("gnmi_listen")
     @classmethod
