@@ -185,7 +185,6 @@ def _run(experiment, exp, out: Path, target, pcap: bool, dilation, sets=(), as_j
 def _write_report(run_dir, runs: dict | None = None) -> None:
     """``report.html`` of a finished run, or of a comparison of ``runs`` ({label: dir})."""
     import time
-
     from emulator.report import write_compare_report, write_report
     t0 = time.monotonic()
     path = write_report(run_dir) if runs is None else write_compare_report(run_dir, runs)
@@ -201,10 +200,9 @@ def what_failed(summary: dict) -> list[str]:
     # with endpoints:, flows expected dropped never complete and are fine
     missed = [f for f in flows if not f.get("as_expected", f["complete"])]
     if missed:
-        failed = sorted({f["status"] for f in missed if f.get("failed")})
-        n_failed = sum(bool(f.get("failed")) for f in missed)
-        out.append(f"{len(missed)} of {len(flows)} flows did not complete"
-                   + (f" ({n_failed} failed: {', '.join(failed)})" if failed else ""))
+        failed = [f["status"] for f in missed if f.get("failed")]
+        out.append(f"{len(missed)} of {len(flows)} flows did not complete" + (
+            f" ({len(failed)} failed: {', '.join(sorted(set(failed)))})" if failed else ""))
     iso = summary.get("isolation")
     if iso is not None and not iso.get("isolated", True):
         out.append("tenants were not isolated")
