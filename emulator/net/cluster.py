@@ -15,10 +15,9 @@ network itself:
   spans the servers over the connection the run already holds
   (``forward_socket``; ``Cluster.vtime_socket_of``: the path a node's
   processes join by).
-- ``RemoteProcess`` (``remote_process.py``): a switch or agent started on
-  a remote server (``emulator.net.remote_exec``), its config files carried
-  by the session that starts it, a ``subprocess.Popen`` look-alike whose
-  signals travel as ``kill`` over ssh.
+- ``RemoteProcess`` (``remote_process.py``): a switch or agent started on a
+  remote server, its config carried by the session that starts it
+  (``remote_exec``); signals travel as ``kill`` over ssh.
 - ``Cluster``: the servers of a run, the placement of its nodes, and a
   mirror that pulls what the runner reads while the run goes (agents'
   ready and progress files, switch stats) unless the run directory is one

@@ -30,6 +30,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from emulator.atomic import atomic_write_bytes
 from emulator.errors import WriteFailed
 from emulator.lifeline import RUNNER_PID_ENV
 
@@ -72,7 +73,6 @@ def _read_size(fd: int) -> int:
 
 def receive_files(paths: list[str], fd: int = 0) -> None:
     """Each of ``paths`` written whole (``atomic``) from ``fd``'s frames."""
-    from emulator.atomic import atomic_write_bytes
     for path in paths:
         data = _read_exact(fd, _read_size(fd))
         Path(path).parent.mkdir(parents=True, exist_ok=True)
