@@ -45,6 +45,7 @@ class TwoServers:
         self.key = self.tmp / "id_ed25519"
         self.known_hosts = self.tmp / "known_hosts"
         self.sshd: subprocess.Popen | None = None
+        self.master: subprocess.Popen | None = None      # the rig's own ssh connection
 
     # ------------------------------------------------------------------ setup
     def __enter__(self) -> "TwoServers":
@@ -96,16 +97,24 @@ class TwoServers:
                 raise RuntimeError(f"sshd in {self.ns_b} did not start: "
                                    f"{(self.tmp / 'sshd.log').read_text()[-500:]}")
             time.sleep(0.1)
+        self.master = subprocess.Popen([*self._ssh_argv(), "-o", "ControlMaster=yes", "-N",
+                                        f"root@{B_ADDR}"], stdin=subprocess.DEVNULL,
+                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     @property
     def ssh_options(self) -> list[str]:
         return ["-i", str(self.key), "-o", f"UserKnownHostsFile={self.known_hosts}",
                 "-o", "StrictHostKeyChecking=accept-new", "-o", "LogLevel=ERROR"]
 
+    def _ssh_argv(self) -> list[str]:
+        # The rig's own checks share the connection _sshd opened (a new one
+        # costs 0.3-0.5 s on a busy machine); without it, ssh connects anew.
+        return ["ip", "netns", "exec", self.ns_a, "ssh", "-o", "BatchMode=yes", *self.ssh_options,
+                "-o", f"ControlPath={self.tmp / 'rig.ssh'}"]
+
     def ssh(self, command: str) -> subprocess.CompletedProcess:
         """``command`` on server b (from a)."""
-        return subprocess.run(["ip", "netns", "exec", self.ns_a, "ssh", "-o", "BatchMode=yes",
-                               *self.ssh_options, f"root@{B_ADDR}", command],
+        return subprocess.run([*self._ssh_argv(), f"root@{B_ADDR}", command],
                               capture_output=True, text=True, timeout=30)
 
     def cluster_spec(self, placement) -> dict:
@@ -123,6 +132,9 @@ class TwoServers:
 
     # --------------------------------------------------------------- teardown
     def __exit__(self, *exc) -> None:
+        if self.master is not None:
+            self.master.terminate()
+            self.master.wait()
         if self.sshd is not None and self.sshd.poll() is None:
             pid_file = self.tmp / "sshd.pid"
             if pid_file.exists():

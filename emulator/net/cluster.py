@@ -15,9 +15,9 @@ network itself:
   spans the servers over the connection the run already holds
   (``forward_socket``; ``Cluster.vtime_socket_of``: the path a node's
   processes join by).
-- ``RemoteProcess``: a switch or agent started on a remote server
-  (``emulator.net.remote_exec``), a ``subprocess.Popen`` look-alike whose
-  signals travel as ``kill`` over ssh.
+- ``RemoteProcess`` (``remote_process.py``): a switch or agent started on a
+  remote server, its config carried by the session that starts it
+  (``remote_exec``); signals travel as ``kill`` over ssh.
 - ``Cluster``: the servers of a run, the placement of its nodes, and a
   mirror that pulls what the runner reads while the run goes (agents'
   ready and progress files, switch stats) unless the run directory is one
@@ -37,7 +37,6 @@ import contextlib
 import os
 import secrets
 import shlex
-import signal
 import subprocess
 import sys
 import tempfile
@@ -48,6 +47,7 @@ from pathlib import Path
 
 from emulator.errors import EnvironmentProblem, FabricEmuError
 from emulator.lifeline import RUNNER_PID_ENV, set_pdeathsig
+from emulator.net.remote_process import RemoteProcess
 from emulator.rundir import RawDir
 from emulator.schema.cluster import LOCAL, ClusterServerSpec, ClusterSpec
 from emulator.schema.load import FieldError
@@ -74,7 +74,7 @@ class ClusterServer:
 
         srv = ClusterServer(spec, ssh_options, control_dir).open()
         srv.run("uname -r").stdout
-        srv.put(path)                   # the runner's file, same path there
+        proc = srv.spawn(module, [cfg], log, files=[cfg])   # cfg: the runner's, same path there
         port = srv.forward(50051)       # 127.0.0.1:port here -> 127.0.0.1:50051 there
         srv.close()
     """
@@ -152,13 +152,6 @@ class ClusterServer:
             raise EnvironmentProblem(f"cluster server {self.name}: its kernel cannot make the gretap "
                                      f"links that link: gre needs ({why}); say link: ssh")
 
-    def put(self, path: Path) -> None:
-        """The runner's file ``path``, to the same path on this server."""
-        if self.is_local or self.shared_run_dir:
-            return
-        self.run(["sh", "-c", f"mkdir -p {shlex.quote(str(Path(path).parent))} && "
-                              f"cat > {shlex.quote(str(path))}"], input=Path(path).read_bytes())
-
     def pull(self, run_dir: Path, patterns: tuple[str, ...] | None = None) -> None:
         """This server's files of ``run_dir`` (those matching ``patterns``;
         all without) into the runner's ``run_dir``."""
@@ -209,88 +202,50 @@ class ClusterServer:
                 "or say time: dilated)")
         self.forwarded_sockets.append(remote_path)
 
-    def remove_forwarded(self) -> None:
-        """The socket files ``forward_socket`` left on this server."""
+    def remove_forwarded(self, then: str = "") -> None:
+        """The socket files ``forward_socket`` left on this server; ``then``:
+        a shell command run after it in the same round trip."""
         paths, self.forwarded_sockets = self.forwarded_sockets, []
-        if paths:
-            self.run(["rm", "-f", *paths], check=False, timeout_s=30)
+        if paths or then:
+            rm = f"rm -f {shlex.join(paths)}; " if paths else ""
+            self.run(["sh", "-c", rm + (then or "true")], check=False, timeout_s=60)
 
-    def wait_port(self, port: int, proc, timeout_s: float, what: str, log: Path) -> None:
-        """Until something listens on this server's 127.0.0.1:``port``."""
+    def wait_ports(self, starting: list[tuple[int, object, str, Path]], timeout_s: float) -> None:
+        """Until something listens on each of this server's 127.0.0.1 ports
+        of ``starting`` (port, its process, what it is, its log): one probe
+        there for all of them, not an ssh round trip each."""
         probe = ("import socket,sys,time\n"
-                 "end=time.monotonic()+float(sys.argv[2])\n"
-                 "while time.monotonic()<end:\n"
-                 "    try: socket.create_connection(('127.0.0.1',int(sys.argv[1])),0.2).close(); sys.exit(0)\n"
-                 "    except OSError: time.sleep(0.05)\n"
-                 "sys.exit(1)\n")
-        out = self.run([sys.executable, "-c", probe, str(port), str(timeout_s)], check=False,
+                 "end=time.monotonic()+float(sys.argv[1])\n"
+                 "todo=[int(p) for p in sys.argv[2:]]\n"
+                 "while todo and time.monotonic()<end:\n"
+                 "    for p in list(todo):\n"
+                 "        try: socket.create_connection(('127.0.0.1',p),0.2).close(); todo.remove(p)\n"
+                 "        except OSError: pass\n"
+                 "    todo and time.sleep(0.05)\n"
+                 "print(*todo)\n")
+        ports = [str(port) for port, *_ in starting]
+        out = self.run([sys.executable, "-c", probe, str(timeout_s), *ports], check=False,
                        timeout_s=timeout_s + 30)
-        if out.returncode != 0:
-            state = ("exited" if proc.poll() is not None else "did not open its port")
-            raise FabricEmuError(f"{what} on cluster server {self.name} {state} while starting; "
-                                 f"see {log} there")
+        closed = out.stdout.decode().split() if out.returncode == 0 else ports
+        for port, proc, what, log in starting:
+            if str(port) in closed:
+                state = ("exited" if proc.poll() is not None else "did not open its port")
+                raise FabricEmuError(f"{what} on cluster server {self.name} {state} while "
+                                     f"starting; see {log} there")
 
     def spawn(self, module: str, args: list[str], log_path: Path, *,
-              netns_pid: int | None = None, stdin_pipe: bool = False) -> "RemoteProcess":
+              netns_pid: int | None = None, stdin_pipe: bool = False,
+              files: list[Path] = ()) -> RemoteProcess:
         """``python -m module args`` on this server (in Mininet node
-        ``netns_pid``'s namespaces if given), logging to ``log_path`` there."""
-        inner = [sys.executable, "-m", "emulator.net.remote_exec", str(log_path), "--",
-                 module, *map(str, args)]
+        ``netns_pid``'s namespaces if given), logging to ``log_path`` there;
+        ``files``, the runner's (its config), written to the same paths there
+        first, unless the run directory is one both see."""
+        puts = [] if self.shared_run_dir else [Path(f) for f in files]
+        inner = [sys.executable, "-m", "emulator.net.remote_exec", str(log_path),
+                 *(a for f in puts for a in ("--put", str(f))), "--", module, *map(str, args)]
         if netns_pid is not None:
             inner = ["mnexec", "-a", str(netns_pid), *inner]
-        return RemoteProcess(self, inner, stdin_pipe)
-
-
-class RemoteProcess:
-    """A process on another server, as the runner sees it: the parts of
-    ``subprocess.Popen`` a run uses. Its ssh session carries its stdin (the
-    start gate's line) and, from ``emulator.net.remote_exec``, its pid and
-    exit status; signals go as ``kill`` over the shared connection."""
-
-    def __init__(self, server: ClusterServer, argv: list[str], stdin_pipe: bool):
-        self.server, self.args = server, argv
-        # No preexec_fn (gRPC's threads run by now): a session on the shared
-        # connection ends with its master, which dies with the runner.
-        self._ssh = subprocess.Popen(server.command(argv),
-                                     stdin=subprocess.PIPE if stdin_pipe else subprocess.DEVNULL,
-                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-        self.stdin = self._ssh.stdin
-        self.pid: int | None = None      # on the server, once read
-        self.returncode: int | None = None
-
-    def _remote_pid(self) -> int | None:
-        if self.pid is None:
-            line = self._ssh.stdout.readline()
-            self.pid = int(line) if line.strip().isdigit() else None
-        return self.pid
-
-    def poll(self) -> int | None:
-        if self.returncode is None and self._ssh.poll() is not None:
-            self._remote_pid()
-            rest = self._ssh.stdout.read().decode(errors="replace").split()
-            # "exit N" from remote_exec; without it the connection was lost.
-            self.returncode = (int(rest[rest.index("exit") + 1]) if "exit" in rest
-                               else -signal.SIGKILL)
-        return self.returncode
-
-    def wait(self, timeout: float | None = None) -> int:
-        try:
-            self._ssh.wait(timeout)
-        except subprocess.TimeoutExpired:
-            raise subprocess.TimeoutExpired(self.args, timeout) from None
-        return self.poll()
-
-    def send_signal(self, sig: int) -> None:
-        if self.poll() is None and self._remote_pid() is not None:
-            self.server.run(["kill", f"-{int(sig)}", str(self.pid)], check=False, timeout_s=10)
-
-    def terminate(self) -> None:
-        self.send_signal(signal.SIGTERM)
-
-    def kill(self) -> None:
-        self.send_signal(signal.SIGKILL)
-        if self.poll() is None:
-            self._ssh.kill()
+        return RemoteProcess(self, inner, stdin_pipe, puts)
 
 
 class Cluster:
@@ -326,10 +281,10 @@ class Cluster:
                 self._forward_vtime()
             marker = self.run_dir / ".runner"
             marker.write_text(f"{os.getpid()}-{time.time_ns()}")
-            for srv in self.remote_servers():
-                out = srv.run(["cat", str(marker)], check=False)
-                srv.shared_run_dir = out.returncode == 0 and out.stdout.decode() == marker.read_text()
-                srv.run(["mkdir", "-p", str(self.run_dir)])
+            for srv in self.remote_servers():     # one round trip: is it ours? then make it
+                out = srv.run(["sh", "-c", 'cat -- "$1" 2>/dev/null; exec mkdir -p -- "$2"', "sh",
+                               str(marker), str(self.run_dir)])
+                srv.shared_run_dir = out.stdout.decode() == marker.read_text()
         except BaseException:
             for srv in self.remote_servers():
                 with contextlib.suppress(FabricEmuError, subprocess.TimeoutExpired, OSError):
@@ -397,12 +352,12 @@ class Cluster:
             nodes = [n for n, s in self.placement.items() if s == srv.name]
             ifnames = [p.ifname for sw in self.fabric.switches() if sw.name in nodes
                        for p in self.fabric.ports(sw.name)]
-            try:
-                srv.remove_forwarded()
-                srv.run([sys.executable, "-m", "emulator.net.clean", str(self.run_dir),
-                         ",".join(nodes), ",".join(ifnames)], check=False, timeout_s=60)
-                if not srv.shared_run_dir:
-                    srv.run(["rm", "-rf", str(self.run_dir)], check=False)
+            clean = shlex.join([sys.executable, "-m", "emulator.net.clean", str(self.run_dir),
+                                ",".join(nodes), ",".join(ifnames)])
+            if not srv.shared_run_dir:
+                clean += f"; rm -rf {shlex.quote(str(self.run_dir))}"
+            try:          # in one round trip
+                srv.remove_forwarded(then=clean)
             except (subprocess.TimeoutExpired, OSError):
                 pass
 

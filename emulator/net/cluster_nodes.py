@@ -64,17 +64,24 @@ def _switch_class(cluster: "Cluster", on_server: type) -> type:
             if not self.isRemote:
                 return super().start(controllers)
             cfg_path = self.write_config()
-            srv = cluster.server_of(self.name)
-            srv.put(cfg_path)
-            self.proc = srv.spawn("emulator.dataplane", [str(cfg_path)], self.log_path)
+            self.proc = cluster.server_of(self.name).spawn(
+                "emulator.dataplane", [str(cfg_path)], self.log_path, files=[cfg_path])
 
-        def wait_started(self) -> None:
-            if not self.isRemote:
-                return super().wait_started()
-            srv = cluster.server_of(self.name)
-            srv.wait_port(self.grpc_port, self.proc, READY_TIMEOUT_S, f"switch {self.name}",
-                          self.log_path)
-            self.local_grpc_port = srv.forward(self.grpc_port)
+        @classmethod
+        def batchStartup(cls, switches, **kw):
+            """The remote switches' ports, one probe per server for all of its
+            switches (``ClusterServer.wait_ports``), then the local ones."""
+            remote: dict = {}
+            for sw in switches:
+                if sw.isRemote:
+                    remote.setdefault(cluster.server_of(sw.name), []).append(sw)
+            for srv, members in remote.items():
+                srv.wait_ports([(sw.grpc_port, sw.proc, f"switch {sw.name}", sw.log_path)
+                                for sw in members], READY_TIMEOUT_S)
+                for sw in members:
+                    sw.local_grpc_port = srv.forward(sw.grpc_port)
+            super().batchStartup([sw for sw in switches if not sw.isRemote], **kw)
+            return switches
 
         def request_snapshot(self) -> None:
             if self.isRemote:     # its last snapshot there would be pulled as this one

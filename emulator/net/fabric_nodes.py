@@ -77,11 +77,9 @@ class FabricNodes:
         ``subprocess.Popen``-like handle (``ForkedProcess``)."""
         host = self.host(node)
         if self.cluster is not None and self.cluster.is_remote(host.name):
-            srv = self.cluster.server_of(host.name)
-            for a in args:          # its config: written here, read there
-                if Path(a).is_file():
-                    srv.put(Path(a))
-            return srv.spawn(module, args, log_path, netns_pid=host.pid, stdin_pipe=stdin_pipe)
+            configs = [Path(a) for a in args if Path(a).is_file()]   # written here, read there
+            return self.cluster.server_of(host.name).spawn(
+                module, args, log_path, netns_pid=host.pid, stdin_pipe=stdin_pipe, files=configs)
         return self.forkserver.spawn(module, args, log_path, netns_pid=host.pid,
                                      stdin_pipe=stdin_pipe)
 
