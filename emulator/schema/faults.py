@@ -43,6 +43,14 @@ FaultPriority = Annotated[int, Field(ge=0, le=NUM_PRIORITIES - 1)]
 DEFAULT_FAULT_SEED = 1
 
 
+def _until_after(fault, start: str):
+    """``fault``, refused unless its ``until_us`` (None: the run's end) is after ``start``."""
+    t0 = getattr(fault, start)
+    if fault.until_us is not None and fault.until_us <= t0:
+        raise FieldError("until_us", f"must be after {start} ({t0:g}) (got {fault.until_us:g})")
+    return fault
+
+
 class _LinkFault(StrictSpec):
     link: str
     direction: Direction = "both"
@@ -75,10 +83,7 @@ class _Window(_LinkFault):
 
     @model_validator(mode="after")
     def _ordered(self):
-        if self.until_us is not None and self.until_us <= self.from_us:
-            raise FieldError("until_us", f"must be after from_us ({self.from_us:g}) "
-                                         f"(got {self.until_us:g})")
-        return self
+        return _until_after(self, "from_us")
 
 
 class LinkDown(_LinkFault):
@@ -128,9 +133,7 @@ class LinkDegrade(_LinkFault):
 
     @model_validator(mode="after")
     def _ordered(self):
-        if self.until_us is not None and self.until_us <= self.at_us:
-            raise FieldError("until_us", f"must be after at_us ({self.at_us:g}) (got {self.until_us:g})")
-        return self
+        return _until_after(self, "at_us")
 
 
 class RandomLoss(_Window):
@@ -157,9 +160,7 @@ class PfcStorm(StrictSpec):
 
     @model_validator(mode="after")
     def _ordered(self):
-        if self.until_us is not None and self.until_us <= self.at_us:
-            raise FieldError("until_us", f"must be after at_us ({self.at_us:g}) (got {self.until_us:g})")
-        return self
+        return _until_after(self, "at_us")
 
     def senders(self) -> list[tuple[str, str]]:
         return []              # not a link fault: compiled per host (experiment/faults.py)
