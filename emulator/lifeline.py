@@ -104,9 +104,10 @@ def exit_without_teardown(code) -> None:
     elif not isinstance(code, int):         # sys.exit("message"): printed, status 1
         print(code, file=sys.stderr)
         code = 1
-    for t in threading.enumerate():
-        if t is not threading.current_thread() and not t.daemon:
-            t.join()
+    # what the interpreter's exit does first: threading's own exit hooks
+    # (an executor left open lets its workers go) and the join of every
+    # non-daemon thread -- joining them alone would wait on such workers forever
+    threading._shutdown()
     atexit._run_exitfuncs()
     for f in (sys.stdout, sys.stderr):
         try:

@@ -43,6 +43,19 @@ def test_exit_keeps_threads_atexit_and_buffered_output(tmp_path):
     assert not (tmp_path / "after.txt").exists()
 
 
+def test_exit_with_an_executor_left_open_ends(tmp_path):
+    """Its workers are non-daemon threads that leave only by threading's exit
+    hook: joining them without it would hang the command for ever."""
+    res = _python("""
+        import concurrent.futures
+        from emulator.lifeline import exit_without_teardown
+        pool = concurrent.futures.ThreadPoolExecutor(2)
+        pool.submit(print, "done").result()
+        exit_without_teardown(0)
+    """, tmp_path)
+    assert (res.returncode, res.stdout) == (0, "done\n"), res.stderr
+
+
 @pytest.mark.parametrize("code, status, err", [(None, 0, ""), ("bad input", 1, "bad input\n")])
 def test_exit_status_as_sys_exit(tmp_path, code, status, err):
     res = _python(f"""
