@@ -29,7 +29,7 @@ import click  # noqa: E402  (after the signals: its import is most of the start)
 from rich.console import Console  # noqa: E402
 
 from emulator.errors import FabricEmuError  # noqa: E402
-from emulator.lifeline import without_teardown  # noqa: E402
+from emulator.command_exit import without_teardown  # noqa: E402
 from emulator.rundir import RunDir  # noqa: E402
 
 console = Console(stderr=True)

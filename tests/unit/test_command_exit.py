@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from emulator.lifeline import is_the_command, without_teardown
+from emulator.command_exit import is_the_command, without_teardown
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -24,7 +24,7 @@ def test_exit_keeps_threads_atexit_and_buffered_output(tmp_path):
     res = _python("""
         import atexit, sys, threading
         from pathlib import Path
-        from emulator.lifeline import exit_without_teardown
+        from emulator.command_exit import exit_without_teardown
         go = threading.Event()
         def late():
             go.wait()
@@ -48,7 +48,7 @@ def test_exit_with_an_executor_left_open_ends(tmp_path):
     hook: joining them without it would hang the command for ever."""
     res = _python("""
         import concurrent.futures
-        from emulator.lifeline import exit_without_teardown
+        from emulator.command_exit import exit_without_teardown
         pool = concurrent.futures.ThreadPoolExecutor(2)
         pool.submit(print, "done").result()
         exit_without_teardown(0)
@@ -59,7 +59,7 @@ def test_exit_with_an_executor_left_open_ends(tmp_path):
 @pytest.mark.parametrize("code, status, err", [(None, 0, ""), ("bad input", 1, "bad input\n")])
 def test_exit_status_as_sys_exit(tmp_path, code, status, err):
     res = _python(f"""
-        from emulator.lifeline import exit_without_teardown
+        from emulator.command_exit import exit_without_teardown
         exit_without_teardown({code!r})
     """, tmp_path)
     assert (res.returncode, res.stderr) == (status, err)
