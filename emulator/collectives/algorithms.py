@@ -23,6 +23,9 @@ local indices are equal).
   pipeline stage's peer: shift G); ``all_to_allv``: ``pairwise`` with
   nccl-tests' alltoallv_perf sizes (``alltoallv_bytes``).
 * ``channels``: ring c on part c of the data (``ring_order``).
+* ``tree`` all_reduce: NCCL's double binary tree (``tree.py``).
+* ``pxn`` (any algorithm): inter-server traffic leaves by the NIC on the
+  receiver's rail, over NVLink to the GPU that owns it (``pxn.py``).
 
 Each chunk transfer is cut into slices of at most ``slice_bytes``.
 """
@@ -32,6 +35,7 @@ from dataclasses import dataclass
 
 from emulator.schema.workload import MAX_CHANNELS
 
+from . import pxn, tree
 from .dtypes import elem_bytes
 from .schedule import (
     COPY, ELEM_BYTES, LOCAL, NVLINK, RDMA, RECV, SEND, Op, RankSchedule, chunk_bytes, finalize,
@@ -40,7 +44,9 @@ from .schedule import (
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce",
                "send_recv", "all_to_allv")
-ALGORITHMS = ("ring", "hierarchical")
+ALGORITHMS = ("ring", "hierarchical", "tree")
+# the algorithms that run all_reduce only (NCCL runs its trees for all_reduce alone)
+ALL_REDUCE_ONLY = ("hierarchical", "tree")
 ROOTED = ("broadcast", "reduce")
 # ring collectives that split their data over ``channels`` rings (NCCL's channels)
 CHANNELED = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce")
@@ -55,13 +61,15 @@ class Params:
     reduce), ``shift`` (send_recv), ``spread`` (all_to_allv: nccl-tests'
     NCCL_TESTS_ALLTOALLV_SPREAD, 0 uniform .. 1 distance-weighted), the
     element type and the reduction op (nccl-tests' -d, -o; ``dtypes.py``),
-    ``channels``: rings run side by side (``CHANNELED`` collectives)."""
+    ``channels``: rings (trees) run side by side (``CHANNELED`` collectives,
+    tree all_reduce), ``pxn``: NCCL's PXN (``pxn.py``)."""
     root: int = 0
     shift: int = 1
     spread: float = 1.0
     dtype: str = "float32"
     op: str = "sum"
     channels: int = 1
+    pxn: bool = False
 
 
 def alltoallv_bytes(n: int, size_bytes: int, spread: float, elem: int = ELEM_BYTES
@@ -151,11 +159,11 @@ def build(collective: str, algorithm: str, servers: int, gpus_per_server: int, s
     count = size_bytes // elem
     if collective in ("all_gather", "reduce_scatter", "all_to_all") and count % n:
         raise ValueError(f"{collective}: {size_bytes} B is not a multiple of {elem} B x {n} ranks")
-    if algorithm == "hierarchical" and collective != "all_reduce":
-        raise ValueError("hierarchical is implemented for all_reduce only")
+    if algorithm in ALL_REDUCE_ONLY and collective != "all_reduce":
+        raise ValueError(f"{algorithm} is implemented for all_reduce only")
     if collective in ROOTED and not 0 <= params.root < n:
         raise ValueError(f"{collective}: root {params.root} is not one of the {n} ranks")
-    if params.channels != 1 and (collective not in CHANNELED or algorithm != "ring"):
+    if params.channels != 1 and not channeled(collective, algorithm):
         raise ValueError(f"channels: {collective} ({algorithm}) runs one channel")
     if not 1 <= params.channels <= MAX_CHANNELS:
         raise ValueError(f"channels: {params.channels} is not 1..{MAX_CHANNELS}")
@@ -165,10 +173,19 @@ def build(collective: str, algorithm: str, servers: int, gpus_per_server: int, s
     else:
         sch = _build_symmetric(collective, algorithm, servers, G, size_bytes, slice_bytes, orders,
                                elem)
+    if params.pxn:
+        pxn.reroute(sch, G, slice_bytes, 2 * params.channels)
     for s in sch.values():
         s.dtype, s.redop = params.dtype, params.op
         finalize(s)
     return sch
+
+
+def channeled(collective: str, algorithm: str) -> bool:
+    """Whether ``channels`` splits the collective's data: over rings
+    (``CHANNELED``) or trees (all_reduce)."""
+    return ((algorithm == "ring" and collective in CHANNELED)
+            or (algorithm == "tree" and collective == "all_reduce"))
 
 
 def _build_symmetric(collective, algorithm, servers, G, size_bytes, slice_bytes, orders, elem):
@@ -191,6 +208,8 @@ def _build_symmetric(collective, algorithm, servers, G, size_bytes, slice_bytes,
                 chunks = chunk_bytes(pn // elem, n, po, elem)
                 _ring_phase(sch, order, chunks, "out", True, 0, G, slice_bytes, c)
                 _ring_phase(sch, order, chunks, "out", False, 1, G, slice_bytes, c)
+        elif algorithm == "tree":
+            tree.all_reduce(sch, servers, G, count, elem, slice_bytes, len(orders))
         else:
             _hierarchical(sch, servers, G, count, slice_bytes, elem)
     elif collective == "all_gather":

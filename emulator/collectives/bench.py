@@ -125,9 +125,11 @@ def connections_for(servers: int, gpus: int, pairs: list[tuple]) -> set:
     algs = {p[1] for p in pairs}
     for coll, alg, *params in set(pairs) | {("all_reduce", a) for a in algs}:
         coll = "all_to_all" if coll == "all_to_allv" else coll
+        p = params[0] if params else algorithms.Params()
+        # trees: an element at least on each of their 2 x channels parts
+        per_rank = 2 * p.channels if alg == "tree" else 1
         out |= algorithms.channel_connections(algorithms.build(
-            coll, alg, servers, gpus, 4 * servers * gpus, 4,
-            params[0] if params else algorithms.Params()))
+            coll, alg, servers, gpus, 4 * servers * gpus * per_rank, 4, p))
     return out
 
 
@@ -203,13 +205,15 @@ def _want(collective, rank, n, size_bytes, params, in_place, given):
 
 def _extra_keys(collective: str, n: int, size_bytes: int, params) -> dict:
     """A record's keys beyond the common ones: a type and op other than
-    float32 sum, channels other than 1, the root of a rooted collective,
+    float32 sum, channels other than 1, PXN on, the root of a rooted collective,
     all_to_allv's algbw bytes (``algorithms.algbw_bytes``)."""
     out = {}
     if (params.dtype, params.op) != ("float32", "sum"):
         out.update(dtype=params.dtype, op=params.op)
     if params.channels != 1:
         out["channels"] = params.channels
+    if params.pxn:
+        out["pxn"] = True
     if collective in algorithms.ROOTED:
         out["root"] = params.root
     if collective == "all_to_allv":

@@ -77,10 +77,10 @@ def collective_rows(records: list[dict], dilation: float) -> list[dict]:
     groups: dict[tuple, list[dict]] = {}
     for r in records:
         groups.setdefault((r["collective"], r["algorithm"], r["size_bytes"], r.get("root"),
-                           r.get("dtype", "float32"), r.get("op", "sum"), r.get("channels", 1)),
-                          []).append(r)
+                           r.get("dtype", "float32"), r.get("op", "sum"), r.get("channels", 1),
+                           r.get("pxn", False)), []).append(r)
     rows = []
-    for (coll, alg, size, root, dtype, op, channels), rs in groups.items():
+    for (coll, alg, size, root, dtype, op, channels, pxn), rs in groups.items():
         n = rs[0]["nranks"]
         halves = {False: [r for r in rs if not r.get("in_place")],
                   True: [r for r in rs if r.get("in_place")]}
@@ -96,6 +96,8 @@ def collective_rows(records: list[dict], dilation: float) -> list[dict]:
             row["root"] = root
         if channels != 1:
             row["channels"] = channels
+        if pxn:
+            row["pxn"] = True
         bw_bytes = rs[0].get("algbw_bytes", size)
         for prefix, half in (("", halves[False]), ("inplace_", halves[True])):
             timed = _timed(half, coll, bw_bytes, n, dilation)
@@ -171,7 +173,8 @@ def _tests(rows: list[dict]) -> dict[tuple, list[dict]]:
     blocks: dict[tuple, list[dict]] = {}
     for r in rows:
         blocks.setdefault((r["collective"], r["algorithm"], r["nranks"], r.get("root", -1),
-                           r["type"], r["redop"], r.get("channels", 1)), []).append(r)
+                           r["type"], r["redop"], r.get("channels", 1), r.get("pxn", False)),
+                          []).append(r)
     return {k: sorted(v, key=lambda r: r["size_bytes"]) for k, v in blocks.items()}
 
 
@@ -188,11 +191,11 @@ def _wrong_total(rows: list[dict]) -> int:
 def format_table(rows: list[dict]) -> str:
     """The rows as nccl-tests prints them, one block per test (collective, algorithm)."""
     out = io.StringIO()
-    for (coll, alg, n, root, _, _, channels), rs in _tests(rows).items():
+    for (coll, alg, n, root, _, _, channels, pxn), rs in _tests(rows).items():
         prog = PROGRAMS[coll]
         sizes = [r["size_bytes"] for r in rs]
         out.write(f"# Collective test starting: {prog}\n")
-        chans = f", {channels} channels" if channels != 1 else ""
+        chans = (f", {channels} channels" if channels != 1 else "") + (", pxn" if pxn else "")
         out.write(f"# ai-fabric-emulator: {coll} ({alg}{chans}), {n} ranks, one process per "
                   "server; times in fabric time\n")
         out.write(f"# nThread 1 nGpus 1 minBytes {min(sizes)} maxBytes {max(sizes)} "

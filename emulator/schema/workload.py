@@ -29,7 +29,7 @@ REDUCING = ("all_reduce", "reduce_scatter", "reduce")
 TrainingCollective = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all"]
 # the fields a collective takes besides its sizes (``emulator.collectives.algorithms.Params``)
 _PARAMS = {"root": ("broadcast", "reduce"), "shift": ("send_recv",), "spread": ("all_to_allv",)}
-Algorithm = Literal["ring", "hierarchical"]
+Algorithm = Literal["ring", "hierarchical", "tree"]
 MAX_SIZES = 64
 MAX_CHANNELS = 32                  # rings side by side, at most
 
@@ -66,7 +66,7 @@ class TestSpec(StrictSpec):
     spread: Optional[float] = Field(None, ge=0, le=1)  # all_to_allv: default 1 (nccl-tests)
     dtype: Optional[DType] = None                      # default: the workload's
     op: Optional[RedOp] = None                         # reducing ones; default: the workload's
-    channels: Optional[int] = Field(None, ge=1, le=MAX_CHANNELS)   # ring; default: the workload's
+    channels: Optional[int] = Field(None, ge=1, le=MAX_CHANNELS)   # ring, tree; default: the workload's
 
     @model_validator(mode="after")
     def _params(self):
@@ -106,7 +106,8 @@ class WorkloadSpec(StrictSpec):
     algorithm: Algorithm = "ring"
     dtype: DType = "float32"
     op: RedOp = "sum"
-    channels: int = Field(1, ge=1, le=MAX_CHANNELS)   # rings of the CHANNELED collectives
+    channels: int = Field(1, ge=1, le=MAX_CHANNELS)   # rings of the CHANNELED collectives, trees
+    pxn: bool = False             # NCCL's PXN: inter-server sends leave by the receiver's rail
     slice_bytes: int = Field(65536, ge=256, le=16 << 20)
     slots: int = Field(8, ge=1, le=64)
     check: bool = True
