@@ -1,0 +1,56 @@
+"""Tree all_reduce and PXN on the rails (rail-2x4, virtual time), end to
+end: the shipped allreduce-rail-tree reruns identically, exactly right, on
+rail 0 alone; alltoall-rail-pxn's collectives leave the spines idle with PXN
+and cross them without it, both exactly right."""
+from __future__ import annotations
+
+import pytest
+
+from emulator.experiment.dilation import run_with_dilation
+from emulator.experiment.model import experiment_from_dict, read_experiment_data
+from tests.conftest import REPO
+from tests.reruns import without_wall
+
+pytestmark = [pytest.mark.fabric, pytest.mark.usefixtures("no_leftovers")]
+LINK_GBPS = 12.5                        # a 100 Gbps NIC, GB/s
+
+
+def _run(out, name: str, **workload) -> dict:
+    path = REPO / "experiments" / f"{name}.yaml"
+    data = read_experiment_data(path)
+    data["workload"].update(workload)
+    data["time"] = "virtual"
+    return run_with_dilation(experiment_from_dict(data, path), out)
+
+
+def _spine_bytes(summary: dict) -> int:
+    return sum(p.get("tx_bytes", 0) for p in summary["ports"] if p["node"].startswith("spine"))
+
+
+def test_tree_all_reduce_on_the_rails_reruns_identically(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    first, second = _run(a, "allreduce-rail-tree"), _run(b, "allreduce-rail-tree")
+    assert first["complete"] and not first["fell_behind"] and first["time"] == "virtual"
+    rows = first["collectives"]["results"]
+    assert [r["size_bytes"] for r in rows] == [65536, 262144, 1048576]
+    assert all(r["algorithm"] == "tree" and r["wrong"] == 0 and r["inplace_wrong"] == 0
+               for r in rows)
+    # both trees' inter-server edge is rail 0, which carries the whole buffer
+    # each way: algbw at most one NIC's (1 MiB measured 10.85 GB/s)
+    assert all(r["algbw_GBps"] <= LINK_GBPS for r in rows)
+    assert rows[-1]["algbw_GBps"] > 0.7 * LINK_GBPS
+    assert _spine_bytes(first) == 0
+    assert without_wall(first) == without_wall(second)
+    for name in ("collectives.csv", "collectives.txt"):
+        assert (a / name).read_bytes() == (b / name).read_bytes(), name
+
+
+def test_pxn_keeps_the_collectives_off_the_spines(tmp_path):
+    on, off = _run(tmp_path / "on", "alltoall-rail-pxn"), _run(tmp_path / "off",
+                                                                "alltoall-rail-pxn", pxn=False)
+    for s in (on, off):
+        assert s["complete"] and not s["fell_behind"]
+        assert all(r["wrong"] == 0 for r in s["collectives"]["results"])
+    # measured 0 with PXN, 5.4 MB on each spine without
+    assert _spine_bytes(on) == 0
+    assert _spine_bytes(off) > 8_000_000
