@@ -23,9 +23,8 @@ local indices are equal).
   pipeline stage's peer: shift G); ``all_to_allv``: ``pairwise`` with
   nccl-tests' alltoallv_perf sizes (``alltoallv_bytes``).
 * ``channels``: ring c on part c of the data (``ring_order``).
-* ``tree`` all_reduce: NCCL's double binary tree (``tree.py``).
-* ``pxn`` (any algorithm): inter-server traffic leaves by the NIC on the
-  receiver's rail, over NVLink to the GPU that owns it (``pxn.py``).
+* ``tree`` all_reduce: NCCL's double binary tree (``tree.py``); ``pxn``:
+  cross-rail sends relayed on the receiver's rail (``pxn.py``).
 
 Each chunk transfer is cut into slices of at most ``slice_bytes``.
 """
