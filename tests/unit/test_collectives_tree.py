@@ -9,7 +9,7 @@ import pytest
 from emulator.collectives import algorithms, bench, data, pxn, report, simulate, tree
 from emulator.collectives.algorithms import Params
 from emulator.collectives.schedule import NVLINK, RDMA, RECV, SEND
-from emulator.collectives.workload import params_of, validate_for
+from emulator.collectives.workload import params_of, training_params, validate_for
 from emulator.errors import ConfigError
 from emulator.schema.workload import parse_workload
 from tests.unit.test_collectives import simulate_wrong, two_servers  # noqa: F401 (fixture)
@@ -150,6 +150,18 @@ def test_pxn_relay_channels_and_their_limit():
     with pytest.raises(ConfigError, match=r"^e.yaml: workload.pxn: pxn with 30 channels x 8 GPUs"):
         validate_for(w, "e.yaml", 2, 8)
     assert params_of(w.tests[0], w).pxn
+    w = parse_workload({"pxn": True, "algorithm": "tree", "training": {
+        "steps": 1, "size_bytes": 4096}}, "e.yaml")
+    assert training_params(w).pxn and w.pairs() == [("all_reduce", "tree")]
+
+
+@pytest.mark.parametrize("alg", ["tree", "hierarchical"])
+def test_pxn_leaves_rail_aligned_all_reduces_as_they_are(alg):
+    """tree and hierarchical never send across rails: PXN relays nothing."""
+    plain = algorithms.build("all_reduce", alg, 3, 4, 4 * 12 * 50, 64)
+    routed = algorithms.build("all_reduce", alg, 3, 4, 4 * 12 * 50, 64, Params(pxn=True))
+    assert all(repr(plain[r].ops) == repr(routed[r].ops) and pxn.RELAY_BUF not in routed[r].buffers
+               for r in plain)
 
 
 def test_pxn_all_to_all_on_rail_only_wires(two_servers):
