@@ -173,7 +173,7 @@ def build(collective: str, algorithm: str, servers: int, gpus_per_server: int, s
         sch = _build_symmetric(collective, algorithm, servers, G, size_bytes, slice_bytes, orders,
                                elem)
     if params.pxn:
-        pxn.reroute(sch, G, slice_bytes, 2 * params.channels)
+        pxn.reroute(sch, G, 2 * params.channels)
     for s in sch.values():
         s.dtype, s.redop = params.dtype, params.op
         finalize(s)

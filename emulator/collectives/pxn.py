@@ -46,7 +46,7 @@ def _rerouted(me: int, op: Op, G: int) -> bool:
     return op.kind in (SEND, RECV) and op.link == RDMA and op.peer % G != me % G
 
 
-def reroute(sch: dict, G: int, slice_bytes: int, chans: int) -> None:
+def reroute(sch: dict, G: int, chans: int) -> None:
     """Rewrite ``sch`` (every rank's schedule, not yet finalized) for PXN:
     ``chans`` bounds the channels its ops use."""
     check_fits(G, chans)
