@@ -18,8 +18,20 @@ and interface: ``AddressPlan.management_members``, the one source.
 """
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
 from mininet.node import Host
 
+from emulator.atomic import atomic_write_text
+from emulator.errors import RunAborted
+from emulator.lifeline import child_env
+from emulator.net.inband import HEAD_PORT
+from emulator.net.nodes import stop_processes
+from emulator.rundir import RawDir
 from emulator.topo import Fabric
 from emulator.topo.addressing import MGMT_BRIDGE, MGMT_HOST, switch_mgmt_netns
 
@@ -98,5 +110,79 @@ def attach_switches(net, fabric: Fabric, relay) -> None:
         node.relay = relay
 
 
-__all__ = ["GNMI_PORT", "P4RUNTIME_PORT", "add_management", "attach_switches",
+REPORT_INTERVAL_MS = 20          # wall ms between a server's progress reports
+HEAD_READY_S = 10.0
+
+
+class InbandReports:
+    """A run's progress reports over the in-band network (``net/inband.py``):
+    the head in the management host, a reporter in each server; at the end
+    what the head received and what every bridge port carried."""
+
+    def __init__(self, fnet, run_dir: Path, interval_ms: float = REPORT_INTERVAL_MS):
+        self.fnet, self.raw = fnet, RawDir(run_dir)
+        self.interval_ms = interval_ms
+        self.head_out = Path(run_dir) / "inband-head.json"
+        self.procs: list = []
+
+    def _popen(self, node, args: list[str], log: Path):
+        with open(log, "w") as f:
+            proc = node.popen([sys.executable, "-m", "emulator.net.inband", *args],
+                              stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT,
+                              env=child_env())
+        self.procs.append(proc)
+        return proc
+
+    def start(self) -> "InbandReports":
+        fabric = self.fnet.fabric
+        plan = fabric.addresses
+        head_ip = plan.management_ip("in_band", MGMT_HOST)
+        log = self.raw.process_log("inband-head")
+        head = self._popen(self.fnet.net.get(MGMT_HOST), ["head", str(HEAD_PORT), str(self.head_out)], log)
+        deadline = time.monotonic() + HEAD_READY_S
+        while "listening" not in log.read_text():
+            if head.poll() is not None or time.monotonic() > deadline:
+                raise RunAborted(f"the in-band management head did not start; see {log}")
+            time.sleep(0.01)
+        for server in fabric.servers():
+            files = [str(self.raw.progress(n)) for n in server.all_nics]
+            self._popen(self.fnet.host(server.name),
+                        ["report", f"{head_ip}:{HEAD_PORT}", server.name, str(self.interval_ms), *files],
+                        self.raw.process_log(f"{server.name}.inband"))
+        return self
+
+    def finish(self, path: Path) -> dict:
+        """Stop them; ``path`` (management.json): the head's counts, and per
+        management network every bridge port's packets and its queue's."""
+        reporters, head = self.procs[1:], self.procs[:1]
+        stop_processes(reporters)
+        time.sleep(0.05)                  # the last reports in flight reach the head
+        stop_processes(head)
+        result = {"report_interval_wall_ms": self.interval_ms,
+                  "head": json.loads(self.head_out.read_text()) if self.head_out.exists() else {},
+                  "bridges": {m.kind: bridge_counters(self.fnet.net, self.fnet.fabric, m.kind)
+                              for m in self.fnet.fabric.management}}
+        atomic_write_text(path, json.dumps(result, indent=1, sort_keys=True))
+        return result
+
+
+def bridge_counters(net, fabric: Fabric, kind: str) -> dict[str, dict]:
+    """Every port of the ``kind`` bridge: its member, the packets and bytes it
+    carried each way, and its egress queue's (tc) sent packets and drops."""
+    node = net.get(MGMT_BRIDGE[kind])
+    links = {i["ifname"]: i.get("stats64", {}) for i in json.loads(node.cmd("ip -s -j link show"))}
+    qdiscs = {q["dev"]: q for q in json.loads(node.cmd("tc -s -j qdisc show"))}
+    out = {}
+    for m in fabric.addresses.management_members(kind):
+        st, q = links.get(m.bridge_ifname, {}), qdiscs.get(m.bridge_ifname, {})
+        out[m.bridge_ifname] = {"member": m.node, "rx_packets": st.get("rx", {}).get("packets", 0),
+                                "rx_bytes": st.get("rx", {}).get("bytes", 0),
+                                "tx_packets": st.get("tx", {}).get("packets", 0),
+                                "tx_bytes": st.get("tx", {}).get("bytes", 0),
+                                "queue_sent_packets": q.get("packets", 0),
+                                "queue_drops": q.get("drops", 0)}
+    return out
+
+
+__all__ = ["InbandReports", "bridge_counters", "GNMI_PORT", "P4RUNTIME_PORT", "add_management", "attach_switches",
            "configure_management", "management_nodes"]

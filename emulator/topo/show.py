@@ -236,8 +236,8 @@ def _print_management(console: Console, fabric: "Fabric") -> None:
     plan = fabric.addresses
     for net in fabric.management:
         kind = net.kind.replace("_", "-")
-        t = Table(title=f"Management network {kind}: {net.subnet}, {_num(net.rate_bps / 1e9)} Gbps, "
-                        "one bridge (standard forwarding, no PFC)",
+        t = Table(title=f"Management network {kind}: {net.subnet}, {_num(net.rate_bps / 1e9)} Gbps "
+                        "(a bridge: no PFC)",
                   box=box.SIMPLE_HEAD, title_justify="left")
         for col in ("Member", "Namespace", "Interface", "IP", "MAC", "Bridge port"):
             t.add_column(col, no_wrap=True)
