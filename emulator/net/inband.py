@@ -49,24 +49,37 @@ def head(port: int, out: Path) -> int:
     sock.bind(("0.0.0.0", port))
     sock.settimeout(0.05)
     seen: dict[str, dict] = {}
+    count = _counter(seen)
     print(f"head: listening on udp {port}", flush=True)
     while not stop[0]:
         try:
             data = sock.recv(MAX_DATAGRAM_BYTES)
         except (socket.timeout, InterruptedError):
             continue
+        count(data)
+    sock.setblocking(False)             # what arrived before the stop, still queued
+    while True:
+        try:
+            count(sock.recv(MAX_DATAGRAM_BYTES))
+        except (BlockingIOError, InterruptedError):
+            break
+    atomic_write_text(out, json.dumps(seen, indent=1, sort_keys=True))
+    return 0
+
+
+def _counter(seen: dict[str, dict]):
+    def count(data: bytes) -> None:
         try:
             report = json.loads(data)
             server = str(report["server"])
         except (ValueError, KeyError, TypeError):     # not a report: counted apart
             seen.setdefault("(malformed)", {"reports": 0, "bytes": 0})["reports"] += 1
-            continue
+            return
         entry = seen.setdefault(server, {"reports": 0, "bytes": 0})
         entry["reports"] += 1
         entry["bytes"] += len(data)
         entry["last"] = report.get("progress")
-    atomic_write_text(out, json.dumps(seen, indent=1, sort_keys=True))
-    return 0
+    return count
 
 
 def report(head_addr: str, server: str, interval_ms: float, files: list[Path]) -> int:
@@ -74,7 +87,8 @@ def report(head_addr: str, server: str, interval_ms: float, files: list[Path]) -
     stop = _stopper()
     ip, _, port = head_addr.rpartition(":")
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    while not stop[0]:
+
+    def send() -> None:
         progress = {}
         for f in files:
             try:
@@ -86,7 +100,11 @@ def report(head_addr: str, server: str, interval_ms: float, files: list[Path]) -
                         (ip, int(port)))
         except OSError:                           # the network went (teardown)
             pass
+    print(f"{server}: reporting to {head_addr} every {interval_ms:g} ms", flush=True)
+    while not stop[0]:
+        send()
         time.sleep(interval_ms / 1000)
+    send()                  # the last word: what the agents wrote before they stopped
     return 0
 
 

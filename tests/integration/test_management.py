@@ -116,3 +116,31 @@ def test_a_virtual_time_run_over_the_management_network_reruns_the_same(tmp_path
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
     cfg = json.loads((tmp_path / "a" / "run" / "leaf1.switch.json").read_text())
     assert cfg["grpc_host"] == "192.168.0.2" and cfg["gnmi_listen"] == f"192.168.0.2:{GNMI_PORT}"
+
+
+def test_progress_reports_over_in_band_share_no_queue_with_the_compute_fabric(tmp_path):
+    """The shipped inband-progress run: every server's reports reach the head
+    over the in-band bridge, and the compute fabric's results are those of the
+    same run on the same fabric without management networks, byte for byte."""
+    from emulator.experiment.dilation import run_with_dilation
+    from emulator.experiment.model import read_experiment_data
+    path = REPO / "experiments" / "inband-progress.yaml"
+    data = read_experiment_data(path)
+    with_mgmt = run_with_dilation(experiment_from_dict(data, path), tmp_path / "mgmt")
+    plain = {**data, "topology": "../topologies/clos-2x2.yaml"}
+    without = run_with_dilation(experiment_from_dict(plain, path), tmp_path / "plain")
+    assert with_mgmt["complete"] and with_mgmt["time"] == "virtual"
+    mgmt = json.loads((tmp_path / "mgmt" / "management.json").read_text())
+    assert sorted(mgmt["head"]) == ["h1", "h2", "h3", "h4"]
+    assert all(h["reports"] > 0 for h in mgmt["head"].values())
+    assert mgmt["head"]["h1"]["last"]["h1"]["done"] is True          # h1's flow, reported done
+    inband = mgmt["bridges"]["in_band"]
+    assert inband["inband-eth1"]["member"] == "mgmt" and inband["inband-eth1"]["tx_packets"] > 0
+    oob = mgmt["bridges"]["out_of_band"]          # the collector's and controller's gRPC
+    assert all(p["rx_packets"] > 0 for p in oob.values())
+    # the compute fabric: the same flows, ports, queues, telemetry, as without management
+    for key in ("flows", "ports"):
+        assert without_wall(with_mgmt[key]) == without_wall(without[key]), key
+    for name in ("telemetry.csv", "queue_depth.csv", "pfc_events.csv", "flow_rate.csv"):
+        assert (tmp_path / "mgmt" / name).read_bytes() == (tmp_path / "plain" / name).read_bytes(), name
+    assert not (tmp_path / "plain" / "management.json").exists()
