@@ -47,7 +47,7 @@ def test_reports_reach_the_head_and_the_last_one_is_what_was_written(tmp_path):
     head.send_signal(signal.SIGTERM)
     assert head.wait(10) == 0
     seen = json.loads(out.read_text())
-    assert seen["server1"]["reports"] >= 2 and seen["server1"]["bytes"] > 0
+    assert seen["server1"]["reports"] >= 1 and seen["server1"]["bytes"] > 0
     # the file not (yet) written is left out; the last report is the last write
     assert seen["server1"]["last"] == {"h1": {"host": "h1", "delivered_bytes": 99, "done": True}}
     assert seen["(malformed)"]["reports"] == 1
