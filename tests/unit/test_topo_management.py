@@ -177,3 +177,12 @@ def test_a_switch_binds_its_servers_inside_its_management_namespace(tmp_path):
             server.stop()
     finally:
         subprocess.run(["ip", "netns", "del", name], check=True)
+
+
+def test_an_experiment_on_bmv2_with_management_networks_is_refused():
+    from emulator.experiment.model import experiment_from_dict
+    with pytest.raises(ConfigError) as e:
+        experiment_from_dict({"name": "x", "topology": str(TOPOLOGY), "target": "bmv2",
+                              "traffic": [{"src": "h1", "dst": "h3", "size_bytes": 1000}]},
+                             REPO / "experiments" / "x.yaml")
+    assert e.value.field == "target" and "need the embedded target" in e.value.reason
