@@ -44,12 +44,17 @@ def enter(pid: int) -> None:
             _setns(theirs, flag)
 
 
-@contextlib.contextmanager
-def network_of(pid: int) -> Iterator[None]:
+def network_of(pid: int):
     """The calling thread in node ``pid``'s network namespace for the block,
     then back in its own (sockets opened inside stay in node ``pid``'s)."""
-    theirs = f"/proc/{pid}/ns/net"
-    if _same(theirs, "net"):
+    return network_at(f"/proc/{pid}/ns/net")
+
+
+@contextlib.contextmanager
+def network_at(theirs: str | None) -> Iterator[None]:
+    """``network_of`` a namespace by its path (``/proc/PID/ns/net``,
+    ``/var/run/netns/NAME``); None: the thread's own."""
+    if theirs is None or _same(theirs, "net"):
         yield
         return
     home = os.open("/proc/thread-self/ns/net", os.O_RDONLY)

@@ -134,6 +134,7 @@ class RunDir:
     PLOTS = (QUEUE_DEPTH_PNG, THROUGHPUT_PNG, PAUSE_TIMELINE_PNG, FCT_CDF_PNG, FCT_SLOWDOWN_PNG)
     HOSTS_CSV = "hosts.csv"         # with ``endpoints:`` (``experiment.endpoint_results``)
     TELEMETRY_CSV = "telemetry.csv"  # with ``telemetry:``: the gNMI collector's (``experiment.telemetry``)
+    MANAGEMENT_JSON = "management.json"   # with in-band management: its reports and bridges (``net.management``)
     PFCWD_EVENTS_CSV = "pfcwd_events.csv"   # with the PFC watchdog on (``experiment.pfcwd_results``)
     REPORT_HTML = "report.html"     # the run (or a comparison) in one page (``emulator.report``)
     # a workload's (``collectives.report``, ``experiment.servers``)
@@ -147,7 +148,7 @@ class RunDir:
     # Every entry a run may write: what it claims (``OutputDir.claim``) before
     # anything is built.
     ENTRIES = (RAW, SUMMARY, *TIME_SERIES, *DISTRIBUTIONS, *HPCC, *PLOTS, HOSTS_CSV,
-               TELEMETRY_CSV, PFCWD_EVENTS_CSV, *COLLECTIVES, *CAPTURES, REPORT_HTML)
+               TELEMETRY_CSV, MANAGEMENT_JSON, PFCWD_EVENTS_CSV, *COLLECTIVES, *CAPTURES, REPORT_HTML)
     # Run directories inside one: a sweep's points beside its table
     # (``experiment.sweep``, ``emulator.api.sweep``), ``compare``'s runs beside
     # theirs, the calibration runs and the runs that fell behind of

@@ -38,7 +38,7 @@ from emulator.p4.p4info import P4Info
 from emulator.schema.switch import SwitchConfig, SwitchPackConfig, snapshot_request_path
 from emulator.vtime.member import process_clock
 
-from .switch import EmbeddedSwitch, close_together, gnmi_phrase, start_gnmi, write_atomic
+from .switch import EmbeddedSwitch, close_together, servers_phrase, start_servers, write_atomic
 
 
 def ethernet_switch(scfg: SwitchConfig, clock) -> tuple[EmbeddedSwitch, P4Info]:
@@ -130,20 +130,12 @@ def main(argv: list[str] | None = None, make_switch=ethernet_switch,
     signal.signal(signal.SIGTERM, on_stop)
     signal.signal(signal.SIGINT, on_stop)
     signal.signal(signal.SIGUSR1, on_snapshot)
-    # deferred: the fork server preloads this module; gRPC (the P4Runtime server) is
-    # loaded in the switch process it forks, not in the process that forks
-    from emulator.dataplane.p4rt_server import P4RuntimeServer
     servers = []
     try:
-        for sw, scfg, p4info in members:
-            server = P4RuntimeServer(sw.state, scfg.device_id, scfg.grpc_port, p4info)
-            server.start()
-            servers.append(server)
-            gnmi = start_gnmi(sw, scfg)
-            if gnmi is not None:
-                servers.append(gnmi)
-            print(f"{scfg.name}: ready, P4Runtime on 127.0.0.1:{scfg.grpc_port}"
-                  f"{gnmi_phrase(gnmi)}, {len(scfg.ports)} ports", flush=True)
+        for sw, scfg, p4info in members:       # each in its own management namespace, if any
+            mine = start_servers(sw, scfg, p4info)
+            servers += mine
+            print(f"{scfg.name}: ready, {servers_phrase(mine)}, {len(scfg.ports)} ports", flush=True)
         gc.collect()                      # as serve() does: startup garbage is long-lived
         gc.freeze()
         gc.set_threshold(100_000, 50, 50)

@@ -44,6 +44,7 @@ from emulator.dataplane.switch_port import SwitchPort, open_port_socket
 from emulator.dataplane.tm import TrafficManager
 from emulator.errors import ConfigError
 from emulator.lifeline import die_with_runner
+from emulator.netns import network_at
 from emulator.p4.p4info import P4Info
 from emulator.rundir import RawDir
 from emulator.schema.switch import SwitchConfig
@@ -417,6 +418,26 @@ def main(argv: list[str] | None = None) -> int:
     return switch_main(argv, "emulator.dataplane", _build)
 
 
+def start_servers(switch, cfg: SwitchConfig, p4info: P4Info) -> list:
+    """The switch's P4Runtime server, then its gNMI server (if it has one),
+    started, bound in ``cfg.mgmt_netns`` (a socket keeps the namespace of
+    the thread that made it: back in its own, this thread's loop still reads
+    the switch's ports in the root namespace)."""
+    # deferred: the fork server preloads this module; gRPC (the P4Runtime server) is
+    # loaded in the switch process it forks, not in the process that forks
+    from emulator.dataplane.p4rt_server import P4RuntimeServer
+    with network_at(cfg.mgmt_netns):
+        server = P4RuntimeServer(switch.state, cfg.device_id, cfg.grpc_port, p4info, host=cfg.grpc_host)
+        server.start()
+        gnmi = start_gnmi(switch, cfg)
+    return [server] + ([gnmi] if gnmi is not None else [])
+
+
+def servers_phrase(servers: list) -> str:
+    """``P4Runtime on HOST:PORT[, gNMI on HOST:PORT]``, as ``start_servers`` started them."""
+    return f"P4Runtime on {servers[0].address}" + "".join(gnmi_phrase(s) for s in servers[1:])
+
+
 def start_gnmi(switch, cfg: SwitchConfig):
     """The switch's gNMI server, started (None: its config asks for none)."""
     if not cfg.gnmi_listen or cfg.ib is not None:
@@ -437,16 +458,10 @@ def serve(switch, cfg: SwitchConfig, p4info: P4Info, banner: str) -> int:
     ``stats``, ``state``) behind its P4Runtime server until SIGTERM/SIGINT;
     its stats to ``cfg.stats_path`` at exit. ``banner`` starts the line that
     says it is ready (what the Mininet node and the tests wait for)."""
-    # deferred: the fork server preloads this module; gRPC (the P4Runtime server) is
-    # loaded in the switch process it forks, not in the process that forks
-    from emulator.dataplane.p4rt_server import P4RuntimeServer
     signal.signal(signal.SIGTERM, switch.stop)
     signal.signal(signal.SIGINT, switch.stop)
-    server = P4RuntimeServer(switch.state, cfg.device_id, cfg.grpc_port, p4info)
-    server.start()
-    gnmi = start_gnmi(switch, cfg)
-    print(f"{banner}, P4Runtime on 127.0.0.1:{cfg.grpc_port}{gnmi_phrase(gnmi)}, "
-          f"{len(cfg.ports)} ports", flush=True)
+    servers = start_servers(switch, cfg, p4info)
+    print(f"{banner}, {servers_phrase(servers)}, {len(cfg.ports)} ports", flush=True)
     # Startup garbage is long-lived; keep the collector off the packet path.
     gc.collect()
     gc.freeze()
@@ -454,9 +469,8 @@ def serve(switch, cfg: SwitchConfig, p4info: P4Info, banner: str) -> int:
     try:
         switch.run()
     finally:
-        server.stop()
-        if gnmi is not None:
-            gnmi.stop()
+        for server in servers:
+            server.stop()
         switch.close()
         if cfg.stats_path:
             write_atomic(Path(cfg.stats_path), json.dumps(switch.stats(), indent=1))

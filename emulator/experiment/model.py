@@ -65,6 +65,7 @@ def experiment_from_dict(data, path: str | Path, target: str | None = None) -> E
     if spec.cluster is not None:
         _check_cluster(spec, fabric, path)
     _check_link_layer(spec, fabric, path)
+    _check_management(spec, fabric, path)
     _check_cc(spec, fabric, path)
     check_qos(spec.qos, spec, fabric, path)
     check_faults(spec, fabric, path)
@@ -73,6 +74,19 @@ def experiment_from_dict(data, path: str | Path, target: str | None = None) -> E
     points = _sweep_points(data, spec, path, target) if spec.sweep is not None else ()
     return Experiment(spec=spec, fabric=fabric, flows=flows, source=str(path), workload=plan,
                       sweep_points=points)
+
+
+def _check_management(spec: ExperimentSpec, fabric: Fabric, path: str | Path) -> None:
+    """Management networks are built on one machine beside embedded switches
+    (net/management.py: a BMv2 switch binds no management namespace)."""
+    if not fabric.management:
+        return
+    if spec.target == "bmv2":
+        raise ConfigError(path, "target", f"bmv2: {fabric.name}'s management networks need the "
+                                          "embedded target (its switches bind in their management namespaces)")
+    if spec.cluster is not None:
+        raise ConfigError(path, "cluster", f"{fabric.name}'s management networks are built on one "
+                                           "machine: not with a cluster yet")
 
 
 def check_qos(qos: QosSpec, spec: ExperimentSpec, fabric: Fabric, path: str | Path) -> None:

@@ -24,6 +24,7 @@ from emulator.experiment.servers import ServerGroup, add_collectives, plain_host
 from emulator.experiment.summary import render_slowdown_buckets, render_summary
 from emulator.experiment.summary_file import RunSummary
 from emulator.experiment.telemetry import telemetry_collector
+from emulator.net.management import InbandReports
 from emulator.experiment.time_mode import VIRTUAL, run_time_mode
 from emulator.experiment.timeseries import monotonic_t0_from_unix
 from emulator.errors import ConfigError, EnvironmentProblem, RunAborted, WriteFailed
@@ -149,9 +150,14 @@ def _run(exp: Experiment, odir: OutputDir, console: Console, pcap: bool | str, t
             console.print(f"fabric up and programmed in {phases.mark('bring_up'):.1f} s")
             if collector is not None:       # subscribed at fabric time 0, before the agents
                 collector.start(fnet)
+            # the servers report progress to the head over in-band management
+            reports = (InbandReports(fnet, run_dir).start()
+                       if exp.fabric.management_net("in_band") is not None else None)
             # BMv2 has only its P4 counters for the per-priority stats
             done = _traffic(fnet, exp, run_dir, console, phases, p4_stats=target == "bmv2",
                             on_start=pause_plotter)
+            if reports is not None:         # before the bridges go with the teardown
+                reports.finish(rd.file(RunDir.MANAGEMENT_JSON))
             # The switches stop (their stats and logs complete); links, shells and the
             # fork server go while the results are written; the context's exit joins.
             # The plots' process goes on after: an InfiniBand switch's flow-control

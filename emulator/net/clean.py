@@ -30,6 +30,7 @@ OWN_PROCESS_PATTERNS = (
     re.compile(r"-m emulator\.agents\.(host|pack)\b"),   # one NIC, or several (agents/pack.py)
     re.compile(r"-m emulator\.collectives\.(agent|storage)\b"),   # server agents
     re.compile(r"-m emulator\.experiment\.plotter\b"),   # the run's plots (experiment/plotter.py)
+    re.compile(r"-m emulator\.net\.inband\b"),      # in-band management reports (net/inband.py)
     re.compile(r"-m emulator\.net\.forkserver\b"),   # what forks the above (emulator/net/forkserver.py)
     re.compile(r"-m emulator\.net\.remote_exec\b"),  # what runs them on another server (cluster)
     re.compile(r"^ssh .*-o Tunnel=Ethernet -w 9:9 "),    # a link between servers (cluster)

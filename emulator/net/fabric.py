@@ -33,6 +33,10 @@ from emulator.net.environment import check_environment, check_interfaces_free, e
 from emulator.net.fabric_health import FabricHealth, exit_phrase
 from emulator.net.fabric_nodes import FabricNodes
 from emulator.net.forkserver import for_run
+from emulator.net.management import (
+    GNMI_PORT, P4RUNTIME_PORT, attach_switches, configure_management, management_nodes,
+)
+from emulator.net.mgmt_relay import ManagementRelay
 from emulator.net.mininet_topo import dilated_link, fabric_topo, ib_link_config
 from emulator.net.nodes import free_tcp_ports
 from emulator.net.runlock import RunLock
@@ -42,6 +46,7 @@ from emulator.schema.qos import mtu_frame_bytes
 from emulator.vtime.trailer import TRAILER_BYTES
 from emulator.wire import ETH_HDR_BYTES, INT_MAX_HOPS, int_bytes
 from emulator.topo import Fabric
+from emulator.topo.addressing import MGMT_HOST
 
 __all__ = ["REACTION_WALL_NS", "TARGETS", "FabricNet", "check_environment", "dilated_link",
            "environment_problem", "exit_phrase", "ib_link_config"]
@@ -117,6 +122,10 @@ class FabricNet(FabricNodes, FabricHealth):
         if fabric.link_layer == "infiniband" and target != "embedded":
             raise ValueError(f"{fabric.name}: link_layer infiniband runs on the embedded target: "
                              "BMv2 cannot express credit-based flow control")
+        if fabric.management and (target != "embedded" or cluster is not None):
+            raise ValueError(f"{fabric.name}: management networks run on the embedded target, "
+                             "on one machine")
+        self.relay = None          # the management host's connections (net/mgmt_relay.py), while up
         self.cluster_spec = cluster
         self.cluster = None        # emulator.net.cluster.Cluster, while up
         self.switches_per_process = switches_per_process
@@ -141,7 +150,8 @@ class FabricNet(FabricNodes, FabricHealth):
             check_interfaces_free(self.fabric, fabric_interfaces())
             self.run_dir.mkdir(parents=True, exist_ok=True)
             self._watchdog = Watchdog(self.run_dir, [n.name for n in self.fabric.servers()]
-                                      + [sw.name for sw in self.fabric.switches()],
+                                      + [sw.name for sw in self.fabric.switches()]
+                                      + management_nodes(self.fabric),
                                       self.switch_interfaces(), keep_fds=(RunLock.held().fd,))
         except BaseException:
             self._release_lock()
@@ -178,6 +188,8 @@ class FabricNet(FabricNodes, FabricHealth):
         # gRPC and Thrift (BMv2) or gNMI (embedded) port of every switch, all distinct.
         free = iter(free_tcp_ports(2 * len(self.fabric.switches())))
         ports = {sw.name: (next(free), next(free)) for sw in self.fabric.switches()}
+        if self.fabric.management_net("out_of_band") is not None:    # a namespace each
+            ports = {sw.name: (P4RUNTIME_PORT, GNMI_PORT) for sw in self.fabric.switches()}
         switch_options = {"buffer_bytes": self.buffer_bytes,
                           "sample_interval_ns": self.sample_interval_ns, "pcap": self.pcap,
                           "mtu_frame_bytes": mtu_frame_bytes(self.mtu_bytes),
@@ -203,6 +215,11 @@ class FabricNet(FabricNodes, FabricHealth):
         self.net = net_cls(topo=topo, controller=None, autoSetMacs=False, build=False,
                            waitConnected=False, **net_params)
         self.net.build()
+        if self.fabric.management:
+            configure_management(self.net, self.fabric, self.dilation)
+            if self.fabric.management_net("out_of_band") is not None:
+                self.relay = ManagementRelay(self.net.get(MGMT_HOST).pid)
+                attach_switches(self.net, self.fabric, self.relay)
         self._quiet_ipv6()
         self._jumbo_frames()
         self.net.start()
@@ -309,6 +326,9 @@ class FabricNet(FabricNodes, FabricHealth):
                     controller.close()
                 except Exception:     # a dead switch's channel: nothing to close
                     pass
+            if self.relay is not None:
+                relay, self.relay = self.relay, None
+                relay.close()
             if self.net is not None:
                 net, self.net = self.net, None
                 try:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from mininet.topo import Topo
 
+from emulator.net.management import add_management
 from emulator.net.nodes import EmbeddedP4Switch, RoceHost
 from emulator.schema.switch import IbLinkConfig
 from emulator.topo import Fabric
@@ -55,6 +56,9 @@ def switch_params(fabric: Fabric, name: str, target: str, switch_options: dict,
     if switch_options.get("switch_reboots", {}).get(name):
         options["reboots"] = switch_options["switch_reboots"][name]
     common["gnmi_port"] = ports[name][1]
+    mgmt_ip = fabric.addresses.management_ip("out_of_band", name)
+    if mgmt_ip is not None:
+        common["mgmt_ip"] = mgmt_ip
     if fabric.link_layer == "infiniband":
         options["ib"] = ib_link_config(switch_options["dilation"])
     return {**common, "cls": switch_cls or EmbeddedP4Switch, "forkserver": forkserver,
@@ -90,6 +94,7 @@ def fabric_topo(fabric: Fabric, dilation: float, run_dir: Path, switch_options: 
                                                forkserver, switch_cls))
             add_servers(self, fabric, host_cls, where)
             add_links(self, fabric)
+            add_management(self, fabric, where)
 
     return FabricTopo()
 

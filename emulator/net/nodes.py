@@ -20,14 +20,15 @@ from pathlib import Path
 from mininet.node import Host, Switch
 
 from emulator.errors import FabricEmuError
+from emulator.netns import network_at
 from emulator.rundir import RawDir
 from emulator.schema.switch import (
     PortConfig, SwitchConfig, SwitchPackConfig, snapshot_request_path,
 )
 
 READY_TIMEOUT_S = 20.0
-# Where an embedded switch's gNMI server listens (its P4Runtime's host); the
-# management networks (issue 37's next slice) will give each its own address.
+# Where an embedded switch's gNMI and P4Runtime servers listen without an
+# out-of-band management network (with one: its management address).
 GNMI_HOST = "127.0.0.1"
 
 
@@ -49,7 +50,10 @@ def free_tcp_ports(count: int) -> list[int]:
 TCP_POLL_S = 0.005
 
 
-def wait_for_tcp(port: int, proc: subprocess.Popen, timeout_s: float, what: str, log: Path) -> None:
+def wait_for_tcp(port: int, proc: subprocess.Popen, timeout_s: float, what: str, log: Path,
+                 host: str = "127.0.0.1", netns_pid: int | None = None) -> None:
+    """Until ``host:port`` accepts a connection (made from the namespace of
+    process ``netns_pid``; None: this thread's)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -58,15 +62,17 @@ def wait_for_tcp(port: int, proc: subprocess.Popen, timeout_s: float, what: str,
                                  f"log {log}:\n{tail}")
         # A refused connect costs microseconds: poll often (a switch is up in
         # ~50 ms; a 50 ms poll added half of that to every bring-up).
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        with network_at(f"/proc/{netns_pid}/ns/net" if netns_pid is not None else None):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        with s:
             s.settimeout(0.2)
             try:
-                s.connect(("127.0.0.1", port))
+                s.connect((host, port))
                 return
             except OSError:
                 pass
         time.sleep(TCP_POLL_S)
-    raise FabricEmuError(f"{what} did not open 127.0.0.1:{port} within {timeout_s:.0f} s; see {log}")
+    raise FabricEmuError(f"{what} did not open {host}:{port} within {timeout_s:.0f} s; see {log}")
 
 
 class StartedSideBySide:
@@ -88,7 +94,7 @@ class EmbeddedP4Switch(StartedSideBySide, Switch):
     def __init__(self, name, device_id: int, grpc_port: int, run_dir: str,
                  port_links: dict, options: dict, forkserver, pack: str | None = None,
                  port_faults: dict | None = None, gnmi_port: int | None = None,
-                 port_rx_down: dict | None = None, **params):
+                 port_rx_down: dict | None = None, mgmt_ip: str | None = None, **params):
         """port_links: port_no -> (rate_bps, delay_ns) of the link behind it, dilated;
         options: the rest of the switch process's config (buffer_bytes,
         sample_interval_ns, pcap, router_mac, seed; see emulator/dataplane/switch.py);
@@ -98,7 +104,10 @@ class EmbeddedP4Switch(StartedSideBySide, Switch):
         None: a process of its own); port_faults: port_no -> the scripted
         faults of the link it sends on (``schema.faults.EndFaults``);
         gnmi_port: its gNMI server's port (None: none); port_rx_down:
-        port_no -> when the direction into it is down (``DownInterval``s)."""
+        port_no -> when the direction into it is down (``DownInterval``s);
+        mgmt_ip: its out-of-band management address, where its servers
+        listen (None: 127.0.0.1; ``net/management.py`` sets ``mgmt_netns``,
+        ``probe_netns_pid`` and ``relay`` before it starts)."""
         super().__init__(name, dpid=f"{device_id:x}", **params)
         self.forkserver = forkserver
         self.pack = pack
@@ -109,20 +118,40 @@ class EmbeddedP4Switch(StartedSideBySide, Switch):
         self.port_faults = port_faults or {}
         self.gnmi_port = gnmi_port
         self.port_rx_down = port_rx_down or {}
+        self.mgmt_ip = mgmt_ip
+        self.mgmt_netns: str | None = None
+        self.probe_netns_pid: int | None = None
+        self.relay = None
         self.options = options
         self.proc: subprocess.Popen | None = None
         self.log_path = RawDir(run_dir).process_log(name)
         self.stats_path = RawDir(run_dir).stats(name)
 
     @property
+    def listen_host(self) -> str:
+        """Where its P4Runtime and gNMI servers listen."""
+        return self.mgmt_ip or GNMI_HOST
+
+    @property
     def grpc_address(self) -> str:
+        """The gRPC target its P4Runtime server is reached at from here (with a
+        management port: through the management host, ``net/mgmt_relay.py``)."""
+        if self.relay is not None:
+            return self.relay.target(self.mgmt_ip, self.grpc_port)
         return f"127.0.0.1:{self.grpc_port}"
 
     @property
+    def has_gnmi(self) -> bool:
+        return self.gnmi_port is not None and not self.options.get("ib")
+
+    @property
     def gnmi_address(self) -> str | None:
-        """HOST:PORT of its gNMI server (None: it has none: an InfiniBand switch)."""
-        if self.gnmi_port is None or self.options.get("ib"):
+        """The gRPC target of its gNMI server, as ``grpc_address`` (None: it
+        has none: an InfiniBand switch)."""
+        if not self.has_gnmi:
             return None
+        if self.relay is not None:
+            return self.relay.target(self.mgmt_ip, self.gnmi_port)
         return f"{GNMI_HOST}:{self.gnmi_port}"
 
     def write_config(self) -> Path:
@@ -137,7 +166,10 @@ class EmbeddedP4Switch(StartedSideBySide, Switch):
                                     rx_down=self.port_rx_down.get(port_no, [])))
         cfg_path = RawDir(self.run_dir).switch_config(self.name)
         SwitchConfig(name=self.name, device_id=self.device_id, grpc_port=self.grpc_port,
-                     ports=ports, stats_path=str(self.stats_path), gnmi_listen=self.gnmi_address,
+                     ports=ports, stats_path=str(self.stats_path),
+                     gnmi_listen=(f"{self.listen_host}:{self.gnmi_port}"
+                                  if self.has_gnmi else None),
+                     grpc_host=self.listen_host, mgmt_netns=self.mgmt_netns,
                      **self.options).write(cfg_path)
         return cfg_path
 
@@ -171,10 +203,12 @@ class EmbeddedP4Switch(StartedSideBySide, Switch):
         return super().batchStartup(switches)
 
     def wait_started(self) -> None:
-        wait_for_tcp(self.grpc_port, self.proc, READY_TIMEOUT_S, f"switch {self.name}", self.log_path)
-        if self.gnmi_address is not None:      # bound just after P4Runtime's
+        where = {"host": self.listen_host, "netns_pid": self.probe_netns_pid}
+        wait_for_tcp(self.grpc_port, self.proc, READY_TIMEOUT_S, f"switch {self.name}", self.log_path,
+                     **where)
+        if self.has_gnmi:                      # bound just after P4Runtime's
             wait_for_tcp(self.gnmi_port, self.proc, READY_TIMEOUT_S, f"switch {self.name} (gNMI)",
-                         self.log_path)
+                         self.log_path, **where)
 
 
     def request_snapshot(self) -> None:

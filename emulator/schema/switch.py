@@ -99,6 +99,11 @@ class SwitchConfig(ProcessConfig):
     # HOST:PORT of its gNMI server (dataplane/gnmi_server; the management
     # network's address once it has one); None: no gNMI server
     gnmi_listen: Optional[str] = None
+    # Where its P4Runtime server listens (gnmi_listen's host too, when it
+    # has a management port), and the namespace both servers bind in (a
+    # ``/proc/PID/ns/net`` path: its management port's; None: the process's)
+    grpc_host: str = "127.0.0.1"
+    mgmt_netns: Optional[str] = None
     ib: Optional[IbLinkConfig] = None                  # set: an InfiniBand switch (p4src/ib.p4)
     # when the switch is down (a scripted switch_down until its switch_up):
     # a modelled reboot, dataplane/port_status.py

@@ -29,6 +29,7 @@ from pydantic import AfterValidator, Field, model_validator
 
 from emulator.schema.limits import DelayUs, RateGbps, name_problem
 from emulator.schema.load import FieldError, StrictSpec
+from emulator.schema.management import ManagementSpec, check_against_planes
 from emulator.schema.vocabulary import DEFAULT_HOST_PREFIX, DEFAULT_STORAGE_PREFIX, Role
 
 # Hosts a plane can address: 254 leaves (a spine's ports), 253 hosts on each
@@ -164,6 +165,7 @@ class FabricSpec(StrictSpec):
     storage_servers: Optional[StorageServersSpec] = None
     storage_plane: Optional[StoragePlaneSpec] = None
     addressing: Optional[AddressingSpec] = None
+    management: Optional[ManagementSpec] = None     # in-band / out-of-band (schema/management.py)
     # the fabric's link layer: RoCEv2 on Ethernet (PFC, ECN), or InfiniBand
     # (credit-based flow control, LIDs and LFTs from the subnet manager)
     link_layer: Literal["roce", "infiniband"] = "roce"
@@ -173,7 +175,10 @@ class FabricSpec(StrictSpec):
         # In this order: a file's first problem is the one reported.
         _check_name(self.name)
         _check_form(self)
-        self.prefixes()
+        compute, storage = self.prefixes()
+        if self.management is not None:
+            check_against_planes(self.management, {"host_prefix": compute,
+                                                   **({"storage_prefix": storage} if storage else {})})
         return self
 
     def prefixes(self) -> tuple[ipaddress.IPv4Network, Optional[ipaddress.IPv4Network]]:

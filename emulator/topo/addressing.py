@@ -14,18 +14,51 @@ storage_prefix, default 10.1.0.0/16). Within a plane:
   bytes (``02:fa:00:00:00:01``): never equal to a host MAC (second byte 0xfa);
 * a host's interface is ``<host>-eth0``.
 
+The management networks (``management:``, ``Fabric.management``) are
+numbered from their own subnets S, one address per member in this order:
+the management host (``S.1``, namespace ``mgmt``), then on the out-of-band
+network every switch's management port in device-id order (``S.(1+id)``,
+namespace ``<switch>m``), on the in-band one every server in server order
+(``S.(1+i)``, in the server's own namespace). A member's MAC is ``02:01``
+(out-of-band) or ``02:02`` (in-band) followed by its IP's four bytes; the
+bridge of each network runs in a namespace of its own (``oob``, ``inband``),
+its port k facing member k (``management_members``).
+
 Hosts reach their gateway's MAC, which is their leaf's router MAC
 (``gateway_mac``), so a leaf admits their frames in ``my_station``.
 """
 from __future__ import annotations
 
 import ipaddress
+from dataclasses import dataclass
 
 from emulator.topo.graph import HOST_PORT_NO, Fabric, NodeRef, ifname, node_name
 
 GATEWAY_HOST_OCTET = 254
 HOST_MAC_PREFIX = (0x02, 0x00)
 ROUTER_MAC_PREFIX = (0x02, 0xFA, 0x00, 0x00)
+
+
+MGMT_HOST = "mgmt"                       # the management host's namespace (controller, collector)
+MGMT_BRIDGE = {"out_of_band": "oob", "in_band": "inband"}      # each network's bridge namespace
+MGMT_MAC_PREFIX = {"out_of_band": (0x02, 0x01), "in_band": (0x02, 0x02)}
+
+
+def switch_mgmt_netns(switch: str) -> str:
+    """The namespace holding a switch's management port (and its servers' listeners)."""
+    return f"{switch}m"
+
+
+@dataclass(frozen=True)
+class ManagementMember:
+    """One interface on a management network."""
+    node: str          # the switch or server it belongs to, or MGMT_HOST
+    netns: str         # the Mininet node (namespace) holding the interface
+    ifname: str
+    ip: str
+    cidr: str          # as the interface is configured
+    mac: str
+    bridge_ifname: str  # its peer, a port of the network's bridge
 
 
 def mac_str(value: int) -> str:
@@ -112,6 +145,37 @@ class AddressPlan:
             prefix = (prefix << 8) | byte
         return mac_str((prefix << 16) | (dev & 0xFFFF))
 
+    # management networks
+    def management_members(self, kind: str) -> list[ManagementMember]:
+        """Every interface on the ``kind`` management network, the management host first
+        ([] when the fabric has none)."""
+        net = self.fabric.management_net(kind)
+        if net is None:
+            return []
+        subnet = ipaddress.IPv4Network(net.subnet)
+        if kind == "out_of_band":
+            nodes = [(sw.name, switch_mgmt_netns(sw.name), 0) for sw in self.fabric.switches()]
+        else:
+            nodes = [(s.name, s.name, len(s.all_nics)) for s in self.fabric.servers()]
+        # the management host: eth0 out-of-band, eth1 in-band
+        nodes.insert(0, (MGMT_HOST, MGMT_HOST, 0 if kind == "out_of_band" else 1))
+        if len(nodes) > subnet.num_addresses - 2:    # the loader rejects this
+            raise ValueError(f"{subnet} holds {subnet.num_addresses - 2} addresses, not {len(nodes)}")
+        bridge = MGMT_BRIDGE[kind]
+        out = []
+        for i, (node, netns, port_no) in enumerate(nodes):
+            ip = subnet.network_address + 1 + i
+            hi, lo = MGMT_MAC_PREFIX[kind]
+            out.append(ManagementMember(node, netns, ifname(netns, port_no), str(ip),
+                                        f"{ip}/{subnet.prefixlen}",
+                                        mac_str((hi << 40) | (lo << 32) | int(ip)),
+                                        ifname(bridge, i + 1)))
+        return out
+
+    def management_ip(self, kind: str, node: str) -> str | None:
+        """``node``'s address on the ``kind`` management network (None: not on it)."""
+        return next((m.ip for m in self.management_members(kind) if m.node == node), None)
+
     # internals
     def _host(self, host: NodeRef) -> str:
         name = node_name(host)
@@ -134,4 +198,4 @@ def address_plan(fabric: Fabric) -> AddressPlan:
 
 
 __all__ = ["AddressPlan", "address_plan", "mac_str", "mac_to_int", "ip_to_int",
-           "GATEWAY_HOST_OCTET"]
+           "GATEWAY_HOST_OCTET", "MGMT_BRIDGE", "MGMT_HOST", "ManagementMember", "switch_mgmt_netns"]

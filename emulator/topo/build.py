@@ -19,7 +19,7 @@ from typing import Any
 
 from emulator.schema.load import read_yaml, show, validate
 from emulator.schema.topology import ClosSpec, FabricSpec, delay_ns, rate_bps
-from emulator.topo.addressing import AddressPlan
+from emulator.topo.addressing import MGMT_BRIDGE, MGMT_HOST, AddressPlan, switch_mgmt_netns
 from emulator.topo.draft import BuildContext, DraftLink, DraftNode, clos_switches
 from emulator.topo.graph import (
     COMPUTE_PLANE,
@@ -36,6 +36,7 @@ from emulator.topo.graph import (
     STORAGE_PLANE,
     Fabric,
     Link,
+    ManagementNet,
     Node,
     Plane,
     Server,
@@ -83,9 +84,41 @@ def build_fabric(spec: FabricSpec, ctx: BuildContext) -> Fabric:
         links = [DraftLink(l.a, l.b, rate_bps(l.rate_gbps), delay_ns(l.delay_us), f"links[{i}]")
                  for i, l in enumerate(spec.links or [])]
     fabric = _validate_and_build(spec.name, ctx, nodes, links, prefixes, servers, rails,
-                                 spec.link_layer)
+                                 spec.link_layer, _management(spec))
     _check_pipeline_limits(fabric, ctx, {n.name: n.where for n in nodes})
+    _check_management(fabric, ctx, {n.name: n.where for n in nodes})
     return fabric
+
+
+def _management(spec: FabricSpec) -> tuple[ManagementNet, ...]:
+    if spec.management is None:
+        return ()
+    return tuple(ManagementNet(kind, str(net.network()), rate_bps(net.rate_gbps))
+                 for kind, net in spec.management.networks().items())
+
+
+def _check_management(fabric: Fabric, ctx: BuildContext, where: dict[str, str]) -> None:
+    """Every member has an address in its subnet; no fabric node or server is
+    named as a management namespace is (they would be one Mininet node)."""
+    if not fabric.management:
+        return
+    taken = {n.name for n in fabric.nodes} | {s.name for s in fabric.servers()}
+    reserved = {MGMT_HOST: "the management host"}
+    for m in fabric.management:
+        reserved[MGMT_BRIDGE[m.kind]] = f"the {m.kind} management bridge"
+        if m.kind == "out_of_band":
+            reserved.update({switch_mgmt_netns(sw.name): f"{sw.name}'s management namespace"
+                             for sw in fabric.switches()})
+        subnet = ipaddress.IPv4Network(m.subnet)
+        members = 1 + (len(fabric.switches()) if m.kind == "out_of_band" else len(fabric.servers()))
+        if members > subnet.num_addresses - 2:
+            what = "switches" if m.kind == "out_of_band" else "servers"
+            raise ctx.err(f"management.{m.kind}.subnet",
+                          f"{subnet} holds {subnet.num_addresses - 2} addresses; the network has "
+                          f"{members} members (the management host and {members - 1} {what})")
+    for name in sorted(taken & set(reserved)):
+        raise ctx.err(where.get(name, "servers"), f"node name {name!r} is taken by {reserved[name]} "
+                                                  "(management:): rename the node")
 
 
 def leaf_capacity(prefix: ipaddress.IPv4Network) -> int:
@@ -142,7 +175,8 @@ def check_clos_limits(c: ClosSpec, down_ports: int, down_field: str, ctx: BuildC
 def _validate_and_build(name: str, ctx: BuildContext, nodes: list[DraftNode], links: list[DraftLink],
                         prefixes: dict[str, ipaddress.IPv4Network],
                         servers: tuple[Server, ...] = (), rails: tuple[str, ...] = (),
-                        link_layer: str = "roce") -> Fabric:
+                        link_layer: str = "roce",
+                        management: tuple[ManagementNet, ...] = ()) -> Fabric:
     """Check the drafted graph (in this order: names, links, degrees, capacity,
     reachability) and build the ``Fabric``: the first problem raises."""
     by_name = _check_names(ctx, nodes)
@@ -159,7 +193,7 @@ def _validate_and_build(name: str, ctx: BuildContext, nodes: list[DraftNode], li
     planes = tuple(Plane(p, str(net)) for p, net in prefixes.items()) if len(prefixes) > 1 else ()
     return Fabric(name, ctx.source, tuple(out_nodes), tuple(out_links),
                   str(prefixes[COMPUTE_PLANE]), planes, servers, rails, link_layer,
-                  address_plan=AddressPlan)
+                  management, address_plan=AddressPlan)
 
 
 def _check_names(ctx: BuildContext, nodes: list[DraftNode]) -> dict[str, DraftNode]:

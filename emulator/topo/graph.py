@@ -116,6 +116,16 @@ class Plane:
 
 
 @dataclass(frozen=True)
+class ManagementNet:
+    """A management network (``management:``; ``emulator.schema.management``):
+    plain Ethernet through one bridge, apart from the planes. Its members and
+    their addresses: ``addressing.AddressPlan.management_members``."""
+    kind: str          # "out_of_band" (switches' management ports) or "in_band" (servers)
+    subnet: str
+    rate_bps: int
+
+
+@dataclass(frozen=True)
 class Server:
     """One machine: one Mininet host (network namespace) holding its NICs.
 
@@ -152,6 +162,7 @@ class Fabric:
     server_table: tuple[Server, ...] = ()
     rails: tuple[str, ...] = ()       # rail-optimized: leaf of rail i (= local GPU rank i)
     link_layer: str = "roce"          # or "infiniband" (emulator/ib)
+    management: tuple[ManagementNet, ...] = ()   # out-of-band, then in-band, those given
     # addressing.AddressPlan (given by the builder, which sits above addressing)
     address_plan: Optional[Callable[["Fabric"], Any]] = field(default=None, repr=False,
                                                               compare=False)
@@ -320,6 +331,10 @@ class Fabric:
         if n.role != "host":
             raise ValueError(f"{n.name} is a {n.role}, not a host (NIC)")
         return self._server_of[n.name]
+
+    def management_net(self, kind: str) -> Optional[ManagementNet]:
+        """The management network of that kind (None: the file gives none)."""
+        return next((m for m in self.management if m.kind == kind), None)
 
     def is_rail_optimized(self) -> bool:
         return bool(self.rails)

@@ -59,6 +59,8 @@ def render_fabric(fabric: "Fabric", *, width: int = 120, color: bool = False) ->
     console.print(_nodes_table(fabric, multi_plane))
     console.print(_links_table(fabric))
     console.print(_routes_table(fabric, routes, groups))
+    if fabric.management:
+        _print_management(console, fabric)
     text = buf.getvalue()
     if not color:  # rich pads every line to the table width
         text = "\n".join(line.rstrip() for line in text.splitlines()) + "\n"
@@ -227,6 +229,21 @@ def _print_planes(console: Console, fabric: "Fabric") -> None:
                   " ".join(n.name for n in fabric.plane_nodes(p.name, "spine")),
                   str(len(fabric.plane_nodes(p.name, "host"))))
     console.print(t)
+
+
+def _print_management(console: Console, fabric: "Fabric") -> None:
+    """Each management network: its subnet and rate, then every member's address."""
+    plan = fabric.addresses
+    for net in fabric.management:
+        kind = net.kind.replace("_", "-")
+        t = Table(title=f"Management network {kind}: {net.subnet}, {_num(net.rate_bps / 1e9)} Gbps "
+                        "(a bridge: no PFC)",
+                  box=box.SIMPLE_HEAD, title_justify="left")
+        for col in ("Member", "Namespace", "Interface", "IP", "MAC", "Bridge port"):
+            t.add_column(col, no_wrap=True)
+        for m in plan.management_members(net.kind):
+            t.add_row(m.node, m.netns, m.ifname, m.cidr, m.mac, m.bridge_ifname)
+        console.print(t)
 
 
 __all__ = ["render_fabric"]

@@ -33,7 +33,7 @@ _NO_PIPELINE = "no forwarding pipeline config has been set"
 
 
 class P4RuntimeServer(pb_grpc.P4RuntimeServicer):
-    """P4Runtime service of one embedded switch, on ``127.0.0.1:port``.
+    """P4Runtime service of one embedded switch, on ``host:port`` (127.0.0.1 by default).
 
     ``port=0`` binds an ephemeral port; ``start()`` returns the bound port
     (also in ``.port``). ``contract`` is the P4Info of the program the target
@@ -41,8 +41,9 @@ class P4RuntimeServer(pb_grpc.P4RuntimeServicer):
     """
 
     def __init__(self, state: SwitchState, device_id: int, port: int = 0,
-                 contract: P4Info | None = None, *, max_workers: int = 8):
+                 contract: P4Info | None = None, *, max_workers: int = 8, host: str = BIND_HOST):
         self.state = state
+        self.host = host
         self.device_id = device_id
         self.port = port
         self.contract = contract if contract is not None else P4Info.load()
@@ -87,12 +88,12 @@ class P4RuntimeServer(pb_grpc.P4RuntimeServicer):
             options=[("grpc.so_reuseport", 0)])
         server.add_generic_rpc_handlers((generic_handler(self),))   # parses requests itself (rpc.py)
         try:
-            bound = server.add_insecure_port(f"{BIND_HOST}:{self.port}")
+            bound = server.add_insecure_port(f"{self.host}:{self.port}")
         except RuntimeError as e:
             raise RuntimeError(f"P4Runtime server of device {self.device_id}: cannot bind "
-                               f"{BIND_HOST}:{self.port}: {e}") from None
+                               f"{self.host}:{self.port}: {e}") from None
         if not bound:
-            raise RuntimeError(f"P4Runtime server of device {self.device_id}: cannot bind {BIND_HOST}:{self.port}")
+            raise RuntimeError(f"P4Runtime server of device {self.device_id}: cannot bind {self.host}:{self.port}")
         self.port = bound
         self.state.packet_in_handler = self.packet_io.packet_in
         self.state.port_status_handler = self.port_events.report
@@ -116,7 +117,7 @@ class P4RuntimeServer(pb_grpc.P4RuntimeServicer):
 
     @property
     def address(self) -> str:
-        return f"{BIND_HOST}:{self.port}"
+        return f"{self.host}:{self.port}"
 
     # ------------------------------------------------------------ checks
 
