@@ -42,7 +42,7 @@ CSV_COLUMNS = ("collective", "algorithm", "nranks", "size_bytes", "count", "type
                "iters", "warmup_iters", *_TIMED, *(f"inplace_{k}" for k in _TIMED), "lost_fraction")
 # what ``write`` writes into a results directory
 REPORT_FILES = (RunDir.COLLECTIVES_CSV, RunDir.COLLECTIVES_JSON, RunDir.COLLECTIVES_TXT,
-                RunDir.TRAINING_JSON)
+                RunDir.TRAINING_JSON, RunDir.TRAINING_CSV)
 NCCL_TESTS_JSON_VERSION = 1         # nccl-tests' JSON_FILE_VERSION this shape follows
 
 
@@ -254,6 +254,16 @@ def nccl_tests_json(rows: list[dict]) -> dict:
             "average_bus_bandwidth": {"bandwidth": _avg_busbw(rows), "okay": "unchecked"}}
 
 
+def _write_csv(path: Path, columns: tuple, rows: list[dict]) -> None:
+    with atomic_open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=columns)
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: ("N/A" if r[k] is None else
+                            round(r[k], 4) if isinstance(r[k], float) else r[k])
+                        for k in columns})
+
+
 def write(out_dir, rows: list[dict], training: dict | None = None) -> dict[str, Path]:
     """``collectives.csv`` (the rows), ``collectives.json`` (nccl-tests' JSON
     shape), ``collectives.txt`` (nccl-tests' table) and, with a training
@@ -262,16 +272,24 @@ def write(out_dir, rows: list[dict], training: dict | None = None) -> dict[str, 
     rd.path.mkdir(parents=True, exist_ok=True)
     paths = {"csv": rd.file(rd.COLLECTIVES_CSV), "json": rd.file(rd.COLLECTIVES_JSON),
              "txt": rd.file(rd.COLLECTIVES_TXT)}
-    with atomic_open(paths["csv"], "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=CSV_COLUMNS)
-        w.writeheader()
-        for r in rows:
-            w.writerow({k: ("N/A" if r[k] is None else
-                            round(r[k], 4) if isinstance(r[k], float) else r[k])
-                        for k in CSV_COLUMNS})
+    _write_csv(paths["csv"], CSV_COLUMNS, rows)
     atomic_write_text(paths["json"], json.dumps(nccl_tests_json(rows), indent=1))
     atomic_write_text(paths["txt"], format_table(rows))
     if training is not None:
         paths["training"] = rd.file(rd.TRAINING_JSON)
         atomic_write_text(paths["training"], json.dumps(training, indent=1))
+    if training is not None and "phases" in training:    # parallelism-shaped (``training.py``)
+        paths["training_csv"] = rd.file(rd.TRAINING_CSV)
+        _write_csv(paths["training_csv"], TRAINING_CSV_COLUMNS, training_csv_rows(training))
     return paths
+
+
+TRAINING_CSV_COLUMNS = ("phase", "time_us", "share", "time_max_us")
+
+
+def training_csv_rows(training: dict) -> list[dict]:
+    """training.csv of a parallelism-shaped loop: a row per phase, then the step."""
+    rows = [{"phase": p, **v} for p, v in training["phases"].items()]
+    st = training["step_time_us"]
+    rows.append({"phase": "step", "time_us": st["mean"], "share": 1.0, "time_max_us": st["max"]})
+    return rows

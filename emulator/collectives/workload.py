@@ -44,7 +44,7 @@ def training_params(spec: WorkloadSpec) -> Params:
 def runs(spec: WorkloadSpec) -> list[tuple[str, str, Params]]:
     """(collective, algorithm, params) of every test and the training loop."""
     out = [(t.collective, t.algorithm or spec.algorithm, params_of(t, spec)) for t in spec.tests]
-    if spec.training is not None:
+    if spec.training is not None and not spec.training.parallel:
         out.append((spec.training.collective, spec.training.algorithm or spec.algorithm,
                     training_params(spec)))
     return out
@@ -69,7 +69,9 @@ def validate_for(spec: WorkloadSpec, file: str, servers: int, gpus_per_server: i
                                   f"{v} is not below the {n} ranks")
     items = [(f"{prefix}.tests[{i}]", t.collective, t.algorithm or spec.algorithm, t.size_list(),
               isinstance(t.sizes, list), params_of(t, spec)) for i, t in enumerate(spec.tests)]
-    if spec.training is not None:
+    if spec.training is not None and spec.training.parallel:
+        _validate_shape(spec, file, servers, gpus_per_server, prefix)
+    elif spec.training is not None:
         t = spec.training
         items.append((f"{prefix}.training", t.collective, t.algorithm or spec.algorithm,
                       [t.size_bytes], None, training_params(spec)))
@@ -90,3 +92,45 @@ def validate_for(spec: WorkloadSpec, file: str, servers: int, gpus_per_server: i
                 what = (f"{elem} B ({p.dtype})" if unit == elem
                         else f"{elem} B x {n} ranks = {unit} B")
                 raise ConfigError(file, field, f"{size} B is not a multiple of {what}")
+
+
+def _validate_shape(spec: WorkloadSpec, file: str, servers: int, G: int, prefix: str) -> None:
+    """A parallelism-shaped step on ``servers`` x ``G`` ranks: tp x pp x dp
+    is every rank, a TP group inside one server's NVLink domain, ep divides
+    dp, each size splits into elements (per rank where the collective
+    shares it out, per bucket where dp_overlap cuts the gradients)."""
+    tr, n, where = spec.training, servers * G, f"{prefix}.training"
+    tp, pp, ep = tr.tp or 1, tr.pp or 1, tr.ep or 1
+    if tr.dp is None and n % (tp * pp):
+        raise ConfigError(file, f"{where}.tp", f"tp {tp} x pp {pp} does not divide the {n} ranks "
+                                              f"({servers} servers x {G} GPUs)")
+    dp = tr.dp if tr.dp is not None else n // (tp * pp)
+    if tp * pp * dp != n:
+        raise ConfigError(file, where, f"tp {tp} x pp {pp} x dp {dp} = {tp * pp * dp} ranks, the "
+                                       f"fabric has {n} ({servers} servers x {G} GPUs)")
+    if G % tp:
+        raise ConfigError(file, f"{where}.tp", f"{tp} ranks would span servers: a TP group is "
+                                               f"inside one NVLink domain, tp must divide the "
+                                               f"{G} GPUs of a server")
+    if dp % ep:
+        raise ConfigError(file, f"{where}.ep", f"{ep} does not divide dp {dp} (Megatron-LM's "
+                                               "expert-parallel groups split the data-parallel ones)")
+    if dp > 1 and tr.dp_bytes is None:
+        raise ConfigError(file, f"{where}.dp_bytes", f"required with dp {dp}")
+    try:
+        amplitude(spec.dtype, max(tp, dp, ep, 2))
+    except ValueError as e:
+        raise ConfigError(file, f"{prefix}.dtype", str(e)) from None
+    elem = elem_bytes(spec.dtype)
+    buckets = tr.layers if tr.dp_overlap else 1
+    units = {"tp_bytes": (elem, ""), "pp_bytes": (elem, ""),
+             "ep_bytes": (elem * ep, f" x ep {ep}"),
+             "dp_bytes": (elem * buckets * (dp if tr.dp_collective == "reduce_scatter" else 1),
+                          (f" x {buckets} buckets (layers, dp_overlap)" if buckets > 1 else "")
+                          + (f" x dp {dp} (reduce_scatter)" if tr.dp_collective == "reduce_scatter"
+                             else ""))}
+    for name, (unit, why) in units.items():
+        size = getattr(tr, name)
+        if size is not None and size % unit:
+            raise ConfigError(file, f"{where}.{name}", f"{size} B is not a multiple of {elem} B "
+                                                       f"({spec.dtype}){why} = {unit} B")

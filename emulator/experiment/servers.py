@@ -17,7 +17,7 @@ from typing import Callable
 
 from rich.table import Table
 
-from emulator.collectives import report
+from emulator.collectives import report, training
 from emulator.experiment.agents import AgentProcesses, nic_config, nic_fields
 from emulator.experiment.endpoints import agent_keys
 from emulator.experiment.fidelity import add_collectives_fidelity
@@ -129,7 +129,8 @@ def collectives_block(exp: Experiment, results: dict[str, dict]) -> dict:
     try:
         out["results"] = report.collective_rows([x for r in res for x in r.get("records", [])], d)
         tr = [x for r in res for x in r.get("training", [])]
-        out["training"] = report.training_summary(tr, d) if tr else None
+        out["training"] = (None if not tr else training.summary(tr, d) if "shape" in tr[0]
+                           else report.training_summary(tr, d))
     except (ValueError, KeyError, ZeroDivisionError) as e:   # a rank missing: incomplete run
         errors.append(f"report: {e}")
     if wp.readers:
@@ -171,9 +172,12 @@ def render_collectives(block: dict) -> Table:
     tr = block["training"]
     if tr:
         st = tr["step_time_us"]
-        t.add_row(f"training step ({tr['collective']})", f"{tr['size_bytes']:,}",
+        shaped = "phases" in tr
+        t.add_row(f"training step ({_step_name(tr)})", "" if shaped else f"{tr['size_bytes']:,}",
                   f"{st['mean']:.1f} (max {st['max']:.1f})", "", "",
                   "N/A" if tr["wrong"] is None else str(tr["wrong"]), "")
+        for phase, v in (tr["phases"] if shaped else {}).items():
+            t.add_row(f"  {phase}", "", f"{v['time_us']:.1f} ({v['share']:.0%})", "", "", "", "")
     if block["storage"]:
         s = block["storage"]
         t.add_row(f"storage READs from {s['server']}", "", "",
@@ -182,6 +186,14 @@ def render_collectives(block: dict) -> Table:
     for e in block["errors"]:
         t.add_row("error", e, "", "", "", "", "")
     return t
+
+
+def _step_name(tr: dict) -> str:
+    """A training loop's name in the table: its collective, or its parallelism."""
+    p = tr.get("parallelism")
+    if p is None:
+        return tr["collective"]
+    return " ".join(f"{k}{p[k]}" for k in ("tp", "pp", "dp", "ep") if p[k] > 1) or "one rank"
 
 
 def plain_hosts(exp: Experiment) -> set[str] | None:
