@@ -132,7 +132,10 @@ def _lost_fraction(records: list[dict]) -> float:
 
 
 def training_summary(records: list[dict], dilation: float) -> dict:
-    """Step times (compute + collective) and collective times, fabric us."""
+    """Step times (compute + collective) and collective times, fabric us; of
+    a parallelism-shaped step (``training.train``'s records), ``shaped_summary``."""
+    if "shape" in records[0]:
+        return shaped_summary(records, dilation)
     steps, colls = [], []
     for r in records:
         for s in r["steps"]:
@@ -147,6 +150,25 @@ def training_summary(records: list[dict], dilation: float) -> dict:
                              "max": max(steps)},
             "collective_time_us": {"mean": statistics.fmean(colls), "max": max(colls)},
             "wrong": wrong, "lost_fraction": _lost_fraction(records)}
+
+
+def shaped_summary(records: list[dict], dilation: float) -> dict:
+    """A parallelism-shaped loop's: the mean over ranks and steps of the step
+    time and of each phase's time (fabric us), each phase's share of the mean
+    step (they sum to 1: a rank's phases tile its step), #wrong."""
+    steps = [s for r in records for s in r["steps"]]
+    step_us = [(s["end_ns"] - s["start_ns"]) / dilation / 1e3 for s in steps]
+    mean = statistics.fmean(step_us)
+    phases = {}
+    for p in steps[0]["phases_ns"]:
+        t = [s["phases_ns"][p] / dilation / 1e3 for s in steps]
+        phases[p] = {"time_us": statistics.fmean(t), "share": statistics.fmean(t) / mean,
+                     "time_max_us": max(t)}
+    wrong = None if any(r["wrong"] is None for r in records) else sum(r["wrong"] for r in records)
+    return {"parallelism": records[0]["shape"], "nranks": records[0]["nranks"],
+            "steps": len(steps) // len(records),
+            "step_time_us": {"mean": mean, "p50": statistics.median(step_us), "max": max(step_us)},
+            "phases": phases, "wrong": wrong, "lost_fraction": _lost_fraction(records)}
 
 
 def _float(value: float, width: int) -> str:

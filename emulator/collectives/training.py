@@ -1,22 +1,18 @@
-"""A parallelism-shaped training loop on engines (``step.py``'s schedules)
-and its results: the step time and each phase's time and share.
+"""A parallelism-shaped training loop on engines (``step.py``'s schedules).
 
 ``train``: a barrier, then ``warmup_steps + steps`` steps back to back on
 every rank (each step's inputs written at its start, as its compute would
 produce them); per rank and step (after the warm-up) its time by phase
-(``step.phase_times``). ``summary``: the mean over ranks and steps of the
-step time and of each phase's time (fabric us), each phase's share of the
-step (they sum to 1: a rank's phases tile its step), and #wrong over every
-piece of the last step (training.csv: ``report.training_csv_rows``).
+(``step.phase_times``); #wrong over every piece of the last step.
+``report.training_summary`` sums the records up.
 """
 from __future__ import annotations
 
-import statistics
-
-from . import bench, report
+from . import bench
 from .data import count_wrong_pieces
 from .engine import drive
-from .step import PHASES, Step, checks, fill_inputs, phase_times
+from .step import Step, checks, fill_inputs, phase_times
+
 
 def _check_all(items, rec: dict):
     """``count_wrong_pieces`` over every (got, want) of a rank: their sum into ``rec["wrong"]``."""
@@ -57,21 +53,4 @@ def train(engines, step: Step, steps: int, warmup_steps: int, check: bool = True
     if not background_check:
         bench.finish_checks(engines)
     return out
-
-
-def summary(records: list[dict], dilation: float) -> dict:
-    """summary.json's ``collectives.training`` of a parallelism-shaped loop."""
-    steps = [s for r in records for s in r["steps"]]
-    step_us = [(s["end_ns"] - s["start_ns"]) / dilation / 1e3 for s in steps]
-    mean = statistics.fmean(step_us)
-    phases = {}
-    for p in PHASES:
-        t = [s["phases_ns"][p] / dilation / 1e3 for s in steps]
-        phases[p] = {"time_us": statistics.fmean(t), "share": statistics.fmean(t) / mean,
-                     "time_max_us": max(t)}
-    wrong = None if any(r["wrong"] is None for r in records) else sum(r["wrong"] for r in records)
-    return {"parallelism": records[0]["shape"], "nranks": records[0]["nranks"],
-            "steps": len(steps) // len(records),
-            "step_time_us": {"mean": mean, "p50": statistics.median(step_us), "max": max(step_us)},
-            "phases": phases, "wrong": wrong, "lost_fraction": report._lost_fraction(records)}
 

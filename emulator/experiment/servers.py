@@ -17,7 +17,7 @@ from typing import Callable
 
 from rich.table import Table
 
-from emulator.collectives import report, training
+from emulator.collectives import report
 from emulator.experiment.agents import AgentProcesses, nic_config, nic_fields
 from emulator.experiment.endpoints import agent_keys
 from emulator.experiment.fidelity import add_collectives_fidelity
@@ -129,8 +129,7 @@ def collectives_block(exp: Experiment, results: dict[str, dict]) -> dict:
     try:
         out["results"] = report.collective_rows([x for r in res for x in r.get("records", [])], d)
         tr = [x for r in res for x in r.get("training", [])]
-        out["training"] = (None if not tr else training.summary(tr, d) if "shape" in tr[0]
-                           else report.training_summary(tr, d))
+        out["training"] = report.training_summary(tr, d) if tr else None
     except (ValueError, KeyError, ZeroDivisionError) as e:   # a rank missing: incomplete run
         errors.append(f"report: {e}")
     if wp.readers:

@@ -148,7 +148,7 @@ def test_a_step_on_the_engine_over_roce_nics(two_servers):  # noqa: F811
             for s in r["steps"]:
                 assert sum(s["phases_ns"].values()) == s["end_ns"] - s["start_ns"]
                 assert s["phases_ns"]["compute"] == 2 * 2 * 300_000
-        out[overlap] = training.summary(recs, 1.0)
+        out[overlap] = report.training_summary(recs, 1.0)
     plain, over = out[False], out[True]
     for summ in (plain, over):
         assert summ["wrong"] == 0 and summ["phases"]["tp"]["time_us"] > 0
@@ -234,7 +234,7 @@ def test_training_files_give_each_phase_and_the_step(tmp_path):
                         "phases_ns": {"compute": 1000 * (r + 1), "tp": 1000 * (r + 1), "ep": 0,
                                       "pp": 0, "dp": 0}}],
              "wrong": 0, "lost_ns": 0} for r in range(2)]
-    tr = training.summary(recs, 2.0)
+    tr = report.training_summary(recs, 2.0)
     assert tr["step_time_us"]["mean"] == 1.5 and tr["phases"]["tp"]["time_us"] == 0.75
     assert tr["phases"]["tp"]["share"] == 0.5 and tr["phases"]["tp"]["time_max_us"] == 1.0
     paths = report.write(tmp_path, [], tr)
