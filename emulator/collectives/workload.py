@@ -5,6 +5,7 @@ one share per rank), hierarchical for all_reduce only. Errors are one line
 from __future__ import annotations
 
 from emulator.errors import ConfigError
+from emulator.schema.limits import memory_budget_bytes, size_text
 from emulator.schema.workload import TestSpec, WorkloadSpec
 
 from .algorithms import CHANNELED, Params
@@ -134,3 +135,20 @@ def _validate_shape(spec: WorkloadSpec, file: str, servers: int, G: int, prefix:
         if size is not None and size % unit:
             raise ConfigError(file, f"{where}.{name}", f"{size} B is not a multiple of {elem} B "
                                                        f"({spec.dtype}){why} = {unit} B")
+    need = n * _step_buffer_bytes(tr)
+    if need > memory_budget_bytes():
+        raise ConfigError(file, where, f"the step's buffers, up to {size_text(need)} over {n} "
+                                       f"ranks, do not fit this machine's memory budget "
+                                       f"({size_text(memory_budget_bytes())}): fewer microbatches "
+                                       "or layers, or smaller sizes")
+
+
+def _step_buffer_bytes(tr) -> int:
+    """At most the bytes of one rank's step buffers (``step.py``: every piece
+    has its own): per microbatch, layer and direction a TP all-reduce's and
+    a MoE all-to-all's input and output; per microbatch and direction the
+    activations in and out; the gradients' collectives (a reduce-scatter's
+    copy and an all-gather's output included)."""
+    M, L = tr.microbatches, tr.layers
+    return (M * L * 2 * 2 * ((tr.tp_bytes or 0) + (tr.ep_bytes or 0))
+            + M * 2 * 2 * (tr.pp_bytes or 0) + 4 * (tr.dp_bytes or 0))

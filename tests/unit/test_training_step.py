@@ -218,6 +218,28 @@ def test_training_shape_fabric_errors(training_, servers, G, field, reason):
     assert e.value.field == field and reason in e.value.reason, str(e.value)
 
 
+def test_a_step_that_would_not_fit_in_memory_is_refused(monkeypatch):
+    from emulator.collectives import workload
+    w = parse_workload(_wl(microbatches=16, layers=16, tp_bytes=1 << 20), "e.yaml")
+    validate_for(w, "e.yaml", 2, 4)
+    monkeypatch.setattr(workload, "memory_budget_bytes", lambda: 64 << 20)
+    with pytest.raises(ConfigError) as e:
+        validate_for(w, "e.yaml", 2, 4)
+    assert e.value.field == "workload.training" and "do not fit this machine's memory budget " \
+        "(64.0 MiB)" in e.value.reason and "8 ranks" in e.value.reason
+    # the bound holds the buffers a step builds
+    for sh in SHAPES:
+        st = step.build(sh, 2, 4, 1024)
+        tr = parse_workload({"training": {"steps": 1, "tp": sh.tp, "pp": sh.pp, "dp": sh.dp,
+                                          **{f"{k}_bytes": getattr(sh, f"{k}_bytes")
+                                             for k in ("tp", "pp", "dp", "ep")
+                                             if getattr(sh, k) > 1},
+                                          "ep": sh.ep, "microbatches": sh.microbatches,
+                                          "layers": sh.layers}}, "e.yaml").training
+        assert max(sum(s.buffers.values()) for s in st.schedules.values()) \
+            <= workload._step_buffer_bytes(tr)
+
+
 def test_dp_defaults_to_the_ranks_left_and_shape_follows_the_file():
     w = parse_workload(_wl(dp=None, compute_us=10, dp_bytes=256), "e.yaml")
     validate_for(w, "e.yaml", 4, 4)
