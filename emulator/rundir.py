@@ -141,8 +141,9 @@ class RunDir:
     COLLECTIVES_CSV, COLLECTIVES_JSON = "collectives.csv", "collectives.json"
     COLLECTIVES_TXT, TRAINING_JSON = "collectives.txt", "training.json"
     COLLECTIVES_PNG = "collectives.png"
+    TRAINING_CSV = "training.csv"   # a parallelism-shaped step's phases (``collectives.training``)
     COLLECTIVES = (COLLECTIVES_CSV, COLLECTIVES_JSON, COLLECTIVES_TXT, TRAINING_JSON,
-                   COLLECTIVES_PNG)
+                   COLLECTIVES_PNG, TRAINING_CSV)
     PCAP_DIR, CAPTURE = "pcap", "capture.pcapng"     # with --pcap (``experiment.capture``)
     CAPTURES = (PCAP_DIR, CAPTURE)
     # Every entry a run may write: what it claims (``OutputDir.claim``) before

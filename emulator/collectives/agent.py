@@ -32,7 +32,7 @@ from emulator.rundir import RawDir
 from emulator.schema.agent import CollectiveAgentConfig
 from emulator.vtime.member import join_virtual_time, process_clock
 
-from . import bench
+from . import algorithms, bench, step, training
 from .agent_io import agent_main
 from .data import periodic_inputs
 from .engine import CollectiveEngine, drive, quiescent
@@ -68,9 +68,17 @@ def run(cfg: CollectiveAgentConfig, path: str = "config", clock: Clock = MONOTON
                                slice_bytes=spec.slice_bytes, slots=spec.slots,
                                staging=staging, clock=clock)
         eng.stop_flag = stop
-        eng.connect(bench.connections_for(cfg.servers, len(cfg.nics), runs(spec)))
+        if hasattr(clock, "leave"):
+            # virtual time: a piece of background work (a result's check) costs
+            # no fabric time, so any wait may take one -- behind DCQCN's timers
+            # (every few tens of us while a rate recovers) the checks of a
+            # training step waited for gaps of 100 us, 30 ms of fabric time
+            eng.background_min_idle_ns = 0
+        shaped = _step(spec, cfg)
+        eng.connect(bench.connections_for(cfg.servers, len(cfg.nics), runs(spec))
+                    | _step_connections(spec, cfg.servers, len(cfg.nics), shaped))
         reader = _storage_reader(cfg, eng, nics, clock)
-        _prepare(spec, eng)
+        _prepare(spec, eng, shaped)
         # the common start: a Unix time, the one clock all servers' processes share
         start_at = ready_then_start(f"server{cfg.server}", cfg.ready_path, cfg.start_at_unix_ns)
         leave = join_virtual_time(clock, lambda: finished[0], stop)
@@ -78,7 +86,7 @@ def run(cfg: CollectiveAgentConfig, path: str = "config", clock: Clock = MONOTON
         deadline_ns = start[0] + int(cfg.deadline_s * 1e9)
         left = lambda: max(0.1, (deadline_ns - clock.now_ns()) / 1e9)   # noqa: E731
         _run_tests(spec, eng, out, left)
-        _run_training(spec, eng, out, left, reader, cfg.dilation)
+        _run_training(spec, eng, out, left, reader, cfg.dilation, shaped)
         # the last credits and ACKs are still in flight: let them land (the
         # results' checks run meanwhile), then keep answering a little (a
         # peer's last WRITE may need our ACK again)
@@ -130,19 +138,42 @@ def _storage_reader(cfg: CollectiveAgentConfig, eng: CollectiveEngine, nics: lis
     return reader
 
 
-def _prepare(spec, eng: CollectiveEngine) -> None:
+def _step(spec, cfg: CollectiveAgentConfig) -> step.Step | None:
+    """A parallelism-shaped training step's schedules (every rank's), if the workload has one."""
+    tr = spec.training
+    if tr is None or not tr.parallel:
+        return None
+    G = len(cfg.nics)
+    shape = step.shape_of(tr, cfg.servers * G, spec.dtype, spec.op, cfg.dilation)
+    return step.build(shape, cfg.servers, G, spec.slice_bytes)
+
+
+def _step_connections(spec, servers: int, G: int, shaped: step.Step | None) -> set:
+    """The step's connections and its barrier's (none without a step)."""
+    if shaped is None:
+        return set()
+    return (algorithms.channel_connections(shaped.schedules)
+            | bench.connections_for(servers, G, [("all_reduce", spec.algorithm)]))
+
+
+def _prepare(spec, eng: CollectiveEngine, shaped: step.Step | None = None) -> None:
     """Build every input and schedule before the start, not inside the event loop."""
+    if shaped is not None:          # its schedules are built: the inputs of its group sizes
+        sh = shaped.shape
+        for m in {sh.tp, sh.dp, sh.ep, 2}:
+            periodic_inputs(max(sh.tp_bytes, sh.pp_bytes, sh.dp_bytes, sh.ep_bytes)
+                            // elem_bytes(sh.dtype), sh.dtype, m)
     # every input (and expected output) is a slice of one array: built for the
     # largest before the start, not inside the event loop when a row grows
     n = eng.servers * eng.G
     for _, _, p in runs(spec):
         periodic_inputs(max([s for t in spec.tests for s in t.size_list()]
-                            + [spec.training.size_bytes if spec.training else 0])
+                            + [(spec.training.size_bytes or 0) if spec.training else 0])
                         // elem_bytes(p.dtype), p.dtype, n)
     # and every schedule: built between two phases, one stalled the NICs for 0.5-1 ms
     rows = [(t.collective, t.algorithm or spec.algorithm, size, in_place, params_of(t, spec))
             for t in spec.tests for size in t.size_list() for in_place in (False, True)]
-    if spec.training is not None:
+    if spec.training is not None and not spec.training.parallel:
         rows.append((spec.training.collective, spec.training.algorithm or spec.algorithm,
                      spec.training.size_bytes, False, training_params(spec)))
     bench.prepare([eng], rows)
@@ -174,17 +205,23 @@ def _run_tests(spec, eng: CollectiveEngine, out: dict, left) -> None:
                                                 params=params_of(t, spec))
 
 
-def _run_training(spec, eng: CollectiveEngine, out: dict, left, reader, D) -> None:
+def _run_training(spec, eng: CollectiveEngine, out: dict, left, reader, D,
+                  shaped: step.Step | None) -> None:
     """The training loop, if any, with the checkpoint reads running alongside."""
     if spec.training is None:
         return
     tr = spec.training
     if reader is not None:
         reader.start()              # reads run for as long as the training loop
-    out["training"] = bench.train([eng], tr.collective, tr.algorithm or spec.algorithm,
-                                  tr.size_bytes, tr.steps, tr.warmup_steps,
-                                  int(tr.compute_us * 1000 * D), spec.check, left(),
-                                  background_check=True, params=training_params(spec))
+    if shaped is not None:
+        out["training"] = training.train([eng], shaped, tr.steps, tr.warmup_steps, spec.check,
+                                         left(), background_check=True,
+                                         barrier_algorithm=spec.algorithm)
+    else:
+        out["training"] = bench.train([eng], tr.collective, tr.algorithm or spec.algorithm,
+                                      tr.size_bytes, tr.steps, tr.warmup_steps,
+                                      int(tr.compute_us * 1000 * D), spec.check, left(),
+                                      background_check=True, params=training_params(spec))
     if reader is not None:
         reader.stop()
 

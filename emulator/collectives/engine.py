@@ -22,6 +22,7 @@ outside (``CollectiveEngine.stop_flag``).
 """
 from __future__ import annotations
 
+import heapq
 from collections import deque
 
 import numpy as np
@@ -32,7 +33,7 @@ from emulator.wire import roce_sport
 
 from .nvlink import NvlinkSwitch
 from .arith import combiner, storage
-from .schedule import COPY, NVLINK, SEND, RankSchedule, conn_key
+from .schedule import COMPUTE, COPY, NVLINK, SEND, RankSchedule, conn_key
 from .transport import NvlinkConn, RdmaConn
 
 QPN_BASE = 0x800              # QP of rank r towards peer p (channel 0) is QPN_BASE + p on r's NIC
@@ -59,13 +60,17 @@ class _Prepared:
         e = s.elem_bytes
         self.rng = [(o.off // e, (o.off + o.nbytes) // e, o.src_off // e) for o in s.ops]
         self.storage = storage(s.dtype)         # an RDMA message arrives as bytes: viewed as this
+        self.marks = {i: k for k, i in enumerate(s.marks)}    # op -> its place among the marks
         self.combine = combiner(s.redop, s.dtype)
 
 
 class RankRun:
     """One rank running one schedule for ``iterations`` iterations. Records
     per iteration (iteration, start_ns, collective_start_ns, end_ns): start
-    is when its compute phase began (= collective start without compute)."""
+    is when its compute phase began (= collective start without compute);
+    ``mark_records``: per iteration, the end of each of the schedule's
+    ``marks`` (clock ns). A ``ComputeOp`` keeps the rank busy for its
+    ``compute_ns`` (``busy``: (end ns, op) due)."""
 
     def __init__(self, rank, prep: _Prepared, bufs, conns, iterations, compute_ns=0, fill=None,
                  clock: Clock = MONOTONIC):
@@ -79,6 +84,9 @@ class RankRun:
         self.ndone = 0
         self.t_start = self.t_coll = 0
         self.wake_ns = 0            # computing until then (0: not computing)
+        self.busy: list[tuple[int, int]] = []
+        self.mark_records: list[list[int]] = []
+        self.marks_ns: list[int] = []
         if not self.finished:
             self._begin(clock.now_ns())
 
@@ -96,6 +104,7 @@ class RankRun:
         self.t_coll = now
         self.cnt = list(self.prep.init_cnt)
         self.ndone = 0
+        self.marks_ns = [0] * len(self.prep.marks)
         for i in self.prep.roots:
             self._ready(i)
 
@@ -105,6 +114,11 @@ class RankRun:
             a, b, sa = self.prep.rng[i]
             self.bufs[op.buf][a:b] = self.bufs[op.src_buf][sa:sa + b - a]
             self._done(i)
+        elif op.kind == COMPUTE:
+            if op.compute_ns:
+                heapq.heappush(self.busy, (self.clock.now_ns() + op.compute_ns, i))
+            else:
+                self._done(i)
         elif op.kind == SEND:
             self.conns[op.key].pend_send.append(i)
         else:
@@ -112,6 +126,9 @@ class RankRun:
 
     def _done(self, i):
         self.ndone += 1
+        k = self.prep.marks.get(i)
+        if k is not None:
+            self.marks_ns[k] = self.clock.now_ns()
         cnt = self.cnt
         for j in self.prep.dependents[i]:
             cnt[j] -= 1
@@ -127,6 +144,9 @@ class RankRun:
                 return False
             self._start_collective(now)
         moved = changed = False
+        while self.busy and self.busy[0][0] <= now:
+            self._done(heapq.heappop(self.busy)[1])
+            moved = True
         changed = True
         ops, rng, bufs = self.prep.ops, self.prep.rng, self.bufs
         dtype, combine = self.prep.storage, self.prep.combine
@@ -159,6 +179,7 @@ class RankRun:
         if self.ndone == len(ops):
             now = self.clock.now_ns()
             self.records.append((self.iterations[self.idx], self.t_start, self.t_coll, now))
+            self.mark_records.append(self.marks_ns)
             self.idx += 1
             if self.idx == len(self.iterations):
                 self.finished = True
@@ -357,6 +378,8 @@ def _next_event_ns(engines, nics, runs, now: int, limit: int, upkeep: bool) -> i
     for r in runs:
         if r.wake_ns and not r.finished:
             wake = min(wake, r.wake_ns)
+        if r.busy and not r.finished:
+            wake = min(wake, r.busy[0][0])
     return wake
 
 

@@ -42,7 +42,7 @@ CSV_COLUMNS = ("collective", "algorithm", "nranks", "size_bytes", "count", "type
                "iters", "warmup_iters", *_TIMED, *(f"inplace_{k}" for k in _TIMED), "lost_fraction")
 # what ``write`` writes into a results directory
 REPORT_FILES = (RunDir.COLLECTIVES_CSV, RunDir.COLLECTIVES_JSON, RunDir.COLLECTIVES_TXT,
-                RunDir.TRAINING_JSON)
+                RunDir.TRAINING_JSON, RunDir.TRAINING_CSV)
 NCCL_TESTS_JSON_VERSION = 1         # nccl-tests' JSON_FILE_VERSION this shape follows
 
 
@@ -134,7 +134,10 @@ def _lost_fraction(records: list[dict]) -> float:
 
 
 def training_summary(records: list[dict], dilation: float) -> dict:
-    """Step times (compute + collective) and collective times, fabric us."""
+    """Step times (compute + collective) and collective times, fabric us; of
+    a parallelism-shaped step (``training.train``'s records), ``shaped_summary``."""
+    if "shape" in records[0]:
+        return shaped_summary(records, dilation)
     steps, colls = [], []
     for r in records:
         for s in r["steps"]:
@@ -149,6 +152,25 @@ def training_summary(records: list[dict], dilation: float) -> dict:
                              "max": max(steps)},
             "collective_time_us": {"mean": statistics.fmean(colls), "max": max(colls)},
             "wrong": wrong, "lost_fraction": _lost_fraction(records)}
+
+
+def shaped_summary(records: list[dict], dilation: float) -> dict:
+    """A parallelism-shaped loop's: the mean over ranks and steps of the step
+    time and of each phase's time (fabric us), each phase's share of the mean
+    step (they sum to 1: a rank's phases tile its step), #wrong."""
+    steps = [s for r in records for s in r["steps"]]
+    step_us = [(s["end_ns"] - s["start_ns"]) / dilation / 1e3 for s in steps]
+    mean = statistics.fmean(step_us)
+    phases = {}
+    for p in steps[0]["phases_ns"]:
+        t = [s["phases_ns"][p] / dilation / 1e3 for s in steps]
+        phases[p] = {"time_us": statistics.fmean(t), "share": statistics.fmean(t) / mean,
+                     "time_max_us": max(t)}
+    wrong = None if any(r["wrong"] is None for r in records) else sum(r["wrong"] for r in records)
+    return {"parallelism": records[0]["shape"], "nranks": records[0]["nranks"],
+            "steps": len(steps) // len(records),
+            "step_time_us": {"mean": mean, "p50": statistics.median(step_us), "max": max(step_us)},
+            "phases": phases, "wrong": wrong, "lost_fraction": _lost_fraction(records)}
 
 
 def _float(value: float, width: int) -> str:
@@ -257,6 +279,16 @@ def nccl_tests_json(rows: list[dict]) -> dict:
             "average_bus_bandwidth": {"bandwidth": _avg_busbw(rows), "okay": "unchecked"}}
 
 
+def _write_csv(path: Path, columns: tuple, rows: list[dict]) -> None:
+    with atomic_open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=columns)
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: ("N/A" if r[k] is None else
+                            round(r[k], 4) if isinstance(r[k], float) else r[k])
+                        for k in columns})
+
+
 def write(out_dir, rows: list[dict], training: dict | None = None) -> dict[str, Path]:
     """``collectives.csv`` (the rows), ``collectives.json`` (nccl-tests' JSON
     shape), ``collectives.txt`` (nccl-tests' table) and, with a training
@@ -265,16 +297,24 @@ def write(out_dir, rows: list[dict], training: dict | None = None) -> dict[str, 
     rd.path.mkdir(parents=True, exist_ok=True)
     paths = {"csv": rd.file(rd.COLLECTIVES_CSV), "json": rd.file(rd.COLLECTIVES_JSON),
              "txt": rd.file(rd.COLLECTIVES_TXT)}
-    with atomic_open(paths["csv"], "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=CSV_COLUMNS)
-        w.writeheader()
-        for r in rows:
-            w.writerow({k: ("N/A" if r[k] is None else
-                            round(r[k], 4) if isinstance(r[k], float) else r[k])
-                        for k in CSV_COLUMNS})
+    _write_csv(paths["csv"], CSV_COLUMNS, rows)
     atomic_write_text(paths["json"], json.dumps(nccl_tests_json(rows), indent=1))
     atomic_write_text(paths["txt"], format_table(rows))
     if training is not None:
         paths["training"] = rd.file(rd.TRAINING_JSON)
         atomic_write_text(paths["training"], json.dumps(training, indent=1))
+    if training is not None and "phases" in training:    # parallelism-shaped (``training.py``)
+        paths["training_csv"] = rd.file(rd.TRAINING_CSV)
+        _write_csv(paths["training_csv"], TRAINING_CSV_COLUMNS, training_csv_rows(training))
     return paths
+
+
+TRAINING_CSV_COLUMNS = ("phase", "time_us", "share", "time_max_us")
+
+
+def training_csv_rows(training: dict) -> list[dict]:
+    """training.csv of a parallelism-shaped loop: a row per phase, then the step."""
+    rows = [{"phase": p, **v} for p, v in training["phases"].items()]
+    st = training["step_time_us"]
+    rows.append({"phase": "step", "time_us": st["mean"], "share": 1.0, "time_max_us": st["max"]})
+    return rows

@@ -27,6 +27,7 @@ from .dtypes import elem_bytes
 ELEM_BYTES = 4            # float32, the default type
 
 SEND, RECV, COPY = "send", "recv", "copy"
+COMPUTE = "compute"         # a GPU busy for a while, touching no buffer (``ComputeOp``)
 NVLINK, RDMA, LOCAL = "nvlink", "rdma", "local"
 CHANNEL_STRIDE = 1 << 16    # ranks; a connection's key: peer + channel x this
 
@@ -73,6 +74,7 @@ class RankSchedule:
     ops: list[Op] = field(default_factory=list)
     dtype: str = "float32"                        # of its elements (``dtypes.DTYPES``)
     redop: str = "sum"                            # what a reducing receive applies
+    marks: list[int] = field(default_factory=list)   # ops whose end a run records (``step.py``)
 
     @property
     def elem_bytes(self) -> int:
@@ -80,7 +82,7 @@ class RankSchedule:
 
     def peers(self) -> set[tuple[int, str, int]]:
         """(peer rank, link kind, channel) of every connection this rank uses."""
-        return {(o.peer, o.link, o.chan) for o in self.ops if o.kind != COPY}
+        return {(o.peer, o.link, o.chan) for o in self.ops if o.kind in (SEND, RECV)}
 
 
 def split_elems(count: int, parts: int) -> list[tuple[int, int]]:
@@ -150,7 +152,7 @@ def finalize(s: RankSchedule) -> RankSchedule:
     for i, op in enumerate(s.ops):
         deps: set[int] = set()
         end = op.off + op.nbytes
-        if op.off < 0 or end > s.buffers[op.buf]:
+        if op.kind != COMPUTE and (op.off < 0 or end > s.buffers[op.buf]):
             raise ValueError(f"rank {s.rank} op {i} outside buffer {op.buf}: {op!r}")
         if op.kind == SEND:
             ranges[op.buf].access(i, op.off, end, False, deps)
@@ -162,9 +164,28 @@ def finalize(s: RankSchedule) -> RankSchedule:
             if op.key in last_recv:
                 deps.add(last_recv[op.key])
             last_recv[op.key] = i
-        else:
+        elif op.kind == COPY:
             ranges[op.src_buf].access(i, op.src_off, op.src_off + op.nbytes, False, deps)
             ranges[op.buf].access(i, op.off, end, True, deps)
+        else:
+            deps.update(op.after)
         deps.discard(i)
         op.deps = tuple(sorted(deps))
     return s
+
+
+class ComputeOp(Op):
+    """``compute_ns`` of the rank's GPU (0: a join, done once its ``after``
+    ops are). It touches no buffer: its dependencies are the ops listed in
+    ``after`` (indices in the same schedule), which ``finalize`` makes its
+    ``deps`` (a parallelism-shaped step orders its phases with them:
+    ``step.py``)."""
+
+    __slots__ = ("compute_ns", "after")
+
+    def __init__(self, compute_ns: int = 0, after: tuple[int, ...] = ()):
+        super().__init__(COMPUTE, -1, LOCAL, "", 0, 0)
+        self.compute_ns, self.after = int(compute_ns), tuple(after)
+
+    def __repr__(self):
+        return f"ComputeOp({self.compute_ns} ns after={self.after} deps={self.deps})"

@@ -19,8 +19,10 @@ from .schedule import COPY, RECV, SEND, RankSchedule
 
 
 def run(schedules: dict[int, RankSchedule], inputs: dict[int, np.ndarray], slots: int = 2,
-        seed: int = 0, input_at: dict[int, tuple[str, int]] | None = None
-        ) -> dict[int, dict[str, np.ndarray]]:
+        seed: int = 0, input_at: dict[int, tuple[str, int]] | None = None,
+        init=None) -> dict[int, dict[str, np.ndarray]]:
+    """The ranks' buffers at the end. ``init(rank, buffers)``: fills a rank's
+    buffers before the start (where ``inputs`` fills one)."""
     rng = random.Random(seed)
     bufs = {r: {k: np.zeros(v // s.elem_bytes, storage(s.dtype)) for k, v in s.buffers.items()}
             for r, s in schedules.items()}
@@ -28,6 +30,8 @@ def run(schedules: dict[int, RankSchedule], inputs: dict[int, np.ndarray], slots
     for r, x in inputs.items():       # input_at: (buffer, first element) of an in-place rank
         buf, first = (input_at or {}).get(r, ("in", 0))
         bufs[r][buf][first:first + x.size] = x
+    for r in schedules if init is not None else ():
+        init(r, bufs[r])
     # what may run, wire permitting: per rank the ops not done whose deps
     # are, in op order (the order the random choice draws from)
     waiting = {r: [len(op.deps) for op in s.ops] for r, s in schedules.items()}

@@ -88,7 +88,9 @@ def describe_experiment(exp: Experiment) -> list[str]:
         w, wp = spec.workload, exp.workload
         parts = [f"{t.collective} at {len(t.size_list())} sizes" for t in (w.tests if w else [])]
         if w is not None and w.training is not None:
-            parts.append("training loop")
+            tr = w.training
+            parts.append("training loop" if not tr.parallel else "training step " + " x ".join(
+                f"{k} {getattr(tr, k)}" for k in ("tp", "pp", "dp", "ep") if getattr(tr, k)))
         lines.append(f"  workload: {w.algorithm if w else 'storage'} on {len(wp.servers)} servers"
                      + (f" ({', '.join(parts)})" if parts else "")
                      + (f"; storage {wp.storage_server}" if wp.storage_server else ""))

@@ -171,9 +171,12 @@ def render_collectives(block: dict) -> Table:
     tr = block["training"]
     if tr:
         st = tr["step_time_us"]
-        t.add_row(f"training step ({tr['collective']})", f"{tr['size_bytes']:,}",
+        shaped = "phases" in tr
+        t.add_row(f"training step ({_step_name(tr)})", "" if shaped else f"{tr['size_bytes']:,}",
                   f"{st['mean']:.1f} (max {st['max']:.1f})", "", "",
                   "N/A" if tr["wrong"] is None else str(tr["wrong"]), "")
+        for phase, v in (tr["phases"] if shaped else {}).items():
+            t.add_row(f"  {phase}", "", f"{v['time_us']:.1f} ({v['share']:.0%})", "", "", "", "")
     if block["storage"]:
         s = block["storage"]
         t.add_row(f"storage READs from {s['server']}", "", "",
@@ -182,6 +185,14 @@ def render_collectives(block: dict) -> Table:
     for e in block["errors"]:
         t.add_row("error", e, "", "", "", "", "")
     return t
+
+
+def _step_name(tr: dict) -> str:
+    """A training loop's name in the table: its collective, or its parallelism."""
+    p = tr.get("parallelism")
+    if p is None:
+        return tr["collective"]
+    return " ".join(f"{k}{p[k]}" for k in ("tp", "pp", "dp", "ep") if p[k] > 1) or "one rank"
 
 
 def plain_hosts(exp: Experiment) -> set[str] | None:

@@ -132,8 +132,8 @@ class _StepTime(_Part):
 
 
 class _Training(_Part):
-    collective: str
-    size_bytes: int
+    collective: Optional[str] = None        # a one-collective loop's; a shaped step has
+    size_bytes: Optional[int] = None        # parallelism and phases instead
     step_time_us: _StepTime
     wrong: Optional[int] = None
 

@@ -80,12 +80,38 @@ def extra_tables(s: dict) -> str:
     coll = s.get("collectives") or {}
     out = []
     if coll.get("training"):
-        t = coll["training"]
-        out.append("<h3>Training</h3>" + kv_table([(k, v) for k, v in t.items()]))
+        out.append(training_html(coll["training"]))
     if coll.get("storage"):
         st = coll["storage"]
         out.append("<h3>Storage</h3>" + kv_table([(k, v) for k, v in st.items()]))
     return "".join(out)
+
+
+PHASE_COLOURS = {"compute": "#9e9e9e", "tp": "#1f77b4", "ep": "#9467bd", "pp": "#ff7f0e",
+                 "dp": "#2ca02c"}
+
+
+def training_html(t: dict) -> str:
+    """The training loop's results; a parallelism-shaped step's as its phase
+    breakdown: a bar of the mean step split by phase, and each phase's time and share."""
+    if "phases" not in t:
+        return "<h3>Training</h3>" + kv_table([(k, v) for k, v in t.items()])
+    st = t["step_time_us"]
+    bar = "".join(f'<div title="{p}: {v["time_us"]:.1f} µs" style="width:{100 * v["share"]:.2f}%;'
+                  f'background:{PHASE_COLOURS.get(p, "#ccc")};height:1.4em;display:inline-block">'
+                  "</div>" for p, v in t["phases"].items() if v["share"] > 0)
+    rows = [("parallelism", ", ".join(f"{k} {v}" for k, v in t["parallelism"].items())),
+            ("step time", f"{st['mean']:.1f} µs mean, {st['p50']:.1f} p50, {st['max']:.1f} max "
+                          f"over {t['steps']} steps x {t['nranks']} ranks"),
+            *((f"{p}", f"{v['time_us']:.1f} µs ({v['share']:.1%}; most in a rank's step "
+                       f"{v['time_max_us']:.1f} µs)") for p, v in t["phases"].items()),
+            ("#wrong", t["wrong"]), ("lost fraction", t["lost_fraction"])]
+    return ("<h3>Training step by phase</h3><p>Each rank's step split into what it was doing: "
+            "computing, or waiting on the tensor-parallel all-reduce (tp), the MoE all-to-all "
+            "(ep), the pipeline's activations or gradients (pp, with the pipeline's bubble), the "
+            "data-parallel reduction (dp: past the overlap, if any). docs/training.md.</p>"
+            f'<div style="width:100%;white-space:nowrap">{bar}</div>'
+            + kv_table(rows))
 
 
 def run_sections(data: RunData, notes: list[str], frames: int, prefix: str = "") -> list[str]:

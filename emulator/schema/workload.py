@@ -93,13 +93,75 @@ class TestSpec(StrictSpec):
         return self.sizes.expand() if isinstance(self.sizes, SizeRange) else list(self.sizes)
 
 
+# the parallel degrees of a parallelism-shaped step, and the size of each one's traffic
+PARALLEL = ("tp", "pp", "dp", "ep")
+MAX_MICROBATCHES = 16
+MAX_LAYERS = 16
+
+
 class TrainingSpec(StrictSpec):
+    """A loop of ``steps`` steps: one collective over every rank
+    (``collective``, ``size_bytes``, ``compute_us`` before it), or, given
+    any of ``tp``/``pp``/``dp``/``ep``, a step shaped by that parallelism
+    (``emulator.collectives.step``, docs/training.md): per microbatch and
+    layer ``compute_us`` forward (``backward_compute_us`` backward, default
+    twice that), TP all-reduce of ``tp_bytes``, MoE all-to-all of
+    ``ep_bytes``; ``pp_bytes`` of activations between pipeline stages; the
+    gradients (``dp_bytes``) reduced over DP, overlapping the last backward
+    pass with ``dp_overlap``."""
     steps: int = Field(ge=1)
     warmup_steps: int = Field(1, ge=0)
     compute_us: FabricUs = 0.0
     collective: TrainingCollective = "all_reduce"
-    size_bytes: BufferBytes
+    size_bytes: Optional[BufferBytes] = None
     algorithm: Optional[Algorithm] = None
+    tp: Optional[int] = Field(None, ge=1)
+    pp: Optional[int] = Field(None, ge=1)
+    dp: Optional[int] = Field(None, ge=1)        # default: the ranks left by tp x pp
+    ep: Optional[int] = Field(None, ge=1)
+    tp_bytes: Optional[BufferBytes] = None
+    pp_bytes: Optional[BufferBytes] = None
+    dp_bytes: Optional[BufferBytes] = None
+    ep_bytes: Optional[BufferBytes] = None
+    microbatches: int = Field(1, ge=1, le=MAX_MICROBATCHES)
+    layers: int = Field(1, ge=1, le=MAX_LAYERS)            # per pipeline stage
+    backward_compute_us: Optional[FabricUs] = None
+    dp_collective: Literal["all_reduce", "reduce_scatter"] = "all_reduce"
+    dp_overlap: bool = False
+
+    @property
+    def parallel(self) -> bool:
+        """Whether the step is shaped by parallelism (else one collective)."""
+        return any(getattr(self, k) is not None for k in PARALLEL)
+
+    @model_validator(mode="after")
+    def _shape(self):
+        shaped = ("microbatches", "layers", "backward_compute_us", "dp_collective", "dp_overlap",
+                  *(f"{k}_bytes" for k in PARALLEL))
+        # given: not its default (a config written back in full has every field)
+        given = [k for k in shaped if getattr(self, k) != type(self).model_fields[k].default]
+        if not self.parallel:
+            if given:
+                raise FieldError(given[0], "is for a step shaped by parallelism: give tp, pp, "
+                                           "dp or ep")
+            if self.size_bytes is None:
+                raise FieldError("size_bytes", "required (or give tp, pp, dp, ep and their "
+                                               "*_bytes for a parallelism-shaped step)")
+            return self
+        for k in ("collective", "size_bytes", "algorithm"):
+            if getattr(self, k) != type(self).model_fields[k].default:
+                raise FieldError(k, "is for a one-collective loop: a parallelism-shaped step "
+                                    "takes tp_bytes, pp_bytes, dp_bytes, ep_bytes")
+        for k in PARALLEL:
+            degree, size = getattr(self, k), getattr(self, f"{k}_bytes")
+            if degree == 1 and size is not None:
+                raise FieldError(f"{k}_bytes", f"{k} is 1: there is no {k.upper()} traffic")
+            if (degree or 1) > 1 and size is None:
+                raise FieldError(f"{k}_bytes", f"required with {k} {degree}")
+        if self.ep is not None and self.dp is not None and self.dp % self.ep:
+            raise FieldError("ep", f"{self.ep} does not divide dp {self.dp} (Megatron-LM's "
+                                   "expert-parallel groups split the data-parallel ones)")
+        return self
 
 
 class WorkloadSpec(StrictSpec):
@@ -134,7 +196,7 @@ class WorkloadSpec(StrictSpec):
     def pairs(self) -> list[tuple[str, str]]:
         """(collective, algorithm) of everything to run."""
         out = [(t.collective, t.algorithm or self.algorithm) for t in self.tests]
-        if self.training is not None:
+        if self.training is not None and not self.training.parallel:
             out.append((self.training.collective, self.training.algorithm or self.algorithm))
         return out
 
