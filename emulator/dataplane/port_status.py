@@ -1,14 +1,36 @@
-"""A switch port's operational status as its receiver sees it, for the controller.
+"""A switch port's operational status: when it has no signal, one rule for
+the controller's reports and gNMI's oper-status.
 
-A port whose link's direction into it goes down (a scripted ``link_down``,
-``schema.faults``) sees no signal from the time the last frame sent before
-the fault would have arrived: the fault's time plus the link's propagation
-delay. The switch reports that loss of signal, and the signal's return, to
-its controller over P4Runtime (``p4rt_server/port_events.py``) at exactly
-that fabric time; the switch's loop wakes for it (``next_ns``) like for any
-other event. The faults are known to the port's own process (``PortConfig.
-rx_down``), so the report needs nothing from the far end: no frame,
-no wall clock.
+The rule is IEEE 802.3's link fault signalling (clause 46, 46.3.4, the
+XGMII Reconciliation Sublayer; clause 81 keeps it for 40/100 Gb/s): a port
+whose receiver loses the signal is in *local fault* and its RS sends
+*remote fault* to its link partner; an RS that receives remote fault
+stops sending frames. Either fault takes the link down at that end (what
+a switch's OS and gNMI report as oper-status DOWN). So, with ``d`` the
+link's propagation delay:
+
+* local fault: the direction INTO the port down over [a, b) (a scripted
+  ``link_down`` acts at its sender, ``schema.faults``) -- the last frame
+  sent before ``a`` has arrived at ``a + d``: no signal over
+  [a + d, b + d) (``PortConfig.rx_down``);
+* remote fault: the direction the port SENDS on down over [c, e)
+  (``PortConfig.faults.down``) -- the partner is in local fault over
+  [c + d, e + d) and its remote fault reaches the port a link delay later:
+  [c + 2d, e + 2d). While the partner's direction to us is down too, its
+  remote fault is lost, but then we are in local fault ourselves: the
+  union below is exact.
+
+A port is DOWN over the union of both (``no_signal_windows``). Both ends
+of a link therefore go down, each at its own time, whichever direction
+failed; after a link comes back, each end still hears its partner's
+remote fault until that clears (up to ``2d`` after the fault ends).
+
+The switch reports each change to its controller over P4Runtime
+(``p4rt_server/port_events.py``) at exactly that fabric time; the switch's
+loop wakes for it (``next_ns``) like for any other event; its gNMI server
+serves the same windows (``gnmi_server/leaves.py``). The faults are known to
+the port's own process, so the status needs nothing from the far end: no
+frame, no wall clock.
 
 A switch that goes down (``switch_down``: a modelled reboot) loses its
 tables and reports nothing while it is down -- its ports' losses are its
@@ -33,6 +55,29 @@ class PortEvent(NamedTuple):
     up: bool
 
 
+def _shifted(intervals, by_ns: int) -> list[tuple[int, int]]:
+    return [(d.from_ns + by_ns, d.until_ns + by_ns if d.until_ns < NEVER_NS else NEVER_NS)
+            for d in intervals]
+
+
+def no_signal_windows(port_cfg) -> list[tuple[int, int]]:
+    """When the port has no signal (local or remote fault, the module
+    docstring): sorted, merged [from, until) windows of fabric ns
+    (``until`` NEVER_NS: to the run's end). ``port_cfg``: a
+    ``schema.switch.PortConfig`` (``rx_down``, ``faults``, ``delay_ns``)."""
+    d = port_cfg.delay_ns
+    windows = _shifted(port_cfg.rx_down, d)
+    if port_cfg.faults is not None:
+        windows += _shifted(port_cfg.faults.down, 2 * d)
+    merged: list[list[int]] = []
+    for start, end in sorted(windows):
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([start, end])
+    return [(s, e) for s, e in merged]
+
+
 class PortStatusWatch:
     """The port events of a switch in fabric-time order (ties: by port, a
     loss before a return)."""
@@ -40,7 +85,7 @@ class PortStatusWatch:
     __slots__ = ("_events", "_i")
 
     def __init__(self, ports: Iterable, reboots: Iterable = ()) -> None:
-        """ports: ``schema.switch.PortConfig``s (``rx_down``, ``delay_ns``);
+        """ports: ``schema.switch.PortConfig``s (``no_signal_windows``);
         reboots: when the switch itself is down (``DownInterval``s)."""
         events = []
         for d in reboots:
@@ -48,10 +93,10 @@ class PortStatusWatch:
             if d.until_ns < NEVER_NS:
                 events.append(PortEvent(d.until_ns, SWITCH, True))
         for p in ports:
-            for d in p.rx_down:
-                events.append(PortEvent(d.from_ns + p.delay_ns, p.port_no, False))
-                if d.until_ns < NEVER_NS:
-                    events.append(PortEvent(d.until_ns + p.delay_ns, p.port_no, True))
+            for start, end in no_signal_windows(p):
+                events.append(PortEvent(start, p.port_no, False))
+                if end < NEVER_NS:
+                    events.append(PortEvent(end, p.port_no, True))
         events.sort(key=lambda e: (e.at_ns, e.port_no, e.up))
         self._events = events
         self._i = 0

@@ -216,7 +216,9 @@ class FabricNet(FabricNodes, FabricHealth):
             self.controller.connect()
             self.controller.install()
             if self.reroute_reaction_ns is not None:
-                self.controller.enable_reroute(self.reroute_reaction_ns)
+                rerouter = self.controller.enable_reroute(self.reroute_reaction_ns)
+                if self.vtime is not None:      # reports handled in fabric order, between windows
+                    self.vtime.between_windows = rerouter.ordered()
 
     def vtime_socket_of(self, node: str) -> str | None:
         """The coordinator's socket as the processes of ``node`` (a switch, a
