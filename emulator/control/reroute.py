@@ -19,22 +19,11 @@ reach any more loses its route: frames to it are dropped by the pipeline's
 table miss (black-holed), not sent onto a dead link.
 
 Every write carries the fabric time it takes effect: the report's time plus
-``reaction_ns``, the modelled control-plane delay (detection, computation,
-the writes' round trips), so a rerun reroutes at the same fabric ns.
-
-In virtual time (``ordered``) the reports are handled in fabric order, not
-in the order they reach the controller: a reroute is computed from the links
-known dead then, and reports of different links less than a window apart
-reach it in any wall order. The controller answers a report as soon as it
-holds it (the reporting switch's loop waits for that, so every report of a
-window is in when the window ends), and the coordinator calls ``release``
-between windows: every member has passed the window's end, so no report
-before it can still come; the reports before it are handled in (fabric ns,
-switch, port) order, those of one ns as one change of the dead links, and
-the writes are sent after (their time, report + reaction, is beyond the
-window: ``reaction_ns`` exceeds the lookahead). Outside virtual time (and in
-tests that call ``handle``) each report is handled as it comes and answered
-once its writes are in (docs/virtual-time.md).
+``reaction_ns``, the modelled control-plane delay, so a rerun reroutes at the
+same fabric ns. In virtual time (``ordered``) reports are handled in fabric
+order between windows (``release``), not in the wall order they arrive in;
+elsewhere as they come (docs/virtual-time.md, "Controller writes at a fabric
+time").
 """
 from __future__ import annotations
 

@@ -1,41 +1,25 @@
-"""A switch port's operational status: when it has no signal, one rule for
-the controller's reports and gNMI's oper-status.
+"""A switch port's operational status: when it has no signal -- one rule for
+the controller's reports and gNMI's oper-status (docs/faults.md, "Detection").
 
-The rule is IEEE 802.3's link fault signalling (clause 46, 46.3.4, the
-XGMII Reconciliation Sublayer; clause 81 keeps it for 40/100 Gb/s): a port
-whose receiver loses the signal is in *local fault* and its RS sends
-*remote fault* to its link partner; an RS that receives remote fault
-stops sending frames. Either fault takes the link down at that end (what
-a switch's OS and gNMI report as oper-status DOWN). So, with ``d`` the
-link's propagation delay:
+IEEE 802.3's link fault signalling (clause 46, 46.3.4; clause 81 for 40/100
+Gb/s): a port whose receiver loses the signal is in local fault and sends
+remote fault to its partner; either takes the link down at that end. With
+``d`` the link's delay, a port has no signal (``no_signal_windows``):
 
-* local fault: the direction INTO the port down over [a, b) (a scripted
-  ``link_down`` acts at its sender, ``schema.faults``) -- the last frame
-  sent before ``a`` has arrived at ``a + d``: no signal over
-  [a + d, b + d) (``PortConfig.rx_down``);
-* remote fault: the direction the port SENDS on down over [c, e)
-  (``PortConfig.faults.down``) -- the partner is in local fault over
-  [c + d, e + d) and its remote fault reaches the port a link delay later:
-  [c + 2d, e + 2d). While the partner's direction to us is down too, its
-  remote fault is lost, but then we are in local fault ourselves: the
-  union below is exact.
+* local fault: the direction INTO it down over [a, b) (at its sender,
+  ``PortConfig.rx_down``): over [a + d, b + d);
+* remote fault: the direction it SENDS on down over [c, e)
+  (``PortConfig.faults.down``): the partner's local fault over [c + d, e + d),
+  its remote fault here a delay later, [c + 2d, e + 2d);
 
-A port is DOWN over the union of both (``no_signal_windows``). Both ends
-of a link therefore go down, each at its own time, whichever direction
-failed; after a link comes back, each end still hears its partner's
-remote fault until that clears (up to ``2d`` after the fault ends).
+and their union (while the partner's way to us is down its remote fault is
+lost, but then we are in local fault: the union is exact).
 
 The switch reports each change to its controller over P4Runtime
-(``p4rt_server/port_events.py``) at exactly that fabric time; the switch's
-loop wakes for it (``next_ns``) like for any other event; its gNMI server
-serves the same windows (``gnmi_server/leaves.py``). The faults are known to
-the port's own process, so the status needs nothing from the far end: no
-frame, no wall clock.
-
-A switch that goes down (``switch_down``: a modelled reboot) loses its
-tables and reports nothing while it is down -- its ports' losses are its
-neighbours' to report; when it is back (``switch_up``) it tells the
-controller, which programs it again.
+(``p4rt_server/port_events.py``) at that fabric time, its loop waking for it
+(``next_ns``); its gNMI server serves the same windows. A switch that goes
+down (``switch_down``: a modelled reboot) reports nothing while down; when
+back (``switch_up``) it tells the controller, which programs it again.
 
 Pure: times are arguments.
 """

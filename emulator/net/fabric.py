@@ -226,8 +226,8 @@ class FabricNet(FabricNodes, FabricHealth):
         (monotonic): veth pairs down and up, degraded queues over Thrift
         (``net/bmv2_faults.py``). The running ``Bmv2FaultPlayer`` (None:
         nothing to play)."""
-        from emulator.net.bmv2 import run_cli
-        from emulator.net.bmv2_faults import Bmv2FaultPlayer, bmv2_fault_steps
+        from emulator.net.bmv2 import run_cli   # deferred: BMv2's parts only where it is asked for
+        from emulator.net.bmv2_faults import Bmv2FaultPlayer, bmv2_fault_steps  # deferred: as bmv2
         steps = bmv2_fault_steps(self.fabric, ends, self.dilation, mtu_frame_bytes(self.mtu_bytes))
         if not steps:
             return None
