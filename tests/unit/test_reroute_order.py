@@ -122,3 +122,19 @@ def test_the_controllers_reports_and_gnmis_oper_status_follow_the_same_windows()
                       PortEvent(22_000, 1, False), PortEvent(32_000, 1, True)]
     oper = port_down_windows(port)
     assert [(e.at_ns, DOWN if not e.up else UP) for e in events] == oper.changes(0, NEVER_NS - 1)
+
+
+def test_a_links_reroute_is_detected_at_its_first_ends_down_and_its_last_ends_up():
+    from types import SimpleNamespace
+
+    from emulator.experiment.fault_results import _reroute_times
+    from emulator.schema.faults import LinkUp
+    up = LinkUp(kind="link_up", link="leaf1:spine1", at_us=100, direction="a_to_b")
+    # leaf1 -> spine1 back at 100 us: spine1's local fault clears a delay
+    # (1 us) after, leaf1 hears no remote fault two delays after
+    rr = {"reaction_ns": 5_000, "reports": [
+        {"switch": "spine1", "port": 1, "peer": "leaf1", "oper_status": "UP", "detected_ns": 101_000},
+        {"switch": "leaf1", "port": 3, "peer": "spine1", "oper_status": "UP", "detected_ns": 102_000}],
+        "reroutes": [{"detected_ns": 102_000, "converged_ns": 107_000, "programmed": ["leaf1"]}]}
+    (t,) = _reroute_times(SimpleNamespace(fabric=FABRIC), up, [100_000], [], rr)["reroute"]
+    assert (t["detected_ns"], t["converged_ns"], t["programmed"]) == (102_000, 107_000, ["leaf1"])
