@@ -144,9 +144,19 @@ CASES = {
     "fault-dilated": ({"exp.yaml": EXP + "time: dilated\nfaults: [{kind: link_down, link: 'h1:leaf1',"
                                          " at_us: 1}]\n"}, [],
                       ["exp.yaml: faults: need the embedded target in virtual time (this slice)"], False),
-    "fault-bmv2": ({"exp.yaml": EXP + "faults: [{kind: link_down, link: 'h1:leaf1', at_us: 1}]\n"},
+    "fault-bmv2": ({"exp.yaml": EXP + "faults: [{kind: link_down, link: 'h1:leaf1', at_us: 1},"
+                                      " {kind: random_loss, link: 'h1:leaf1', rate: 0.1}]\n"},
                    ["--target", "bmv2"],
-                   ["exp.yaml: faults: need the embedded target in virtual time (this slice)"], False),
+                   ["exp.yaml: faults[1].kind: random_loss is not possible on target bmv2: BMv2 has "
+                    "no per-frame hook"], False),
+    "fault-bmv2-direction": ({"exp.yaml": EXP + "faults: [{kind: link_down, link: 'h1:leaf1', at_us: 1,"
+                                                " direction: a_to_b}]\n"}, ["--target", "bmv2"],
+                             ["exp.yaml: faults[0].direction: link_down on target bmv2: a veth pair "
+                              "goes down and up as a whole"], False),
+    "fault-bmv2-host-degrade": ({"exp.yaml": EXP + "faults: [{kind: link_degrade, link: 'h1:leaf1', at_us: 1,"
+                                                   " rate_fraction: 0.5}]\n"}, ["--target", "bmv2"],
+                                ["exp.yaml: faults[0].direction: link_degrade on target bmv2: h1's NIC "
+                                 "sends on it"], False),
     # PFC storms and the PFC watchdog (schema/switch.py, dataplane/pfcwd.py)
     "storm-not-a-host": ({"exp.yaml": EXP + "faults: [{kind: pfc_storm, host: leaf1, at_us: 1}]\n"}, [],
                          ["exp.yaml: faults[0].host: 'leaf1' is not a host of fabric"], False),

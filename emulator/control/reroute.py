@@ -19,16 +19,18 @@ reach any more loses its route: frames to it are dropped by the pipeline's
 table miss (black-holed), not sent onto a dead link.
 
 Every write carries the fabric time it takes effect: the report's time plus
-``reaction_ns``, the modelled control-plane delay (detection, computation,
-the writes' round trips), so a rerun reroutes at the same fabric ns. The
-answer to the reporting switch goes last: it holds its loop, and in virtual
-time the whole fabric, until every write is in (docs/virtual-time.md).
+``reaction_ns``, the modelled control-plane delay, so a rerun reroutes at the
+same fabric ns. In virtual time (``ordered``) reports are handled in fabric
+order between windows (``release``), not in the wall order they arrive in;
+elsewhere as they come (docs/virtual-time.md, "Controller writes at a fabric
+time").
 """
 from __future__ import annotations
 
 import json
 import logging
 import threading
+from itertools import groupby
 from pathlib import Path
 from p4.v1 import p4runtime_pb2 as pb
 
@@ -152,6 +154,8 @@ class Rerouter:
         self.reports: list[dict] = []      # every port report, as handled
         self.reroutes: list[dict] = []     # every change of the dead links, and its writes
         self._lock = threading.Lock()
+        self._pending: list[tuple] | None = None     # ordered: reports held, not handled yet
+        self._outbox: list[tuple] | None = None      # writes of a release, sent at its end
         self._names = {id(c): name for name, c in conns.items()}
         for conn in conns.values():
             conn.on_other = self._on_other
@@ -159,20 +163,84 @@ class Rerouter:
     def _on_other(self, conn, other) -> None:
         got = decode_other(other) or {}
         name = self._names[id(conn)]
+        if isinstance(got.get("port_status"), dict):
+            ps = got["port_status"]
+            report = (int(ps["fabric_ns"]), name, int(ps["port"]), ps.get("oper_status") == "UP")
+        elif isinstance(got.get("switch_status"), dict):
+            ps = got["switch_status"]
+            report = (int(ps["fabric_ns"]), name, None, ps.get("status") == "UP")
+        else:
+            return
         error = None
+        with self._lock:
+            if self._pending is not None:          # handled in fabric order by ``release``
+                self._pending.append(report)
+                report = None
         try:
-            if isinstance(got.get("port_status"), dict):
-                ps = got["port_status"]
-                self.handle(name, int(ps["port"]), ps.get("oper_status") == "UP", int(ps["fabric_ns"]))
-            elif isinstance(got.get("switch_status"), dict):
-                ps = got["switch_status"]
-                self.switch_status(name, ps.get("status") == "UP", int(ps["fabric_ns"]))
-            else:
-                return
+            if report is not None:
+                self._handle_instant(report[0], [report])
         except Exception as e:      # the switch is told, and fails the run in one line
             error = f"{type(e).__name__}: {e}"
             log.exception("reroute after %s's report failed", name)
         conn.send_other(port_status_ack(int(ps["event_id"]), error))
+
+    def ordered(self):
+        """Hold the reports from now on and handle them in fabric order when
+        ``release`` says none before its time can still come (virtual time:
+        the coordinator's ``between_windows``). Returns ``release``."""
+        with self._lock:
+            if self._pending is None:
+                self._pending = []
+        return self.release
+
+    def release(self, until_ns: int) -> None:
+        """Handle the held reports before ``until_ns`` -- when no report
+        before it can come any more -- in (fabric ns, switch, port) order, a
+        switch's own status before its ports', each ns's reports at once; then
+        send their writes. A write to a switch that went down later in the
+        same release is dropped: the switch wiped what it had queued then."""
+        def key(r):
+            return (r[0], r[2] is not None, r[1], r[2] or 0, r[3])
+        with self._lock:
+            due = sorted((r for r in self._pending if r[0] < until_ns), key=key)
+            if not due:
+                return
+            self._pending = [r for r in self._pending if r[0] >= until_ns]
+            self._outbox = []
+        try:
+            for fabric_ns, reports in groupby(due, key=lambda r: r[0]):
+                try:
+                    self._handle_instant(fabric_ns, list(reports))
+                except Exception as e:
+                    raise RuntimeError(f"controller: the reroute for the port reports at "
+                                       f"{fabric_ns} ns failed: {type(e).__name__}: {e}") from e
+            for switch, utype, ents, at_ns in self._outbox:
+                self._send(switch, utype, ents, at_ns)
+        finally:
+            self._outbox = None
+
+    def _write(self, switch: str, utype, ents: list, at_ns: int) -> None:
+        if self._outbox is not None:
+            self._outbox.append((switch, utype, ents, at_ns))
+        else:
+            self._send(switch, utype, ents, at_ns)
+
+    def _send(self, switch: str, utype, ents: list, at_ns: int) -> None:
+        conn = self.conns[switch]
+        {pb.Update.INSERT: conn.insert, pb.Update.MODIFY: conn.modify,
+         pb.Update.DELETE: conn.delete}[utype](ents, at_ns=at_ns)
+
+    def _handle_instant(self, fabric_ns: int, reports: list[tuple]) -> None:
+        """Reports of one fabric ns: (ns, switch, port or None for the
+        switch itself, up), switches' own first."""
+        ports = []
+        for _, switch, port, up in reports:
+            if port is None:
+                self.switch_status(switch, up, fabric_ns)
+            else:
+                ports.append((switch, port, up))
+        if ports:
+            self.handle_many(fabric_ns, ports)
 
     def switch_status(self, switch: str, up: bool, fabric_ns: int) -> dict | None:
         """A switch went down (its state lost: nothing is written to it
@@ -187,13 +255,15 @@ class Rerouter:
             if not up:
                 self.off.add(switch)
                 held.members, held.groups, held.routes = set(), set(), {}
+                if self._outbox:         # wiped from its queue as it went down
+                    self._outbox[:] = [w for w in self._outbox
+                                       if w[0] != switch or w[3] <= fabric_ns]
                 return None
             self.off.discard(switch)
             mine = {(switch, p.port_no) for p in self.fabric.ports(switch)}
             mine |= {(p.peer, p.peer_port_no) for p in self.fabric.ports(switch)}
             routes = compute_routes(_FabricWithout(self.fabric, self._dead_ports() - mine))
             at_ns = fabric_ns + self.reaction_ns
-            conn = self.conns[switch]
             static = self.port_entities(switch)
             # the install's order: the station, members, groups, routes, QoS, INT
             batches = [static.get("tables")] + [ents for _, ents in held.update(routes.get(switch, []))]
@@ -201,7 +271,7 @@ class Rerouter:
             updates = 0
             for ents in batches:
                 if ents:
-                    conn.insert(ents, at_ns=at_ns)       # onto nothing: inserts only
+                    self._write(switch, pb.Update.INSERT, ents, at_ns)   # onto nothing: inserts only
                     updates += len(ents)
             reroute = {"detected_ns": fabric_ns, "converged_ns": at_ns, "links_down": self._links_down(),
                        "programmed": [switch], "changes": updates, "reinstalled": switch}
@@ -224,14 +294,19 @@ class Rerouter:
         ``fabric_ns + reaction_ns``, made before this returns; the reroute
         (None: the dead links did not change, e.g. the link's other end
         had reported already)."""
+        return self.handle_many(fabric_ns, [(switch, port, up)])
+
+    def handle_many(self, fabric_ns: int, ports: list[tuple[str, int, bool]]) -> dict | None:
+        """The reports (switch, port, up) of one fabric ns, as one change."""
         with self._lock:
-            if switch in self.off:         # a report from a switch that is off: none comes
-                return None
-            self.reports.append({"switch": switch, "port": port,
-                                 "peer": self.fabric.port(switch, port).peer,
-                                 "oper_status": "UP" if up else "DOWN", "detected_ns": fabric_ns})
             before = self._dead_ports()
-            (self.down.discard if up else self.down.add)((switch, port))
+            for switch, port, up in ports:
+                if switch in self.off:     # a report from a switch that is off: none comes
+                    continue
+                self.reports.append({"switch": switch, "port": port,
+                                     "peer": self.fabric.port(switch, port).peer,
+                                     "oper_status": "UP" if up else "DOWN", "detected_ns": fabric_ns})
+                (self.down.discard if up else self.down.add)((switch, port))
             dead = self._dead_ports()
             if dead == before:
                 return None
@@ -239,11 +314,8 @@ class Rerouter:
             batch = self._batch(fabric_ns)
             routes = compute_routes(_FabricWithout(self.fabric, dead))
             for sw in sorted(set(self.held) - self.off):
-                conn = self.conns[sw]
-                write = {pb.Update.INSERT: conn.insert, pb.Update.MODIFY: conn.modify,
-                         pb.Update.DELETE: conn.delete}
                 for utype, ents in self.held[sw].update(routes.get(sw, [])):
-                    write[utype](ents, at_ns=at_ns)
+                    self._write(sw, utype, ents, at_ns)
             changed = {sw: self.held[sw].changes_since(snap) for sw, snap in batch["_before"].items()}
             programmed = sorted(sw for sw, n in changed.items() if n)
             batch.update({"converged_ns": at_ns if programmed else fabric_ns,

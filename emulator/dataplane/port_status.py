@@ -1,19 +1,25 @@
-"""A switch port's operational status as its receiver sees it, for the controller.
+"""A switch port's operational status: when it has no signal -- one rule for
+the controller's reports and gNMI's oper-status (docs/faults.md, "Detection").
 
-A port whose link's direction into it goes down (a scripted ``link_down``,
-``schema.faults``) sees no signal from the time the last frame sent before
-the fault would have arrived: the fault's time plus the link's propagation
-delay. The switch reports that loss of signal, and the signal's return, to
-its controller over P4Runtime (``p4rt_server/port_events.py``) at exactly
-that fabric time; the switch's loop wakes for it (``next_ns``) like for any
-other event. The faults are known to the port's own process (``PortConfig.
-rx_down``), so the report needs nothing from the far end: no frame,
-no wall clock.
+IEEE 802.3's link fault signalling (clause 46, 46.3.4; clause 81 for 40/100
+Gb/s): a port whose receiver loses the signal is in local fault and sends
+remote fault to its partner; either takes the link down at that end. With
+``d`` the link's delay, a port has no signal (``no_signal_windows``):
 
-A switch that goes down (``switch_down``: a modelled reboot) loses its
-tables and reports nothing while it is down -- its ports' losses are its
-neighbours' to report; when it is back (``switch_up``) it tells the
-controller, which programs it again.
+* local fault: the direction INTO it down over [a, b) (at its sender,
+  ``PortConfig.rx_down``): over [a + d, b + d);
+* remote fault: the direction it SENDS on down over [c, e)
+  (``PortConfig.faults.down``): the partner's local fault over [c + d, e + d),
+  its remote fault here a delay later, [c + 2d, e + 2d);
+
+and their union (while the partner's way to us is down its remote fault is
+lost, but then we are in local fault: the union is exact).
+
+The switch reports each change to its controller over P4Runtime
+(``p4rt_server/port_events.py``) at that fabric time, its loop waking for it
+(``next_ns``); its gNMI server serves the same windows. A switch that goes
+down (``switch_down``: a modelled reboot) reports nothing while down; when
+back (``switch_up``) it tells the controller, which programs it again.
 
 Pure: times are arguments.
 """
@@ -33,6 +39,29 @@ class PortEvent(NamedTuple):
     up: bool
 
 
+def _shifted(intervals, by_ns: int) -> list[tuple[int, int]]:
+    return [(d.from_ns + by_ns, d.until_ns + by_ns if d.until_ns < NEVER_NS else NEVER_NS)
+            for d in intervals]
+
+
+def no_signal_windows(port_cfg) -> list[tuple[int, int]]:
+    """When the port has no signal (local or remote fault, the module
+    docstring): sorted, merged [from, until) windows of fabric ns
+    (``until`` NEVER_NS: to the run's end). ``port_cfg``: a
+    ``schema.switch.PortConfig`` (``rx_down``, ``faults``, ``delay_ns``)."""
+    d = port_cfg.delay_ns
+    windows = _shifted(port_cfg.rx_down, d)
+    if port_cfg.faults is not None:
+        windows += _shifted(port_cfg.faults.down, 2 * d)
+    merged: list[list[int]] = []
+    for start, end in sorted(windows):
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([start, end])
+    return [(s, e) for s, e in merged]
+
+
 class PortStatusWatch:
     """The port events of a switch in fabric-time order (ties: by port, a
     loss before a return)."""
@@ -40,7 +69,7 @@ class PortStatusWatch:
     __slots__ = ("_events", "_i")
 
     def __init__(self, ports: Iterable, reboots: Iterable = ()) -> None:
-        """ports: ``schema.switch.PortConfig``s (``rx_down``, ``delay_ns``);
+        """ports: ``schema.switch.PortConfig``s (``no_signal_windows``);
         reboots: when the switch itself is down (``DownInterval``s)."""
         events = []
         for d in reboots:
@@ -48,10 +77,10 @@ class PortStatusWatch:
             if d.until_ns < NEVER_NS:
                 events.append(PortEvent(d.until_ns, SWITCH, True))
         for p in ports:
-            for d in p.rx_down:
-                events.append(PortEvent(d.from_ns + p.delay_ns, p.port_no, False))
-                if d.until_ns < NEVER_NS:
-                    events.append(PortEvent(d.until_ns + p.delay_ns, p.port_no, True))
+            for start, end in no_signal_windows(p):
+                events.append(PortEvent(start, p.port_no, False))
+                if end < NEVER_NS:
+                    events.append(PortEvent(end, p.port_no, True))
         events.sort(key=lambda e: (e.at_ns, e.port_no, e.up))
         self._events = events
         self._i = 0

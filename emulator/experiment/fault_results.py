@@ -78,7 +78,7 @@ def _entry_times(f, ends: list[dict]) -> dict:
 def _reroute_times(exp, f, times: list[int], ends: list[dict], rr: dict) -> dict:
     """A link or switch fault's reroutes: per transition (``at_ns``: when its
     links went down or up) when their ports reported it (``detected_ns``: a
-    link delay later), when the last switch's writes took effect
+    link delay later for a down, two for an up), when the last switch's writes took effect
     (``converged_ns``; None: nothing to rewrite -- the run ended first, or
     the link was dead already -- or the run ended before the writes took
     effect, ``due_ns``) and, for a down, the frames the down
@@ -96,14 +96,19 @@ def _reroute_times(exp, f, times: list[int], ends: list[dict], rr: dict) -> dict
     mine = {f"{s}->{r}" for a, b in links for s, r in ((a, b), (b, a))}
     out = []
     for t in times:
-        seen = {t + d for d in delays}
+        # an end loses the signal a delay after, or hears its partner's remote
+        # fault two delays after (dataplane/port_status.py): a link is down at
+        # its first end's report, back at its last's
+        seen = {t + k * d for d in delays for k in (1, 2)}
         reports = [r for r in rr.get("reports", []) if r["detected_ns"] in seen
                    and {r["switch"], r["peer"]} in pairs]
+        downs = [r["detected_ns"] for r in reports if r["oper_status"] == "DOWN"]
+        ups = [r["detected_ns"] for r in reports if r["oper_status"] == "UP"]
         done = [r for r in rr.get("reroutes", []) if r["detected_ns"] in seen]
         lost = sum(d["dropped"] for e in ends if e["direction"] in mine
                    for d in e["down_intervals"] if d["from_ns"] == t)
         due = [r["due_ns"] for r in done if "due_ns" in r]
-        out.append({"at_ns": t, "detected_ns": min((r["detected_ns"] for r in reports), default=None),
+        out.append({"at_ns": t, "detected_ns": min(downs) if downs else max(ups, default=None),
                     "converged_ns": None if due else max((r["converged_ns"] for r in done), default=None),
                     **({"due_ns": max(due)} if due else {}),
                     "programmed": sorted({s for r in done for s in r["programmed"]}),

@@ -29,6 +29,50 @@ WATCHDOG_NEEDS = ("is a feature of the embedded target's traffic manager, on Eth
                   "(BMv2 has no such hook; say enabled: false or target: embedded)")
 
 
+# What BMv2 cannot do (net/bmv2_faults.py does the rest), and why
+NOT_ON_BMV2 = {
+    "random_loss": "BMv2 has no per-frame hook on a link to lose frames at random "
+                   "(target: embedded judges each frame at its sending port)",
+    "bit_errors": "BMv2 has no per-frame hook on a link to corrupt frames "
+                  "(target: embedded judges each frame at its sending port)",
+    "switch_down": "BMv2 loses its state only with its process, whose restart is not "
+                   "deterministic (target: embedded models the reboot)",
+    "switch_up": "BMv2 loses its state only with its process, whose restart is not "
+                 "deterministic (target: embedded models the reboot)",
+    "pfc_storm": "a host NIC's storm is timed in virtual time, which BMv2 cannot keep "
+                 "(target: embedded)",
+    "cpu_stall": "a host's stall is timed in virtual time, which BMv2 cannot keep "
+                 "(target: embedded)",
+}
+VETH_BOTH = "a veth pair goes down and up as a whole on BMv2: direction both only"
+
+
+def bmv2_fault_refusal(fault, host_names: set[str]) -> tuple[str, str] | None:
+    """(field, reason) why BMv2 cannot run ``fault`` (a ``schema.faults``
+    entry), None if it can."""
+    if fault.kind in NOT_ON_BMV2:
+        return "kind", f"{fault.kind} is not possible on target bmv2: {NOT_ON_BMV2[fault.kind]}"
+    if fault.kind in ("link_down", "link_up", "link_flap") and fault.direction != "both":
+        return "direction", f"{fault.kind} on target bmv2: {VETH_BOTH}"
+    if fault.kind == "link_degrade":
+        hosts = [s for s, _ in fault.senders() if s in host_names]
+        if hosts:
+            return "direction", (f"link_degrade on target bmv2: {hosts[0]}'s NIC sends on it, and "
+                                 "BMv2's runtime sets only its own queues' rates: name the switch's "
+                                 "direction (a_to_b or b_to_a)")
+    return None
+
+
+def check_bmv2_faults(exp) -> None:
+    """The faults BMv2 can run (``bmv2_fault_refusal``), the first it cannot
+    refused in one line naming ``faults[i].field``."""
+    hosts = {h.name for h in exp.fabric.hosts()}
+    for i, fault in enumerate(exp.spec.faults):
+        refused = bmv2_fault_refusal(fault, hosts)
+        if refused is not None:
+            raise ConfigError(exp.source, f"faults[{i}].{refused[0]}", refused[1])
+
+
 def _ns(us: float) -> int:
     return int(round(us * 1000))
 
@@ -265,8 +309,9 @@ def switch_port_rx_down(exp) -> dict[tuple[str, int], list[DownInterval]]:
 
 
 def nic_faults(exp, nic: str) -> EndFaults | None:
-    """The faults NIC ``nic`` applies as the sender of its link (None: none)."""
-    if not exp.spec.faults:
+    """The faults NIC ``nic`` applies as the sender of its link (None: none;
+    on BMv2's dilated runs the veth pair itself goes down, net/bmv2_faults.py)."""
+    if not exp.spec.faults or exp.spec.time == "dilated":
         return None
     peer = exp.fabric.ports(nic)[0].peer
     return end_faults(exp).get((nic, peer))

@@ -14,8 +14,8 @@ from emulator.experiment.agents import AgentGroup, start_together
 from emulator.experiment.capture import write_captures
 from emulator.experiment.endpoint_results import render_endpoints
 from emulator.experiment.endpoints import dropped_flows
-from emulator.experiment.faults import (reroute_reaction_ns, switch_port_faults, switch_port_rx_down,
-                                        switch_reboots, watchdog_config)
+from emulator.experiment.faults import (end_faults, reroute_reaction_ns, switch_port_faults,
+                                        switch_port_rx_down, switch_reboots, watchdog_config)
 from emulator.experiment.model import Experiment
 from emulator.experiment.outdir import OutputDir, output_dir
 from emulator.experiment.plotter import Plotter
@@ -252,6 +252,7 @@ def _traffic(fnet: FabricNet, exp: Experiment, run_dir: Path, console: Console,
     agents = AgentGroup(fnet, exp, run_dir, plain_hosts(exp))
     servers = ServerGroup(fnet, exp, run_dir)      # workload: collective/storage agents
     start_at_unix_ns = t0_ns = None
+    bmv2_faults = None                             # BMv2's link faults on the wall clock
     vt = fnet.vtime                                # virtual time's coordinator (None: dilated)
     try:
         agents.launch_all()
@@ -260,6 +261,8 @@ def _traffic(fnet: FabricNet, exp: Experiment, run_dir: Path, console: Console,
             start_at_unix_ns = start_together(agents, servers)
             # Raw logs stamp the monotonic clock; results count fabric time from here.
             t0_ns = monotonic_t0_from_unix(start_at_unix_ns)
+            if fnet.target == "bmv2" and exp.spec.faults:
+                bmv2_faults = fnet.start_bmv2_faults(end_faults(exp), t0_ns)
         else:                   # fabric time 0 on every virtual clock, then the windows
             start_at_unix_ns = start_together(agents, servers, start_at_unix_ns=VIRTUAL_UNIX_EPOCH_NS)
             t0_ns = 0
@@ -270,12 +273,16 @@ def _traffic(fnet: FabricNet, exp: Experiment, run_dir: Path, console: Console,
             on_start()
         _wait_with_progress(fnet, agents, exp, console, servers)
         phases.mark("traffic")
+        if bmv2_faults is not None and bmv2_faults.error is not None:
+            raise bmv2_faults.error      # a step BMv2 refused: the run is not what was asked
         if vt is not None and vt.error:
             raise _member_failure(vt.error, agents, servers, fnet)
         fnet.check_alive()      # a switch may die after the last agent ended
     except RunAborted as e:     # a process died: stop the rest, keep what they wrote
         aborted = e
     finally:
+        if bmv2_faults is not None:
+            bmv2_faults.stop()
         if vt is not None:
             vt.finish()         # time stops: every agent ends where it is
         if ctl is not None and ctl.rerouter is not None:

@@ -26,7 +26,7 @@ import dataclasses
 from typing import TYPE_CHECKING
 
 from emulator.errors import ConfigError
-from emulator.experiment.faults import FAULTS_NEED, check_watchdog
+from emulator.experiment.faults import FAULTS_NEED, check_bmv2_faults, check_watchdog
 
 if TYPE_CHECKING:  # pragma: no cover
     from emulator.experiment.resolved import Experiment
@@ -77,7 +77,9 @@ def resolve_time(exp: "Experiment", target: str, *, live: bool = False,
         raise ConfigError(exp.source, "time", f"virtual is not possible with {why_not}; "
                                               "say time: dilated (or auto)")
     mode = VIRTUAL if asked == VIRTUAL or (asked == "auto" and why_not is None) else DILATED
-    if exp.spec.faults and (mode != VIRTUAL or target != "embedded"):
+    if exp.spec.faults and target == "bmv2":
+        check_bmv2_faults(exp)           # link down/up and degrade, on the wall clock
+    elif exp.spec.faults and mode != VIRTUAL:
         raise ConfigError(exp.source, "faults", FAULTS_NEED)
     check_watchdog(exp, target)
     update: dict = {"time": mode}

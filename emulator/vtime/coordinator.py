@@ -18,6 +18,11 @@ a thread:
 until every agent member is done (or has left), or ``finish`` is called:
 then END to everyone. A member that dies mid-window ends the run too
 (``error`` says which).
+
+``between_windows(end)``, if set, is called once every member has reported
+a window and before the next opens: nothing before ``end`` can happen any
+more (the controller handles the port reports of the window in fabric
+order then, ``control/reroute.py``). What it raises ends the run (``error``).
 """
 from __future__ import annotations
 
@@ -28,6 +33,7 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 
 from emulator.wire import IB_FC_PACKET_BYTES, WIRE_OVERHEAD_BYTES
 
@@ -102,6 +108,7 @@ class Coordinator:
         self.now_ns = 0                 # the last window's start
         self.ended = threading.Event()
         self.wall_s = 0.0
+        self.between_windows: Callable[[int], None] | None = None
 
     # -- registration ---------------------------------------------------------------
     def _accept_ready(self, timeout_s: float) -> None:
@@ -187,6 +194,8 @@ class Coordinator:
                 new_rx, m.new_rx = sorted(m.new_rx.items()), {}
                 protocol.send_msg(m.conn, protocol.go(t, end, new_rx))
             self._deliver([(m, self._take_report(m)) for m in active], end)
+            if self.between_windows is not None:
+                self.between_windows(end)
 
     def _deliver(self, reports: list[tuple[Member, list]], end: int) -> None:
         """The frames each report says its member sent: counted for their

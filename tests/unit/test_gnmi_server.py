@@ -28,7 +28,7 @@ OPER = "/interfaces/interface/state/oper-status"
 
 class Rig:
     """A switch (port 2 down over [15, 25) ms as a sender; port 1's way in
-    down from 30 ms on) with its gNMI server on 127.0.0.1; frames queued on
+    down from 30 ms on; links of 1 ms) with its gNMI server on 127.0.0.1; frames queued on
     port 2 at 0 when ``run`` starts the loop until ``STOP_NS``."""
 
     def __init__(self, tmp_path, monkeypatch):
@@ -130,8 +130,10 @@ def test_stream_samples_on_the_grid_and_changes_at_their_exact_times(rig):
     rig.server.stop()
     t.join(10)
     oper = [(ts, v) for ts, leaf, v in got if leaf == "oper-status"]
-    assert oper == [(0, "UP"), (0, "UP"), (15_000_000, "DOWN"), (25_000_000, "UP"),
-                    (30_000_000, "DOWN")]
+    # no signal (docs/faults.md): port 2 hears its partner's remote fault two link
+    # delays after its own way out went down, port 1 loses its way in one delay after
+    assert oper == [(0, "UP"), (0, "UP"), (17_000_000, "DOWN"), (27_000_000, "UP"),
+                    (31_000_000, "DOWN")]
     samples = [(ts, v) for ts, leaf, v in got if leaf == "transmit-pkts"]
     # frame k starts serializing at k x SER: counted then; the state after the events at t
     grid = [(k * 5_000_000, min(4, k * 5_000_000 // SER_NS + 1)) for k in range(9)]

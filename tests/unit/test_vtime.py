@@ -298,3 +298,27 @@ def test_commit_wire_hands_a_frame_over_at_once_stamped_with_its_arrival():
     assert out == [(b"a", 1500), (b"b", 2600)]
     assert w.next_release_ns() is None
     assert w.lateness_stats()["max_lateness_ns"] == 0
+
+
+def test_between_windows_comes_once_every_member_has_passed_the_windows_end(coord_factory):
+    coord, a, b, pa, pb = pair(coord_factory, 50)
+    calls = []
+    # what each member's clock had reached when the hook ran: never the window's end
+    coord.between_windows = lambda end: calls.append((end, a.now_ns(), b.now_ns()))
+    sends = [(0, 50, b"one"), (100, 170, b"two"), (1000, 1060, b"three")]
+    run_members(coord, {"a": lambda: sender(a, pa, sends, []), "b": lambda: receiver(b, [pb], 3)})
+    assert coord.error is None and len(calls) == coord.windows >= 3
+    ends = [end for end, _, _ in calls]
+    assert ends == sorted(set(ends))
+    assert all(now_a < end and now_b < end for end, now_a, now_b in calls)
+
+
+def test_what_between_windows_raises_ends_the_run_saying_so(coord_factory):
+    coord, a, b, pa, pb = pair(coord_factory, 50)
+
+    def fails(end):
+        raise RuntimeError("controller: the reroute failed")
+    coord.between_windows = fails
+    run_members(coord, {"a": lambda: sender(a, pa, [(0, 50, b"x"), (500, 560, b"y")], []),
+                        "b": lambda: receiver(b, [pb])})
+    assert coord.error is not None and "controller: the reroute failed" in coord.error

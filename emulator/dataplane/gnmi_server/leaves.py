@@ -2,7 +2,7 @@
 
 Every leaf reads the switch's own state, never a copy kept for gNMI:
 
-    /interfaces/interface[name=IF]/state/oper-status          UP | DOWN (the link's down windows)
+    /interfaces/interface[name=IF]/state/oper-status          UP | DOWN (no signal: local or remote fault)
     /interfaces/interface[name=IF]/state/counters/in-pkts, in-octets     fabric.p4 rx_port_counter
                                      .../out-pkts, out-octets             fabric.p4 tx_port_counter
                                      .../in-discards                      fabric.p4 pipeline_drop_counter
@@ -25,6 +25,7 @@ from typing import Callable
 
 from emulator.clock import NEVER_NS
 from emulator.dataplane.gnmi_server.paths import Elem, Leaf
+from emulator.dataplane.port_status import no_signal_windows
 from emulator.wire import NUM_PRIORITIES
 
 VENDOR = "fabric-emu"        # the augmentation's container in a queue's state
@@ -69,11 +70,10 @@ class DownWindows:
 
 
 def port_down_windows(port_cfg) -> DownWindows:
-    """The down windows of a port's link: those of the direction it sends on
-    and of the direction into it (``PortConfig.faults`` / ``rx_down``)."""
-    windows = [(d.from_ns, d.until_ns) for d in port_cfg.faults.down] if port_cfg.faults else []
-    windows += [(d.from_ns, d.until_ns) for d in port_cfg.rx_down]
-    return DownWindows(windows)
+    """When the port's oper-status is DOWN: when it has no signal, the one
+    rule its reports to the controller follow too (IEEE 802.3's local and
+    remote fault, ``dataplane/port_status.no_signal_windows``)."""
+    return DownWindows(no_signal_windows(port_cfg))
 
 
 OPER_STATUS = "oper-status"

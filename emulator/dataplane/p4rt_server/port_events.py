@@ -6,10 +6,11 @@ switch reports ports through gNMI, or a P4 digest); its stream has the
 A port that loses or regains its signal (``dataplane/port_status.py``) is
 sent to the primary controller as ``StreamMessageResponse.other`` (the
 messages: ``emulator/p4/port_status.py``). The controller answers on its
-stream once every write it makes for that event is in. The switch's loop waits for that
-answer (``report``): in virtual time no process passes the window the event
-is in until then (docs/virtual-time.md, "Controller writes at a fabric
-time").
+stream once it holds the report (in virtual time; it handles the reports in
+fabric order between windows) or once every write it makes for it is in
+(outside). The switch's loop waits for that answer (``report``): so the
+report is in before the switch's window ends (docs/virtual-time.md,
+"Controller writes at a fabric time").
 
 **Timed writes.** A Write whose gRPC metadata carries ``fabric-at-ns``
 takes effect when the switch's fabric time reaches it, not when it arrives:
