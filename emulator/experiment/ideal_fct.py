@@ -38,6 +38,7 @@ from emulator.wire import (  # noqa: F401 (ROCEV2_UDP_DPORT re-exported for the 
     Framing, int_bytes, roce_sport,
 )
 from emulator.ib.sm import sweep
+from emulator.experiment.workload_qps import workload_qps
 
 if TYPE_CHECKING:  # pragma: no cover
     from emulator.experiment.model import Experiment, Flow
@@ -163,8 +164,15 @@ def uses_int(exp: "Experiment") -> bool:
     return getattr(exp.spec, "cc", "dcqcn") == "hpcc"
 
 
+def qp_ends(exp: "Experiment") -> tuple:
+    """Every requester QP of the run: the plain flows' and the workload's
+    (``workload_qps``: its collectives and storage reads), each with
+    ``src``, ``dst``, ``udp_sport`` and ``dst_qpn``."""
+    return (*exp.flows, *workload_qps(exp))
+
+
 def int_max_hops(exp: "Experiment", paths: "FabricPaths | None" = None) -> int:
-    """The INT records an HPCC source reserves: the most switches a flow of
+    """The INT records an HPCC source reserves: the most switches a QP of
     the experiment (or its ACKs) crosses -- 0 when no QP carries INT."""
     if not uses_int(exp):
         return 0
@@ -172,7 +180,7 @@ def int_max_hops(exp: "Experiment", paths: "FabricPaths | None" = None) -> int:
     memo = paths.int_hops_memo                 # asked per flow (standalone_fct_ns): once per run
     if memo is not None and memo[0] is exp:
         return memo[1]
-    most = max((len(p) - 1 for f in exp.flows for p in (paths.flow_path(f), paths.ack_path(f))),
+    most = max((len(p) - 1 for f in qp_ends(exp) for p in (paths.flow_path(f), paths.ack_path(f))),
                default=0)
     if most > INT_MAX_HOPS:
         raise ValueError(f"a path crosses {most} switches: INT holds {INT_MAX_HOPS} records")
@@ -181,17 +189,17 @@ def int_max_hops(exp: "Experiment", paths: "FabricPaths | None" = None) -> int:
 
 
 def base_rtt_ns(exp: "Experiment") -> int:
-    """HPCC's T (its GLOBAL_T): the largest base RTT of a flow of the
-    experiment, fabric ns -- an MTU frame out over every hop of its path
-    (serialization and propagation), its ACK back over the ACK's path; INT
-    bytes included when the QPs carry them."""
+    """HPCC's T (its GLOBAL_T): the largest base RTT of a QP of the
+    experiment (``qp_ends``), fabric ns -- an MTU frame out over every hop
+    of its path (serialization and propagation), its ACK back over the
+    ACK's path; INT bytes included when the QPs carry them."""
     dport = INT_UDP_DPORT if uses_int(exp) else ROCEV2_UDP_DPORT
     paths = FabricPaths(exp.fabric, dport)
     framing = link_framing(exp.fabric, int_max_hops(exp, paths) if dport == INT_UDP_DPORT else 0)
     data = framing.frame_bytes(RETH_BYTES, exp.spec.nic.mtu_bytes) + framing.wire_overhead_bytes
     ack = framing.ack_frame_bytes + framing.wire_overhead_bytes
     best = 0.0
-    for f in exp.flows:
+    for f in qp_ends(exp):
         rtt = sum(data * 8e9 / h.rate_bps + h.delay_ns for h in paths.flow_path(f)) \
             + sum(ack * 8e9 / h.rate_bps + h.delay_ns for h in paths.ack_path(f))
         best = max(best, rtt)
