@@ -105,8 +105,24 @@ def test_t_and_int_records_cover_the_workload_s_longest_path():
     assert base_rtt_ns(e) > base_rtt_ns(_exp("allreduce-rail.yaml", cc="hpcc"))   # rail only
 
 
-def test_hpcc_still_refused_with_endpoints():
-    data = copy.deepcopy(read_experiment_data(EXP / "allreduce-rail.yaml"))
-    data.update(cc="hpcc", endpoints={"gpudirect": False})
-    with pytest.raises(ConfigError, match="cc: hpcc with endpoints: not yet"):
-        experiment_from_dict(data, EXP / "x.yaml")
+def test_gpudirect_staging_runs_under_hpcc(tmp_path):
+    """allreduce-rail-nogdr's endpoints: set GPUDirect off only: no CPU model holds a packet."""
+    e = _exp("allreduce-rail-nogdr.yaml", cc="hpcc")
+    nics = _all_nics(server_configs(e, tmp_path, None))
+    assert all(n.hpcc is not None and n.gpudirect is False for n in nics)
+
+
+@pytest.mark.parametrize("name,endpoints", [
+    ("incast-hpcc.yaml", {"host_cpu": {"crypto_ns_per_packet": 100}}),
+    ("incast-hpcc.yaml", {"overrides": [{"hosts": ["h1"], "dpu_cpu": {"crypto_ns_per_byte": 1}}]}),
+    ("multitenant-nic-vs-dpu-nocost.yaml", None),           # tenant partitions
+])
+def test_hpcc_still_refused_where_a_cpu_model_holds_packets(name, endpoints):
+    data = copy.deepcopy(read_experiment_data(EXP / name))
+    data["cc"] = "hpcc"
+    if endpoints is not None:
+        data["endpoints"] = endpoints
+    with pytest.raises(ConfigError) as e:
+        experiment_from_dict(data, EXP / name)
+    assert str(e.value).endswith("cc: hpcc with endpoints' per-packet CPU costs or tenant "
+                                 "partitions: not yet")
