@@ -75,6 +75,7 @@ class FabricPaths:
         self.int_hops_memo: tuple | None = None   # (experiment, int_max_hops of it)
         self._routes_memo: dict[tuple[str, str], object] = {}
         self._hops_memo: dict[tuple[str, int], Hop] = {}
+        self._ip_memo: dict[str, int] = {}       # host -> its IP as an int (a workload: ~7,000 paths)
         if fabric.link_layer == "infiniband":      # the subnet manager's LFTs
             self.routes, self.subnet = None, sweep(fabric)
         else:
@@ -89,9 +90,8 @@ class FabricPaths:
         if self.subnet is not None:
             return self._lft_path(src, dst)
         fabric, plan = self.fabric, self.fabric.addresses
-        sip, dip = plan.host_ip(src), plan.host_ip(dst)
-        h = ecmp_hash(int(ipaddress.IPv4Address(sip)), int(ipaddress.IPv4Address(dip)),
-                      IP_PROTO_UDP, sport, dport)
+        dip = plan.host_ip(dst)
+        h = ecmp_hash(self._ip_int(src), self._ip_int(dst), IP_PROTO_UDP, sport, dport)
         hops = [self._hop(src, fabric.ports(src)[0].port_no)]
         for _ in range(4 * len(fabric.nodes)):
             cur = hops[-1].peer
@@ -107,6 +107,12 @@ class FabricPaths:
             nh = route.next_hops[h % len(route.next_hops)] if route.is_ecmp else route.next_hops[0]
             hops.append(self._hop(cur, nh.port_no))
         raise ValueError(f"no route from {src} to {dst} in fabric {fabric.name}")
+
+    def _ip_int(self, host: str) -> int:
+        ip = self._ip_memo.get(host)
+        if ip is None:
+            ip = self._ip_memo[host] = int(ipaddress.IPv4Address(self.fabric.addresses.host_ip(host)))
+        return ip
 
     def flow_path(self, flow: "Flow") -> list[Hop]:
         return self.path(flow.src, flow.dst, flow.udp_sport)
