@@ -57,6 +57,7 @@ def workload_qps(exp: "Experiment") -> tuple[QpEnds, ...]:
         qa, qb = QPN_BASE + conn_key(b, c), QPN_BASE + conn_key(a, c)
         out += [QpEnds(na, nb, qa, qb), QpEnds(nb, na, qb, qa)]
     if wp.storage_nic is not None:
+        # deferred: the storage agent's module, NumPy and the agents' NIC with it
         from emulator.collectives.storage import READ_QPN_BASE
         for j, (_server, nic) in enumerate(wp.readers):
             qpn = READ_QPN_BASE + j
