@@ -87,8 +87,12 @@ def ib_nic_fields(exp: Experiment, nic: str) -> dict:
 
 def cc_fields(exp: Experiment) -> dict:
     """The NIC's congestion control (``cc:``): DCQCN's parameters (off with
-    ``cc: none``), or HPCC's with the INT records its data frames reserve
-    and its T (the fabric's largest base RTT unless the file gives it)."""
+    ``cc: none``), or HPCC's with the INT records its data frames reserve,
+    its T (the largest base RTT of the run's QPs -- plain flows', the
+    workload's -- unless the file gives it) and an ACK for every packet
+    (HPCC reacts per ACK; its authors' ns-3 ACKs every packet:
+    L2_ACK_INTERVAL 1). One set for every NIC of the run: host, collective
+    and storage agents'."""
     spec = exp.spec
     dcqcn = spec.dcqcn if spec.cc == "dcqcn" else spec.dcqcn.model_copy(update={"enabled": False})
     if spec.cc != "hpcc":
@@ -97,7 +101,7 @@ def cc_fields(exp: Experiment) -> dict:
     hpcc = spec.hpcc
     if hpcc.base_rtt_us is None:
         hpcc = hpcc.model_copy(update={"base_rtt_us": rtt_ns / 1000})
-    return {"dcqcn": dcqcn, "int_max_hops": hops, "hpcc": hpcc}
+    return {"dcqcn": dcqcn, "int_max_hops": hops, "hpcc": hpcc, "ack_every_n": 1}
 
 
 _int_facts: tuple = (None, None)     # (experiment, its facts): one per run, asked per NIC
@@ -149,10 +153,8 @@ def agent_configs(exp: Experiment, run_dir: Path, start_at_unix_ns: int | None,
             remote_addr=(0 if f.flow_id in dropped else remote_addr[f.flow_id]) if write else None))
     # Flow progress is sampled as often as the switches sample their queues.
     sample_interval_ns = int((exp.spec.switch.sample_interval_us or 1.0) * 1000 * d)
-    # HPCC reacts per ACK (its authors' ns-3 ACKs every packet: L2_ACK_INTERVAL 1)
-    ack_every_n = {"ack_every_n": 1} if exp.spec.cc == "hpcc" else {}
     return {h: HostAgentConfig(
-        host=h, **nic_fields(exp, h), **agent_keys(exp, h), **ack_every_n,
+        host=h, **nic_fields(exp, h), **agent_keys(exp, h),
         sample_interval_ns=sample_interval_ns,
         start_at_unix_ns=start_at_unix_ns, deadline_s=exp.wall_limit_s,
         ready_path=(ready_paths or {}).get(h),

@@ -38,6 +38,7 @@ from emulator.wire import (  # noqa: F401 (ROCEV2_UDP_DPORT re-exported for the 
     Framing, int_bytes, roce_sport,
 )
 from emulator.ib.sm import sweep
+from emulator.experiment.workload_qps import workload_qps
 
 if TYPE_CHECKING:  # pragma: no cover
     from emulator.experiment.model import Experiment, Flow
@@ -74,6 +75,7 @@ class FabricPaths:
         self.int_hops_memo: tuple | None = None   # (experiment, int_max_hops of it)
         self._routes_memo: dict[tuple[str, str], object] = {}
         self._hops_memo: dict[tuple[str, int], Hop] = {}
+        self._ip_memo: dict[str, int] = {}       # host -> its IP as an int (a workload: ~7,000 paths)
         if fabric.link_layer == "infiniband":      # the subnet manager's LFTs
             self.routes, self.subnet = None, sweep(fabric)
         else:
@@ -88,9 +90,8 @@ class FabricPaths:
         if self.subnet is not None:
             return self._lft_path(src, dst)
         fabric, plan = self.fabric, self.fabric.addresses
-        sip, dip = plan.host_ip(src), plan.host_ip(dst)
-        h = ecmp_hash(int(ipaddress.IPv4Address(sip)), int(ipaddress.IPv4Address(dip)),
-                      IP_PROTO_UDP, sport, dport)
+        dip = plan.host_ip(dst)
+        h = ecmp_hash(self._ip_int(src), self._ip_int(dst), IP_PROTO_UDP, sport, dport)
         hops = [self._hop(src, fabric.ports(src)[0].port_no)]
         for _ in range(4 * len(fabric.nodes)):
             cur = hops[-1].peer
@@ -106,6 +107,12 @@ class FabricPaths:
             nh = route.next_hops[h % len(route.next_hops)] if route.is_ecmp else route.next_hops[0]
             hops.append(self._hop(cur, nh.port_no))
         raise ValueError(f"no route from {src} to {dst} in fabric {fabric.name}")
+
+    def _ip_int(self, host: str) -> int:
+        ip = self._ip_memo.get(host)
+        if ip is None:
+            ip = self._ip_memo[host] = int(ipaddress.IPv4Address(self.fabric.addresses.host_ip(host)))
+        return ip
 
     def flow_path(self, flow: "Flow") -> list[Hop]:
         return self.path(flow.src, flow.dst, flow.udp_sport)
@@ -163,8 +170,15 @@ def uses_int(exp: "Experiment") -> bool:
     return getattr(exp.spec, "cc", "dcqcn") == "hpcc"
 
 
+def qp_ends(exp: "Experiment") -> tuple:
+    """Every requester QP of the run: the plain flows' and the workload's
+    (``workload_qps``: its collectives and storage reads), each with
+    ``src``, ``dst``, ``udp_sport`` and ``dst_qpn``."""
+    return (*exp.flows, *workload_qps(exp))
+
+
 def int_max_hops(exp: "Experiment", paths: "FabricPaths | None" = None) -> int:
-    """The INT records an HPCC source reserves: the most switches a flow of
+    """The INT records an HPCC source reserves: the most switches a QP of
     the experiment (or its ACKs) crosses -- 0 when no QP carries INT."""
     if not uses_int(exp):
         return 0
@@ -172,7 +186,7 @@ def int_max_hops(exp: "Experiment", paths: "FabricPaths | None" = None) -> int:
     memo = paths.int_hops_memo                 # asked per flow (standalone_fct_ns): once per run
     if memo is not None and memo[0] is exp:
         return memo[1]
-    most = max((len(p) - 1 for f in exp.flows for p in (paths.flow_path(f), paths.ack_path(f))),
+    most = max((len(p) - 1 for f in qp_ends(exp) for p in (paths.flow_path(f), paths.ack_path(f))),
                default=0)
     if most > INT_MAX_HOPS:
         raise ValueError(f"a path crosses {most} switches: INT holds {INT_MAX_HOPS} records")
@@ -181,17 +195,17 @@ def int_max_hops(exp: "Experiment", paths: "FabricPaths | None" = None) -> int:
 
 
 def base_rtt_ns(exp: "Experiment") -> int:
-    """HPCC's T (its GLOBAL_T): the largest base RTT of a flow of the
-    experiment, fabric ns -- an MTU frame out over every hop of its path
-    (serialization and propagation), its ACK back over the ACK's path; INT
-    bytes included when the QPs carry them."""
+    """HPCC's T (its GLOBAL_T): the largest base RTT of a QP of the
+    experiment (``qp_ends``), fabric ns -- an MTU frame out over every hop
+    of its path (serialization and propagation), its ACK back over the
+    ACK's path; INT bytes included when the QPs carry them."""
     dport = INT_UDP_DPORT if uses_int(exp) else ROCEV2_UDP_DPORT
     paths = FabricPaths(exp.fabric, dport)
     framing = link_framing(exp.fabric, int_max_hops(exp, paths) if dport == INT_UDP_DPORT else 0)
     data = framing.frame_bytes(RETH_BYTES, exp.spec.nic.mtu_bytes) + framing.wire_overhead_bytes
     ack = framing.ack_frame_bytes + framing.wire_overhead_bytes
     best = 0.0
-    for f in exp.flows:
+    for f in qp_ends(exp):
         rtt = sum(data * 8e9 / h.rate_bps + h.delay_ns for h in paths.flow_path(f)) \
             + sum(ack * 8e9 / h.rate_bps + h.delay_ns for h in paths.ack_path(f))
         best = max(best, rtt)

@@ -168,17 +168,25 @@ def _check_link_layer(spec: ExperimentSpec, fabric: Fabric, path: Path) -> None:
 
 def _check_cc(spec: ExperimentSpec, fabric: Fabric, path: Path) -> None:
     """HPCC needs what writes and reads INT: fabric.p4's RoCE switches and
-    the host agents' NICs (not yet the collective, storage or DPU ones)."""
+    the NICs of the host, collective and storage agents -- not yet with
+    ``endpoints:``' per-packet CPU work or tenant partitions (a packet the
+    CPU model holds is delivered without its INT records); GPUDirect
+    staging alone is fine."""
     if spec.cc != "hpcc":
         return
     if fabric.link_layer == "infiniband":
         raise ConfigError(path, "cc", f"hpcc runs on RoCE fabrics (INT in fabric.p4); topology "
                           f"{fabric.name} is link_layer: infiniband (its congestion control is ib_cc)")
-    for key, given in (("workload", spec.workload), ("storage", spec.storage),
-                       ("endpoints", spec.endpoints)):
-        if given:
-            raise ConfigError(path, "cc", f"hpcc with {key}: not yet (only the host agents' "
-                              "NICs carry INT)")
+    ep = spec.endpoints
+    if ep is not None:
+        costs = [c for c in (ep.host_cpu, ep.dpu_cpu, *(o.host_cpu for o in ep.overrides),
+                             *(o.dpu_cpu for o in ep.overrides)) if c is not None]
+        # what is not a cost: how many cores, how many packets wait for them
+        if any(v for c in costs for k, v in c.model_dump(exclude_none=True).items()
+               if k not in ("cores", "rx_backlog_pkts")) or \
+                (ep.tenancy and any(s.tenant for s in fabric.servers())):
+            raise ConfigError(path, "cc", "hpcc with endpoints' per-packet CPU costs or tenant "
+                              "partitions: not yet")
 
 
 def _check_cluster(spec: ExperimentSpec, fabric: Fabric, path: Path) -> None:
