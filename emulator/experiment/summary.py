@@ -161,7 +161,7 @@ def build_summary(exp: Experiment, target: str, agent_results: dict[str, dict],
         lossless_priorities=lossless_priorities(exp),
         flows=flows, ports=ports, switches=switches, nics=nics,
         fidelity=Fidelity(**fidelity))
-    faults = fault_summary(exp, stats, nic_stats, raw.reroute(), fabric_ns)
+    faults = fault_summary(exp, stats, nic_stats, raw.reroute(), _fabric_end_ns(exp, stats, fabric_ns))
     if faults is not None:
         if faults.reroutes:
             faults.blackholed_frames = sum(p["pipeline_drops"] for p in ports)
@@ -170,6 +170,18 @@ def build_summary(exp: Experiment, target: str, agent_results: dict[str, dict],
     add_socket_drops(summary, socket_drops(ports, nic_stats))
     add_headroom_drops(summary, headroom_drops(ports))
     return summary
+
+
+def _fabric_end_ns(exp: Experiment, stats: dict[str, dict], flows_end_ns: int) -> int:
+    """When the fabric stopped, in fabric ns: a controller's write timed
+    later never took effect. In virtual time every switch's clock runs to
+    the run's end (its stats' ``until_ns``), past the flows' last completion
+    (``flows_end_ns``; 0 for a workload, which has no flows); the earliest
+    switch's end bounds what every switch applied."""
+    ends = [s["until_ns"] for s in stats.values() if s and s.get("until_ns") is not None]
+    if run_time_mode(exp) != VIRTUAL or not ends:
+        return flows_end_ns
+    return min(ends)
 
 
 def _flow_entries(exp: Experiment, agent_results: dict[str, dict]) -> tuple[list[dict], int]:

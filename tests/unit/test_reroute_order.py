@@ -14,6 +14,7 @@ from emulator.dataplane.gnmi_server.leaves import DOWN, UP, port_down_windows
 from emulator.dataplane.p4rt_server import P4RuntimeServer
 from emulator.dataplane.port_status import PortEvent, PortStatusWatch, no_signal_windows
 from emulator.dataplane.state import SwitchState
+from emulator.experiment.fault_results import reroutes_by_run_end
 from emulator.schema.switch import PortConfig
 from tests.unit.test_reroute import FABRIC, REACTION_NS, held, port_to, report
 
@@ -138,3 +139,22 @@ def test_a_links_reroute_is_detected_at_its_first_ends_down_and_its_last_ends_up
         "reroutes": [{"detected_ns": 102_000, "converged_ns": 107_000, "programmed": ["leaf1"]}]}
     (t,) = _reroute_times(SimpleNamespace(fabric=FABRIC), up, [100_000], [], rr)["reroute"]
     assert (t["detected_ns"], t["converged_ns"], t["programmed"]) == (102_000, 107_000, ["leaf1"])
+
+
+def test_a_reroute_is_converged_if_the_switches_ran_past_it_even_with_no_flows():
+    """A workload has no flows (the flows' end is 0): whether a timed write
+    took effect is told by how long the switches ran (their stats'
+    ``until_ns``), not by the flows; a dilated run keeps the flows' end."""
+    from pathlib import Path
+    from emulator.experiment.model import load_experiment
+    from emulator.experiment.summary import _fabric_end_ns
+    from emulator.experiment.time_mode import resolve_time
+    exp = load_experiment(Path(__file__).parents[2] / "experiments" / "link-flap-allreduce.yaml")
+    virtual = resolve_time(exp, "embedded")
+    assert virtual.spec.time == "virtual"
+    stats = {"leaf1": {"until_ns": 1_877_184}, "leaf4": {"until_ns": 1_877_300}, "spine1": {}}
+    assert _fabric_end_ns(virtual, stats, 0) == 1_877_184
+    assert _fabric_end_ns(virtual, {"leaf1": {}}, 5) == 5           # no switch stats: the flows'
+    rr = reroutes_by_run_end({"reroutes": [{"detected_ns": 501_000, "converged_ns": 1_501_000}]},
+                             _fabric_end_ns(virtual, stats, 0))
+    assert rr["reroutes"][0]["converged_ns"] == 1_501_000
