@@ -263,6 +263,8 @@ def p4rt_switch(p4info: P4Info, device_id: int
         conn = SwitchConnection(server.address, device_id, timeout=5.0)
         yield state, server, conn
     finally:
+        # the server first: a client closed while its server lives waits
+        # ~0.2 s for its stream's reader to end
+        server.stop(grace=0)
         if conn is not None:
             conn.close()
-        server.stop(grace=0)
