@@ -214,7 +214,9 @@ class SwitchRig:
         self.socks[p] = ns_packet_socket(ns, ns_if, self.rcvbuf)
 
     def close(self) -> None:
-        """Close the connection and sockets, stop (or kill) the switch, delete namespaces and veths.
+        """Close the sockets, stop (or kill) the switch, close the connection,
+        delete namespaces and veths (the switch before its client: a client
+        closed while its switch serves waits ~0.2 s for its stream's end).
 
         Idempotent; every step runs even when an earlier one fails.
         """
@@ -226,12 +228,12 @@ class SwitchRig:
             except Exception as e:      # noqa: BLE001 - keep cleaning, report at the end
                 errors.append(e)
 
-        if self.conn is not None:
-            attempt(self.conn.close)
         for s in self.socks.values():
             attempt(s.close)
         if self.proc is not None:
             attempt(_stop, self.proc)
+        if self.conn is not None:
+            attempt(self.conn.close)
         for p in self.ports:
             # Deleting the namespace removes its veth end, and so the pair; the
             # veth is deleted too in case it never made it into the namespace.
@@ -263,6 +265,8 @@ def p4rt_switch(p4info: P4Info, device_id: int
         conn = SwitchConnection(server.address, device_id, timeout=5.0)
         yield state, server, conn
     finally:
+        # the server first: a client closed while its server lives waits
+        # ~0.2 s for its stream's reader to end
+        server.stop(grace=0)
         if conn is not None:
             conn.close()
-        server.stop(grace=0)

@@ -343,6 +343,11 @@ class FabricNet(FabricNodes, FabricHealth):
 
     def _teardown(self) -> None:
         try:
+            if self.net is not None:
+                # The switches before the controller (as teardown_in_background
+                # does): a P4Runtime client closed while its switch still serves
+                # waits ~0.2 s for its stream's end, one switch after another.
+                self._stop_switches(self.net)
             if self.controller is not None:
                 controller, self.controller = self.controller, None
                 try:

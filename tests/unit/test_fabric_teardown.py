@@ -86,3 +86,19 @@ def test_a_cluster_tears_down_in_order_before_the_results_are_read():
     assert log == [f"teardown in {threading.main_thread().name}"] and fnet._teardown_thread is None
     fnet._teardown = lambda: None
     fnet.stop()
+
+
+def test_the_context_exit_stops_the_switches_before_it_closes_the_controller(monkeypatch):
+    # fe.Fabric's, fabric-emu cli's and a cluster's teardown: a P4Runtime
+    # client closed while its switch still serves waits ~0.2 s for its
+    # stream to end, one switch after another; after the switch, at once
+    import emulator.net.fabric as fabric_module
+    monkeypatch.setattr(fabric_module, "delete_interfaces", lambda names: None)
+    monkeypatch.setattr(fabric_module, "kill_processes", lambda find: None)
+    log = []
+    fnet = FabricNet(load_fabric(REPO / "topologies" / "clos-2x2.yaml"), "/nonexistent")
+    switch = SimpleNamespace(name="leaf1", proc=Proc(log), shell=None, cleanup=lambda: None)
+    fnet.net = SimpleNamespace(switches=[switch], hosts=[])
+    fnet.controller = SimpleNamespace(close=lambda: log.append("controller closed"))
+    fnet.stop()
+    assert log == ["switch stopped", "controller closed"] and fnet.net is None

@@ -19,9 +19,11 @@ from tests.polling import eventually
 PROBE = "tests.forkserver_probe"
 
 
-@pytest.fixture
-def fs(tmp_path):
-    server = ForkServer(tmp_path, {**os.environ, "PROBE": "from-the-runner"},
+@pytest.fixture(scope="module")
+def fs(tmp_path_factory):
+    """One server for the tests that only spawn from it: its start (every
+    entry point imported) costs ~1 s, and each test's child is its own."""
+    server = ForkServer(tmp_path_factory.mktemp("fs"), {**os.environ, "PROBE": "from-the-runner"},
                         more_entry_points=(PROBE,))
     yield server
     server.close()

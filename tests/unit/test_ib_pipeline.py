@@ -43,8 +43,10 @@ def leaf1():
         conn.insert(lft_entries(subnet, "leaf1", p4))
         yield IbPipeline(state, p4), conn, subnet
     finally:
-        conn.close()
+        # the server first: a client closed while its server lives waits
+        # ~0.2 s for its stream's reader to end
         server.stop(grace=0)
+        conn.close()
 
 
 def packet(dlid: int, slid: int = 1, sl: int = 0, payload: bytes = b"z" * 64) -> bytes:

@@ -42,9 +42,11 @@ def switch(p4):
         return c
 
     yield server, state, connect
+    # the server first: a client closed while its server lives waits
+    # ~0.2 s for its stream's reader to end
+    server.stop(grace=0)
     for c in conns:
         c.close()
-    server.stop(grace=0)
 
 
 @pytest.fixture
