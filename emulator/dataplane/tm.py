@@ -132,8 +132,12 @@ class TrafficManager:
             frame = self._ecn(now_ns, port, prio, frame, depth, ecn)
         if port.paused:                    # pauses that ran out, frames due before now;
             port.serve(now_ns, self)       # an idle link is then free from now on
-        elif port.busy_until < now_ns and not port.nonempty and not port.ctrl:
-            port.busy_until = now_ns       # idle link: serialization starts now
+        elif port.busy_until < now_ns and not port.nonempty:
+            # Idle link: serialization starts now -- also when a MAC control
+            # frame made this turn waits (an XOFF this arrival triggered on
+            # its own port): from the old busy_until the frame would start,
+            # and leave, before it arrived.
+            port.busy_until = now_ns
         port.queues[prio].append((frame, cell))
         port.nonempty |= 1 << prio
         depth += size

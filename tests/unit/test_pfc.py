@@ -9,6 +9,7 @@ from scapy.layers.l2 import Ether
 from emulator.dataplane.pfc import (
     XOFF_QUANTA, build_pfc_frame, parse_mac_control, pause_frame, pause_ns,
 )
+from emulator.link import Wire
 from emulator.wire import PFC_DST_MAC, PFC_OPCODE, WIRE_OVERHEAD_BYTES
 from tests.unit.test_tm_helpers import ROCE_PRIO, ROUTER_MAC, attach, make_tm, roce, run, verdict
 
@@ -306,3 +307,31 @@ def test_cleared_stats_count_a_pause_in_force_from_the_clear_only():
     assert ran_out.ports[1].paused_ns_at(ROCE_PRIO, 700_000) == 0
     ran_out.transmit(5_000_000)
     assert ran_out.ports[1].paused == 0 and ran_out.ports[1].paused_ns[ROCE_PRIO] == 0
+
+
+FAR_NS = 10**9               # a wire that delivers nothing during a test
+
+
+def test_a_frame_for_an_idle_port_with_a_pause_of_this_instant_waiting_starts_now_not_before():
+    """An arrival that triggers an XOFF out of port 1 and a frame for port 1,
+    idle since long ago, at the same instant: the pause goes first, at that
+    instant, and the frame after it -- never from the port's old idle time,
+    which would send it before it arrived (in virtual time: into a window
+    already closed; found by a tree all-reduce on 64 GPUs under PFC)."""
+    fast = 100_000_000_000
+    tm, _, _ = make_tm([(1, fast, 0), (2, fast, 0)])
+    tm.ports[1].wire = Wire(FAR_NS)          # nothing delivered: in_flight keeps every frame
+    lossless = verdict(2, 1, ROCE_PRIO, pfc=PFC)
+    assert tm.enqueue(1_000, roce(1000, ident=9), verdict(1, 2, 0))   # port 1 busy, then idle
+    tm.transmit(1_000)
+    now = 5_000_000
+    for i in range(3):                                               # the third: XOFF out of port 1
+        assert tm.enqueue(now, roce(1000, ident=i), lossless)
+    assert [t for t, _ in tm.ports[1].ctrl] == [now]
+    assert tm.enqueue(now, roce(1000, ident=7), verdict(1, 2, 0))     # for port 1, at the same instant
+    tm.transmit(now + 1_000)
+    ends = [t - FAR_NS for t, _ in tm.ports[1].wire.in_flight]     # serializations' ends
+    pause_end = now + int((len(tm.ports[1].wire.in_flight[1][1]) + WIRE_OVERHEAD_BYTES) * 0.08)
+    assert len(ends) == 3 and _quanta(tm.ports[1].wire.in_flight[1][1]) == XOFF_QUANTA
+    assert ends[1] == pause_end                                      # the pause, from now
+    assert ends[2] == pause_end + int((1000 + WIRE_OVERHEAD_BYTES) * 0.08)   # then the frame
