@@ -53,6 +53,11 @@ def no_signal_windows(port_cfg) -> list[tuple[int, int]]:
     windows = _shifted(port_cfg.rx_down, d)
     if port_cfg.faults is not None:
         windows += _shifted(port_cfg.faults.down, 2 * d)
+    return merged_windows(windows)
+
+
+def merged_windows(windows) -> list[tuple[int, int]]:
+    """[from, until) windows sorted, those that overlap or touch as one."""
     merged: list[list[int]] = []
     for start, end in sorted(windows):
         if merged and start <= merged[-1][1]:

@@ -25,7 +25,7 @@ from typing import Callable
 
 from emulator.clock import NEVER_NS
 from emulator.dataplane.gnmi_server.paths import Elem, Leaf
-from emulator.dataplane.port_status import no_signal_windows
+from emulator.dataplane.port_status import merged_windows, no_signal_windows
 from emulator.wire import NUM_PRIORITIES
 
 VENDOR = "fabric-emu"        # the augmentation's container in a queue's state
@@ -41,12 +41,7 @@ class DownWindows:
     """When a port's link is down, as sorted, merged [from, until) windows (fabric ns)."""
 
     def __init__(self, windows: list[tuple[int, int]]):
-        merged: list[list[int]] = []
-        for start, end in sorted(windows):
-            if merged and start <= merged[-1][1]:
-                merged[-1][1] = max(merged[-1][1], end)
-            else:
-                merged.append([start, end])
+        merged = merged_windows(windows)
         self.starts = [w[0] for w in merged]
         self.ends = [w[1] for w in merged]
 
