@@ -173,15 +173,15 @@ def build_summary(exp: Experiment, target: str, agent_results: dict[str, dict],
 
 
 def _fabric_end_ns(exp: Experiment, stats: dict[str, dict], flows_end_ns: int) -> int:
-    """When the fabric stopped, in fabric ns: a controller's write timed
-    later never took effect. In virtual time every switch's clock runs to
-    the run's end (its stats' ``until_ns``), past the flows' last completion
-    (``flows_end_ns``; 0 for a workload, which has no flows); the earliest
-    switch's end bounds what every switch applied."""
+    """The last fabric ns the run saw: a controller's write timed later never
+    took effect. The flows' last completion (``flows_end_ns``; 0 for a
+    workload, which has no flows) or, in virtual time, the latest switch's
+    clock when it stopped (its stats' ``until_ns``: an idle switch's stops at
+    its last event), whichever is later."""
     ends = [s["until_ns"] for s in stats.values() if s and s.get("until_ns") is not None]
     if run_time_mode(exp) != VIRTUAL or not ends:
         return flows_end_ns
-    return min(ends)
+    return max(flows_end_ns, *ends)
 
 
 def _flow_entries(exp: Experiment, agent_results: dict[str, dict]) -> tuple[list[dict], int]:
