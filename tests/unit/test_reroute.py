@@ -5,6 +5,8 @@ timed for report + reaction, applied by the switch at that fabric time and
 not before; a link back up restores exactly what the install wrote."""
 from __future__ import annotations
 
+import contextlib
+
 import ipaddress
 import socket
 import threading
@@ -39,9 +41,10 @@ def port_to(node: str, peer: str) -> int:
     return next(p.port_no for p in FABRIC.ports(node) if p.peer == peer)
 
 
-@pytest.fixture
-def live():
-    """Every switch's server on one manual clock, the controller installed and rerouting."""
+@contextlib.contextmanager
+def rerouting_fabric():
+    """Every switch's server on one manual clock, the controller installed
+    and rerouting: (servers, controller, clock, its rerouter)."""
     clock = ManualClock()
     servers = {}
     for sw in FABRIC.switches():
@@ -53,12 +56,18 @@ def live():
     try:
         ctl.connect()
         ctl.install()
-        ctl.enable_reroute(REACTION_NS)
-        yield servers, ctl, clock
+        yield servers, ctl, clock, ctl.enable_reroute(REACTION_NS)
     finally:
         ctl.close()
         for s in servers.values():
             s.stop(grace=0)
+
+
+@pytest.fixture
+def live():
+    """Every switch's server on one manual clock, the controller installed and rerouting."""
+    with rerouting_fabric() as (servers, ctl, clock, _):
+        yield servers, ctl, clock
 
 
 def held(servers) -> dict[str, set[bytes]]:

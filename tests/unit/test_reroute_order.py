@@ -8,38 +8,20 @@ from __future__ import annotations
 import contextlib
 import itertools
 
-from emulator.clock import NEVER_NS, ManualClock
-from emulator.control.controller import FabricController
+from emulator.clock import NEVER_NS
 from emulator.dataplane.gnmi_server.leaves import DOWN, UP, port_down_windows
-from emulator.dataplane.p4rt_server import P4RuntimeServer
 from emulator.dataplane.port_status import PortEvent, PortStatusWatch, no_signal_windows
-from emulator.dataplane.state import SwitchState
 from emulator.experiment.fault_results import reroutes_by_run_end
 from emulator.schema.switch import PortConfig
-from tests.unit.test_reroute import FABRIC, REACTION_NS, held, port_to, report
+from tests.unit.test_reroute import FABRIC, REACTION_NS, held, port_to, report, rerouting_fabric
 
 
 @contextlib.contextmanager
 def ordered_fabric():
     """clos-2x2's switches on one manual clock, the controller installed and
     rerouting in fabric order (as in virtual time)."""
-    clock = ManualClock()
-    servers = {}
-    for sw in FABRIC.switches():
-        state = SwitchState()
-        state.fabric_now_ns = clock.now_ns
-        servers[sw.name] = P4RuntimeServer(state, FABRIC.device_id(sw.name), 0)
-        servers[sw.name].start()
-    ctl = FabricController(FABRIC, {n: (s.address, s.device_id) for n, s in servers.items()})
-    try:
-        ctl.connect()
-        ctl.install()
-        release = ctl.enable_reroute(REACTION_NS).ordered()
-        yield servers, ctl, release
-    finally:
-        ctl.close()
-        for s in servers.values():
-            s.stop(grace=0)
+    with rerouting_fabric() as (servers, ctl, _, rerouter):
+        yield servers, ctl, rerouter.ordered()
 
 
 def queued(servers) -> dict[str, list]:
