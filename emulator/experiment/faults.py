@@ -309,8 +309,10 @@ def switch_port_rx_down(exp) -> dict[tuple[str, int], list[DownInterval]]:
 
 
 def nic_faults(exp, nic: str) -> EndFaults | None:
-    """The faults NIC ``nic`` applies as the sender of its link (None: none;
-    on BMv2's dilated runs the veth pair itself goes down, net/bmv2_faults.py)."""
+    """The faults NIC ``nic`` applies as the sender of its link (None: none).
+    A dilated run with faults is a BMv2 run (``time_mode.resolve_time``
+    refuses faults in dilated time elsewhere): there the veth pair itself
+    goes down (``net/bmv2_faults.py``) and the NIC applies nothing."""
     if not exp.spec.faults or exp.spec.time == "dilated":
         return None
     peer = exp.fabric.ports(nic)[0].peer
