@@ -133,8 +133,19 @@ class TwoServers:
     # --------------------------------------------------------------- teardown
     def __exit__(self, *exc) -> None:
         if self.master is not None:
+            # ssh's master has been seen to sleep through a SIGTERM (pytest
+            # then waited forever): ask it to exit over its socket, then kill
+            try:
+                subprocess.run([*self._ssh_argv(), "-O", "exit", f"root@{B_ADDR}"],
+                               capture_output=True, timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
             self.master.terminate()
-            self.master.wait()
+            try:
+                self.master.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.master.kill()
+                self.master.wait()
         if self.sshd is not None and self.sshd.poll() is None:
             pid_file = self.tmp / "sshd.pid"
             if pid_file.exists():
