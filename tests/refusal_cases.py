@@ -1,6 +1,7 @@
 """Files the emulator must refuse, each in one line with exit status 2, by
 ``fabric-emu validate`` and ``fabric-emu run`` alike (``tests/unit/test_refusals.py``,
-``tests/integration/test_refusals.py``).
+``tests/integration/test_refusals.py``: most cases in a few processes,
+``tests/refusal_driver.py``).
 
 Reader cases are files that once hung, exhausted or crashed the reader (a
 50 MB file, /dev/zero, a FIFO, deep nesting, aliases repeating themselves);
@@ -8,6 +9,7 @@ the rest were read, said valid, and could not run (an infinite dilation,
 thresholds out of order, a workload without GPUs, a sweep of nothing)."""
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -211,15 +213,55 @@ MEMORY_LIMIT_BYTES = 4 << 30
 LIMIT_MEMORY = ["prlimit", f"--as={MEMORY_LIMIT_BYTES}", "--"]
 
 
-def cli(args: list[str], cwd: Path, cache: Path) -> tuple[subprocess.CompletedProcess, float]:
-    """``fabric-emu ARGS`` in ``cwd`` (its default results/ would go there),
-    with the default size limit and its own cache; (result, seconds)."""
+PYTHON_M = [sys.executable, "-m", "emulator.cli"]
+# the console script beside this interpreter (the venv's), else python -m
+CONSOLE_SCRIPT = ([str(Path(sys.executable).with_name("fabric-emu"))]
+                  if Path(sys.executable).with_name("fabric-emu").is_file() else PYTHON_M)
+
+
+def _env() -> dict[str, str]:
+    """The commands' environment: this repository's code, the default size limit."""
     env = {k: v for k, v in os.environ.items() if k != MAX_CONFIG_BYTES_ENV}
+    return {**env, "PYTHONPATH": str(REPO)}
+
+
+def cli(args: list[str], cwd: Path, cache: Path, command: list[str] = PYTHON_M
+        ) -> tuple[subprocess.CompletedProcess, float]:
+    """``fabric-emu ARGS`` (by ``command``) in ``cwd`` (its default results/
+    would go there), with the default size limit and its own cache; (result, seconds)."""
     t0 = time.monotonic()
-    res = subprocess.run([*LIMIT_MEMORY, sys.executable, "-m", "emulator.cli", *args], cwd=cwd,
+    res = subprocess.run([*LIMIT_MEMORY, *command, *args], cwd=cwd,
                          capture_output=True, text=True, timeout=60,
-                         env={**env, "PYTHONPATH": str(REPO), "XDG_CACHE_HOME": str(cache)})
+                         env={**_env(), "XDG_CACHE_HOME": str(cache)})
     return res, time.monotonic() - t0
+
+
+def start_driver(jobs: list[dict], jobs_file: Path) -> subprocess.Popen:
+    """``tests/refusal_driver.py`` running ``jobs`` ({"case", "args", "cwd",
+    "cache"}, written to ``jobs_file``) in one process, under ``cli``'s limits
+    and environment."""
+    jobs_file.write_text(json.dumps(jobs))
+    return subprocess.Popen([*LIMIT_MEMORY, sys.executable, "-m", "tests.refusal_driver",
+                             str(jobs_file)], cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=_env())
+
+
+def driver_results(proc: subprocess.Popen, jobs: list[dict], timeout_s: float) -> dict[str, dict]:
+    """Case -> the driver's line for it; a case it gave none (it hung, or the
+    driver died) has ``status`` None and an ``error`` saying so."""
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout_s)
+        why = f"the driver ended with status {proc.returncode}"
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        stdout, stderr = proc.communicate()
+        why = f"the driver did not end within {timeout_s:.0f} s"
+    out = {r["case"]: r for r in map(json.loads, stdout.splitlines())}
+    left = [j["case"] for j in jobs if j["case"] not in out]
+    for case in left:
+        out[case] = {"case": case, "status": None, "stdout": "", "stderr": "", "seconds": None,
+                     "error": f"no result: {why}, at case {left[0]!r}; its stderr: {stderr[-2000:]}"}
+    return out
 
 
 def listing(d: Path) -> list[str]:
