@@ -258,6 +258,7 @@ class Rerouter:
                 if self._outbox:         # wiped from its queue as it went down
                     self._outbox[:] = [w for w in self._outbox
                                        if w[0] != switch or w[3] <= fabric_ns]
+                self._lost_by(switch, fabric_ns)
                 return None
             self.off.discard(switch)
             mine = {(switch, p.port_no) for p in self.fabric.ports(switch)}
@@ -316,12 +317,33 @@ class Rerouter:
             for sw in sorted(set(self.held) - self.off):
                 for utype, ents in self.held[sw].update(routes.get(sw, [])):
                     self._write(sw, utype, ents, at_ns)
-            changed = {sw: self.held[sw].changes_since(snap) for sw, snap in batch["_before"].items()}
-            programmed = sorted(sw for sw, n in changed.items() if n)
-            batch.update({"converged_ns": at_ns if programmed else fabric_ns,
-                          "links_down": self._links_down(), "programmed": programmed,
-                          "changes": sum(changed.values())})
+            changed = {sw: self.held[sw].changes_since(snap) for sw, snap in batch["_before"].items()
+                       if sw not in self.off}
+            batch["_changed"] = {sw: n for sw, n in changed.items() if n}
+            batch.update({"converged_ns": None, "links_down": self._links_down()})
+            self._tally(batch)
             return batch
+
+    @staticmethod
+    def _tally(batch: dict) -> None:
+        """A reroute's ``programmed``, ``changes`` and ``converged_ns`` from
+        the writes of it that a switch takes (``_changed``)."""
+        changed = batch["_changed"]
+        batch.update({"converged_ns": batch["_at_ns"] if changed else batch["detected_ns"],
+                      "programmed": sorted(changed), "changes": sum(changed.values())})
+
+    def _lost_by(self, switch: str, fabric_ns: int) -> None:
+        """``switch`` went down at ``fabric_ns``, its queued writes lost
+        (``port_events.report_switch``): a reroute whose writes to it were due
+        later did not program it, a reinstall of it due later took no effect."""
+        for r in self.reroutes:
+            if r.get("converged_ns") is None or r["converged_ns"] <= fabric_ns:
+                continue
+            if r.get("reinstalled") == switch:
+                r.update({"converged_ns": None, "programmed": [], "changes": 0})
+            elif switch in r.get("_changed", {}):
+                del r["_changed"][switch]
+                self._tally(r)
 
     def _batch(self, fabric_ns: int) -> dict:
         """The reroute of the reports at ``fabric_ns``: those of one instant
@@ -332,7 +354,7 @@ class Rerouter:
         last = self.reroutes[-1] if self.reroutes else None
         if last is not None and last["detected_ns"] == fabric_ns and "reinstalled" not in last:
             return last
-        batch = {"detected_ns": fabric_ns,
+        batch = {"detected_ns": fabric_ns, "_at_ns": fabric_ns + self.reaction_ns,
                  "_before": {sw: h.snapshot() for sw, h in self.held.items() if sw not in self.off}}
         self.reroutes.append(batch)
         return batch

@@ -73,9 +73,29 @@ def test_writes_to_a_switch_that_goes_down_later_in_the_same_release_are_dropped
         assert report(servers["leaf1"], port_to("leaf1", "spine1"), False, 2_000) is True
         release(3_000)
         rr = ctl.rerouter.results()["reroutes"]
-        assert rr[0]["detected_ns"] == 2_000 and "spine1" in rr[0]["programmed"]
+        # spine1 took none of the reroute's writes: the record says so
+        assert rr[0]["detected_ns"] == 2_000 and "spine1" not in rr[0]["programmed"]
+        assert rr[0]["programmed"] and rr[0]["converged_ns"] == 2_000 + REACTION_NS
         assert spine1.state.next_write_ns == NEVER_NS       # nothing for the wiped switch
         assert servers["leaf2"].state.next_write_ns == 2_000 + REACTION_NS
+        queued_ops = sum(len(req.updates) for s in servers.values() for _, _, req in s.port_events._queued)
+        assert rr[0]["changes"] == queued_ops
+
+
+def test_a_reroute_already_queued_at_a_switch_that_goes_down_did_not_program_it():
+    with ordered_fabric() as (servers, ctl, release):
+        assert report(servers["leaf1"], port_to("leaf1", "spine1"), False, 2_000) is True
+        release(3_000)               # the writes sit in the switches' queues, due 2.0 us + reaction
+        before = ctl.rerouter.results()["reroutes"][0]
+        assert "leaf2" in before["programmed"]
+        leaf2 = servers["leaf2"]
+        leaf2.state.wipe()
+        assert leaf2.state.switch_status_handler(False, 5_000) is True
+        release(6_000)
+        after = ctl.rerouter.results()["reroutes"][0]
+        assert after["programmed"] == [s for s in before["programmed"] if s != "leaf2"]
+        assert after["changes"] < before["changes"]
+        assert leaf2.state.next_write_ns == NEVER_NS
 
 
 def _port(**kw) -> PortConfig:
