@@ -175,15 +175,16 @@ class EmbeddedSwitch:
     def next_wake_ns(self, now: int) -> int:
         """When the loop must take its next turn if no frame arrives first."""
         wake = self.tm.next_wake_ns()
-        if self._next_fault_ns < NEVER and (wake is None or self._next_fault_ns < wake):
+        if wake is None:
+            wake = NEVER
+        if self._next_fault_ns < wake:
             wake = self._next_fault_ns
-        if self._next_port_ns < NEVER and (wake is None or self._next_port_ns < wake):
+        if self._next_port_ns < wake:
             wake = self._next_port_ns
-        sample = self._next_sample
-        if self.virtual and not self.tm.unsampled():
-            sample = NEVER          # it would write nothing; ``turn`` puts it back on its grid
-        if wake is None or sample < wake:
-            wake = sample
+        # a sample due first, unless no queue changed since the last one (virtual
+        # time: it would write nothing; ``turn`` puts it back on its grid)
+        if self._next_sample < wake and (not self.virtual or self.tm.unsampled()):
+            wake = self._next_sample
         if self.sampler is not None and self.sampler.active():
             due = self.sampler.next_due_ns()
             if due < wake:

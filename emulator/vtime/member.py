@@ -32,6 +32,9 @@ from . import protocol
 from .protocol import NEVER
 from .trailer import BAD_FCS_MAGIC, MAGIC, TRAILER, TRAILER_BYTES
 
+_pack_trailer = TRAILER.pack
+_unpack_trailer = TRAILER.unpack_from
+
 # The fabric-time epoch as a Unix time: every virtual run's stamps are the
 # same (pcaps, completions), 2023-11-14T22:13:20Z, as tests' ManualClock.
 VIRTUAL_UNIX_EPOCH_NS = 1_700_000_000_000_000_000
@@ -62,6 +65,9 @@ class VirtualPort:
         self.rx_frames = self.tx_frames = 0
         self.fcs_errors = 0          # frames with a bad FCS dropped on arrival
         self.keep_bad_fcs = None     # (frame, arrival ns) -> True: deliver it anyway (None: drop every one)
+
+    # ``recv`` hands out each frame as bytes of its own (a reader needs no buffer of its own)
+    owns_frames = True
 
     def fileno(self) -> int:
         return self.fd
@@ -106,23 +112,35 @@ class VirtualPort:
         arrival = int(due)
         if arrival < due:                    # a paced NIC's times are fractional: never early
             arrival += 1
-        self.clock._sent(self.index, arrival)
-        parts = (frame, TRAILER.pack(magic, arrival))
-        for attempt in range(10_000):
-            try:
-                self.sock.sendmsg(parts)
-                break
-            except (BlockingIOError, InterruptedError):
-                pass
-            except OSError as e:
-                if e.errno not in (errno.ENOBUFS, errno.EAGAIN):
-                    raise
-            # the peer's backlog is full: fabric time waits, the wall does not
-            time.sleep(50e-6 if attempt < 1000 else 1e-3)
-        else:
-            raise VirtualTimeError(f"{self.ifname}: the kernel refused a frame for 10 s")
+        # VirtualClock._sent, inlined: the per-frame path
+        clock, i = self.clock, self.index
+        clock._sent_n[i] += 1
+        if arrival < clock._sent_min[i]:
+            clock._sent_min[i] = arrival
+        clock._sent_links.add(i)
+        parts = (frame, _pack_trailer(magic, arrival))
+        try:
+            self.sock.sendmsg(parts)
+        except OSError as e:
+            self._send_again(parts, e)
         self.tx_frames += 1
         return len(frame)
+
+    def _send_again(self, parts, refused: OSError) -> None:
+        """``sendmsg(parts)`` again until the kernel takes it (it refused
+        with ``refused``): the peer's backlog is full, and fabric time
+        waits, the wall does not."""
+        for attempt in range(1, 10_000):
+            if not isinstance(refused, (BlockingIOError, InterruptedError)) \
+                    and refused.errno not in (errno.ENOBUFS, errno.EAGAIN):
+                raise refused
+            time.sleep(50e-6 if attempt <= 1000 else 1e-3)
+            try:
+                self.sock.sendmsg(parts)
+                return
+            except OSError as e:
+                refused = e
+        raise VirtualTimeError(f"{self.ifname}: the kernel refused a frame for 10 s")
 
     def send_at(self, frame, arrival_ns) -> int:
         self.due_ns = arrival_ns
@@ -278,13 +296,16 @@ class VirtualClock:
                     except (BlockingIOError, InterruptedError):
                         break
                     n = len(data) - TRAILER_BYTES
+                    if n < 0:
+                        self.foreign_frames += 1
+                        continue
+                    magic, arrival = _unpack_trailer(data, n)
                     bad_fcs = False
-                    if n < 0 or data[n:n + 4] != MAGIC:
-                        if n < 0 or data[n:n + 4] != BAD_FCS_MAGIC:
+                    if magic != MAGIC:
+                        if magic != BAD_FCS_MAGIC:
                             self.foreign_frames += 1
                             continue
                         bad_fcs = True
-                    arrival = TRAILER.unpack_from(data, n)[1]
                     if arrival < start_ns:
                         self.early_frames += 1
                         raise VirtualTimeError(
