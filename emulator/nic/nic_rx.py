@@ -93,15 +93,14 @@ class NicReceive:
         return n_batch
 
     def _rx_drain_frames(self, sock, on_frame, now: int) -> int:
-        """``_rx_drain_sock`` for a socket whose ``recv`` hands out each
-        frame as bytes of its own (virtual time's ``VirtualPort``): a view
-        of it, not of a copy into the receive buffer."""
-        recv = sock.recv
+        """``_rx_drain_sock`` for a socket that hands out each frame as
+        bytes of its own (virtual time's ``VirtualPort.next_frame``): a
+        view of it, not of a copy into the receive buffer."""
+        next_frame = sock.next_frame
         n_batch = 0
         for _ in range(self.RX_BATCH):
-            try:
-                frame = recv()
-            except (BlockingIOError, InterruptedError):
+            frame = next_frame()
+            if frame is None:
                 break
             n_batch += 1
             on_frame(memoryview(frame), len(frame), now)

@@ -66,7 +66,7 @@ class VirtualPort:
         self.fcs_errors = 0          # frames with a bad FCS dropped on arrival
         self.keep_bad_fcs = None     # (frame, arrival ns) -> True: deliver it anyway (None: drop every one)
 
-    # ``recv`` hands out each frame as bytes of its own (a reader needs no buffer of its own)
+    # ``recv``/``next_frame`` hand out each frame as bytes of its own (a reader needs no buffer)
     owns_frames = True
 
     def fileno(self) -> int:
@@ -86,13 +86,21 @@ class VirtualPort:
 
     # -- receive ---------------------------------------------------------------
     def recv(self, bufsize: int = RX_MAX_BYTES) -> bytes:
+        frame = self.next_frame()
+        if frame is None:
+            raise BlockingIOError(errno.EAGAIN, "no frame due")
+        return frame
+
+    def next_frame(self) -> bytes | None:
+        """``recv``, but None when no frame is due (a reader's loop ends
+        without an exception: one per wake-up otherwise)."""
         inbox = self.inbox
         if inbox and inbox[0][0] <= self.clock._now:
             frame = heapq.heappop(inbox)[2]
             if not inbox:
                 self.clock._pending.discard(self)
             return frame
-        raise BlockingIOError(errno.EAGAIN, "no frame due")
+        return None
 
     def recv_into(self, buf) -> int:
         frame = self.recv()
