@@ -21,7 +21,7 @@ ICRC check then fails, ``nic.link_layer``); a switch port's logs the drop.
 from __future__ import annotations
 
 import errno
-import heapq
+from heapq import heappop, heappush
 import select
 import socket
 import time
@@ -96,7 +96,7 @@ class VirtualPort:
         without an exception: one per wake-up otherwise)."""
         inbox = self.inbox
         if inbox and inbox[0][0] <= self.clock._now:
-            frame = heapq.heappop(inbox)[2]
+            frame = heappop(inbox)[2]
             if not inbox:
                 self.clock._pending.discard(self)
             return frame
@@ -107,12 +107,6 @@ class VirtualPort:
         n = len(frame)
         buf[:n] = frame
         return n
-
-    def _take(self, frame: bytes, arrival_ns: int) -> None:
-        self._seq += 1
-        self.rx_frames += 1
-        heapq.heappush(self.inbox, (arrival_ns, self._seq, frame))
-        self.clock._pending.add(self)
 
     # -- send ------------------------------------------------------------------
     def send(self, frame, magic: bytes = MAGIC) -> int:
@@ -297,35 +291,7 @@ class VirtualClock:
         while short := [p for p in ports if p.rx_frames < expected[p.index]]:
             got = 0
             for p in ports:
-                recv = p.sock.recv
-                while True:
-                    try:
-                        data = recv(RX_MAX_BYTES)
-                    except (BlockingIOError, InterruptedError):
-                        break
-                    n = len(data) - TRAILER_BYTES
-                    if n < 0:
-                        self.foreign_frames += 1
-                        continue
-                    magic, arrival = _unpack_trailer(data, n)
-                    bad_fcs = False
-                    if magic != MAGIC:
-                        if magic != BAD_FCS_MAGIC:
-                            self.foreign_frames += 1
-                            continue
-                        bad_fcs = True
-                    if arrival < start_ns:
-                        self.early_frames += 1
-                        raise VirtualTimeError(
-                            f"{self.name}: a frame on {p.ifname} arrives at {arrival} ns, before "
-                            f"the window that opened at {start_ns} ns")
-                    if bad_fcs and (p.keep_bad_fcs is None or not p.keep_bad_fcs(data[:n], arrival)):
-                        p.rx_frames += 1        # arrived (the window counts it), and dropped
-                        p.fcs_errors += 1
-                    else:
-                        p._take(data[:n], arrival)
-                    self.rx_frames += 1
-                    got += 1
+                got += self._read_port(p, start_ns)
             if got and all(p.rx_frames >= expected[p.index] for p in short):
                 return
             if got:
@@ -337,6 +303,44 @@ class VirtualClock:
                     f"{self.name}: {expected[short[0].index] - short[0].rx_frames} frames sent "
                     f"to it on {short[0].ifname} never arrived (lost in the kernel?)")
             select.select([p.fd for p in ports], (), (), 0.5)
+
+    def _read_port(self, p: VirtualPort, start_ns: int) -> int:
+        """What ``p``'s socket holds, into its inbox (``_read_sockets``);
+        returns how many frames arrived."""
+        recv = p.sock.recv
+        inbox, pending = p.inbox, self._pending
+        got = 0
+        while True:
+            try:
+                data = recv(RX_MAX_BYTES)
+            except (BlockingIOError, InterruptedError):
+                break
+            n = len(data) - TRAILER_BYTES
+            if n < 0:
+                self.foreign_frames += 1
+                continue
+            magic, arrival = _unpack_trailer(data, n)
+            bad_fcs = magic != MAGIC
+            if bad_fcs and magic != BAD_FCS_MAGIC:
+                self.foreign_frames += 1
+                continue
+            if arrival < start_ns:
+                self.early_frames += 1
+                raise VirtualTimeError(
+                    f"{self.name}: a frame on {p.ifname} arrives at {arrival} ns, before "
+                    f"the window that opened at {start_ns} ns")
+            got += 1
+            if bad_fcs and (p.keep_bad_fcs is None or not p.keep_bad_fcs(data[:n], arrival)):
+                p.rx_frames += 1        # arrived (the window counts it), and dropped
+                p.fcs_errors += 1
+                continue
+            # into the inbox (its arrival, then the order read, first)
+            p._seq += 1
+            p.rx_frames += 1
+            heappush(inbox, (arrival, p._seq, data[:n]))
+            pending.add(p)
+        self.rx_frames += got
+        return got
 
     def leave(self) -> None:
         """Say goodbye (with what was sent since the last report) and close.
