@@ -78,26 +78,33 @@ def run(switches: list[EmbeddedSwitch], stopped, clock=MONOTONIC) -> None:
     nothing but its turn changes what it has due (frames arrive through
     select; a packet-out or snapshot asked for is looked at every pass), and
     asking every member every pass cost the pack a third of its CPU."""
-    owner = {fd: sw for sw in switches for fd in sw.fds}
+    owner = {fd: i for i, sw in enumerate(switches) for fd in sw.fds}     # fd -> member
     fds = list(owner)
     wait_readable = clock.wait_readable
     clock = clock.now_ns
     now = clock()
     for sw in switches:
         sw.begin()
-    wakes = {sw: sw.next_wake_ns(now) for sw in switches}
+    wakes = [sw.next_wake_ns(now) for sw in switches]
+    # each member's (turn, next_wake_ns, control_pending), bound once
+    loops = [(i, sw.turn, sw.next_wake_ns, sw.control_pending) for i, sw in enumerate(switches)]
+    none: tuple = ()
     while not stopped():
-        readable = wait_readable(fds, min(wakes.values()))
-        mine: dict[EmbeddedSwitch, list[int]] = {}
+        readable = wait_readable(fds, min(wakes))
+        mine: list = [none] * len(loops)
         for fd in readable:
-            mine.setdefault(owner[fd], []).append(fd)
+            i = owner[fd]
+            if mine[i]:
+                mine[i].append(fd)
+            else:
+                mine[i] = [fd]
         now = clock()
-        for sw in switches:
-            r = mine.get(sw)
-            wake = wakes[sw]
-            if r or wake <= now or sw.control_pending():
-                sw.turn(r or (), wake)
-                wakes[sw] = sw.next_wake_ns(clock())
+        for i, turn, next_wake, control_pending in loops:
+            r = mine[i]
+            wake = wakes[i]
+            if r or wake <= now or control_pending():
+                turn(r, wake)
+                wakes[i] = next_wake(clock())
 
 
 def main(argv: list[str] | None = None, make_switch=ethernet_switch,

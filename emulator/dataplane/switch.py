@@ -40,7 +40,7 @@ from emulator.dataplane.pcap import PcapWriter
 from emulator.dataplane.pipeline import DROP_PORT, FabricPipeline
 from emulator.dataplane.port_status import SWITCH, PortStatusWatch
 from emulator.dataplane.state import SwitchState
-from emulator.dataplane.switch_port import SwitchPort, open_port_socket
+from emulator.dataplane.switch_port import RX_MAX_BYTES, SwitchPort, open_port_socket  # noqa: F401
 from emulator.dataplane.tm import TrafficManager
 from emulator.errors import ConfigError
 from emulator.lifeline import die_with_runner
@@ -52,7 +52,6 @@ from emulator.wire import CPU_PORT
 from emulator.vtime.member import process_clock
 
 RX_BATCH = 64              # frames drained from one socket per wakeup
-RX_MAX_BYTES = 9216        # jumbo frames (a 4096-byte RoCE MTU frame is 4170 bytes)
 IDLE_WAKE_NS = 50_000_000  # how often an idle loop looks at packet-outs and stop
 FLUSH_INTERVAL_NS = 1_000_000_000   # raw logs and pcaps reach the disk this often
 
@@ -175,15 +174,16 @@ class EmbeddedSwitch:
     def next_wake_ns(self, now: int) -> int:
         """When the loop must take its next turn if no frame arrives first."""
         wake = self.tm.next_wake_ns()
-        if self._next_fault_ns < NEVER and (wake is None or self._next_fault_ns < wake):
+        if wake is None:
+            wake = NEVER
+        if self._next_fault_ns < wake:
             wake = self._next_fault_ns
-        if self._next_port_ns < NEVER and (wake is None or self._next_port_ns < wake):
+        if self._next_port_ns < wake:
             wake = self._next_port_ns
-        sample = self._next_sample
-        if self.virtual and not self.tm.unsampled():
-            sample = NEVER          # it would write nothing; ``turn`` puts it back on its grid
-        if wake is None or sample < wake:
-            wake = sample
+        # a sample due first, unless no queue changed since the last one (virtual
+        # time: it would write nothing; ``turn`` puts it back on its grid)
+        if self._next_sample < wake and (not self.virtual or self.tm.unsampled()):
+            wake = self._next_sample
         if self.sampler is not None and self.sampler.active():
             due = self.sampler.next_due_ns()
             if due < wake:
@@ -232,13 +232,12 @@ class EmbeddedSwitch:
             enqueue = tm.enqueue
             for fd in readable:
                 port = by_fd[fd]
-                sock = port.sock
+                next_frame = port.next_frame
                 port_no = port.port_no
                 pcap = port.pcap
                 for _ in range(RX_BATCH):
-                    try:
-                        frame = sock.recv(RX_MAX_BYTES)
-                    except BlockingIOError:
+                    frame = next_frame()
+                    if frame is None:
                         break
                     self.rx_frames += 1
                     now = clock()

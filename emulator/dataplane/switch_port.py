@@ -5,6 +5,7 @@ judged when committed to the link, a degrade changes the port's rate."""
 from __future__ import annotations
 
 import socket
+from typing import Callable
 
 from emulator.clock import MONOTONIC, Clock
 from emulator.dataplane.pcap import PcapWriter
@@ -33,6 +34,22 @@ def open_port_socket(ifname: str) -> socket.socket:
     return sock
 
 
+RX_MAX_BYTES = 9216        # jumbo frames (a 4096-byte RoCE MTU frame is 4170 bytes)
+
+
+def polling_reader(sock: socket.socket) -> Callable[[], bytes | None]:
+    """A non-blocking socket's next frame, None when it holds none (as
+    virtual time's ``VirtualPort.next_frame``)."""
+    recv = sock.recv
+
+    def next_frame() -> bytes | None:
+        try:
+            return recv(RX_MAX_BYTES)
+        except BlockingIOError:
+            return None
+    return next_frame
+
+
 class SwitchPort:
     """A front-panel port: its socket (and pcap); its queues live in the traffic manager.
 
@@ -49,6 +66,8 @@ class SwitchPort:
         self.rx_kernel = SocketRxStats(sock)
         attach = getattr(clock, "attach_port", None)     # virtual time
         self.sock = sock if attach is None else attach(sock, cfg.ifname)
+        # the switch's read of the next frame: None once none is left
+        self.next_frame = polling_reader(sock) if attach is None else self.sock.next_frame
         self.tm_port = tm_port
         self.pcap = pcap
         self.clock = clock
@@ -100,9 +119,14 @@ class SwitchPort:
         self.pcap.write(self.clock.now_ns(), frame)
 
     def send_at(self, frame, arrival_ns: int) -> None:
-        """Virtual time: hand ``frame`` over now, arriving at ``arrival_ns``."""
-        self.sock.due_ns = arrival_ns
-        self.send(frame)
+        """Virtual time: hand ``frame`` over now, arriving at ``arrival_ns``
+        (``send`` inlined: the per-frame path)."""
+        sock = self.sock
+        sock.due_ns = arrival_ns
+        try:
+            sock.send(frame)
+        except OSError:
+            self.send_errors += 1
 
     def send_at_and_capture(self, frame, arrival_ns: int) -> None:
         # stamped when it reaches the far end, as a dilated run's release is

@@ -23,7 +23,7 @@ from __future__ import annotations
 import random
 from typing import Callable
 
-from emulator.clock import TimerHeap
+from emulator.clock import NEVER_NS as NEVER, TimerHeap
 from emulator.dataplane.pfc import XOFF_QUANTA, pause_frame, pause_ns
 from emulator.dataplane.pfcwd import PfcWatchdog
 from emulator.dataplane.priority_port import EventLog, PriorityPort, no_log
@@ -289,20 +289,26 @@ class TrafficManager:
     def next_wake_ns(self) -> int | None:
         """The earliest time anything is due: a serialization, a release, a pause expiry, a timer."""
         wake = self.timers.next_due_ns()
+        if wake is None:
+            wake = NEVER
         if self.wd is not None:
             t = self.wd.next_due_ns()
-            if t is not None and (wake is None or t < wake):
+            if t is not None and t < wake:
                 wake = t
         for port in self.port_list:
-            t = port.next_event_ns()
-            if t is not None and (wake is None or t < wake):
-                wake = t
-            in_flight = port.wire.in_flight
-            if in_flight:
-                t = in_flight[0][0]
-                if wake is None or t < wake:
+            # PriorityPort.next_event_ns, inlined: every port, every turn
+            paused = port.paused
+            if port.ctrl or port.nonempty & ~paused:
+                if port.busy_until < wake:
+                    wake = port.busy_until
+            elif paused:
+                t = port.busy_until if port.busy_until > port.next_expiry else port.next_expiry
+                if t < wake:
                     wake = t
-        return wake
+            in_flight = port.wire.in_flight
+            if in_flight and in_flight[0][0] < wake:
+                wake = in_flight[0][0]
+        return wake if wake < NEVER else None
 
     # ------------------------------------------------------------ observation
     def sample(self, now_ns: int, write: Callable[[str], None]) -> None:

@@ -75,8 +75,10 @@ class NicReceive:
     def _rx_drain_sock(self, sock, now: int) -> int:
         """Read what ``sock`` holds (at most ``RX_BATCH`` frames) into
         the link layer's ``rx_frame``; returns how many frames."""
-        buf, mv = self._rxbuf, self._rxmv
         on_frame = self.link.rx_frame
+        if getattr(sock, "owns_frames", False):
+            return self._rx_drain_frames(sock, on_frame, now)
+        buf, mv = self._rxbuf, self._rxmv
         recv_into = sock.recv_into
         n_batch = 0
         for _ in range(self.RX_BATCH):
@@ -88,6 +90,20 @@ class NicReceive:
                 self._sample_rx_lateness(sock)
             n_batch += 1
             on_frame(mv[:n], n, now)
+        return n_batch
+
+    def _rx_drain_frames(self, sock, on_frame, now: int) -> int:
+        """``_rx_drain_sock`` for a socket that hands out each frame as
+        bytes of its own (virtual time's ``VirtualPort.next_frame``): a
+        view of it, not of a copy into the receive buffer."""
+        next_frame = sock.next_frame
+        n_batch = 0
+        for _ in range(self.RX_BATCH):
+            frame = next_frame()
+            if frame is None:
+                break
+            n_batch += 1
+            on_frame(memoryview(frame), len(frame), now)
         return n_batch
 
     def deliver(self, qp: QueuePair, pkt, n: int, now: int) -> None:

@@ -184,6 +184,11 @@ _FF8 = b"\xff" * 8
 _CRC_FF8 = zlib.crc32(_FF8)
 
 
+_PLAIN_HDR_END = 14 + 20 + 8 + BTH_LEN        # Ethernet, IPv4 without options, UDP, BTH
+_PLAIN_MIN = _PLAIN_HDR_END + ICRC_LEN
+_unpack_icrc = struct.Struct("<I").unpack_from
+
+
 def _l3_offset(frame) -> tuple[int, int]:
     """(offset of the IP header, ethertype) past an optional 802.1Q tag."""
     et = (frame[12] << 8) | frame[13]
@@ -228,6 +233,18 @@ def icrc(frame_bytes) -> int:
 def verify_icrc(frame_bytes) -> bool:
     """True when the frame's trailing ICRC matches ``icrc(frame)``."""
     frame = memoryview(frame_bytes)
+    if (len(frame) >= _PLAIN_MIN and frame[14] == 0x45 and frame[12] == 0x08
+            and frame[13] == 0x00):
+        # the frames we build (untagged IPv4, no options): ``icrc`` inlined, on a
+        # fixed layout -- every received frame is checked
+        end = 14 + ((frame[16] << 8) | frame[17])
+        if end > len(frame) or end < _PLAIN_MIN:
+            return False
+        hdr = bytearray(frame[14:_PLAIN_HDR_END])
+        hdr[1] = hdr[8] = hdr[10] = hdr[11] = 0xFF       # ToS, TTL, header checksum
+        hdr[26] = hdr[27] = hdr[32] = 0xFF                # UDP checksum, BTH Resv8a
+        crc = zlib.crc32(frame[_PLAIN_HDR_END:end - ICRC_LEN], zlib.crc32(hdr, _CRC_FF8))
+        return crc == _unpack_icrc(frame, end - ICRC_LEN)[0]
     try:
         off, et = _l3_offset(frame)
         if et == ETH_P_IP:

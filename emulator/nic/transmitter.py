@@ -356,19 +356,26 @@ class Transmitter:
         kept for a retry in 100 us) if the socket has no room."""
         frame = f.build(self)
         now = self._now
-        self._put(self.sock.send, frame, f, now)
+        try:                              # ``_put``, inlined: the per-frame path
+            self.sock.send(frame)
+        except OSError as e:
+            self._refused(e, f, now)
         f.sent(self, len(frame), now)
 
     def _put(self, send, frame, f, now: int) -> None:
         """``send(frame)``; a full socket keeps ``f`` for a retry (``_blocked``)."""
         try:
             send(frame)
-        except (BlockingIOError, InterruptedError):
-            self._blocked(f, now)
         except OSError as e:
-            if e.errno in (errno.ENOBUFS, errno.EAGAIN):
-                self._blocked(f, now)
-            raise
+            self._refused(e, f, now)
+
+    def _refused(self, e: OSError, f, now: int):
+        """The socket refused ``f``'s bytes with ``e``: full (``_blocked``:
+        ``_SocketFull``), else ``e`` raised again."""
+        if isinstance(e, (BlockingIOError, InterruptedError)) \
+                or e.errno in (errno.ENOBUFS, errno.EAGAIN):
+            self._blocked(f, now)
+        raise e
 
     def _send_faulty(self, f) -> None:
         """``_send`` through the link's faults: the frame is judged when its

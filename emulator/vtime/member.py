@@ -21,7 +21,7 @@ ICRC check then fails, ``nic.link_layer``); a switch port's logs the drop.
 from __future__ import annotations
 
 import errno
-import heapq
+from heapq import heappop, heappush
 import select
 import socket
 import time
@@ -31,6 +31,9 @@ from emulator.clock import MONOTONIC
 from . import protocol
 from .protocol import NEVER
 from .trailer import BAD_FCS_MAGIC, MAGIC, TRAILER, TRAILER_BYTES
+
+_pack_trailer = TRAILER.pack
+_unpack_trailer = TRAILER.unpack_from
 
 # The fabric-time epoch as a Unix time: every virtual run's stamps are the
 # same (pcaps, completions), 2023-11-14T22:13:20Z, as tests' ManualClock.
@@ -63,6 +66,9 @@ class VirtualPort:
         self.fcs_errors = 0          # frames with a bad FCS dropped on arrival
         self.keep_bad_fcs = None     # (frame, arrival ns) -> True: deliver it anyway (None: drop every one)
 
+    # ``recv``/``next_frame`` hand out each frame as bytes of its own (a reader needs no buffer)
+    owns_frames = True
+
     def fileno(self) -> int:
         return self.fd
 
@@ -80,13 +86,21 @@ class VirtualPort:
 
     # -- receive ---------------------------------------------------------------
     def recv(self, bufsize: int = RX_MAX_BYTES) -> bytes:
+        frame = self.next_frame()
+        if frame is None:
+            raise BlockingIOError(errno.EAGAIN, "no frame due")
+        return frame
+
+    def next_frame(self) -> bytes | None:
+        """``recv``, but None when no frame is due (a reader's loop ends
+        without an exception: one per wake-up otherwise)."""
         inbox = self.inbox
         if inbox and inbox[0][0] <= self.clock._now:
-            frame = heapq.heappop(inbox)[2]
+            frame = heappop(inbox)[2]
             if not inbox:
                 self.clock._pending.discard(self)
             return frame
-        raise BlockingIOError(errno.EAGAIN, "no frame due")
+        return None
 
     def recv_into(self, buf) -> int:
         frame = self.recv()
@@ -94,35 +108,41 @@ class VirtualPort:
         buf[:n] = frame
         return n
 
-    def _take(self, frame: bytes, arrival_ns: int) -> None:
-        self._seq += 1
-        self.rx_frames += 1
-        heapq.heappush(self.inbox, (arrival_ns, self._seq, frame))
-        self.clock._pending.add(self)
-
     # -- send ------------------------------------------------------------------
     def send(self, frame, magic: bytes = MAGIC) -> int:
         due = self.due_ns
         arrival = int(due)
         if arrival < due:                    # a paced NIC's times are fractional: never early
             arrival += 1
-        self.clock._sent(self.index, arrival)
-        parts = (frame, TRAILER.pack(magic, arrival))
-        for attempt in range(10_000):
-            try:
-                self.sock.sendmsg(parts)
-                break
-            except (BlockingIOError, InterruptedError):
-                pass
-            except OSError as e:
-                if e.errno not in (errno.ENOBUFS, errno.EAGAIN):
-                    raise
-            # the peer's backlog is full: fabric time waits, the wall does not
-            time.sleep(50e-6 if attempt < 1000 else 1e-3)
-        else:
-            raise VirtualTimeError(f"{self.ifname}: the kernel refused a frame for 10 s")
+        # VirtualClock._sent, inlined: the per-frame path
+        clock, i = self.clock, self.index
+        clock._sent_n[i] += 1
+        if arrival < clock._sent_min[i]:
+            clock._sent_min[i] = arrival
+        clock._sent_links.add(i)
+        parts = (frame, _pack_trailer(magic, arrival))
+        try:
+            self.sock.sendmsg(parts)
+        except OSError as e:
+            self._send_again(parts, e)
         self.tx_frames += 1
         return len(frame)
+
+    def _send_again(self, parts, refused: OSError) -> None:
+        """``sendmsg(parts)`` again until the kernel takes it (it refused
+        with ``refused``): the peer's backlog is full, and fabric time
+        waits, the wall does not."""
+        for attempt in range(1, 10_000):
+            if not isinstance(refused, (BlockingIOError, InterruptedError)) \
+                    and refused.errno not in (errno.ENOBUFS, errno.EAGAIN):
+                raise refused
+            time.sleep(50e-6 if attempt <= 1000 else 1e-3)
+            try:
+                self.sock.sendmsg(parts)
+                return
+            except OSError as e:
+                refused = e
+        raise VirtualTimeError(f"{self.ifname}: the kernel refused a frame for 10 s")
 
     def send_at(self, frame, arrival_ns) -> int:
         self.due_ns = arrival_ns
@@ -271,32 +291,7 @@ class VirtualClock:
         while short := [p for p in ports if p.rx_frames < expected[p.index]]:
             got = 0
             for p in ports:
-                recv = p.sock.recv
-                while True:
-                    try:
-                        data = recv(RX_MAX_BYTES)
-                    except (BlockingIOError, InterruptedError):
-                        break
-                    n = len(data) - TRAILER_BYTES
-                    bad_fcs = False
-                    if n < 0 or data[n:n + 4] != MAGIC:
-                        if n < 0 or data[n:n + 4] != BAD_FCS_MAGIC:
-                            self.foreign_frames += 1
-                            continue
-                        bad_fcs = True
-                    arrival = TRAILER.unpack_from(data, n)[1]
-                    if arrival < start_ns:
-                        self.early_frames += 1
-                        raise VirtualTimeError(
-                            f"{self.name}: a frame on {p.ifname} arrives at {arrival} ns, before "
-                            f"the window that opened at {start_ns} ns")
-                    if bad_fcs and (p.keep_bad_fcs is None or not p.keep_bad_fcs(data[:n], arrival)):
-                        p.rx_frames += 1        # arrived (the window counts it), and dropped
-                        p.fcs_errors += 1
-                    else:
-                        p._take(data[:n], arrival)
-                    self.rx_frames += 1
-                    got += 1
+                got += self._read_port(p, start_ns)
             if got and all(p.rx_frames >= expected[p.index] for p in short):
                 return
             if got:
@@ -308,6 +303,44 @@ class VirtualClock:
                     f"{self.name}: {expected[short[0].index] - short[0].rx_frames} frames sent "
                     f"to it on {short[0].ifname} never arrived (lost in the kernel?)")
             select.select([p.fd for p in ports], (), (), 0.5)
+
+    def _read_port(self, p: VirtualPort, start_ns: int) -> int:
+        """What ``p``'s socket holds, into its inbox (``_read_sockets``);
+        returns how many frames arrived."""
+        recv = p.sock.recv
+        inbox, pending = p.inbox, self._pending
+        got = 0
+        while True:
+            try:
+                data = recv(RX_MAX_BYTES)
+            except (BlockingIOError, InterruptedError):
+                break
+            n = len(data) - TRAILER_BYTES
+            if n < 0:
+                self.foreign_frames += 1
+                continue
+            magic, arrival = _unpack_trailer(data, n)
+            bad_fcs = magic != MAGIC
+            if bad_fcs and magic != BAD_FCS_MAGIC:
+                self.foreign_frames += 1
+                continue
+            if arrival < start_ns:
+                self.early_frames += 1
+                raise VirtualTimeError(
+                    f"{self.name}: a frame on {p.ifname} arrives at {arrival} ns, before "
+                    f"the window that opened at {start_ns} ns")
+            got += 1
+            if bad_fcs and (p.keep_bad_fcs is None or not p.keep_bad_fcs(data[:n], arrival)):
+                p.rx_frames += 1        # arrived (the window counts it), and dropped
+                p.fcs_errors += 1
+                continue
+            # into the inbox (its arrival, then the order read, first)
+            p._seq += 1
+            p.rx_frames += 1
+            heappush(inbox, (arrival, p._seq, data[:n]))
+            pending.add(p)
+        self.rx_frames += got
+        return got
 
     def leave(self) -> None:
         """Say goodbye (with what was sent since the last report) and close.

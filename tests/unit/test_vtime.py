@@ -119,6 +119,35 @@ def test_frames_are_seen_at_their_arrival_and_idle_stretches_are_skipped(coord_f
     assert a.unix_ns() == VIRTUAL_UNIX_EPOCH_NS + a.now_ns()
 
 
+def test_next_frame_is_none_until_a_frame_is_due_then_each_in_arrival_order(coord_factory):
+    """``next_frame`` (how the switch and the NIC read a port): None, not an
+    exception, once nothing more is due; the frames due in arrival order,
+    same-time ones as sent; ``recv`` still raises when nothing is due."""
+    coord, a, b, pa, pb = pair(coord_factory, 50)
+    sends = [(0, 900, b"late"), (0, 60, b"one"), (0, 60, b"two")]
+
+    def reader():
+        got, batches, empty_recv_raised = [], [], 0
+        b.done = lambda: len(got) >= 3
+        assert pb.next_frame() is None                 # nothing has arrived yet
+        while not b.ended:
+            if b.wait_readable([pb.fileno()], FOREVER):
+                n = len(got)
+                while (frame := pb.next_frame()) is not None:
+                    got.append((b.now_ns(), frame))
+                batches.append(len(got) - n)
+                try:
+                    pb.recv()
+                except BlockingIOError:
+                    empty_recv_raised += 1
+        return got, batches, empty_recv_raised
+
+    out = run_members(coord, {"a": lambda: sender(a, pa, sends, []), "b": reader})
+    got, batches, raised = out["b"]
+    assert got == [(60, b"one"), (60, b"two"), (900, b"late")]
+    assert batches == [2, 1] and raised == 2
+
+
 def test_frames_sent_at_time_zero_before_the_first_wait_are_waited_for(coord_factory):
     """An agent's first frames go out when it starts, before its loop first
     waits: its first report carries them, and they wake their receiver."""
