@@ -4,6 +4,7 @@
     plotter.pause()                      # the traffic runs
     plotter.resume()                     # the traffic is over, the switches stopped: normal priority
     files = plotter.plot(out_dir, summary)     # {png name: path}, as write_plots
+                                         # (or submit(...), other work, then collect())
     plotter.close()                      # (plot() closes it; close() if plot is never called)
 
 Why a process: the figures take ~0.45 s to draw and matplotlib ~0.35 s to
@@ -18,8 +19,9 @@ it while the traffic runs (``pause``: even idle, its import made them late),
 and moves it back once the traffic is over and the switches stopped
 (``resume``): it imports while the results are written, and draws.
 
-On the job, it forks after its imports: the two processes draw half of the
-figures each (on two cores, ~0.25 s instead of ~0.45 s). Any failure (the
+On the job, it forks after its imports: the two processes take the figures
+one at a time, the longest first, from a queue they share (on two cores,
+about half the time of one drawing them all). Any failure (the
 process gone, a figure raising) and ``plot`` draws what is missing in the
 runner itself (``write_plots``), where a bug raises as it always did.
 
@@ -48,14 +50,19 @@ from emulator.experiment.plots import prewarm, write_plots
 PIPE_DEFAULT_BYTES = 65536
 EXIT_WAIT_S = 2.0         # after its answer, for its exit (then close() kills it)
 SIGNAL_WAIT_S = 0.2       # pause/resume: for the process to stop or go on
-# the figures of each of the two processes, about the same drawing time each
-HALVES = (("throughput.png", "fct_cdf.png", "pause_timeline.png"),
-          ("queue_depth.png", "fct_slowdown.png"))
+# The figures, the longest to draw first (a 32-host all-to-all: pause timeline
+# ~1.3 s of CPU, throughput ~1.0, queue depth ~0.6, FCT slowdown ~0.35, FCT CDF
+# ~0.25; the demo: ~0.3 each, no pause timeline): the two processes take the
+# next one each as they finish the last, so neither waits long for the other.
+FIGURES = ("pause_timeline.png", "throughput.png", "queue_depth.png", "fct_slowdown.png",
+           "fct_cdf.png")
+NAME_BYTES = 32           # a figure's name in the queue, padded: one read takes one
 
 
 class Plotter:
     def __init__(self, proc: subprocess.Popen, fabric=None, idle: bool = True):
         self.proc, self.fabric = proc, fabric
+        self._job: tuple[str, dict] | None = None       # (results directory, summary)
         # at once, while the child's interpreter starts: its whole import idle
         self._idle = enter_idle(proc.pid) if idle else None
 
@@ -119,22 +126,36 @@ class Plotter:
 
     def plot(self, results_dir: str | Path, summary: Mapping) -> dict[str, Path]:
         """Draw the run's figures (``plots.write_plots``): {file name: path}."""
-        drawn: dict[str, str] = {}
+        self.submit(results_dir, summary)
+        return self.collect()
+
+    def submit(self, results_dir: str | Path, summary: Mapping) -> None:
+        """Give the process its job and return at once: it draws while the
+        runner writes the files the figures do not read (``collect`` waits)."""
+        self._job = (str(results_dir), dict(summary))
         # The traffic is over: the figures are what the run waits for now (the
         # fabric's teardown goes on beside them and must not starve them).
         self.resume()
         try:
-            self.proc.stdin.write(pickle.dumps((str(results_dir), dict(summary))))
+            self.proc.stdin.write(pickle.dumps(self._job))
             self.proc.stdin.close()
+        except (OSError, ValueError, pickle.PicklingError):
+            pass        # collect() draws what is missing
+
+    def collect(self) -> dict[str, Path]:
+        """The figures of the job ``submit`` gave: {file name: path}."""
+        drawn: dict[str, str] = {}
+        try:
             line = self.proc.stdout.readline()
             if line:
                 drawn = json.loads(line)
                 self.proc.wait(timeout=EXIT_WAIT_S)    # it exits right after its line
-        except (OSError, ValueError, pickle.PicklingError, subprocess.TimeoutExpired):
+        except (OSError, ValueError, subprocess.TimeoutExpired):
             pass
         finally:
             self.close()
-        missing = [name for half in HALVES for name in half if name not in drawn]
+        results_dir, summary = self._job
+        missing = [name for name in FIGURES if name not in drawn]
         files = {name: Path(path) for name, path in drawn.items() if path}
         if missing:         # the plotter failed: the rest here, where an error raises
             files.update(write_plots(results_dir, summary, fabric=self.fabric, only=missing))
@@ -162,9 +183,23 @@ def process_state(pid: int) -> str:
         return ""
 
 
-def _draw(results_dir: str, summary, fabric, names) -> dict[str, str]:
-    return {k: str(v) for k, v in write_plots(results_dir, summary, fabric=fabric,
-                                              only=names).items()}
+def _draw(results_dir: str, summary, fabric, queue: int) -> dict[str, str | None]:
+    """The figures taken from ``queue`` (a pipe of their names) one at a time
+    until it is empty, drawn: {name: path, or None with nothing to draw}."""
+    out: dict[str, str | None] = {}
+    while name := os.read(queue, NAME_BYTES).decode().strip():
+        path = write_plots(results_dir, summary, fabric=fabric, only=[name]).get(name)
+        out[name] = None if path is None else str(path)
+    return out
+
+
+def _figure_queue() -> int:
+    """A pipe holding every figure's name, closed for writing: reading it
+    takes the next (a pipe's reads are atomic; an empty one reads b"")."""
+    r, w = os.pipe()
+    os.write(w, b"".join(name.encode().ljust(NAME_BYTES) for name in FIGURES))
+    os.close(w)
+    return r
 
 
 def main() -> int:
@@ -178,28 +213,27 @@ def main() -> int:
         results_dir, summary = pickle.load(stdin)
     except EOFError:             # closed without a job: the run ended early
         return 0
+    queue = _figure_queue()
     r, w = os.pipe()
     pid = os.fork()
-    if pid == 0:                 # the second half; its result through the pipe
+    if pid == 0:                 # the second drawer; its figures through the pipe
         os.close(r)
         set_pdeathsig()
         code = 1
         try:
-            os.write(w, json.dumps(_draw(results_dir, summary, fabric, HALVES[1])).encode())
+            os.write(w, json.dumps(_draw(results_dir, summary, fabric, queue)).encode())
             code = 0
         finally:
             os._exit(code)
     os.close(w)
-    out = _draw(results_dir, summary, fabric, HALVES[0])
+    done = _draw(results_dir, summary, fabric, queue)
     with os.fdopen(r, "rb") as f:
         second = f.read()
     _, status = os.waitpid(pid, 0)
+    # figures with nothing to draw are known as drawn (None); those a failed
+    # drawer took are absent (the runner draws them)
     if status == 0 and second:
-        out.update(json.loads(second))
-    # figures with nothing to draw are known as drawn (None); a failed half is absent
-    done = {name: out.get(name) for name in HALVES[0]}
-    if status == 0:
-        done.update({name: out.get(name) for name in HALVES[1]})
+        done.update(json.loads(second))
     sys.stdout.write(json.dumps(done) + "\n")
     sys.stdout.flush()
     os._exit(0)      # the runner waits for this: no interpreter teardown (~0.1 s)
