@@ -4,7 +4,8 @@
     plotter.pause()                      # the traffic runs
     plotter.resume()                     # the traffic is over, the switches stopped: normal priority
     files = plotter.plot(out_dir, summary)     # {png name: path}, as write_plots
-                                         # (or submit(...), other work, then collect())
+                                         # (or submit(...) once fct_slowdown.csv is written,
+                                         # release() once the time series are, collect())
     plotter.close()                      # (plot() closes it; close() if plot is never called)
 
 Why a process: the figures take ~0.45 s to draw and matplotlib ~0.35 s to
@@ -21,14 +22,16 @@ and moves it back once the traffic is over and the switches stopped
 
 On the job, it forks after its imports: the two processes take the figures
 one at a time, the longest first, from a queue they share (on two cores,
-about half the time of one drawing them all). Any failure (the
+about half the time of one drawing them all): the summary's as soon as they
+have the job, the time series' once the runner has written their CSVs. Any failure (the
 process gone, a figure raising) and ``plot`` draws what is missing in the
 runner itself (``write_plots``), where a bug raises as it always did.
 
 Protocol: on the plotter's stdin, two pickles: the fabric at the start
 (unpickled, its modules imported, while the run goes on), then the job
-(results directory, summary); one JSON line back on stdout: {figure: path
-or null when it had nothing to draw}; then the plotter exits at once.
+(results directory, summary); then its end (the CSVs are written); one JSON
+line back on stdout: {figure: path or null when it had nothing to draw};
+then the plotter exits at once.
 """
 from __future__ import annotations
 
@@ -39,6 +42,7 @@ import pickle
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Mapping
@@ -54,8 +58,11 @@ SIGNAL_WAIT_S = 0.2       # pause/resume: for the process to stop or go on
 # ~1.3 s of CPU, throughput ~1.0, queue depth ~0.6, FCT slowdown ~0.35, FCT CDF
 # ~0.25; the demo: ~0.3 each, no pause timeline): the two processes take the
 # next one each as they finish the last, so neither waits long for the other.
-FIGURES = ("pause_timeline.png", "throughput.png", "queue_depth.png", "fct_slowdown.png",
-           "fct_cdf.png")
+# Those of the summary (and fct_slowdown.csv, written from it) first, while
+# the runner writes the time series; the others once they are written.
+SUMMARY_FIGURES = ("fct_slowdown.png", "fct_cdf.png")
+CSV_FIGURES = ("pause_timeline.png", "throughput.png", "queue_depth.png")
+FIGURES = SUMMARY_FIGURES + CSV_FIGURES
 NAME_BYTES = 32           # a figure's name in the queue, padded: one read takes one
 
 
@@ -63,6 +70,7 @@ class Plotter:
     def __init__(self, proc: subprocess.Popen, fabric=None, idle: bool = True):
         self.proc, self.fabric = proc, fabric
         self._job: tuple[str, dict] | None = None       # (results directory, summary)
+        self._sender: threading.Thread | None = None
         # at once, while the child's interpreter starts: its whole import idle
         self._idle = enter_idle(proc.pid) if idle else None
 
@@ -127,24 +135,48 @@ class Plotter:
     def plot(self, results_dir: str | Path, summary: Mapping) -> dict[str, Path]:
         """Draw the run's figures (``plots.write_plots``): {file name: path}."""
         self.submit(results_dir, summary)
+        self.release()
         return self.collect()
 
     def submit(self, results_dir: str | Path, summary: Mapping) -> None:
-        """Give the process its job and return at once: it draws while the
-        runner writes the files the figures do not read (``collect`` waits)."""
+        """Give the process its job and return at once: it draws the
+        ``SUMMARY_FIGURES`` (their files are written), then waits for
+        ``release``; ``collect`` waits for the figures."""
         self._job = (str(results_dir), dict(summary))
         # The traffic is over: the figures are what the run waits for now (the
         # fabric's teardown goes on beside them and must not starve them).
         self.resume()
         try:
-            self.proc.stdin.write(pickle.dumps(self._job))
+            data = pickle.dumps(self._job)
+        except pickle.PicklingError:
+            return          # collect() draws everything
+        # by a thread: a summary larger than the pipe would hold the runner
+        # until the plotter is done importing and reads it
+        self._sender = threading.Thread(target=self._send, args=(data,), daemon=True)
+        self._sender.start()
+
+    def _send(self, data: bytes) -> None:
+        try:
+            self.proc.stdin.write(data)
+            self.proc.stdin.flush()
+        except (OSError, ValueError):
+            pass            # collect() draws what is missing
+
+    def release(self) -> None:
+        """The time-series CSVs are written: the process draws the
+        ``CSV_FIGURES`` too (its stdin closes)."""
+        if self._sender is not None:
+            self._sender.join()
+            self._sender = None
+        try:
             self.proc.stdin.close()
-        except (OSError, ValueError, pickle.PicklingError):
-            pass        # collect() draws what is missing
+        except OSError:
+            pass
 
     def collect(self) -> dict[str, Path]:
         """The figures of the job ``submit`` gave: {file name: path}."""
         drawn: dict[str, str] = {}
+        self.release()
         try:
             line = self.proc.stdout.readline()
             if line:
@@ -193,11 +225,21 @@ def _draw(results_dir: str, summary, fabric, queue: int) -> dict[str, str | None
     return out
 
 
-def _figure_queue() -> int:
-    """A pipe holding every figure's name, closed for writing: reading it
+def _drawer(results_dir: str, summary, fabric, queues: tuple[int, int]) -> dict[str, str | None]:
+    """One of the two drawing processes: the summary's figures, then, once
+    the runner releases the job (stdin's end), the time series'."""
+    out = _draw(results_dir, summary, fabric, queues[0])
+    while os.read(sys.stdin.fileno(), 4096):
+        pass
+    out.update(_draw(results_dir, summary, fabric, queues[1]))
+    return out
+
+
+def _figure_queue(names: tuple[str, ...]) -> int:
+    """A pipe holding the figures' names, closed for writing: reading it
     takes the next (a pipe's reads are atomic; an empty one reads b"")."""
     r, w = os.pipe()
-    os.write(w, b"".join(name.encode().ljust(NAME_BYTES) for name in FIGURES))
+    os.write(w, b"".join(name.encode().ljust(NAME_BYTES) for name in names))
     os.close(w)
     return r
 
@@ -213,7 +255,7 @@ def main() -> int:
         results_dir, summary = pickle.load(stdin)
     except EOFError:             # closed without a job: the run ended early
         return 0
-    queue = _figure_queue()
+    queues = (_figure_queue(SUMMARY_FIGURES), _figure_queue(CSV_FIGURES))
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:                 # the second drawer; its figures through the pipe
@@ -221,12 +263,12 @@ def main() -> int:
         set_pdeathsig()
         code = 1
         try:
-            os.write(w, json.dumps(_draw(results_dir, summary, fabric, queue)).encode())
+            os.write(w, json.dumps(_drawer(results_dir, summary, fabric, queues)).encode())
             code = 0
         finally:
             os._exit(code)
     os.close(w)
-    done = _draw(results_dir, summary, fabric, queue)
+    done = _drawer(results_dir, summary, fabric, queues)
     with os.fdopen(r, "rb") as f:
         second = f.read()
     _, status = os.waitpid(pid, 0)

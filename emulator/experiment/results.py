@@ -28,7 +28,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from emulator.experiment.distributions import write_distributions
+from emulator.experiment.distributions import write_queue_depth_dist, write_slowdown_buckets
 from emulator.experiment.endpoint_results import add_endpoint_results, write_hosts_csv
 from emulator.experiment.hpcc import write_hpcc
 from emulator.experiment.pfcwd_results import add_watchdog_events
@@ -68,14 +68,18 @@ def write_run_results(exp: "Experiment", rd: RunDir, t0_ns: int, summary: RunSum
     common start (``timeseries.monotonic_t0_from_unix``). Returns {file name: path}.
     """
     with _no_gc():      # (not while figures are drawn here: matplotlib's objects hold cycles)
-        res = load_results(exp, rd.raw, t0_ns)      # converted once, for the CSVs and HPCC files
-        files = write_results(exp, rd.raw, rd, t0_ns, results=res)
-        add_watchdog_events(summary, res.pfcwd_events)
-        files.update(write_distributions(exp, rd, summary, res))
-        # Every file a figure reads is written: the plotter's process draws them
-        # while this one writes the HPCC files (the summary is what they see).
+        files = write_slowdown_buckets(rd, summary)     # of the summary's flows alone
+        # The plotter's process draws the figures of the summary (they read its
+        # flows, which are complete) while this one writes the time series, then
+        # theirs while this one writes the rest.
         if plots and plotter is not None:
             plotter.submit(rd.path, summary.as_dict())
+        res = load_results(exp, rd.raw, t0_ns)      # converted once, for the CSVs and HPCC files
+        files.update(write_results(exp, rd.raw, rd, t0_ns, results=res))
+        if plots and plotter is not None:
+            plotter.release()
+        add_watchdog_events(summary, res.pfcwd_events)
+        files.update(write_queue_depth_dist(exp, rd, summary, res))
         if hpcc:
             files.update(write_hpcc(exp, rd, res, summary.flows, **hpcc_options))
         # Drawn here, the plots read the CSVs back: the converted rows (a 64-host
