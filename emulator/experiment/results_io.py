@@ -236,8 +236,9 @@ def _fmt_column(values: list | tuple, fmt: Callable) -> list | tuple:
             return [f"{v:.6g}" if abs(v) < 1e15 else str(int(v)) for v in values]
     elif types == {float} and min(values) >= 0 and math.isfinite(sum(values)):
         # _fmt_time's text: .1f rounds as round(v, 1) does (correctly), an integral one
-        # without its ".0" (no "-0": not negative; no inf or nan: round raises on them)
-        return [t[:-2] if t[-2:] == ".0" else t for t in [f"{v:.1f}" for v in values]]
+        # without its ".0" (no "-0": not negative, -0.0 + 0.0 is 0.0; no inf or nan:
+        # round raises on them)
+        return [t[:-2] if t[-2:] == ".0" else t for t in [f"{v + 0.0:.1f}" for v in values]]
     return list(map(fmt, values))
 
 

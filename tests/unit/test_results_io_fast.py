@@ -62,6 +62,13 @@ def test_write_csv_columns_of_mixed_or_odd_cells_go_cell_by_cell(tmp_path):
     assert (tmp_path / "got.csv").read_bytes() == (tmp_path / "ref.csv").read_bytes()
 
 
+def test_write_csv_times_of_zero_either_sign(tmp_path):
+    rows = [(-0.0, 1, "a", 1.0, ""), (0.0, 2, "b", 2.0, ""), (0.04, 3, "c", 3.0, "")]
+    cell_by_cell(tmp_path / "ref.csv", COLUMNS, rows)
+    write_csv(tmp_path / "got.csv", COLUMNS, rows)
+    assert (tmp_path / "got.csv").read_bytes() == (tmp_path / "ref.csv").read_bytes()
+
+
 def test_write_csv_of_no_rows_is_its_header(tmp_path):
     write_csv(tmp_path / "x.csv", COLUMNS, [])
     assert (tmp_path / "x.csv").read_bytes() == ",".join(COLUMNS).encode() + b"\r\n"
