@@ -3,35 +3,29 @@
     plotter = Plotter.start(out_dir, fabric)   # before the fabric's bring-up: it imports matplotlib
     plotter.pause()                      # the traffic runs
     plotter.resume()                     # the traffic is over, the switches stopped: normal priority
-    files = plotter.plot(out_dir, summary)     # {png name: path}, as write_plots
-                                         # (or submit(...) once fct_slowdown.csv is written,
-                                         # release() once the time series are, collect())
-    plotter.close()                      # (plot() closes it; close() if plot is never called)
+    plotter.submit(out_dir, summary)     # fct_slowdown.csv written: the summary's figures
+    plotter.release()                    # the time series written: their figures too
+    files = plotter.collect()            # {png name: path}, as write_plots (plot(): all three)
+    plotter.close()                      # (collect() closes it; close() if it is never called)
 
-Why a process: the figures take ~0.45 s to draw and matplotlib ~0.35 s to
-import, which the runner used to spend after the last flow (the end of a
-run is meant to take under a second); a niced thread importing matplotlib
-in the runner during the traffic took the CPU the switches and agents need
-(demo at D = 6000: worst lateness ratio 0.86-0.96 with it, 0.56-0.62
-without). The runner moves the plotter into the scheduler's idle class as soon as
-it has started it (``emulator.net.idle_cpu``: it gets only the CPU the run
-leaves idle and gives it back the instant a switch or agent wakes), stops
-it while the traffic runs (``pause``: even idle, its import made them late),
-and moves it back once the traffic is over and the switches stopped
-(``resume``): it imports while the results are written, and draws.
+Why a process: matplotlib's import and the figures took the runner's time after
+the last flow, and a thread importing it during the traffic took the CPU the
+switches and agents need. The runner moves the plotter into the scheduler's
+idle class as soon as it has started it (``emulator.net.idle_cpu``), stops it
+while the traffic runs (``pause``: even idle, its import made them late), and
+moves it back once the traffic is over and the switches stopped (``resume``).
 
 On the job, it forks after its imports: the two processes take the figures
-one at a time, the longest first, from a queue they share (on two cores,
-about half the time of one drawing them all): the summary's as soon as they
-have the job, the time series' once the runner has written their CSVs. Any failure (the
-process gone, a figure raising) and ``plot`` draws what is missing in the
+one at a time, the longest first, from a queue they share: the summary's as
+soon as they have the job, the time series' once released. Any failure (the
+process gone, a figure raising) and ``collect`` draws what is missing in the
 runner itself (``write_plots``), where a bug raises as it always did.
 
 Protocol: on the plotter's stdin, two pickles: the fabric at the start
 (unpickled, its modules imported, while the run goes on), then the job
-(results directory, summary); then its end (the CSVs are written); one JSON
-line back on stdout: {figure: path or null when it had nothing to draw};
-then the plotter exits at once.
+(results directory, summary); then its end (the release); one JSON line back
+on stdout: {figure: path or null when it had nothing to draw}; then the
+plotter exits at once.
 """
 from __future__ import annotations
 
