@@ -63,7 +63,7 @@ def write_run_results(exp: "Experiment", rd: RunDir, t0_ns: int, summary: RunSum
 
     The time series CSVs, FCT slowdown by size bucket and the queue-depth
     distribution (``distributions``: also into ``summary``), the HPCC-format files (``hpcc_options``: those of
-    ``write_hpcc``), the plots (by ``plotter``'s process if given), ``hosts.csv`` (with endpoints) and, last,
+    ``write_hpcc``), ``hosts.csv`` (with endpoints), the plots (by ``plotter``'s process if given) and, last,
     ``summary.json``. ``t0_ns``: ``time.monotonic_ns()`` value of the agents'
     common start (``timeseries.monotonic_t0_from_unix``). Returns {file name: path}.
     """
@@ -85,11 +85,12 @@ def write_run_results(exp: "Experiment", rd: RunDir, t0_ns: int, summary: RunSum
         # Drawn here, the plots read the CSVs back: the converted rows (a 64-host
         # all-to-all's 2.4 M flow-rate rows, a GB) go first, not held beside their copy.
         del res
+    files.update(write_hosts_csv(rd, summary))
+    text = summary.text()       # complete: made while the figures are drawn, written after them
     if plots:
         files.update(plotter.collect() if plotter is not None
                      else write_plots(rd.path, summary.as_dict(), fabric=exp.fabric))
-    files.update(write_hosts_csv(rd, summary))
-    files[rd.SUMMARY] = summary.write(rd)
+    files[rd.SUMMARY] = summary.write(rd, text)
     return files
 
 
