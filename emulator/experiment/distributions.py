@@ -170,29 +170,36 @@ def write_distributions(exp: "Experiment", rd: RunDir, summary: "RunSummary",
     """``fct_slowdown.csv`` and ``queue_depth_dist.csv`` of a run with flows,
     and their summary.json entries (``fct_slowdown_buckets``,
     ``queue_depth_dist``: added to ``summary``); {file name: path}."""
+    return {**write_slowdown_buckets(rd, summary),
+            **write_queue_depth_dist(exp, rd, summary, results)}
+
+
+def write_slowdown_buckets(rd: RunDir, summary: "RunSummary") -> dict[str, Path]:
+    """``fct_slowdown.csv`` and ``fct_slowdown_buckets`` of a run with flows:
+    from the summary's flows alone (before the raw logs are read)."""
     if not summary.flows:
         return {}
-    files = {}
     block = bucket_summary(summary.flows)
     summary.fct_slowdown_buckets = block
-    files[rd.FCT_SLOWDOWN_CSV] = write_csv(rd.file(rd.FCT_SLOWDOWN_CSV), BUCKET_COLUMNS,
-                                           block["buckets"])
-    if samples_queue_depth(exp, summary.target):
-        interval_ns = exp.spec.switch.sample_interval_us * 1000
-        interval_ns = int(interval_ns) if interval_ns == int(interval_ns) else interval_ns
-        end_ns = traffic_end_ns(summary.flows, results.end_ns)
-        rows = queue_depth_distribution(exp.fabric, results.queue_depth, end_ns, interval_ns)
-        summary.queue_depth_dist = {
-            "interval_ns": interval_ns, "window_ns": round(end_ns),
-            "ports": len(rows) - 1, **{k: v for k, v in rows[0].items()
-                                       if k not in ("node", "port", "peer")}}
-        files[rd.QUEUE_DEPTH_DIST_CSV] = write_csv(rd.file(rd.QUEUE_DEPTH_DIST_CSV),
-                                                   QUEUE_COLUMNS, rows)
-    else:
+    return {rd.FCT_SLOWDOWN_CSV: write_csv(rd.file(rd.FCT_SLOWDOWN_CSV), BUCKET_COLUMNS,
+                                           block["buckets"])}
+
+
+def write_queue_depth_dist(exp: "Experiment", rd: RunDir, summary: "RunSummary",
+                           results: "Results") -> dict[str, Path]:
+    """``queue_depth_dist.csv`` and ``queue_depth_dist`` of a run with flows."""
+    if not summary.flows:
+        return {}
+    if not samples_queue_depth(exp, summary.target):
         summary.queue_depth_dist = None
-    return files
-
-
-__all__ = ["BUCKET_COLUMNS", "BUCKET_STEP_PERCENT", "QUEUE_COLUMNS", "bucket_summary",
-           "flow_slowdowns", "hpcc_pctl", "port_depth_samples", "queue_depth_distribution",
-           "samples_queue_depth", "slowdown_buckets", "traffic_end_ns", "write_distributions"]
+        return {}
+    interval_ns = exp.spec.switch.sample_interval_us * 1000
+    interval_ns = int(interval_ns) if interval_ns == int(interval_ns) else interval_ns
+    end_ns = traffic_end_ns(summary.flows, results.end_ns)
+    rows = queue_depth_distribution(exp.fabric, results.queue_depth, end_ns, interval_ns)
+    summary.queue_depth_dist = {
+        "interval_ns": interval_ns, "window_ns": round(end_ns),
+        "ports": len(rows) - 1, **{k: v for k, v in rows[0].items()
+                                   if k not in ("node", "port", "peer")}}
+    return {rd.QUEUE_DEPTH_DIST_CSV: write_csv(rd.file(rd.QUEUE_DEPTH_DIST_CSV),
+                                               QUEUE_COLUMNS, rows)}

@@ -3,30 +3,29 @@
     plotter = Plotter.start(out_dir, fabric)   # before the fabric's bring-up: it imports matplotlib
     plotter.pause()                      # the traffic runs
     plotter.resume()                     # the traffic is over, the switches stopped: normal priority
-    files = plotter.plot(out_dir, summary)     # {png name: path}, as write_plots
-    plotter.close()                      # (plot() closes it; close() if plot is never called)
+    plotter.submit(out_dir, summary)     # fct_slowdown.csv written: the summary's figures
+    plotter.release()                    # the time series written: their figures too
+    files = plotter.collect()            # {png name: path}, as write_plots (plot(): all three)
+    plotter.close()                      # (collect() closes it; close() if it is never called)
 
-Why a process: the figures take ~0.45 s to draw and matplotlib ~0.35 s to
-import, which the runner used to spend after the last flow (the end of a
-run is meant to take under a second); a niced thread importing matplotlib
-in the runner during the traffic took the CPU the switches and agents need
-(demo at D = 6000: worst lateness ratio 0.86-0.96 with it, 0.56-0.62
-without). The runner moves the plotter into the scheduler's idle class as soon as
-it has started it (``emulator.net.idle_cpu``: it gets only the CPU the run
-leaves idle and gives it back the instant a switch or agent wakes), stops
-it while the traffic runs (``pause``: even idle, its import made them late),
-and moves it back once the traffic is over and the switches stopped
-(``resume``): it imports while the results are written, and draws.
+Why a process: matplotlib's import and the figures took the runner's time after
+the last flow, and a thread importing it during the traffic took the CPU the
+switches and agents need. The runner moves the plotter into the scheduler's
+idle class as soon as it has started it (``emulator.net.idle_cpu``), stops it
+while the traffic runs (``pause``: even idle, its import made them late), and
+moves it back once the traffic is over and the switches stopped (``resume``).
 
-On the job, it forks after its imports: the two processes draw half of the
-figures each (on two cores, ~0.25 s instead of ~0.45 s). Any failure (the
-process gone, a figure raising) and ``plot`` draws what is missing in the
+On the job, it forks after its imports: the two processes take the figures
+one at a time, the longest first, from a queue they share: the summary's as
+soon as they have the job, the time series' once released. Any failure (the
+process gone, a figure raising) and ``collect`` draws what is missing in the
 runner itself (``write_plots``), where a bug raises as it always did.
 
 Protocol: on the plotter's stdin, two pickles: the fabric at the start
 (unpickled, its modules imported, while the run goes on), then the job
-(results directory, summary); one JSON line back on stdout: {figure: path
-or null when it had nothing to draw}; then the plotter exits at once.
+(results directory, summary); then its end (the release); one JSON line back
+on stdout: {figure: path or null when it had nothing to draw}; then the
+plotter exits at once.
 """
 from __future__ import annotations
 
@@ -37,6 +36,7 @@ import pickle
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Mapping
@@ -48,14 +48,23 @@ from emulator.experiment.plots import prewarm, write_plots
 PIPE_DEFAULT_BYTES = 65536
 EXIT_WAIT_S = 2.0         # after its answer, for its exit (then close() kills it)
 SIGNAL_WAIT_S = 0.2       # pause/resume: for the process to stop or go on
-# the figures of each of the two processes, about the same drawing time each
-HALVES = (("throughput.png", "fct_cdf.png", "pause_timeline.png"),
-          ("queue_depth.png", "fct_slowdown.png"))
+# The figures, the longest to draw first (a 32-host all-to-all: pause timeline
+# ~1.3 s of CPU, throughput ~1.0, queue depth ~0.6, FCT slowdown ~0.35, FCT CDF
+# ~0.25; the demo: ~0.3 each, no pause timeline): the two processes take the
+# next one each as they finish the last, so neither waits long for the other.
+# Those of the summary (and fct_slowdown.csv, written from it) first, while
+# the runner writes the time series; the others once they are written.
+SUMMARY_FIGURES = ("fct_slowdown.png", "fct_cdf.png")
+CSV_FIGURES = ("pause_timeline.png", "throughput.png", "queue_depth.png")
+FIGURES = SUMMARY_FIGURES + CSV_FIGURES
+NAME_BYTES = 32           # a figure's name in the queue, padded: one read takes one
 
 
 class Plotter:
     def __init__(self, proc: subprocess.Popen, fabric=None, idle: bool = True):
         self.proc, self.fabric = proc, fabric
+        self._job: tuple[str, dict] | None = None       # (results directory, summary)
+        self._sender: threading.Thread | None = None
         # at once, while the child's interpreter starts: its whole import idle
         self._idle = enter_idle(proc.pid) if idle else None
 
@@ -119,22 +128,60 @@ class Plotter:
 
     def plot(self, results_dir: str | Path, summary: Mapping) -> dict[str, Path]:
         """Draw the run's figures (``plots.write_plots``): {file name: path}."""
-        drawn: dict[str, str] = {}
+        self.submit(results_dir, summary)
+        self.release()
+        return self.collect()
+
+    def submit(self, results_dir: str | Path, summary: Mapping) -> None:
+        """Give the process its job and return at once: it draws the
+        ``SUMMARY_FIGURES`` (their files are written), then waits for
+        ``release``; ``collect`` waits for the figures."""
+        self._job = (str(results_dir), dict(summary))
         # The traffic is over: the figures are what the run waits for now (the
         # fabric's teardown goes on beside them and must not starve them).
         self.resume()
         try:
-            self.proc.stdin.write(pickle.dumps((str(results_dir), dict(summary))))
+            data = pickle.dumps(self._job)
+        except pickle.PicklingError:
+            return          # collect() draws everything
+        # by a thread: a summary larger than the pipe would hold the runner
+        # until the plotter is done importing and reads it
+        self._sender = threading.Thread(target=self._send, args=(data,), daemon=True)
+        self._sender.start()
+
+    def _send(self, data: bytes) -> None:
+        try:
+            self.proc.stdin.write(data)
+            self.proc.stdin.flush()
+        except (OSError, ValueError):
+            pass            # collect() draws what is missing
+
+    def release(self) -> None:
+        """The time-series CSVs are written: the process draws the
+        ``CSV_FIGURES`` too (its stdin closes)."""
+        if self._sender is not None:
+            self._sender.join()
+            self._sender = None
+        try:
             self.proc.stdin.close()
+        except OSError:
+            pass
+
+    def collect(self) -> dict[str, Path]:
+        """The figures of the job ``submit`` gave: {file name: path}."""
+        drawn: dict[str, str] = {}
+        self.release()
+        try:
             line = self.proc.stdout.readline()
             if line:
                 drawn = json.loads(line)
                 self.proc.wait(timeout=EXIT_WAIT_S)    # it exits right after its line
-        except (OSError, ValueError, pickle.PicklingError, subprocess.TimeoutExpired):
+        except (OSError, ValueError, subprocess.TimeoutExpired):
             pass
         finally:
             self.close()
-        missing = [name for half in HALVES for name in half if name not in drawn]
+        results_dir, summary = self._job
+        missing = [name for name in FIGURES if name not in drawn]
         files = {name: Path(path) for name, path in drawn.items() if path}
         if missing:         # the plotter failed: the rest here, where an error raises
             files.update(write_plots(results_dir, summary, fabric=self.fabric, only=missing))
@@ -162,9 +209,33 @@ def process_state(pid: int) -> str:
         return ""
 
 
-def _draw(results_dir: str, summary, fabric, names) -> dict[str, str]:
-    return {k: str(v) for k, v in write_plots(results_dir, summary, fabric=fabric,
-                                              only=names).items()}
+def _draw(results_dir: str, summary, fabric, queue: int) -> dict[str, str | None]:
+    """The figures taken from ``queue`` (a pipe of their names) one at a time
+    until it is empty, drawn: {name: path, or None with nothing to draw}."""
+    out: dict[str, str | None] = {}
+    while name := os.read(queue, NAME_BYTES).decode().strip():
+        path = write_plots(results_dir, summary, fabric=fabric, only=[name]).get(name)
+        out[name] = None if path is None else str(path)
+    return out
+
+
+def _drawer(results_dir: str, summary, fabric, queues: tuple[int, int]) -> dict[str, str | None]:
+    """One of the two drawing processes: the summary's figures, then, once
+    the runner releases the job (stdin's end), the time series'."""
+    out = _draw(results_dir, summary, fabric, queues[0])
+    while os.read(sys.stdin.fileno(), 4096):
+        pass
+    out.update(_draw(results_dir, summary, fabric, queues[1]))
+    return out
+
+
+def _figure_queue(names: tuple[str, ...]) -> int:
+    """A pipe holding the figures' names, closed for writing: reading it
+    takes the next (a pipe's reads are atomic; an empty one reads b"")."""
+    r, w = os.pipe()
+    os.write(w, b"".join(name.encode().ljust(NAME_BYTES) for name in names))
+    os.close(w)
+    return r
 
 
 def main() -> int:
@@ -178,28 +249,27 @@ def main() -> int:
         results_dir, summary = pickle.load(stdin)
     except EOFError:             # closed without a job: the run ended early
         return 0
+    queues = (_figure_queue(SUMMARY_FIGURES), _figure_queue(CSV_FIGURES))
     r, w = os.pipe()
     pid = os.fork()
-    if pid == 0:                 # the second half; its result through the pipe
+    if pid == 0:                 # the second drawer; its figures through the pipe
         os.close(r)
         set_pdeathsig()
         code = 1
         try:
-            os.write(w, json.dumps(_draw(results_dir, summary, fabric, HALVES[1])).encode())
+            os.write(w, json.dumps(_drawer(results_dir, summary, fabric, queues)).encode())
             code = 0
         finally:
             os._exit(code)
     os.close(w)
-    out = _draw(results_dir, summary, fabric, HALVES[0])
+    done = _drawer(results_dir, summary, fabric, queues)
     with os.fdopen(r, "rb") as f:
         second = f.read()
     _, status = os.waitpid(pid, 0)
+    # figures with nothing to draw are known as drawn (None); those a failed
+    # drawer took are absent (the runner draws them)
     if status == 0 and second:
-        out.update(json.loads(second))
-    # figures with nothing to draw are known as drawn (None); a failed half is absent
-    done = {name: out.get(name) for name in HALVES[0]}
-    if status == 0:
-        done.update({name: out.get(name) for name in HALVES[1]})
+        done.update(json.loads(second))
     sys.stdout.write(json.dumps(done) + "\n")
     sys.stdout.flush()
     os._exit(0)      # the runner waits for this: no interpreter teardown (~0.1 s)

@@ -15,6 +15,9 @@ from __future__ import annotations
 
 import csv
 import json
+import math
+from itertools import compress, islice, tee
+from operator import itemgetter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Collection, Iterable, Mapping
@@ -58,33 +61,61 @@ def _converter(kind: Callable) -> Callable[[str], object]:
 
 def read_raw_csv(path: str | Path, kind: str) -> list[dict]:
     """Rows of one raw log as dicts (``RAW_COLUMNS[kind]``); [] if missing."""
+    columns = read_raw_columns(path, kind)
+    names = list(columns)
+    return [dict(zip(names, values)) for values in zip(*columns.values())]
+
+
+def read_raw_columns(path: str | Path, kind: str) -> dict[str, list]:
+    """One raw log's columns (``RAW_COLUMNS[kind]``: name -> its values, a
+    value per row), rows that cannot be parsed left out; empty lists if the
+    log is missing. (A 32-host all-to-all's hosts log 233k rows: as columns,
+    not a dict per row.)"""
     cols = RAW_COLUMNS[kind]
-    path = Path(path)
-    try:
-        text = path.read_text(errors="replace")
-    except OSError:
-        return []
-    rows = list(csv.reader(text.splitlines()))
-    if not rows:
-        return []
     order = [name for name, _ in cols]
-    first = [c.strip() for c in rows[0]]
-    if first and first[0] and not _numeric(first[0]):      # a header line
-        if all(name in first for name in order):
-            index = {name: first.index(name) for name in order}
-        else:
-            index = {name: i for i, name in enumerate(order)}
-        rows = rows[1:]
-    else:
-        index = {name: i for i, name in enumerate(order)}
-    convert = [(name, index[name], _converter(kind_)) for name, kind_ in cols]
-    out = []
-    for r in rows:
-        try:
-            out.append({name: conv(r[i]) for name, i, conv in convert})
-        except (IndexError, ValueError):
-            continue    # a truncated or malformed line
-    return out
+    try:
+        text = Path(path).read_text(errors="replace")
+    except OSError:
+        text = ""
+    lines = text.splitlines()
+    # no quotes: the csv module's rows are the lines split at commas (its parser
+    # was most of the reading of a 32-host all-to-all's 233k-row hosts' logs)
+    rows = [line.split(",") if line else [] for line in lines] if '"' not in text and "\0" not in text \
+        else list(csv.reader(lines))
+    index = {name: i for i, name in enumerate(order)}
+    if rows:
+        first = [c.strip() for c in rows[0]]
+        if first and first[0] and not _numeric(first[0]):      # a header line
+            if all(name in first for name in order):
+                index = {name: first.index(name) for name in order}
+            rows = rows[1:]
+    convert = [(index[name], _converter(kind_)) for name, kind_ in cols]
+    columns = _convert_columns(rows, convert)
+    if columns is None:     # a row at a time: the rows that fail are left out
+        out = []
+        for r in rows:
+            try:
+                out.append(tuple(conv(r[i]) for i, conv in convert))
+            except (IndexError, ValueError):
+                continue    # a truncated or malformed line
+        columns = [list(c) for c in zip(*out)] if out else [[] for _ in order]
+    return dict(zip(order, columns))
+
+
+_FAST = {_int: int, float: float, str.strip: str.strip}
+
+
+def _convert_columns(rows: list[list[str]], convert) -> list[list] | None:
+    """``read_raw_columns``' rows converted a column at a time (a call per
+    cell was most of their reading), or None if a cell would need ``_int``'s
+    float fallback or fails: then a row at a time decides. Short rows
+    (a line cut off) are left out, as there."""
+    need = max(i for i, _ in convert) + 1
+    rows = [r for r in rows if len(r) >= need]
+    try:
+        return [list(map(_FAST[conv], [r[i] for r in rows])) for i, conv in convert]
+    except ValueError:
+        return None
 
 
 def _numeric(s: str) -> bool:
@@ -165,11 +196,14 @@ def read_raw_logs(exp: "Experiment", run_dir: str | Path | RawDir) -> RawLogs:
     return raw
 
 
-def read_node_logs(run_dir: str | Path | RawDir, node: str, kinds) -> dict[str, list[dict]]:
+def read_node_logs(run_dir: str | Path | RawDir, node: str, kinds,
+                   as_columns: Collection[str] = ()) -> dict[str, list[dict] | dict[str, list]]:
     """One switch's or host's raw logs (``kinds``: SWITCH_LOGS or HOST_LOGS):
-    a node at a time, for a reader that converts and lets go of each."""
+    a node at a time, for a reader that converts and lets go of each. The
+    kinds in ``as_columns`` as ``read_raw_columns`` gives them, the others as rows."""
     rawdir = run_dir if isinstance(run_dir, RawDir) else RawDir(run_dir)
-    return {k: read_raw_csv(rawdir.log(node, k), k) for k in kinds}
+    return {k: (read_raw_columns if k in as_columns else read_raw_csv)(rawdir.log(node, k), k)
+            for k in kinds}
 
 
 # --------------------------------------------------------------- result CSVs
@@ -186,19 +220,43 @@ def _fmt_time(v: float) -> str:
     return str(int(r)) if r == int(r) else f"{r:.1f}"
 
 
+# Rows formatted a chunk at a time, a column at a time: a call per cell was
+# most of a 32-host all-to-all's CSV writing (250k rows).
+WRITE_CHUNK_ROWS = 65536
+
+
+def _fmt_column(values: list | tuple, fmt: Callable) -> list | tuple:
+    """One column's cells as ``fmt`` writes them; ints and texts (not
+    ``time_ns``'s) go to the csv writer as they are (it writes str() of them)."""
+    types = set(map(type, values))
+    if fmt is _fmt:
+        if types <= {int, str}:
+            return values
+        if types == {float}:
+            return [f"{v:.6g}" if abs(v) < 1e15 else str(int(v)) for v in values]
+    elif types == {float} and min(values) >= 0 and math.isfinite(sum(values)):
+        # _fmt_time's text: .1f rounds as round(v, 1) does (correctly), an integral one
+        # without its ".0" (no "-0": not negative, -0.0 + 0.0 is 0.0; no inf or nan:
+        # round raises on them)
+        return [t[:-2] if t[-2:] == ".0" else t for t in [f"{v + 0.0:.1f}" for v in values]]
+    return list(map(fmt, values))
+
+
 def write_csv(path: str | Path, columns: Iterable[str], rows: Iterable[Mapping | tuple]) -> Path:
     """A result CSV: header, then ``columns`` of each row (``time_ns`` to 0.1 ns,
-    floats .6g); written whole or not at all (``emulator.atomic``)."""
+    floats .6g); written whole or not at all (``emulator.atomic``). The rows:
+    mappings, or tuples of their values in ``columns``' order."""
     path = Path(path)
     columns = tuple(columns)
+    fmts = [_fmt_time if c == "time_ns" else _fmt for c in columns]
     with atomic_open(path, "w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(columns)
-        fmts = [_fmt_time if c == "time_ns" else _fmt for c in columns]
-        for r in rows:
-            # a row: a mapping, or its values in ``columns``' order (a tuple)
-            values = r if isinstance(r, tuple) else [r[c] for c in columns]
-            w.writerow([f(v) for f, v in zip(fmts, values)])
+        it = iter(rows)
+        while chunk := list(islice(it, WRITE_CHUNK_ROWS)):
+            keys = range(len(columns)) if isinstance(chunk[0], tuple) else columns
+            cells = [list(map(itemgetter(k), chunk)) for k in keys]
+            w.writerows(zip(*(_fmt_column(col, f) for col, f in zip(cells, fmts))))
     return path
 
 
@@ -230,13 +288,42 @@ def read_result_columns(path: str | Path, columns: tuple[str, ...],
         if header is None:
             return
         idx = [header.index(c) for c in columns]
-        tests = [(header.index(c), frozenset(texts)) for c, texts in (where or {}).items()]
-        for row in reader:
-            for i, texts in tests:
-                if row[i] not in texts:
-                    break
-            else:
-                yield tuple(_number(row[i]) for i in idx)
+        selected = reader
+        for c, texts in (where or {}).items():
+            # the test of each row in C (compress, itemgetter): a Python test
+            # per row was most of the time of a few flows' rows of millions
+            rows, cells = tee(selected)
+            selected = compress(rows, map(frozenset(texts).__contains__,
+                                          map(itemgetter(header.index(c)), cells)))
+        for row in selected:
+            yield tuple(_number(row[i]) for i in idx)
+
+
+TAIL_BYTES = 65536
+
+
+def last_time_ns(path: str | Path) -> int | float | None:
+    """``time_ns`` of a result CSV's last row: its latest, the rows being
+    time-sorted as ``timeseries`` writes them (a 64-host all-to-all's
+    flow_rate.csv has 2.4 M rows: its end, not all of it, is read); None if
+    the file is missing or has no rows."""
+    try:
+        fh = Path(path).open("rb")
+    except OSError:
+        return None
+    with fh:
+        header = next(csv.reader([fh.readline().decode(errors="replace")]), [])
+        if "time_ns" not in header:
+            return None
+        body = fh.tell()
+        size = fh.seek(0, 2)
+        fh.seek(max(body, size - TAIL_BYTES))
+        tail = fh.read().decode(errors="replace").splitlines()
+    # the first line of the tail may be cut; the last whole row is the latest
+    rows = [r for r in csv.reader(tail[1:] if size - TAIL_BYTES > body else tail) if r]
+    if not rows:
+        return None
+    return _number(rows[-1][header.index("time_ns")])
 
 
 def _number(v: str) -> int | float | str:
@@ -250,5 +337,5 @@ def _number(v: str) -> int | float | str:
         return v
 
 
-__all__ = ["HOST_LOGS", "RAW_COLUMNS", "RawLogs", "SWITCH_LOGS", "read_node_logs", "read_raw_csv", "read_raw_logs",
+__all__ = ["HOST_LOGS", "RAW_COLUMNS", "RawLogs", "SWITCH_LOGS", "last_time_ns", "read_node_logs", "read_raw_columns", "read_raw_csv", "read_raw_logs",
            "read_result_csv", "read_stats", "stats_by_port_priority", "write_csv"]

@@ -327,9 +327,15 @@ class RunSummary(_Written):
     dilation_reruns: Optional[list[Block]] = None
     dilation_calibration: Optional[Block] = None
 
-    def write(self, where: "str | Path | RunDir") -> Path:
-        """summary.json into the run directory ``where`` (atomically): the one writer."""
-        return atomic_write_text(RunDir.of(where).summary, json.dumps(self.as_dict(), indent=1))
+    def write(self, where: "str | Path | RunDir", text: str | None = None) -> Path:
+        """summary.json into the run directory ``where`` (atomically): the one
+        writer. ``text``: what ``text()`` gave, made while the run waited for
+        something else (the summary unchanged since)."""
+        return atomic_write_text(RunDir.of(where).summary, self.text() if text is None else text)
+
+    def text(self) -> str:
+        """summary.json's content."""
+        return json.dumps(self.as_dict(), indent=1)
 
 
 def read_summary(path: str | Path) -> dict:

@@ -135,6 +135,13 @@ def load_results(exp: "Experiment", run_dir: str | Path, t0_ns: int,
             end = x
         return x
 
+    def many(ts: list[int]) -> list[float]:      # ft of each: a host's 10^5 samples
+        nonlocal end
+        xs = [(t - t0_ns) / d for t in ts]
+        end = max(end, max(xs, default=end))
+        return xs
+    ft.many = many
+
     # a node's raw logs at a time (unless given whole): read, converted, let go
     for sw in exp.fabric.switches():
         logs = raw.switch[sw.name] if raw is not None else read_node_logs(run_dir, sw.name, SWITCH_LOGS)
@@ -144,7 +151,8 @@ def load_results(exp: "Experiment", run_dir: str | Path, t0_ns: int,
     paths = None
     for h in exp.fabric.hosts():
         host = h.name
-        logs = raw.host[host] if raw is not None else read_node_logs(run_dir, host, HOST_LOGS)
+        logs = (raw.host[host] if raw is not None
+                else read_node_logs(run_dir, host, HOST_LOGS, as_columns=("flows",)))
         port = exp.fabric.ports(host)[0]
         for r in logs["pfc"]:
             q = r["quanta"]
@@ -209,30 +217,39 @@ def _switch_rows(res: Results, fabric, sw: str, logs: dict, ft, wd_action: str) 
                                                             wd_action))
 
 
-def _flow_rate_rows(res: Results, flows: dict, host: str, acked: list, ft) -> None:
-    """Each flow's rate over time, from a host's (time, acked bytes) samples, into ``res``."""
+def _flow_rate_rows(res: Results, flows: dict, host: str, acked: list | dict, ft) -> None:
+    """Each flow's rate over time, from a host's (time, acked bytes) samples
+    (its flows log: rows, or columns as ``read_raw_columns`` gives them), into
+    ``res`` (columns, no call per sample: a 32-host all-to-all has 233k)."""
+    if isinstance(acked, list):         # rows (``RawLogs``), not columns
+        acked = {k: [r[k] for r in acked] for k in ("t_ns", "flow_id", "acked_bytes")}
     by_flow: dict[int, list[tuple[float, int]]] = {}
-    for r in acked:
-        by_flow.setdefault(r["flow_id"], []).append((ft(r["t_ns"]), r["acked_bytes"]))
+    for fid, sample in zip(acked["flow_id"], zip(ft.many(acked["t_ns"]), acked["acked_bytes"])):
+        if fid in by_flow:
+            by_flow[fid].append(sample)
+        else:
+            by_flow[fid] = [sample]
+    out = res.flow_rate.append
     for fid, samples in by_flow.items():
         samples.sort()
         f = flows.get(fid)
+        src, dst = (f.src, f.dst) if f else (host, "")
         # ACKs come every few packets, so acked bytes grow in steps: the
         # rate at each sample is taken over a trailing window of at least
         # RATE_WINDOW_NS and at least RATE_WINDOW_ACKS typical ACK gaps
         # (a slow flow's ACKs are far apart).
         window = _rate_window_ns(samples)
+        ts = [t for t, _ in samples]
+        acked_bytes = [b for _, b in samples]
         j = 0
-        for i, (t_b, b_b) in enumerate(samples):
-            if i == 0:
-                continue
-            while j < i - 1 and t_b - samples[j + 1][0] >= window:
+        for i in range(1, len(ts)):
+            t_b = ts[i]
+            while j < i - 1 and t_b - ts[j + 1] >= window:
                 j += 1
-            t_a, b_a = samples[j]
+            t_a = ts[j]
             if t_b <= t_a:
                 continue
-            res.flow_rate.append((t_b, fid, f.src if f else host, f.dst if f else "",
-                                  max(0, b_b - b_a) * 8 / (t_b - t_a)))
+            out((t_b, fid, src, dst, max(0, acked_bytes[i] - acked_bytes[j]) * 8 / (t_b - t_a)))
 
 
 def _sort_key(row: dict):

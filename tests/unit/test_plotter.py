@@ -8,7 +8,7 @@ import time
 import pytest
 
 from emulator.experiment.plots import write_plots
-from emulator.experiment.plotter import HALVES, Plotter, process_state as _state
+from emulator.experiment.plotter import CSV_FIGURES, FIGURES, Plotter, process_state as _state
 from emulator.experiment.results_io import write_csv
 from emulator.net import idle_cpu
 from tests.unit.test_plots import assert_png, results_dir  # noqa: F401  (fixture)
@@ -29,11 +29,10 @@ SUMMARY = {"flows": [{"complete": True, "fct_ns": 9000 * (i + 1), "fct_slowdown"
                      for i in range(3)]}
 
 
-def test_every_figure_is_in_one_half_or_the_other():
-    names = [n for half in HALVES for n in half]
-    assert sorted(names) == sorted({"queue_depth.png", "throughput.png", "pause_timeline.png",
-                                    "fct_cdf.png", "fct_slowdown.png"})
-    assert len(set(names)) == len(names)
+def test_every_figure_is_in_the_queue_once():
+    assert sorted(FIGURES) == sorted({"queue_depth.png", "throughput.png", "pause_timeline.png",
+                                      "fct_cdf.png", "fct_slowdown.png"})
+    assert len(set(FIGURES)) == len(FIGURES)
 
 
 def test_the_plotter_draws_what_write_plots_draws(results_dir, tmp_path):  # noqa: F811
@@ -66,6 +65,28 @@ def test_a_plotter_paused_for_the_traffic_is_stopped_and_still_draws_its_job(res
         assert _settles(plotter.proc.pid, stopped=False)
         plotter.pause()                  # the job of a plotter left paused: plot() lets it go on
         files = plotter.plot(out, SUMMARY)
+    finally:
+        plotter.close()
+    assert plotter.proc.returncode == 0, "the process drew them, not the fallback"
+    assert {"queue_depth.png", "throughput.png", "fct_cdf.png"} <= set(files)
+
+
+def test_the_time_series_figures_wait_for_release(results_dir):  # noqa: F811
+    """Given its job, the plotter draws the summary's figures at once, and
+    those of the time-series CSVs only once released (the runner is still
+    writing those CSVs until then)."""
+    exp, out = results_dir
+    plotter = Plotter.start(out, exp.fabric, idle=False)
+    try:
+        plotter.submit(out, SUMMARY)
+        deadline = time.monotonic() + 60.0      # a bound on a loaded machine, not a timing
+        while not (out / "fct_cdf.png").exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert (out / "fct_cdf.png").exists(), "the summary's figure, before the release"
+        time.sleep(0.2)     # given the time, it would have gone on to the next
+        assert not any((out / name).exists() for name in CSV_FIGURES)
+        plotter.release()
+        files = plotter.collect()
     finally:
         plotter.close()
     assert plotter.proc.returncode == 0, "the process drew them, not the fallback"

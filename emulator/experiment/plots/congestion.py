@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from emulator.experiment.plots.figure import colours, finish_time_axes, new_figure, save
-from emulator.experiment.results_io import read_result_columns, read_result_csv
+from emulator.experiment.results_io import last_time_ns, read_result_csv
 from emulator.rundir import RunDir
 from emulator.wire import PFC_QUANTUM_BITS
 
@@ -128,9 +128,8 @@ def plot_pause_timeline(results_dir: str | Path, out_path: str | Path | None = N
     if not events:
         return None
     if end_ns is None:
-        ends = [max((r["time_ns"] for r in read(rd.file(rd.QUEUE_DEPTH_CSV))), default=0),
-                max((t for t, in read_result_columns(rd.file(rd.FLOW_RATE_CSV), ("time_ns",))),
-                    default=0)]
+        # the latest time of the files too big to read for it (time-sorted: their last rows)
+        ends = [last_time_ns(rd.file(name)) or 0 for name in (rd.QUEUE_DEPTH_CSV, rd.FLOW_RATE_CSV)]
         end_ns = max([*ends, max(e["time_ns"] for e in events)])
     iv = pause_intervals(events, fabric, end_ns)
     if not iv:
