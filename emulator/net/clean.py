@@ -21,15 +21,16 @@ import sys
 import tempfile
 import time
 
-from emulator.net.idle_cpu import remove_idle_cgroup
+from emulator.net.idle_cpu import out_of_idle, remove_idle_cgroup
 
 # Command lines of the processes a run starts.
+PLOTTER = re.compile(r"-m emulator\.experiment\.plotter\b")
 OWN_PROCESS_PATTERNS = (
     re.compile(r"-m emulator\.dataplane\b"),          # one switch, or several (.pack)
     re.compile(r"-m emulator\.ib\.(switch|pack)\b"),   # InfiniBand switches (emulator/ib/switch.py, pack.py)
     re.compile(r"-m emulator\.agents\.(host|pack)\b"),   # one NIC, or several (agents/pack.py)
     re.compile(r"-m emulator\.collectives\.(agent|storage)\b"),   # server agents
-    re.compile(r"-m emulator\.experiment\.plotter\b"),   # the run's plots (experiment/plotter.py)
+    PLOTTER,                                              # the run's plots (experiment/plotter.py)
     re.compile(r"-m emulator\.net\.inband\b"),      # in-band management reports (net/inband.py)
     re.compile(r"-m emulator\.net\.forkserver\b"),   # what forks the above (emulator/net/forkserver.py)
     re.compile(r"-m emulator\.net\.remote_exec\b"),  # what runs them on another server (cluster)
@@ -70,10 +71,18 @@ def run_processes(run_dir: str, nodes) -> list[int]:
             or (cmdline.split() or [""])[-1] in shells]
 
 
+def plotter_processes(results_dir: str) -> list[int]:
+    """The plotter drawing into ``results_dir`` (its command line names the
+    results directory, not the run directory the fabric's teardown clears)."""
+    return [pid for pid, cmdline in _cmdlines()
+            if PLOTTER.search(cmdline) and (cmdline.split() or [""])[-1] == results_dir]
+
+
 def kill_processes(find, grace_s: float = 2.0) -> int:
     """SIGTERM the processes ``find()`` lists, SIGKILL those left after
     ``grace_s`` (at once with 0); returns how many there were."""
     pids = find()
+    out_of_idle(pids)        # the plotter: its exit must not wait for an idle CPU
     for pid in pids:
         try:
             os.kill(pid, signal.SIGTERM if grace_s > 0 else signal.SIGKILL)

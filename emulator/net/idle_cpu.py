@@ -95,6 +95,25 @@ def leave_idle(back: tuple[str, str] | None, pid: int | None = None) -> None:
         _set_nice(pid, 0)
 
 
+def out_of_idle(pids) -> None:
+    """Those of ``pids`` in the idle cgroup, moved to the hierarchy's root
+    before they are killed: a dying process exits on the CPU it is given,
+    and in the idle class a busy machine gives it none for seconds."""
+    root = cpu_cgroup_root()
+    if root is None:
+        return
+    try:
+        idle = set((root / IDLE_CGROUP / "cgroup.procs").read_text().split())
+    except OSError:          # no idle cgroup: nothing in it
+        return
+    for pid in pids:
+        if str(pid) in idle:
+            try:
+                (root / "cgroup.procs").write_text(str(pid))
+            except OSError:  # gone already
+                pass
+
+
 def remove_idle_cgroup() -> bool:
     """Remove the idle cgroup if it exists and nothing is in it (a helper
     killed inside it left it behind); True if it is gone."""

@@ -10,7 +10,7 @@ runner). It holds the read end of a pipe whose write end only the runner
 holds: a byte means "torn down, stand down"; EOF without one means the
 runner died (SIGKILL, OOM killer). Then it SIGKILLs what is left of this
 run -- the processes whose command lines name its run directory, the
-Mininet shells of its nodes -- and deletes its switches' interfaces
+Mininet shells of its nodes, its plotter -- and deletes its switches' interfaces
 (each veth's peer goes with it), nothing of any other run. It holds a copy
 of the run lock's descriptor, so the next run cannot start until it is done.
 """
@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from emulator.net.clean import delete_interfaces, kill_processes, run_processes
+from emulator.net.clean import delete_interfaces, kill_processes, plotter_processes, run_processes
 from emulator.rundir import RawDir
 
 STAND_DOWN = b"x"
@@ -73,8 +73,11 @@ class Watchdog:
 
 
 def reap(spec: dict) -> tuple[int, int]:
-    """SIGKILL the run's processes, delete its interfaces; (processes, interfaces)."""
-    killed = kill_processes(lambda: run_processes(spec["run_dir"], spec["nodes"]), grace_s=0)
+    """SIGKILL the run's processes and its plotter, delete its interfaces;
+    (processes, interfaces)."""
+    results_dir = str(Path(spec["run_dir"]).parent)
+    killed = kill_processes(lambda: run_processes(spec["run_dir"], spec["nodes"])
+                            + plotter_processes(results_dir), grace_s=0)
     removed = delete_interfaces(spec["interfaces"])
     return killed, removed
 

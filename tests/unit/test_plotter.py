@@ -141,6 +141,40 @@ def test_a_process_moved_into_the_idle_class_and_back():
         child.wait()
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="cgroups need root")
+def test_a_process_killed_in_the_idle_class_is_taken_out_of_it_first(monkeypatch):
+    """``clean.kill_processes`` (the watchdog's reaping, ``fabric-emu clean``)
+    moves an idle-class process out before its SIGKILL: its exit is not left
+    for a CPU nothing else wants."""
+    import subprocess
+    import sys
+    from emulator.net import clean
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"],
+                             start_new_session=True)
+    try:
+        back = idle_cpu.enter_idle(child.pid)
+        if back is None or back[0] != "cgroup":
+            pytest.skip("no cgroup cpu controller here: the idle class is nice 19")
+        assert _in_idle_class(child.pid)
+        idle_at_kill = []
+        kill = os.kill
+
+        def recording_kill(pid, sig):
+            if pid == child.pid:
+                idle_at_kill.append(_in_idle_class(pid))
+            kill(pid, sig)
+        monkeypatch.setattr(clean.os, "kill", recording_kill)
+        assert clean.kill_processes(lambda: [child.pid] if child.poll() is None else [],
+                                    grace_s=0) == 1
+        child.wait(timeout=5)
+        assert idle_at_kill and idle_at_kill[0] is False
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+        idle_cpu.remove_idle_cgroup()
+
+
 def _in_idle_class(pid: int) -> bool:
     with open(f"/proc/{pid}/cgroup") as f:
         in_group = any(line.rstrip("\n").endswith("/" + idle_cpu.IDLE_CGROUP) for line in f)
