@@ -46,7 +46,10 @@ P4C_CMAKE_OPTIONS=(-DCMAKE_BUILD_TYPE=Release -DENABLE_BMV2=ON -DENABLE_EBPF=OFF
   -DENABLE_DPDK=OFF -DENABLE_P4TC=OFF -DENABLE_P4FMT=OFF -DENABLE_P4TEST=OFF -DENABLE_GTESTS=OFF
   -DENABLE_P4C_GRAPHS=OFF -DENABLE_TEST_TOOLS=OFF)
 # More cmake options for p4c from the environment, e.g. for a machine without internet access
-# (p4c fetches protobuf, abseil and bdwgc): -DFETCHCONTENT_SOURCE_DIR_PROTOBUF=DIR ...
+# (p4c fetches protobuf 25.3, abseil 20240722.1, p4runtime and bdwgc; Debian's libgc will do):
+#   -DFETCHCONTENT_SOURCE_DIR_PROTOBUF=DIR -DFETCHCONTENT_SOURCE_DIR_ABSEIL=DIR
+#   -DFETCHCONTENT_SOURCE_DIR_P4RUNTIME=DIR -DFETCHCONTENT_FULLY_DISCONNECTED=ON -DP4C_USE_PREINSTALLED_BDWGC=ON
+# (clones of the sources at those tags; the p4runtime commit is the one PI's submodule pins)
 P4C_CMAKE_EXTRA="${P4C_CMAKE_EXTRA:-}"
 
 PLAN=0
