@@ -208,14 +208,9 @@ def icrc(frame_bytes) -> int:
     frame = memoryview(frame_bytes)
     off, et = _l3_offset(frame)
     if et == ETH_P_IP:
-        ihl = (frame[off] & 0x0F) * 4
-        end = off + ((frame[off + 2] << 8) | frame[off + 3])
-        hdr = bytearray(frame[off:off + ihl + 8 + BTH_LEN])
-        hdr[1] = 0xFF                         # ToS: DSCP + ECN
-        hdr[8] = 0xFF                         # TTL
-        hdr[10] = hdr[11] = 0xFF              # header checksum
-        u = ihl
-    elif et == 0x86DD:
+        return _ipv4_icrc(frame, off, (frame[off] & 0x0F) * 4,
+                          off + ((frame[off + 2] << 8) | frame[off + 3]))
+    if et == 0x86DD:
         end = off + 40 + ((frame[off + 4] << 8) | frame[off + 5])
         hdr = bytearray(frame[off:off + 40 + 8 + BTH_LEN])
         hdr[0] |= 0x0F                        # traffic class (low nibble of byte 0 ...
@@ -230,21 +225,28 @@ def icrc(frame_bytes) -> int:
     return zlib.crc32(frame[off + len(hdr):end - ICRC_LEN], crc)
 
 
+def _ipv4_icrc(frame, off: int, ihl: int, end: int) -> int:
+    """``icrc`` of an IPv4 frame whose IP header starts at ``off``, ``ihl``
+    bytes long, the IP packet ending at ``end``: the variant fields masked."""
+    hdr = bytearray(frame[off:off + ihl + 8 + BTH_LEN])
+    hdr[1] = hdr[8] = 0xFF                    # ToS (DSCP + ECN), TTL
+    hdr[10] = hdr[11] = 0xFF                  # header checksum
+    hdr[ihl + 6] = hdr[ihl + 7] = 0xFF        # UDP checksum
+    hdr[ihl + 8 + 4] = 0xFF                   # BTH Resv8a: FECN, BECN, resv6
+    return zlib.crc32(frame[off + len(hdr):end - ICRC_LEN], zlib.crc32(hdr, _CRC_FF8))
+
+
 def verify_icrc(frame_bytes) -> bool:
     """True when the frame's trailing ICRC matches ``icrc(frame)``."""
     frame = memoryview(frame_bytes)
     if (len(frame) >= _PLAIN_MIN and frame[14] == 0x45 and frame[12] == 0x08
             and frame[13] == 0x00):
-        # the frames we build (untagged IPv4, no options): ``icrc`` inlined, on a
-        # fixed layout -- every received frame is checked
+        # the frames we build (untagged IPv4, no options), every received one:
+        # no parsing of the layout
         end = 14 + ((frame[16] << 8) | frame[17])
         if end > len(frame) or end < _PLAIN_MIN:
             return False
-        hdr = bytearray(frame[14:_PLAIN_HDR_END])
-        hdr[1] = hdr[8] = hdr[10] = hdr[11] = 0xFF       # ToS, TTL, header checksum
-        hdr[26] = hdr[27] = hdr[32] = 0xFF                # UDP checksum, BTH Resv8a
-        crc = zlib.crc32(frame[_PLAIN_HDR_END:end - ICRC_LEN], zlib.crc32(hdr, _CRC_FF8))
-        return crc == _unpack_icrc(frame, end - ICRC_LEN)[0]
+        return _ipv4_icrc(frame, 14, 20, end) == _unpack_icrc(frame, end - ICRC_LEN)[0]
     try:
         off, et = _l3_offset(frame)
         if et == ETH_P_IP:
