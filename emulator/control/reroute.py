@@ -311,12 +311,11 @@ class Rerouter:
             dead = self._dead_ports()
             if dead == before:
                 return None
-            at_ns = fabric_ns + self.reaction_ns
             batch = self._batch(fabric_ns)
             routes = compute_routes(_FabricWithout(self.fabric, dead))
             for sw in sorted(set(self.held) - self.off):
                 for utype, ents in self.held[sw].update(routes.get(sw, [])):
-                    self._write(sw, utype, ents, at_ns)
+                    self._write(sw, utype, ents, batch["_at_ns"])
             changed = {sw: self.held[sw].changes_since(snap) for sw, snap in batch["_before"].items()
                        if sw not in self.off}
             batch["_changed"] = {sw: n for sw, n in changed.items() if n}
