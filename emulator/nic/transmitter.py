@@ -371,10 +371,14 @@ class Transmitter:
 
     def _refused(self, e: OSError, f, now: int):
         """The socket refused ``f``'s bytes with ``e``: full (``_blocked``:
-        ``_SocketFull``), else ``e`` raised again."""
+        ``_SocketFull``); its link down (counted, the frame lost); else ``e``
+        raised again."""
         if isinstance(e, (BlockingIOError, InterruptedError)) \
                 or e.errno in (errno.ENOBUFS, errno.EAGAIN):
             self._blocked(f, now)
+        if e.errno == errno.ENETDOWN:     # its link is down (BMv2's link faults set the veth
+            self.stats.tx_link_down += 1  # down): the frame is lost on a dark wire, as an RNIC's
+            return                        # on a dead port; the ACK timeout brings it again
         raise e
 
     def _send_faulty(self, f) -> None:

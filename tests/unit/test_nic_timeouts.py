@@ -5,6 +5,7 @@ loss is recovered (NAK, timeout) and counted per QP, per flow of a host
 agent's result and in summary.json."""
 from __future__ import annotations
 
+import errno
 import socket
 import struct
 
@@ -276,3 +277,47 @@ def test_host_agent_result_and_summary_count_recovery(tmp_path):
     con = Console(width=200, record=True)
     con.print(render_summary(summary))
     assert f"{flow['retransmitted_packets']} / 1 / 1" in con.export_text()
+
+
+# -- a link that is down ---------------------------------------------------------------------------
+class DarkLink:
+    """A wire hook that refuses data frames as a socket on a veth set down
+    does (``ENETDOWN``: BMv2's link faults, net/bmv2_faults.py) while
+    ``dark``; set ``pair`` first: its clock stamps the refusals."""
+
+    def __init__(self):
+        self.dark, self.refused, self.pair = False, [], None
+
+    def __call__(self, f):
+        if self.dark and data_psn(f) is not None:
+            self.refused.append(self.pair.clock.now_ns())
+            raise OSError(errno.ENETDOWN, "Network is down")
+        return f
+
+
+def test_frames_refused_by_a_link_that_is_down_are_counted_lost_and_resent_once_it_is_up(pairs):
+    """A veth set down refuses each frame with ENETDOWN: the NIC counts it
+    (``tx_link_down``), goes on as an RNIC on a dead port does, and its ACK
+    timeout resends the WRITE once the link is up again."""
+    hook = DarkLink()
+    p = hook.pair = pair_at(pairs, hook_ab=hook)
+    hook.dark = True
+    src, dst = write(p, 16)
+    assert p.wait(lambda ca, cb: len(hook.refused) >= 16, timeout_s=100.0)
+    hook.dark = False
+    assert done(p)
+    assert p.cq[p.a][0].status == WcStatus.SUCCESS and dst.buf == src.buf
+    assert p.a.stats.tx_link_down == len(hook.refused) >= 16
+    assert p.qa.timeouts >= 1 and p.a.stats.tx_retransmits >= 16
+
+
+def test_a_link_down_for_good_ends_in_retry_exceeded(pairs):
+    """Down for good: every resend is refused, and after ``retry_cnt``
+    timeouts the WRITE completes with IB_WC_RETRY_EXC_ERR."""
+    hook = DarkLink()
+    p = hook.pair = pair_at(pairs, hook_ab=hook, retry_cnt=2)
+    hook.dark = True
+    write(p, 4)
+    assert done(p)
+    assert p.cq[p.a][0].status == WcStatus.RETRY_EXC_ERR
+    assert p.a.stats.tx_link_down == len(hook.refused) == 4 * 3     # the first send and 2 retries
