@@ -50,6 +50,11 @@ class RawDir:
         """The controller's port reports and reroutes (``control/reroute.py``)."""
         return self.path / "controller.reroute.json"
 
+    def bmv2_faults(self) -> Path:
+        """BMv2's link faults as played: each step when it ran, and per downed
+        direction the frames its receiver's veth got (``net/bmv2_faults.py``)."""
+        return self.path / "bmv2.faults.json"
+
     def stats_files(self) -> list[Path]:
         return sorted(self.path.glob("*.stats.json"))
 

@@ -9,6 +9,7 @@ which frames the fault, not the emulation, lost.
 from __future__ import annotations
 
 from emulator.experiment.faults import compile_faults
+from emulator.experiment.fidelity import frames_sent
 from emulator.experiment.results_io import read_stats
 from emulator.experiment.summary_file import FaultEnd, Faults
 from emulator.schema.faults import (CpuStall, LinkDegrade, LinkDown, LinkFlap, LinkUp, PfcStorm,
@@ -48,6 +49,33 @@ def _end_stats(exp, stats: dict[str, dict], nic_stats: dict[str, dict]) -> list[
             entry["cpu_stall"] = nic_stats[sender]["cpu_stall"]
         out.append(entry)
     return out
+
+
+def _bmv2_counted(ends: list[dict], bmv2: dict, ports: list[dict], nic_stats: dict[str, dict]) -> None:
+    """BMv2's downed directions (``net/bmv2_faults.py``): the frames a down
+    interval lost are those the sender sent that its receiver's veth never
+    got (the kernel's count; what the veth got and the receiver missed is
+    the emulation's loss, ``fidelity.link_losses``). Per class they are not
+    known: ``dropped_down`` stays empty, ``dropped_down_frames`` is the total."""
+    by_end = {(p["node"], p["peer"]): p for p in ports}
+    for e in ends:
+        rx = bmv2.get("rx_frames", {}).get(e["direction"])
+        sent = frames_sent(e["sender"], e["receiver"], by_end, nic_stats)
+        if rx is None or sent is None:
+            continue
+        e["dropped_down_frames"] = max(0, sent - int(rx))
+        e["reported"] = True
+
+
+def _bmv2_applied(f, times: list[int], bmv2: dict) -> list[int]:
+    """A link fault's transitions when BMv2's player ran them (fabric ns,
+    from the wall clock): the later of the link's two ends' commands."""
+    link = sorted(f.ends)
+    ran = {}
+    for step in bmv2.get("steps", []):
+        if step["via"] == "ip" and step.get("link") == link:
+            ran[step["at_ns"]] = max(ran.get(step["at_ns"], 0), int(step["applied_ns"]))
+    return [ran.get(t, t) for t in times]
 
 
 def _entry_times(f, ends: list[dict]) -> dict:
@@ -136,17 +164,25 @@ def reroutes_by_run_end(rr: dict, end_ns: int | None) -> dict:
 
 
 def fault_summary(exp, stats: dict[str, dict], nic_stats: dict[str, dict],
-                  reroute_path=None, end_ns: int | None = None) -> Faults | None:
+                  reroute_path=None, end_ns: int | None = None, bmv2_path=None,
+                  ports: list[dict] = ()) -> Faults | None:
     """summary.json's ``faults`` block (None: the experiment has none);
     ``reroute_path``: the controller's reports and reroutes; ``end_ns``:
-    when the run ended (fabric ns)."""
+    when the run ended (fabric ns); ``bmv2_path``: BMv2's faults as played
+    (``net/bmv2_faults.py``; absent elsewhere), read with ``ports``
+    (summary.json's)."""
     if not exp.spec.faults:
         return None
     ends = _end_stats(exp, stats, nic_stats)
+    bmv2 = read_stats(bmv2_path) if bmv2_path is not None and bmv2_path.exists() else {}
+    if bmv2:
+        _bmv2_counted(ends, bmv2, list(ports), nic_stats)
     rr = reroutes_by_run_end(read_stats(reroute_path) if reroute_path is not None else {}, end_ns)
     entries = []
     for i, f in enumerate(exp.spec.faults):
         entry = {"index": i, **f.model_dump(exclude_none=True), **_entry_times(f, ends)}
+        if bmv2 and isinstance(f, (LinkDown, LinkUp, LinkFlap)):
+            entry["applied_ns"] = _bmv2_applied(f, entry["applied_ns"], bmv2)
         if rr and isinstance(f, (LinkDown, LinkUp, LinkFlap, SwitchDown, SwitchUp)):
             entry.update(_reroute_times(exp, f, entry["applied_ns"], ends, rr))
         entries.append(entry)

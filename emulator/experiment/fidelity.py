@@ -203,6 +203,19 @@ LINK_LOSS_MIN_FRAMES = 3
 LINK_LOSS_RATIO = 2.0
 
 
+def frames_sent(src: str, dst: str, by_end: dict[tuple[str, str], dict],
+                nic_stats: dict[str, dict]) -> int | None:
+    """The frames ``src`` sent on its link to ``dst``: a NIC's ``tx_packets``;
+    a switch port's ``tx_packets`` + its pause frames (``by_end``: (node,
+    peer) -> summary.json's port entry). None: neither is known."""
+    if src in nic_stats:
+        return int(nic_stats[src].get("tx_packets") or 0)
+    q = by_end.get((src, dst))
+    if q is None:
+        return None
+    return q["tx_packets"] + sum(e.get("pause_tx") or 0 for e in q.get("priorities", []))
+
+
 def link_losses(ports: list[dict], nic_stats: dict[str, dict],
                 fault_lost: dict[tuple[str, str], int] | None = None) -> list[dict]:
     """Per link into a switch (from a NIC or a switch): frames sent that the
@@ -217,12 +230,8 @@ def link_losses(ports: list[dict], nic_stats: dict[str, dict],
     out = []
     for p in ports:
         src, dst = p["peer"], p["node"]          # frames from the peer into this port
-        if src in nic_stats:
-            sent = int(nic_stats[src].get("tx_packets") or 0)
-        elif (src, dst) in by_end:
-            q = by_end[(src, dst)]
-            sent = q["tx_packets"] + sum(e.get("pause_tx") or 0 for e in q.get("priorities", []))
-        else:
+        sent = frames_sent(src, dst, by_end, nic_stats)
+        if sent is None:
             continue
         lost = sent - fault_lost.get((src, dst), 0) - int(p.get("rx_packets") or 0)
         if lost > max(LINK_LOSS_MIN_FRAMES, LINK_LOSS_LIMIT_FRACTION * sent):

@@ -252,7 +252,9 @@ def _traffic(fnet: FabricNet, exp: Experiment, run_dir: Path, console: Console,
     agents = AgentGroup(fnet, exp, run_dir, plain_hosts(exp))
     servers = ServerGroup(fnet, exp, run_dir)      # workload: collective/storage agents
     start_at_unix_ns = t0_ns = None
-    bmv2_faults = None                             # BMv2's link faults on the wall clock
+    # BMv2's link faults on the wall clock, counting from before the traffic
+    bmv2_faults = (fnet.bmv2_fault_player(end_faults(exp))
+                   if fnet.target == "bmv2" and exp.spec.faults else None)
     vt = fnet.vtime                                # virtual time's coordinator (None: dilated)
     try:
         agents.launch_all()
@@ -261,8 +263,8 @@ def _traffic(fnet: FabricNet, exp: Experiment, run_dir: Path, console: Console,
             start_at_unix_ns = start_together(agents, servers)
             # Raw logs stamp the monotonic clock; results count fabric time from here.
             t0_ns = monotonic_t0_from_unix(start_at_unix_ns)
-            if fnet.target == "bmv2" and exp.spec.faults:
-                bmv2_faults = fnet.start_bmv2_faults(end_faults(exp), t0_ns)
+            if bmv2_faults is not None:
+                bmv2_faults.start(t0_ns)
         else:                   # fabric time 0 on every virtual clock, then the windows
             start_at_unix_ns = start_together(agents, servers, start_at_unix_ns=VIRTUAL_UNIX_EPOCH_NS)
             t0_ns = 0
@@ -293,6 +295,8 @@ def _traffic(fnet: FabricNet, exp: Experiment, run_dir: Path, console: Console,
     counters = {}
     if not aborted:
         counters = _minus(ctl.read_port_counters(), before[0])
+        if bmv2_faults is not None:     # the veths' counts, before the teardown
+            bmv2_faults.write(RawDir(run_dir).bmv2_faults())
         if p4_stats:
             write_p4_counter_stats(ctl, run_dir, before[1])
         elif window_start:

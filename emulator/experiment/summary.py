@@ -161,7 +161,8 @@ def build_summary(exp: Experiment, target: str, agent_results: dict[str, dict],
         lossless_priorities=lossless_priorities(exp),
         flows=flows, ports=ports, switches=switches, nics=nics,
         fidelity=Fidelity(**fidelity))
-    faults = fault_summary(exp, stats, nic_stats, raw.reroute(), _fabric_end_ns(exp, stats, fabric_ns))
+    faults = fault_summary(exp, stats, nic_stats, raw.reroute(), _fabric_end_ns(exp, stats, fabric_ns),
+                           raw.bmv2_faults(), ports)
     if faults is not None:
         if faults.reroutes:
             faults.blackholed_frames = sum(p["pipeline_drops"] for p in ports)

@@ -25,11 +25,13 @@ Pure but for the player's thread: the steps are data, the runner executes them.
 """
 from __future__ import annotations
 
+import json
 import threading
 import time
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
+from emulator.atomic import atomic_write_text
 from emulator.clock import NEVER_NS
 from emulator.net.bmv2 import NUM_PRIORITIES, queue_rate_pps
 
@@ -41,6 +43,11 @@ class Bmv2FaultStep:
     node: str
     via: str
     commands: tuple[str, ...]
+    link: tuple[str, str] | None = None     # an "ip" step's link, its ends sorted
+
+    def as_dict(self) -> dict:
+        return {"at_ns": self.at_ns, "node": self.node, "via": self.via,
+                "commands": list(self.commands), "link": list(self.link) if self.link else None}
 
 
 def link_steps(fabric, ends: dict) -> list[Bmv2FaultStep]:
@@ -58,9 +65,26 @@ def link_steps(fabric, ends: dict) -> list[Bmv2FaultStep]:
         for d in ef.down:
             for state, at_ns in (("down", d.from_ns), ("up", d.until_ns)):
                 if at_ns < NEVER_NS:
-                    steps += [Bmv2FaultStep(at_ns, node, "ip", (f"ip link set dev {ifname} {state}",))
+                    steps += [Bmv2FaultStep(at_ns, node, "ip", (f"ip link set dev {ifname} {state}",),
+                                            tuple(sorted(link)))
                               for node, ifname in sides]
     return steps
+
+
+def downed_receivers(fabric, ends: dict) -> dict[str, tuple[str, str]]:
+    """Each direction a link fault takes down, "sender->receiver" -> the
+    receiver's (node, ifname): the veth end whose kernel counts what got through."""
+    out = {}
+    for (sender, receiver), ef in sorted(ends.items()):
+        if ef.down:
+            port = next(p for p in fabric.ports(sender) if p.peer == receiver)
+            out[f"{sender}->{receiver}"] = (receiver, fabric.port(receiver, port.peer_port_no).ifname)
+    return out
+
+
+def veth_rx_frames(ip_json: str) -> int:
+    """The frames a link end received, from ``ip -s -j link show dev IF``."""
+    return int(json.loads(ip_json)[0]["stats64"]["rx"]["packets"])
 
 
 def degrade_steps(fabric, ends: dict, dilation: float, mtu_frame_bytes: int) -> list[Bmv2FaultStep]:
@@ -92,9 +116,13 @@ class Bmv2FaultPlayer:
 
     def __init__(self, steps: Iterable[Bmv2FaultStep], execute: Callable[[Bmv2FaultStep], None],
                  dilation: float, clock_ns: Callable[[], int] = time.monotonic_ns,
-                 sleep: Callable[[float], None] = time.sleep):
+                 sleep: Callable[[float], None] = time.sleep,
+                 rx_frames: Callable[[], dict[str, int]] = dict):
         self.steps = sorted(steps, key=lambda s: s.at_ns)
         self.execute = execute
+        # the downed directions' receivers' counts from before the traffic
+        self.rx_frames = rx_frames
+        self.rx_before = rx_frames()
         self.dilation = float(dilation)
         self.clock_ns = clock_ns
         self.sleep = sleep
@@ -130,3 +158,13 @@ class Bmv2FaultPlayer:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(5.0)
+
+    def record(self) -> dict:
+        """The steps as played (``applied_ns``: the fabric ns they ran at) and
+        per downed direction the frames its receiver's veth got since the start."""
+        after = self.rx_frames()
+        return {"steps": [{**step.as_dict(), "applied_ns": int(round(t))} for step, t in self.applied],
+                "rx_frames": {d: n - self.rx_before.get(d, 0) for d, n in after.items()}}
+
+    def write(self, path) -> None:
+        atomic_write_text(path, json.dumps(self.record(), indent=1))

@@ -237,17 +237,23 @@ class FabricNet(FabricNodes, FabricHealth):
                 if self.vtime is not None:      # reports handled in fabric order, between windows
                     self.vtime.between_windows = rerouter.ordered()
 
-    def start_bmv2_faults(self, ends: dict, t0_ns: int):
-        """BMv2: play the link faults ``ends`` ((sender, receiver) ->
-        ``EndFaults``) on the wall clock from the agents' start ``t0_ns``
-        (monotonic): veth pairs down and up, degraded queues over Thrift
-        (``net/bmv2_faults.py``). The running ``Bmv2FaultPlayer`` (None:
-        nothing to play)."""
+    def bmv2_fault_player(self, ends: dict):
+        """BMv2: the player of the link faults ``ends`` ((sender, receiver) ->
+        ``EndFaults``) on the wall clock, to ``start`` at the agents' start:
+        veth pairs down and up, degraded queues over Thrift
+        (``net/bmv2_faults.py``); made before the traffic (it counts the
+        downed links' frames from here). None: nothing to play."""
         from emulator.net.bmv2 import run_cli   # deferred: BMv2's parts only where it is asked for
-        from emulator.net.bmv2_faults import Bmv2FaultPlayer, bmv2_fault_steps  # deferred: as bmv2
+        from emulator.net.bmv2_faults import (  # deferred: as bmv2
+            Bmv2FaultPlayer, bmv2_fault_steps, downed_receivers, veth_rx_frames)
         steps = bmv2_fault_steps(self.fabric, ends, self.dilation, mtu_frame_bytes(self.mtu_bytes))
         if not steps:
             return None
+        receivers = downed_receivers(self.fabric, ends)
+
+        def rx_frames() -> dict[str, int]:
+            return {d: veth_rx_frames(self.net.get(node).cmd(f"ip -s -j link show dev {ifname}"))
+                    for d, (node, ifname) in receivers.items()}
 
         def execute(step) -> None:
             node = self.net.get(step.node)
@@ -256,7 +262,7 @@ class FabricNet(FabricNodes, FabricHealth):
                     node.cmd(cmd)
             else:
                 run_cli(node.thrift_port, list(step.commands), node.log_path)
-        return Bmv2FaultPlayer(steps, execute, self.dilation).start(t0_ns)
+        return Bmv2FaultPlayer(steps, execute, self.dilation, rx_frames=rx_frames)
 
     def vtime_socket_of(self, node: str) -> str | None:
         """The coordinator's socket as the processes of ``node`` (a switch, a
