@@ -103,7 +103,7 @@ def _fcs_errors(port_stats: dict) -> dict:
 # state, by cause (retries or RNR retries exhausted), and the work requests
 # flushed with them.
 NIC_ERROR_COUNTERS = ("rx_icrc_errors", "rx_fcs_errors", "qp_errors", "retry_exc_errors",
-                      "rnr_retry_exc_errors", "wr_flush_errors")
+                      "rnr_retry_exc_errors", "wr_flush_errors", "tx_link_down", "link_down_events")
 
 
 def _rx_errors(nic: dict) -> dict:

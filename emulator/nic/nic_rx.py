@@ -5,6 +5,8 @@ hook, and dispatch of a RoCE packet to the part that owns it (requester,
 responder, READ, notification and reaction points)."""
 from __future__ import annotations
 
+import errno
+
 import fcntl
 import struct
 from typing import Sequence
@@ -86,6 +88,11 @@ class NicReceive:
                 n = recv_into(buf)
             except (BlockingIOError, InterruptedError):
                 break
+            except OSError as e:     # its veth went down (BMv2's link faults): the kernel
+                if e.errno != errno.ENETDOWN:   # says so once, to the next read; frames
+                    raise                       # come again when it is back up
+                self.stats.link_down_events += 1
+                continue
             if not n_batch and self._rx_stamp:
                 self._sample_rx_lateness(sock)
             n_batch += 1

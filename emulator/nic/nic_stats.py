@@ -8,7 +8,7 @@ from emulator.link import LATE_BUCKETS, bucket_bounds
 
 class NicStats:
     __slots__ = ("tx_packets", "tx_bytes", "tx_data_packets", "tx_data_payload_bytes",
-                 "tx_acks", "tx_naks", "tx_rnr_naks", "tx_retransmits", "tx_enobufs", "tx_link_down",
+                 "tx_acks", "tx_naks", "tx_rnr_naks", "tx_retransmits", "tx_enobufs", "tx_link_down", "link_down_events",
                  "tx_lag_frames", "tx_lag_max_ns", "tx_lag_sum_ns", "tx_given_up_ns",
                  "rx_late_samples", "rx_late_sum_ns", "rx_late_max_ns", "rx_late_hist",
                  "rx_stall_ns",

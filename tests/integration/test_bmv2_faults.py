@@ -37,3 +37,19 @@ def test_a_link_down_on_bmv2_loses_what_was_sent_meanwhile_and_the_flow_recovers
     (flow,) = s["flows"]
     assert flow["complete"] and flow["intact"]
     assert flow["retransmitted_packets"] > 0 and flow["fct_ns"] > 550_000
+
+
+def test_the_frames_a_down_link_lost_are_counted_by_the_kernel_as_the_nic_counted_them(bmv2_run):
+    """summary.json's faults on BMv2: h1's lost frames are what it sent less
+    what leaf1's veth got (the kernel's count); the NIC counted the same
+    frames itself as refused by its downed veth (ENETDOWN). They are the
+    fault's, not the emulation's: the run is not behind for them."""
+    s = bmv2_run
+    ends = {e["direction"]: e for e in s["faults"]["ends"]}
+    h1 = next(n for n in s["nics"] if n["node"] == "h1")
+    assert ends["h1->leaf1"]["reported"] and ends["h1->leaf1"]["dropped_down_frames"] > 0
+    assert ends["h1->leaf1"]["dropped_down_frames"] == h1["tx_link_down"]
+    assert s["faults"]["lost_frames"] >= ends["h1->leaf1"]["dropped_down_frames"]
+    assert not s["fell_behind"] and not s["fidelity"]["behind"]
+    down, up = (f["applied_ns"][0] for f in s["faults"]["faults"])
+    assert 50_000 <= down < up and 550_000 <= up     # when the player ran them, fabric ns
