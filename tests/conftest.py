@@ -91,6 +91,42 @@ def incast_pfc_virtual(tmp_path_factory) -> tuple[dict, Path]:
     return run_incast_pfc_virtual(out), out
 
 
+class SharedRuns:
+    """The session's runs that several tests only read: one run per
+    experiment as it resolves (its clock decided: ``time: virtual`` and
+    ``auto`` that keeps virtual time are the same run), made by the first
+    test that asks. Its directory is read-only to every reader: a test that
+    writes into a run's directory copies it first."""
+
+    def __init__(self, tmp_path_factory):
+        self._tmp = tmp_path_factory
+        self._runs: dict[tuple[str, str, bool], tuple[dict, Path]] = {}
+
+    def __call__(self, exp, pcap: bool = False) -> tuple[dict, Path]:
+        """(summary, out) of ``exp``'s run by ``run_shipped``."""
+        from emulator.experiment.time_mode import planned_target, resolve_time
+        resolved = resolve_time(exp, planned_target(exp.spec.target))
+        key = (exp.source, resolved.spec.model_dump_json(), pcap)
+        if key not in self._runs:
+            out = self._tmp.mktemp(f"shared-{exp.name}") / "out"
+            self._runs[key] = (run_shipped(exp, out, pcap=pcap), out)
+        return self._runs[key]
+
+
+@pytest.fixture(scope="session")
+def shared_run(tmp_path_factory) -> SharedRuns:
+    return SharedRuns(tmp_path_factory)
+
+
+def shipped(name: str, sets=(), **data):
+    """The ``Experiment`` of experiments/NAME.yaml with ``sets`` (``--set``
+    strings) and then the top-level keys ``data`` applied."""
+    from emulator.experiment.model import experiment_from_dict, read_experiment_data
+    from emulator.experiment.overrides import apply_sets
+    path = REPO / "experiments" / f"{name}.yaml"
+    return experiment_from_dict(apply_sets(read_experiment_data(path), list(sets)) | data, path)
+
+
 def run_cli(*args, timeout=300, **kw) -> subprocess.CompletedProcess:
     return subprocess.run([*FABRIC_EMU, *map(str, args)], cwd=REPO, capture_output=True,
                           text=True, timeout=timeout, **kw)

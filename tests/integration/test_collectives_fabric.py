@@ -37,9 +37,7 @@ import json
 
 import pytest
 
-from emulator.experiment.model import experiment_from_dict, read_experiment_data
-from emulator.experiment.overrides import apply_sets
-from tests.conftest import REPO, run_shipped
+from tests.conftest import run_shipped, shipped
 
 pytestmark = [pytest.mark.fabric, pytest.mark.usefixtures("no_leftovers")]
 LINK_GBPS = 12.5               # 100 Gbps in GB/s (1e9 B/s)
@@ -50,29 +48,36 @@ CHANNELS4_MIN_LINKS = 2.5          # busbw of 4 channels at 1 MiB, in links' rat
 NRANKS = 8
 
 
-def _run(name: str, out, sets: tuple[str, ...] = ()):
-    # from the file's former D, raised while the run falls behind
-    path = REPO / "experiments" / f"{name}.yaml"
-    exp = experiment_from_dict(apply_sets(read_experiment_data(path), list(sets)), path)
-    summary = run_shipped(exp, out)
+def _checked(name: str, run: tuple[dict, object]):
+    summary, _ = run
     assert not summary["fell_behind"], \
         f"{name}: fell behind at dilation {summary['dilation']:g}: {summary['fidelity']['behind']}"
-    return summary, out
+    return run
 
 
-@pytest.fixture(scope="module")
-def idle(tmp_path_factory):
-    return _run("allreduce-rail", tmp_path_factory.mktemp("idle"))
+def _run(name: str, out, sets: tuple[str, ...] = ()):
+    # from the file's former D, raised while the run falls behind
+    return _checked(name, (run_shipped(shipped(name, sets), out), out))
 
 
-@pytest.fixture(scope="module")
-def separate(tmp_path_factory):
-    return _run("checkpoint-separate", tmp_path_factory.mktemp("separate"))
+def _shared(shared_run, name: str, sets: tuple[str, ...] = ()):
+    """The session's run of ``name`` (``conftest.SharedRuns``: other files read it too)."""
+    return _checked(name, shared_run(shipped(name, sets)))
 
 
-@pytest.fixture(scope="module")
-def nogdr(tmp_path_factory):
-    return _run("allreduce-rail-nogdr", tmp_path_factory.mktemp("nogdr"))
+@pytest.fixture
+def idle(shared_run):
+    return _shared(shared_run, "allreduce-rail")
+
+
+@pytest.fixture
+def separate(shared_run):
+    return _shared(shared_run, "checkpoint-separate")
+
+
+@pytest.fixture
+def nogdr(shared_run):
+    return _shared(shared_run, "allreduce-rail-nogdr")
 
 
 def _busbw(summary) -> dict[int, float]:
@@ -118,12 +123,12 @@ def test_allreduce_idle_correct_and_near_line_rate(idle):
     assert all(p["tx_packets"] == 0 for p in summary["ports"] if p["role"] == "spine")
 
 
-def test_allreduce_on_infiniband_is_correct_and_near_line_rate(tmp_path):
+def test_allreduce_on_infiniband_is_correct_and_near_line_rate(shared_run):
     """allreduce-rail-ib: the same ring on rail-2x4 as InfiniBand (credits,
     the subnet manager's routes): every rank's data right, nothing dropped,
     busbw within the idle RoCE run's bounds (measured 12.70 GB/s at 1 MiB
     against RoCE's 12.05: the ratio of their frames, 1106 / 1050 bytes)."""
-    summary, out = _run("allreduce-rail-ib", tmp_path)
+    summary, out = _shared(shared_run, "allreduce-rail-ib")
     assert summary["link_layer"] == "infiniband"
     _check_complete(summary, out, ["server1", "server2"])
     assert sum(p["drops"] for p in summary["ports"]) == 0
@@ -141,8 +146,8 @@ CONGESTED = (f"workload.tests[0].sizes.max_bytes={CONGESTED_MAX_BYTES}",
              f"traffic[0].size_bytes={COMPETITOR_BYTES}", f"traffic[1].size_bytes={COMPETITOR_BYTES}")
 
 
-def test_allreduce_congested_busbw_drops(idle, tmp_path):
-    summary, out = _run("allreduce-rail-congested", tmp_path, CONGESTED)
+def test_allreduce_congested_busbw_drops(idle, shared_run):
+    summary, out = _shared(shared_run, "allreduce-rail-congested", CONGESTED)
     _check_complete(summary, out, ["server1", "server3"])
     assert summary["complete"]                           # the competing flows finished too
     bus, bus_idle = _busbw(summary), _busbw(idle[0])
@@ -210,8 +215,8 @@ def test_checkpoint_separate_plane_reads_leave_training_alone(separate):
     assert leaf_tx > sum(r["bytes_in_window"] for r in st["readers"])
 
 
-def test_checkpoint_shared_plane_reads_slow_training(separate, tmp_path):
-    summary, out = _run("checkpoint-shared", tmp_path)
+def test_checkpoint_shared_plane_reads_slow_training(separate, shared_run):
+    summary, out = _shared(shared_run, "checkpoint-shared")
     _check_complete(summary, out, ["server1", "server2"])
     c, c_sep = summary["collectives"], separate[0]["collectives"]
     assert [r["nic"] for r in c["storage"]["readers"]] == ["s1n0", "s2n0"]

@@ -1,7 +1,8 @@
 """Tree all_reduce and PXN on the rails (rail-2x4, virtual time), end to
-end: the shipped allreduce-rail-tree reruns identically, exactly right, on
-rail 0 alone; alltoall-rail-pxn's collectives leave the spines idle with PXN
-and cross them without it, both exactly right."""
+end: the shipped allreduce-rail-tree is exactly right, on rail 0 alone;
+alltoall-rail-pxn's collectives leave the spines idle with PXN and cross
+them without it, both exactly right. (That a collective workload's rerun
+is the same run is test_training_step's.)"""
 from __future__ import annotations
 
 import pytest
@@ -9,7 +10,6 @@ import pytest
 from emulator.experiment.dilation import run_with_dilation
 from emulator.experiment.model import experiment_from_dict, read_experiment_data
 from tests.conftest import REPO
-from tests.reruns import without_wall
 
 pytestmark = [pytest.mark.fabric, pytest.mark.usefixtures("no_leftovers")]
 LINK_GBPS = 12.5                        # a 100 Gbps NIC, GB/s
@@ -27,9 +27,8 @@ def _spine_bytes(summary: dict) -> int:
     return sum(p.get("tx_bytes", 0) for p in summary["ports"] if p["node"].startswith("spine"))
 
 
-def test_tree_all_reduce_on_the_rails_reruns_identically(tmp_path):
-    a, b = tmp_path / "a", tmp_path / "b"
-    first, second = _run(a, "allreduce-rail-tree"), _run(b, "allreduce-rail-tree")
+def test_tree_all_reduce_on_the_rails_is_exact_on_rail_0(tmp_path):
+    first = _run(tmp_path, "allreduce-rail-tree")
     assert first["complete"] and not first["fell_behind"] and first["time"] == "virtual"
     rows = first["collectives"]["results"]
     assert [r["size_bytes"] for r in rows] == [65536, 262144, 1048576]
@@ -40,9 +39,6 @@ def test_tree_all_reduce_on_the_rails_reruns_identically(tmp_path):
     assert all(r["algbw_GBps"] <= LINK_GBPS for r in rows)
     assert rows[-1]["algbw_GBps"] > 0.7 * LINK_GBPS
     assert _spine_bytes(first) == 0
-    assert without_wall(first) == without_wall(second)
-    for name in ("collectives.csv", "collectives.txt"):
-        assert (a / name).read_bytes() == (b / name).read_bytes(), name
 
 
 def test_pxn_keeps_the_collectives_off_the_spines(tmp_path):

@@ -2,7 +2,9 @@
 reroute") in virtual time on clos-2x2: leaf1-spine1 goes down under an
 all-to-all; both ends report it a link delay later, the controller's writes
 take effect ``controller.reaction_us`` after that on leaf1, leaf2 and
-spine1, the flows complete over spine2, and a rerun is the same run."""
+spine1, the flows complete over spine2. A reroute's rerun is the same run:
+the race of two links' reports within a window, rerun packed otherwise
+(the family's one rerun; the other runs' fabric times are pinned exactly)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -70,16 +72,6 @@ def test_a_link_down_is_rerouted_at_detection_plus_reaction_and_the_flows_comple
     assert f["blackholed_frames"] == 0      # spine1 reaches leaf1 through leaf2 and spine2
 
 
-def test_a_rerun_reroutes_at_the_same_fabric_ns_and_is_the_same_run(rerouted, tmp_path):
-    s1, out1 = rerouted
-    s2, out2 = _run(tmp_path, "second")
-    assert without_wall({**s2, "source": ""}) == without_wall({**s1, "source": ""})
-    f1, f2 = _files(out1), _files(out2)
-    assert sorted(f1) == sorted(f2) and f1
-    for name in f1:
-        assert f1[name] == f2[name], name
-
-
 SPINE_DOWN = REPO / "experiments" / "spine-down-incast.yaml"
 
 
@@ -104,16 +96,6 @@ def test_a_spine_down_is_routed_around_then_programmed_again_and_nothing_is_left
     assert back["at_ns"] == 200_000 + reaction and back["detected_ns"] == back["at_ns"] + 2_000
     reroutes = [(r["detected_ns"], r.get("reinstalled")) for r in f["reroutes"]]
     assert reroutes[:2] == [(51_000, None), (200_000, "spine1")]
-
-
-def test_a_rerun_of_the_spine_down_is_the_same_run(spine_down, tmp_path):
-    s1, out1 = spine_down
-    s2 = run_with_dilation(load_experiment(SPINE_DOWN), tmp_path / "out")
-    assert without_wall(s2) == without_wall(s1)
-    f1, f2 = _files(out1), _files(tmp_path / "out")
-    assert sorted(f1) == sorted(f2) and f1
-    for name in f1:
-        assert f1[name] == f2[name], name
 
 
 # Two links' faults 1 ns apart, inside one window (lookahead ~1 us): leaf1
@@ -144,7 +126,7 @@ def _race(tmp_path: Path, per_process: int) -> tuple[dict, Path]:
 
 
 def test_reports_of_two_links_within_a_window_reroute_in_fabric_order_however_packed(tmp_path):
-    runs = [_race(tmp_path, n) for n in (1, 1, 4)]
+    runs = [_race(tmp_path, n) for n in (1, 4)]
     s, out = runs[0]
     assert s["complete"] and s["link_losses"] == []
     f = s["faults"]

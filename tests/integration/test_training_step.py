@@ -2,7 +2,9 @@
 shaped by tp 2 x pp 2 x dp 2 (ep 2) on rail-2x4, in virtual time. Every
 phase is there, the phases tile the step, every piece's data is right, and
 a rerun is the same run: training.csv and training.json byte for byte, the
-agents' raw results and summary.json but for its wall-time fields."""
+agents' raw results and summary.json but for its wall-time fields. This is
+the suite's one rerun of a collective workload (the engine's every phase:
+compute, tp, ep, pp, dp); the other collective files run theirs once."""
 from __future__ import annotations
 
 import csv
