@@ -315,15 +315,20 @@ class RoceHost(Host):
 
     @staticmethod
     def _route_lines(nics: list[dict]) -> list[str]:
+        # Every NIC's kernel route goes first: NICs sharing a leaf share its
+        # network, and a route replaced for one would be another's to delete.
         lines, routed = [], set()
-        for i, nic in enumerate(nics):
-            dev, gw = nic["ifname"], nic["gateway_ip"]
-            addr = ipaddress.ip_interface(nic["cidr"])
+        for nic in nics:
             # Static ARP: the fabric routes, it does not answer ARP. Even
             # hosts of the same leaf subnet are reached through the leaf
             # (its /32 routes), as in a routed-to-the-host fabric.
-            lines.append(f"neigh replace {gw} lladdr {nic['gateway_mac']} dev {dev} nud permanent")
-            lines.append(f"route del {addr.network} dev {dev} proto kernel")
+            dev, network = nic["ifname"], ipaddress.ip_interface(nic["cidr"]).network
+            lines.append(f"neigh replace {nic['gateway_ip']} lladdr {nic['gateway_mac']} dev {dev} "
+                         "nud permanent")
+            lines.append(f"route del {network} dev {dev} proto kernel")
+        for i, nic in enumerate(nics):
+            dev, gw = nic["ifname"], nic["gateway_ip"]
+            addr = ipaddress.ip_interface(nic["cidr"])
             if addr.network not in routed:   # NICs sharing a leaf: the first one's route
                 lines.append(f"route replace {addr.network} via {gw} dev {dev} onlink")
                 routed.add(addr.network)

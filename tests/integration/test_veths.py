@@ -67,3 +67,21 @@ def test_default_mtu_is_the_kernels(tmp_path):
             assert int((Path("/sys/class/net") / port / "mtu").read_text()) == 1500
         host = fnet.host("h1")
         assert "mtu 1500" in host.cmd(f"ip link show {fabric.addresses.host_ifname('h1')}")
+
+
+def test_nics_sharing_a_leaf_share_one_route_through_it(tmp_path):
+    fabric = load_fabric(REPO / "topologies/clos-2x4-servers.yaml")   # a server's 4 NICs, 1 leaf
+    plan = fabric.addresses
+    with FabricNet(fabric, tmp_path, dilation=1000, program=False) as fnet:
+        server = fabric.servers()[0]
+        host = fnet.host(server.name)
+        nics = server.all_nics
+        network = ipaddress.ip_interface(plan.host_cidr(nics[0])).network
+        assert len({ipaddress.ip_interface(plan.host_cidr(n)).network for n in nics}) == 1
+        routes = [r.split() for r in host.cmd("ip route show").splitlines()
+                  if r.startswith(str(network))]
+        assert routes == [[str(network), "via", plan.host_gateway(nics[0]), "dev",
+                           plan.host_ifname(nics[0]), "onlink"]], routes
+        for i, nic in enumerate(nics):             # each NIC still answers from its own
+            table = host.cmd(f"ip route show table {100 + i}")
+            assert f"dev {plan.host_ifname(nic)} onlink" in table, table
