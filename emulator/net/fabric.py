@@ -21,7 +21,6 @@ import threading
 from pathlib import Path
 
 from mininet.log import setLogLevel
-from mininet.net import Mininet
 
 from emulator.control.controller import FabricController, program_p4info
 from emulator.errors import EnvironmentProblem, FabricEmuError, RunAborted
@@ -40,6 +39,7 @@ from emulator.net.mgmt_relay import ManagementRelay
 from emulator.net.mininet_topo import dilated_link, fabric_topo, ib_link_config
 from emulator.net.nodes import free_tcp_ports
 from emulator.net.runlock import RunLock
+from emulator.net.veths import BatchedMininet
 from emulator.net.wake_latency import WakeLatencyRequest
 from emulator.net.watchdog import Watchdog
 from emulator.schema.qos import mtu_frame_bytes
@@ -204,7 +204,8 @@ class FabricNet(FabricNodes, FabricHealth):
             switch_options["switch_reboots"] = self.switch_reboots
         if self.pfc_watchdog is not None:
             switch_options["pfc_watchdog"] = self.pfc_watchdog
-        net_cls, net_params = Mininet, {}
+        # One ``ip -batch`` makes every veth (``veths.py``); a cluster's links are Mininet's
+        net_cls, net_params = BatchedMininet, {"mtu_bytes": self._jumbo_mtu()}
         if self.cluster_spec is not None:
             self.cluster = Cluster(self.cluster_spec, self.fabric, self.run_dir,
                                    vtime_socket=self.vtime_socket).open()
@@ -278,13 +279,18 @@ class FabricNet(FabricNodes, FabricHealth):
         where each process handles each frame at its exact fabric time."""
         return 0 if self.vtime_socket is not None else int(REACTION_WALL_NS / self.dilation)
 
-    def _jumbo_frames(self) -> None:
+    def _jumbo_mtu(self) -> int | None:
         """Above a 1500-byte interface MTU, the largest frame of the run (an
         MTU frame with a full INT stack and the virtual-time trailer) would
         not fit a veth: every fabric interface gets ``JUMBO_MTU_BYTES``, as a
-        RoCE fabric runs jumbo frames. Below it, nothing changes."""
+        RoCE fabric runs jumbo frames. Below it, None: nothing changes."""
         largest = mtu_frame_bytes(self.mtu_bytes) + int_bytes(INT_MAX_HOPS) + TRAILER_BYTES
-        if largest - ETH_HDR_BYTES <= DEFAULT_MTU_BYTES_VETH:
+        return JUMBO_MTU_BYTES if largest - ETH_HDR_BYTES > DEFAULT_MTU_BYTES_VETH else None
+
+    def _jumbo_frames(self) -> None:
+        """The jumbo MTU (``_jumbo_mtu``) on every interface of a net whose
+        veths were not made with it (a cluster's)."""
+        if self._jumbo_mtu() is None or isinstance(self.net, BatchedMininet):
             return
         for node in self.net.hosts + self.net.switches:   # one round trip a node
             intfs = [i.name for i in node.intfList() if i.name != "lo"]
@@ -379,6 +385,11 @@ class FabricNet(FabricNodes, FabricHealth):
                             # trip at a time, ~27 ms each (1.7 s for 32 hosts).
                             delete_interfaces(self.switch_interfaces())
                             net.links = []
+                            # gone with their links: a switch's stop would delete
+                            # each port again, a round trip each
+                            for sw in net.switches:
+                                for intf in list(sw.intfs.values()):
+                                    sw.delIntf(intf)
                         net.stop()
                     else:
                         # Taken down under us (clean --force): Mininet would wait

@@ -4,10 +4,11 @@ A cold ``python -m emulator.agents.host`` spends ~0.3 s of CPU importing
 Scapy, pydantic and NumPy and holds ~60 MB of its own: 64 agents and 20
 switches on two cores are half a minute of imports and gigabytes. Like
 Android's zygote or a pre-loading server, ``python -m emulator.net.forkserver
-RUN_DIR`` imports every entry point once (``ENTRY_POINTS``), freezes the
-heap out of the garbage collector's reach (so collections do not touch, and
-copy, the shared pages) and forks one child per process the run asks for:
-~2 ms each, sharing the imported code and data copy-on-write.
+RUN_DIR`` imports every entry point once (``ENTRY_POINTS``; the switches'
+first, the rest once it serves: ``FIRST_MODULES``), freezes the heap out of
+the garbage collector's reach (so collections do not touch, and copy, the
+shared pages) and forks one child per process the run asks for: ~2 ms each,
+sharing the imported code and data copy-on-write.
 
 A child is what ``mnexec -da PID python -m MODULE ARGS`` would have run: in
 its own session, in the network (and mount) namespace of Mininet node PID,
@@ -356,43 +357,63 @@ def _adopt(msg: bytes, fds: list[int]) -> None:
     print(f"fork server for {run_dir}: adopted", flush=True)
 
 
+# What a run forks first: its switches. The server is ready once these are
+# imported; the agents' modules follow, each once no request has come for
+# IDLE_BEFORE_IMPORT_S (a runner waiting for "ready", or spawning its switch
+# packs one after the other, sends its next request within it), or on demand
+# before a fork that needs one.
+FIRST_MODULES = ("emulator.dataplane.pack", "emulator.dataplane.switch")
+IDLE_BEFORE_IMPORT_S = 0.05
+
+
+def _freeze() -> None:
+    gc.collect()
+    gc.freeze()          # imported objects leave the collector's reach: their pages stay shared
+
+
+def _import_later(module: str, failed: dict[str, str]) -> None:
+    """Import a module after the server is ready; a failure is logged and
+    kept, answered to the requests for that module."""
+    try:
+        importlib.import_module(module)
+    except Exception as e:
+        traceback.print_exc()
+        sys.stdout.flush()
+        failed[module] = f"{type(e).__name__}: {e}"
+    _freeze()
+
+
 def serve(ctl: socket.socket, entry_points: dict[str, str]) -> None:
     die_with_runner()
-    for module in sorted(set(entry_points.values())):
-        importlib.import_module(module)
+    modules = sorted(set(entry_points.values()))
+    # tests' probes (not ENTRY_POINTS) too: a probe that cannot be imported ends the start
+    later = [m for m in modules if m in ENTRY_POINTS.values() and m not in FIRST_MODULES]
+    for module in modules:
+        if module not in later:
+            importlib.import_module(module)
     # deferred: the runner imports this module too, and its own process title is
     # not to be touched; setproctitle is loaded in the fork server only.
     import setproctitle
     # Set up here, while argv and environ lie as the kernel laid them out:
     # a child that changed its environment first could not move them.
     setproctitle.setproctitle(setproctitle.getproctitle())
-    gc.collect()
-    gc.freeze()          # imported objects leave the collector's reach: their pages stay shared
+    _freeze()
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)
     children: dict[int, socket.socket] = {}
+    failed: dict[str, str] = {}
     ctl.send(b"ready")
     me = os.getpid()
     while True:
-        ready, _, _ = select.select([ctl, wake_r], [], [])
+        ready, _, _ = select.select([ctl, wake_r], [], [], IDLE_BEFORE_IMPORT_S if later else None)
+        if not ready:                        # nothing waits: the next module
+            _import_later(later.pop(0), failed)
+            continue
         if wake_r in ready:
             os.read(wake_r, 4096)
-        while children:                      # reap, and tell each child's runner handle
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                break
-            if pid == 0:
-                break
-            report = children.pop(pid, None)
-            if report is not None:
-                try:
-                    report.send(str(os.waitstatus_to_exitcode(status)).encode())
-                except OSError:               # the runner closed its end
-                    pass
-                report.close()
+        _reap(children)
         if ctl not in ready:
             continue
         msg, fds, _, _ = socket.recv_fds(ctl, _MAX_REQUEST, 3)
@@ -403,6 +424,12 @@ def serve(ctl: socket.socket, entry_points: dict[str, str]) -> None:
             continue
         try:
             req = json.loads(msg)
+            module = entry_points.get(req["module"])
+            if module in later:
+                later.remove(module)
+                _import_later(module, failed)
+            if module in failed:
+                raise ImportError(failed[module])
             pid = os.fork()
         except Exception as e:               # a bad request, or no fork: say so, keep serving
             for fd in fds:
@@ -416,6 +443,24 @@ def serve(ctl: socket.socket, entry_points: dict[str, str]) -> None:
         os.close(fds[1])
         children[pid] = socket.socket(fileno=fds[2])
         ctl.send(json.dumps({"pid": pid}).encode())
+
+
+def _reap(children: dict[int, socket.socket]) -> None:
+    """Reap exited children, and tell each one's runner handle its status."""
+    while children:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            break
+        if pid == 0:
+            break
+        report = children.pop(pid, None)
+        if report is not None:
+            try:
+                report.send(str(os.waitstatus_to_exitcode(status)).encode())
+            except OSError:               # the runner closed its end
+                pass
+            report.close()
 
 
 def main(argv: list[str] | None = None) -> int:
