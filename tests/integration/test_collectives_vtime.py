@@ -4,8 +4,10 @@ server agents' NICs, engines and NVLink models on their processes'
 virtual clocks beside the switches'. Each is the session's one run of the
 shipped file (``conftest.SharedRuns``; test_collectives_fabric reads it
 too): exactly right at every size, its 256 KiB row near the ring's
-bottleneck. That a rerun of a collective workload is the same run is
-test_training_step's (training-3d: every phase of the engine, rerun once).
+bottleneck. Run again, allreduce-rail is the same run: every CSV byte for
+byte, the nccl-tests rows, the agents' raw results and summary.json but for
+its wall-time fields (training-3d's rerun, test_training_step, covers every
+phase of the engine).
 """
 from __future__ import annotations
 
@@ -13,7 +15,8 @@ import json
 
 import pytest
 
-from tests.conftest import shipped
+from tests.conftest import run_shipped, shipped
+from tests.reruns import without_wall
 
 pytestmark = [pytest.mark.fabric, pytest.mark.usefixtures("no_leftovers")]
 
@@ -33,3 +36,18 @@ def test_allreduce_rail_in_virtual_time_is_exact(shared_run, name):
     assert 10.0 < rows[1]["busbw_GBps"] <= 12.5
     for server in ("server1", "server2"):
         assert json.loads((out / "run" / f"{server}.result.json").read_text())["complete"]
+
+
+def test_allreduce_rail_in_virtual_time_reruns_identically(shared_run, tmp_path):
+    exp = shipped("allreduce-rail", time="virtual")
+    first, a = shared_run(exp)
+    b = tmp_path / "b"
+    second = run_shipped(exp, b)
+    assert without_wall(first) == without_wall(second)
+    csvs = sorted(p.name for p in a.glob("*.csv"))
+    assert "collectives.csv" in csvs
+    for name in csvs + ["collectives.txt"]:
+        assert (a / name).read_bytes() == (b / name).read_bytes(), name
+    for server in ("server1", "server2"):
+        ra, rb = (json.loads((d / "run" / f"{server}.result.json").read_text()) for d in (a, b))
+        assert ra["complete"] and ra == rb
