@@ -19,6 +19,7 @@ from .roce import (
     NAK_REMOTE_ACCESS_ERR, NAK_REMOTE_OP_ERR, PSN_HALF, PSN_MASK,
 )
 
+_new_frame = tuple.__new__
 _NAK_STATUS = {NAK_INVALID_REQUEST & 0x1F: WcStatus.REM_INV_REQ_ERR,
                NAK_REMOTE_ACCESS_ERR & 0x1F: WcStatus.REM_ACCESS_ERR,
                NAK_REMOTE_OP_ERR & 0x1F: WcStatus.REM_OP_ERR}
@@ -122,8 +123,8 @@ class Requester:
             plen = w.length - k * mtu
             if plen > mtu:
                 plen = mtu
-            frame = DataFrame(qp, w, k, psn,
-                              k + 1 >= w.npkts or (psn + 1) % self.ack_every_n == 0)
+            frame = _new_frame(DataFrame, (      # DataFrame(...) without its Python-level __new__
+                qp, w, k, psn, k + 1 >= w.npkts or (psn + 1) % self.ack_every_n == 0))
             flen = self.framing.frame_bytes(RETH_BYTES if (w.is_write and k == 0) else 0, plen)
             qp.snd_nxt = psn = psn + 1
             if k + 1 >= w.npkts:
