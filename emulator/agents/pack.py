@@ -80,6 +80,7 @@ def run_members(agents: list[HostAgent], stop_flag: list[bool],
     for a in agents:
         a.begin(start_at)
     owner = {fd: a for a in agents for fd in a.nic.rx_fds}
+    io_of = {a: a.io for a in agents}   # (a property: looked up once, not every pass)
     fds = list(owner)                    # what the loop waits on: rebuilt only when a member ends
     wakes = {a: 0 for a in agents}       # member -> monotonic ns it must run again by
     # members with frames waiting, and their fds, as the last select found;
@@ -95,7 +96,7 @@ def run_members(agents: list[HostAgent], stop_flag: list[bool],
             for a in [a for a, w in wakes.items()
                       if stop or w <= now or ready is None or a in ready]:
                 # receive (only where the select found frames), timers, transmit what is due
-                a.io.run_once(0, None if ready is None else ready.get(a, ()))
+                io_of[a].run_once(0, None if ready is None else ready.get(a, ()))
                 w = a.step(stop)
                 if w is None:
                     del wakes[a]

@@ -184,7 +184,7 @@ class EmbeddedSwitch:
         # time: it would write nothing; ``turn`` puts it back on its grid)
         if self._next_sample < wake and (not self.virtual or self.tm.unsampled()):
             wake = self._next_sample
-        if self.sampler is not None and self.sampler.active():
+        if self.sampler is not None and self.sampler.subs:
             due = self.sampler.next_due_ns()
             if due < wake:
                 wake = due
@@ -203,7 +203,7 @@ class EmbeddedSwitch:
         computed it after the last turn (only a turn changes it), if known."""
         tm = self.tm
         clock = self.clock.now_ns
-        if self.sampler is not None and self.sampler.active():
+        if self.sampler is not None and self.sampler.subs:
             self.sampler.tick(clock())       # the state as the last turn left it
         if self._next_fault_ns <= clock():
             self._apply_faults(clock())

@@ -387,9 +387,12 @@ class RoceNic(NicLink, NicReceive):
         gate = self.cpu_gate
         if gate is not None and gate.rxq:    # received packets whose CPU work is done
             self._cpu_rx_release(now)
-        if self.reaction.enabled:
-            self.reaction.advance(now)
-        self.requester.timers(now)
+        reaction = self.reaction            # (each timer pass only when it may have work)
+        if reaction.running_qps:
+            reaction.advance(now)
+        requester = self.requester
+        if now >= requester.next_pass_ns:
+            requester.timers(now)
         if self.link_faults is not None:
             t = self.transmitter.next_rate_change_ns()
             if t is not None and t <= now:
@@ -435,7 +438,7 @@ class RoceNic(NicLink, NicReceive):
                 wake = self.stormer.next_ns
             if self.rx_stall is not None and self.rx_stall.next_ns() < wake:
                 wake = self.rx_stall.next_ns()
-        if self.reaction.enabled:
+        if self.reaction.running_qps:        # none: no rate-increase timer runs
             wake = self.reaction.next_timer_ns(wake)
         if gate is not None:
             t = gate.next_rx_ns()

@@ -23,7 +23,7 @@ INT_LOG_EVERY = 8          # the INT records of one ACK in this many are logged 
 
 
 class ReactionPoint:
-    __slots__ = ("params", "logs", "on_rate", "max_window_pkts", "_running", "_int_acks")
+    __slots__ = ("params", "logs", "on_rate", "max_window_pkts", "running_qps", "_int_acks")
 
     def __init__(self, params, on_rate: Callable, logs=None,
                  max_window_pkts: int = 1 << 30):
@@ -36,7 +36,7 @@ class ReactionPoint:
         # QPs whose machine's timers run (``active``: a CNP came, the rate
         # is not back): the timer pass walks only these (websearch's NICs
         # hold ~40 QPs, and walking them all was 8 % of its agents' CPU)
-        self._running: dict = {}
+        self.running_qps: dict = {}
         self._int_acks: dict = {}                # QPN -> ACKs with INT records so far
 
     @property
@@ -46,7 +46,7 @@ class ReactionPoint:
     @property
     def running(self) -> tuple:
         """The QPs whose rate-increase timers run (what ``advance`` walks)."""
-        return tuple(self._running)
+        return tuple(self.running_qps)
 
     def attach(self, qp, line_bps: float, now: int) -> None:
         """Give ``qp`` (line rate ``line_bps``) its state machine; log its
@@ -106,7 +106,7 @@ class ReactionPoint:
         if cc is not None:
             cc.on_cnp(now)
             if cc.active:
-                self._running[qp] = None
+                self.running_qps[qp] = None
 
     def on_tx(self, qp, frame_bytes: int, slot_ns: float) -> None:
         """``qp`` serialized a data frame of ``frame_bytes`` at ``slot_ns``
@@ -119,7 +119,7 @@ class ReactionPoint:
         """The earliest rate-increase timer of a running machine, at most
         ``limit``: the NIC wakes for it, so a rate goes up at its time, not
         at whatever wakes the NIC next (a paced QP's next slot at the old rate)."""
-        for qp in self._running:
+        for qp in self.running_qps:
             t = qp.cc.next_rate_ns
             if t < limit:
                 limit = t
@@ -128,7 +128,7 @@ class ReactionPoint:
     def advance(self, now: int) -> None:
         """Run the rate-increase timers that are due (a machine only becomes
         active at a CNP; one that recovered leaves the pass)."""
-        running = self._running
+        running = self.running_qps
         if not running:
             return
         for qp in list(running):

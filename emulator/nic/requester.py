@@ -19,6 +19,7 @@ from .roce import (
     NAK_REMOTE_ACCESS_ERR, NAK_REMOTE_OP_ERR, PSN_HALF, PSN_MASK,
 )
 
+_new_frame = tuple.__new__
 _NAK_STATUS = {NAK_INVALID_REQUEST & 0x1F: WcStatus.REM_INV_REQ_ERR,
                NAK_REMOTE_ACCESS_ERR & 0x1F: WcStatus.REM_ACCESS_ERR,
                NAK_REMOTE_OP_ERR & 0x1F: WcStatus.REM_OP_ERR}
@@ -69,7 +70,7 @@ class Requester:
         # ``timers`` has nothing to do before this: the earliest armed ACK
         # timeout, exactly (0: a QP may have gone idle or a timer moved --
         # ACK progress, a failure --, so the next pass walks ``busy`` again)
-        self._timers_from_ns = 0
+        self.next_pass_ns = 0
 
     # -- work requests -----------------------------------------------------------
     def post(self, qp, wr_id: int, buf, is_write: bool, remote_addr: int, rkey: int,
@@ -122,8 +123,8 @@ class Requester:
             plen = w.length - k * mtu
             if plen > mtu:
                 plen = mtu
-            frame = DataFrame(qp, w, k, psn,
-                              k + 1 >= w.npkts or (psn + 1) % self.ack_every_n == 0)
+            frame = _new_frame(DataFrame, (      # DataFrame(...) without its Python-level __new__
+                qp, w, k, psn, k + 1 >= w.npkts or (psn + 1) % self.ack_every_n == 0))
             flen = self.framing.frame_bytes(RETH_BYTES if (w.is_write and k == 0) else 0, plen)
             qp.snd_nxt = psn = psn + 1
             if k + 1 >= w.npkts:
@@ -156,8 +157,8 @@ class Requester:
         """``qp``'s ACK timeout expires ``timeout_ns`` from ``now``, plus
         whatever time PFC holds our data class from now on."""
         qp.rto_deadline_ns = dl = now + timeout_ns
-        if dl < self._timers_from_ns:
-            self._timers_from_ns = dl
+        if dl < self.next_pass_ns:
+            self.next_pass_ns = dl
         hold = self.hold
         qp.rto_held_ns = hold.held_ns(now) if hold is not None else 0.0
 
@@ -184,7 +185,7 @@ class Requester:
 
     # -- ACK/NAK -----------------------------------------------------------------------
     def on_ack(self, qp, pkt, now: int) -> None:
-        self._timers_from_ns = 0
+        self.next_pass_ns = 0
         st = self.stats
         syn = pkt.aeth_syndrome
         if syn is None:
@@ -237,7 +238,7 @@ class Requester:
 
     def acked_through(self, qp, una: int, now: int) -> None:
         """Everything of ``qp`` below PSN ``una`` is acknowledged."""
-        self._timers_from_ns = 0
+        self.next_pass_ns = 0
         if una <= qp.snd_una:
             return
         qp.snd_una = una
@@ -298,7 +299,7 @@ class Requester:
         elif status == WcStatus.RNR_RETRY_EXC_ERR:
             st.rnr_retry_exc_errors += 1
         st.wr_flush_errors += max(0, len(qp.sq) - 1)
-        self._timers_from_ns = 0
+        self.next_pass_ns = 0
         qp.state = QpState.ERROR
         qp.rto_deadline_ns = 0
         unix = self.unix_ns()
@@ -323,9 +324,9 @@ class Requester:
         again when the hold ends, or every eighth of a timeout if an XON --
         or a credit -- may end it sooner). The packets we sent before a pause wait in the queues that
         made the switch pause us, so their ACKs are late by about as much."""
-        if now < self._timers_from_ns:
+        if now < self.next_pass_ns:
             return
-        self._timers_from_ns = NEVER_NS  # (a failure in this pass sets it back to 0)
+        self.next_pass_ns = NEVER_NS  # (a failure in this pass sets it back to 0)
         hold = self.hold
         idle = 0
         first = NEVER_NS                 # the earliest timeout still armed after this pass
@@ -369,8 +370,8 @@ class Requester:
             first = 0
         if idle:
             self._drop_idle()
-        if first < self._timers_from_ns:
-            self._timers_from_ns = first
+        if first < self.next_pass_ns:
+            self.next_pass_ns = first
 
     def _drop_idle(self) -> None:
         """Take the QPs with nothing posted unacknowledged and no timer out of
@@ -385,7 +386,7 @@ class Requester:
 
     def next_timer_ns(self, limit: float) -> float:
         """The earliest ACK timeout, at most ``limit``."""
-        first = self._timers_from_ns
+        first = self.next_pass_ns
         if first:                        # exact since the last pass
             return first if first < limit else limit
         for qp in self.busy:

@@ -31,6 +31,7 @@ from .roce import (
     NAK_REMOTE_ACCESS_ERR, PSN_HALF, PSN_MASK,
 )
 
+_new_frame = tuple.__new__
 # responder view of request opcodes: opcode -> (kind, is_first, is_last); kind 0=WRITE 1=SEND
 REQUEST_OPS = {
     roce.RC_WRITE_FIRST: (0, True, False), roce.RC_WRITE_MIDDLE: (0, False, False),
@@ -68,7 +69,9 @@ class Responder:
             for qp in self._ack_list:
                 if qp.ack_pending:
                     qp.ack_pending = False
-                    out.append(AckFrame(qp, (qp.epsn - 1) & PSN_MASK, AETH_ACK_SYNDROME, qp.msn))
+                    # AckFrame(...) without its Python-level __new__
+                    out.append(_new_frame(AckFrame, (qp, (qp.epsn - 1) & PSN_MASK,
+                                                     AETH_ACK_SYNDROME, qp.msn)))
             self._ack_list.clear()
 
     def nak(self, qp, syndrome: int) -> None:

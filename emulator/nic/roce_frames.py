@@ -232,6 +232,7 @@ _S_HDR = struct.Struct("!BBH4xBB2xIIHH4xBBHII")
 _unpack_hdr = _S_HDR.unpack_from
 _unpack_reth = _S_RETH.unpack_from
 _unpack_u32 = _S_AETH.unpack_from
+_new_packet = tuple.__new__
 
 
 def parse_roce(frame, verify: bool = False) -> RocePacket | None:
@@ -275,9 +276,11 @@ def parse_roce(frame, verify: bool = False) -> RocePacket | None:
         return None
     if not isinstance(frame, memoryview):
         frame = memoryview(frame)
-    return RocePacket(src, dst, sport, op, fbq & PSN_MASK, apsn & PSN_MASK, apsn >> 31 == 1,
-                      tos & 3, tos >> 2, fbq >> 31 == 1, (fbq >> 30) & 1 == 1,
-                      *read_ext_headers(frame, h, op), frame[p:pend])
+    # tuple.__new__, as RocePacket's own __new__ calls it: no Python-level call per packet
+    return _new_packet(RocePacket, (
+        src, dst, sport, op, fbq & PSN_MASK, apsn & PSN_MASK, apsn >> 31 == 1,
+        tos & 3, tos >> 2, fbq >> 31 == 1, (fbq >> 30) & 1 == 1,
+        *read_ext_headers(frame, h, op), frame[p:pend]))
 
 
 _NO_EXT = (None, None, None, None, None, None)

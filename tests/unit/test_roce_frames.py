@@ -46,3 +46,17 @@ def test_a_template_builds_the_frame_of_its_qp():
     ip = frame[IP].copy()
     del ip.chksum                                              # Scapy's own, from scratch
     assert IP(bytes(ip)).chksum == frame[IP].chksum
+
+
+def test_a_parsed_packet_is_a_roce_packet_with_every_field():
+    """parse_roce builds its RocePacket with tuple.__new__: the same type,
+    fields and value as RocePacket(...) would give."""
+    tpl = roce_frames.FrameTemplate("02:00:00:00:00:01", "02:00:00:00:00:02", "10.0.0.1",
+                                    "10.0.0.2", 50000, 17, max_payload_bytes=1024)
+    frame = bytes(tpl.build(0x06, 5, b"x" * 1001, ack_req=True, reth=(1 << 40, 7, 4096)))
+    pkt = roce_frames.parse_roce(frame, verify=True)
+    assert type(pkt) is roce_frames.RocePacket
+    assert pkt == roce_frames.RocePacket(*pkt) and len(pkt) == len(roce_frames.RocePacket._fields)
+    assert (pkt.udp_sport, pkt.opcode, pkt.dst_qp, pkt.psn, pkt.ack_req) == (50000, 0x06, 17, 5, True)
+    assert (pkt.reth_va, pkt.reth_rkey, pkt.reth_len, pkt.aeth_msn) == (1 << 40, 7, 4096, None)
+    assert bytes(pkt.payload) == b"x" * 1001

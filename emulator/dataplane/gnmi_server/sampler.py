@@ -58,28 +58,26 @@ class Sampler:
     def __init__(self, catalog: Catalog, virtual: bool):
         self.catalog = catalog
         self.virtual = virtual
-        self._lock = threading.Lock()        # ``_subs`` is changed by gRPC threads
-        self._subs: tuple[StreamSub, ...] = ()
+        self._lock = threading.Lock()        # ``subs`` is changed by gRPC threads
+        # the streams served (empty: nothing to sample; the loop looks each turn)
+        self.subs: tuple[StreamSub, ...] = ()
         self.samples = 0                     # (switch's) sample instants served
         self.last_turn_ns = 0                # when the loop last ticked (``close``)
 
     def add(self, sub: StreamSub) -> None:
         with self._lock:
-            self._subs = self._subs + (sub,)
+            self.subs = self.subs + (sub,)
 
     def remove(self, sub: StreamSub) -> None:
         with self._lock:
-            self._subs = tuple(s for s in self._subs if s is not sub)
-
-    def active(self) -> bool:
-        return bool(self._subs)
+            self.subs = tuple(s for s in self.subs if s is not sub)
 
     def next_due_ns(self) -> int:
         """When the loop must wake for a sample or a change (NEVER: none).
         Virtual time: only changes (samples catch up, see the module)."""
         due = NEVER_NS
         down = self.catalog.down
-        for sub in self._subs:
+        for sub in self.subs:
             if not self.virtual and sub.next_ns:
                 due = min(due, min(sub.next_ns.values()) + 1)
             for i in sub.on_change:
@@ -90,7 +88,7 @@ class Sampler:
         """Serve every grid point before ``now_ns`` and every change up to it
         (the loop, before its turn changes anything); ``final``: the grid up
         to ``now_ns`` and the last sample (``close``)."""
-        subs = self._subs
+        subs = self.subs
         if not subs:
             return
         if not final:
@@ -116,8 +114,8 @@ class Sampler:
     def close(self) -> None:
         """The switch stopped (its loop has ended): the last samples, at its
         last turn, then every subscription ends."""
-        self.tick(max([self.last_turn_ns] + [s.since_ns for s in self._subs]), final=True)
+        self.tick(max([self.last_turn_ns] + [s.since_ns for s in self.subs]), final=True)
         with self._lock:
-            subs, self._subs = self._subs, ()
+            subs, self.subs = self.subs, ()
         for sub in subs:
             sub.out.put(END)
