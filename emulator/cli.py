@@ -158,10 +158,16 @@ def _run(experiment, exp, out: Path, target, pcap: bool, dilation, sets=(), as_j
     from emulator.experiment.dilation import run_with_dilation
     from emulator.experiment.model import read_experiment_data
     from emulator.experiment.overrides import apply_sets
+    from emulator.experiment.results import while_figures_draw
     from emulator.experiment.sweep import run_sweep
 
+    def prepare_report(run_dir, summary_text: str) -> None:
+        from emulator.report import prepare_report      # plotly: imported when needed
+        prepare_report(run_dir, summary_text)
+
     def run_one(e, d):      # a D of "auto" is measured, cached, and rerun higher if behind
-        summary = run_with_dilation(e, d, console, pcap=pcap, dilation=dilation, force=force)
+        with while_figures_draw(prepare_report):    # the report's figures while the PNGs draw
+            summary = run_with_dilation(e, d, console, pcap=pcap, dilation=dilation, force=force)
         _write_report(d)
         return summary
 

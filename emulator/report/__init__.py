@@ -3,6 +3,7 @@
     from emulator.report import write_report, write_compare_report
     write_report(run_dir)                       # run_dir/report.html
     write_compare_report(out, {label: run_dir}) # out/report.html: the runs side by side
+    prepare_report(run_dir, summary_text)       # its figures, while the run's PNGs draw
 
 Everything is read from the run directory's own files (``summary.json``, the
 time-series CSVs, the raw directory's switch configs); nothing is re-run.
@@ -19,8 +20,8 @@ import-linter contracts).
     page        HTML assembly, atomic write
     build       one run's page;  compare: a comparison's page
 """
-from emulator.report.build import write_report
+from emulator.report.build import prepare_report, write_report
 from emulator.report.compare import write_compare_report
 from emulator.report.rundata import NotARunDir
 
-__all__ = ["NotARunDir", "write_compare_report", "write_report"]
+__all__ = ["NotARunDir", "prepare_report", "write_compare_report", "write_report"]
