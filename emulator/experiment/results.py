@@ -71,11 +71,13 @@ def write_run_results(exp: "Experiment", rd: RunDir, t0_ns: int, summary: RunSum
         files = write_slowdown_buckets(rd, summary)     # of the summary's flows alone
         # The plotter's process draws the figures of the summary (they read its
         # flows, which are complete) while this one writes the time series, then
-        # theirs while this one writes the rest.
+        # theirs as they are written, while this one writes the rest.
         if plots and plotter is not None:
             plotter.submit(rd.path, summary.as_dict())
         res = load_results(exp, rd.raw, t0_ns)      # converted once, for the CSVs and HPCC files
-        files.update(write_results(exp, rd.raw, rd, t0_ns, results=res))
+        # each figure drawn as soon as its CSVs are written, while the rest are
+        files.update(write_results(exp, rd.raw, rd, t0_ns, results=res,
+                                   on_written=plotter.written if plots and plotter is not None else None))
         if plots and plotter is not None:
             plotter.release()
         add_watchdog_events(summary, res.pfcwd_events)
