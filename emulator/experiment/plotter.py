@@ -23,11 +23,10 @@ written (``written``, ``FIGURE_CSVS``). Any failure (the process gone, a
 figure raising) and ``collect`` draws what is missing in the runner itself
 (``write_plots``), where a bug raises as it always did.
 
-Protocol: on the plotter's stdin, two pickles: the fabric at the start
-(unpickled, its modules imported, while the run goes on), then the job
-(results directory, summary); then a line per figure its data is ready for;
-then its end (the release); one JSON line back on stdout: {figure: path or
-null when it had nothing to draw}; then the plotter exits at once.
+Protocol: on the plotter's stdin, two pickles: the fabric at the start (its
+modules imported while the run goes on), then the job (results directory,
+summary); a line per figure its data is ready for; its end (the release); one
+JSON line back on stdout: {figure: path or null if nothing to draw}; exit.
 """
 from __future__ import annotations
 
