@@ -159,7 +159,9 @@ def _run(experiment, exp, out: Path, target, pcap: bool, dilation, sets=(), as_j
     from emulator.experiment.model import read_experiment_data
     from emulator.experiment.overrides import apply_sets
     from emulator.experiment.sweep import run_sweep
+    from emulator.report import reports_prepared
 
+    @reports_prepared()     # report.html's figures made while the run's PNGs draw
     def run_one(e, d):      # a D of "auto" is measured, cached, and rerun higher if behind
         summary = run_with_dilation(e, d, console, pcap=pcap, dilation=dilation, force=force)
         _write_report(d)
@@ -184,12 +186,8 @@ def _run(experiment, exp, out: Path, target, pcap: bool, dilation, sets=(), as_j
 
 def _write_report(run_dir, runs: dict | None = None) -> None:
     """``report.html`` of a finished run, or of a comparison of ``runs`` ({label: dir})."""
-    import time
-    from emulator.report import write_compare_report, write_report
-    t0 = time.monotonic()
-    path = write_report(run_dir) if runs is None else write_compare_report(run_dir, runs)
-    console.print(f"report: {path} ({path.stat().st_size / 1e6:.1f} MB, "
-                  f"{time.monotonic() - t0:.1f} s)")
+    from emulator.report import write_told
+    write_told(console.print, run_dir, runs)
 
 
 def what_failed(summary: dict) -> list[str]:

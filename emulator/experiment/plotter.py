@@ -4,7 +4,8 @@
     plotter.pause()                      # the traffic runs
     plotter.resume()                     # the traffic is over, the switches stopped: normal priority
     plotter.submit(out_dir, summary)     # fct_slowdown.csv written: the summary's figures
-    plotter.release()                    # the time series written: their figures too
+    plotter.written("queue_depth.csv")   # a time series written: the figures it completes
+    plotter.release()                    # all written: the rest of the figures too
     files = plotter.collect()            # {png name: path}, as write_plots (plot(): all three)
     plotter.close()                      # (collect() closes it; close() if it is never called)
 
@@ -17,15 +18,15 @@ moves it back once the traffic is over and the switches stopped (``resume``).
 
 On the job, it forks after its imports: the two processes take the figures
 one at a time, the longest first, from a queue they share: the summary's as
-soon as they have the job, the time series' once released. Any failure (the
-process gone, a figure raising) and ``collect`` draws what is missing in the
-runner itself (``write_plots``), where a bug raises as it always did.
+soon as they have the job, each of the time series' once its CSVs are
+written (``written``, ``FIGURE_CSVS``). Any failure (the process gone, a
+figure raising) and ``collect`` draws what is missing in the runner itself
+(``write_plots``), where a bug raises as it always did.
 
-Protocol: on the plotter's stdin, two pickles: the fabric at the start
-(unpickled, its modules imported, while the run goes on), then the job
-(results directory, summary); then its end (the release); one JSON line back
-on stdout: {figure: path or null when it had nothing to draw}; then the
-plotter exits at once.
+Protocol: on the plotter's stdin, two pickles: the fabric at the start (its
+modules imported while the run goes on), then the job (results directory,
+summary); a line per figure its data is ready for; its end (the release); one
+JSON line back on stdout: {figure: path or null if nothing to draw}; exit.
 """
 from __future__ import annotations
 
@@ -33,6 +34,7 @@ import fcntl
 import json
 import os
 import pickle
+import queue
 import signal
 import subprocess
 import sys
@@ -57,6 +59,10 @@ SIGNAL_WAIT_S = 0.2       # pause/resume: for the process to stop or go on
 SUMMARY_FIGURES = ("fct_slowdown.png", "fct_cdf.png")
 CSV_FIGURES = ("pause_timeline.png", "throughput.png", "queue_depth.png")
 FIGURES = SUMMARY_FIGURES + CSV_FIGURES
+# What each of CSV_FIGURES reads (a pause timeline ends at the last time of
+# the queue depths and rates too): it is drawn once they are all written.
+FIGURE_CSVS = {"pause_timeline.png": ("pfc_events.csv", "queue_depth.csv", "flow_rate.csv"),
+               "throughput.png": ("flow_rate.csv",), "queue_depth.png": ("queue_depth.csv",)}
 NAME_BYTES = 32           # a figure's name in the queue, padded: one read takes one
 
 
@@ -65,6 +71,8 @@ class Plotter:
         self.proc, self.fabric = proc, fabric
         self._job: tuple[str, dict] | None = None       # (results directory, summary)
         self._sender: threading.Thread | None = None
+        self._outbox: queue.SimpleQueue = queue.SimpleQueue()   # the sender's: bytes, None at the end
+        self._waiting = dict(FIGURE_CSVS)       # figures not yet sent: the CSVs they wait for
         # at once, while the child's interpreter starts: its whole import idle
         self._idle = enter_idle(proc.pid) if idle else None
 
@@ -146,20 +154,40 @@ class Plotter:
             return          # collect() draws everything
         # by a thread: a summary larger than the pipe would hold the runner
         # until the plotter is done importing and reads it
-        self._sender = threading.Thread(target=self._send, args=(data,), daemon=True)
+        self._outbox.put(data)
+        self._sender = threading.Thread(target=self._send, daemon=True)
         self._sender.start()
 
-    def _send(self, data: bytes) -> None:
+    def _send(self) -> None:
+        """The job, then the figures' names as ``written`` releases them, in order."""
         try:
-            self.proc.stdin.write(data)
-            self.proc.stdin.flush()
+            while (data := self._outbox.get()) is not None:
+                self.proc.stdin.write(data)
+                self.proc.stdin.flush()
         except (OSError, ValueError):
             pass            # collect() draws what is missing
 
+    def written(self, csv_name: str) -> None:
+        """``csv_name`` is written: the process draws the ``CSV_FIGURES``
+        whose CSVs (``FIGURE_CSVS``) are now all written."""
+        if self._sender is None:
+            return          # no job sent: collect() draws them
+        for name in CSV_FIGURES:
+            csvs = self._waiting.get(name)
+            if csvs is not None and csv_name in csvs:
+                self._waiting[name] = csvs = tuple(c for c in csvs if c != csv_name)
+                if not csvs:
+                    del self._waiting[name]
+                    self._outbox.put(name.encode() + b"\n")
+
     def release(self) -> None:
-        """The time-series CSVs are written: the process draws the
-        ``CSV_FIGURES`` too (its stdin closes)."""
+        """Every time-series CSV is written: the process draws the
+        ``CSV_FIGURES`` not drawn yet too (its stdin closes)."""
         if self._sender is not None:
+            for name in [n for n in CSV_FIGURES if n in self._waiting]:
+                del self._waiting[name]
+                self._outbox.put(name.encode() + b"\n")
+            self._outbox.put(None)
             self._sender.join()
             self._sender = None
         try:
@@ -189,6 +217,9 @@ class Plotter:
 
     def close(self) -> None:
         """End the process (a run that never gets to its plots)."""
+        if self._sender is not None:     # never released: the sender's end
+            self._outbox.put(None)
+            self._sender = None
         if self.proc.poll() is None:
             self.proc.kill()
         self.proc.wait()
@@ -220,11 +251,9 @@ def _draw(results_dir: str, summary, fabric, queue: int) -> dict[str, str | None
 
 
 def _drawer(results_dir: str, summary, fabric, queues: tuple[int, int]) -> dict[str, str | None]:
-    """One of the two drawing processes: the summary's figures, then, once
-    the runner releases the job (stdin's end), the time series'."""
+    """One of the two drawing processes: the summary's figures, then the
+    time series' as the runner releases them (until its stdin's end)."""
     out = _draw(results_dir, summary, fabric, queues[0])
-    while os.read(sys.stdin.fileno(), 4096):
-        pass
     out.update(_draw(results_dir, summary, fabric, queues[1]))
     return out
 
@@ -238,6 +267,18 @@ def _figure_queue(names: tuple[str, ...]) -> int:
     return r
 
 
+def _forward(stdin, queue_w: int) -> None:
+    """The figures the runner releases (a name a line on ``stdin``) into
+    the queue both drawers read; the queue's end at stdin's."""
+    try:
+        for line in stdin:
+            name = line.strip().decode()
+            if name in FIGURE_CSVS:
+                os.write(queue_w, name.encode().ljust(NAME_BYTES))
+    finally:
+        os.close(queue_w)
+
+
 def main() -> int:
     # started by a test, not a runner: SIGKILL with the parent all the same (a
     # paused plotter would never see its stdin close)
@@ -249,11 +290,13 @@ def main() -> int:
         results_dir, summary = pickle.load(stdin)
     except EOFError:             # closed without a job: the run ended early
         return 0
-    queues = (_figure_queue(SUMMARY_FIGURES), _figure_queue(CSV_FIGURES))
+    csv_r, csv_w = os.pipe()
+    queues = (_figure_queue(SUMMARY_FIGURES), csv_r)
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:                 # the second drawer; its figures through the pipe
         os.close(r)
+        os.close(csv_w)          # the queue ends when the forwarder closes it
         set_pdeathsig()
         code = 1
         try:
@@ -262,6 +305,7 @@ def main() -> int:
         finally:
             os._exit(code)
     os.close(w)
+    threading.Thread(target=_forward, args=(stdin, csv_w), daemon=True).start()
     done = _drawer(results_dir, summary, fabric, queues)
     with os.fdopen(r, "rb") as f:
         second = f.read()

@@ -26,7 +26,7 @@ from __future__ import annotations
 import gc
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from emulator.experiment.distributions import write_queue_depth_dist, write_slowdown_buckets
 from emulator.experiment.endpoint_results import add_endpoint_results, write_hosts_csv
@@ -71,11 +71,13 @@ def write_run_results(exp: "Experiment", rd: RunDir, t0_ns: int, summary: RunSum
         files = write_slowdown_buckets(rd, summary)     # of the summary's flows alone
         # The plotter's process draws the figures of the summary (they read its
         # flows, which are complete) while this one writes the time series, then
-        # theirs while this one writes the rest.
+        # theirs as they are written, while this one writes the rest.
         if plots and plotter is not None:
             plotter.submit(rd.path, summary.as_dict())
         res = load_results(exp, rd.raw, t0_ns)      # converted once, for the CSVs and HPCC files
-        files.update(write_results(exp, rd.raw, rd, t0_ns, results=res))
+        # each figure drawn as soon as its CSVs are written, while the rest are
+        files.update(write_results(exp, rd.raw, rd, t0_ns, results=res,
+                                   on_written=plotter.written if plots and plotter is not None else None))
         if plots and plotter is not None:
             plotter.release()
         add_watchdog_events(summary, res.pfcwd_events)
@@ -87,11 +89,32 @@ def write_run_results(exp: "Experiment", rd: RunDir, t0_ns: int, summary: RunSum
         del res
     files.update(write_hosts_csv(rd, summary))
     text = summary.text()       # complete: made while the figures are drawn, written after them
+    if plots and plotter is not None:
+        for hook in _while_figures:
+            hook(rd.path, text)
     if plots:
         files.update(plotter.collect() if plotter is not None
                      else write_plots(rd.path, summary.as_dict(), fabric=exp.fabric))
     files[rd.SUMMARY] = summary.write(rd, text)
     return files
+
+
+# while_figures_draw's hooks: (results directory, summary.json's text to be) -> None
+_while_figures: list[Callable[[Path, str], None]] = []
+
+
+@contextmanager
+def while_figures_draw(hook: Callable[[Path, str], None]):
+    """Within the block, every ``write_run_results`` whose figures a plotter
+    process draws calls ``hook(results_dir, summary_text)`` while they draw,
+    its other files written (summary.json is written after the figures,
+    with ``summary_text``): work that reads them (the command's report.html,
+    a layer above) done on the CPU this process would spend waiting."""
+    _while_figures.append(hook)
+    try:
+        yield
+    finally:
+        _while_figures.remove(hook)
 
 
 @contextmanager
@@ -108,4 +131,4 @@ def _no_gc():
             gc.enable()
 
 
-__all__ = ["build_run_summary", "write_run_results"]
+__all__ = ["build_run_summary", "while_figures_draw", "write_run_results"]

@@ -345,7 +345,13 @@ def read_summary(path: str | Path) -> dict:
     path = Path(path)
     if path.is_dir():
         path = RunDir(path).summary
-    data = _read_bounded(path)
+    return parse_summary(_read_bounded(path), path)
+
+
+def parse_summary(data: bytes | str, path: str | Path) -> dict:
+    """``read_summary``'s check of a summary's ``data`` (what ``path`` holds
+    or is about to hold: ``RunSummary.text()``)."""
+    path = Path(path)
     if not data.strip():
         raise _bad(path, f"empty ({len(data)} bytes): a run cut short before writing it?")
     try:
@@ -390,4 +396,5 @@ def _bad(path: Path, why: str) -> FabricEmuError:
     return FabricEmuError(f"{path}: not a run's summary.json: {why}")
 
 
-__all__ = ["MAX_SUMMARY_BYTES", "Fidelity", "RunSummary", "SummaryFile", "read_summary"]
+__all__ = ["MAX_SUMMARY_BYTES", "Fidelity", "RunSummary", "SummaryFile", "parse_summary",
+           "read_summary"]

@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass, field
 from operator import itemgetter
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from emulator.experiment import pfcwd_results
 from emulator.experiment.ideal_fct import flow_paths
@@ -261,18 +261,24 @@ def _sort_key(row: dict):
 # ------------------------------------------------------------------- writing
 
 def write_results(exp: "Experiment", run_dir: str | Path, out_dir: "str | Path | RunDir",
-                  t0_ns: int, *, results: Results | None = None) -> dict[str, Path]:
+                  t0_ns: int, *, results: Results | None = None,
+                  on_written: Callable[[str], None] | None = None) -> dict[str, Path]:
     """Write the CSV time series of a run (see the module docstring) into ``out_dir``.
 
     ``t0_ns``: ``time.monotonic_ns()`` value of the agents' common start (the
     origin of fabric time). ``results``: the raw logs already converted
-    (``load_results``); read from ``run_dir`` if not given. Returns {file name: path}.
+    (``load_results``); read from ``run_dir`` if not given. ``on_written``:
+    called with each file's name once it is written (the plotter draws what
+    it completes). Returns {file name: path}.
     """
     rd = RunDir.of(out_dir)
     rd.path.mkdir(parents=True, exist_ok=True)
     res = results if results is not None else load_results(exp, run_dir, t0_ns)
-    files = {name: write_csv(rd.file(name), RESULT_COLUMNS[name], rows)
-             for name, rows in res.tables().items()}
+    files = {}
+    for name, rows in res.tables().items():
+        files[name] = write_csv(rd.file(name), RESULT_COLUMNS[name], rows)
+        if on_written is not None:
+            on_written(name)
     if exp.spec.switch.pfc_watchdog.enabled:
         files[rd.PFCWD_EVENTS_CSV] = write_csv(rd.file(rd.PFCWD_EVENTS_CSV), pfcwd_results.COLUMNS,
                                                res.pfcwd_events)

@@ -3,6 +3,7 @@
     from emulator.report import write_report, write_compare_report
     write_report(run_dir)                       # run_dir/report.html
     write_compare_report(out, {label: run_dir}) # out/report.html: the runs side by side
+    with reports_prepared(): run(...)           # its figures made while the run's PNGs draw
 
 Everything is read from the run directory's own files (``summary.json``, the
 time-series CSVs, the raw directory's switch configs); nothing is re-run.
@@ -19,8 +20,39 @@ import-linter contracts).
     page        HTML assembly, atomic write
     build       one run's page;  compare: a comparison's page
 """
-from emulator.report.build import write_report
-from emulator.report.compare import write_compare_report
-from emulator.report.rundata import NotARunDir
+import time
+from contextlib import contextmanager
 
-__all__ = ["NotARunDir", "write_compare_report", "write_report"]
+from emulator.lazy import lazy_exports
+
+# Plotly's import (the builders') when a report is first built, not with the package
+__getattr__, __dir__, _LAZY = lazy_exports(__name__, globals(), {
+    "build": ("write_report",), "compare": ("write_compare_report",),
+    "rundata": ("NotARunDir",)})
+__all__ = [*_LAZY, "prepare_report", "reports_prepared", "write_told"]
+
+
+def prepare_report(run_dir, summary_text: str) -> None:
+    """``build.prepare_report``."""
+    from emulator.report.build import prepare_report as prepare   # deferred: see _LAZY
+    prepare(run_dir, summary_text)
+
+
+@contextmanager
+def reports_prepared():
+    """Within it (or the function it decorates), the figures of every run's
+    report.html are built while its PNGs draw (``prepare_report``)."""
+    from emulator.experiment.results import while_figures_draw   # deferred: the results' modules
+    with while_figures_draw(prepare_report):
+        yield
+
+
+def write_told(say, run_dir, runs: dict | None = None):
+    """``write_report`` (or, with ``runs``, ``write_compare_report``), then
+    ``say`` where it is, its size and the time it took; its path."""
+    from emulator import report      # deferred: the builders, as the package names them now
+    t0 = time.monotonic()
+    path = (report.write_report(run_dir) if runs is None
+            else report.write_compare_report(run_dir, runs))
+    say(f"report: {path} ({path.stat().st_size / 1e6:.1f} MB, {time.monotonic() - t0:.1f} s)")
+    return path

@@ -6,6 +6,7 @@ import time
 from pathlib import Path
 
 from emulator.experiment.pfcwd_results import watchdog_totals
+from emulator.experiment.summary_file import parse_summary
 from emulator.report.dist_fig import collectives_figures, fct_cdf, queue_percentiles, slowdown_figure
 from emulator.report.fabric_fig import fabric_figure
 from emulator.report.flows_fig import flow_timeline, rate_figure
@@ -13,6 +14,7 @@ from emulator.report.page import figure_html, files_html, kv_table, notes_html, 
 from emulator.report.rundata import RunData
 from emulator.report.series import FRAMES
 from emulator.report.telemetry_fig import telemetry_figures
+from emulator.rundir import RunDir
 
 
 def verdict_rows(s: dict) -> tuple[bool, list[tuple[str, object]]]:
@@ -158,14 +160,55 @@ def run_sections(data: RunData, notes: list[str], frames: int, prefix: str = "")
     return out
 
 
+# What summary.json gains after the results are written: how D was chosen
+# (``experiment.dilation``). The figure sections never read it.
+LATE_KEYS = ("dilation_chosen_by", "dilation_reruns", "dilation_calibration")
+# run directory -> (its summary but LATE_KEYS, frames, sections, notes, seconds taken)
+_prepared: dict[Path, tuple[dict, int, list[str], list[str], float]] = {}
+
+
+def _early(summary: dict) -> dict:
+    return {k: v for k, v in summary.items() if k not in LATE_KEYS}
+
+
+def prepare_report(run_dir, summary_text: str, frames: int = FRAMES) -> None:
+    """The figure sections of ``run_dir``'s report.html, built from its
+    result files and the summary.json about to be written (``summary_text``)
+    while the run's PNG figures are drawn (``results.while_figures_draw``):
+    ``write_report`` takes them if the summary.json it reads then is this
+    one (but ``LATE_KEYS``). On any failure nothing is kept, and
+    ``write_report`` builds them itself (raising as it would have)."""
+    t0 = time.monotonic()
+    rd = RunDir.of(run_dir)
+    key = rd.path.resolve()
+    _prepared.pop(key, None)
+    try:
+        summary = _early(parse_summary(summary_text, rd.summary))
+        notes: list[str] = []
+        sections = run_sections(RunData.of_summary(rd, summary), notes, frames)
+    except Exception:       # noqa: BLE001 -- write_report redoes it, where an error shows
+        return
+    _prepared[key] = (summary, frames, sections, notes, time.monotonic() - t0)
+
+
+def _sections(data: RunData, frames: int) -> tuple[list[str], list[str], float]:
+    """(figure sections, decimation notes, seconds taken before): those
+    ``prepare_report`` built for this summary, else built now."""
+    early = _early(data.summary)
+    kept = _prepared.pop(data.rd.path.resolve(), None)
+    if kept is not None and kept[0] == early and kept[1] == frames:
+        return kept[2], kept[3], kept[4]
+    notes: list[str] = []
+    return run_sections(RunData(data.rd, early, data.fabric), notes, frames), notes, 0.0
+
+
 def write_report(run_dir, frames: int = FRAMES) -> Path:
     """Build ``report.html`` in ``run_dir`` from its files; its path.
     ``rundata.NotARunDir`` (one line) if the directory holds no run."""
     t0 = time.monotonic()
     data = RunData.load(run_dir)
     s = data.summary
-    notes: list[str] = []
-    figures = run_sections(data, notes, frames)
+    figures, notes, before_s = _sections(data, frames)
     good, verdict = verdict_rows(s)
     name = str(s.get("experiment", data.rd.path.name))
     head = (f"<h1>{html.escape(name)} <span class=\"{'ok' if good else 'bad'}\">"
@@ -178,9 +221,10 @@ def write_report(run_dir, frames: int = FRAMES) -> Path:
             + section("How the run was timed", kv_table(timing_rows(s)), "timing") + "</div>"
             + section("Decimation", notes_html(notes), "decimation")
             + section("Files of the run directory", files_html(data.rd, data.rd.path), "files")
-            + f"<p><small>report built in {time.monotonic() - t0:.1f} s from the run "
+            + f"<p><small>report built in {before_s + time.monotonic() - t0:.1f} s from the run "
               "directory's files (fabric-emu report DIR rebuilds it)</small></p>")
     return write_page(data.rd, f"{name}: fabric-emu report", body)
 
 
-__all__ = ["run_sections", "timing_rows", "verdict_rows", "write_report"]
+__all__ = ["LATE_KEYS", "prepare_report", "run_sections", "timing_rows", "verdict_rows",
+           "write_report"]

@@ -42,7 +42,11 @@ class RunData:
         rd = RunDir.of(where)
         if not rd.path.is_dir():
             raise NotARunDir(f"{rd.path}: not a directory (a run's results directory expected)")
-        summary = read_summary(rd.path)     # one line naming the file if it is not a summary
+        return cls.of_summary(rd, read_summary(rd.path))  # one line naming the file if not one
+
+    @classmethod
+    def of_summary(cls, rd: RunDir, summary: dict) -> "RunData":
+        """The run of ``rd`` with ``summary`` (checked, as ``read_summary`` gives it)."""
         ports = summary.get("ports")
         if not isinstance(ports, list):
             raise NotARunDir(f"{rd.summary}: ports: missing (not a run's summary)")

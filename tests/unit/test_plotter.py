@@ -93,6 +93,38 @@ def test_the_time_series_figures_wait_for_release(results_dir):  # noqa: F811
     assert {"queue_depth.png", "throughput.png", "fct_cdf.png"} <= set(files)
 
 
+def _appears(path, limit_s: float = 60.0) -> bool:
+    """Whether the file is there within the bound (a loaded machine's, not a timing)."""
+    deadline = time.monotonic() + limit_s
+    while not path.exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return path.exists()
+
+
+def test_a_time_series_figure_is_drawn_once_its_csvs_are_written(results_dir):  # noqa: F811
+    """Released CSV by CSV (``written``): the queue depths' figure once
+    queue_depth.csv is written, the pause timeline only once every CSV it
+    reads is (pfc_events.csv, and the queue depths' and rates' for its end)."""
+    exp, out = results_dir
+    plotter = Plotter.start(out, exp.fabric, idle=False)
+    try:
+        plotter.submit(out, SUMMARY)
+        plotter.written("queue_depth.csv")
+        plotter.written("pfc_events.csv")
+        assert _appears(out / "queue_depth.png"), "drawn before the release"
+        assert _appears(out / "fct_cdf.png")
+        time.sleep(0.3)     # given the time, it would have gone on to the others
+        assert not (out / "throughput.png").exists() and not (out / "pause_timeline.png").exists()
+        plotter.written("flow_rate.csv")
+        assert _appears(out / "pause_timeline.png") and _appears(out / "throughput.png")
+        plotter.release()
+        files = plotter.collect()
+    finally:
+        plotter.close()
+    assert plotter.proc.returncode == 0, "the process drew them, not the fallback"
+    assert set(files) == set(FIGURES) - {"fct_slowdown.png"}      # (no fct_slowdown.csv here)
+
+
 def test_a_plotter_gone_before_the_job_leaves_the_figures_to_the_runner(results_dir):  # noqa: F811
     exp, out = results_dir
     plotter = Plotter.start(out, exp.fabric)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -15,7 +16,8 @@ from plotly.offline import get_plotlyjs
 
 from emulator.errors import OutputError
 from emulator.experiment.outdir import output_dir, read_marker
-from emulator.report import NotARunDir, write_report
+from emulator.report import NotARunDir, prepare_report, write_report
+from emulator.report import build as report_build
 from emulator.report.dist_fig import (NCCL_COLUMNS, collectives_figures, fct_cdf, fct_points,
                                       queue_percentiles, slowdown_figure)
 from emulator.report.fabric_fig import TRACE_NAMES, fabric_figure
@@ -277,3 +279,38 @@ def test_rates_are_the_shown_flows_rows_and_no_others(run_dir):
     for fid, label in ((0, "flow 0 h1→h2 goodput"), (1, "flow 1 h1→h3 goodput")):
         mine = [(t / 1000, r) for t, f, *_, r in rows if f == fid]
         assert list(zip(goodput[label]["x"], goodput[label]["y"])) == mine
+
+
+def _page(rd) -> str:
+    """report.html as written (in place of none), but the time it took to build."""
+    rd.report_html.unlink(missing_ok=True)
+    return re.sub(r"report built in [0-9.]+ s", "", write_report(rd).read_text())
+
+
+def test_a_report_prepared_while_the_figures_draw_is_the_one_built_after(run_dir, monkeypatch):
+    """Its figure sections built from the summary about to be written are
+    those write_report would build, also once summary.json gains how D was
+    chosen (dilation._record rewrites it after the results)."""
+    rd, _ = run_dir
+    text = rd.summary.read_text()
+    later = {**json.loads(text), "dilation_chosen_by": "virtual", "dilation_reruns": []}
+    rd.summary.write_text(json.dumps(later, indent=1))
+    whole = _page(rd)
+    prepare_report(rd.path, text)
+    with monkeypatch.context() as m:        # taken as prepared, not built again
+        m.setattr(report_build, "run_sections", lambda *a, **k: pytest.fail("built again"))
+        assert _page(rd) == whole
+    assert "virtual" in whole and _page(rd) == whole      # and without one prepared
+
+
+def test_a_report_prepared_from_another_summary_is_built_again(run_dir):
+    rd, _ = run_dir
+    text = rd.summary.read_text()
+    prepare_report(rd.path, text)
+    changed = json.loads(text)
+    changed["flows"] = changed["flows"][:1]
+    rd.summary.write_text(json.dumps(changed, indent=1))
+    page = _page(rd)
+    assert page == _page(rd), "the page of the summary on disk"
+    prepare_report(rd.path, "{not json")        # a failure keeps nothing, raises nothing
+    assert _page(rd) == page

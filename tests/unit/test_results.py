@@ -323,3 +323,23 @@ def test_result_columns_where_keeps_the_rows_of_the_texts_asked(tmp_path):
     assert got == want and {r[1] for r in got} == {1, 3} and len(got) == 8
     assert list(read_result_columns(path, cols, where={"flow_id": set()})) == []
     assert list(read_result_columns(tmp_path / "missing.csv", cols, where={"flow_id": {"1"}})) == []
+
+
+def test_while_figures_draw_hands_the_summary_to_be_written_while_the_plotter_draws(tmp_path):
+    """The hook runs with the results files written but summary.json not yet
+    (the figures are still drawing), and is given summary.json's very text."""
+    from emulator.experiment.plotter import Plotter
+    from emulator.experiment.results import while_figures_draw
+    exp, rd = make_experiment(), RunDir(tmp_path / "out")
+    make_run(rd.raw.path)
+    summary = build_run_summary(exp, "embedded", {}, {}, rd, wall_s=1.0)
+    seen = []
+
+    def hook(results_dir, text):
+        seen.append((results_dir, text, rd.summary.exists(), rd.file("queue_depth.csv").exists()))
+    plotter = Plotter.start(rd.path, exp.fabric, idle=False)
+    with while_figures_draw(hook):
+        write_run_results(exp, rd, T0, summary, plotter=plotter)
+    assert seen == [(rd.path, rd.summary.read_text(), False, True)]
+    write_run_results(exp, rd, T0, summary, plots=False)
+    assert len(seen) == 1, "outside the block, or without figures, no call"
