@@ -142,6 +142,8 @@ class SwitchConnection:
                         taken = was_primary and resp.arbitration.status.code == code_pb2.ALREADY_EXISTS
                         if taken:
                             self.lost_to = self.primary_election_id
+                        elif self.is_primary:   # ours again: a server that promotes the
+                            self.lost_to = None  # highest client left (BMv2's PI) says so
                         self._cond.notify_all()
                     if taken:
                         log.warning("%s", self.not_primary_text())

@@ -126,9 +126,21 @@ def test_another_client_taking_primary_is_one_line_and_undone_only_on_request(ta
                 fab.set_qos({"ecn": {"enabled": True, "kmin_bytes": 20_000}})
             assert "\n" not in str(e.value) and "leaf1" in str(e.value)
             assert "lost primary to election id 1,2 (ours: 1,1)" in str(e.value)
+            assert not conn.is_primary                                  # not taken back
         warned = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
         assert len(warned) == 1 and warned[0].startswith("leaf1 (") and "election id 1,2" in warned[0]
-        assert _kmin(fab) == set() and not conn.is_primary            # nothing written, not taken back
-        assert fab.take_primary() == {"leaf1": (1 << 64) + 3}
+        assert _kmin(fab) == set()                                      # nothing written
+        # The other client gone: P4Runtime (spec 5.4) leaves the switch without a
+        # primary until an id at least the highest seen arbitrates -- the embedded
+        # server; BMv2's PI (v0.1.2, proto/docs/arbitration.md) makes the highest
+        # client still connected its primary again, and tells it so.
+        if target == "bmv2":
+            for _ in range(300):
+                if conn.is_primary:
+                    break
+                time.sleep(0.01)
+        assert conn.is_primary == (target == "bmv2")
+        # what take_primary re-took, with the id it took it with (none on BMv2: it is primary)
+        assert fab.take_primary() == ({} if target == "bmv2" else {"leaf1": (1 << 64) + 3})
         fab.set_qos({"ecn": {"enabled": True, "kmin_bytes": 20_000}})
         assert _kmin(fab) == {20_000}

@@ -327,9 +327,10 @@ def test_bmv2_egress_sends_xoff_toward_the_ingress_port(sw):
     if sw.target != "bmv2":
         pytest.skip("fabric.p4's [BMv2 TM] blocks: the embedded target's traffic manager pauses by "
                     "per-ingress accounting instead (tests/integration/test_switch_tm.py)")
-    _program_lossless(sw, xoff_bytes=1, pause_us=1000.0, dilation=10_000)   # refresh after 5 s
+    # the smallest XOFF the schema takes (XON 1 byte below it)
+    _program_lossless(sw, xoff_bytes=2, pause_us=1000.0, dilation=10_000)   # refresh after 5 s
     frame = rocev2(payload_len=1024)                       # DSCP 26: priority 3
-    # A lone packet finds its queue empty (depth 0): XOFF of 1 byte is not reached.
+    # A lone packet finds its queue empty (depth 0): XOFF of 2 bytes is not reached.
     sw.send(H2_PORT, frame)
     got = sw.outputs(until=lambda g: len(g) >= 1)
     assert _outcome(got, H2_PORT) == [(H1_PORT, to_h1(frame))]
