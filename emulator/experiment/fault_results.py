@@ -69,12 +69,17 @@ def _bmv2_counted(ends: list[dict], bmv2: dict, ports: list[dict], nic_stats: di
 
 def _bmv2_applied(f, times: list[int], bmv2: dict) -> list[int]:
     """A link fault's transitions when BMv2's player ran them (fabric ns,
-    from the wall clock): the later of the link's two ends' commands."""
+    from the wall clock): the later of the link's two ends' commands; a
+    degrade's rate changes (``times``: none, BMv2 reports none) each
+    Thrift step on the link."""
     link = sorted(f.ends)
+    via = "thrift" if isinstance(f, LinkDegrade) else "ip"
     ran = {}
     for step in bmv2.get("steps", []):
-        if step["via"] == "ip" and step.get("link") == link:
+        if step["via"] == via and step.get("link") == link:
             ran[step["at_ns"]] = max(ran.get(step["at_ns"], 0), int(step["applied_ns"]))
+    if via == "thrift":
+        return sorted(ran.values())
     return [ran.get(t, t) for t in times]
 
 
@@ -181,7 +186,7 @@ def fault_summary(exp, stats: dict[str, dict], nic_stats: dict[str, dict],
     entries = []
     for i, f in enumerate(exp.spec.faults):
         entry = {"index": i, **f.model_dump(exclude_none=True), **_entry_times(f, ends)}
-        if bmv2 and isinstance(f, (LinkDown, LinkUp, LinkFlap)):
+        if bmv2 and isinstance(f, (LinkDown, LinkUp, LinkFlap, LinkDegrade)):
             entry["applied_ns"] = _bmv2_applied(f, entry["applied_ns"], bmv2)
         if rr and isinstance(f, (LinkDown, LinkUp, LinkFlap, SwitchDown, SwitchUp)):
             entry.update(_reroute_times(exp, f, entry["applied_ns"], ends, rr))

@@ -43,7 +43,7 @@ class Bmv2FaultStep:
     node: str
     via: str
     commands: tuple[str, ...]
-    link: tuple[str, str] | None = None     # an "ip" step's link, its ends sorted
+    link: tuple[str, str] | None = None     # the step's link, its ends sorted
 
     def as_dict(self) -> dict:
         return {"at_ns": self.at_ns, "node": self.node, "via": self.via,
@@ -99,7 +99,8 @@ def degrade_steps(fabric, ends: dict, dilation: float, mtu_frame_bytes: int) -> 
         for rc in ef.rates:
             pps = queue_rate_pps(max(1, int(link.rate_bps * rc.rate_fraction / dilation)), mtu_frame_bytes)
             steps.append(Bmv2FaultStep(rc.at_ns, sender, "thrift", tuple(
-                f"set_queue_rate {pps} {port.port_no} {prio}" for prio in range(NUM_PRIORITIES))))
+                f"set_queue_rate {pps} {port.port_no} {prio}" for prio in range(NUM_PRIORITIES)),
+                tuple(sorted((sender, receiver)))))
     return steps
 
 
