@@ -15,21 +15,27 @@ from tests.conftest import REPO
 pytestmark = [pytest.mark.fabric, pytest.mark.usefixtures("no_leftovers")]
 
 
-@pytest.fixture(scope="module")
-def bmv2_run(tmp_path_factory):
+def _write_under_faults(tmp_path_factory, name: str, faults: list[dict], **data) -> dict:
+    """A 1 MiB WRITE h1 -> h3 on the two-tier fabric on BMv2 (D = 10000)
+    under ``faults``; skips where BMv2 is not installed."""
     from emulator.net.bmv2 import bmv2_unavailable_reason
     if bmv2_unavailable_reason():
         pytest.skip(f"BMv2 target: {bmv2_unavailable_reason()}")
     exp = experiment_from_dict({
-        "name": "bmv2-faults", "topology": str(REPO / "topologies/clos-2x2.yaml"),
-        "target": "bmv2", "time": "dilated", "dilation": 10_000, "nic": {"rto_us": 200},
+        "name": name, "topology": str(REPO / "topologies/clos-2x2.yaml"),
+        "target": "bmv2", "time": "dilated", "dilation": 10_000,
         "traffic": [{"src": "h1", "dst": "h3", "op": "write", "size_bytes": 1_048_576}],
-        "faults": [{"kind": "link_down", "link": "h1:leaf1", "at_us": 50},
-                   {"kind": "link_up", "link": "h1:leaf1", "at_us": 550}],
-        "limits": {"wall_s": 300},
+        "faults": faults, "limits": {"wall_s": 300}, **data,
     }, REPO / "experiments" / "inline.yaml")
-    out = tmp_path_factory.mktemp("bmv2-faults") / "out"
-    return run_with_dilation(exp, out)
+    return run_with_dilation(exp, tmp_path_factory.mktemp(name) / "out")
+
+
+@pytest.fixture(scope="module")
+def bmv2_run(tmp_path_factory):
+    return _write_under_faults(tmp_path_factory, "bmv2-faults",
+                               [{"kind": "link_down", "link": "h1:leaf1", "at_us": 50},
+                                {"kind": "link_up", "link": "h1:leaf1", "at_us": 550}],
+                               nic={"rto_us": 200})
 
 
 def test_a_link_down_on_bmv2_loses_what_was_sent_meanwhile_and_the_flow_recovers(bmv2_run):
@@ -57,19 +63,9 @@ def test_the_frames_a_down_link_lost_are_counted_by_the_kernel_as_the_nic_counte
 
 @pytest.fixture(scope="module")
 def bmv2_degrade_run(tmp_path_factory):
-    from emulator.net.bmv2 import bmv2_unavailable_reason
-    if bmv2_unavailable_reason():
-        pytest.skip(f"BMv2 target: {bmv2_unavailable_reason()}")
-    exp = experiment_from_dict({
-        "name": "bmv2-degrade", "topology": str(REPO / "topologies/clos-2x2.yaml"),
-        "target": "bmv2", "time": "dilated", "dilation": 10_000,
-        "traffic": [{"src": "h1", "dst": "h3", "op": "write", "size_bytes": 1_048_576}],
-        "faults": [{"kind": "link_degrade", "link": "h3:leaf2", "direction": "b_to_a",
-                    "at_us": 0, "rate_fraction": 0.25}],
-        "limits": {"wall_s": 300},
-    }, REPO / "experiments" / "inline.yaml")
-    out = tmp_path_factory.mktemp("bmv2-degrade") / "out"
-    return run_with_dilation(exp, out)
+    return _write_under_faults(tmp_path_factory, "bmv2-degrade",
+                               [{"kind": "link_degrade", "link": "h3:leaf2", "direction": "b_to_a",
+                                 "at_us": 0, "rate_fraction": 0.25}])
 
 
 def test_a_link_degraded_on_bmv2_delivers_at_its_degraded_rate(bmv2_degrade_run):
