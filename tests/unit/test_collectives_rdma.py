@@ -68,7 +68,12 @@ def servers(request, tmp_path):
     return {"ns": ns, "dev": dev, "dir": tmp_path}
 
 
-def run_servers(env, workload, dilation=DILATION, start_in_s=1.5, timeout_s=40):
+DEADLINE_S = 30   # the servers' deadline at DILATION; the same fabric work at any D
+
+
+def run_servers(env, workload, dilation=DILATION, start_in_s=1.5):
+    # the same fabric time at a higher D takes D / DILATION times the wall time
+    deadline_s = DEADLINE_S * max(1.0, dilation / DILATION)
     start = time.time_ns() + int(start_in_s * 1e9)
     procs, paths = [], []
     for s in range(S):
@@ -78,7 +83,7 @@ def run_servers(env, workload, dilation=DILATION, start_in_s=1.5, timeout_s=40):
                          "mtu_bytes": MTU} for g in range(G)],
                "rank_ips": {str(r * G + g): ip(r, g) for r in range(S) for g in range(G)},
                "nvlink": {"rate_bps": int(NVLINK_GBPS * 1e9 / dilation), "delay_ns": 500 * dilation},
-               "workload": workload, "start_at_unix_ns": start, "deadline_s": 30,
+               "workload": workload, "start_at_unix_ns": start, "deadline_s": deadline_s,
                "result_path": str(env["dir"] / f"s{s}.result.json")}
         p = env["dir"] / f"s{s}.json"
         p.write_text(json.dumps(cfg))
@@ -89,7 +94,7 @@ def run_servers(env, workload, dilation=DILATION, start_in_s=1.5, timeout_s=40):
     outs = []
     try:
         for p in procs:
-            outs.append((p.returncode,) + p.communicate(timeout=timeout_s) + (p.returncode,))
+            outs.append((p.returncode,) + p.communicate(timeout=deadline_s + 10) + (p.returncode,))
     finally:
         for p in procs:
             if p.poll() is None:
