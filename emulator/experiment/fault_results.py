@@ -30,7 +30,7 @@ def _end_stats(exp, stats: dict[str, dict], nic_stats: dict[str, dict]) -> list[
                           if isinstance(p, dict)} for sw in exp.fabric.switches()}
     for (sender, receiver) in compile_faults(exp.spec, exp.fabric, exp.source):
         if exp.fabric.node(sender).is_switch:
-            port = next(p.port_no for p in exp.fabric.ports(sender) if p.peer == receiver)
+            port = exp.fabric.port_towards(sender, receiver).port_no
             got = ports_of.get(sender, {}).get(port, {}).get("faults") or {}
             where = {"node": sender, "port": port}
         else:

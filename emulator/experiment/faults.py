@@ -288,9 +288,8 @@ def switch_port_faults(exp) -> dict[tuple[str, int], EndFaults]:
     for (sender, receiver), ef in end_faults(exp).items():
         node = exp.fabric.node(sender)
         if node.is_switch:
-            for p in exp.fabric.ports(sender):
-                if p.peer == receiver:
-                    out[(sender, p.port_no)] = ef
+            for p in exp.fabric.ports_towards(sender, receiver):
+                out[(sender, p.port_no)] = ef
     return out
 
 
@@ -302,9 +301,8 @@ def switch_port_rx_down(exp) -> dict[tuple[str, int], list[DownInterval]]:
     out = {}
     for (sender, receiver), ef in end_faults(exp).items():
         if ef.down and exp.fabric.node(receiver).is_switch:
-            for p in exp.fabric.ports(receiver):
-                if p.peer == sender:
-                    out[(receiver, p.port_no)] = list(ef.down)
+            for p in exp.fabric.ports_towards(receiver, sender):
+                out[(receiver, p.port_no)] = list(ef.down)
     return out
 
 

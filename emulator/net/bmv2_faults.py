@@ -60,7 +60,7 @@ def link_steps(fabric, ends: dict) -> list[Bmv2FaultStep]:
         if not ef.down or link in seen:
             continue
         seen.add(link)
-        port = next(p for p in fabric.ports(sender) if p.peer == receiver)
+        port = fabric.port_towards(sender, receiver)
         sides = ((sender, port.ifname), (receiver, fabric.port(receiver, port.peer_port_no).ifname))
         for d in ef.down:
             for state, at_ns in (("down", d.from_ns), ("up", d.until_ns)):
@@ -77,7 +77,7 @@ def downed_receivers(fabric, ends: dict) -> dict[str, tuple[str, str]]:
     out = {}
     for (sender, receiver), ef in sorted(ends.items()):
         if ef.down:
-            port = next(p for p in fabric.ports(sender) if p.peer == receiver)
+            port = fabric.port_towards(sender, receiver)
             out[f"{sender}->{receiver}"] = (receiver, fabric.port(receiver, port.peer_port_no).ifname)
     return out
 
@@ -94,8 +94,8 @@ def degrade_steps(fabric, ends: dict, dilation: float, mtu_frame_bytes: int) -> 
     for (sender, receiver), ef in sorted(ends.items()):
         if not ef.rates:
             continue
-        port = next(p for p in fabric.ports(sender) if p.peer == receiver)
-        link = next(l for l in fabric.links if {l.a, l.b} == {sender, receiver})
+        port = fabric.port_towards(sender, receiver)
+        link = fabric.links[port.link_index]
         for rc in ef.rates:
             pps = queue_rate_pps(max(1, int(link.rate_bps * rc.rate_fraction / dilation)), mtu_frame_bytes)
             steps.append(Bmv2FaultStep(rc.at_ns, sender, "thrift", tuple(

@@ -271,10 +271,21 @@ class Fabric:
                 return p
         raise KeyError(f"{node_name(node)} has no port {port_no}")
 
+    def ports_towards(self, a: NodeRef, b: NodeRef) -> tuple[Port, ...]:
+        """a's ports whose peer is b (several if parallel links), in port order."""
+        bn = node_name(b)
+        return tuple(p for p in self.ports(a) if p.peer == bn)
+
+    def port_towards(self, a: NodeRef, b: NodeRef) -> Port:
+        """a's first port facing b: the one a fault of the direction a -> b names."""
+        found = self.ports_towards(a, b)
+        if not found:
+            raise KeyError(f"{node_name(a)} has no port towards {node_name(b)}")
+        return found[0]
+
     def links_between(self, a: NodeRef, b: NodeRef) -> tuple[Link, ...]:
         """Every link joining a and b (several if parallel), in link order."""
-        an, bn = node_name(a), node_name(b)
-        return tuple(self.links[p.link_index] for p in self.ports(an) if p.peer == bn)
+        return tuple(self.links[p.link_index] for p in self.ports_towards(a, b))
 
     def link_between(self, a: NodeRef, b: NodeRef) -> Optional[Link]:
         """The first link joining a and b, or None."""

@@ -108,6 +108,10 @@ def test_clos_2x2_shape():
             assert f.port(p.peer, p.peer_port_no).peer == n.name
     assert f.link_between("leaf2", "spine1") == Link("leaf2", 3, "spine1", 2, 10**11, 1000)
     assert f.link_between("h1", "spine1") is None
+    assert f.port_towards("leaf2", "spine1") == f.port("leaf2", 3)
+    assert f.port_towards("spine1", "leaf2") == f.port("spine1", 2)
+    with pytest.raises(KeyError, match="h1 has no port towards spine1"):
+        f.port_towards("h1", "spine1")
 
 
 def test_clos_4x4_numbers_hosts_leaf_by_leaf():
@@ -142,6 +146,13 @@ def test_explicit_3leaf_shape():
     assert all(1 <= n <= 2 for n in per_leaf)
     # a parallel leaf-spine link
     assert any(len(f.links_between(l, s)) > 1 for l in f.leaves() for s in f.spines())
+    for l in f.leaves():
+        for s in f.spines():
+            towards = f.ports_towards(l, s)
+            assert [f.links[p.link_index] for p in towards] == list(f.links_between(l, s))
+            assert towards == tuple(sorted(towards, key=lambda p: p.port_no))
+            if towards:
+                assert f.port_towards(l, s) == towards[0]
     # a leaf connected to only one spine
     partial = [l for l in f.leaves()
                if len({p.peer for p in f.ports(l) if p.peer.startswith("spine")}) == 1]
