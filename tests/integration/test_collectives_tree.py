@@ -20,7 +20,7 @@ def _run(out, name: str, **workload) -> dict:
     data = read_experiment_data(path)
     data["workload"].update(workload)
     data["time"] = "virtual"
-    return run_with_dilation(experiment_from_dict(data, path), out)
+    return run_with_dilation(experiment_from_dict(data, path), out, plots=False)
 
 
 def _spine_bytes(summary: dict) -> int:
