@@ -228,14 +228,15 @@ class Result:
 # ----------------------------------------------------------------------- runs
 
 def run(exp: Experiment, out: str | Path | None = None, *, dilation: float | str | None = None,
-        pcap: bool = False, quiet: bool = False, force: bool = False) -> Result:
+        pcap: bool = False, quiet: bool = False, force: bool = False,
+        plots: bool = True) -> Result:
     """Run ``exp`` (root; builds and tears down its fabric) into ``out``
     (default ``results/<name>``) in its time (``time:``; auto: virtual
     where it runs, ``emulator.experiment.time_mode``). ``dilation``: a
     number or "auto" (measured, cached, rerun higher if behind) asks for a
     dilated run; None: the experiment's. ``out`` is new or an earlier run's;
     ``force``: one holding others' files too (they are kept;
-    ``emulator.experiment.outdir``)."""
+    ``emulator.experiment.outdir``). ``plots``: false, no PNG figures."""
     from rich.console import Console
 
     from emulator.experiment.dilation import run_with_dilation
@@ -243,7 +244,8 @@ def run(exp: Experiment, out: str | Path | None = None, *, dilation: float | str
     out = Path(out or f"results/{exp.name}")
     console = Console(file=io.StringIO()) if quiet else Console(stderr=True)
     with output_dir(out, force=force, force_hint="force=True"):
-        return Result(run_with_dilation(exp, out, console, pcap=pcap, dilation=dilation), out)
+        return Result(run_with_dilation(exp, out, console, pcap=pcap, dilation=dilation,
+                                        plots=plots), out)
 
 
 SWEEP_CSV_FIELDS = ("complete", "fell_behind", "dilation", "fct_p50_us", "fct_p99_us",

@@ -123,8 +123,9 @@ def main():
 @click.option("--hpcc-dport", type=click.IntRange(1, 65535), default=None,
               help="The dport fct.txt/flow.txt show (HPCC's fct_analysis.py keeps 100); "
                    "same as --set hpcc.dport=N.")
+@click.option("--no-plots", is_flag=True, help="No PNGs, no report.html (CSVs, summary.json).")
 def run(experiment, out_dir, force, target, pcap, pcap_time, time_mode, dilation, sets, as_json,
-        hpcc_dport):
+        hpcc_dport, no_plots):
     """Bring the fabric up, run EXPERIMENT's traffic, write DIR/summary.json, tear down."""
     pcap = "wall" if pcap and pcap_time == "wall" else pcap
     if hpcc_dport is not None:
@@ -148,11 +149,11 @@ def run(experiment, out_dir, force, target, pcap, pcap_time, time_mode, dilation
     resolve_target(exp.spec.target)     # bmv2 missing: say so, whether a run is active or not
     OutputDir(out, force=force).check()     # a bad --out too (it is opened under the lock)
     with RunLock.acquire(experiment, out):      # one run at a time, sweeps included
-        _run(experiment, exp, out, target, pcap, dilation, sets, as_json, force)
+        _run(experiment, exp, out, target, pcap, dilation, sets, as_json, force, not no_plots)
 
 
 def _run(experiment, exp, out: Path, target, pcap: bool, dilation, sets=(), as_json=False,
-         force=False) -> None:
+         force=False, plots=True) -> None:
     import json
 
     from emulator.experiment.dilation import run_with_dilation
@@ -163,8 +164,9 @@ def _run(experiment, exp, out: Path, target, pcap: bool, dilation, sets=(), as_j
 
     @reports_prepared()     # report.html's figures made while the run's PNGs draw
     def run_one(e, d):      # a D of "auto" is measured, cached, and rerun higher if behind
-        summary = run_with_dilation(e, d, console, pcap=pcap, dilation=dilation, force=force)
-        _write_report(d)
+        summary = run_with_dilation(e, d, console, pcap, dilation, force=force, plots=plots)
+        if plots:           # --no-plots: no report.html either
+            _write_report(d)
         return summary
 
     if exp.spec.sweep is not None:

@@ -112,14 +112,17 @@ def fabric_factory(tmp_path):
 
 @pytest.fixture
 def run_experiment(tmp_path):
-    """``run_experiment(source, set=None, dilation=None, target=None)`` -> ``emulator.Result``.
+    """``run_experiment(source, set=None, dilation=None, target=None, pcap=False,
+    plots=False)`` -> ``emulator.Result``.
 
     ``source``: an experiment file, a dict shaped like one, or an
     ``Experiment``. A numeric D (the experiment's, or ``dilation``) is raised
     while the run falls behind (``run_raised_while_behind``, at most twice):
     the result is from a run that kept up unless the machine cannot. What
     keeps virtual time (``time: auto`` or ``virtual``, no ``dilation`` given)
-    runs once, in virtual time: exact, nothing to raise."""
+    runs once, in virtual time: exact, nothing to raise. The run draws its
+    PNG figures only with ``plots=True`` (a test reads numbers: ~1 s of a
+    small run's wall time and a third of its CPU go to drawing them)."""
     from rich.console import Console
 
     from emulator.api import Result, as_experiment
@@ -127,17 +130,19 @@ def run_experiment(tmp_path):
     from emulator.experiment.time_mode import keeps_virtual_time
     runs = []
 
-    def run(source, set=None, dilation=None, target=None, pcap=False):
+    def run(source, set=None, dilation=None, target=None, pcap=False, plots=False):
         exp = as_experiment(source, set=set, target=target)
         d = exp.spec.dilation if dilation is None else dilation
         out = tmp_path / f"{exp.name}-{len(runs)}"
         console = Console(stderr=True)
         if dilation is None and keeps_virtual_time(exp):     # once: nothing to raise
-            summary = run_with_dilation(exp, out, console, pcap=pcap)
+            summary = run_with_dilation(exp, out, console, pcap=pcap, plots=plots)
         elif d == "auto":
-            summary = run_with_dilation(exp, out, console, pcap=pcap, dilation="auto")
+            summary = run_with_dilation(exp, out, console, pcap=pcap, dilation="auto",
+                                        plots=plots)
         else:
-            summary = run_raised_while_behind(exp, out, float(d), console, pcap=pcap)
+            summary = run_raised_while_behind(exp, out, float(d), console, pcap=pcap,
+                                              plots=plots)
         runs.append(out)
         return Result(summary, out)
 

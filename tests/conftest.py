@@ -56,9 +56,11 @@ _SESSION_DILATION: dict[str, float] = {}
 
 def run_shipped(exp, out, **kw) -> dict:
     """Run a shipped experiment: once in virtual time where it keeps it, else
-    dilated from its test start D (or what the session learned), raised while behind."""
+    dilated from its test start D (or what the session learned), raised while behind.
+    No PNG figures unless ``plots=True`` (the tests read numbers and CSVs)."""
     from emulator.experiment.dilation import run_raised_while_behind, run_with_dilation
     from emulator.experiment.time_mode import keeps_virtual_time
+    kw.setdefault("plots", False)
     if keeps_virtual_time(exp):          # exact: one run, nothing to raise
         return run_with_dilation(exp, out, **kw)
     if exp.spec.dilation != "auto":
@@ -78,7 +80,7 @@ def run_incast_pfc_virtual(out: Path) -> dict:
     path = REPO / "experiments" / "incast-pfc.yaml"
     data = read_experiment_data(path)
     data["time"] = "virtual"
-    return run_with_dilation(experiment_from_dict(data, path), out, pcap=True)
+    return run_with_dilation(experiment_from_dict(data, path), out, pcap=True, plots=False)
 
 
 @pytest.fixture(scope="session")

@@ -287,11 +287,11 @@ def _calibration_entry(exp: Experiment, i: int, t: dict) -> dict:
 RunOne = Callable[[Experiment, Path, Console], dict]     # the summary as written
 
 
-def _runner(pcap: bool, summary_only: bool = False) -> RunOne:
+def _runner(pcap: bool, summary_only: bool = False, plots: bool = True) -> RunOne:
     # deferred: the runner needs Mininet and the fabric layer; plan (validate) imports this module
     from emulator.experiment.runner import run_experiment
     return lambda e, out, console: run_experiment(e, out, console, pcap=pcap,
-                                                  summary_only=summary_only)
+                                                  summary_only=summary_only, plots=plots)
 
 
 def measure_by_running(exp: Experiment, out_dir: Path, run_one: RunOne,
@@ -315,28 +315,29 @@ def run_with_dilation(exp: Experiment, out_dir: str | Path, console: Console | N
                       pcap: bool = False, dilation: float | str | None = None, *,
                       run_one: RunOne | None = None, measure: Measure | None = None,
                       cache: DilationCache | None = None, target: str | None = None,
-                      force: bool = False) -> dict:
+                      force: bool = False, plots: bool = True) -> dict:
     """Run ``exp`` in its time (``time_mode.resolve_time``; a ``dilation``
     given asks for dilated): virtual, once at D = 1; dilated, at its D
     (``dilation`` overrides the file's): a number as given; ``auto`` from the
     cache or a calibration, rerun once higher if the run falls behind.
     Returns the final run's summary, with the dilation's provenance added
     (and rewritten into ``summary.json``). ``out_dir`` is new or an earlier
-    run's (``outdir``; ``force``: one holding others' files too, kept)."""
+    run's (``outdir``; ``force``: one holding others' files too, kept).
+    ``plots``: false, the run draws no PNG figures (``run_experiment``)."""
     target = target or planned_target(exp.spec.target)
     exp = resolve_time(exp, target, dilation_given=dilation is not None)
     with output_dir(out_dir, force=force) as odir:
         return _run_with_dilation(exp, odir, console or Console(stderr=True), pcap, dilation,
-                                  run_one, measure, cache, target)
+                                  run_one, measure, cache, target, plots)
 
 
 def _run_with_dilation(exp: Experiment, odir: OutputDir, console: Console, pcap: bool,
                        dilation: float | str | None, run_one: RunOne | None,
                        measure: Measure | None, cache: DilationCache | None,
-                       target: str | None) -> dict:
+                       target: str | None, plots: bool = True) -> dict:
     out_dir = odir.path
     run_one_given = run_one is not None
-    run_one = run_one or _runner(pcap)
+    run_one = run_one or _runner(pcap, plots=plots)
     if exp.time_mode == VIRTUAL:          # nothing is late: no D to choose, no rerun
         return _record(run_one(exp, out_dir, console), out_dir, VIRTUAL_CHOSEN_BY, [], None)
     requested = exp.spec.dilation if dilation is None else dilation
@@ -390,16 +391,17 @@ def _run_with_dilation(exp: Experiment, odir: OutputDir, console: Console, pcap:
 
 def run_raised_while_behind(exp: Experiment, out_dir: str | Path, start: float,
                             console: Console | None = None, pcap: bool = False,
-                            max_reruns: int = 2, *, run_one: RunOne | None = None) -> dict:
+                            max_reruns: int = 2, *, run_one: RunOne | None = None,
+                            plots: bool = True) -> dict:
     """Run ``exp`` dilated (``time: virtual`` refused) at ``start``; while the
     run falls behind, rerun it (at most ``max_reruns`` times) at
     ``rerun_dilation``'s higher D. What the test suite uses: no calibration,
     so a machine that keeps up pays for one run only, and a loaded one still
     gets results from a run that was not behind (the caller asserts
-    ``fell_behind`` is false). Nothing is cached."""
+    ``fell_behind`` is false). Nothing is cached. ``plots``: as ``run_with_dilation``'s."""
     exp = resolve_time(exp, planned_target(exp.spec.target), dilation_given=True)
     console = console or Console(stderr=True)
-    run_one = run_one or _runner(pcap)
+    run_one = run_one or _runner(pcap, plots=plots)
     d, reruns = float(start), []
     with output_dir(out_dir) as odir:
         odir.claim(RunDir.BEHIND_GLOB)

@@ -94,11 +94,13 @@ def fabric_net(exp: Experiment, run_dir: Path, pcap: bool | str = False,
 
 def run_experiment(exp: Experiment, out_dir: str | Path, console: Console | None = None,
                    pcap: bool | str = False, *, summary_only: bool = False,
-                   force: bool = False) -> dict:
+                   force: bool = False, plots: bool = True) -> dict:
     """Run ``exp`` once at its dilation into ``out_dir``; its summary.
     ``summary_only``: write summary.json and no time series, HPCC files or
     plots (a calibration run: only its verdict is used, and a run far behind
     leaves raw logs of gigabytes that would take minutes to convert).
+    ``plots``: false, every results file but the PNG figures (nothing of
+    the run reads them; a sweep's points, a test's checks).
     ``out_dir`` is new or an earlier run's (``outdir``); ``force``: one
     holding others' files too (kept)."""
     environment.check_environment()   # before anything is written or built
@@ -110,7 +112,7 @@ def run_experiment(exp: Experiment, out_dir: str | Path, console: Console | None
             stack.enter_context(RunLock.acquire(exp.name, out_dir))
         odir = stack.enter_context(output_dir(out_dir, force=force))
         return _run(exp, odir, console or Console(stderr=True), pcap, target, summary_only,
-                    collector)
+                    collector, plots)
 
 
 def _fresh_run_dir(odir: OutputDir) -> RunDir:
@@ -127,7 +129,7 @@ def _fresh_run_dir(odir: OutputDir) -> RunDir:
 
 
 def _run(exp: Experiment, odir: OutputDir, console: Console, pcap: bool | str, target: str,
-         summary_only: bool = False, collector=None) -> dict:
+         summary_only: bool = False, collector=None, plots: bool = True) -> dict:
     rd = _fresh_run_dir(odir)
     run_dir = rd.raw.path                   # configs, logs and raw results of this run
     phases = WallPhases()
@@ -140,8 +142,9 @@ def _run(exp: Experiment, odir: OutputDir, console: Console, pcap: bool | str, t
     # (``Plotter.pause``: its CPU would make them late); in virtual time nothing
     # can be late, and it goes on in the scheduler's idle class beside them.
     plotter = []
-    if not summary_only and (len(exp.fabric.switches()) + len(exp.fabric.hosts())
-                             <= PLOTTER_EARLY_MAX_NODES):
+    plots = plots and not summary_only
+    if plots and (len(exp.fabric.switches()) + len(exp.fabric.hosts())
+                  <= PLOTTER_EARLY_MAX_NODES):
         plotter.append(Plotter.start(rd.path, exp.fabric))
     coordinator = virtual_time_coordinator(exp)
     pause_plotter = plotter[0].pause if plotter and coordinator is None else None
@@ -167,11 +170,11 @@ def _run(exp: Experiment, odir: OutputDir, console: Console, pcap: bool | str, t
                 collector.finish(rd.file(RunDir.TELEMETRY_CSV))
             for p in plotter:
                 p.resume()
-            if not summary_only and not plotter:     # the switches stopped: not idle
+            if plots and not plotter:     # the switches stopped: not idle
                 plotter.append(Plotter.start(rd.path, exp.fabric, idle=False))
             phases.mark("teardown")
             return _results(exp, rd, console, pcap, target, phases, *done,
-                            summary_only=summary_only,
+                            summary_only=summary_only, plots=plots,
                             plotter=plotter[0] if plotter else None,
                             vtime=coordinator.stats() if coordinator is not None else None)
     finally:
@@ -332,9 +335,10 @@ def _minus(now: dict, before: dict) -> dict:
 def _results(exp: Experiment, rd: RunDir, console: Console,
              pcap: bool | str, target: str, phases: WallPhases, agents, servers, counters,
              start_at_unix_ns, t0_ns, aborted, *, summary_only: bool = False,
-             plotter: Plotter | None = None, vtime: dict | None = None) -> dict:
+             plots: bool = True, plotter: Plotter | None = None,
+             vtime: dict | None = None) -> dict:
     """The run's summary and results files from what ``_traffic`` collected
-    (``summary_only``: summary.json alone, see ``run_experiment``); the
+    (``summary_only``: summary.json alone; ``plots``: see ``run_experiment``); the
     summary as written."""
     summary = build_run_summary(exp, target, agents.results(), counters, rd,
                                 wall_s=phases.total_s())
@@ -345,13 +349,13 @@ def _results(exp: Experiment, rd: RunDir, console: Console,
     if vtime is not None:       # the windows of a virtual-time run (emulator.vtime)
         summary.virtual_time = {**vtime, **member_clock_totals(rd.raw)}
     if aborted:
-        return _keep_partial(exp, servers, summary, rd, t0_ns, aborted, summary_only)
+        return _keep_partial(exp, servers, summary, rd, t0_ns, aborted, summary_only, plots)
     if summary_only:
         summary.write(rd)
         return summary.as_dict()
     # The workload's block goes into the summary before summary.json is written.
-    files = add_collectives(exp, servers, summary, rd)
-    files.update(write_run_results(exp, rd, t0_ns, summary,
+    files = add_collectives(exp, servers, summary, rd, plots=plots)
+    files.update(write_run_results(exp, rd, t0_ns, summary, plots=plots,
                                    dport=exp.spec.hpcc.dport, plotter=plotter))
     if pcap:            # "wall": wall-time stamps; else (True, "fabric") fabric time
         files.update(write_captures(rd, start_at_unix_ns, exp.dilation,
@@ -370,7 +374,8 @@ def _results(exp: Experiment, rd: RunDir, console: Console,
 
 
 def _keep_partial(exp: Experiment, servers: ServerGroup, summary: RunSummary, rd: RunDir,
-                  t0_ns: int, aborted: RunAborted, summary_only: bool = False) -> dict:
+                  t0_ns: int, aborted: RunAborted, summary_only: bool = False,
+                  plots: bool = True) -> dict:
     """summary.json of a run that ended early: what its processes wrote,
     ``complete`` false and ``aborted`` saying why; then raise ``aborted``
     (one line, with where the partial results are). The other results
@@ -381,9 +386,9 @@ def _keep_partial(exp: Experiment, servers: ServerGroup, summary: RunSummary, rd
     written = False
     if not summary_only:
         try:
-            add_collectives(exp, servers, summary, rd)
+            add_collectives(exp, servers, summary, rd, plots=plots)
             summary.complete = False
-            write_run_results(exp, rd, t0_ns, summary, dport=exp.spec.hpcc.dport)
+            write_run_results(exp, rd, t0_ns, summary, plots=plots, dport=exp.spec.hpcc.dport)
             written = True
         except WriteFailed:
             raise           # the disk is full: one line says which file

@@ -204,8 +204,9 @@ def plain_hosts(exp: Experiment) -> set[str] | None:
 
 
 def add_collectives(exp: Experiment, group: ServerGroup, summary: RunSummary,
-                    rd: RunDir) -> dict:
-    """The summary's ``collectives`` and the collectives.* files; {} without a workload."""
+                    rd: RunDir, plots: bool = True) -> dict:
+    """The summary's ``collectives`` and the collectives.* files (``plots``: with
+    its PNG); {} without a workload."""
     if exp.workload is None:
         return {}
     block = collectives_block(exp, group.results())
@@ -213,6 +214,8 @@ def add_collectives(exp: Experiment, group: ServerGroup, summary: RunSummary,
     add_collectives_fidelity(summary, block)
     summary.complete = summary.complete and block["complete"]
     files = {p.name: p for p in write_collectives(rd, block).values()}
+    if not plots:
+        return files
     nic = exp.fabric.server(exp.workload.servers[0]).nics[0]
     link_GBps = exp.fabric.links[exp.fabric.ports(nic)[0].link_index].rate_bps / 8e9
     png = plot_busbw(block["results"], rd.file(rd.COLLECTIVES_PNG), link_GBps)

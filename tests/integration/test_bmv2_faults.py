@@ -27,7 +27,7 @@ def _write_under_faults(tmp_path_factory, name: str, faults: list[dict], **data)
         "traffic": [{"src": "h1", "dst": "h3", "op": "write", "size_bytes": 1_048_576}],
         "faults": faults, "limits": {"wall_s": 300}, **data,
     }, REPO / "experiments" / "inline.yaml")
-    return run_with_dilation(exp, tmp_path_factory.mktemp(name) / "out")
+    return run_with_dilation(exp, tmp_path_factory.mktemp(name) / "out", plots=False)
 
 
 @pytest.fixture(scope="module")

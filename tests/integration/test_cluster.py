@@ -49,7 +49,8 @@ def _b_sockets(rig: TwoServers) -> set[str]:
 def _one_run(rig: TwoServers, exp, out) -> dict:
     """Run ``exp`` into ``out`` and check all a run over two servers must do."""
     before = _b_sockets(rig)
-    r = rig.run_in_a([*FABRIC_EMU, "run", exp, "--out", out], cwd=REPO, timeout_s=600)
+    r = rig.run_in_a([*FABRIC_EMU, "run", exp, "--out", out, "--no-plots"], cwd=REPO,
+                     timeout_s=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     s = json.loads((out / "summary.json").read_text())
     # Virtual time (auto): the window barrier spans both servers.
@@ -106,8 +107,8 @@ def _on_one_server(exp, out) -> dict:
     del data["cluster"]
     path = out.parent / "one-server.yaml"
     path.write_text(yaml.safe_dump(data))
-    r = subprocess.run([*FABRIC_EMU, "run", path, "--out", out], cwd=REPO, capture_output=True,
-                       text=True, timeout=600)
+    r = subprocess.run([*FABRIC_EMU, "run", path, "--out", out, "--no-plots"], cwd=REPO,
+                       capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     return json.loads((out / "summary.json").read_text())
 
@@ -188,7 +189,8 @@ def test_a_killed_runner_takes_its_processes_on_both_servers_and_clean_there_rem
         console = tmp_path / "console.txt"
         with console.open("w") as sink:
             runner = subprocess.Popen(["ip", "netns", "exec", rig.ns_a, *FABRIC_EMU, "run", exp,
-                                       "--out", out], cwd=REPO, stdout=sink, stderr=sink)
+                                       "--out", out, "--no-plots"], cwd=REPO, stdout=sink,
+                                      stderr=sink)
         try:
             deadline = time.monotonic() + 120
             # the runner's progress line counts windows: every process on

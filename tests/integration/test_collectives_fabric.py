@@ -55,9 +55,9 @@ def _checked(name: str, run: tuple[dict, object]):
     return run
 
 
-def _run(name: str, out, sets: tuple[str, ...] = ()):
+def _run(name: str, out, sets: tuple[str, ...] = (), **kw):
     # from the file's former D, raised while the run falls behind
-    return _checked(name, (run_shipped(shipped(name, sets), out), out))
+    return _checked(name, (run_shipped(shipped(name, sets), out, **kw), out))
 
 
 def _shared(shared_run, name: str, sets: tuple[str, ...] = ()):
@@ -118,7 +118,6 @@ def test_allreduce_idle_correct_and_near_line_rate(idle):
         assert frac * LINK_GBPS <= inplace[size] <= LINK_GBPS * TIMING_SLACK, (size, inplace)
     rows = (out / "collectives.csv").read_text().splitlines()
     assert rows[0].startswith("collective,algorithm,nranks,size_bytes") and len(rows) == 4
-    assert (out / "collectives.png").read_bytes()[:4] == b"\x89PNG"
     # rail-aligned ring: nothing crosses a spine
     assert all(p["tx_packets"] == 0 for p in summary["ports"] if p["role"] == "spine")
 
@@ -232,10 +231,11 @@ def test_broadcast_and_send_recv_stay_on_the_rails(tmp_path):
     with shift 4 (a pipeline stage's peer: the same GPU of the other
     server) on the idle rails: correct, within one link's rate (busbw
     factor 1: the root's NIC / each rank's NIC carries the whole buffer),
-    nothing across a spine, and nccl-tests' tables with the root."""
+    nothing across a spine, nccl-tests' tables with the root, and the busbw
+    figure (the one run here that draws its figures)."""
     tests = ("[{collective: broadcast, root: 5, sizes: [1048576], iters: 2, warmup_iters: 1},"
              " {collective: send_recv, shift: 4, sizes: [1048576], iters: 2, warmup_iters: 1}]")
-    summary, out = _run("allreduce-rail", tmp_path, (f"workload.tests={tests}",))
+    summary, out = _run("allreduce-rail", tmp_path, (f"workload.tests={tests}",), plots=True)
     _check_complete(summary, out, ["server1", "server2"])
     rows = {r["collective"]: r for r in summary["collectives"]["results"]}
     assert set(rows) == {"broadcast", "send_recv"} and rows["broadcast"]["root"] == 5
@@ -247,6 +247,7 @@ def test_broadcast_and_send_recv_stay_on_the_rails(tmp_path):
     table = (out / "collectives.txt").read_text()
     assert "# Collective test starting: broadcast_perf" in table
     assert "# Collective test starting: sendrecv_perf" in table
+    assert (out / "collectives.png").read_bytes()[:4] == b"\x89PNG"
     fields = [line.split() for line in table.splitlines() if not line.startswith("#")]
     assert [f[2:5] for f in fields] == [["float", "none", "5"], ["float", "sum", "-1"]]
     assert all(p["tx_packets"] == 0 for p in summary["ports"] if p["role"] == "spine")

@@ -20,7 +20,7 @@ def _run(out, name: str, **workload) -> dict:
     data = read_experiment_data(path)
     data["workload"].update(workload)
     data["time"] = "virtual"
-    return run_with_dilation(experiment_from_dict(data, path), out)
+    return run_with_dilation(experiment_from_dict(data, path), out, plots=False)
 
 
 def _spine_bytes(summary: dict) -> int:
@@ -42,11 +42,15 @@ def test_tree_all_reduce_on_the_rails_is_exact_on_rail_0(tmp_path):
 
 
 def test_pxn_keeps_the_collectives_off_the_spines(tmp_path):
-    on, off = _run(tmp_path / "on", "alltoall-rail-pxn"), _run(tmp_path / "off",
-                                                                "alltoall-rail-pxn", pxn=False)
+    # each test timed once after its warm-up (the file's 2 iterations: 11.8 s of the
+    # suite's wall, 8.3 s so); every iteration's data is checked as before
+    tests = read_experiment_data(REPO / "experiments" / "alltoall-rail-pxn.yaml")["workload"]["tests"]
+    tests = [{**t, "iters": 1} for t in tests]
+    on = _run(tmp_path / "on", "alltoall-rail-pxn", tests=tests)
+    off = _run(tmp_path / "off", "alltoall-rail-pxn", tests=tests, pxn=False)
     for s in (on, off):
         assert s["complete"] and not s["fell_behind"]
         assert all(r["wrong"] == 0 for r in s["collectives"]["results"])
-    # measured 0 with PXN, 5.4 MB on each spine without
+    # measured 0 with PXN, 6.5 MB over the spines without (10.9 MB at 2 iterations)
     assert _spine_bytes(on) == 0
-    assert _spine_bytes(off) > 8_000_000
+    assert _spine_bytes(off) > 5_000_000

@@ -74,7 +74,7 @@ def _run(tmp_path: Path, text: str, name: str) -> tuple[dict, Path]:
     path = tmp_path / name / "exp.yaml"
     path.write_text(text)
     out = tmp_path / name / "out"
-    return run_with_dilation(load_experiment(path), out, pcap=True), out
+    return run_with_dilation(load_experiment(path), out, pcap=True, plots=False), out
 
 
 def _files(out: Path) -> dict[str, bytes]:

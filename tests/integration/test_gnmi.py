@@ -47,7 +47,7 @@ def _run(out: Path, **change) -> dict:
     from emulator.experiment.dilation import run_with_dilation
     from emulator.experiment.model import experiment_from_dict
     return run_with_dilation(experiment_from_dict({**json.loads(json.dumps(EXPERIMENT)), **change},
-                                                  out.parent / "gnmi.yaml"), out)
+                                                  out.parent / "gnmi.yaml"), out, plots=False)
 
 
 def _client(run_dir: Path, stop: threading.Event, seen: dict) -> None:

@@ -32,7 +32,7 @@ def _run(out, sets):
                                           ["time=virtual", *SMALLER, *sets]), path)
     exp = time_mode.resolve_time(exp, "embedded")
     assert exp.time_mode == time_mode.VIRTUAL
-    return run_experiment(exp, out, pcap=True)
+    return run_experiment(exp, out, pcap=True, plots=False)
 
 
 def _stripped(x):

@@ -50,7 +50,7 @@ def test_an_exception_inside_tears_the_fabric_down():
 def test_run_returns_a_typed_result(tmp_path):
     res = fe.run(fe.load_experiment(INCAST, set={"traffic[0].size_bytes": 65536,
                                                  "hpcc.dport": 100}),
-                 tmp_path, dilation=4000, quiet=True)
+                 tmp_path, dilation=4000, quiet=True, plots=False)
     assert res.complete and res.summary["experiment"] == "incast-pfc"
     assert len(res.flows) == 5 and res.flows[0].bytes == 65536
     assert res.lossless_priorities == [3]

@@ -105,7 +105,7 @@ def _virtual_run(out: Path) -> dict:
                     {"src": "h2", "dst": "h3", "size_bytes": 200_000}],
         "telemetry": {"sample_us": 10},
     }, REPO / "experiments" / "inline.yaml")
-    return run_with_dilation(exp, out)
+    return run_with_dilation(exp, out, plots=False)
 
 
 def test_a_virtual_time_run_serves_p4runtime_and_gnmi_on_the_management_network(tmp_path):
@@ -125,9 +125,11 @@ def test_progress_reports_over_in_band_share_no_queue_with_the_compute_fabric(tm
     from emulator.experiment.model import read_experiment_data
     path = REPO / "experiments" / "inband-progress.yaml"
     data = read_experiment_data(path)
-    with_mgmt = run_with_dilation(experiment_from_dict(data, path), tmp_path / "mgmt")
+    with_mgmt = run_with_dilation(experiment_from_dict(data, path), tmp_path / "mgmt",
+                                  plots=False)
     plain = {**data, "topology": "../topologies/clos-2x2.yaml"}
-    without = run_with_dilation(experiment_from_dict(plain, path), tmp_path / "plain")
+    without = run_with_dilation(experiment_from_dict(plain, path), tmp_path / "plain",
+                                plots=False)
     assert with_mgmt["complete"] and with_mgmt["time"] == "virtual"
     mgmt = json.loads((tmp_path / "mgmt" / "management.json").read_text())
     assert sorted(mgmt["head"]) == ["h1", "h2", "h3", "h4"]

@@ -55,7 +55,7 @@ def test_a_rerun_refuses_a_users_files_then_keeps_them_with_force(tmp_path):
     assert "notes.txt" in line and "run/notes.txt" in line and "--force" in line, line
     assert _tree(out) == before
 
-    forced = run_cli("run", exp, "--out", out, "--force")
+    forced = run_cli("run", exp, "--out", out, "--force", "--no-plots")
     assert forced.returncode == 0, forced.stderr
     assert (out / "notes.txt").read_text() == "mine"
     assert (out / "run" / "notes.txt").read_text() == "mine too"
@@ -129,5 +129,5 @@ def test_sigterm_early_in_a_run_is_one_line_and_leaves_nothing(tmp_path, when):
     assert time.monotonic() - t0 < 30
     if out.exists():
         assert read_marker(out)["state"] == "closed", _tree(out)
-        again = run_cli("run", exp, "--out", out)
+        again = run_cli("run", exp, "--out", out, "--no-plots")
         assert again.returncode == 0, again.stderr

@@ -32,7 +32,7 @@ VICTIMS = (1, 2)                              # flow ids: h4 -> h2, h2 -> h4
 
 
 def _run(name: str, out: Path) -> tuple[dict, Path]:
-    return run_with_dilation(load_experiment(REPO / "experiments" / f"{name}.yaml"), out), out
+    return run_with_dilation(load_experiment(REPO / "experiments" / f"{name}.yaml"), out, plots=False), out
 
 
 @pytest.fixture(scope="module")

@@ -39,7 +39,7 @@ def _run(tmp_path: Path, name: str) -> tuple[dict, Path]:
     path = tmp_path / name / "exp.yaml"
     path.write_text(EXP)
     out = tmp_path / name / "out"
-    return run_with_dilation(load_experiment(path), out), out
+    return run_with_dilation(load_experiment(path), out, plots=False), out
 
 
 def _files(out: Path) -> dict[str, bytes]:
@@ -78,7 +78,7 @@ SPINE_DOWN = REPO / "experiments" / "spine-down-incast.yaml"
 @pytest.fixture(scope="module")
 def spine_down(tmp_path_factory) -> tuple[dict, Path]:
     out = tmp_path_factory.mktemp("spine-down") / "out"
-    return run_with_dilation(load_experiment(SPINE_DOWN), out), out
+    return run_with_dilation(load_experiment(SPINE_DOWN), out, plots=False), out
 
 
 def test_a_spine_down_is_routed_around_then_programmed_again_and_nothing_is_left(spine_down):
@@ -122,7 +122,7 @@ def _race(tmp_path: Path, per_process: int) -> tuple[dict, Path]:
     path = tmp_path / f"race-{per_process}.yaml"
     path.write_text(RACE + f"switch: {{per_process: {per_process}}}\n")
     out = tmp_path / f"out-{per_process}"
-    return run_with_dilation(load_experiment(path), out), out
+    return run_with_dilation(load_experiment(path), out, plots=False), out
 
 
 def test_reports_of_two_links_within_a_window_reroute_in_fabric_order_however_packed(tmp_path):

@@ -130,12 +130,12 @@ def _ours(cmdline: str, module: str, sub: str = "") -> bool:
 class Run:
     """``fabric-emu run`` in the background, its stderr in a file."""
 
-    def __init__(self, exp: Path, out: Path):
+    def __init__(self, exp: Path, out: Path, *options: str):
         self.out = out
         self.err_path = out.parent / f"{out.name}.stderr"
         with open(self.err_path, "w") as err:
-            self.proc = subprocess.Popen([*FABRIC_EMU, "run", str(exp), "--out", str(out)], cwd=REPO,
-                                         stdout=subprocess.DEVNULL, stderr=err)
+            self.proc = subprocess.Popen([*FABRIC_EMU, "run", str(exp), "--out", str(out), *options],
+                                         cwd=REPO, stdout=subprocess.DEVNULL, stderr=err)
 
     def agents_sending(self) -> bool:
         """Both agents started (the fabric is up and programmed)."""
@@ -148,11 +148,11 @@ class Run:
         return rc, self.err_path.read_text()
 
 
-def start_run(exp: Path, out: Path, ready) -> Run:
-    """A run that has got to ``ready(run)``; started again if another fabric
-    (another test session) took the lock between our check and its start."""
+def start_run(exp: Path, out: Path, ready, *options: str) -> Run:
+    """A run (``options``: the command's) that has got to ``ready(run)``; started again
+    if another fabric (another test session) took the lock between our check and its start."""
     for _ in range(5):
-        run = Run(exp, out)
+        run = Run(exp, out, *options)
         wait_for(lambda: ready(run) or run.proc.poll() is not None, START_TIMEOUT_S, "run started")
         if run.proc.poll() is None or "another run is active" not in run.err_path.read_text():
             return run
@@ -217,7 +217,8 @@ def test_second_run_is_refused_and_first_completes(tmp_path):
 
 
 def test_clean_refuses_during_a_run_and_force_ends_it_in_one_line(tmp_path):
-    run = start_run(_experiment(tmp_path, LONG_BYTES), tmp_path / "out", Run.agents_sending)
+    run = start_run(_experiment(tmp_path, LONG_BYTES), tmp_path / "out", Run.agents_sending,
+                    "--no-plots")
     refused = run_cli("clean", timeout=60)
     assert refused.returncode == 2, refused.stderr
     assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
@@ -237,7 +238,8 @@ def test_clean_refuses_during_a_run_and_force_ends_it_in_one_line(tmp_path):
 
 
 def test_switch_killed_mid_run_ends_it_naming_the_switch(tmp_path):
-    run = start_run(_experiment(tmp_path, LONG_BYTES), tmp_path / "out", Run.agents_sending)
+    run = start_run(_experiment(tmp_path, LONG_BYTES), tmp_path / "out", Run.agents_sending,
+                    "--no-plots")
     from emulator.net.clean import _own_processes
     [switch_pid] = [p for p in _own_processes(str(tmp_path / "out" / "run" / "kl2.switch.json"))]
     os.kill(switch_pid, signal.SIGKILL)
@@ -276,7 +278,7 @@ def test_a_pack_killed_mid_run_ends_it_naming_a_member_and_leaves_nothing(tmp_pa
     def packs_running(run: Run) -> bool:
         log = run_dir / "kh1+1.agent.log"
         return (run_dir / "kl1+2.log").exists() and log.exists() and "READY kh2" in log.read_text()
-    run = start_run(exp, tmp_path / "out", packs_running)
+    run = start_run(exp, tmp_path / "out", packs_running, "--no-plots")
     from emulator.net.clean import _own_processes
     what, pack, log = (("agent kh1", "kh1+1", "kh1+1.agent.log") if victim == "agents"
                        else ("switch kl1", "kl1+2", "kl1+2.log"))

@@ -31,7 +31,7 @@ def _run(tmp_path, traffic, endpoints, **extra) -> dict:
     exp = experiment_from_dict(data, REPO / "experiments" / "tenancy-test.yaml", target="embedded")
     exp = resolve_time(exp, "embedded")
     assert exp.time_mode == VIRTUAL
-    return run_experiment(exp, tmp_path)
+    return run_experiment(exp, tmp_path, plots=False)
 
 
 def _agent(tmp_path, host) -> dict:

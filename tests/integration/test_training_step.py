@@ -24,7 +24,7 @@ def _run(out) -> dict:
     path = REPO / "experiments" / "training-3d.yaml"
     data = read_experiment_data(path)
     data["time"] = "virtual"
-    return run_with_dilation(experiment_from_dict(data, path), out)
+    return run_with_dilation(experiment_from_dict(data, path), out, plots=False)
 
 
 def test_training_3d_phases_tile_the_step_and_rerun_identically(tmp_path):

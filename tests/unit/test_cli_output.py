@@ -149,21 +149,34 @@ def test_a_bad_out_is_one_line_and_nothing_is_written(cli, no_fabric, places, co
     assert not os.path.exists("/etc/.fabric-emu-run")
 
 
-def test_force_writes_beside_the_users_files(cli, no_fabric, places, monkeypatch):
+def _fake_runs(monkeypatch) -> list:
+    """``run_with_dilation`` and ``write_report`` faked: what each was asked, in turn."""
     import emulator.experiment.dilation as dilation
     seen = []
 
-    def fake_run(exp, out, console, **kw):
-        seen.append((Path(out), kw.get("force")))
+    def fake_run(exp, out, console, pcap=False, dilation=None, **kw):
+        seen.append((Path(out), kw.get("force"), kw.get("plots")))
         return {"complete": True}
     monkeypatch.setattr(dilation, "run_with_dilation", fake_run)
     import emulator.report as report
     monkeypatch.setattr(report, "write_report",     # the fake run left nothing to draw
                         lambda out: seen.append((Path(out), "report")) or Path(__file__))
+    return seen
+
+
+def test_force_writes_beside_the_users_files(cli, no_fabric, places, monkeypatch):
+    seen = _fake_runs(monkeypatch)
     r = cli("run", "experiments/demo.yaml", "--out", places / "theirs", "--force")
     assert r.exit_code == 0, r.output
-    assert seen == [(places / "theirs", True), (places / "theirs", "report")]
+    assert seen == [(places / "theirs", True, True), (places / "theirs", "report")]
     assert (places / "theirs" / "notes.txt").read_text() == "mine"
+
+
+def test_no_plots_runs_without_figures_and_writes_no_report(cli, no_fabric, tmp_path, monkeypatch):
+    seen = _fake_runs(monkeypatch)
+    r = cli("run", "experiments/demo.yaml", "--out", tmp_path / "out", "--no-plots")
+    assert r.exit_code == 0, r.output
+    assert seen == [(tmp_path / "out", False, False)]
 
 
 def test_a_comparisons_default_directory_is_one_valid_name_however_many_long_names():

@@ -407,3 +407,25 @@ def test_readings_that_fall_with_d_are_not_measured_again():
     m = readings_by_call({1000: [2.0], 4000: [0.3], 3000: [0.9, 0.1]})
     d, _ = calibrate(m, start=1000)
     assert m.calls == [1000, 4000, 3000] and d == 4000
+
+
+@pytest.mark.parametrize("plots", [True, False])
+def test_plots_reach_the_runner_of_every_run_but_a_calibrations(tmp_path, monkeypatch, plots):
+    """``plots=False`` (a test's run, ``fabric-emu run --no-plots``) goes down
+    to ``runner.run_experiment`` for each kind of run; calibration runs draw
+    nothing either way (``summary_only``)."""
+    calls = []
+
+    def run_experiment(exp, out, console, pcap=False, *, summary_only=False, plots=True):
+        calls.append((exp.dilation, summary_only, plots))
+        out.mkdir(parents=True, exist_ok=True)
+        return written(out, exp.dilation, 0.3, [])
+    monkeypatch.setattr("emulator.experiment.runner.run_experiment", run_experiment)
+    run_with_dilation(dilated(), tmp_path / "file", quiet(), plots=plots)            # D 1000
+    run_with_dilation(dilated(dilation="auto"), tmp_path / "auto", quiet(), plots=plots,
+                      cache=DilationCache(tmp_path / "cache.json"))
+    dil.run_raised_while_behind(make_experiment(), tmp_path / "raised", 4000, plots=plots)
+    finals = [c for c in calls if not c[1]]
+    assert [c[0] for c in finals] == [1000.0, finals[1][0], 4000.0]
+    assert all(c[2] is plots for c in finals)
+    assert any(c[1] for c in calls)         # the auto run calibrated first
