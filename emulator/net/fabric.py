@@ -183,7 +183,7 @@ class FabricNet(FabricNodes, FabricHealth):
             device_config = bmv2_json().read_bytes()
         self._trap_signals()
         # Its imports run while Mininet builds the namespaces and links (the
-        # CLI started it even earlier: forkserver.prestart).
+        # CLI started it even earlier: emulator.prestart).
         self.forkserver = for_run(self.run_dir, child_env())
         # gRPC and Thrift (BMv2) or gNMI (embedded) port of every switch, all distinct.
         free = iter(free_tcp_ports(2 * len(self.fabric.switches())))
