@@ -125,14 +125,14 @@ def while_figures_draw(hook: Callable[[Path, str], None], imports: tuple[str, ..
             _IMPORTED_LATE.remove(module)
 
 
-def import_ahead() -> threading.Thread:
-    """Import what the results phase will (``_IMPORTED_LATE``) now, on a
-    daemon thread: a small fabric's bring-up leaves this process waiting
-    (on node shells, switches, agents) for longer than those imports take
-    (~0.25 s of CPU: NumPy, the report's Plotly), which the results phase,
-    CPU-bound beside the figures, then no longer spends. Not for a big
+def import_ahead(*first: str) -> threading.Thread:
+    """Import ``first``, then what the results phase will (``_IMPORTED_LATE``),
+    now, on a daemon thread: a small fabric's bring-up leaves this process
+    waiting (on node shells, switches, agents) for longer than those imports
+    take (~0.25 s of CPU: NumPy, the report's Plotly), which the results
+    phase, CPU-bound beside the figures, then no longer spends. Not for a big
     fabric: the modules would be held through its traffic, at its peak."""
-    thread = threading.Thread(target=_import_all, args=(list(_IMPORTED_LATE),),
+    thread = threading.Thread(target=_import_all, args=([*first, *_IMPORTED_LATE],),
                               name="import-ahead", daemon=True)
     thread.start()
     return thread

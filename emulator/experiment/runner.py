@@ -145,7 +145,9 @@ def _run(exp: Experiment, odir: OutputDir, console: Console, pcap: bool | str, t
     if not summary_only and (len(exp.fabric.switches()) + len(exp.fabric.hosts())
                              <= PLOTTER_EARLY_MAX_NODES):
         plotter.append(Plotter.start(rd.path, exp.fabric))
-        import_ahead()     # while the bring-up waits on shells and switches, as small
+        # while the bring-up waits on shells and switches: its controller's gRPC
+        # (FabricNet imports it once they are up), then the results phase's modules
+        import_ahead("emulator.control.controller")
     coordinator = virtual_time_coordinator(exp)
     pause_plotter = plotter[0].pause if plotter and coordinator is None else None
     try:

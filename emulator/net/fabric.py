@@ -22,7 +22,6 @@ from pathlib import Path
 
 from mininet.log import setLogLevel
 
-from emulator.control.controller import FabricController, program_p4info
 from emulator.errors import EnvironmentProblem, FabricEmuError, RunAborted
 from emulator.lifeline import child_env
 from emulator.net import environment
@@ -225,6 +224,9 @@ class FabricNet(FabricNodes, FabricHealth):
         self._jumbo_frames()
         self.net.start()
         if self.program:
+            # deferred: gRPC's import (~0.1 s) is not needed before the switches
+            # are up (a runner imports it meanwhile: results.import_ahead)
+            from emulator.control.controller import FabricController, program_p4info
             self.controller = FabricController(
                 self.fabric, {sw.name: (self.switch(sw.name).grpc_address, self.fabric.device_id(sw.name))
                               for sw in self.fabric.switches()},
