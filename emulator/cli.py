@@ -132,22 +132,16 @@ def run(experiment, out_dir, force, target, pcap, pcap_time, time_mode, dilation
         sets = (*sets, f"hpcc.dport={hpcc_dport}")
     if time_mode is not None:
         sets = (*sets, f"time={time_mode}")
-    from emulator.experiment.dilation import parse_dilation
-    # the input is checked first: a refusal starts nothing and comes within a second
-    dilation = parse_dilation(dilation)
-    from emulator.experiment.time_mode import check_time
-    exp = check_time(_load(experiment, target, sets), dilation_given=dilation is not None)
-    from emulator.net.forkserver import prestart
-    prestart()      # its imports on the other core while this process imports and builds
-    from emulator.experiment.outdir import OutputDir
-    from emulator.experiment.runner import resolve_target
-    from emulator.net.environment import check_environment
+    from emulator.prestart import discard_prestarted, prestart
+    prestart()      # first: its imports, the start's longest part, beside this process's
+    try:            # the input is checked meanwhile; a refusal leaves nothing running
+        from emulator.experiment.run_input import checked_run_input
+        exp, out, dilation = checked_run_input(lambda: _load(experiment, target, sets), out_dir,
+                                               force, dilation)
+    except BaseException:
+        discard_prestarted()
+        raise
     from emulator.net.runlock import RunLock
-
-    out = Path(out_dir or f"results/{exp.name}")
-    check_environment()       # not root: say so, not that the lock is out of reach
-    resolve_target(exp.spec.target)     # bmv2 missing: say so, whether a run is active or not
-    OutputDir(out, force=force).check()     # a bad --out too (it is opened under the lock)
     with RunLock.acquire(experiment, out):      # one run at a time, sweeps included
         _run(experiment, exp, out, target, pcap, dilation, sets, as_json, force, not no_plots)
 

@@ -11,7 +11,8 @@ import time
 def main(argv: list[str]) -> int:
     me = {"argv": argv, "cmdline": open("/proc/self/cmdline", "rb").read().split(b"\0")[:-1],
           "netns": os.stat("/proc/self/ns/net").st_ino, "sid": os.getsid(0) == os.getpid(),
-          "env": os.environ.get("PROBE"), "ppid": os.getppid()}
+          "env": os.environ.get("PROBE"), "ppid": os.getppid(),
+          "preloaded": [m for m in ("grpc", "emulator.dataplane.p4rt_server") if m in sys.modules]}
     me["cmdline"] = [c.decode() for c in me["cmdline"]]
     print(json.dumps(me), flush=True)
     line = sys.stdin.readline().strip()

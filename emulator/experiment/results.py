@@ -24,6 +24,8 @@ workload's servers add their block (``servers.add_collectives``), then
 from __future__ import annotations
 
 import gc
+import importlib
+import threading
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
@@ -101,20 +103,47 @@ def write_run_results(exp: "Experiment", rd: RunDir, t0_ns: int, summary: RunSum
 
 # while_figures_draw's hooks: (results directory, summary.json's text to be) -> None
 _while_figures: list[Callable[[Path, str], None]] = []
+# What the results phase imports when it comes (NumPy: the distributions), and its hooks
+_IMPORTED_LATE = ["numpy"]
 
 
 @contextmanager
-def while_figures_draw(hook: Callable[[Path, str], None]):
+def while_figures_draw(hook: Callable[[Path, str], None], imports: tuple[str, ...] = ()):
     """Within the block, every ``write_run_results`` whose figures a plotter
     process draws calls ``hook(results_dir, summary_text)`` while they draw,
     its other files written (summary.json is written after the figures,
     with ``summary_text``): work that reads them (the command's report.html,
-    a layer above) done on the CPU this process would spend waiting."""
+    a layer above) done on the CPU this process would spend waiting.
+    ``imports``: the modules the hook imports (``import_ahead`` takes them)."""
     _while_figures.append(hook)
+    _IMPORTED_LATE.extend(imports)
     try:
         yield
     finally:
         _while_figures.remove(hook)
+        for module in imports:
+            _IMPORTED_LATE.remove(module)
+
+
+def import_ahead(*first: str) -> threading.Thread:
+    """Import ``first``, then what the results phase will (``_IMPORTED_LATE``),
+    now, on a daemon thread: a small fabric's bring-up leaves this process
+    waiting (on node shells, switches, agents) for longer than those imports
+    take (~0.25 s of CPU: NumPy, the report's Plotly), which the results
+    phase, CPU-bound beside the figures, then no longer spends. Not for a big
+    fabric: the modules would be held through its traffic, at its peak."""
+    thread = threading.Thread(target=_import_all, args=([*first, *_IMPORTED_LATE],),
+                              name="import-ahead", daemon=True)
+    thread.start()
+    return thread
+
+
+def _import_all(modules: list[str]) -> None:
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except Exception:      # imported again where it is used: an error raises there
+            pass
 
 
 @contextmanager
@@ -131,4 +160,4 @@ def _no_gc():
             gc.enable()
 
 
-__all__ = ["build_run_summary", "while_figures_draw", "write_run_results"]
+__all__ = ["build_run_summary", "import_ahead", "while_figures_draw", "write_run_results"]

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import subprocess
 import time
 from pathlib import Path
 from typing import Callable
@@ -19,9 +20,10 @@ from emulator.experiment.faults import (end_faults, reroute_reaction_ns, switch_
 from emulator.experiment.model import Experiment
 from emulator.experiment.outdir import OutputDir, output_dir
 from emulator.experiment.plotter import Plotter
-from emulator.experiment.results import build_run_summary, write_run_results
+from emulator.experiment.results import build_run_summary, import_ahead, write_run_results
 from emulator.experiment.servers import ServerGroup, add_collectives, plain_hosts, render_collectives
-from emulator.experiment.summary import render_slowdown_buckets, render_summary
+from emulator.experiment.summary import (member_clock_totals, render_slowdown_buckets,
+                                         render_summary)
 from emulator.experiment.summary_file import RunSummary
 from emulator.experiment.telemetry import telemetry_collector
 from emulator.net.management import InbandReports
@@ -146,6 +148,9 @@ def _run(exp: Experiment, odir: OutputDir, console: Console, pcap: bool | str, t
     if plots and (len(exp.fabric.switches()) + len(exp.fabric.hosts())
                   <= PLOTTER_EARLY_MAX_NODES):
         plotter.append(Plotter.start(rd.path, exp.fabric))
+        # while the bring-up waits on shells and switches: its controller's gRPC
+        # (FabricNet imports it once they are up), then the results phase's modules
+        import_ahead("emulator.control.controller")
     coordinator = virtual_time_coordinator(exp)
     pause_plotter = plotter[0].pause if plotter and coordinator is None else None
     try:
@@ -198,22 +203,6 @@ def virtual_time_coordinator(exp: Experiment):
     ahead = (lookahead_ns(links, IB_MIN_WIRE_BYTES) if exp.fabric.link_layer == "infiniband"
              else lookahead_ns(links))
     return Coordinator(peer_map(exp.fabric), ahead)
-
-
-def member_clock_totals(run_dir: Path | RawDir) -> dict:
-    """Frames the switches' virtual clocks dropped as not ours (no trailer:
-    nothing should send any) and took after their arrival time (a protocol
-    bug if ever > 0), over every switch process once."""
-    clocks = {}
-    for path in RawDir(run_dir).stats_files():
-        with contextlib.suppress(OSError, ValueError):
-            vt = json.loads(path.read_text()).get("virtual_time")
-            if vt:
-                clocks[vt["clock"]] = vt
-    return {"foreign_frames": sum(c["foreign_frames"] for c in clocks.values()),
-            "early_frames": sum(c["early_frames"] for c in clocks.values()),
-            "switch_processes_wall": {n: {"cpu_s": c["cpu_s"], "wait_s": c["wait_wall_s"]}
-                                      for n, c in clocks.items()}}
 
 
 def run_on_fabric(fnet: FabricNet, exp: Experiment, out_dir: str | Path,
@@ -428,7 +417,7 @@ def _wait_with_progress(fnet: FabricNet, agents: AgentGroup, exp: Experiment, co
             elif vt.error:
                 return
             else:                       # ended: the agents are leaving
-                time.sleep(DONE_POLL_S)
+                _wait_for_an_exit([agents, servers], DONE_POLL_S)
         else:
             time.sleep(DONE_POLL_S)
             delivered, done = agents.progress()
@@ -455,6 +444,16 @@ def _wait_with_progress(fnet: FabricNet, agents: AgentGroup, exp: Experiment, co
             print(line, file=console.file, flush=True)
     if interactive:
         console.print()
+
+
+def _wait_for_an_exit(groups: list, timeout_s: float) -> None:
+    """Until a process of ``groups`` still running exits, or ``timeout_s``:
+    the agents' end is seen when it comes (each process reports its exit),
+    not at the next poll."""
+    running = [p for g in groups if g is not None for p in g.processes() if p.poll() is None]
+    if running:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            running[0].wait(timeout=timeout_s)
 
 
 def write_stats_window(fabric_dir: Path, run_dir: Path, start: dict[str, dict],

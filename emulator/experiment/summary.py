@@ -23,6 +23,8 @@ dilated.
 """
 from __future__ import annotations
 
+import contextlib
+import json
 from pathlib import Path
 
 from rich.table import Table
@@ -408,3 +410,19 @@ def render_slowdown_buckets(summary: dict) -> Table | None:
                   f"{r['size_min_bytes']:,}..{r['size_max_bytes']:,}",
                   *(f"{r[k]:.2f}" for k in ("slowdown_p50", "slowdown_p95", "slowdown_p99")))
     return t
+
+
+def member_clock_totals(run_dir: Path | RawDir) -> dict:
+    """Frames the switches' virtual clocks dropped as not ours (no trailer:
+    nothing should send any) and took after their arrival time (a protocol
+    bug if ever > 0), over every switch process once."""
+    clocks = {}
+    for path in RawDir(run_dir).stats_files():
+        with contextlib.suppress(OSError, ValueError):
+            vt = json.loads(path.read_text()).get("virtual_time")
+            if vt:
+                clocks[vt["clock"]] = vt
+    return {"foreign_frames": sum(c["foreign_frames"] for c in clocks.values()),
+            "early_frames": sum(c["early_frames"] for c in clocks.values()),
+            "switch_processes_wall": {n: {"cpu_s": c["cpu_s"], "wait_s": c["wait_wall_s"]}
+                                      for n, c in clocks.items()}}

@@ -22,7 +22,6 @@ from pathlib import Path
 
 from mininet.log import setLogLevel
 
-from emulator.control.controller import FabricController, program_p4info
 from emulator.errors import EnvironmentProblem, FabricEmuError, RunAborted
 from emulator.lifeline import child_env
 from emulator.net import environment
@@ -183,7 +182,7 @@ class FabricNet(FabricNodes, FabricHealth):
             device_config = bmv2_json().read_bytes()
         self._trap_signals()
         # Its imports run while Mininet builds the namespaces and links (the
-        # CLI started it even earlier: forkserver.prestart).
+        # CLI started it even earlier: emulator.prestart).
         self.forkserver = for_run(self.run_dir, child_env())
         # gRPC and Thrift (BMv2) or gNMI (embedded) port of every switch, all distinct.
         free = iter(free_tcp_ports(2 * len(self.fabric.switches())))
@@ -225,6 +224,9 @@ class FabricNet(FabricNodes, FabricHealth):
         self._jumbo_frames()
         self.net.start()
         if self.program:
+            # deferred: gRPC's import (~0.1 s) is not needed before the switches
+            # are up (a runner imports it meanwhile: results.import_ahead)
+            from emulator.control.controller import FabricController, program_p4info
             self.controller = FabricController(
                 self.fabric, {sw.name: (self.switch(sw.name).grpc_address, self.fabric.device_id(sw.name))
                               for sw in self.fabric.switches()},

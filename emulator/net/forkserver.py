@@ -25,7 +25,6 @@ thread, and a lock another thread held would stay held in the child.
 """
 from __future__ import annotations
 
-import atexit
 import gc
 import importlib
 import json
@@ -35,7 +34,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import traceback
@@ -43,7 +41,8 @@ from pathlib import Path
 from typing import BinaryIO
 
 from emulator import netns
-from emulator.lifeline import child_env, die_with_runner, set_pdeathsig
+from emulator.lifeline import die_with_runner, set_pdeathsig
+from emulator.prestart import UNADOPTED, ServerProcess, end_server, start_server, take_prestarted
 from emulator.rundir import RawDir
 
 # module run as ``python -m`` -> the module whose ``main(argv) -> int`` it calls
@@ -119,25 +118,17 @@ class ForkServer:
     """
 
     def __init__(self, run_dir: Path | None, env: dict[str, str],
-                 more_entry_points: tuple[str, ...] = ()):
+                 more_entry_points: tuple[str, ...] = (), *, started: ServerProcess | None = None):
         """``run_dir`` None: started before the run has one (``prestart``), its
         log an anonymous file until ``adopt`` names the run. ``more_entry_points``:
         modules with ``main(argv) -> int`` the server imports and runs besides
-        ``ENTRY_POINTS`` (tests' probes)."""
+        ``ENTRY_POINTS`` (tests' probes). ``started``: the process, started
+        already (``emulator.prestart``, for no run yet and with no more entry points)."""
         self.env = dict(env)
         self.entry_points = {**ENTRY_POINTS, **{m: m for m in more_entry_points}}
-        self._ctl, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.log_path = None if run_dir is None else RawDir(run_dir).forkserver_log
-        # what the server writes before it is adopted (or all of it, never adopted)
-        self._early_log = tempfile.TemporaryFile() if run_dir is None else None
-        with (open(self.log_path, "w") if self.log_path else os.fdopen(
-                os.dup(self._early_log.fileno()), "w")) as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "emulator.net.forkserver", str(run_dir or UNADOPTED),
-                 str(theirs.fileno()), *more_entry_points],
-                pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, stdout=log,
-                stderr=subprocess.STDOUT, env={**self.env, **ONE_BLAS_THREAD})
-        theirs.close()
+        self.proc, self._ctl, self._early_log = started or start_server(
+            run_dir, self.env, more_entry_points, self.log_path)
         self._ready = False
         self._lock = threading.Lock()     # one request and its answer at a time
 
@@ -222,49 +213,18 @@ class ForkServer:
         if self._early_log is not None:
             self._early_log.close()
 
-    def discard(self) -> None:
-        """End a server no run adopted, at once: it may still be importing."""
-        self.proc.kill()
-        self.close()
-
-
-UNADOPTED = "-"       # the RUN_DIR argument of a server no run has adopted yet
-_prestarted: ForkServer | None = None
-
-
-def prestart() -> None:
-    """Start the next run's fork server now: its ~0.4 s of imports then run on
-    the other core while the runner imports, loads the experiment and builds
-    the fabric (the CLI calls this first thing). ``for_run`` takes it; one
-    never taken is discarded at exit."""
-    global _prestarted
-    if _prestarted is None:
-        _prestarted = ForkServer(None, child_env())
-        atexit.register(_discard_prestarted)
-
-
-def _discard_prestarted() -> None:
-    global _prestarted
-    if _prestarted is not None:
-        server, _prestarted = _prestarted, None
-        server.discard()
-
 
 def for_run(run_dir: Path, env: dict[str, str]) -> ForkServer:
-    """The fork server of the run in ``run_dir``: the prestarted one if it is
-    alive, else a new one."""
-    global _prestarted
-    server, _prestarted = _prestarted, None
-    if server is not None and server.proc.poll() is None:
+    """The fork server of the run in ``run_dir``: the prestarted one
+    (``emulator.prestart``) if it is alive, else a new one."""
+    started = take_prestarted()
+    if started is not None and started.proc.poll() is None:
+        server = ForkServer(None, env, started=started)
         server.adopt(run_dir, env)
         return server
-    if server is not None:       # it died (killed?): its log says why; a new one for this run
-        server.discard()
+    if started is not None:      # it died (killed?): its log says why; a new one for this run
+        end_server(started)
     return ForkServer(run_dir, env)
-
-
-# NumPy's OpenBLAS starts a thread per core on import: the server must not have any.
-ONE_BLAS_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
 
 
 # ------------------------------------------------------------------ the server
@@ -363,6 +323,12 @@ def _adopt(msg: bytes, fds: list[int]) -> None:
 # packs one after the other, sends its next request within it), or on demand
 # before a fork that needs one.
 FIRST_MODULES = ("emulator.dataplane.pack", "emulator.dataplane.switch")
+# Imported with them: what a switch process imports first thing, its
+# P4Runtime and gNMI servers and gRPC under them (the switch modules defer
+# them, for importers that serve nothing). Safe before a fork: importing gRPC
+# starts no thread; its core starts when a channel or server is made, which
+# only a child does.
+FIRST_PRELOADS = ("emulator.dataplane.p4rt_server", "emulator.dataplane.gnmi_server")
 IDLE_BEFORE_IMPORT_S = 0.05
 
 
@@ -388,9 +354,8 @@ def serve(ctl: socket.socket, entry_points: dict[str, str]) -> None:
     modules = sorted(set(entry_points.values()))
     # tests' probes (not ENTRY_POINTS) too: a probe that cannot be imported ends the start
     later = [m for m in modules if m in ENTRY_POINTS.values() and m not in FIRST_MODULES]
-    for module in modules:
-        if module not in later:
-            importlib.import_module(module)
+    for module in [*(m for m in modules if m not in later), *FIRST_PRELOADS]:
+        importlib.import_module(module)
     # deferred: the runner imports this module too, and its own process title is
     # not to be touched; setproctitle is loaded in the fork server only.
     import setproctitle

@@ -43,7 +43,9 @@ def reports_prepared():
     """Within it (or the function it decorates), the figures of every run's
     report.html are built while its PNGs draw (``prepare_report``)."""
     from emulator.experiment.results import while_figures_draw   # deferred: the results' modules
-    with while_figures_draw(prepare_report):
+    # what building them imports (Plotly's figures load their parts when first made)
+    with while_figures_draw(prepare_report, imports=("emulator.report.build", "plotly.io",
+                                                     "plotly.graph_objs._figure")):
         yield
 
 

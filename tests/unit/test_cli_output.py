@@ -110,9 +110,9 @@ def no_fabric(monkeypatch):
     import emulator.experiment.dilation as dilation
     import emulator.experiment.runner as runner
     import emulator.net.environment as environment
-    import emulator.net.forkserver as forkserver
     import emulator.net.runlock as runlock
-    monkeypatch.setattr(forkserver, "prestart", lambda: None)
+    import emulator.prestart as prestart
+    monkeypatch.setattr(prestart, "prestart", lambda: None)
     monkeypatch.setattr(environment, "check_environment", lambda: None)
     monkeypatch.setattr(runlock.RunLock, "acquire",
                         classmethod(lambda cls, *a, **k: contextlib.nullcontext()))

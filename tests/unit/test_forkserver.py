@@ -12,6 +12,7 @@ import sys
 
 import pytest
 
+from emulator import prestart
 from emulator.net import forkserver
 from emulator.net.forkserver import ForkServer
 from tests.polling import eventually
@@ -49,6 +50,17 @@ def test_child_looks_like_python_dash_m_and_returns_its_status(fs, tmp_path):
     p.stdin.write(b"7\n")
     p.stdin.close()
     assert p.wait(timeout=10) == 7 and p.returncode == 7
+
+
+def test_children_start_with_grpc_loaded_and_the_server_holds_no_thread(fs, tmp_path):
+    """The switches' gRPC servers are preloaded (``FIRST_PRELOADS``), yet a
+    fork copies only the forking thread: the server must have no other."""
+    log = tmp_path / "p.log"
+    p = fs.spawn(PROBE, [], log, stdin_pipe=True)
+    assert report(log)["preloaded"] == ["grpc", "emulator.dataplane.p4rt_server"]
+    assert os.listdir(f"/proc/{fs.proc.pid}/task") == [str(fs.proc.pid)]
+    p.stdin.close()
+    assert p.wait(timeout=10) == 0
 
 
 @pytest.mark.parametrize("line, status, in_log", [
@@ -123,7 +135,7 @@ def _cmdline(pid: int) -> str:
 def test_a_server_started_before_its_run_is_adopted_by_it(tmp_path):
     server = ForkServer(None, {**os.environ, "PROBE": "at-prestart"}, more_entry_points=(PROBE,))
     try:
-        assert server.proc.args[3] == forkserver.UNADOPTED       # python -m MODULE RUN_DIR FD
+        assert server.proc.args[3] == prestart.UNADOPTED       # python -m MODULE RUN_DIR FD
         server.adopt(tmp_path, {**os.environ, "PROBE": "the-run's"})
         p = server.spawn(PROBE, [], tmp_path / "p.log")
         assert report(tmp_path / "p.log")["env"] == "the-run's"
@@ -147,24 +159,45 @@ def test_a_prestarted_server_that_cannot_import_says_why(tmp_path):
 
 def test_the_prestarted_server_serves_one_run_and_a_dead_one_none(tmp_path, monkeypatch):
     env = dict(os.environ)
-    first = ForkServer(None, env, more_entry_points=(PROBE,))
-    monkeypatch.setattr(forkserver, "_prestarted", first)
+    first = prestart.start_server(None, env)
+    monkeypatch.setattr(prestart, "_prestarted", first)
     for d in "abc":
         (tmp_path / d).mkdir()
     servers = [forkserver.for_run(tmp_path / "a", env)]
     try:
-        assert servers[0] is first and forkserver._prestarted is None
+        assert servers[0].proc is first.proc and prestart._prestarted is None
+        assert servers[0].log_path == tmp_path / "a" / "forkserver.log"
         servers.append(forkserver.for_run(tmp_path / "b", env))       # none left: a new one
-        assert servers[1] is not first and servers[1].log_path == tmp_path / "b" / "forkserver.log"
-        dead = ForkServer(None, env)
+        assert servers[1].proc is not first.proc
+        assert servers[1].log_path == tmp_path / "b" / "forkserver.log"
+        dead = prestart.start_server(None, env)
         dead.proc.kill()
         dead.proc.wait()
-        monkeypatch.setattr(forkserver, "_prestarted", dead)
+        monkeypatch.setattr(prestart, "_prestarted", dead)
         servers.append(forkserver.for_run(tmp_path / "c", env))
-        assert servers[2] is not dead and servers[2].proc.poll() is None
+        assert servers[2].proc is not dead.proc and servers[2].proc.poll() is None
+        assert dead.ctl.fileno() == -1           # the dead one's socket closed
     finally:
         for s in servers:
             s.close()
+
+
+def test_a_refused_run_ends_the_server_it_prestarted(tmp_path):
+    """``fabric-emu run`` starts the fork server before it checks its input:
+    a refusal ends it (killed and reaped) before its one line."""
+    (tmp_path / "bad.yaml").write_text("name: bad\n")
+    code = ("import sys, emulator.cli, emulator.prestart as p\n"
+            "started = []\n"
+            "start = p.start_server\n"
+            "p.start_server = lambda *a, **k: started.append(start(*a, **k)) or started[-1]\n"
+            "try:\n"
+            "    emulator.cli.main(['run', 'bad.yaml', '--out', 'out'])\n"
+            "except SystemExit as e:\n"
+            "    print(e.code, len(started), p._prestarted, started[0].proc.returncode)\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=60)
+    assert out.stdout.split() == ["2", "1", "None", str(-signal.SIGKILL)], out.stderr
+    assert "bad.yaml" in out.stderr and not (tmp_path / "out").exists()
 
 
 def test_a_child_profiles_itself_where_FABRIC_EMU_PROFILE_says(tmp_path):

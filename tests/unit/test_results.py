@@ -343,3 +343,24 @@ def test_while_figures_draw_hands_the_summary_to_be_written_while_the_plotter_dr
     assert seen == [(rd.path, rd.summary.read_text(), False, True)]
     write_run_results(exp, rd, T0, summary, plots=False)
     assert len(seen) == 1, "outside the block, or without figures, no call"
+
+
+def test_import_ahead_imports_what_the_results_phase_and_its_hooks_will():
+    """``import_ahead`` (the runner's, during a small fabric's bring-up)
+    imports NumPy and the modules a ``while_figures_draw`` hook names, on a
+    thread; a hook's modules only while its block is entered. In a fresh
+    interpreter: nothing imported them before."""
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+    code = ("import sys\n"
+            "from emulator.experiment import results\n"
+            "before = [m in sys.modules for m in ('numpy', 'tests.forkserver_probe')]\n"
+            "with results.while_figures_draw(print, imports=('tests.forkserver_probe',)):\n"
+            "    results.import_ahead().join(timeout=60)\n"
+            "after = [m in sys.modules for m in ('numpy', 'tests.forkserver_probe')]\n"
+            "print(before, after, results._IMPORTED_LATE)\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
+                         timeout=120)
+    assert out.stdout.strip() == "[False, False] [True, True] ['numpy']", out.stderr
