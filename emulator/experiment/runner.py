@@ -145,9 +145,10 @@ def _run(exp: Experiment, odir: OutputDir, console: Console, pcap: bool | str, t
     # can be late, and it goes on in the scheduler's idle class beside them.
     plotter = []
     plots = plots and not summary_only
-    if plots and (len(exp.fabric.switches()) + len(exp.fabric.hosts())
-                  <= PLOTTER_EARLY_MAX_NODES):
+    small = len(exp.fabric.switches()) + len(exp.fabric.hosts()) <= PLOTTER_EARLY_MAX_NODES
+    if plots and small:
         plotter.append(Plotter.start(rd.path, exp.fabric))
+    if small and not summary_only:
         # while the bring-up waits on shells and switches: its controller's gRPC
         # (FabricNet imports it once they are up), then the results phase's modules
         import_ahead("emulator.control.controller")
