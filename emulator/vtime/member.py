@@ -34,6 +34,7 @@ from .trailer import BAD_FCS_MAGIC, MAGIC, TRAILER, TRAILER_BYTES
 
 _pack_trailer = TRAILER.pack
 _unpack_trailer = TRAILER.unpack_from
+_join = b"".join
 
 # The fabric-time epoch as a Unix time: every virtual run's stamps are the
 # same (pcaps, completions), 2023-11-14T22:13:20Z, as tests' ManualClock.
@@ -51,7 +52,7 @@ class VirtualPort:
     """A packet socket under virtual time (see the module docstring)."""
 
     __slots__ = ("sock", "clock", "fd", "ifname", "index", "inbox", "due_ns", "_seq",
-                 "rx_frames", "tx_frames", "fcs_errors", "keep_bad_fcs")
+                 "rx_frames", "tx_frames", "fcs_errors", "keep_bad_fcs", "on_refused")
 
     def __init__(self, sock: socket.socket, clock: "VirtualClock", ifname: str, index: int):
         self.sock = sock
@@ -65,6 +66,7 @@ class VirtualPort:
         self.rx_frames = self.tx_frames = 0
         self.fcs_errors = 0          # frames with a bad FCS dropped on arrival
         self.keep_bad_fcs = None     # (frame, arrival ns) -> True: deliver it anyway (None: drop every one)
+        self.on_refused = None       # send_flight: a frame the kernel refused for good (None: raise)
 
     # ``recv``/``next_frame`` hand out each frame as bytes of its own (a reader needs no buffer)
     owns_frames = True
@@ -120,16 +122,52 @@ class VirtualPort:
         if arrival < clock._sent_min[i]:
             clock._sent_min[i] = arrival
         clock._sent_links.add(i)
-        parts = (frame, _pack_trailer(magic, arrival))
+        # one buffer, not sendmsg's two: its vector costs more than a copy
+        # of the frame (a switch's bytes or bytearray, a NIC's memoryview)
+        tr = _pack_trailer(magic, arrival)
+        kind = type(frame)
+        data = frame + tr if kind is bytes or kind is bytearray else _join((frame, tr))
         try:
-            self.sock.sendmsg(parts)
+            self.sock.send(data)
         except OSError as e:
-            self._send_again(parts, e)
+            self._send_again(data, e)
         self.tx_frames += 1
         return len(frame)
 
-    def _send_again(self, parts, refused: OSError) -> None:
-        """``sendmsg(parts)`` again until the kernel takes it (it refused
+    def send_flight(self, in_flight) -> None:
+        """``send`` of each (arrival ns, frame) ``in_flight`` holds, in
+        order, emptying it: a switch port's committed frames, in one call
+        (``link.CommitWire``'s ``flush``). A frame the kernel refuses for
+        good goes to ``on_refused()`` (None: raised)."""
+        clock, i = self.clock, self.index
+        sent_min = clock._sent_min
+        send = self.sock.send
+        n = len(in_flight)
+        while in_flight:
+            due, frame = in_flight.popleft()
+            arrival = int(due)
+            if arrival < due:
+                arrival += 1
+            if arrival < sent_min[i]:
+                sent_min[i] = arrival
+            tr = _pack_trailer(MAGIC, arrival)
+            kind = type(frame)
+            data = frame + tr if kind is bytes or kind is bytearray else _join((frame, tr))
+            try:
+                send(data)
+            except OSError as e:
+                try:
+                    self._send_again(data, e)
+                except OSError:
+                    if self.on_refused is None:
+                        raise
+                    self.on_refused()
+        clock._sent_n[i] += n
+        clock._sent_links.add(i)
+        self.tx_frames += n
+
+    def _send_again(self, data, refused: OSError) -> None:
+        """``send(data)`` again until the kernel takes it (it refused
         with ``refused``): the peer's backlog is full, and fabric time
         waits, the wall does not."""
         for attempt in range(1, 10_000):
@@ -138,7 +176,7 @@ class VirtualPort:
                 raise refused
             time.sleep(50e-6 if attempt <= 1000 else 1e-3)
             try:
-                self.sock.sendmsg(parts)
+                self.sock.send(data)
                 return
             except OSError as e:
                 refused = e
@@ -282,17 +320,21 @@ class VirtualClock:
 
     def _read_sockets(self, start_ns: int) -> None:
         """Read the ports' sockets until each port holds every frame sent to
-        it (``_rx_expected``). None may arrive before the window's start
-        (``start_ns``): its time would be gone for us already -- a broken
-        protocol, never a result: ``VirtualTimeError``."""
+        it (``_rx_expected``), and no more: a port owed nothing is not read
+        (a syscall and an exception each, every window), and what a peer
+        sends in this window waits in its socket for the GO that counts it.
+        None may arrive before the window's start (``start_ns``): its time
+        would be gone for us already -- a broken protocol, never a result:
+        ``VirtualTimeError``."""
         stalled_since = None
-        ports = self._port_list
         expected = self._rx_expected
-        while short := [p for p in ports if p.rx_frames < expected[p.index]]:
+        short = [p for p in self._port_list if p.rx_frames < expected[p.index]]
+        while short:
             got = 0
-            for p in ports:
-                got += self._read_port(p, start_ns)
-            if got and all(p.rx_frames >= expected[p.index] for p in short):
+            for p in short:
+                got += self._read_port(p, start_ns, expected[p.index] - p.rx_frames)
+            short = [p for p in short if p.rx_frames < expected[p.index]]
+            if not short:
                 return
             if got:
                 stalled_since = None
@@ -302,15 +344,15 @@ class VirtualClock:
                 raise VirtualTimeError(
                     f"{self.name}: {expected[short[0].index] - short[0].rx_frames} frames sent "
                     f"to it on {short[0].ifname} never arrived (lost in the kernel?)")
-            select.select([p.fd for p in ports], (), (), 0.5)
+            select.select([p.fd for p in short], (), (), 0.5)
 
-    def _read_port(self, p: VirtualPort, start_ns: int) -> int:
-        """What ``p``'s socket holds, into its inbox (``_read_sockets``);
-        returns how many frames arrived."""
+    def _read_port(self, p: VirtualPort, start_ns: int, owed: int) -> int:
+        """Up to ``owed`` of our frames from ``p``'s socket, into its inbox
+        (``_read_sockets``), fewer if it holds fewer yet; returns how many."""
         recv = p.sock.recv
-        inbox, pending = p.inbox, self._pending
+        inbox = p.inbox
         got = 0
-        while True:
+        while got < owed:
             try:
                 data = recv(RX_MAX_BYTES)
             except (BlockingIOError, InterruptedError):
@@ -331,14 +373,14 @@ class VirtualClock:
                     f"the window that opened at {start_ns} ns")
             got += 1
             if bad_fcs and (p.keep_bad_fcs is None or not p.keep_bad_fcs(data[:n], arrival)):
-                p.rx_frames += 1        # arrived (the window counts it), and dropped
-                p.fcs_errors += 1
+                p.fcs_errors += 1       # arrived (the window counts it), and dropped
                 continue
             # into the inbox (its arrival, then the order read, first)
             p._seq += 1
-            p.rx_frames += 1
             heappush(inbox, (arrival, p._seq, data[:n]))
-            pending.add(p)
+        if inbox:
+            self._pending.add(p)
+        p.rx_frames += got
         self.rx_frames += got
         return got
 
