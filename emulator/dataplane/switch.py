@@ -230,6 +230,8 @@ class EmbeddedSwitch:
             pipeline = self.pipeline
             ingress = pipeline.ingress
             enqueue = tm.enqueue
+            virtual = self.virtual           # (a virtual clock stands still through a turn)
+            n_rx = 0
             for fd in readable:
                 port = by_fd[fd]
                 next_frame = port.next_frame
@@ -239,8 +241,9 @@ class EmbeddedSwitch:
                     frame = next_frame()
                     if frame is None:
                         break
-                    self.rx_frames += 1
-                    now = clock()
+                    n_rx += 1
+                    if not virtual:
+                        now = clock()
                     if pcap is not None:
                         pcap.write(now, frame)
                     egress_port, out = ingress(frame, port_no)
@@ -248,6 +251,7 @@ class EmbeddedSwitch:
                         enqueue(now, out, pipeline.verdict)
                     elif egress_port == CPU_PORT:
                         self._packet_in(out, port_no)
+            self.rx_frames += n_rx
         if self._packet_outs:
             pipeline = self.pipeline
             while self._packet_outs:
