@@ -431,13 +431,11 @@ class RoceNic(NicLink, NicReceive):
         gate = self.cpu_gate
         wake = self.transmitter.next_wake_ns(
             now, limit, gate.tx_ready_ns if gate is not None else 0.0)
-        requester = self.requester
-        first = requester.next_pass_ns      # next_timer_ns, inlined where it is exact
+        first = self.requester.next_pass_ns      # next_timer_ns, inlined where it is exact
         if first:
-            if first < wake:
-                wake = first
+            wake = first if first < wake else wake
         else:
-            wake = requester.next_timer_ns(wake)
+            wake = self.requester.next_timer_ns(wake)
         if self.link_faults is not None:
             t = self.transmitter.next_rate_change_ns()
             if t is not None and t < wake:
@@ -474,7 +472,8 @@ class RoceNic(NicLink, NicReceive):
             if wake > now:
                 readable = clock.wait_readable(self._rx_fds, wake)
                 now = clock.now_ns()
-        self._rx_drain(now, readable)
+        if readable is None or readable:     # (every receive flushes its ACKs: none wait)
+            self._rx_drain(now, readable)
         self._timers(now)
         self.transmitter.service(now)
 
