@@ -253,14 +253,7 @@ class EmbeddedSwitch:
                         self._packet_in(out, port_no)
             self.rx_frames += n_rx
         if self._packet_outs:
-            pipeline = self.pipeline
-            while self._packet_outs:
-                payload, egress_port = self._packet_outs.popleft()
-                egress_port = pipeline.packet_out(payload, egress_port)
-                if egress_port == CPU_PORT:
-                    self._packet_in(payload, 0)
-                elif egress_port != DROP_PORT:
-                    tm.enqueue(clock(), payload, pipeline.verdict)
+            self._take_packet_outs()
         now = clock()
         tm.poll(now)
         tm.transmit(now)
@@ -278,6 +271,18 @@ class EmbeddedSwitch:
         if self._snapshot_due:
             self._snapshot_due = False
             self.snapshot(now)
+
+    def _take_packet_outs(self) -> None:
+        """The controller's packet-outs (queued by its gRPC thread), through
+        the pipeline's first branch into the TM, or back as packet-ins."""
+        pipeline = self.pipeline
+        while self._packet_outs:
+            payload, egress_port = self._packet_outs.popleft()
+            egress_port = pipeline.packet_out(payload, egress_port)
+            if egress_port == CPU_PORT:
+                self._packet_in(payload, 0)
+            elif egress_port != DROP_PORT:
+                self.tm.enqueue(self.clock.now_ns(), payload, pipeline.verdict)
 
     def _apply_faults(self, now: int) -> None:
         """Rate changes due by ``now``, before any frame is served at ``now``:

@@ -210,6 +210,7 @@ class VirtualClock:
         self._pending: set[VirtualPort] = set()     # ports with frames in their inbox
         self._fds: Sequence[int] | None = None      # the fds of the last wait, and
         self._fd_rank: dict[int, int] = {}          # each one's place in them
+        self._waits_all = False                     # they are every port's
         self._sent_n: list[int] = []
         self._sent_min: list[int] = []
         self._sent_links: set[int] = set()
@@ -243,20 +244,32 @@ class VirtualClock:
         if fds is not self._fds:        # a loop waits on the same list until its set changes
             self._fds = fds
             self._fd_rank = {fd: i for i, fd in enumerate(fds)}
+            # a loop that waits on every port (a pack's): none to leave out
+            self._waits_all = all(fd in self._fd_rank for fd in self._ports)
         rank = self._fd_rank
+        pending = self._pending
         while True:
             # only the ports with frames waiting, of those waited on: a
             # switch pack has dozens of ports and few hold a frame at a time
             t = deadline_ns
-            for p in self._pending:
-                head = p.inbox[0][0]
-                if head < t and p.fd in rank:
-                    t = head
+            if self._waits_all:
+                for p in pending:
+                    head = p.inbox[0][0]
+                    if head < t:
+                        t = head
+            else:
+                for p in pending:
+                    head = p.inbox[0][0]
+                    if head < t and p.fd in rank:
+                        t = head
             if t < self._end:
                 if t > self._now:
                     self._now = int(t) if t == int(t) else int(t) + 1
                 now = self._now
-                due = [p.fd for p in self._pending if p.inbox[0][0] <= now and p.fd in rank]
+                if self._waits_all:
+                    due = [p.fd for p in pending if p.inbox[0][0] <= now]
+                else:
+                    due = [p.fd for p in pending if p.inbox[0][0] <= now and p.fd in rank]
                 if len(due) > 1:            # in the caller's order, as a select's would be
                     due.sort(key=rank.__getitem__)
                 return due
@@ -278,6 +291,7 @@ class VirtualClock:
         self._sent_n.append(0)
         self._sent_min.append(NEVER)
         self._rx_expected.append(0)
+        self._fds = None                # the next wait ranks its fds again
         return port
 
     def _sent(self, index: int, arrival_ns: int) -> None:
