@@ -115,13 +115,16 @@ class CommitWire(Wire):
     then. ``sink(frame, arrival_ns)`` sends it. ``put`` hands over at once
     (the NIC's transmitter, InfiniBand); a switch port's ``serve`` appends
     to ``in_flight`` itself, and ``release`` hands those over whatever their
-    due time. Lateness is zero by construction."""
+    due time. Lateness is zero by construction. ``flush(in_flight)``, if
+    given, hands over (and empties) all of ``in_flight`` at once instead
+    (``vtime.VirtualPort.send_flight``: one call, not two, per frame)."""
 
-    __slots__ = ("sink",)
+    __slots__ = ("sink", "flush")
 
-    def __init__(self, delay_ns: int, sink=None):
+    def __init__(self, delay_ns: int, sink=None, flush=None):
         super().__init__(delay_ns)
         self.sink = sink
+        self.flush = flush
 
     def put(self, serialized_at_ns: int, frame) -> None:
         self.late_hist[0] += 1
@@ -132,10 +135,13 @@ class CommitWire(Wire):
 
     def release(self, now_ns: int, send=None) -> int:
         in_flight = self.in_flight
-        sink = self.sink
         sent = len(in_flight)
-        while in_flight:
-            due_ns, frame = in_flight.popleft()
-            sink(frame, due_ns)
+        if self.flush is not None:
+            self.flush(in_flight)
+        else:
+            sink = self.sink
+            while in_flight:
+                due_ns, frame = in_flight.popleft()
+                sink(frame, due_ns)
         self.late_hist[0] += sent
         return sent

@@ -230,6 +230,8 @@ class EmbeddedSwitch:
             pipeline = self.pipeline
             ingress = pipeline.ingress
             enqueue = tm.enqueue
+            virtual = self.virtual           # (a virtual clock stands still through a turn)
+            n_rx = 0
             for fd in readable:
                 port = by_fd[fd]
                 next_frame = port.next_frame
@@ -239,8 +241,9 @@ class EmbeddedSwitch:
                     frame = next_frame()
                     if frame is None:
                         break
-                    self.rx_frames += 1
-                    now = clock()
+                    n_rx += 1
+                    if not virtual:
+                        now = clock()
                     if pcap is not None:
                         pcap.write(now, frame)
                     egress_port, out = ingress(frame, port_no)
@@ -248,15 +251,9 @@ class EmbeddedSwitch:
                         enqueue(now, out, pipeline.verdict)
                     elif egress_port == CPU_PORT:
                         self._packet_in(out, port_no)
+            self.rx_frames += n_rx
         if self._packet_outs:
-            pipeline = self.pipeline
-            while self._packet_outs:
-                payload, egress_port = self._packet_outs.popleft()
-                egress_port = pipeline.packet_out(payload, egress_port)
-                if egress_port == CPU_PORT:
-                    self._packet_in(payload, 0)
-                elif egress_port != DROP_PORT:
-                    tm.enqueue(clock(), payload, pipeline.verdict)
+            self._take_packet_outs()
         now = clock()
         tm.poll(now)
         tm.transmit(now)
@@ -274,6 +271,18 @@ class EmbeddedSwitch:
         if self._snapshot_due:
             self._snapshot_due = False
             self.snapshot(now)
+
+    def _take_packet_outs(self) -> None:
+        """The controller's packet-outs (queued by its gRPC thread), through
+        the pipeline's first branch into the TM, or back as packet-ins."""
+        pipeline = self.pipeline
+        while self._packet_outs:
+            payload, egress_port = self._packet_outs.popleft()
+            egress_port = pipeline.packet_out(payload, egress_port)
+            if egress_port == CPU_PORT:
+                self._packet_in(payload, 0)
+            elif egress_port != DROP_PORT:
+                self.tm.enqueue(self.clock.now_ns(), payload, pipeline.verdict)
 
     def _apply_faults(self, now: int) -> None:
         """Rate changes due by ``now``, before any frame is served at ``now``:

@@ -91,8 +91,11 @@ class SwitchPort:
             tm_port.send = self.send if pcap is None else self.send_and_capture
         if attach is not None:
             sink = self.send_at if pcap is None else self.send_at_and_capture
+            plain = pcap is None and self.faults is None   # (the per-frame path: no call per frame)
+            self.sock.on_refused = self._refused
             tm_port.wire = CommitWire(tm_port.wire.delay_ns,
-                                      sink if self.faults is None else self.send_at_faulty)
+                                      sink if self.faults is None else self.send_at_faulty,
+                                      self.sock.send_flight if plain else None)
 
     def _link_lost(self, sent_ns: float, c: int, nbytes: int, reason: str) -> None:
         self.tm_port.log(int(sent_ns), self.port_no, c, DROP_EVENT + reason, nbytes)
@@ -107,6 +110,9 @@ class SwitchPort:
         for t_ns, nbytes in sorted(self.fcs_drops):
             self.tm_port.log(t_ns, self.port_no, UNCLASSIFIED, DROP_EVENT + "fcs_error", nbytes)
         self.fcs_drops.clear()
+
+    def _refused(self) -> None:
+        self.send_errors += 1
 
     def send(self, frame) -> None:
         try:

@@ -224,8 +224,8 @@ class Transmitter:
                 # frames whose serialization and propagation are over leave now
                 if in_flight and in_flight[0][0] <= now:
                     wire.release(now, send)
-                if not serialize(now):
-                    break
+                if not serialize(now) or self.slot_free_ns > now:
+                    break        # (a frame went and the wire is busy past now: nothing more goes)
             if in_flight and in_flight[0][0] <= now:
                 wire.release(now, send)
         except _SocketFull:

@@ -34,6 +34,7 @@ from .trailer import BAD_FCS_MAGIC, MAGIC, TRAILER, TRAILER_BYTES
 
 _pack_trailer = TRAILER.pack
 _unpack_trailer = TRAILER.unpack_from
+_join = b"".join
 
 # The fabric-time epoch as a Unix time: every virtual run's stamps are the
 # same (pcaps, completions), 2023-11-14T22:13:20Z, as tests' ManualClock.
@@ -51,7 +52,7 @@ class VirtualPort:
     """A packet socket under virtual time (see the module docstring)."""
 
     __slots__ = ("sock", "clock", "fd", "ifname", "index", "inbox", "due_ns", "_seq",
-                 "rx_frames", "tx_frames", "fcs_errors", "keep_bad_fcs")
+                 "rx_frames", "tx_frames", "fcs_errors", "keep_bad_fcs", "on_refused")
 
     def __init__(self, sock: socket.socket, clock: "VirtualClock", ifname: str, index: int):
         self.sock = sock
@@ -65,6 +66,7 @@ class VirtualPort:
         self.rx_frames = self.tx_frames = 0
         self.fcs_errors = 0          # frames with a bad FCS dropped on arrival
         self.keep_bad_fcs = None     # (frame, arrival ns) -> True: deliver it anyway (None: drop every one)
+        self.on_refused = None       # send_flight: a frame the kernel refused for good (None: raise)
 
     # ``recv``/``next_frame`` hand out each frame as bytes of its own (a reader needs no buffer)
     owns_frames = True
@@ -120,16 +122,52 @@ class VirtualPort:
         if arrival < clock._sent_min[i]:
             clock._sent_min[i] = arrival
         clock._sent_links.add(i)
-        parts = (frame, _pack_trailer(magic, arrival))
+        # one buffer, not sendmsg's two: its vector costs more than a copy
+        # of the frame (a switch's bytes or bytearray, a NIC's memoryview)
+        tr = _pack_trailer(magic, arrival)
+        kind = type(frame)
+        data = frame + tr if kind is bytes or kind is bytearray else _join((frame, tr))
         try:
-            self.sock.sendmsg(parts)
+            self.sock.send(data)
         except OSError as e:
-            self._send_again(parts, e)
+            self._send_again(data, e)
         self.tx_frames += 1
         return len(frame)
 
-    def _send_again(self, parts, refused: OSError) -> None:
-        """``sendmsg(parts)`` again until the kernel takes it (it refused
+    def send_flight(self, in_flight) -> None:
+        """``send`` of each (arrival ns, frame) ``in_flight`` holds, in
+        order, emptying it: a switch port's committed frames, in one call
+        (``link.CommitWire``'s ``flush``). A frame the kernel refuses for
+        good goes to ``on_refused()`` (None: raised)."""
+        clock, i = self.clock, self.index
+        sent_min = clock._sent_min
+        send = self.sock.send
+        n = len(in_flight)
+        while in_flight:
+            due, frame = in_flight.popleft()
+            arrival = int(due)
+            if arrival < due:
+                arrival += 1
+            if arrival < sent_min[i]:
+                sent_min[i] = arrival
+            tr = _pack_trailer(MAGIC, arrival)
+            kind = type(frame)
+            data = frame + tr if kind is bytes or kind is bytearray else _join((frame, tr))
+            try:
+                send(data)
+            except OSError as e:
+                try:
+                    self._send_again(data, e)
+                except OSError:
+                    if self.on_refused is None:
+                        raise
+                    self.on_refused()
+        clock._sent_n[i] += n
+        clock._sent_links.add(i)
+        self.tx_frames += n
+
+    def _send_again(self, data, refused: OSError) -> None:
+        """``send(data)`` again until the kernel takes it (it refused
         with ``refused``): the peer's backlog is full, and fabric time
         waits, the wall does not."""
         for attempt in range(1, 10_000):
@@ -138,7 +176,7 @@ class VirtualPort:
                 raise refused
             time.sleep(50e-6 if attempt <= 1000 else 1e-3)
             try:
-                self.sock.sendmsg(parts)
+                self.sock.send(data)
                 return
             except OSError as e:
                 refused = e
@@ -172,6 +210,7 @@ class VirtualClock:
         self._pending: set[VirtualPort] = set()     # ports with frames in their inbox
         self._fds: Sequence[int] | None = None      # the fds of the last wait, and
         self._fd_rank: dict[int, int] = {}          # each one's place in them
+        self._waits_all = False                     # they are every port's
         self._sent_n: list[int] = []
         self._sent_min: list[int] = []
         self._sent_links: set[int] = set()
@@ -205,20 +244,32 @@ class VirtualClock:
         if fds is not self._fds:        # a loop waits on the same list until its set changes
             self._fds = fds
             self._fd_rank = {fd: i for i, fd in enumerate(fds)}
+            # a loop that waits on every port (a pack's): none to leave out
+            self._waits_all = all(fd in self._fd_rank for fd in self._ports)
         rank = self._fd_rank
+        pending = self._pending
         while True:
             # only the ports with frames waiting, of those waited on: a
             # switch pack has dozens of ports and few hold a frame at a time
             t = deadline_ns
-            for p in self._pending:
-                head = p.inbox[0][0]
-                if head < t and p.fd in rank:
-                    t = head
+            if self._waits_all:
+                for p in pending:
+                    head = p.inbox[0][0]
+                    if head < t:
+                        t = head
+            else:
+                for p in pending:
+                    head = p.inbox[0][0]
+                    if head < t and p.fd in rank:
+                        t = head
             if t < self._end:
                 if t > self._now:
                     self._now = int(t) if t == int(t) else int(t) + 1
                 now = self._now
-                due = [p.fd for p in self._pending if p.inbox[0][0] <= now and p.fd in rank]
+                if self._waits_all:
+                    due = [p.fd for p in pending if p.inbox[0][0] <= now]
+                else:
+                    due = [p.fd for p in pending if p.inbox[0][0] <= now and p.fd in rank]
                 if len(due) > 1:            # in the caller's order, as a select's would be
                     due.sort(key=rank.__getitem__)
                 return due
@@ -240,6 +291,7 @@ class VirtualClock:
         self._sent_n.append(0)
         self._sent_min.append(NEVER)
         self._rx_expected.append(0)
+        self._fds = None                # the next wait ranks its fds again
         return port
 
     def _sent(self, index: int, arrival_ns: int) -> None:
@@ -282,17 +334,21 @@ class VirtualClock:
 
     def _read_sockets(self, start_ns: int) -> None:
         """Read the ports' sockets until each port holds every frame sent to
-        it (``_rx_expected``). None may arrive before the window's start
-        (``start_ns``): its time would be gone for us already -- a broken
-        protocol, never a result: ``VirtualTimeError``."""
+        it (``_rx_expected``), and no more: a port owed nothing is not read
+        (a syscall and an exception each, every window), and what a peer
+        sends in this window waits in its socket for the GO that counts it.
+        None may arrive before the window's start (``start_ns``): its time
+        would be gone for us already -- a broken protocol, never a result:
+        ``VirtualTimeError``."""
         stalled_since = None
-        ports = self._port_list
         expected = self._rx_expected
-        while short := [p for p in ports if p.rx_frames < expected[p.index]]:
+        short = [p for p in self._port_list if p.rx_frames < expected[p.index]]
+        while short:
             got = 0
-            for p in ports:
-                got += self._read_port(p, start_ns)
-            if got and all(p.rx_frames >= expected[p.index] for p in short):
+            for p in short:
+                got += self._read_port(p, start_ns, expected[p.index] - p.rx_frames)
+            short = [p for p in short if p.rx_frames < expected[p.index]]
+            if not short:
                 return
             if got:
                 stalled_since = None
@@ -302,15 +358,15 @@ class VirtualClock:
                 raise VirtualTimeError(
                     f"{self.name}: {expected[short[0].index] - short[0].rx_frames} frames sent "
                     f"to it on {short[0].ifname} never arrived (lost in the kernel?)")
-            select.select([p.fd for p in ports], (), (), 0.5)
+            select.select([p.fd for p in short], (), (), 0.5)
 
-    def _read_port(self, p: VirtualPort, start_ns: int) -> int:
-        """What ``p``'s socket holds, into its inbox (``_read_sockets``);
-        returns how many frames arrived."""
+    def _read_port(self, p: VirtualPort, start_ns: int, owed: int) -> int:
+        """Up to ``owed`` of our frames from ``p``'s socket, into its inbox
+        (``_read_sockets``), fewer if it holds fewer yet; returns how many."""
         recv = p.sock.recv
-        inbox, pending = p.inbox, self._pending
+        inbox = p.inbox
         got = 0
-        while True:
+        while got < owed:
             try:
                 data = recv(RX_MAX_BYTES)
             except (BlockingIOError, InterruptedError):
@@ -331,14 +387,14 @@ class VirtualClock:
                     f"the window that opened at {start_ns} ns")
             got += 1
             if bad_fcs and (p.keep_bad_fcs is None or not p.keep_bad_fcs(data[:n], arrival)):
-                p.rx_frames += 1        # arrived (the window counts it), and dropped
-                p.fcs_errors += 1
+                p.fcs_errors += 1       # arrived (the window counts it), and dropped
                 continue
             # into the inbox (its arrival, then the order read, first)
             p._seq += 1
-            p.rx_frames += 1
             heappush(inbox, (arrival, p._seq, data[:n]))
-            pending.add(p)
+        if inbox:
+            self._pending.add(p)
+        p.rx_frames += got
         self.rx_frames += got
         return got
 

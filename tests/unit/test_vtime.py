@@ -351,3 +351,53 @@ def test_what_between_windows_raises_ends_the_run_saying_so(coord_factory):
     run_members(coord, {"a": lambda: sender(a, pa, [(0, 50, b"x"), (500, 560, b"y")], []),
                         "b": lambda: receiver(b, [pb])})
     assert coord.error is not None and "controller: the reroute failed" in coord.error
+
+
+def test_a_switch_ports_committed_frames_go_in_one_call_stamped_in_order_and_counted(coord_factory):
+    coord, a, b, pa, pb = pair(coord_factory, 50)
+    w = CommitWire(1000, None, pa.send_flight)
+    # a switch's bytes, a rewritten bytearray, a NIC's view; a paced time is never early
+    w.in_flight.extend([(1500, b"one"), (2600.25, bytearray(b"two")), (2700, memoryview(b"three"))])
+    assert w.release(0) == 3 and not w.in_flight
+    got = [pb.sock.recv(100) for _ in range(3)]
+    assert [(arrival_of(d), d[:-TRAILER_BYTES]) for d in got] == [
+        (1500, b"one"), (2601, b"two"), (2700, b"three")]
+    assert a._take_sent() == [(0, 3, 1500)]          # the window's report: 3 frames, earliest 1500
+    assert pa.tx_frames == 3
+
+
+def test_a_frame_the_kernel_refuses_for_good_goes_to_on_refused_and_the_rest_still_go(coord_factory):
+    coord, a, b, pa, pb = pair(coord_factory, 50)
+    w = CommitWire(1000, None, pa.send_flight)
+    pb.sock.close()                      # the peer is gone: ECONNREFUSED, not a full queue
+    w.in_flight.extend([(1500, b"x"), (1600, b"y")])
+    with pytest.raises(OSError):         # nobody counts refusals: raised
+        w.release(0)
+    refused = []
+    pa.on_refused = lambda: refused.append(1)
+    w.in_flight.clear()
+    w.in_flight.extend([(1500, b"x"), (1600, b"y")])
+    assert w.release(0) == 2
+    assert refused == [1, 1] and not w.in_flight
+
+
+def test_a_window_reads_each_port_for_the_frames_it_is_owed_and_no_more(coord_factory):
+    coord = coord_factory({"a-eth0": "b-eth0", "b-eth0": "a-eth0",
+                           "c-eth0": "b-eth1", "b-eth1": "c-eth0"}, lookahead=50)
+    a_sock, b0_sock = link("a-eth0", "b-eth0")
+    c_sock, b1_sock = link("c-eth0", "b-eth1")
+    a, b, c = (VirtualClock(coord.path, n) for n in "abc")
+    pa, pc = a.attach_port(a_sock, "a-eth0"), c.attach_port(c_sock, "c-eth0")
+    pb0, pb1 = b.attach_port(b0_sock, "b-eth0"), b.attach_port(b1_sock, "b-eth1")
+    for i, t in enumerate((100, 200, 300)):
+        pa.send_at(b"a%d" % i, t)
+    pc.send_at(b"c0", 150)
+    b._rx_expected[:] = [2, 0]           # a GO counted 2 frames on b-eth0, none on b-eth1
+    b._read_sockets(0)
+    assert sorted(f for _, _, f in pb0.inbox) == [b"a0", b"a1"] and pb0.rx_frames == 2
+    assert not pb1.inbox and pb1.rx_frames == 0      # owed nothing: not read
+    # what was not counted yet waits in its socket for the GO that counts it
+    b._rx_expected[:] = [3, 1]
+    b._read_sockets(0)
+    assert sorted(f for _, _, f in pb0.inbox) == [b"a0", b"a1", b"a2"]
+    assert [f for _, _, f in pb1.inbox] == [b"c0"] and b.rx_frames == 4
