@@ -135,13 +135,14 @@ class Fabric:
         return self.controller.take_primary()
 
     def run(self, traffic: list | None = None, *, out: str | Path | None = None,
-            set=None, quiet: bool = False):
+            set=None, quiet: bool = False, plots: bool = True):
         """Run traffic on this fabric; an ``emulator.Result``. ``traffic``: the
         experiment file's ``traffic:`` list (None: the experiment's own);
         ``set``: other fields of the experiment (not its dilation or QoS: the
         fabric has them -- ``set_qos`` changes the QoS). Runs one after the
         other see the same switches; each run's counters, switch stats and
-        raw logs are its own (``runner.run_on_fabric``)."""
+        raw logs are its own (``runner.run_on_fabric``). ``plots``: false, no
+        PNG figures (the numbers and CSVs alone)."""
         import io
 
         from rich.console import Console
@@ -160,7 +161,7 @@ class Fabric:
         self._runs += 1
         out = Path(out) if out is not None else self.run_dir / f"traffic-{self._runs}"
         console = Console(file=io.StringIO()) if quiet else Console(stderr=True)
-        return Result(run_on_fabric(self._up(), exp, out, console), out)
+        return Result(run_on_fabric(self._up(), exp, out, console, plots=plots), out)
 
     def set_qos(self, changes: Mapping[str, Any]) -> None:
         """Change ECN/PFC thresholds over P4Runtime: ``changes`` is merged into

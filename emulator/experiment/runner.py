@@ -207,7 +207,7 @@ def virtual_time_coordinator(exp: Experiment):
 
 
 def run_on_fabric(fnet: FabricNet, exp: Experiment, out_dir: str | Path,
-                  console: Console | None = None) -> dict:
+                  console: Console | None = None, plots: bool = True) -> dict:
     """Run ``exp``'s traffic or workload on a fabric that is up (a live
     ``emulator.Fabric``; ``exp`` has its topology, QoS and dilation) into
     ``out_dir``; its summary. The switches keep running: fabric.p4's
@@ -215,7 +215,7 @@ def run_on_fabric(fnet: FabricNet, exp: Experiment, out_dir: str | Path,
     switch's own stats (lateness, pause time, queue and buffer peaks) and
     raw logs are those of this run's window (``write_stats_window``), so
     the summary, time series and plots are a run's as in ``fabric-emu run``.
-    On BMv2, as in a run, fabric.p4's counters are all there is."""
+    On BMv2, as in a run, fabric.p4's counters are all there is. ``plots``: as a run's."""
     if fnet.fabric.link_layer == "infiniband":
         # its runs' windows need the switches' snapshots, which the IB switch lacks yet
         raise ConfigError(f"{fnet.fabric.name}: runs on a live InfiniBand fabric are not "
@@ -226,7 +226,7 @@ def run_on_fabric(fnet: FabricNet, exp: Experiment, out_dir: str | Path,
         phases = WallPhases()
         done = _traffic(fnet, exp, rd.raw.path, console, phases, p4_stats=fnet.target == "bmv2",
                         baseline=True)
-        return _results(exp, rd, console, False, fnet.target, phases, *done)
+        return _results(exp, rd, console, False, fnet.target, phases, *done, plots=plots)
 
 
 def _traffic(fnet: FabricNet, exp: Experiment, run_dir: Path, console: Console,

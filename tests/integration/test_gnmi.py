@@ -170,7 +170,7 @@ def test_get_on_a_live_fabric_counts_what_a_run_summarised():
     with fe.Fabric(TOPOLOGY, dilation=10000) as fab:
         cfg = json.loads(RawDir(fab.run_dir).switch_config("leaf1").read_text())
         before = _counters(cfg["gnmi_listen"])
-        res = fab.run([{"src": "h1", "dst": "h3", "size_bytes": 50_000}], quiet=True)
+        res = fab.run([{"src": "h1", "dst": "h3", "size_bytes": 50_000}], quiet=True, plots=False)
         after = _counters(cfg["gnmi_listen"])
     assert res.complete
     for port in res.summary["ports"]:

@@ -73,7 +73,7 @@ def test_traffic_runs_one_after_another_on_a_live_fabric(target, tmp_path):
     """Two runs on one fabric, a QoS change between them over P4Runtime: each
     run's summary counts its own traffic only (counter differences)."""
     with fe.Fabric(INCAST, target=target, dilation=16000, out=tmp_path) as fab:
-        first = fab.run(_incast(range(2, 7)), quiet=True)          # 5-to-1 under PFC, no ECN
+        first = fab.run(_incast(range(2, 7)), quiet=True, plots=False)   # 5-to-1, PFC, no ECN
         assert first.complete and not first.fell_behind, first
         assert first.lossless_drops() == 0 and first.retransmissions() == 0
         assert first.pauses(node="leaf1") > 0 and first.ecn_marks() == 0
@@ -86,6 +86,10 @@ def test_traffic_runs_one_after_another_on_a_live_fabric(target, tmp_path):
         data_packets = 2 * 131_072 // 1024
         assert data_packets <= to_h1["tx_packets"] < 1.2 * data_packets   # not the first run's
         assert (tmp_path / "traffic-2" / "summary.json").exists()
+        # a live run draws its figures as a run does, unless asked not to
+        pngs = list((tmp_path / "traffic-2").glob("*.png"))
+        assert pngs and all(p.read_bytes()[:4] == b"\x89PNG" for p in pngs)
+        assert not list((tmp_path / "traffic-1").glob("*.png"))
     if target == "embedded":
         _switch_stats_are_each_runs_own(first, tmp_path / "traffic-1")
         _switch_stats_are_each_runs_own(second, tmp_path / "traffic-2")
