@@ -129,6 +129,13 @@ def shipped(name: str, sets=(), **data):
     return experiment_from_dict(apply_sets(read_experiment_data(path), list(sets)) | data, path)
 
 
+def python_c(code: str, cwd=REPO, timeout: float = 60) -> subprocess.CompletedProcess:
+    """``python -c code`` in a fresh interpreter (the venv's): what gets
+    imported, from nothing imported yet."""
+    return subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout)
+
+
 def run_cli(*args, timeout=300, **kw) -> subprocess.CompletedProcess:
     return subprocess.run([*FABRIC_EMU, *map(str, args)], cwd=REPO, capture_output=True,
                           text=True, timeout=timeout, **kw)

@@ -350,10 +350,7 @@ def test_import_ahead_imports_what_the_results_phase_and_its_hooks_will():
     imports NumPy and the modules a ``while_figures_draw`` hook names, on a
     thread; a hook's modules only while its block is entered. In a fresh
     interpreter: nothing imported them before."""
-    import subprocess
-    import sys
-
-    from tests.conftest import REPO
+    from tests.conftest import python_c
     code = ("import sys\n"
             "from emulator.experiment import results\n"
             "before = [m in sys.modules for m in ('numpy', 'tests.forkserver_probe')]\n"
@@ -361,6 +358,5 @@ def test_import_ahead_imports_what_the_results_phase_and_its_hooks_will():
             "    results.import_ahead().join(timeout=60)\n"
             "after = [m in sys.modules for m in ('numpy', 'tests.forkserver_probe')]\n"
             "print(before, after, results._IMPORTED_LATE)\n")
-    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
-                         timeout=120)
+    out = python_c(code, timeout=120)
     assert out.stdout.strip() == "[False, False] [True, True] ['numpy']", out.stderr

@@ -5,10 +5,8 @@ dissection run elsewhere."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
-from tests.conftest import REPO
+from tests.conftest import python_c
 
 
 def test_the_cli_runner_and_agent_launch_import_no_scapy():
@@ -21,8 +19,7 @@ def test_the_cli_runner_and_agent_launch_import_no_scapy():
             "rto_fabric_ns(exp); "
             "nic_fields(exp, 'h1'); "
             "print(sorted(m for m in sys.modules if m.split('.')[0] == 'scapy'))")
-    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
-                         timeout=60)
+    out = python_c(code)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
 
@@ -57,8 +54,7 @@ def test_a_refused_run_imports_none_of_what_runs(tmp_path):
             "        status = e.code\n"
             f"    print(json.dumps([status, sorted(m for m in sys.modules for p in {RUN_ONLY!r}\n"
             "                                      if m == p or m.startswith(p + '.'))]))\n")
-    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
-                         text=True, timeout=60)
+    out = python_c(code, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     results = [json.loads(line) for line in out.stdout.splitlines()]
     assert results == [[2, []]] * len(cases), (cases, results, out.stderr)
