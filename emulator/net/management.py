@@ -139,16 +139,18 @@ class InbandReports:
         head_ip = plan.management_ip("in_band", MGMT_HOST)
         log = self.raw.process_log("inband-head")
         head = self._popen(self.fnet.net.get(MGMT_HOST), ["head", str(HEAD_PORT), str(self.head_out)], log)
-        deadline = time.monotonic() + HEAD_READY_S
-        while "listening" not in log.read_text():
-            if head.poll() is not None or time.monotonic() > deadline:
-                raise RunAborted(f"the in-band management head did not start; see {log}")
-            time.sleep(0.01)
+        _wait_ready(head, log, "listening", "the in-band management head")
+        started = []
         for server in fabric.servers():
             files = [str(self.raw.progress(n)) for n in server.all_nics]
-            self._popen(self.fnet.host(server.name),
-                        ["report", f"{head_ip}:{HEAD_PORT}", server.name, str(self.interval_ms), *files],
-                        self.raw.process_log(f"{server.name}.inband"))
+            log = self.raw.process_log(f"{server.name}.inband")
+            started.append((self._popen(self.fnet.host(server.name), [
+                "report", f"{head_ip}:{HEAD_PORT}", server.name, str(self.interval_ms), *files], log),
+                log, server.name))
+        # Each reporter runs before the traffic does, as a server's agent would: one
+        # stopped before its start (a short run) would have sent nothing, not even its last word.
+        for proc, log, name in started:
+            _wait_ready(proc, log, "reporting to", f"{name}'s in-band reporter")
         return self
 
     def finish(self, path: Path) -> dict:
@@ -164,6 +166,15 @@ class InbandReports:
                               for m in self.fnet.fabric.management}}
         atomic_write_text(path, json.dumps(result, indent=1, sort_keys=True))
         return result
+
+
+def _wait_ready(proc, log: Path, line: str, what: str) -> None:
+    """Until ``proc``'s ``log`` says ``line`` (it is up), HEAD_READY_S at most."""
+    deadline = time.monotonic() + HEAD_READY_S
+    while line not in log.read_text():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RunAborted(f"{what} did not start; see {log}")
+        time.sleep(0.01)
 
 
 def bridge_counters(net, fabric: Fabric, kind: str) -> dict[str, dict]:
