@@ -48,6 +48,19 @@ class VirtualTimeError(RuntimeError):
     """The window protocol broke (a frame lost in the kernel, the coordinator gone mid-window)."""
 
 
+def _stamped(frame, magic: bytes, due_ns: float) -> tuple[int, bytes]:
+    """(arrival ns, the frame with its trailer): a paced NIC's due times are
+    fractional, the arrival is never early; one buffer, not sendmsg's two (its
+    vector costs more than a copy of the frame: a switch's bytes or bytearray,
+    a NIC's memoryview)."""
+    arrival = int(due_ns)
+    if arrival < due_ns:
+        arrival += 1
+    tr = _pack_trailer(magic, arrival)
+    kind = type(frame)
+    return arrival, (frame + tr if kind is bytes or kind is bytearray else _join((frame, tr)))
+
+
 class VirtualPort:
     """A packet socket under virtual time (see the module docstring)."""
 
@@ -112,21 +125,13 @@ class VirtualPort:
 
     # -- send ------------------------------------------------------------------
     def send(self, frame, magic: bytes = MAGIC) -> int:
-        due = self.due_ns
-        arrival = int(due)
-        if arrival < due:                    # a paced NIC's times are fractional: never early
-            arrival += 1
+        arrival, data = _stamped(frame, magic, self.due_ns)
         # VirtualClock._sent, inlined: the per-frame path
         clock, i = self.clock, self.index
         clock._sent_n[i] += 1
         if arrival < clock._sent_min[i]:
             clock._sent_min[i] = arrival
         clock._sent_links.add(i)
-        # one buffer, not sendmsg's two: its vector costs more than a copy
-        # of the frame (a switch's bytes or bytearray, a NIC's memoryview)
-        tr = _pack_trailer(magic, arrival)
-        kind = type(frame)
-        data = frame + tr if kind is bytes or kind is bytearray else _join((frame, tr))
         try:
             self.sock.send(data)
         except OSError as e:
@@ -145,14 +150,9 @@ class VirtualPort:
         n = len(in_flight)
         while in_flight:
             due, frame = in_flight.popleft()
-            arrival = int(due)
-            if arrival < due:
-                arrival += 1
+            arrival, data = _stamped(frame, MAGIC, due)
             if arrival < sent_min[i]:
                 sent_min[i] = arrival
-            tr = _pack_trailer(MAGIC, arrival)
-            kind = type(frame)
-            data = frame + tr if kind is bytes or kind is bytearray else _join((frame, tr))
             try:
                 send(data)
             except OSError as e:
