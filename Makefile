@@ -75,6 +75,7 @@ test-fast: setup
 bench: setup
 	$(PY) bench/forwarding.py
 	$(PY) bench/demo_run.py
+	$(PY) bench/frame_cost.py
 	$(PY) bench/experiments.py
 
 # What this machine has: the venv's packages, Mininet, tshark, p4c, BMv2 (one

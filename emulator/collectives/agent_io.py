@@ -2,11 +2,13 @@
 CONFIG.json`` reads its JSON config (a ``emulator.schema.agent`` model, the
 one the runner wrote), runs, and writes its result JSON atomically to the
 config's ``result_path`` (the runner may read it at any time after the
-process exits). A bad config is one line and exit status 2."""
+process exits), with the process's CPU seconds (``cpu_s``) as a host
+agent's result has them. A bad config is one line and exit status 2."""
 from __future__ import annotations
 
 import json
 import sys
+import time
 from typing import Callable, TypeVar
 
 from emulator.atomic import atomic_write_text
@@ -35,5 +37,6 @@ def agent_main(module: str, config: type[C], run: Callable[[C, str], dict],
     except (KeyError, ValueError, OSError) as e:
         print(f"error: {argv[0]}: {e}", file=sys.stderr)
         return 2
+    res["cpu_s"] = round(time.process_time(), 3)
     atomic_write_text(cfg.result_path, json.dumps(res))
     return cfg, res

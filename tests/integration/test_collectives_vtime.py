@@ -16,7 +16,7 @@ import json
 import pytest
 
 from tests.conftest import run_shipped, shipped
-from tests.reruns import without_wall
+from tests.reruns import agent_result, without_wall
 
 pytestmark = [pytest.mark.fabric, pytest.mark.usefixtures("no_leftovers")]
 
@@ -49,5 +49,5 @@ def test_allreduce_rail_in_virtual_time_reruns_identically(shared_run, tmp_path)
     for name in csvs + ["collectives.txt"]:
         assert (a / name).read_bytes() == (b / name).read_bytes(), name
     for server in ("server1", "server2"):
-        ra, rb = (json.loads((d / "run" / f"{server}.result.json").read_text()) for d in (a, b))
+        ra, rb = (agent_result(d, server) for d in (a, b))
         assert ra["complete"] and ra == rb

@@ -8,14 +8,13 @@ compute, tp, ep, pp, dp); the other collective files run theirs once."""
 from __future__ import annotations
 
 import csv
-import json
 
 import pytest
 
 from emulator.experiment.dilation import run_with_dilation
 from emulator.experiment.model import experiment_from_dict, read_experiment_data
 from tests.conftest import REPO
-from tests.reruns import without_wall
+from tests.reruns import agent_result, without_wall
 
 pytestmark = [pytest.mark.fabric, pytest.mark.usefixtures("no_leftovers")]
 
@@ -48,5 +47,5 @@ def test_training_3d_phases_tile_the_step_and_rerun_identically(tmp_path):
     for name in ("training.csv", "training.json"):
         assert (a / name).read_bytes() == (b / name).read_bytes(), name
     for server in ("server1", "server2"):
-        ra, rb = (json.loads((d / "run" / f"{server}.result.json").read_text()) for d in (a, b))
+        ra, rb = (agent_result(d, server) for d in (a, b))
         assert ra["complete"] and ra == rb
