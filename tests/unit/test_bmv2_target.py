@@ -66,7 +66,7 @@ def test_p4_counter_stats_feed_the_summary_layout(tmp_path):
     """On BMv2 the per-(port, priority) results come from fabric.p4's counters:
     drops are what ingress enqueued minus what egress sent."""
     from emulator.experiment.results_io import read_stats, stats_by_port_priority
-    from emulator.experiment.runner import write_p4_counter_stats
+    from emulator.experiment.switch_stats import write_p4_counter_stats
 
     class Counters:               # the two things write_p4_counter_stats reads of a controller
         conns = {"leaf1": None, "spine1": None}
