@@ -23,7 +23,8 @@ from emulator.experiment.servers import ServerGroup, add_collectives, plain_host
 from emulator.experiment.summary import (member_clock_totals, render_slowdown_buckets,
                                          render_summary)
 from emulator.experiment.summary_file import RunSummary
-from emulator.experiment.switch_stats import write_p4_counter_stats, write_stats_window
+from emulator.experiment.switch_stats import (counters_since, write_p4_counter_stats,
+                                              write_stats_window)
 from emulator.experiment.telemetry import telemetry_collector
 from emulator.net.management import InbandReports
 from emulator.experiment.time_mode import VIRTUAL, run_time_mode
@@ -286,7 +287,7 @@ def _traffic(fnet: FabricNet, exp: Experiment, run_dir: Path, console: Console,
     # A dead switch has no counters to read; its stats.json may be missing.
     counters = {}
     if not aborted:
-        counters = _minus(ctl.read_port_counters(), before[0])
+        counters = counters_since(ctl.read_port_counters(), before[0])
         if bmv2_faults is not None:     # the veths' counts, before the teardown
             bmv2_faults.write(RawDir(run_dir).bmv2_faults())
         if p4_stats:

@@ -10,7 +10,7 @@ from emulator.atomic import atomic_open, atomic_write_text
 from emulator.rundir import RawDir
 
 
-def _minus(now: dict, before: dict) -> dict:
+def counters_since(now: dict, before: dict) -> dict:
     """Counter cells minus their values before (cells are dicts of counts)."""
     if not before:
         return now
@@ -46,7 +46,7 @@ def write_p4_counter_stats(controller, run_dir: Path, before: dict | None = None
     time and queue peaks are not known (null in summary.json).
     """
     by_switch: dict[str, dict[int, list[dict]]] = {}
-    for (sw, port, prio), c in _minus(controller.read_priority_counters(), before or {}).items():
+    for (sw, port, prio), c in counters_since(controller.read_priority_counters(), before or {}).items():
         by_switch.setdefault(sw, {}).setdefault(port, []).append({
             "priority": prio, "tx_packets": c.get("tx_packets", 0), "tx_bytes": c.get("tx_bytes", 0),
             "drops": max(0, c.get("enq_packets", 0) - c.get("tx_packets", 0)),

@@ -38,6 +38,7 @@ from emulator.topo.addressing import MGMT_BRIDGE, MGMT_HOST, switch_mgmt_netns
 BRIDGE = "br0"                  # the bridge's name inside its namespace
 P4RUNTIME_PORT = 9559           # the IANA-registered ports: with a namespace
 GNMI_PORT = 9339                # per switch, every switch serves on its own
+BRIDGE_FORWARDING_S = 5.0       # linkwatch reports a carrier within a second
 QUIET_IPV6 = "sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1"
 
 
@@ -94,6 +95,34 @@ def configure_management(net, fabric: Fabric, dilation: float = 1.0) -> None:
         out = net.get(name).cmd(" && ".join(lines) + "; echo rc=$?")
         if "rc=0" not in out.splitlines()[-1:]:
             raise RuntimeError(f"management network: configuring {name} failed: {out.strip()}")
+    _wait_forwarding(net, fabric)
+
+
+def _wait_forwarding(net, fabric: Fabric) -> None:
+    """Until every port of every management bridge forwards. A port forwards
+    once the kernel's linkwatch has seen its carrier, which it may defer by up
+    to a second -- for a veth whose peer has the same ifindex in its own
+    namespace, not urgent to it -- and a bridge drops what arrives before: a
+    server's first report (its ARP request) was lost so, and with it every
+    report of a short run."""
+    deadline = time.monotonic() + BRIDGE_FORWARDING_S
+    for m_net in fabric.management:
+        node = net.get(MGMT_BRIDGE[m_net.kind])
+        ports = {m.bridge_ifname for m in fabric.addresses.management_members(m_net.kind)}
+        while True:
+            out = node.cmd("bridge -j link show")
+            try:
+                states = {p["ifname"]: p.get("state") for p in json.loads(out)}
+            except (ValueError, KeyError, TypeError):
+                states = {}
+            waiting = sorted(p for p in ports if states.get(p) != "forwarding")
+            if not waiting:
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"management network {m_net.kind}: bridge port(s) "
+                                   f"{', '.join(waiting)} not forwarding {BRIDGE_FORWARDING_S:g} s "
+                                   "after they came up")
+            time.sleep(0.01)
 
 
 def attach_switches(net, fabric: Fabric, relay) -> None:
