@@ -103,7 +103,7 @@ def _wait_forwarding(net, fabric: Fabric) -> None:
     once the kernel's linkwatch has seen its carrier, which it may defer by up
     to a second -- for a veth whose peer has the same ifindex in its own
     namespace, not urgent to it -- and a bridge drops what arrives before: a
-    server's first report (its ARP request) was lost so, and with it every
+    server's first report (its ARP request for the head), and with it every
     report of a short run."""
     deadline = time.monotonic() + BRIDGE_FORWARDING_S
     for m_net in fabric.management:
