@@ -13,6 +13,7 @@ from emulator.link import CommitWire
 from emulator.link_faults import DROP_EVENT, UNCLASSIFIED, LinkFaults
 from emulator.nic.packet_socket import SocketRxStats
 from emulator.schema.switch import PortConfig
+from emulator.vtime.member import stamp_ns
 from emulator.wire import ETH_P_ALL
 
 SOL_PACKET = 263
@@ -124,7 +125,7 @@ class SwitchPort:
         self.send(frame)
         self.pcap.write(self.clock.now_ns(), frame)
 
-    def send_at(self, frame, arrival_ns: int) -> None:
+    def send_at(self, frame, arrival_ns: float) -> None:
         """Virtual time: hand ``frame`` over now, arriving at ``arrival_ns``
         (``send`` inlined: the per-frame path)."""
         sock = self.sock
@@ -134,19 +135,19 @@ class SwitchPort:
         except OSError:
             self.send_errors += 1
 
-    def send_at_and_capture(self, frame, arrival_ns: int) -> None:
+    def send_at_and_capture(self, frame, arrival_ns: float) -> None:
         # stamped when it reaches the far end, as a dilated run's release is
         self.send_at(frame, arrival_ns)
-        self.pcap.write(arrival_ns, frame)
+        self.pcap.write(stamp_ns(arrival_ns), frame)
 
-    def send_at_faulty(self, frame, arrival_ns: int) -> None:
+    def send_at_faulty(self, frame, arrival_ns: float) -> None:
         """``send_at`` through the link's faults: judged when its
         serialization ended (its arrival less the link's delay)."""
         frame, bad_fcs = self.faults.judge(frame, arrival_ns - self.tm_port.wire.delay_ns)
         if frame is None:
             return
         self.sock.due_ns = arrival_ns
-        self._send_judged(frame, bad_fcs, arrival_ns)
+        self._send_judged(frame, bad_fcs, stamp_ns(arrival_ns))
 
     def send_faulty(self, frame) -> None:
         """A dilated wire's release (``send``) through the link's faults."""

@@ -48,14 +48,18 @@ class VirtualTimeError(RuntimeError):
     """The window protocol broke (a frame lost in the kernel, the coordinator gone mid-window)."""
 
 
-def _stamped(frame, magic: bytes, due_ns: float) -> tuple[int, bytes]:
-    """(arrival ns, the frame with its trailer): a paced NIC's due times are
-    fractional, the arrival is never early; one buffer, not sendmsg's two (its
-    vector costs more than a copy of the frame: a switch's bytes or bytearray,
-    a NIC's memoryview)."""
+def stamp_ns(due_ns: float) -> int:
+    """The arrival a frame due at ``due_ns`` is stamped with: a paced NIC's and
+    a switch port's due times are fractional, the arrival is never early."""
     arrival = int(due_ns)
-    if arrival < due_ns:
-        arrival += 1
+    return arrival + 1 if arrival < due_ns else arrival
+
+
+def _stamped(frame, magic: bytes, due_ns: float) -> tuple[int, bytes]:
+    """(arrival ns, the frame with its trailer) (``stamp_ns``); one buffer, not
+    sendmsg's two (its vector costs more than a copy of the frame: a switch's
+    bytes or bytearray, a NIC's memoryview)."""
+    arrival = stamp_ns(due_ns)
     tr = _pack_trailer(magic, arrival)
     kind = type(frame)
     return arrival, (frame + tr if kind is bytes or kind is bytearray else _join((frame, tr)))

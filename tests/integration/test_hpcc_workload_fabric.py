@@ -55,14 +55,16 @@ def _exact(summary) -> None:
         assert c["training"]["wrong"] == 0
 
 
-def _hpcc_ran(results: dict[str, dict]) -> None:
-    """Every NIC that sent the collective's data (not only its credits: a
-    window on an idle path stays at its cap) had its HPCC window moved by
-    echoed INT, and every NIC acknowledged every data packet it took
-    (HPCC's ACK interval 1)."""
+def _hpcc_ran(results: dict[str, dict], every: bool = True) -> None:
+    """NICs that sent the collective's data had their HPCC windows moved by
+    echoed INT (``every``: each one; else at least one -- a sender alone on
+    its path, at line rate with no queue, reads U = 1 and keeps its window at
+    the cap: HPCC's equilibrium), and every NIC acknowledged every data
+    packet it took (HPCC's ACK interval 1)."""
     nics = [n for r in results.values() for n in r["nics"]]
     senders = [n for n in nics if n["tx_data_payload_bytes"] >= 65536]
-    assert senders and all(n["rate_changes"] > 0 for n in senders), senders
+    moved = [n["rate_changes"] > 0 for n in senders]
+    assert senders and (all(moved) if every else any(moved)), senders
     assert all(n["tx_acks"] >= n["rx_data_packets"] for n in nics)
     assert sum(n["rx_int_errors"] for n in nics) == 0
 
@@ -86,7 +88,9 @@ def test_congested_allreduce_hpcc_keeps_queues_below_dcqcn(tmp_path, shared_run)
     for s in (d, h):
         _exact(s)
         assert all(f["complete"] and f["intact"] for f in s["flows"])   # the competing job
-    _hpcc_ran(_results(tmp_path / "hpcc", ("server1", "server3")))
+    # the ring's two crossings between the servers: server1's shares leaf1 -> spine1
+    # with the competing job, server3's way back is its own
+    _hpcc_ran(_results(tmp_path / "hpcc", ("server1", "server3")), every=False)
     qd, qh = d["queue_depth_dist"], h["queue_depth_dist"]
     assert qh["p99_bytes"] < qd["p99_bytes"] / 4, (qd, qh)
     assert qh["mean_bytes"] < qd["mean_bytes"] / 2, (qd, qh)

@@ -331,7 +331,8 @@ def test_a_frame_for_an_idle_port_with_a_pause_of_this_instant_waiting_starts_no
     assert tm.enqueue(now, roce(1000, ident=7), verdict(1, 2, 0))     # for port 1, at the same instant
     tm.transmit(now + 1_000)
     ends = [t - FAR_NS for t, _ in tm.ports[1].wire.in_flight]     # serializations' ends
-    pause_end = now + int((len(tm.ports[1].wire.in_flight[1][1]) + WIRE_OVERHEAD_BYTES) * 0.08)
+    # (fractional ns: a frame's time at 100 Gb/s is 0.08 ns a byte, not rounded)
+    pause_end = now + (len(tm.ports[1].wire.in_flight[1][1]) + WIRE_OVERHEAD_BYTES) * 0.08
     assert len(ends) == 3 and _quanta(tm.ports[1].wire.in_flight[1][1]) == XOFF_QUANTA
-    assert ends[1] == pause_end                                      # the pause, from now
-    assert ends[2] == pause_end + int((1000 + WIRE_OVERHEAD_BYTES) * 0.08)   # then the frame
+    assert ends[1] == pytest.approx(pause_end, abs=1e-6)             # the pause, from now
+    assert ends[2] == pytest.approx(pause_end + (1000 + WIRE_OVERHEAD_BYTES) * 0.08, abs=1e-6)

@@ -30,6 +30,24 @@ def _csum_ok(frame) -> bool:
 
 # ---------------------------------------------------------------- scheduling
 
+def test_back_to_back_frames_take_their_exact_fractional_time():
+    """An MTU frame at 100 Gb/s takes (1082 + 24) x 0.08 = 88.48 ns: ten
+    queued at once leave 88.48 ns apart, not a rounded 88 (the link 0.5 %
+    fast: in virtual time, where a ns is a ns, every switch-paced FCT short)."""
+    fast = 100_000_000_000
+    tm, _, _ = make_tm([(1, fast, 0), (2, fast, 0)])
+    tm.ports[1].wire = Wire(10**9)               # nothing delivered: in_flight keeps each end
+    for i in range(10):
+        assert tm.enqueue(1_000, roce(1082, ident=i), verdict(1, 2, ROCE_PRIO))
+    tm.transmit(10_000)
+    ends = [due - 10**9 for due, _ in tm.ports[1].wire.in_flight]
+    frame_ns = (1082 + WIRE_OVERHEAD_BYTES) * 8e9 / fast
+    assert frame_ns == 88.48
+    assert len(ends) == 10
+    for k, end in enumerate(ends):
+        assert math.isclose(end, 1_000 + (k + 1) * frame_ns, abs_tol=1e-6), (k, end)
+
+
 def test_strict_priority_order():
     tm, _, _ = make_tm([(1, MBPS8, 0), (2, MBPS8, 0)])
     out = attach(tm)
