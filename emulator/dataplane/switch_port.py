@@ -156,14 +156,14 @@ class SwitchPort:
         if frame is not None:
             self._send_judged(frame, bad_fcs, now)
 
-    def _send_judged(self, frame, bad_fcs: bool, stamp_ns: int) -> None:
+    def _send_judged(self, frame, bad_fcs: bool, at_ns: int) -> None:
         send = getattr(self.sock, "send_bad_fcs", self.sock.send) if bad_fcs else self.sock.send
         try:
             send(frame)
         except OSError:
             self.send_errors += 1
         if self.pcap is not None:           # the bytes on the veth, a flipped bit included
-            self.pcap.write(stamp_ns, frame)
+            self.pcap.write(at_ns, frame)
 
     def set_rate(self, now_ns: int) -> None:
         """A degrade's rate change due by ``now_ns``: the port serializes at it from now."""

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import errno
 from heapq import heappop, heappush
+from math import ceil
 import select
 import socket
 import time
@@ -48,11 +49,10 @@ class VirtualTimeError(RuntimeError):
     """The window protocol broke (a frame lost in the kernel, the coordinator gone mid-window)."""
 
 
-def stamp_ns(due_ns: float) -> int:
-    """The arrival a frame due at ``due_ns`` is stamped with: a paced NIC's and
-    a switch port's due times are fractional, the arrival is never early."""
-    arrival = int(due_ns)
-    return arrival + 1 if arrival < due_ns else arrival
+# The arrival a frame due at a time is stamped with, and the ns the clock
+# moves to for it: a paced NIC's and a switch port's due times are
+# fractional, and nothing is taken early -- their ceiling.
+stamp_ns: Callable[[float], int] = ceil
 
 
 def _stamped(frame, magic: bytes, due_ns: float) -> tuple[int, bytes]:
@@ -268,7 +268,7 @@ class VirtualClock:
                         t = head
             if t < self._end:
                 if t > self._now:
-                    self._now = int(t) if t == int(t) else int(t) + 1
+                    self._now = ceil(t)
                 now = self._now
                 if self._waits_all:
                     due = [p.fd for p in pending if p.inbox[0][0] <= now]
