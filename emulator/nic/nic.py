@@ -105,10 +105,9 @@ class RoceNic(NicLink, NicReceive):
                         + framing.wire_overhead_bytes) * 8e9 / self.rate_bps
         self.rto_ns = w.rto_ns
         self.retry_cnt = config.retry_cnt
-        # virtual time (emulator.vtime) is never late: its catch-up window is the 1 ns
-        # tick, as a loop woken for a slot runs at its ceiling (MTU frames 88.48 ns apart)
+        # virtual time (emulator.vtime): never late, so no catch-up window
         self.virtual = hasattr(clock, "attach_port")
-        self.max_lag_ns = 1 if self.virtual else int(
+        self.max_lag_ns = 0 if self.virtual else int(
             config.max_lag_ns if config.max_lag_ns is not None else max(500_000, 4 * max_frame_ns))
         self.verify_icrc = config.verify_icrc
         self.priority, self.cnp_priority = config.priority, config.cnp_priority

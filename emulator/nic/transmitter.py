@@ -239,10 +239,12 @@ class Transmitter:
         if self.wire_idle:
             if slot < now:
                 slot = float(now)
-        elif slot < now - self.max_lag_ns:
+        elif slot <= now - 1 - self.max_lag_ns:
             # served too late to catch up: the time beyond the window
             # is lost to the schedule (run fidelity counts it) -- if a
-            # frame was waiting for it; a wire with nothing to send was idle
+            # frame was waiting for it; a wire with nothing to send was idle.
+            # Loops run at whole ns: a fractional slot is behind only once its
+            # ceiling is (virtual time, no window: woken at that ceiling, on time)
             given_up = now - self.max_lag_ns - slot
             slot = float(now - self.max_lag_ns)
         if slot > now:
